@@ -1,0 +1,1 @@
+"""The reference engine: Lightning + transformers + peft, trains Llama-architecture models for real."""

@@ -1,0 +1,5 @@
+import sys
+
+from vdkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,409 @@
+"""The recipe schema, Hydra composition and validation.
+
+Overrides -> Hydra compose (schema from the ConfigStore) -> re-merge into the schema (so that a
+``+key=...`` cannot smuggle an unknown key past it) -> a frozen :class:`Recipe`.
+
+Everything downstream takes a ``Recipe``; nothing re-reads overrides.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional
+
+from vdkit.errors import UserError
+
+# ----------------------------------------------------------------------------- the schema
+# Plain dataclasses registered in Hydra's ConfigStore. Field comments are the documentation.
+
+
+@dataclass
+class ModelCfg:
+    name: str = "llama2_7b"
+    num_layers: int = 32
+    hidden_size: int = 4096
+    ffn_hidden_size: int = 11008
+    num_attention_heads: int = 32
+    num_query_groups: int = 32  # KV heads (grouped-query attention when < num_attention_heads)
+    vocab_size: int = 32000
+    max_position_embeddings: int = 4096  # the longest sequence the model was trained for
+    pretrain_tp: Optional[int] = None  # the training guide's layout for method=pretrain
+    pretrain_pp: Optional[int] = None
+    nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
+
+
+@dataclass
+class MethodCfg:
+    name: str = "lora"  # sft | lora | ptuning | pretrain
+    peft_scheme: str = "lora"  # NeMo's model.peft.peft_scheme: none | lora | ptuning
+    optimizer: str = "fused_adam"
+    lr: float = 1e-4
+    min_lr: float = 0.0
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    lora_adapter_dim: int = 32
+    lora_dropout: float = 0.0
+    ptuning_virtual_tokens: int = 10
+    ptuning_bottleneck_dim: int = 1024
+    ptuning_embedding_dim: int = 1024
+
+
+@dataclass
+class ClusterCfg:
+    name: str = "xe9680"
+    launcher: str = "slurm"  # slurm | local
+    nodes: int = 1
+    min_nodes: int = 1
+    max_nodes: int = 6
+    gpus_per_node: int = 8
+    gpu_memory_gb: float = 80.0
+    gpu_type: str = "H100-SXM5-80GB"
+    cpus_per_task: int = 12
+    time_limit_min: int = 240
+    ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
+    socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    mpi: str = "pmix"  # srun --mpi: pmix | pmi2 | none
+    partition: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    reservation: Optional[str] = None
+    nccl_debug: Optional[str] = None  # e.g. INFO; off by default
+
+
+@dataclass
+class DataCfg:
+    name: str = "dolly"
+    kind: str = "sft"  # sft (JSONL input/output) | pretrain (Megatron indexed prefixes)
+    data_dir: Optional[str] = None  # mounted into the container at the same path
+    train_files: List[str] = field(default_factory=list)  # relative to data_dir
+    validation_files: List[str] = field(default_factory=list)
+    test_files: List[str] = field(default_factory=list)
+    packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
+
+
+@dataclass
+class EngineCfg:
+    name: str = "nemo"  # nemo | reference
+    container_image: Optional[str] = None  # pyxis --container-image (nemo)
+    nemo_root: str = "/opt/NeMo"
+    log_every_n_steps: int = 1
+    checkpoint_every_n_steps: int = 0  # 0: only at the end
+
+
+@dataclass
+class ParallelismCfg:
+    tp: Optional[int] = None  # None: chosen by the planner
+    pp: Optional[int] = None
+    vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
+    sequence_parallel: Optional[bool] = None  # None: on when tp > 1
+    recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
+    distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
+
+
+@dataclass
+class TrainCfg:
+    micro_batch_size: int = 1
+    global_batch_size: int = 128
+    max_steps: int = 50  # steps the job runs (the measured run)
+    target_steps: int = 1000  # steps validation extrapolates to
+    seq_length: int = 2048
+    precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    seed: int = 1234
+
+
+@dataclass
+class RunCfg:
+    name: Optional[str] = None  # job and run-directory name; default <model>_<method>_<N>n<G>g
+    out_dir: str = "runs"
+    results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
+    secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
+
+
+@dataclass
+class VdkitConfig:
+    model: ModelCfg = field(default_factory=ModelCfg)
+    method: MethodCfg = field(default_factory=MethodCfg)
+    cluster: ClusterCfg = field(default_factory=ClusterCfg)
+    data: DataCfg = field(default_factory=DataCfg)
+    engine: EngineCfg = field(default_factory=EngineCfg)
+    parallelism: ParallelismCfg = field(default_factory=ParallelismCfg)
+    train: TrainCfg = field(default_factory=TrainCfg)
+    run: RunCfg = field(default_factory=RunCfg)
+
+
+# ----------------------------------------------------------------------------- allowed values
+METHODS = ("sft", "lora", "ptuning", "pretrain")
+PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain": "none"}
+PRECISIONS = ("bf16", "fp8")
+RECOMPUTE = ("none", "selective", "full")
+MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
+LAUNCHERS = ("slurm", "local")
+ENGINES = ("nemo", "reference")
+DATA_KINDS = ("sft", "pretrain")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A composed, validated recipe: the single input of everything downstream.
+
+    The sections are the schema dataclasses; treat them as read-only. ``overrides`` are the
+    command-line overrides it was composed from (kept for ``overrides.txt``).
+    """
+
+    model: ModelCfg
+    method: MethodCfg
+    cluster: ClusterCfg
+    data: DataCfg
+    engine: EngineCfg
+    parallelism: ParallelismCfg
+    train: TrainCfg
+    run: RunCfg
+    overrides: tuple = ()
+
+    # Derived values: computed here once, never typed twice.
+    @property
+    def world_size(self) -> int:
+        return self.cluster.nodes * self.cluster.gpus_per_node
+
+    @property
+    def run_name(self) -> str:
+        if self.run.name:
+            return self.run.name
+        return f"{self.model.name}_{self.method.name}_{self.cluster.nodes}n{self.cluster.gpus_per_node}g"
+
+    @property
+    def is_peft(self) -> bool:
+        return self.method.name in ("lora", "ptuning")
+
+    def to_dict(self) -> dict:
+        """The resolved config as plain data (what ``recipe.yaml`` holds)."""
+        out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(VdkitConfig)}
+        return out
+
+    def with_parallelism(self, **changes) -> "Recipe":
+        """A copy with parallelism fields replaced (the planner fills in what auto left open)."""
+        return dataclasses.replace(self, parallelism=dataclasses.replace(self.parallelism, **changes))
+
+
+# ----------------------------------------------------------------------------- conf/ location
+def conf_dir() -> Path:
+    """The Hydra config tree: $VDKIT_CONF_DIR, a checkout's conf/, or the installed copy."""
+    env = os.environ.get("VDKIT_CONF_DIR")
+    if env:
+        return Path(env).resolve()
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "conf", here / "conf"):
+        if (candidate / "config.yaml").is_file():
+            return candidate
+    try:  # an installed wheel: conf/ is the package data of vdkit.conf
+        import importlib.resources as resources
+
+        installed = Path(str(resources.files("vdkit.conf")))
+        if (installed / "config.yaml").is_file():
+            return installed
+    except (ModuleNotFoundError, TypeError):
+        pass
+    raise UserError("cannot find the vdkit config tree (conf/config.yaml)",
+                    "reinstall vdkit or set VDKIT_CONF_DIR to a conf/ directory")
+
+
+def group_options(group: str) -> List[str]:
+    """The options of one config group (file stems under conf/<group>/)."""
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+# ----------------------------------------------------------------------------- compose
+_STORED = False
+
+
+def _register_schema() -> None:
+    global _STORED
+    if _STORED:
+        return
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="vdkit_schema", node=VdkitConfig)
+    _STORED = True
+
+
+def _one_line(exc: BaseException) -> str:
+    """Hydra's message and its cause's, first lines only ("full_key: ..." detail dropped)."""
+    parts = []
+    while exc is not None and len(parts) < 2:
+        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+        if lines and lines[0] not in parts:
+            parts.append(lines[0].rstrip("."))
+        exc = exc.__cause__
+    return ": ".join(parts) if parts else "composition failed"
+
+
+def compose(overrides: List[str] | tuple = ()) -> Recipe:
+    """Compose conf/ with Hydra-syntax overrides and validate the result into a Recipe.
+
+    Raises UserError (one line) for an unknown key, a wrong type, a bad group option,
+    a ``+key=`` outside the schema, or a recipe that breaks a rule.
+    """
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    _register_schema()
+    overrides = list(overrides)
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
+            cfg = hydra_compose(config_name="config", overrides=overrides)
+        # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
+        # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), plain)
+        obj: VdkitConfig = OmegaConf.to_object(merged)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        raise UserError(f"invalid configuration: {_one_line(exc)}", _fix_hint(_one_line(exc))) from None
+    finally:
+        GlobalHydra.instance().clear()
+    recipe = Recipe(overrides=tuple(overrides),
+                    **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
+    validate_fields(recipe)
+    return recipe
+
+
+def _fix_hint(msg: str) -> str:
+    if "Could not find '" in msg:
+        group = msg.split("Could not find '", 1)[1].split("/", 1)[0]
+        if (conf_dir() / group).is_dir():
+            return f"choose one of {group}=" + "|".join(group_options(group))
+    if "not in '" in msg:
+        return "check the key's spelling; `vdkit plan --cfg` prints every key and its default"
+    if "converted to" in msg:
+        return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
+    return "write overrides as key=value (group=option for model, method, cluster, data, engine)"
+
+
+# ----------------------------------------------------------------------------- field rules
+def _check(ok: bool, what: str, fix: str) -> None:
+    if not ok:
+        raise UserError(what, fix)
+
+
+def validate_fields(r: Recipe) -> None:
+    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.plan."""
+    c, t, m = r.cluster, r.train, r.method
+    _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
+    _check(m.peft_scheme == PEFT_SCHEMES[m.name],
+           f"method.peft_scheme={m.peft_scheme!r} does not match method {m.name}",
+           f"set method.peft_scheme={PEFT_SCHEMES[m.name]}")
+    _check(r.engine.name in ENGINES, f"engine.name={r.engine.name!r} is not an engine",
+           "use engine=nemo or engine=reference")
+    _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
+    _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
+    _check(c.min_nodes <= c.nodes <= c.max_nodes,
+           f"cluster.nodes={c.nodes} is outside {c.min_nodes}-{c.max_nodes} for cluster {c.name}",
+           f"use cluster.nodes between {c.min_nodes} and {c.max_nodes}")
+    _check(c.gpus_per_node >= 1, f"cluster.gpus_per_node={c.gpus_per_node} must be at least 1",
+           "use cluster.gpus_per_node=8 (or 4 for half a node)")
+    _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
+    _check(c.time_limit_min > 0, "cluster.time_limit_min must be positive", "use e.g. cluster.time_limit_min=240")
+    _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
+           "use train.micro_batch_size=1")
+    _check(t.global_batch_size >= t.micro_batch_size,
+           f"train.global_batch_size={t.global_batch_size} is smaller than the micro batch",
+           "use a multiple of train.micro_batch_size x DP")
+    _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
+           "use e.g. train.max_steps=50")
+    _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
+    _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
+    _check(t.seq_length <= r.model.max_position_embeddings,
+           f"train.seq_length={t.seq_length} exceeds {r.model.name}'s {r.model.max_position_embeddings}",
+           f"use train.seq_length<={r.model.max_position_embeddings}")
+    _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
+           "use " + " or ".join(PRECISIONS))
+    p = r.parallelism
+    _check(p.recompute is None or p.recompute in RECOMPUTE,
+           f"parallelism.recompute={p.recompute!r} is not a recompute mode", "use none, selective or full")
+    for key in ("tp", "pp", "vp"):
+        v = getattr(p, key)
+        _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
+    _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
+    _check(not (r.data.packed and t.micro_batch_size != 1),
+           "data.packed=true needs train.micro_batch_size=1 (NeMo's packed sequences)",
+           "set train.micro_batch_size=1 or data.packed=false")
+    _check((r.data.kind == "pretrain") == (m.name == "pretrain") or r.data.name == "synthetic",
+           f"data={r.data.name} ({r.data.kind} data) does not suit method={m.name}",
+           "use data=pile for pretrain, and dolly / alpaca / pubmedqa / synthetic for fine-tuning")
+
+
+# ----------------------------------------------------------------------------- sweeps
+def expand_multirun(overrides: List[str]) -> List[List[str]]:
+    """Hydra-style ``-m`` expansion: ``model=a,b cluster.nodes=1,2`` -> the cartesian product."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    except HydraException as exc:
+        raise UserError(f"invalid override: {_one_line(exc)}", "write overrides as key=value or key=a,b") from None
+    return [list(cell) for batch in batches for cell in batch]
+
+
+def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
+    """The override sets of the named sweep conf/sweep/NAME.yaml, each followed by ``extra``.
+
+    A sweep file holds ``cells: [[override, ...], ...]``; ``extra`` (the command line's own
+    overrides) is appended to every cell, so it wins.
+    """
+    import yaml
+
+    path = conf_dir() / "sweep" / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    data = yaml.safe_load(path.read_text()) or {}
+    cells = data.get("cells")
+    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
+        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
+    expanded: List[List[str]] = []
+    for cell in cells:
+        expanded.extend(expand_multirun([str(x) for x in cell] + list(extra)))
+    return expanded
+
+
+def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
+    """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
+    if sweep:
+        return sweep_cells(sweep, overrides)
+    if multirun:
+        return expand_multirun(overrides)
+    return [list(overrides)]
+
+
+
+def recipe_from_dict(data: dict, overrides=()) -> Recipe:
+    """Rebuild a Recipe from its ``to_dict()`` form (e.g. a run directory's recipe.yaml)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
+        obj: VdkitConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise UserError(f"invalid recipe: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
+    return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
+
+
+def load_recipe(path) -> Recipe:
+    """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
+    import yaml
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / "recipe.yaml"
+    if not path.is_file():
+        raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
+    return recipe_from_dict(yaml.safe_load(path.read_text()) or {})

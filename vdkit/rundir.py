@@ -1,0 +1,89 @@
+"""Run directories: created whole or not at all, never overwriting an earlier one.
+
+Layout of a run directory (every engine, every launcher):
+
+    launch.sbatch      the Slurm script (render)            recipe.yaml   the resolved recipe
+    plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
+    nemo.yaml          NeMo's config (engine=nemo)
+    logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
+    checkpoints/       checkpoints, unless run.results_dir points at shared storage
+    slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+import yaml
+
+from vdkit.errors import UserError
+
+RECIPE_FILE = "recipe.yaml"
+PLAN_FILE = "plan.json"
+OVERRIDES_FILE = "overrides.txt"
+SBATCH_FILE = "launch.sbatch"
+NEMO_CONFIG_FILE = "nemo.yaml"
+LOG_DIR = "logs"
+CHECKPOINT_DIR = "checkpoints"
+
+
+def safe_dir_name(name: str) -> str:
+    """A directory name from a run name: anything outside [A-Za-z0-9._-] becomes '_'."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+    return cleaned[:120]
+
+
+def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[Union[str, Path]] = None) -> Path:
+    """Write a new run directory for ``plan`` holding recipe.yaml, plan.json, overrides.txt and ``files``.
+
+    Everything is written into a hidden temporary directory first and renamed into place, so a
+    failure leaves nothing half-written. The name is the run name; ``-2``, ``-3``, ... are added
+    when a directory of that name exists (an earlier run is never overwritten).
+    """
+    recipe = plan.recipe
+    base = Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output directory {base}: {exc.strerror}",
+                        "pass --out DIR (or run.out_dir=DIR) pointing at a writable directory") from None
+    stem = safe_dir_name(recipe.run_name)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=base))
+    try:
+        contents = {
+            RECIPE_FILE: yaml.safe_dump(recipe.to_dict(), sort_keys=False),
+            PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n",
+            OVERRIDES_FILE: "".join(f"{o}\n" for o in recipe.overrides),
+            **files,
+        }
+        for name, data in contents.items():
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(data, bytes):
+                target.write_bytes(data)
+            else:
+                target.write_text(data)
+        if SBATCH_FILE in contents:
+            os.chmod(tmp / SBATCH_FILE, 0o755)
+        os.chmod(tmp, 0o755)
+        n = 1
+        while True:
+            final = base / (stem if n == 1 else f"{stem}-{n}")
+            if final.exists():
+                n += 1
+                continue
+            try:
+                os.rename(tmp, final)  # atomic; fails if final exists and is not empty
+                return final
+            except OSError:
+                if not final.exists():
+                    raise
+                n += 1
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
