@@ -38,20 +38,45 @@ def safe_dir_name(name: str) -> str:
     return cleaned[:120]
 
 
-def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[Union[str, Path]] = None) -> Path:
-    """Write a new run directory for ``plan`` holding recipe.yaml, plan.json, overrides.txt and ``files``.
-
-    Everything is written into a hidden temporary directory first and renamed into place, so a
-    failure leaves nothing half-written. The name is the run name; ``-2``, ``-3``, ... are added
-    when a directory of that name exists (an earlier run is never overwritten).
-    """
-    recipe = plan.recipe
+def _base_dir(recipe, out_dir) -> Path:
     base = Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot create output directory {base}: {exc.strerror}",
                         "pass --out DIR (or run.out_dir=DIR) pointing at a writable directory") from None
+    return base
+
+
+def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None) -> Path:
+    """The path the next run directory of ``recipe`` will get (nothing is created).
+
+    Renderers need the final path inside the files they write; pass it back as
+    ``create_run_dir(..., run_dir=path)``.
+    """
+    base = _base_dir(recipe, out_dir)
+    stem = safe_dir_name(recipe.run_name)
+    n = 1
+    while (base / (stem if n == 1 else f"{stem}-{n}")).exists():
+        n += 1
+    return base / (stem if n == 1 else f"{stem}-{n}")
+
+
+def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[Union[str, Path]] = None,
+                   run_dir: Optional[Union[str, Path]] = None) -> Path:
+    """Write a new run directory for ``plan`` holding recipe.yaml, plan.json, overrides.txt and ``files``.
+
+    Everything is written into a hidden temporary directory first and renamed into place, so a
+    failure leaves nothing half-written. Without ``run_dir`` the name is the run name, with ``-2``,
+    ``-3``, ... added when a directory of that name exists (an earlier run is never overwritten).
+    With ``run_dir`` (from :func:`reserve_run_dir`) exactly that path is used, and it is an error
+    if it has appeared in the meantime.
+    """
+    recipe = plan.recipe
+    if run_dir is not None:
+        run_dir = Path(run_dir).absolute()
+        out_dir = run_dir.parent
+    base = _base_dir(recipe, out_dir)
     stem = safe_dir_name(recipe.run_name)
     tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=base))
     try:
@@ -71,19 +96,19 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
         if SBATCH_FILE in contents:
             os.chmod(tmp / SBATCH_FILE, 0o755)
         os.chmod(tmp, 0o755)
-        n = 1
-        while True:
-            final = base / (stem if n == 1 else f"{stem}-{n}")
+        candidates = [run_dir] if run_dir is not None else (
+            base / (stem if n == 1 else f"{stem}-{n}") for n in range(1, 100000))
+        for final in candidates:
             if final.exists():
-                n += 1
                 continue
             try:
-                os.rename(tmp, final)  # atomic; fails if final exists and is not empty
+                os.rename(tmp, final)  # atomic on one file system
                 return final
             except OSError:
                 if not final.exists():
                     raise
-                n += 1
+        raise UserError(f"run directory {run_dir} appeared while rendering",
+                        "render again: a new run directory name will be chosen")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -1,0 +1,89 @@
+"""`vdkit plan`: compose, validate and print the plan (layout, memory, fit, checkpoint size)."""
+from __future__ import annotations
+
+import json
+
+from vdkit.cli import add_override_args
+
+
+def register(sub) -> None:
+    p = sub.add_parser("plan", help="is it feasible? which TP/PP? memory per GPU? checkpoint size?",
+                       description="Compose the recipe from conf/ and OVERRIDES, validate it and print the plan: "
+                                   "layout (TP, PP, DP, gradient accumulation), per-GPU memory by part, whether it "
+                                   "fits the GPU and why not, and the checkpoint size. With -m or --sweep, one row "
+                                   "per cell.")
+    add_override_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object per plan (one per line)")
+    p.add_argument("--cfg", action="store_true", help="print the composed recipe (every key) as YAML and stop")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from vdkit.config import compose, override_sets
+    from vdkit.plan import make_plan
+
+    sets = override_sets(args.overrides, args.multirun, args.sweep)
+    if args.cfg:
+        import yaml
+
+        for overrides in sets:
+            print(yaml.safe_dump(compose(overrides).to_dict(), sort_keys=False), end="")
+        return 0
+    plans = [make_plan(compose(o)) for o in sets]
+    if args.json:
+        for plan in plans:
+            print(json.dumps(plan.to_dict()))
+    elif len(plans) == 1:
+        print(describe(plans[0]))
+    else:
+        print(table(plans))
+    return 0
+
+
+def describe(plan) -> str:
+    """The plan of one recipe as a short text block."""
+    r, p, m = plan.recipe, plan.recipe.parallelism, plan.memory
+    on = {True: "on", False: "off"}
+    verdict = "fits" if plan.feasible else "DOES NOT FIT"
+    if plan.borderline:
+        verdict += " (borderline)"
+    lines = [
+        f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
+        f" = {r.world_size} GPUs, engine {r.engine.name}",
+        f"  layout      TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source}), VP {p.vp}, sequence parallel "
+        f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
+        f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
+        f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "
+        f"(estimates for {r.train.target_steps})",
+        f"  memory/GPU  weights {m.weights_gb:.1f} + gradients {m.gradients_gb:.1f} + optimizer {m.optimizer_gb:.1f}"
+        f" + activations {m.activations_gb:.1f} + overhead {m.overhead_gb:.1f} = {m.total_gb:.1f} GB"
+        f" of {r.cluster.gpu_memory_gb:g} GB",
+        f"  verdict     {verdict}" + (f": {plan.reason}" if plan.reason else ""),
+        f"  checkpoint  {plan.checkpoint_gb:,.1f} GB (weights + optimizer states)",
+    ]
+    lines += [f"  note        {n}" for n in plan.notes]
+    return "\n".join(lines)
+
+
+def table(plans) -> str:
+    """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
+    head = ("model", "method", "GPUs", "nodes", "TP", "PP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
+            "ckpt GB")
+    rows = []
+    for plan in plans:
+        r, p = plan.recipe, plan.recipe.parallelism
+        fits = "yes" if plan.feasible else "NO"
+        if plan.borderline:
+            fits += " (borderline)"
+        rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
+                     str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
+                     f"{plan.checkpoint_gb:,.1f}"))
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*row) for row in rows]
+    infeasible = [p for p in plans if not p.feasible]
+    for plan in infeasible:
+        r = plan.recipe
+        out.append(f"* {r.model.name} {r.method.name} on {r.world_size} GPUs: {plan.reason}")
+    return "\n".join(out)

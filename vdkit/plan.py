@@ -1,0 +1,325 @@
+"""The planner: parallelism rules, the per-GPU memory model, checkpoint size.
+
+``make_plan(recipe)`` checks a pinned layout against the rules (and names the rule it breaks), or
+picks one when ``parallelism.tp`` / ``parallelism.pp`` are unset: the smallest model-parallel size
+(TP x PP) that fits memory, preferring tensor parallelism within a node, then the cheapest
+recomputation that fits. It never raises for a layout that merely does not fit memory: the plan
+says ``feasible: false`` and why, with the arithmetic.
+
+The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
+``megatron_amp_O2``:
+
+- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the
+  transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
+- gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
+- optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
+  DP when the distributed optimizer shards them.
+- activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
+  recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
+  attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
+  and the SwiGLU MLP half the norm input, fc1 input, gate and up outputs and the down-projection
+  input. Tensor parallelism divides it (the norm inputs, 4sbh, only with sequence parallelism).
+  Full recomputation keeps only each layer's input (2sbh, / TP with SP) plus one layer's working
+  set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
+  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
+  the loss: 6*s*b*V / TP).
+- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB).
+
+Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
+per trainable parameter (a PEFT checkpoint holds only the adapter's).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+from vdkit.config import ModelCfg, Recipe
+from vdkit.errors import UserError
+
+GB = 1e9
+OVERHEAD_GB = 4.0  # CUDA context + NCCL/cuBLAS workspaces + fragmentation, per GPU
+BORDERLINE = 0.10  # within 10 % of the GPU's memory either way: "borderline"
+CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam v
+
+
+# ----------------------------------------------------------------------------- parameter counts
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of a Llama-architecture model (untied input and output embeddings)."""
+
+    per_layer: int
+    embedding: int  # one of the two V x h matrices
+    final_norm: int
+    num_layers: int
+
+    @property
+    def total(self) -> int:
+        return self.num_layers * self.per_layer + 2 * self.embedding + self.final_norm
+
+
+def param_counts(m: ModelCfg) -> ParamCounts:
+    """Llama 2: q and o are h x h; k and v h x (kv heads x head dim); SwiGLU MLP 3 x h x f; 2 RMSNorms."""
+    head_dim = m.hidden_size // m.num_attention_heads
+    kv = m.num_query_groups * head_dim
+    attn = 2 * m.hidden_size * m.hidden_size + 2 * m.hidden_size * kv
+    mlp = 3 * m.hidden_size * m.ffn_hidden_size
+    return ParamCounts(per_layer=attn + mlp + 2 * m.hidden_size, embedding=m.vocab_size * m.hidden_size,
+                       final_norm=m.hidden_size, num_layers=m.num_layers)
+
+
+def trainable_params(r: Recipe) -> int:
+    """Parameters the method trains: all (sft, pretrain), LoRA on fused QKV, or the prompt encoder."""
+    m, counts = r.model, param_counts(r.model)
+    if r.method.name == "lora":
+        kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
+        # NeMo 1.23 adds LoRA to the fused QKV projection: A is h x r, B is r x (h + 2 kv).
+        return m.num_layers * r.method.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
+    if r.method.name == "ptuning":
+        v, b, h = r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim, m.hidden_size
+        # NeMo's PromptEncoder (mlp): a virtual-token embedding, then h -> bottleneck -> h.
+        return v * h + (h * b + b) + (b * h + h)
+    return counts.total
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Memory:
+    """Per-GPU memory of the worst pipeline stage, in GB (1e9 bytes)."""
+
+    weights_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    overhead_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb + self.overhead_gb
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recipe with its layout decided, the memory it needs, and whether it fits."""
+
+    recipe: Recipe  # parallelism filled in (tp, pp, vp, sequence_parallel, recompute, distributed_optimizer)
+    dp: int
+    grad_accum: int
+    memory: Memory
+    feasible: bool
+    borderline: bool
+    reason: Optional[str]
+    checkpoint_gb: float
+    layout_source: str  # "pinned", "auto" or "design guide"
+    notes: Tuple[str, ...] = ()
+
+    @property
+    def tp(self) -> int:
+        return self.recipe.parallelism.tp
+
+    @property
+    def pp(self) -> int:
+        return self.recipe.parallelism.pp
+
+    def to_dict(self) -> dict:
+        r, p = self.recipe, self.recipe.parallelism
+        return {
+            "model": r.model.name, "method": r.method.name, "engine": r.engine.name, "cluster": r.cluster.name,
+            "nodes": r.cluster.nodes, "gpus_per_node": r.cluster.gpus_per_node, "gpus": r.world_size,
+            "tp": p.tp, "pp": p.pp, "vp": p.vp, "dp": self.dp, "grad_accum": self.grad_accum,
+            "sequence_parallel": p.sequence_parallel, "recompute": p.recompute,
+            "distributed_optimizer": p.distributed_optimizer, "precision": r.train.precision,
+            "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
+            "seq_length": r.train.seq_length, "layout_source": self.layout_source,
+            "params_b": round(param_counts(r.model).total / 1e9, 3),
+            "trainable_params": trainable_params(r),
+            "memory": {k: round(v, 2) for k, v in dataclasses.asdict(self.memory).items()},
+            "memory_per_gpu_gb": round(self.memory.total_gb, 2), "gpu_memory_gb": r.cluster.gpu_memory_gb,
+            "feasible": self.feasible, "borderline": self.borderline, "reason": self.reason,
+            "checkpoint_gb": round(self.checkpoint_gb, 1), "notes": list(self.notes),
+        }
+
+
+# ----------------------------------------------------------------------------- rules
+def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
+    """Every parallelism rule the layout breaks, each named (empty: the layout is valid)."""
+    m, c, t = r.model, r.cluster, r.train
+    out = []
+    if m.num_attention_heads % tp or m.num_query_groups % tp:
+        out.append(f"TP must divide the attention heads ({m.num_attention_heads}) and KV heads "
+                   f"({m.num_query_groups}); tp={tp} does not")
+    if tp > c.gpus_per_node:
+        out.append(f"TP must stay within one node (at most {c.gpus_per_node} GPUs); tp={tp}")
+    if m.num_layers % pp:
+        out.append(f"PP must divide the layers ({m.num_layers}); pp={pp} does not")
+    if vp > 1 and (pp < 2 or m.num_layers % (pp * vp)):
+        out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
+    if r.world_size % (tp * pp):
+        out.append(f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
+    else:
+        dp = r.world_size // (tp * pp)
+        if t.global_batch_size % (t.micro_batch_size * dp):
+            out.append(f"GBS must be a multiple of MBS x DP; {t.global_batch_size} is not a multiple of "
+                       f"{t.micro_batch_size} x {dp}")
+    return out
+
+
+def _divisors(n: int) -> List[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[int], vp: int
+                       ) -> Iterator[Tuple[int, int]]:
+    """Valid (tp, pp), smallest TP x PP first, larger TP first within a size (TP stays in-node)."""
+    tps = [pinned_tp] if pinned_tp else [d for d in _divisors(r.cluster.gpus_per_node)]
+    pps = [pinned_pp] if pinned_pp else _divisors(r.model.num_layers)
+    layouts = [(tp, pp) for tp in tps for pp in pps if not layout_violations(r, tp, pp, vp)]
+    layouts.sort(key=lambda l: (l[0] * l[1], -l[0]))
+    return iter(layouts)
+
+
+# ----------------------------------------------------------------------------- memory model
+def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
+                    distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
+    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
+    m, t = r.model, r.train
+    precision = precision or t.precision
+    counts = param_counts(m)
+    dp = r.world_size // (tp * pp)
+    layers = m.num_layers // pp
+    layer_params = layers * counts.per_layer / tp
+    # Stage 0 holds the input embedding, the last stage the output layer; with PP 1 one GPU holds both.
+    embed_params = counts.embedding / tp * (2 if pp == 1 else 1)
+    held = layer_params + embed_params
+    weight_bytes = (1.0 if precision == "fp8" else 2.0) * layer_params + 2.0 * embed_params
+    trainable_fraction = min(1.0, trainable_params(r) / counts.total)
+    trainable_held = held * trainable_fraction
+    grads = 4.0 * trainable_held
+    optim = 12.0 * trainable_held / (dp if distributed_optimizer else 1)
+
+    s = t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)
+    b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
+    norms = s * b * 4 * h / (tp if sequence_parallel else 1)
+    per_layer = sharded + norms
+    if recompute == "full":
+        stored_per_layer = 2 * s * b * h / (tp if sequence_parallel else 1)
+        working = per_layer  # one layer recomputed at a time
+    else:
+        stored_per_layer, working = per_layer, 0.0
+    microbatches = t.global_batch_size // (t.micro_batch_size * dp)
+    in_flight = min(pp, microbatches)
+    interleave = 1 + (pp - 1) / (pp * vp) if vp > 1 else 1.0
+    acts_first = layers * stored_per_layer * in_flight * interleave + working
+    logits = 6.0 * s * b * m.vocab_size / tp
+    acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
+    acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
+    return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
+                  activations_gb=acts / GB, overhead_gb=OVERHEAD_GB)
+
+
+def checkpoint_gb(r: Recipe) -> float:
+    """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params."""
+    return trainable_params(r) * CHECKPOINT_BYTES_PER_PARAM / GB
+
+
+# ----------------------------------------------------------------------------- planning
+def make_plan(recipe: Recipe) -> Plan:
+    """Decide (or check) the layout of ``recipe`` and estimate its memory.
+
+    Raises UserError when a pinned layout breaks a rule; returns a plan with ``feasible=False``
+    and the arithmetic in ``reason`` when nothing fits the GPU's memory.
+    """
+    p, m = recipe.parallelism, recipe.model
+    source = "pinned" if (p.tp or p.pp) else "auto"
+    tp, pp = p.tp, p.pp
+    if source == "auto" and recipe.method.name == "pretrain" and m.pretrain_tp and m.pretrain_pp:
+        tp, pp, source = m.pretrain_tp, m.pretrain_pp, "design guide"
+    vp = p.vp or 1
+    if tp and pp:
+        broken = layout_violations(recipe, tp, pp, vp)
+        if broken:
+            raise UserError(f"layout tp={tp} pp={pp} on {recipe.world_size} GPUs breaks a rule: {broken[0]}",
+                            "change parallelism.tp / parallelism.pp, or leave them unset to let the planner pick")
+    full_method = recipe.method.name in ("sft", "pretrain")
+    dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
+    recomputes = [p.recompute] if p.recompute else ["none", "selective", "full"]
+
+    best: Optional[Tuple[float, int, int, str, Memory]] = None
+    chosen = None
+    layouts = list(_candidate_layouts(recipe, tp, pp, vp))
+    if not layouts:
+        broken = layout_violations(recipe, tp or 1, pp or 1, vp) if (tp or pp) else []
+        raise UserError(f"no valid layout for {m.name} on {recipe.world_size} GPUs"
+                        + (f" with tp={tp}" if tp else "") + (f" pp={pp}" if pp else "")
+                        + (f": {broken[0]}" if broken else ""),
+                        "change parallelism.tp / pp, train.global_batch_size or cluster.nodes")
+    cap = recipe.cluster.gpu_memory_gb
+    for ltp, lpp in layouts:
+        sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
+        for rc in recomputes:
+            mem = estimate_memory(recipe, ltp, lpp, vp, sp, rc, dist_opt)
+            if best is None or mem.total_gb < best[0]:
+                best = (mem.total_gb, ltp, lpp, rc, mem)
+            if mem.total_gb <= cap:
+                chosen = (ltp, lpp, rc, mem)
+                break
+        if chosen:
+            break
+    if chosen is None:
+        ltp, lpp, rc, mem = best[1], best[2], best[3], best[4]
+    else:
+        ltp, lpp, rc, mem = chosen
+    sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
+    resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=vp, sequence_parallel=sp, recompute=rc,
+                                       distributed_optimizer=dist_opt)
+    dp = recipe.world_size // (ltp * lpp)
+    grad_accum = recipe.train.global_batch_size // (recipe.train.micro_batch_size * dp)
+    feasible = chosen is not None
+    total = mem.total_gb
+    borderline = abs(total - cap) <= BORDERLINE * cap
+    reason, notes = None, []
+    if not feasible:
+        reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
+                  f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
+                  f"{mem.optimizer_gb:.1f} + activations {mem.activations_gb:.1f} + overhead {mem.overhead_gb:.1f}) "
+                  f"> {cap:g} GB on {recipe.world_size} GPUs" + ("; borderline" if borderline else ""))
+        reason += _what_would_fit(recipe, ltp, lpp, vp, sp, rc, dist_opt)
+    elif borderline:
+        notes.append(f"borderline: {total:.1f} of {cap:g} GB per GPU")
+    return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
+                borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
+                layout_source=source, notes=tuple(notes))
+
+
+def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:
+    """The options that decide an infeasible plan: FP8 parameters, or more nodes."""
+    hints = []
+    cap = r.cluster.gpu_memory_gb
+    if r.train.precision != "fp8":
+        fp8 = estimate_memory(r, tp, pp, vp, sp, "full", dist_opt, precision="fp8")
+        verdict = "fits" if fp8.total_gb <= cap else "still does not fit"
+        hints.append(f"with FP8 parameters and full recompute (train.precision=fp8 parallelism.recompute=full) "
+                     f"it needs {fp8.total_gb:.1f} GB: {verdict}")
+    c = r.cluster
+    for nodes in range(c.nodes + 1, c.max_nodes + 1):
+        bigger = dataclasses.replace(r, cluster=dataclasses.replace(c, nodes=nodes),
+                                     parallelism=dataclasses.replace(r.parallelism, tp=None, pp=None))
+        try:
+            if make_plan(bigger).feasible:
+                hints.append(f"in {r.train.precision} it fits on {nodes} nodes "
+                             f"({nodes * c.gpus_per_node} GPUs): cluster.nodes={nodes}")
+                break
+        except UserError:
+            continue
+    return "; " + "; ".join(hints) if hints else ""
+
+
+def require_feasible(plan: Plan) -> Plan:
+    """The plan itself, or a UserError saying why it does not fit."""
+    if not plan.feasible:
+        r = plan.recipe
+        raise UserError(f"{r.model.name} {r.method.name} on {r.world_size} GPUs does not fit: {plan.reason}",
+                        "see `vdkit plan` with the same overrides")
+    return plan
