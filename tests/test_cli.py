@@ -1,0 +1,61 @@
+"""The CLI front door: plan output, --json keys, sweeps, error lines and exit codes, fast start-up."""
+import json
+import subprocess
+import sys
+
+from vdkit.cli import main
+
+
+def test_plan_json_keys(capsys):
+    assert main(["plan", "model=llama2_70b", "method=sft", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    for key in ("model", "method", "nodes", "gpus", "tp", "pp", "dp", "grad_accum", "feasible",
+                "memory_per_gpu_gb", "checkpoint_gb", "reason"):
+        assert key in obj
+    assert obj["feasible"] is False and obj["reason"]
+
+
+def test_plan_feasible_json_reason_is_null(capsys):
+    assert main(["plan", "model=llama2_7b", "method=lora", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["reason"] is None
+
+
+def test_plan_text_shows_the_memory_parts(capsys):
+    assert main(["plan", "model=llama2_70b", "method=sft", "cluster.nodes=2"]) == 0
+    out = capsys.readouterr().out
+    for word in ("TP", "PP", "DP", "gradient accumulation", "weights", "gradients", "optimizer", "activations",
+                 "DOES NOT FIT", "checkpoint"):
+        assert word in out
+
+
+def test_plan_sweep_table9_prints_one_row_per_cell(capsys):
+    assert main(["plan", "--sweep", "table9"]) == 0
+    rows = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("llama2_")]
+    assert len(rows) == 24
+
+
+def test_plan_multirun_json_one_object_per_cell(capsys):
+    assert main(["plan", "-m", "model=llama2_7b,llama2_13b", "cluster.nodes=1,2", "--json"]) == 0
+    objs = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert {(o["model"], o["nodes"]) for o in objs} == {(m, n) for m in ("llama2_7b", "llama2_13b") for n in (1, 2)}
+
+
+def test_errors_are_one_line_exit_2(capsys):
+    for argv in (["plan", "cluster.nodess=2"], ["plan", "+bogus=1"], ["plan", "model=nope"],
+                 ["plan", "parallelism.tp=3"], ["plan", "--sweep", "nope"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("vdkit plan: error:") and "\n" not in err and "Traceback" not in err
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = ("import sys; from vdkit.cli import build_parser; build_parser().format_help(); "
+            "heavy = [m for m in ('torch', 'transformers', 'lightning', 'matplotlib', 'submitit', 'tensorboard') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_console_script_runs():
+    out = subprocess.run([sys.executable, "-m", "vdkit", "plan", "--json"], capture_output=True, text=True)
+    assert out.returncode == 0 and json.loads(out.stdout)["model"] == "llama2_7b"

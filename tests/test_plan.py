@@ -1,0 +1,132 @@
+"""The planner's rules (each with a case that must fail), the memory model's 70B facts, checkpoints."""
+import pytest
+
+from vdkit.config import compose, sweep_cells
+from vdkit.errors import UserError
+from vdkit.plan import make_plan, param_counts, require_feasible
+
+
+def plan(*overrides):
+    return make_plan(compose(list(overrides)))
+
+
+# ----------------------------------------------------------------------------- parameter counts
+@pytest.mark.parametrize("model, billions", [("llama2_7b", 6.74), ("llama2_13b", 13.02), ("llama2_70b", 68.98)])
+def test_parameter_counts_match_the_published_sizes(model, billions):
+    assert param_counts(compose([f"model={model}"]).model).total / 1e9 == pytest.approx(billions, abs=0.01)
+
+
+# ----------------------------------------------------------------------------- rules
+@pytest.mark.parametrize("overrides, rule", [
+    (["parallelism.tp=3", "parallelism.pp=1"], "TP must divide the attention heads"),
+    (["model=llama2_70b", "method=lora", "parallelism.tp=16", "parallelism.pp=1", "cluster.nodes=2"],
+     "TP must divide the attention heads"),   # 70B has 8 KV heads
+    (["parallelism.tp=8", "parallelism.pp=1", "cluster.gpus_per_node=4", "cluster.nodes=2"], "within one node"),
+    (["parallelism.tp=1", "parallelism.pp=3"], "PP must divide the layers"),
+    (["parallelism.tp=4", "parallelism.pp=4"], "must divide the world size"),
+    (["parallelism.tp=1", "parallelism.pp=1", "train.global_batch_size=100"], "multiple of MBS x DP"),
+    (["parallelism.tp=1", "parallelism.pp=2", "parallelism.vp=3"], "VP needs"),
+    (["parallelism.tp=3"], "TP must divide"),   # only TP pinned: still named
+])
+def test_a_layout_that_breaks_a_rule_is_rejected_with_the_rule_named(overrides, rule):
+    with pytest.raises(UserError, match=rule):
+        plan(*overrides)
+
+
+def test_valid_pinned_layout_is_kept():
+    p = plan("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=2")
+    assert (p.tp, p.pp, p.dp, p.grad_accum, p.layout_source) == (2, 2, 2, 64, "pinned")
+    assert p.recipe.parallelism.sequence_parallel is True
+
+
+def test_auto_picks_the_smallest_layout_that_fits_preferring_tp():
+    p = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4")
+    assert p.feasible and p.tp * p.pp == 4 and p.tp == 4  # TP before PP at the same size
+    # every smaller model-parallel size fails memory
+    for tp in (1, 2):
+        smaller = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4", f"parallelism.tp={tp}",
+                       "parallelism.pp=1")
+        assert not smaller.feasible
+
+
+def test_derived_counts():
+    p = plan("model=llama2_7b", "method=lora", "cluster.nodes=2")
+    assert p.recipe.world_size == 16 and p.dp * p.tp * p.pp == 16
+    assert p.grad_accum * p.dp * p.recipe.train.micro_batch_size == p.recipe.train.global_batch_size
+
+
+def test_pretraining_uses_the_training_guides_layouts():
+    assert (plan("method=pretrain").tp, plan("method=pretrain").pp) == (2, 1)
+    p70 = plan("method=pretrain", "model=llama2_70b", "cluster.nodes=6")
+    assert (p70.tp, p70.pp, p70.dp, p70.layout_source) == (4, 4, 3, "design guide") and p70.feasible
+
+
+# ----------------------------------------------------------------------------- the seeds' 70B facts
+def test_70b_sft_does_not_fit_on_one_xe9680():
+    p = plan("model=llama2_70b", "method=sft")
+    assert not p.feasible and p.memory.total_gb > 80
+    assert "4 nodes" in p.reason  # and it says what would fit
+    with pytest.raises(UserError, match="does not fit"):
+        require_feasible(p)
+
+
+def test_70b_sft_on_two_nodes_is_borderline_in_bf16_and_fp8_parameters_decide_it():
+    bf16 = plan("model=llama2_70b", "method=sft", "cluster.nodes=2")
+    assert bf16.borderline and not bf16.feasible
+    assert 80 < bf16.memory.total_gb < 88
+    assert "train.precision=fp8" in bf16.reason and "fits" in bf16.reason
+    for part in ("weights", "gradients", "optimizer", "activations"):
+        assert part in bf16.reason  # the arithmetic is shown
+    nvidia = plan("model=llama2_70b", "method=sft", "cluster.nodes=2", "parallelism.tp=4", "parallelism.pp=4",
+                  "parallelism.vp=20", "parallelism.recompute=full", "train.precision=fp8")
+    assert nvidia.feasible and nvidia.borderline
+    assert nvidia.memory.weights_gb < bf16.memory.weights_gb
+
+
+def test_70b_sft_fits_on_four_nodes():
+    p = plan("model=llama2_70b", "method=sft", "cluster.nodes=4")
+    assert p.feasible and p.memory.total_gb <= 80
+
+
+@pytest.mark.parametrize("method", ["lora", "ptuning"])
+def test_70b_peft_fits_on_eight_gpus(method):
+    p = plan("model=llama2_70b", f"method={method}")
+    assert p.feasible and p.recipe.world_size == 8
+
+
+def test_every_other_table9_cell_fits_with_the_layout_the_kit_picks():
+    infeasible = []
+    for cell in sweep_cells("table9"):
+        p = make_plan(compose(cell))
+        if not p.feasible:
+            infeasible.append((p.recipe.model.name, p.recipe.method.name, p.recipe.world_size))
+        else:
+            assert p.memory.total_gb <= 80
+    assert infeasible == [("llama2_70b", "sft", 8), ("llama2_70b", "sft", 16)]
+
+
+def test_memory_parts_respond_to_the_options():
+    base = plan("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=1",
+                "parallelism.recompute=none")
+    no_dist = plan("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=1",
+                   "parallelism.recompute=none", "parallelism.distributed_optimizer=false")
+    assert no_dist.memory.optimizer_gb == pytest.approx(base.memory.optimizer_gb * base.dp)
+    full = plan("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=1",
+                "parallelism.recompute=full")
+    assert full.memory.activations_gb < base.memory.activations_gb / 4
+    no_sp = plan("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=1",
+                 "parallelism.recompute=none", "parallelism.sequence_parallel=false")
+    assert no_sp.memory.activations_gb > base.memory.activations_gb
+    lora = plan("model=llama2_13b", "method=lora", "parallelism.tp=2", "parallelism.pp=1")
+    assert lora.memory.gradients_gb < 0.01 * base.memory.gradients_gb
+
+
+# ----------------------------------------------------------------------------- checkpoints
+@pytest.mark.parametrize("model, nodes, published_gb", [("llama2_7b", 1, 100), ("llama2_70b", 6, 1100)])
+def test_checkpoint_within_15_percent_of_the_training_white_paper(model, nodes, published_gb):
+    p = plan(f"model={model}", "method=pretrain", f"cluster.nodes={nodes}")
+    assert abs(p.checkpoint_gb - published_gb) / published_gb <= 0.15
+
+
+def test_peft_checkpoints_hold_only_the_adapter():
+    assert plan("method=lora").checkpoint_gb < 1 < plan("method=sft").checkpoint_gb
