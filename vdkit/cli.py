@@ -16,6 +16,10 @@ from vdkit.errors import UserError
 # which adds its parser(s) with set_defaults(func=callable(args) -> exit code).
 COMMAND_MODULES = (
     "vdkit.commands.plan",
+    "vdkit.commands.render",
+    "vdkit.commands.data",
+    "vdkit.commands.submit",
+    "vdkit.commands.validate",
 )
 
 

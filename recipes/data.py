@@ -1,0 +1,431 @@
+"""Data preparation: public instruction datasets -> NeMo SFT JSONL splits.
+
+`prepare(dataset, input_path, out_dir, seed, split)` reads a public file in its own format, turns each
+record into one NeMo SFT row ``{"input": prompt, "output": answer}`` with a fixed prompt template,
+shuffles with a seeded RNG and writes ``training.jsonl`` / ``validation.jsonl`` / ``test.jsonl``
+(the names conf/data/*.yaml expect) plus ``prepare.json`` (what was done, for reproducibility).
+
+Formats read (each checked against the public files):
+
+- ``dolly``: databricks-dolly-15k.jsonl, one JSON object per line with
+  ``instruction``, ``context``, ``response``, ``category``.
+- ``alpaca``: Stanford Alpaca alpaca_data.json, one JSON list of objects with
+  ``instruction``, ``input``, ``output``.
+- ``pubmedqa``: PubMedQA ori_pqaa.json (pqa_artificial; ori_pqal.json has the same shape), one JSON
+  object keyed by PMID whose values have ``QUESTION``, ``CONTEXTS`` (list of str), ``LONG_ANSWER``,
+  ``final_decision``.
+
+Bad data (unreadable or malformed JSON, a record without a required field, an empty file) raises
+UserError naming the file and line before anything is written. Rows that are well-formed but unusable
+(an empty response, ...) are dropped and counted by reason. Output files are written to temporary
+files in OUT_DIR first and renamed into place only when all of them are complete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from vdkit.errors import UserError
+
+DATASETS = ("dolly", "alpaca", "pubmedqa")
+
+# Split name -> file name. The names must match train_files / validation_files / test_files in
+# conf/data/{dolly,alpaca,pubmedqa}.yaml (a test checks this).
+SPLIT_FILES: Dict[str, str] = {
+    "train": "training.jsonl",
+    "validation": "validation.jsonl",
+    "test": "test.jsonl",
+}
+MANIFEST_FILE = "prepare.json"
+DEFAULT_SPLIT = (0.8, 0.1, 0.1)
+DEFAULT_SEED = 1234
+
+# Prompt templates, one per dataset. NeMo's SFT dataset joins a row as "{input} {output}"
+# (prompt_template in megatron_gpt_finetuning_config.yaml), so prompts end at the answer cue with no
+# trailing space and outputs start with no leading space.
+DOLLY_TEMPLATE = "Context: {context}\n\nQuestion: {instruction}\n\nAnswer:"
+DOLLY_TEMPLATE_NO_CONTEXT = "Question: {instruction}\n\nAnswer:"
+# Stanford Alpaca's own prompt (github.com/tatsu-lab/stanford_alpaca, train.py PROMPT_DICT).
+ALPACA_TEMPLATE = (
+    "Below is an instruction that describes a task, paired with an input that provides further "
+    "context. Write a response that appropriately completes the request.\n\n"
+    "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:")
+ALPACA_TEMPLATE_NO_INPUT = (
+    "Below is an instruction that describes a task. Write a response that appropriately completes "
+    "the request.\n\n### Instruction:\n{instruction}\n\n### Response:")
+# After NeMo's PubMedQA LoRA tutorial: abstract sections joined, the yes/no/maybe decision as the
+# target; the conclusion (LONG_ANSWER) follows the decision so the model also learns to justify it.
+PUBMEDQA_TEMPLATE = ("QUESTION: {question}\nCONTEXT: {context}\n"
+                     "TARGET: the answer to the question given the context is (yes|no|maybe):")
+PUBMEDQA_OUTPUT = "{decision}. {long_answer}"
+PUBMEDQA_DECISIONS = ("yes", "no", "maybe")
+
+Row = Dict[str, str]
+
+
+@dataclass
+class PrepareReport:
+    """What `prepare` did: rows read, written per split, dropped per reason."""
+
+    dataset: str
+    input_path: str
+    out_dir: str
+    seed: int
+    split: Tuple[float, float, float]
+    rows_read: int = 0
+    written: Dict[str, int] = field(default_factory=dict)   # split name -> rows
+    dropped: Dict[str, int] = field(default_factory=dict)   # reason -> rows
+    files: Dict[str, str] = field(default_factory=dict)     # split name -> path
+
+    def to_dict(self) -> dict:
+        """Plain data (what prepare.json holds)."""
+        return {"dataset": self.dataset, "input": self.input_path, "out_dir": self.out_dir,
+                "seed": self.seed, "split": list(self.split), "rows_read": self.rows_read,
+                "written": dict(self.written), "dropped": dict(self.dropped), "files": dict(self.files)}
+
+    def lines(self) -> List[str]:
+        """Human-readable summary, one fact per line."""
+        out = [f"prepared {self.dataset} from {self.input_path}: {self.rows_read} rows read, "
+               f"seed {self.seed}, split {','.join(f'{p:g}' for p in self.split)}"]
+        for name, n in self.written.items():
+            out.append(f"  {name:<10} {n:>8} rows -> {self.files[name]}")
+        total_dropped = sum(self.dropped.values())
+        out.append(f"  dropped    {total_dropped:>8} rows" + (":" if total_dropped else ""))
+        for reason, n in sorted(self.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
+            out.append(f"    {n:>8}  {reason}")
+        return out
+
+
+# ---------------------------------------------------------------------------- reading
+
+def _read_text(path: Path) -> str:
+    """The file's text; UserError when missing, unreadable, not UTF-8 or empty."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such file", "pass the path of the downloaded dataset file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})", "pass the dataset's original JSON file")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions")
+    if not text.strip():
+        raise UserError(f"{path}: file is empty", "download the dataset file again")
+    return text
+
+
+def _bad_json(path: Path, text: str, exc: json.JSONDecodeError, what: str) -> UserError:
+    return UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno}) in {what}",
+                     "fix or re-download the file; it must be the dataset's original format")
+
+
+def _iter_jsonl(path: Path, text: str) -> Iterator[Tuple[int, str, object]]:
+    """(line number, label, value) for every non-blank line of a JSONL file."""
+    # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters that
+    # splitlines() treats as line breaks.
+    for lineno, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, f"line {lineno}", json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{lineno}: malformed JSON line ({exc.msg}, column {exc.colno})",
+                            "fix or remove that line; every line must be one JSON object")
+
+
+def _iter_json_container(path: Path, text: str, kind: str) -> Iterator[Tuple[int, str, object]]:
+    """(line number, label, value) for each element of a top-level JSON list (kind "list") or each
+    value of a top-level JSON object (kind "object"), decoded one element at a time so errors can
+    name the line the element starts on (json.load only knows the line of a syntax error)."""
+    decoder = json.JSONDecoder()
+    opener, closer = ("[", "]") if kind == "list" else ("{", "}")
+    n = len(text)
+    pos = 0
+    line = 1
+
+    def skip_ws(p: int) -> int:
+        nonlocal line
+        while p < n and text[p] in " \t\r\n\ufeff":
+            if text[p] == "\n":
+                line += 1
+            p += 1
+        return p
+
+    def advance(start: int, end: int) -> None:
+        nonlocal line
+        line += text.count("\n", start, end)
+
+    def fail(msg: str) -> UserError:
+        return UserError(f"{path}:{line}: malformed JSON ({msg})",
+                         "fix or re-download the file; it must be the dataset's original format")
+
+    def decode(p: int) -> Tuple[object, int]:
+        try:
+            value, end = decoder.raw_decode(text, p)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno})",
+                            "fix or re-download the file; it must be the dataset's original format")
+        return value, end
+
+    pos = skip_ws(pos)
+    if pos >= n or text[pos] != opener:
+        want = "a JSON list of records" if kind == "list" else "a JSON object keyed by record id"
+        raise UserError(f"{path}:{line}: expected {want}, found {text[pos:pos + 20]!r}",
+                        "pass the dataset's original file, not a converted one")
+    pos = skip_ws(pos + 1)
+    index = 0
+    if pos < n and text[pos] == closer:
+        pos = skip_ws(pos + 1)
+    else:
+        while True:
+            start_line = line
+            if kind == "object":
+                if pos >= n or text[pos] != '"':
+                    raise fail("expected a quoted key")
+                key, end = decode(pos)
+                advance(pos, end)
+                pos = skip_ws(end)
+                if pos >= n or text[pos] != ":":
+                    raise fail("expected ':' after a key")
+                pos = skip_ws(pos + 1)
+                label = f"record {key}"
+            else:
+                label = f"record {index}"
+            value, end = decode(pos)
+            advance(pos, end)
+            yield start_line, label, value
+            index += 1
+            pos = skip_ws(end)
+            if pos < n and text[pos] == ",":
+                pos = skip_ws(pos + 1)
+                continue
+            if pos < n and text[pos] == closer:
+                pos = skip_ws(pos + 1)
+                break
+            raise fail(f"expected ',' or '{closer}'")
+    if pos < n:
+        raise fail("extra data after the top-level value")
+
+
+def _field(path: Path, lineno: int, label: str, rec: object, name: str, kind=str):
+    """rec[name], checked to exist and have the right type; UserError naming file and line."""
+    if not isinstance(rec, dict):
+        raise UserError(f"{path}:{lineno}: {label} is a {type(rec).__name__}, not a JSON object",
+                        "pass the dataset's original file")
+    if name not in rec:
+        raise UserError(f"{path}:{lineno}: {label} has no field {name!r}",
+                        "add the field or pass the dataset's original file")
+    value = rec[name]
+    if not isinstance(value, kind):
+        want = "a string" if kind is str else "a list of strings"
+        raise UserError(f"{path}:{lineno}: {label} field {name!r} is {type(value).__name__}, not {want}",
+                        "fix that record or pass the dataset's original file")
+    return value
+
+
+# ---------------------------------------------------------------------------- formats
+# Each converter returns (row, None) or (None, reason the row is dropped).
+
+def _dolly(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    instruction = _field(path, lineno, label, rec, "instruction").strip()
+    context = _field(path, lineno, label, rec, "context").strip()
+    response = _field(path, lineno, label, rec, "response").strip()
+    if not instruction:
+        return None, "empty instruction"
+    if not response:
+        return None, "empty response"
+    prompt = (DOLLY_TEMPLATE.format(context=context, instruction=instruction) if context
+              else DOLLY_TEMPLATE_NO_CONTEXT.format(instruction=instruction))
+    return {"input": prompt, "output": response}, None
+
+
+def _alpaca(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    instruction = _field(path, lineno, label, rec, "instruction").strip()
+    extra = _field(path, lineno, label, rec, "input").strip()
+    output = _field(path, lineno, label, rec, "output").strip()
+    if not instruction:
+        return None, "empty instruction"
+    if not output:
+        return None, "empty output"
+    prompt = (ALPACA_TEMPLATE.format(instruction=instruction, input=extra) if extra
+              else ALPACA_TEMPLATE_NO_INPUT.format(instruction=instruction))
+    return {"input": prompt, "output": output}, None
+
+
+def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    question = _field(path, lineno, label, rec, "QUESTION").strip()
+    contexts = _field(path, lineno, label, rec, "CONTEXTS", list)
+    if not all(isinstance(c, str) for c in contexts):
+        raise UserError(f"{path}:{lineno}: {label} field 'CONTEXTS' holds a non-string",
+                        "fix that record or pass the dataset's original file")
+    long_answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
+    decision = _field(path, lineno, label, rec, "final_decision").strip().lower()
+    if not question:
+        return None, "empty QUESTION"
+    if decision not in PUBMEDQA_DECISIONS:
+        return None, "final_decision not yes/no/maybe"
+    context = " ".join(c.strip() for c in contexts if c.strip())
+    if not context:
+        return None, "empty CONTEXTS"
+    if not long_answer:
+        return None, "empty LONG_ANSWER"
+    return {"input": PUBMEDQA_TEMPLATE.format(question=question, context=context),
+            "output": PUBMEDQA_OUTPUT.format(decision=decision, long_answer=long_answer)}, None
+
+
+# dataset -> (how the file is laid out, record converter)
+_FORMATS: Dict[str, Tuple[str, Callable]] = {
+    "dolly": ("jsonl", _dolly),
+    "alpaca": ("list", _alpaca),
+    "pubmedqa": ("object", _pubmedqa),
+}
+
+
+def read_rows(dataset: str, input_path) -> Tuple[List[Row], Counter, int]:
+    """Read a public dataset file: (NeMo SFT rows in file order, dropped-row reasons, rows read).
+
+    Raises UserError (naming file and line) for malformed JSON, missing fields and empty files."""
+    if dataset not in _FORMATS:
+        raise UserError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
+    path = Path(input_path)
+    text = _read_text(path)
+    layout, convert = _FORMATS[dataset]
+    records = _iter_jsonl(path, text) if layout == "jsonl" else _iter_json_container(path, text, layout)
+    rows: List[Row] = []
+    dropped: Counter = Counter()
+    read = 0
+    for lineno, label, rec in records:
+        read += 1
+        row, reason = convert(path, lineno, label, rec)
+        if row is None:
+            dropped[reason] += 1
+        else:
+            rows.append(row)
+    if read == 0:
+        raise UserError(f"{path}:1: no records in the file", "download the dataset file again")
+    if not rows:
+        raise UserError(f"{path}: all {read} records were dropped ({', '.join(sorted(dropped))})",
+                        "check that this is the right dataset file")
+    return rows, dropped, read
+
+
+# ---------------------------------------------------------------------------- splitting
+
+def parse_split(text: str) -> Tuple[float, float, float]:
+    """'0.8,0.1,0.1' -> (0.8, 0.1, 0.1); three non-negative fractions summing to 1, train > 0."""
+    fix = "write three fractions for train,validation,test that sum to 1, e.g. --split 0.8,0.1,0.1"
+    parts = [p.strip() for p in str(text).split(",")]
+    if len(parts) != 3:
+        raise UserError(f"--split {text!r} has {len(parts)} parts, not 3", fix)
+    try:
+        values = tuple(float(p) for p in parts)
+    except ValueError:
+        raise UserError(f"--split {text!r} is not three numbers", fix)
+    if any(not (0.0 <= v <= 1.0) for v in values) or values[0] <= 0.0:
+        raise UserError(f"--split {text!r}: fractions must lie in [0, 1] and train must be > 0", fix)
+    if abs(sum(values) - 1.0) > 1e-6:
+        raise UserError(f"--split {text!r} sums to {sum(values):g}, not 1", fix)
+    return values  # type: ignore[return-value]
+
+
+def split_counts(n: int, split: Sequence[float]) -> Tuple[int, int, int]:
+    """Rows per split: boundaries at round(n * cumulative fraction), so the counts always sum to n."""
+    b1 = round(n * split[0])
+    b2 = round(n * (split[0] + split[1]))
+    b2 = max(b1, min(b2, n))
+    return b1, b2 - b1, n - b2
+
+
+def shuffle_split(rows: Sequence[Row], seed: int, split: Sequence[float]) -> Dict[str, List[Row]]:
+    """Deterministic shuffle (random.Random(seed)) then contiguous train / validation / test slices."""
+    order = list(range(len(rows)))
+    random.Random(seed).shuffle(order)
+    n_train, n_val, _ = split_counts(len(rows), split)
+    cuts = {"train": order[:n_train], "validation": order[n_train:n_train + n_val],
+            "test": order[n_train + n_val:]}
+    return {name: [rows[i] for i in idx] for name, idx in cuts.items()}
+
+
+# ---------------------------------------------------------------------------- writing
+
+def write_files_atomically(out_dir: Path, contents: Dict[str, str]) -> None:
+    """Write {file name: text} into out_dir: every file goes to a temp file first, and the renames
+    happen only after all temp files are complete, so a failure leaves no partial output."""
+    created_dir = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temps: Dict[str, str] = {}
+    try:
+        for name, text in contents.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            temps[name] = tmp
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+        for name, tmp in temps.items():
+            os.replace(tmp, out_dir / name)
+    except BaseException:
+        for tmp in temps.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        if created_dir:
+            try:
+                out_dir.rmdir()
+            except OSError:
+                pass
+        raise
+
+
+def _jsonl(rows: Sequence[Row]) -> str:
+    # ensure_ascii=False keeps the text readable; NeMo reads UTF-8 JSONL.
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def prepare(dataset: str, input_path, out_dir, seed: int = DEFAULT_SEED,
+            split: Sequence[float] = DEFAULT_SPLIT, force: bool = False) -> PrepareReport:
+    """Convert a public dataset file into NeMo SFT JSONL splits in out_dir; returns the report.
+
+    Everything is read and checked before anything is written; existing split files are only
+    replaced with force=True."""
+    split = tuple(float(p) for p in split)
+    if len(split) != 3:
+        raise UserError(f"split {split} needs 3 fractions", "use e.g. 0.8,0.1,0.1")
+    parse_split(",".join(repr(p) for p in split))  # same checks as the CLI's --split
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"{out}: exists and is not a directory", "pass a directory for OUT_DIR")
+    targets = list(SPLIT_FILES.values()) + [MANIFEST_FILE]
+    existing = [t for t in targets if (out / t).exists()]
+    if existing and not force:
+        raise UserError(f"{out}: already holds {', '.join(existing)}",
+                        "pass an empty OUT_DIR, or --force to replace the prepared files")
+    rows, dropped, read = read_rows(dataset, input_path)
+    parts = shuffle_split(rows, seed, split)
+    report = PrepareReport(dataset=dataset, input_path=str(input_path), out_dir=str(out), seed=seed,
+                           split=split, rows_read=read, dropped=dict(dropped))  # type: ignore[arg-type]
+    contents: Dict[str, str] = {}
+    for name, fname in SPLIT_FILES.items():
+        contents[fname] = _jsonl(parts[name])
+        report.written[name] = len(parts[name])
+        report.files[name] = str(out / fname)
+    manifest = report.to_dict()
+    manifest["templates"] = _templates(dataset)
+    contents[MANIFEST_FILE] = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+    write_files_atomically(out, contents)
+    return report
+
+
+def _templates(dataset: str) -> Dict[str, str]:
+    """The prompt template constants a dataset uses (recorded in prepare.json)."""
+    return {
+        "dolly": {"input": DOLLY_TEMPLATE, "input_no_context": DOLLY_TEMPLATE_NO_CONTEXT,
+                  "output": "{response}"},
+        "alpaca": {"input": ALPACA_TEMPLATE, "input_no_input": ALPACA_TEMPLATE_NO_INPUT,
+                   "output": "{output}"},
+        "pubmedqa": {"input": PUBMEDQA_TEMPLATE, "output": PUBMEDQA_OUTPUT},
+    }[dataset]

@@ -1,0 +1,65 @@
+"""engine=nemo: the NeMo 1.x config a plan becomes, and the command the sbatch script runs.
+
+    render_nemo_yaml(plan, run_dir)  -> the text of run_dir/nemo.yaml (built, checked, dumped)
+    nemo_command(plan, run_dir)      -> ["python", "-u", <script>, "--config-path=<run_dir>", "--config-name=nemo.yaml"]
+
+NeMo's scripts are Hydra apps: the rendered YAML replaces NeMo's own config instead of being
+nested inside vdkit's Hydra. Building lives in nemo_config.py, the contract (deliberately added
+keys, the traps refused before anything is written) in nemo_contract.py.
+"""
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+from typing import List, Union
+
+from vdkit.recipes.nemo_config import build_config
+from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
+
+__all__ = ["nemo_config", "nemo_script", "nemo_command", "check_nemo_config", "render_nemo_yaml",
+           "DELIBERATE_ADDITIONS", "WIDENED_TYPES", "FINETUNE_SCRIPT", "PRETRAIN_SCRIPT"]
+
+# Under engine.nemo_root inside the container (NeMo 1.x layout; also in 24.05+ images).
+FINETUNE_SCRIPT = "examples/nlp/language_modeling/tuning/megatron_gpt_finetuning.py"
+PRETRAIN_SCRIPT = "examples/nlp/language_modeling/megatron_gpt_pretraining.py"
+
+
+def nemo_config(plan, run_dir: Union[str, Path]) -> dict:
+    """The full NeMo config (plain dict) for ``plan``: logs, checkpoints and index files under ``run_dir``.
+
+    Fine-tuning methods get megatron_gpt_finetuning_config.yaml's shape, pretrain
+    megatron_llama_config.yaml's. Raises UserError for recipe values NeMo cannot take (missing data
+    dir, relative container paths); :func:`check_nemo_config` adds the layout traps.
+    """
+    return build_config(plan, run_dir)
+
+
+def nemo_script(recipe) -> str:
+    """The NeMo example script the recipe runs, as a path inside the container."""
+    rel = PRETRAIN_SCRIPT if recipe.method.name == "pretrain" else FINETUNE_SCRIPT
+    return str(PurePosixPath(recipe.engine.nemo_root) / rel)
+
+
+def nemo_command(plan, config_dir: Union[str, Path], config_name: str = None) -> List[str]:
+    """The argv srun runs on every task: NeMo's script reading ``config_dir/config_name``."""
+    from vdkit.rundir import NEMO_CONFIG_FILE
+
+    config_dir = PurePosixPath(Path(config_dir).absolute())
+    return ["python", "-u", nemo_script(plan.recipe),
+            f"--config-path={config_dir}", f"--config-name={config_name or NEMO_CONFIG_FILE}"]
+
+
+def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
+    """Build the config, refuse the known traps (UserError), and dump it as YAML text.
+
+    The text is headed by the command that runs it; it is what the Slurm renderer writes as
+    ``run_dir/nemo.yaml`` (vdkit.rundir.NEMO_CONFIG_FILE).
+    """
+    import yaml
+
+    cfg = nemo_config(plan, run_dir)
+    check_nemo_config(cfg, plan)
+    r = plan.recipe
+    header = (f"# NeMo 1.x config rendered by vdkit for {r.run_name}: {r.model.name} {r.method.name}, "
+              f"{r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} DP {plan.dp}.\n"
+              f"# Run (in the NeMo container, one task per GPU): {' '.join(nemo_command(plan, run_dir))}\n")
+    return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False, width=4096)

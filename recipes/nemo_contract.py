@@ -1,0 +1,181 @@
+"""What vdkit promises NeMo 1.x: the keys it adds on purpose, and the traps it refuses.
+
+NeMo's own v1.23.0 YAMLs are the contract (tests/test_nemo_contract.py reads them): every key
+the rendered ``nemo.yaml`` sets exists there, or is listed in :data:`DELIBERATE_ADDITIONS` with
+the reason. :func:`check_nemo_config` runs on the built config before anything is written, so a
+trap NeMo would hit hours into a queue (or silently paper over) is one clear line at render time.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, NamedTuple, Tuple
+
+from vdkit.errors import UserError
+
+
+class Addition(NamedTuple):
+    """A key vdkit sets that NeMo's YAML does not show: its type and why it is there."""
+
+    types: Tuple[type, ...]
+    why: str
+
+
+# Keys not in megatron_gpt_finetuning_config.yaml / megatron_llama_config.yaml that vdkit sets.
+# Each is read by NeMo 1.23 (trainer keys by Lightning's Trainer, exp_manager keys by
+# ExpManagerConfig, model keys by the model) — the YAMLs just do not show them.
+DELIBERATE_ADDITIONS: Dict[str, Addition] = {
+    "trainer.limit_val_batches": Addition(
+        (int,), "the finetuning YAML omits it: bound the one validation at the end of a timing run"),
+    "trainer.num_sanity_val_steps": Addition(
+        (int,), "0: no sanity validation before step 1, which would land inside the measured time"),
+    "exp_manager.create_tensorboard_logger": Addition(
+        (bool,), "explicit: validation reads `train_step_timing in s` from the TensorBoard events"),
+    "exp_manager.log_step_timing": Addition(
+        (bool,), "explicit: NeMo's TimingCallback logs `train_step_timing in s`, the measured figure"),
+    "exp_manager.step_timing_kwargs": Addition(
+        (dict,), "the timing callback's settings (below)"),
+    "exp_manager.step_timing_kwargs.sync_cuda": Addition(
+        (bool,), "true: synchronize CUDA at step edges so each step's time is its real time"),
+    "exp_manager.step_timing_kwargs.buffer_size": Addition(
+        (int,), "1: every logged value is one step's time, not a sliding mean (validation does the stats)"),
+    "exp_manager.checkpoint_callback_params.dirpath": Addition(
+        (str,), "checkpoints in run.results_dir (shared by all nodes); resume_if_exists looks there too"),
+    "exp_manager.checkpoint_callback_params.every_n_train_steps": Addition(
+        (int,), "engine.checkpoint_every_n_steps > 0: periodic checkpoints a requeued job resumes from"),
+    "exp_manager.checkpoint_callback_params.every_n_epochs": Addition(
+        (int,), "0 next to every_n_train_steps: Lightning refuses both triggers at once"),
+    "model.virtual_pipeline_model_parallel_size": Addition(
+        (int,), "interleaved pipeline (VP > 1 only); the finetuning YAML omits it, the llama YAML has it"),
+    "model.fp8": Addition(
+        (bool,), "train.precision=fp8 for fine-tuning (Transformer Engine FP8; in the llama YAML)"),
+    "model.fp8_hybrid": Addition(
+        (bool,), "FP8 with E4M3 forward / E5M2 backward, as NVIDIA's FP8 recipes"),
+    "model.data.train_ds.packed_sequence": Addition(
+        (bool,), "data.packed=true: NeMo's packed SFT dataset (needs micro batch size 1)"),
+    "model.data.data_prefix": Addition(
+        (list,), "pretraining shards as [weight, prefix, ...]; the llama YAML only shows it in a comment"),
+}
+
+# Keys whose NeMo YAML value shows one type where NeMo takes several.
+WIDENED_TYPES: Dict[str, Tuple[type, ...]] = {
+    # NeMo's YAMLs show Lightning's int 16/32; 1.23's trainer builder also takes "bf16" / "bf16-mixed".
+    "trainer.precision": (int, str),
+}
+
+FUSED_ADAM = "fused_adam"
+DISTRIBUTED_ADAM = "distributed_fused_adam"
+
+
+def _fail(what: str, fix: str) -> None:
+    raise UserError(what, fix)
+
+
+def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def _check_file_list(cfg: dict, section: str, needs_probabilities: bool) -> None:
+    """NeMo's SFT datasets take a LIST of files; the train list needs a matching probabilities list."""
+    key = f"model.data.{section}.file_names"
+    names = _get(cfg, key)
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        _fail(f"{key} must be a non-empty list of JSONL paths (NeMo refuses a bare string), got {names!r}",
+              f"set data.{'train' if section == 'train_ds' else 'validation'}_files to a list, e.g. [training.jsonl]")
+    if not needs_probabilities:
+        return
+    probs = _get(cfg, f"model.data.{section}.concat_sampling_probabilities")
+    if not isinstance(probs, list) or len(probs) != len(names):
+        _fail(f"model.data.{section}.concat_sampling_probabilities must be a list with one entry per file "
+              f"({len(names)}), got {probs!r}", "this is vdkit's bug: report it with the recipe")
+    if any(not isinstance(p, float) or p <= 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-9):
+        _fail(f"model.data.{section}.concat_sampling_probabilities {probs} must be positive floats summing to 1",
+              "this is vdkit's bug: report it with the recipe")
+
+
+def check_nemo_config(cfg: dict, plan) -> None:
+    """Refuse a NeMo config that would fail (or silently misbehave) on the cluster.
+
+    Checks the built config against the plan it came from; raises UserError (one line) for the
+    first trap found. Fine-tuning configs are those with ``model.peft``; the rest are pretraining.
+    """
+    r = plan.recipe
+    c, t, m = r.cluster, r.train, r.method
+    trainer, model = cfg.get("trainer", {}), cfg.get("model", {})
+    finetune = "peft" in model
+
+    # Lightning wants trainer.devices == srun's tasks per node (vdkit: one task per GPU).
+    if trainer.get("devices") != c.gpus_per_node:
+        _fail(f"trainer.devices={trainer.get('devices')} differs from the {c.gpus_per_node} tasks per node srun starts",
+              f"set cluster.gpus_per_node={trainer.get('devices')} or leave trainer.devices to vdkit")
+    if trainer.get("num_nodes") != c.nodes:
+        _fail(f"trainer.num_nodes={trainer.get('num_nodes')} differs from cluster.nodes={c.nodes}",
+              "leave trainer.num_nodes to vdkit")
+    steps = trainer.get("max_steps")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
+        _fail(f"trainer.max_steps={steps!r} must be a positive int (NeMo sizes its datasets from it; -1 hangs the ETA)",
+              "use e.g. train.max_steps=50")
+    interval = trainer.get("val_check_interval")
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < steps:
+        _fail(f"trainer.val_check_interval={interval!r} would validate inside the measured steps (max_steps={steps})",
+              "leave trainer.val_check_interval to vdkit (it equals train.max_steps)")
+
+    tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
+    if (tp, pp) != (plan.tp, plan.pp) or tp * pp * plan.dp != c.nodes * c.gpus_per_node:
+        _fail(f"model parallelism tp={tp} pp={pp} dp={plan.dp} does not cover {c.nodes} x {c.gpus_per_node} GPUs",
+              "re-plan with `vdkit plan` and render again")
+    mbs, gbs = model.get("micro_batch_size"), model.get("global_batch_size")
+    if gbs % (mbs * plan.dp):
+        _fail(f"model.global_batch_size={gbs} is not a multiple of micro_batch_size x DP = {mbs} x {plan.dp}",
+              f"use train.global_batch_size={mbs * plan.dp * max(1, round(gbs / (mbs * plan.dp)))}")
+    if model.get("sequence_parallel") and tp == 1:
+        _fail("model.sequence_parallel=true with TP 1: NeMo would silently turn it off and the plan's memory "
+              "figures would be wrong", "set parallelism.sequence_parallel=false or parallelism.tp>1")
+    vp = model.get("virtual_pipeline_model_parallel_size")
+    if vp is not None:
+        layers = r.model.num_layers
+        if pp < 2 or vp < 2 or layers % (pp * vp):
+            _fail(f"virtual_pipeline_model_parallel_size={vp} needs PP > 1 and PP x VP dividing {layers} layers (pp={pp})",
+                  "set parallelism.vp to a divisor of layers / pp, or leave it unset")
+        if (gbs // (mbs * plan.dp)) % pp:
+            _fail(f"the interleaved pipeline needs the micro batches per step ({gbs // (mbs * plan.dp)}) to be a "
+                  f"multiple of PP={pp}", "change train.global_batch_size, or leave parallelism.vp unset")
+
+    optim = _get(cfg, "model.optim.name")
+    wants_dist = bool(r.parallelism.distributed_optimizer)
+    if wants_dist != (optim == DISTRIBUTED_ADAM):
+        _fail(f"method.optimizer={optim} disagrees with parallelism.distributed_optimizer={wants_dist} "
+              "(the plan's memory figures assume the latter)",
+              f"set method.optimizer={DISTRIBUTED_ADAM if wants_dist else FUSED_ADAM} or "
+              f"parallelism.distributed_optimizer={str(not wants_dist).lower()}")
+    if m.name == "ptuning" and pp > 1 and _get(cfg, "model.optim.sched.min_lr") != 0.0:
+        _fail(f"method.min_lr={_get(cfg, 'model.optim.sched.min_lr')} with P-tuning and PP={pp}: NeMo needs "
+              "min_lr 0.0 for prompt learning with pipeline parallelism", "set method.min_lr=0.0")
+
+    if finetune:
+        restore = model.get("restore_from_path")
+        if not isinstance(restore, str) or not restore:
+            _fail(f"model.nemo_path is not set: {m.name} fine-tunes a base model restored from a .nemo file",
+                  f"set model.nemo_path=/path/to/{r.model.name}.nemo (on storage every node mounts)")
+        _check_file_list(cfg, "train_ds", needs_probabilities=True)
+        _check_file_list(cfg, "validation_ds", needs_probabilities=False)
+        if _get(cfg, "model.data.train_ds.packed_sequence") and mbs != 1:
+            _fail(f"packed sequences need micro batch size 1, got {mbs}",
+                  "set train.micro_batch_size=1 or data.packed=false")
+        if _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:
+            _fail(f"model.peft.peft_scheme={_get(cfg, 'model.peft.peft_scheme')!r} does not match method={m.name}",
+                  f"set method.peft_scheme={m.peft_scheme}")
+    else:
+        prefix = _get(cfg, "model.data.data_prefix")
+        ok = isinstance(prefix, list) and prefix and len(prefix) % 2 == 0 and all(
+            isinstance(w, float) and isinstance(p, str) for w, p in zip(prefix[::2], prefix[1::2]))
+        if not ok:
+            _fail(f"model.data.data_prefix must be [weight, path, weight, path, ...], got {prefix!r}",
+                  "set data.train_files to the Megatron-indexed shard prefixes (without .bin/.idx)")
+        if not _get(cfg, "model.tokenizer.model"):
+            _fail("model.tokenizer.model is not set: pretraining needs the SentencePiece model the shards were made with",
+                  "put tokenizer.model in data.data_dir")

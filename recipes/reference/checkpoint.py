@@ -1,0 +1,69 @@
+"""Checkpoints: written atomically, found again after a restart.
+
+A checkpoint is ``step=<N>.ckpt`` (torch.save of a dict): the trainable parameters, the
+optimizer state, the step and the consumed samples. It is written to a hidden temporary file and
+renamed into place, so a job killed while saving leaves the previous checkpoint as the latest.
+The last ``KEEP`` checkpoints are kept.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from vdkit.errors import UserError
+
+KEEP = 2
+_NAME = re.compile(r"^step=(\d+)\.ckpt$")
+
+
+def checkpoint_dir(recipe, run_dir: Path) -> Path:
+    """``run.results_dir/<run dir name>/checkpoints`` when results_dir is set, else ``<run_dir>/checkpoints``."""
+    from vdkit.rundir import CHECKPOINT_DIR
+
+    run_dir = Path(run_dir)
+    if recipe.run.results_dir:
+        return Path(recipe.run.results_dir).expanduser() / run_dir.name / CHECKPOINT_DIR
+    return run_dir / CHECKPOINT_DIR
+
+
+def latest(ckpt_dir: Path) -> Optional[Path]:
+    """The checkpoint with the highest step in ``ckpt_dir``, or None."""
+    best, best_step = None, -1
+    if Path(ckpt_dir).is_dir():
+        for p in Path(ckpt_dir).iterdir():
+            m = _NAME.match(p.name)
+            if m and int(m.group(1)) > best_step:
+                best, best_step = p, int(m.group(1))
+    return best
+
+
+def save(ckpt_dir: Path, step: int, state: dict) -> Path:
+    """Write ``state`` as ``step=<step>.ckpt`` atomically and prune old checkpoints. Rank 0 only."""
+    import torch
+
+    ckpt_dir = Path(ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    final = ckpt_dir / f"step={step}.ckpt"
+    tmp = ckpt_dir / f".step={step}.ckpt.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())  # the data is on disk before the name says it is complete
+    os.replace(tmp, final)
+    steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
+    for _, old in steps[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return final
+
+
+def load(path: Path) -> dict:
+    """Read a checkpoint (onto the CPU)."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises RuntimeError / pickle errors / EOFError for a bad file
+        raise UserError(f"cannot read checkpoint {path}: {exc}",
+                        "delete the damaged checkpoint file; the run resumes from the previous one") from None

@@ -1,0 +1,237 @@
+"""Data for the reference engine: tokenizer, samples, and the deterministic batch order.
+
+Samples follow NeMo's SFT conventions: JSONL rows with ``input`` and ``output``, the text is
+``"{input} {output}"`` (NeMo's default prompt_template), BOS first and EOS last, the input is
+truncated first when a sample is too long (``truncation_field: input``), and for fine-tuning the
+loss covers only the output (``answer_only_loss``). ``method=pretrain`` learns every token.
+
+``data=synthetic`` writes a learnable instruction -> response task (seeded, no download) into the
+run directory and then reads it like any prepared dataset.
+
+The batch order is a pure function of the step (like NeMo's MegatronPretrainingSampler, which
+starts from ``consumed_samples``): a resumed run continues exactly where the checkpoint left off.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from vdkit.errors import UserError
+
+IGNORE = -100  # label value the loss skips (Hugging Face / PyTorch convention)
+SYNTHETIC_ROWS = 2048
+SYNTHETIC_DIR = "data/synthetic"  # inside the run directory
+TRAIN_FILE = "training.jsonl"  # `vdkit data prepare` names
+
+
+# ----------------------------------------------------------------------------- tokenizers
+class ByteTokenizer:
+    """Byte-level ids: 0 pad, 1 BOS, 2 EOS, byte b -> b + 3 (needs a vocabulary of >= 259)."""
+
+    pad_id, bos_id, eos_id = 0, 1, 2
+    offset = 3
+    vocab_size = 256 + offset
+    name = "byte-level (built in)"
+
+    def encode_one(self, text: str) -> List[int]:
+        return [b + self.offset for b in text.encode("utf-8")]
+
+
+class _Wrapped:
+    """A tokenizer from recipes/data_stats.load_tokenizer (SentencePiece or Hugging Face)."""
+
+    def __init__(self, tok, vocab_size: int):
+        self.tok, self.name, self.vocab_size = tok, tok.name, vocab_size
+        self.bos_id = tok.bos_id
+        self.eos_id = tok.eos_id
+        self.pad_id = 0
+
+    def encode_one(self, text: str) -> List[int]:
+        return list(self.tok.encode([text])[0])
+
+
+def tokenizer_path(recipe) -> Optional[Path]:
+    """The tokenizer a dataset brings: ``tokenizer.model`` or a ``tokenizer/`` directory in data.data_dir."""
+    if recipe.data.name == "synthetic" or not recipe.data.data_dir:
+        return None
+    base = Path(recipe.data.data_dir).expanduser()
+    for cand in (base / "tokenizer", base / "tokenizer.model", base / "tokenizer.json"):
+        if cand.exists():
+            return cand
+    return None
+
+
+def load_tokenizer(recipe):
+    """The configured tokenizer (see :func:`tokenizer_path`), else the byte-level fallback.
+
+    Raises UserError when the model's vocabulary cannot hold the tokenizer's ids."""
+    vocab = recipe.model.vocab_size
+    path = tokenizer_path(recipe)
+    if path is None:
+        tok = ByteTokenizer()
+        need = tok.vocab_size
+    else:
+        from vdkit.recipes.data_stats import load_tokenizer as load_any
+
+        tok = _Wrapped(load_any(path), vocab)
+        need = _tokenizer_vocab(tok.tok)
+    if need > vocab:
+        raise UserError(f"tokenizer {tok.name} needs a vocabulary of {need}, model {recipe.model.name} has {vocab}",
+                        "use a model with a larger model.vocab_size or a smaller tokenizer")
+    return tok
+
+
+def _tokenizer_vocab(tok) -> int:
+    for attr in ("sp", "tok"):
+        inner = getattr(tok, attr, None)
+        if inner is None:
+            continue
+        for fn in ("GetPieceSize", "get_vocab_size"):
+            if hasattr(inner, fn):
+                return int(getattr(inner, fn)())
+        if hasattr(inner, "__len__"):
+            return len(inner)
+    return 0
+
+
+# ----------------------------------------------------------------------------- files
+def synthetic_rows(seed: int, n: int = SYNTHETIC_ROWS) -> List[Dict[str, str]]:
+    """A learnable instruction -> response task: upper-case, reverse or repeat a random word."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
+        task = rng.choice(("upper", "reverse", "repeat"))
+        out = {"upper": word.upper(), "reverse": word[::-1], "repeat": f"{word} {word}"}[task]
+        rows.append({"input": f"{task}: {word}", "output": out})
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)  # every rank may write the same bytes; the rename keeps readers safe
+
+
+def train_files(recipe, run_dir: Path) -> List[Path]:
+    """The training JSONL files: data.data_dir/train_files, or the synthetic set in the run dir."""
+    d = recipe.data
+    if d.name == "synthetic":
+        path = Path(run_dir) / SYNTHETIC_DIR / TRAIN_FILE
+        if not path.is_file():
+            rows = synthetic_rows(recipe.train.seed)
+            _write_atomic(path, "".join(json.dumps(r) + "\n" for r in rows))
+        return [path]
+    return [Path(d.data_dir).expanduser() / f for f in d.train_files]
+
+
+def check_inputs(recipe) -> None:
+    """Pre-flight checks the engine would fail on, done before a run directory is written."""
+    d = recipe.data
+    if d.name == "synthetic":
+        load_tokenizer(recipe)
+        return
+    if d.kind != "sft":
+        raise UserError(f"the reference engine reads NeMo SFT JSONL; data={d.name} is {d.kind} data "
+                        "(Megatron indexed files)", "use data=synthetic (or engine=nemo on the cluster)")
+    if not d.data_dir or not d.train_files:
+        raise UserError(f"data={d.name} names no training files (data.data_dir / data.train_files)",
+                        f"prepare it with `vdkit data prepare {d.name} INPUT DIR` and set data.data_dir=DIR")
+    for f in train_files(recipe, Path(".")):
+        if not f.is_file():
+            raise UserError(f"training file {f} does not exist",
+                            f"prepare it with `vdkit data prepare {d.name} INPUT {f.parent}` or set data.data_dir")
+    load_tokenizer(recipe)
+
+
+# ----------------------------------------------------------------------------- samples
+@dataclass(frozen=True)
+class Sample:
+    ids: Tuple[int, ...]
+    labels: Tuple[int, ...]
+
+
+def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> Sample:
+    """One training sample: BOS + "{input} " + output + EOS, input truncated first to fit max_len."""
+    prompt = tok.encode_one(f"{inp} ")
+    answer = tok.encode_one(out)
+    head = [tok.bos_id] if tok.bos_id is not None else []
+    tail = [tok.eos_id] if tok.eos_id is not None else []
+    room = max_len - len(head) - len(tail)
+    if room < 1:
+        raise UserError(f"train.seq_length={max_len} leaves no room for a sample",
+                        "use a longer train.seq_length")
+    answer = answer[:room]  # only when the output alone is too long
+    prompt = prompt[: room - len(answer)]
+    ids = head + prompt + answer + tail
+    n_prompt = len(head) + len(prompt)
+    labels = ([IGNORE] * n_prompt + ids[n_prompt:]) if answer_only else list(ids)
+    return Sample(tuple(ids), tuple(labels))
+
+
+def load_samples(recipe, run_dir: Path, tok, max_len: int) -> List[Sample]:
+    """Every training row of the recipe's data, tokenized (files concatenated in order)."""
+    from vdkit.recipes.data_stats import iter_sft_rows
+
+    answer_only = recipe.method.name != "pretrain"
+    samples = []
+    for path in train_files(recipe, run_dir):
+        for _, inp, out in iter_sft_rows(path):
+            samples.append(encode_sample(tok, inp, out, max_len, answer_only))
+    return samples
+
+
+# ----------------------------------------------------------------------------- batch order
+class BatchOrder:
+    """Which samples each rank's micro batches hold at each optimizer step.
+
+    Global step s takes sample positions [s*GBS, (s+1)*GBS) of an endless stream that walks a
+    fresh seeded permutation of the dataset each epoch. DP rank r takes the r-th contiguous
+    GBS/DP slice and splits it into grad_accum micro batches of MBS.
+    """
+
+    def __init__(self, n: int, seed: int, mbs: int, dp: int, grad_accum: int):
+        if n < 1:
+            raise UserError("the training data has no samples", "check data.data_dir / data.train_files")
+        self.n, self.seed, self.mbs, self.dp, self.grad_accum = n, seed, mbs, dp, grad_accum
+        self.gbs = mbs * dp * grad_accum
+        self._perms: Dict[int, List[int]] = {}
+
+    def _perm(self, epoch: int) -> List[int]:
+        if epoch not in self._perms:
+            order = list(range(self.n))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._perms = {epoch: order}  # keep one epoch: memory stays O(n)
+        return self._perms[epoch]
+
+    def epoch(self, step: int) -> int:
+        return step * self.gbs // self.n
+
+    def micro_batches(self, step: int, rank: int) -> List[List[int]]:
+        """Dataset indices of rank ``rank``'s micro batches for global step ``step`` (0-based)."""
+        per_rank = self.gbs // self.dp
+        start = step * self.gbs + rank * per_rank
+        idx = []
+        for pos in range(start, start + per_rank):
+            idx.append(self._perm(pos // self.n)[pos % self.n])
+        return [idx[i:i + self.mbs] for i in range(0, per_rank, self.mbs)]
+
+
+def collate(samples: Sequence[Sample], pad_id: int):
+    """Right-padded tensors ``input_ids``, ``attention_mask``, ``labels`` for one micro batch."""
+    import torch
+
+    width = max(len(s.ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(samples), width), dtype=torch.long)
+    labels = torch.full((len(samples), width), IGNORE, dtype=torch.long)
+    for i, s in enumerate(samples):
+        ids[i, :len(s.ids)] = torch.tensor(s.ids)
+        mask[i, :len(s.ids)] = 1
+        labels[i, :len(s.labels)] = torch.tensor(s.labels)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}

@@ -1,0 +1,177 @@
+"""The training loop of the reference engine (one process per rank, Lightning Fabric for DDP).
+
+Fabric gives the process group (gloo on CPU, NCCL on GPU), DDP gradient sync, mixed precision and
+collective ops; the loop is ours so that step accounting is exact: one iteration is one optimizer
+step over GBS samples (grad_accum micro batches of MBS on each of DP ranks), the batch order is a
+function of the step, and a restart resumes from the latest checkpoint at the step it holds.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+from vdkit.errors import UserError
+
+GRAD_CLIP = 1.0  # NeMo's trainer.gradient_clip_val
+BETAS = (0.9, 0.98)  # NeMo's megatron_gpt_finetuning optim.betas
+
+
+def lr_at(step: int, method, max_steps: int) -> float:
+    """NeMo's CosineAnnealing: linear warm-up, then cosine from method.lr down to method.min_lr."""
+    warm = method.warmup_steps
+    if step < warm:
+        return method.lr * (step + 1) / (warm + 1)
+    span = max(max_steps - warm, 1)
+    frac = min((step - warm) / span, 1.0)
+    return method.min_lr + 0.5 * (method.lr - method.min_lr) * (1 + math.cos(math.pi * frac))
+
+
+def check_layout(plan, dist) -> None:
+    """The reference engine is plain data parallel over every rank; say so if the plan is not."""
+    r = plan.recipe
+    if plan.tp * plan.pp != 1:
+        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
+                        "pin parallelism.tp=1 parallelism.pp=1 or use engine=nemo")
+    if dist.world_size != r.world_size:
+        raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
+                        f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
+                        "start one task per GPU: srun --ntasks-per-node=cluster.gpus_per_node, or use `vdkit run`")
+    if plan.grad_accum * plan.dp * r.train.micro_batch_size != r.train.global_batch_size:
+        raise UserError(f"train.global_batch_size={r.train.global_batch_size} is not a multiple of MBS x DP "
+                        f"= {r.train.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
+
+
+def make_fabric(plan, dist):
+    """Fabric on this rank: CPU + gloo or CUDA + NCCL, fp32 on CPU, bf16-mixed on GPU."""
+    import torch
+    from lightning.fabric import Fabric
+    from lightning.fabric.strategies import DDPStrategy
+
+    from vdkit.recipes.reference.distributed import make_cluster_environment
+
+    cuda = torch.cuda.is_available()
+    accelerator = "cuda" if cuda else "cpu"
+    precision = "bf16-mixed" if cuda else "32-true"  # fp8 recipes train in bf16 here
+    nodes = max(dist.world_size // dist.local_world_size, 1)
+    if dist.world_size == 1:
+        strategy = "auto"
+    else:
+        strategy = DDPStrategy(cluster_environment=make_cluster_environment(dist),
+                               process_group_backend="nccl" if cuda else "gloo")
+    fabric = Fabric(accelerator=accelerator, devices=dist.local_world_size, num_nodes=nodes,
+                    strategy=strategy, precision=precision)
+    fabric.launch()  # processes exist already: this only joins the process group
+    return fabric
+
+
+def train(run_dir, stream=None) -> int:
+    """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count."""
+    import torch
+
+    from vdkit.config import load_recipe
+    from vdkit.plan import make_plan
+    from vdkit.recipes.reference import checkpoint as ckpt
+    from vdkit.recipes.reference import data as rdata
+    from vdkit.recipes.reference.distributed import resolve_dist_env
+    from vdkit.recipes.reference.model import build_model, load_trainable_state, trainable_state, virtual_tokens
+    from vdkit.recipes.reference.progress import ProgressLogger
+    from vdkit.rundir import LOG_DIR
+
+    run_dir = Path(run_dir).absolute()
+    plan = make_plan(load_recipe(run_dir))
+    recipe, t = plan.recipe, plan.recipe.train
+    dist = resolve_dist_env()
+    check_layout(plan, dist)
+    room = t.seq_length - virtual_tokens(recipe)
+    if room < 4:
+        raise UserError(f"train.seq_length={t.seq_length} leaves no room next to {virtual_tokens(recipe)} virtual tokens",
+                        "raise train.seq_length or lower method.ptuning_virtual_tokens")
+
+    tok = rdata.load_tokenizer(recipe)
+    samples = rdata.load_samples(recipe, run_dir, tok, room)
+    order = rdata.BatchOrder(len(samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
+
+    fabric = make_fabric(plan, dist)
+    model = build_model(recipe, tok)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=BETAS,
+                                  weight_decay=recipe.method.weight_decay)
+    wrapped, optimizer = fabric.setup(model, optimizer)
+
+    ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    step = 0
+    found = ckpt.latest(ckpt_dir)
+    if found is not None:
+        state = ckpt.load(found)
+        load_trainable_state(model, state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+    progress = None
+    if fabric.global_rank == 0:
+        progress = ProgressLogger(run_dir / LOG_DIR, t.max_steps, step, stream=stream)
+        n_train = sum(p.numel() for p in params)
+        progress.message(f"[vdkit I] reference engine: {recipe.model.name} {recipe.method.name}, "
+                         f"{dist.world_size} rank(s) ({dist.source}, {fabric.device.type}), dp={plan.dp} "
+                         f"mbs={t.micro_batch_size} gbs={t.global_batch_size} grad_accum={plan.grad_accum}, "
+                         f"{len(samples)} samples, tokenizer {tok.name}, {n_train} trainable parameters")
+        if found is not None:
+            progress.message(f"[vdkit I] resuming from {found} (global_step {step}, "
+                             f"consumed_samples {step * t.global_batch_size})")
+
+    every = recipe.engine.checkpoint_every_n_steps
+    wrapped.train()
+    while step < t.max_steps:
+        start = time.perf_counter()
+        lr = lr_at(step, recipe.method, t.max_steps)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        micro = order.micro_batches(step, dist.rank)
+        losses = []
+        for i, idx in enumerate(micro):
+            batch = {k: v.to(fabric.device) for k, v in rdata.collate([samples[j] for j in idx], tok.pad_id).items()}
+            with fabric.no_backward_sync(wrapped, enabled=i < len(micro) - 1):
+                loss = wrapped(**batch).loss
+                fabric.backward(loss / len(micro))  # mean over the global batch's micro batches
+            losses.append(loss.detach().float())
+        fabric.clip_gradients(wrapped, optimizer, max_norm=GRAD_CLIP)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        reduced = fabric.all_reduce(torch.stack(losses).mean(), reduce_op="mean")
+        if fabric.device.type == "cuda":
+            torch.cuda.synchronize()
+        timing = time.perf_counter() - start
+        epoch = order.epoch(step)
+        step += 1
+        if not math.isfinite(float(reduced)):
+            raise RuntimeError(f"loss is {float(reduced)} at step {step}")
+        if progress is not None:
+            progress.update(epoch, step, float(reduced), lr, step * t.global_batch_size, timing)
+        if (every > 0 and step % every == 0) or step == t.max_steps:
+            if fabric.global_rank == 0:
+                ckpt.save(ckpt_dir, step, {"model": trainable_state(model), "optimizer": optimizer.state_dict(),
+                                           "step": step, "consumed_samples": step * t.global_batch_size,
+                                           "run_name": recipe.run_name})
+                progress.flush()
+            fabric.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
+    if progress is not None:
+        progress.close()
+        progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
+    return step
+
+
+def main(argv=None) -> int:
+    """``python -m vdkit.recipes.reference RUN_DIR``: train; a UserError is one line and exit 2."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m vdkit.recipes.reference RUN_DIR", file=sys.stderr)
+        return 2
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        train(argv[0])
+    except UserError as exc:
+        print(f"vdkit reference: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    return 0

@@ -1,0 +1,169 @@
+"""The job's environment on an XE9680 cluster: NCCL over native InfiniBand, rendezvous, pyxis flags.
+
+Pure functions of the plan (no I/O): :mod:`vdkit.slurm.render` turns their output into shell
+lines, quoting every value. Facts behind the choices: ../shared/reference/slurm.md.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePosixPath
+from typing import Dict, List, Optional
+
+from vdkit.errors import UserError
+
+MASTER_PORT = 29500  # fixed and below the ephemeral range (enroot's pytorch hook picks an ephemeral one)
+
+# An adapter as NCCL_IB_HCA names it: device, optionally ":port" (mlx5_0, mlx5_0:1).
+_HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]+)?$")
+_IFNAME_RE = re.compile(r"^\^?=?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
+_NCCL_DEBUG = ("VERSION", "WARN", "INFO", "TRACE")
+
+
+def ib_hca_value(hcas: List[str]) -> str:
+    """NCCL_IB_HCA for an exact-match adapter list: '=mlx5_0,mlx5_3,...'.
+
+    Without the leading '=' NCCL matches prefixes, so mlx5_1 would also select mlx5_10.
+    """
+    for name in hcas:
+        if not _HCA_RE.match(str(name)):
+            raise UserError(f"cluster.ib_hcas entry {name!r} is not an adapter name",
+                            "list adapters as printed by `ibv_devinfo -l`, e.g. [mlx5_0,mlx5_3]")
+    return "=" + ",".join(str(h) for h in hcas)
+
+
+def job_env(plan) -> Dict[str, str]:
+    """The variables exported before srun, in order (name -> value), all from the cluster config.
+
+    NCCL_IB_HCA (exact match), NCCL/GLOO_SOCKET_IFNAME, NCCL_NVLS_ENABLE=0 and
+    TORCH_NCCL_AVOID_RECORD_STREAMS=1 (NeMo's defaults), CUDA_DEVICE_MAX_CONNECTIONS=1 only with
+    tensor parallelism (it orders TP communication before compute), NCCL_DEBUG only when asked,
+    SRUN_CPUS_PER_TASK (Slurm 22.05-23.02 no longer passes --cpus-per-task from sbatch to srun).
+    No debugging knobs (NCCL_ALGO, NCCL_PROTO) and nothing RoCE-only (NCCL_IB_GID_INDEX).
+    """
+    c = plan.recipe.cluster
+    env: Dict[str, str] = {}
+    if c.ib_hcas:
+        env["NCCL_IB_HCA"] = ib_hca_value(list(c.ib_hcas))
+    if c.socket_ifname:
+        if not _IFNAME_RE.match(c.socket_ifname):
+            raise UserError(f"cluster.socket_ifname={c.socket_ifname!r} is not an interface name",
+                            "use the name of an interface every node has, e.g. cluster.socket_ifname=bond0")
+        env["NCCL_SOCKET_IFNAME"] = c.socket_ifname
+        env["GLOO_SOCKET_IFNAME"] = c.socket_ifname
+    env["NCCL_NVLS_ENABLE"] = "0"
+    env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+    if plan.tp > 1:
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    if c.nccl_debug:
+        if str(c.nccl_debug).upper() not in _NCCL_DEBUG:
+            raise UserError(f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level",
+                            "use one of " + ", ".join(_NCCL_DEBUG) + " (or leave it null)")
+        env["NCCL_DEBUG"] = str(c.nccl_debug).upper()
+    env["SRUN_CPUS_PER_TASK"] = str(c.cpus_per_task)
+    return env
+
+
+RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")
+
+
+def rendezvous_lines() -> List[str]:
+    """Shell lines that export MASTER_ADDR / MASTER_PORT inside the batch script.
+
+    MASTER_ADDR is the first node's NodeAddr as slurmctld knows it: node names need not resolve
+    (emulated nodes, sites without DNS for compute names), the address slurmd uses does.
+    ``sed -n 1p`` rather than ``head -n1``: it reads all input, so under ``pipefail`` the
+    producer cannot die of SIGPIPE.
+    """
+    return [
+        'MASTER_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
+        "MASTER_ADDR=$(scontrol -o show node \"$MASTER_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
+        'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"',
+        f"export MASTER_PORT={MASTER_PORT}",
+    ]
+
+
+# ----------------------------------------------------------------------------- pyxis
+def check_image(image: Optional[str]) -> str:
+    """Refuse a --container-image value pyxis cannot read; return it unchanged otherwise.
+
+    pyxis takes either a squashfs file, which must start with '/' or './' (anything else is
+    looked up in a registry), or an enroot image URI ``[USER@][REGISTRY#]IMAGE[:TAG]``, where the
+    registry is separated by '#', not '/'.
+    """
+    fix_import = ("pre-import it: enroot import -o /shared/containers/nemo.sqsh "
+                  "docker://nvcr.io#nvidia/nemo:24.01.01.framework, then engine.container_image=/shared/containers/nemo.sqsh")
+    if not image or not str(image).strip():
+        raise UserError("engine=nemo needs engine.container_image (the NeMo container)", fix_import)
+    image = str(image)
+    if any(ch.isspace() or ord(ch) < 32 for ch in image) or "," in image:
+        raise UserError(f"engine.container_image={image!r} contains whitespace or a comma",
+                        "give a squashfs path or an image name like nvcr.io#nvidia/nemo:24.01.01.framework")
+    if "://" in image:
+        raise UserError(f"engine.container_image={image!r} has a URI scheme pyxis does not take",
+                        "drop the scheme: nvcr.io#nvidia/nemo:TAG (or a squashfs path)")
+    is_file = image.startswith("/") or image.startswith("./")
+    if not is_file and image.endswith((".sqsh", ".squashfs")):
+        raise UserError(f"engine.container_image={image!r} looks like a squashfs file but pyxis would look it up "
+                        "in a registry (a file path must start with / or ./)",
+                        f"write engine.container_image=./{image} or an absolute path")
+    if not is_file and "#" not in image:
+        first = image.split("/", 1)[0]
+        if "/" in image and ("." in first or ":" in first or first == "localhost"):
+            raise UserError(f"engine.container_image={image!r} names a registry with '/', which pyxis reads as a "
+                            "Docker Hub image", f"separate the registry with '#': {first}#{image.split('/', 1)[1]}")
+    return image
+
+
+def _mount_path(what: str, path: str) -> str:
+    # --container-mounts is "SRC:DST[,SRC:DST...]": a ',' or ':' in a path cannot be quoted away.
+    if "," in path or ":" in path or any(ord(ch) < 32 for ch in path):
+        raise UserError(f"{what} {path!r} contains ',', ':' or a control character, which pyxis' "
+                        "--container-mounts cannot express", f"move it to a path without those characters")
+    return path
+
+
+def mount_sources(plan, run_dir) -> List[tuple]:
+    """(what, path) of every directory the container needs, first occurrence wins, same path inside.
+
+    The data dir, the base model's directory (dirname of model.nemo_path), the results dir
+    (run.results_dir, default: the run dir) and the run dir.
+    """
+    r = plan.recipe
+    found = []
+    if r.data.data_dir:
+        found.append(("data.data_dir", str(PurePosixPath(r.data.data_dir))))
+    if r.model.nemo_path and not r.method.name == "pretrain":
+        found.append(("the directory of model.nemo_path", str(PurePosixPath(r.model.nemo_path).parent)))
+    if r.run.results_dir:
+        found.append(("run.results_dir", str(PurePosixPath(r.run.results_dir))))
+    found.append(("the run directory", str(run_dir)))
+    seen, out = set(), []
+    for what, path in found:
+        if path not in seen:
+            seen.add(path)
+            out.append((what, path))
+    return out
+
+
+def pyxis_args(plan, run_dir, env_names: List[str]) -> List[str]:
+    """srun's pyxis flags for engine=nemo (unquoted argv; the renderer quotes them).
+
+    --container-env lists the job's variables so that values baked into the image (enroot's
+    pytorch hook sets MASTER_ADDR/PORT, NCCL_* may be set) do not win over ours.
+    """
+    r = plan.recipe
+    image = check_image(r.engine.container_image)
+    mounts = ",".join(f"{p}:{p}" for p in (_mount_path(w, p) for w, p in mount_sources(plan, run_dir)))
+    return [
+        f"--container-image={image}",
+        f"--container-mounts={mounts}",
+        f"--container-workdir={run_dir}",
+        "--no-container-mount-home",
+        "--container-env=" + ",".join(env_names),
+    ]
+
+
+def export_line(name: str, value: str) -> str:
+    """``export NAME=value`` with the value shell-quoted."""
+    return f"export {name}={shlex.quote(str(value))}"

@@ -1,0 +1,300 @@
+"""Submit a rendered run directory's launch.sbatch through submitit, and ask Slurm about the job.
+
+Submission goes through submitit's public pieces: its ``CommandFunction`` runs sbatch (errors carry
+sbatch's stderr) and ``SlurmExecutor._get_job_id_from_submission_command`` (a static method of the
+pinned 1.5.4) reads the job id, exactly as ``SlurmExecutor`` does for its own scripts; the script
+is ours (a rendered run directory), not submitit's pickled function. Every job id is appended to
+``job_id.txt`` in the run directory (a resubmission adds a line; the last line is the current job).
+
+State without accounting: submitit only asks ``sacct``, which on sites (and the local cluster)
+without slurmdbd answers "accounting storage is disabled". :func:`job_state` asks, in order,
+sacct, ``scontrol show job`` (records last MinJobAge seconds), ``squeue``, a state this module
+saved in the run directory when it last saw the job end, and finally the job's output files
+(Slurm's own "CANCELLED" / "TIME LIMIT" / "srun: error" lines).
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Union
+
+from vdkit.errors import UserError
+
+JOB_ID_FILE = "job_id.txt"
+STATE_CACHE_FILE = "job_state.json"
+SBATCH_FILE = "launch.sbatch"
+
+# Slurm's terminal job states (squeue/scontrol/sacct spellings).
+TERMINAL_STATES = frozenset({
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+    "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT",
+})
+
+RunOrJob = Union[str, Path]
+
+
+@dataclass
+class JobState:
+    """A job's Slurm state and where it came from (sacct, scontrol, squeue, saved, log, none)."""
+
+    job_id: str
+    state: str
+    source: str
+    exit_code: Optional[str] = None  # "0:0" style, when Slurm said
+    reason: Optional[str] = None
+
+    @property
+    def done(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "COMPLETED"
+
+
+@dataclass
+class Submission:
+    """One sbatch call: the run directory, the job id (None for --test-only) and sbatch's message."""
+
+    run_dir: Path
+    job_id: Optional[str]
+    message: str = ""
+    test_only: bool = False
+    extra: Dict[str, str] = field(default_factory=dict)
+
+    def job(self):
+        """submitit's handle of this job (cancel(), state via sacct); None for --test-only."""
+        from submitit.slurm.slurm import SlurmJob
+
+        return None if self.job_id is None else SlurmJob(folder=self.run_dir, job_id=self.job_id)
+
+
+def require_sbatch() -> None:
+    """Raise a UserError naming the fix when Slurm's client commands are not on PATH."""
+    if shutil.which("sbatch") is None:
+        raise UserError("sbatch is not on PATH, so jobs cannot be submitted from this machine",
+                        "run on the cluster's login node, or start the local Slurm (`vdkit cluster up`, then "
+                        "export the SLURM_CONF line it prints)")
+
+
+def _script(run_dir: Path) -> Path:
+    script = run_dir / SBATCH_FILE
+    if not script.is_file():
+        raise UserError(f"{run_dir} has no {SBATCH_FILE}", "pass a run directory written by `vdkit render`")
+    return script
+
+
+def _first_error_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").splitlines() if ln.strip()]
+    for ln in lines:
+        if "error" in ln.lower():
+            return ln
+    return lines[0] if lines else "no message"
+
+
+def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission:
+    """sbatch ``run_dir/launch.sbatch`` through submitit; record the job id in ``job_id.txt``.
+
+    ``test_only`` runs ``sbatch --test-only`` (Slurm checks the directives and says when and where
+    the job would start; nothing is queued or recorded). sbatch runs in the run directory and
+    inherits this process's environment (SLURM_CONF included). Raises UserError with sbatch's
+    own error line when sbatch refuses the script.
+    """
+    run_dir = Path(run_dir).absolute()
+    script = _script(run_dir)
+    require_sbatch()
+    if test_only:
+        # --test-only answers on stderr and queues nothing: there is no job for submitit to track.
+        proc = subprocess.run(["sbatch", "--test-only", str(script)], cwd=run_dir,
+                              capture_output=True, text=True, timeout=60)
+        message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+        if proc.returncode != 0:
+            raise UserError(f"sbatch --test-only rejected {script}: {_first_error_line(proc.stderr)}",
+                            "fix the resources in the recipe (cluster.*) or the cluster's limits")
+        return Submission(run_dir, None, message[-1] if message else "", test_only=True)
+
+    from submitit.core.utils import CommandFunction, FailedJobError
+    from submitit.slurm.slurm import SlurmExecutor
+
+    # CommandFunction prints sbatch's stderr itself on failure; we report it in one line instead.
+    sink = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(sink):
+            output = CommandFunction(["sbatch", str(script)], verbose=False, cwd=run_dir)()
+    except FailedJobError as exc:
+        raise UserError(f"sbatch rejected {script}: {_first_error_line(str(exc) or sink.getvalue())}",
+                        "fix the resources in the recipe (cluster.*) or check with `vdkit submit --test-only`") \
+            from None
+    job_id = SlurmExecutor._get_job_id_from_submission_command(output)
+    with open(run_dir / JOB_ID_FILE, "a") as f:
+        f.write(f"{job_id}\n")
+    return Submission(run_dir, job_id, output.strip())
+
+
+def job_ids(run_dir: Union[str, Path]) -> List[str]:
+    """Every job id submitted from ``run_dir``, oldest first ([] when none)."""
+    path = Path(run_dir) / JOB_ID_FILE
+    if not path.is_file():
+        return []
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def resolve(target: RunOrJob) -> tuple:
+    """(run_dir or None, job id) for a run directory (its latest job) or a bare job id."""
+    path = Path(target)
+    if path.is_dir():
+        ids = job_ids(path)
+        if not ids:
+            raise UserError(f"no job was submitted from {path} ({JOB_ID_FILE} is missing)",
+                            "submit it with `vdkit submit` (or record sbatch's job id in job_id.txt)")
+        return path.absolute(), ids[-1]
+    text = str(target).strip()
+    if re.fullmatch(r"\d+(_\d+)?", text):
+        return None, text
+    raise UserError(f"{target} is neither a run directory nor a Slurm job id",
+                    "pass a run directory written by `vdkit submit`, or a numeric job id")
+
+
+# ----------------------------------------------------------------------------- state sources
+def _run(cmd: List[str], timeout: float = 30) -> Optional[subprocess.CompletedProcess]:
+    if shutil.which(cmd[0]) is None:
+        return None
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except (subprocess.TimeoutExpired, OSError):
+        return None
+
+
+def _state_word(raw: str) -> str:
+    # sacct says "CANCELLED by 0"; squeue/scontrol may add "+"; keep the state itself.
+    return raw.split()[0].rstrip("+").upper() if raw and raw.split() else "UNKNOWN"
+
+
+def _from_sacct(job_id: str) -> Optional[JobState]:
+    proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", job_id])
+    if proc is None or proc.returncode != 0 or "disabled" in (proc.stdout + proc.stderr):
+        return None
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    # submitit's own sacct parser (it wants the header line that -n suppressed).
+    info = SlurmInfoWatcher().read_info("JobID|State|ExitCode\n" + proc.stdout)
+    row = info.get(job_id)
+    if not row or not row.get("State"):
+        return None
+    return JobState(job_id, _state_word(row["State"]), "sacct", row.get("ExitCode") or None)
+
+
+def _scontrol_fields(job_id: str) -> Optional[Dict[str, str]]:
+    proc = _run(["scontrol", "-o", "show", "job", job_id])
+    if proc is None or proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    fields = {}
+    for token in proc.stdout.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in fields:
+            fields[key] = value
+    return fields
+
+
+def _from_scontrol(job_id: str) -> Optional[JobState]:
+    f = _scontrol_fields(job_id)
+    if not f or "JobState" not in f:
+        return None
+    reason = f.get("Reason")
+    return JobState(job_id, _state_word(f["JobState"]), "scontrol", f.get("ExitCode"),
+                    None if reason in (None, "None") else reason)
+
+
+def _from_squeue(job_id: str) -> Optional[JobState]:
+    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"])
+    if proc is None or proc.returncode != 0 or not proc.stdout.strip():
+        return None
+    state, _, reason = proc.stdout.strip().splitlines()[0].partition("|")
+    return JobState(job_id, _state_word(state), "squeue", None, None if reason in ("", "None") else reason)
+
+
+def _load_cache(run_dir: Path) -> Dict[str, dict]:
+    try:
+        return json.loads((run_dir / STATE_CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_cache(run_dir: Path, st: JobState) -> None:
+    """Remember a finished job's state: without accounting, Slurm forgets it after MinJobAge."""
+    cache = _load_cache(run_dir)
+    cache[st.job_id] = {"state": st.state, "exit_code": st.exit_code, "source": st.source}
+    tmp = run_dir / f".{STATE_CACHE_FILE}.tmp"
+    try:
+        tmp.write_text(json.dumps(cache, indent=1) + "\n")
+        tmp.replace(run_dir / STATE_CACHE_FILE)
+    except OSError:
+        pass  # a read-only run dir only loses the cache
+
+
+_LOG_PATTERNS = (  # Slurm's own lines in a job's output, most specific first
+    (re.compile(r"DUE TO TIME LIMIT"), "TIMEOUT"),
+    (re.compile(r"DUE TO PREEMPTION"), "PREEMPTED"),
+    (re.compile(r"\*\*\* JOB \d+ ON \S+ CANCELLED AT"), "CANCELLED"),
+    (re.compile(r"oom[-_ ]kill", re.I), "OUT_OF_MEMORY"),
+    (re.compile(r"srun: error: .*(Exited with exit code|Killed|Terminated)"), "FAILED"),
+)
+
+
+def _from_logs(run_dir: Path, job_id: str) -> Optional[JobState]:
+    """A state read from the job's own output files when Slurm no longer knows the job."""
+    files = sorted(p for p in run_dir.rglob(f"*{job_id}*") if p.is_file() and p.suffix in (".out", ".err", ".log"))
+    if not files:
+        return None
+    text = "\n".join(p.read_text(errors="replace")[-200_000:] for p in files)
+    for pattern, state in _LOG_PATTERNS:
+        if pattern.search(text):
+            return JobState(job_id, state, "log", None, f"from {files[0].name}")
+    # Output exists and holds no failure Slurm would have written: the job ran, its end is unknown.
+    return JobState(job_id, "UNKNOWN", "log", None, "Slurm no longer knows the job and accounting is off; "
+                    f"no failure found in {', '.join(p.name for p in files)}")
+
+
+def job_state(target: RunOrJob) -> JobState:
+    """The Slurm state of a run directory's latest job (or of a job id), without needing accounting."""
+    run_dir, job_id = resolve(target)
+    st = _from_sacct(job_id) or _from_scontrol(job_id) or _from_squeue(job_id)
+    if st is not None:
+        if run_dir is not None and st.done:
+            _save_cache(run_dir, st)
+        return st
+    if run_dir is not None:
+        saved = _load_cache(run_dir).get(job_id)
+        if saved:
+            return JobState(job_id, saved["state"], "saved", saved.get("exit_code"))
+        st = _from_logs(run_dir, job_id)
+        if st is not None:
+            return st
+    return JobState(job_id, "UNKNOWN", "none", None, "Slurm does not know the job (and accounting is off)")
+
+
+def wait(target: RunOrJob, timeout: Optional[float] = None, poll_s: float = 2.0) -> JobState:
+    """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state."""
+    deadline = None if timeout is None else time.time() + timeout
+    while True:
+        st = job_state(target)
+        if st.done or (st.state == "UNKNOWN" and st.source in ("log", "none", "saved")):
+            return st
+        if deadline is not None and time.time() >= deadline:
+            return st
+        time.sleep(poll_s)
+
+
+def cancel(target: RunOrJob) -> None:
+    """scancel a run directory's latest job (or a job id) through submitit's job handle."""
+    from submitit.slurm.slurm import SlurmJob
+
+    run_dir, job_id = resolve(target)
+    SlurmJob(folder=run_dir or Path.cwd(), job_id=job_id).cancel(check=True)

@@ -1,0 +1,272 @@
+"""The rendered nemo.yaml against NeMo's own v1.23.0 YAMLs (the contract), and the traps vdkit refuses.
+
+NeMo cannot run here; its configs can be read. For every method x model (and a few layouts):
+every key vdkit sets exists in NeMo's YAML or is a listed deliberate addition, values have NeMo's
+types, and the rendered file holds every key NeMo's does (it replaces NeMo's YAML).
+"""
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from vdkit.config import compose
+from vdkit.errors import UserError
+from vdkit.plan import make_plan
+from vdkit.recipes.nemo import (DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config, nemo_config,
+                                render_nemo_yaml)
+
+
+def _reference_dir() -> Path:
+    shared = os.environ.get("VDKIT_SHARED")
+    root = Path(shared) if shared else Path(__file__).resolve().parents[2] / "shared"
+    return root / "reference" / "nemo-v1.23.0"
+
+
+REF = _reference_dir()
+pytestmark = pytest.mark.skipif(
+    not (REF / "megatron_gpt_finetuning_config.yaml").is_file(),
+    reason=f"NeMo's v1.23.0 reference YAMLs are not at {REF} (set VDKIT_SHARED to the shared/ folder)")
+
+TEMPLATES = {"finetune": "megatron_gpt_finetuning_config.yaml", "pretrain": "megatron_llama_config.yaml"}
+RUN_DIR = "/cluster/runs/contract"
+
+MODELS = ["llama2_7b", "llama2_13b", "llama2_70b"]
+METHODS = ["sft", "lora", "ptuning", "pretrain"]
+LAYOUTS = {  # extra overrides per case; every one must still honour the contract
+    "auto-1node": [],
+    "auto-2nodes": ["cluster.nodes=2"],
+    "fp8-full-recompute": ["train.precision=fp8", "parallelism.recompute=full"],
+    "periodic-checkpoints-shared": ["engine.checkpoint_every_n_steps=10", "run.results_dir=/shared/results"],
+}
+PINNED = [  # (model, method, overrides): interleaved pipelines and packed data
+    ("llama2_13b", "sft", ["parallelism.tp=1", "parallelism.pp=4", "parallelism.vp=10"]),
+    ("llama2_70b", "sft", ["cluster.nodes=2", "parallelism.tp=4", "parallelism.pp=4", "parallelism.vp=5"]),
+    ("llama2_70b", "pretrain", ["cluster.nodes=2", "parallelism.tp=4", "parallelism.pp=4", "parallelism.vp=5"]),
+    ("llama2_70b", "lora", ["parallelism.tp=2", "parallelism.pp=4", "parallelism.recompute=selective"]),
+    ("llama2_7b", "lora", ["data.packed=true", "train.seq_length=4096"]),
+    ("llama2_7b", "ptuning", ["cluster.nodes=3", "parallelism.tp=2", "parallelism.pp=2", "train.global_batch_size=120"]),
+]
+CASES = [(mo, me, ov) for mo in MODELS for me in METHODS for ov in LAYOUTS.values()] + PINNED
+
+
+def _template(method: str) -> dict:
+    kind = "pretrain" if method == "pretrain" else "finetune"
+    return OmegaConf.to_container(OmegaConf.load(REF / TEMPLATES[kind]), resolve=False)
+
+
+def _leaves(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_leaves(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _accepts_anything(nemo_value) -> bool:
+    """null, ??? (mandatory) and ${...} interpolations in NeMo's YAML do not fix a type."""
+    return nemo_value is None or nemo_value == "???" or (isinstance(nemo_value, str) and "${" in nemo_value)
+
+
+def _plan(model, method, overrides):
+    return make_plan(compose([f"model={model}", f"method={method}", *overrides]))
+
+
+def contract_violations(cfg: dict, template: dict) -> list:
+    """Every key of ``cfg`` that NeMo's ``template`` does not know, or whose type differs."""
+    nemo = _leaves(template)
+    problems = []
+    for key, value in _leaves(cfg).items():
+        if key in nemo:
+            expected = nemo[key]
+            if _accepts_anything(expected):
+                continue
+            if key in WIDENED_TYPES:
+                ok = type(value) in WIDENED_TYPES[key]
+            else:  # exact: bool is not int, int is not float (val_check_interval 2 vs 2.0 differ in NeMo)
+                ok = type(value) is type(expected)
+            if not ok:
+                problems.append(f"{key}: {type(value).__name__} {value!r}, NeMo has {type(expected).__name__} {expected!r}")
+        elif key in DELIBERATE_ADDITIONS:
+            if type(value) not in DELIBERATE_ADDITIONS[key].types:
+                problems.append(f"{key}: {type(value).__name__}, listed as {DELIBERATE_ADDITIONS[key].types}")
+        elif any(_accepts_anything(nemo.get(key[:i])) and key[:i] in nemo
+                 for i in range(len(key)) if key[i] == "."):
+            continue  # below a key NeMo leaves open (null): any structure goes
+        else:
+            problems.append(f"{key}: not in NeMo's YAML and not a deliberate addition")
+    return problems
+
+
+@pytest.mark.parametrize("model,method,overrides", CASES,
+                         ids=[f"{mo}-{me}-{'_'.join(ov) or 'auto'}" for mo, me, ov in CASES])
+def test_rendered_config_honours_nemo_contract(model, method, overrides):
+    plan = _plan(model, method, overrides)
+    text = render_nemo_yaml(plan, RUN_DIR)  # runs check_nemo_config too
+    # Read back the way NeMo's Hydra reads it, so YAML typing (1e-05, null, bools) is part of the test.
+    cfg = OmegaConf.to_container(OmegaConf.create(text), resolve=True)
+    assert cfg == nemo_config(plan, RUN_DIR)
+    template = _template(method)
+    assert contract_violations(cfg, template) == []
+    missing = set(_leaves(template)) - set(_leaves(cfg))
+    assert not missing, f"the rendered config replaces NeMo's YAML but lacks {sorted(missing)}"
+
+
+def test_contract_checker_catches_unknown_keys_and_wrong_types():
+    """The checker itself must be able to fail (else the contract test above proves nothing)."""
+    plan = _plan("llama2_7b", "lora", [])
+    cfg = nemo_config(plan, RUN_DIR)
+    template = _template("lora")
+    bad = copy.deepcopy(cfg)
+    bad["trainer"]["val_check_interval"] = float(bad["trainer"]["val_check_interval"])  # epoch fraction in NeMo
+    bad["model"]["megatron_amp_O2"] = 1
+    bad["model"]["peft"]["lora_tuning"]["adapter_dimm"] = 32
+    bad["model"]["optim"]["lr"] = "1e-4"
+    problems = contract_violations(bad, template)
+    assert len(problems) == 4, problems
+    assert any("adapter_dimm" in p and "not in NeMo" in p for p in problems)
+
+
+def test_every_deliberate_addition_is_really_absent_from_nemo_and_explained():
+    """A listed addition that NeMo's finetuning or llama YAML already has, or without a why, is stale."""
+    finetune, llama = _leaves(_template("lora")), _leaves(_template("pretrain"))
+    for key, addition in DELIBERATE_ADDITIONS.items():
+        assert key not in finetune or key not in llama, f"{key} is in both NeMo YAMLs: not an addition"
+        assert len(addition.why) > 20 and addition.types
+
+
+# ----------------------------------------------------------------------------- traps
+def _lora_cfg():
+    plan = _plan("llama2_7b", "lora", [])
+    return plan, nemo_config(plan, RUN_DIR)
+
+
+def _refused(cfg, plan, match):
+    with pytest.raises(UserError, match=match) as info:
+        check_nemo_config(cfg, plan)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def test_trap_file_names_must_be_a_list():
+    plan, cfg = _lora_cfg()
+    cfg["model"]["data"]["train_ds"]["file_names"] = "/data/dolly/training.jsonl"
+    _refused(cfg, plan, "file_names must be a non-empty list")
+    plan, cfg = _lora_cfg()
+    cfg["model"]["data"]["validation_ds"]["file_names"] = []
+    _refused(cfg, plan, "validation_ds.file_names must be a non-empty list")
+
+
+def test_trap_probabilities_must_match_files_and_sum_to_one():
+    plan, cfg = _lora_cfg()
+    cfg["model"]["data"]["train_ds"]["file_names"].append("/data/dolly/more.jsonl")
+    _refused(cfg, plan, "one entry per file")
+    plan, cfg = _lora_cfg()
+    cfg["model"]["data"]["train_ds"]["concat_sampling_probabilities"] = None
+    _refused(cfg, plan, "one entry per file")
+    plan, cfg = _lora_cfg()
+    cfg["model"]["data"]["train_ds"]["concat_sampling_probabilities"] = [0.5]
+    _refused(cfg, plan, "summing to 1")
+
+
+def test_trap_packed_needs_micro_batch_one():
+    plan = _plan("llama2_7b", "lora", ["data.packed=true"])
+    cfg = nemo_config(plan, RUN_DIR)
+    check_nemo_config(cfg, plan)  # MBS 1: fine
+    cfg["model"]["micro_batch_size"] = 2
+    _refused(cfg, plan, "packed sequences need micro batch size 1")
+    with pytest.raises(UserError, match="micro_batch_size=1"):  # and the recipe cannot ask for it at all
+        compose(["data.packed=true", "train.micro_batch_size=2"])
+
+
+def test_trap_devices_must_equal_tasks_per_node():
+    plan, cfg = _lora_cfg()
+    cfg["trainer"]["devices"] = 4
+    _refused(cfg, plan, "tasks per node")
+    plan, cfg = _lora_cfg()
+    cfg["trainer"]["num_nodes"] = 2
+    _refused(cfg, plan, "cluster.nodes")
+
+
+def test_trap_max_steps_must_be_positive_and_validation_outside_the_timing():
+    for bad in (0, -1, 50.0):
+        plan, cfg = _lora_cfg()
+        cfg["trainer"]["max_steps"] = bad
+        _refused(cfg, plan, "max_steps")
+    plan, cfg = _lora_cfg()
+    cfg["trainer"]["val_check_interval"] = 10
+    _refused(cfg, plan, "inside the measured steps")
+
+
+def test_trap_gbs_multiple_of_mbs_times_dp():
+    plan, cfg = _lora_cfg()  # DP 8
+    cfg["model"]["global_batch_size"] = 100
+    _refused(cfg, plan, "not a multiple of micro_batch_size x DP = 1 x 8")
+
+
+def test_trap_ptuning_min_lr_with_pipeline_parallel():
+    plan = _plan("llama2_7b", "ptuning", ["parallelism.pp=2", "method.min_lr=1e-5"])
+    with pytest.raises(UserError, match="min_lr 0.0 for prompt learning"):
+        render_nemo_yaml(plan, RUN_DIR)
+    render_nemo_yaml(_plan("llama2_7b", "ptuning", ["method.min_lr=1e-5"]), RUN_DIR)  # PP 1: allowed
+    render_nemo_yaml(_plan("llama2_7b", "ptuning", ["parallelism.pp=2"]), RUN_DIR)  # min_lr 0.0: allowed
+
+
+def test_trap_missing_nemo_path_for_fine_tuning():
+    for method in ("sft", "lora", "ptuning"):
+        plan = _plan("llama2_7b", method, ["model.nemo_path=null"])
+        with pytest.raises(UserError, match="model.nemo_path is not set"):
+            render_nemo_yaml(plan, RUN_DIR)
+    render_nemo_yaml(_plan("llama2_7b", "pretrain", ["model.nemo_path=null"]), RUN_DIR)  # pretrain: none needed
+
+
+def test_trap_sequence_parallel_without_tensor_parallel():
+    plan = _plan("llama2_7b", "lora", ["parallelism.tp=1", "parallelism.sequence_parallel=true"])
+    with pytest.raises(UserError, match="sequence_parallel=true with TP 1"):
+        render_nemo_yaml(plan, RUN_DIR)
+
+
+def test_trap_optimizer_disagrees_with_distributed_optimizer():
+    plan = _plan("llama2_7b", "sft", ["parallelism.distributed_optimizer=false"])
+    with pytest.raises(UserError, match="method.optimizer=fused_adam"):
+        render_nemo_yaml(plan, RUN_DIR)
+    render_nemo_yaml(_plan("llama2_7b", "sft", ["parallelism.distributed_optimizer=false",
+                                                "method.optimizer=fused_adam"]), RUN_DIR)
+
+
+def test_trap_interleaved_pipeline_needs_micro_batches_multiple_of_pp():
+    plan = _plan("llama2_13b", "sft", ["parallelism.tp=1", "parallelism.pp=4", "parallelism.vp=10"])
+    cfg = nemo_config(plan, RUN_DIR)
+    check_nemo_config(cfg, plan)
+    cfg["model"]["global_batch_size"] = 2 * 6  # DP 2: 6 micro batches, not a multiple of PP 4
+    _refused(cfg, plan, "multiple of PP=4")
+
+
+def test_trap_pretrain_data_prefix_and_tokenizer():
+    plan = _plan("llama2_7b", "pretrain", [])
+    cfg = nemo_config(plan, RUN_DIR)
+    cfg["model"]["data"]["data_prefix"] = ["/data/pile/my-llama_00_text_document"]
+    _refused(cfg, plan, r"\[weight, path")
+    cfg = nemo_config(plan, RUN_DIR)
+    cfg["model"]["tokenizer"]["model"] = None
+    _refused(cfg, plan, "tokenizer.model is not set")
+
+
+@pytest.mark.parametrize("overrides,match", [
+    (["data=synthetic"], "data.data_dir is not set"),
+    (["data.data_dir=data/dolly"], "not an absolute path"),
+    (["data.validation_files=[]"], "data.validation_files is empty"),
+    (["model.nemo_path=models/llama2-7b.nemo"], "model.nemo_path=models/llama2-7b.nemo is not an absolute path"),
+    (["run.results_dir=shared/results"], "run.results_dir=shared/results is not an absolute path"),
+])
+def test_recipe_values_nemo_cannot_take_are_one_line_errors(overrides, match):
+    plan = _plan("llama2_7b", "lora", overrides)
+    with pytest.raises(UserError, match=match) as info:
+        render_nemo_yaml(plan, RUN_DIR)
+    assert "\n" not in str(info.value) and "fix:" in str(info.value)

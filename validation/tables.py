@@ -1,0 +1,340 @@
+"""The design guides' tables rebuilt from run directories, next to the published figures.
+
+``collect_runs`` reads each run directory once (recipe, plan, logs, estimate); ``table9`` and
+``training_table`` arrange the results in the guide's shape; ``write_table`` writes Markdown,
+CSV and JSON. Published figures come only from ``validation/published/*.yaml``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from vdkit.errors import UserError
+
+PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
+TABLE9_METHODS = ("lora", "ptuning", "sft")
+
+
+def load_published(name: str) -> dict:
+    """A published table (``table9`` or ``training``) from validation/published/NAME.yaml."""
+    import yaml
+
+    path = PUBLISHED_DIR / f"{name}.yaml"
+    if not path.is_file():
+        choices = ", ".join(sorted(p.stem for p in PUBLISHED_DIR.glob("*.yaml")))
+        raise UserError(f"no published table named {name!r}", f"use one of: {choices}")
+    return yaml.safe_load(path.read_text())
+
+
+@dataclass
+class RunResult:
+    """What one run directory contributes to a table."""
+
+    path: str
+    model: str
+    method: str
+    gpus: int
+    nodes: int
+    feasible: bool
+    reason: str = ""
+    checkpoint_gb: Optional[float] = None
+    log: object = None  # validation.logs.StepLog
+    estimate: object = None  # validation.extrapolate.Estimate
+    error: str = ""  # why there is no estimate (no timing yet, ...)
+    warnings: List[str] = field(default_factory=list)
+
+
+def collect_run(path, target_steps: int) -> RunResult:
+    """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
+    from vdkit.config import load_recipe
+    from vdkit.plan import make_plan
+
+    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.logs import read_source
+
+    path = Path(path)
+    if not (path / "recipe.yaml").is_file():
+        raise UserError(f"{path} is not a run directory (no recipe.yaml)",
+                        "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
+    recipe = load_recipe(path)
+    res = RunResult(str(path), recipe.model.name, recipe.method.name, recipe.world_size, recipe.cluster.nodes, True)
+    try:
+        plan = make_plan(recipe)
+        res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
+    except UserError as exc:  # a pinned layout that breaks a rule: the cell cannot run either
+        res.feasible, res.reason = False, str(exc)
+    if not res.feasible:
+        return res
+    try:
+        res.log = read_source(path)
+        res.warnings = list(res.log.warnings)
+        res.estimate = estimate(res.log.timings, target_steps)
+    except UserError as exc:
+        res.error = str(exc)
+    return res
+
+
+def collect_runs(paths, target_steps: int) -> List[RunResult]:
+    return [collect_run(p, target_steps) for p in paths]
+
+
+# ----------------------------------------------------------------------------- cells
+@dataclass
+class Cell:
+    """One (model, GPUs, method) cell: ours next to the published figure."""
+
+    model: str
+    gpus: int
+    method: str
+    nodes: Optional[int] = None
+    status: str = "not run"  # measured | extrapolated | infeasible | no timing | not run
+    minutes: Optional[float] = None
+    interval: Optional[Tuple[float, float]] = None
+    fluctuating: bool = False
+    published: Optional[float] = None
+    published_footnote: str = ""
+    published_na: bool = False  # the guide printed N/A
+    reason: str = ""
+    runs: List[str] = field(default_factory=list)
+    checkpoint_gb: Optional[float] = None
+    published_checkpoint_gb: Optional[float] = None
+
+    @property
+    def ratio(self) -> Optional[float]:
+        if self.minutes is None or not self.published:
+            return None
+        return self.minutes / self.published
+
+    def to_dict(self) -> dict:
+        return {"model": self.model, "gpus": self.gpus, "nodes": self.nodes, "method": self.method,
+                "status": self.status, "minutes": _r(self.minutes),
+                "interval_minutes": [_r(x) for x in self.interval] if self.interval else None,
+                "fluctuating": self.fluctuating, "published_minutes": self.published,
+                "published_footnote": self.published_footnote or None, "published_na": self.published_na,
+                "ratio": _r(self.ratio, 3), "checkpoint_gb": _r(self.checkpoint_gb),
+                "published_checkpoint_gb": self.published_checkpoint_gb, "reason": self.reason or None,
+                "runs": self.runs}
+
+
+def _r(x, nd=2):
+    return None if x is None else round(float(x), nd)
+
+
+def _fill(cell: Cell, runs: List[RunResult], warnings: List[str]) -> None:
+    """Put the best run of a cell into it: the one with the most timed steps."""
+    if not runs:
+        return
+    cell.runs = [r.path for r in runs]
+    cell.nodes = runs[0].nodes
+    cell.checkpoint_gb = runs[0].checkpoint_gb
+    if not runs[0].feasible:
+        cell.status, cell.reason = "infeasible", runs[0].reason
+        return
+    timed = [r for r in runs if r.estimate is not None]
+    if not timed:
+        cell.status, cell.reason = "no timing", runs[0].error
+        return
+    best = max(timed, key=lambda r: r.estimate.steps_measured)
+    if len(timed) > 1:
+        warnings.append(f"{len(timed)} runs for {cell.model} {cell.method} on {cell.gpus} GPUs; "
+                        f"using {best.path} (most measured steps)")
+    e = best.estimate
+    cell.status = "extrapolated" if e.extrapolated else "measured"
+    cell.minutes, cell.interval, cell.fluctuating = e.extrapolated_minutes, tuple(e.interval_minutes), e.fluctuating
+
+
+@dataclass
+class Table:
+    """A rebuilt table: its cells in row order, the published source and footnotes."""
+
+    name: str
+    title: str
+    source: str
+    target_steps: int
+    cells: List[Cell]
+    columns: List[str]  # methods (table9) or ["time"] (training)
+    labels: Dict[str, str]
+    warnings: List[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"table": self.name, "title": self.title, "published_source": self.source,
+                "target_steps": self.target_steps, "cells": [c.to_dict() for c in self.cells],
+                "warnings": self.warnings}
+
+
+def _model_order(published_models: Dict[str, str], names) -> List[str]:
+    known = [m for m in published_models if m in names]
+    return known + sorted(n for n in names if n not in published_models)
+
+
+def table9(results: List[RunResult]) -> Table:
+    """Table 9 (model x GPUs x LoRA / P-tuning / SFT minutes for 1000 steps) from run results.
+
+    Rows: every published row of a model that appears among the runs, plus every run's own row
+    (models outside the guide, such as tiny_llama, get rows with N/A published figures).
+    """
+    pub = load_published("table9")
+    warnings: List[str] = []
+    by_cell: Dict[tuple, List[RunResult]] = {}
+    for r in results:
+        if r.method not in TABLE9_METHODS:
+            warnings.append(f"{r.path}: method {r.method} is not in Table 9 (LoRA, P-tuning, SFT); skipped")
+            continue
+        by_cell.setdefault((r.model, r.gpus, r.method), []).append(r)
+    published = {(c["model"], int(c["gpus"]), c["method"]): c for c in pub["cells"]}
+    models = {m for m, _, _ in by_cell}
+    rows = sorted({(m, g) for m, g, _ in published if m in models} | {(m, g) for m, g, _ in by_cell})
+    order = _model_order(pub["models"], models)
+    rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
+    cells = []
+    for model, gpus in rows:
+        for method in TABLE9_METHODS:
+            cell = Cell(model, gpus, method)
+            p = published.get((model, gpus, method))
+            if p is not None:
+                cell.published = p.get("minutes")
+                cell.published_na = p.get("minutes") is None
+                cell.published_footnote = str(p.get("footnote") or "")
+            _fill(cell, by_cell.get((model, gpus, method), []), warnings)
+            cells.append(cell)
+    for r in results:
+        warnings.extend(r.warnings)
+    return Table("table9", pub["title"], pub["source"].strip(), int(pub["steps"]), cells, list(TABLE9_METHODS),
+                 {**pub["methods"], **pub["models"], **{f"footnote {k}": v for k, v in pub["footnotes"].items()}},
+                 warnings)
+
+
+def training_table(results: List[RunResult]) -> Table:
+    """The training guide's Table 4: time for 40 steps per model and node count, checkpoint size."""
+    pub = load_published("training")
+    warnings: List[str] = []
+    by_cell: Dict[tuple, List[RunResult]] = {}
+    for r in results:
+        by_cell.setdefault((r.model, r.nodes, r.method), []).append(r)
+    published = {(c["model"], int(c["nodes"])): c for c in pub["cells"]}
+    models = {m for m, _, _ in by_cell}
+    keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
+    order = _model_order(pub["models"], {k[0] for k in keys})
+    cells = []
+    for model, nodes, method in sorted(keys, key=lambda k: (order.index(k[0]), k[1], k[2])):
+        runs = by_cell.get((model, nodes, method), [])
+        gpus = runs[0].gpus if runs else nodes * 8  # published rows are whole XE9680s (8 GPUs each)
+        cell = Cell(model, gpus, method, nodes=nodes)
+        p = published.get((model, nodes)) if method == "pretrain" else None
+        if p is not None:
+            cell.published, cell.published_checkpoint_gb = p["minutes"], p["checkpoint_gb"]
+        _fill(cell, runs, warnings)
+        cells.append(cell)
+    for r in results:
+        warnings.extend(r.warnings)
+    return Table("training", pub["title"], pub["source"].strip(), int(pub["steps"]), cells, ["time"],
+                 dict(pub["models"]), warnings)
+
+
+# ----------------------------------------------------------------------------- rendering
+def _ours(cell: Cell) -> str:
+    if cell.status == "infeasible":
+        return "N/A"
+    if cell.minutes is None:
+        return "—" if cell.status == "not run" else "no timing"
+    text = f"{cell.minutes:.3g}" if cell.minutes < 100 else f"{cell.minutes:.0f}"
+    if cell.status == "extrapolated":
+        text += " [e]"
+    if cell.fluctuating:
+        text += " [f]"
+    return text
+
+
+def _pub(cell: Cell) -> str:
+    if cell.published is None:
+        return "N/A"
+    text = f"{cell.published:g}"
+    return text + (f" [{cell.published_footnote}]" if cell.published_footnote else "")
+
+
+def _cell_md(cell: Cell) -> str:
+    ratio = f" ({cell.ratio:.2f}×)" if cell.ratio is not None else ""
+    return f"{_ours(cell)} / {_pub(cell)}{ratio}"
+
+
+def to_markdown(table: Table) -> str:
+    """The table as Markdown: each cell 'ours / published (ratio)', footnotes under it."""
+    out = [f"## {table.title} — this kit next to the published figures", ""]
+    if table.name == "table9":
+        out.append("| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |")
+        out.append("| --- | ---: |" + " ---: |" * len(table.columns))
+        rows: Dict[tuple, Dict[str, Cell]] = {}
+        for c in table.cells:
+            rows.setdefault((c.model, c.gpus), {})[c.method] = c
+        for (model, gpus), by_method in rows.items():
+            out.append(f"| {table.labels.get(model, model)} | {gpus} | "
+                       + " | ".join(_cell_md(by_method[m]) for m in table.columns) + " |")
+    else:
+        out.append(f"| model | method | XE9680 nodes | GPUs | time for {table.target_steps} steps (min) "
+                   "| checkpoint size (GB) |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: |")
+        for c in table.cells:
+            ck = "—" if c.checkpoint_gb is None else f"{c.checkpoint_gb:,.0f}"
+            pub_ck = "N/A" if c.published_checkpoint_gb is None else f"{c.published_checkpoint_gb:,g}"
+            ck_ratio = (f" ({c.checkpoint_gb / c.published_checkpoint_gb:.2f}×)"
+                        if c.checkpoint_gb is not None and c.published_checkpoint_gb else "")
+            out.append(f"| {table.labels.get(c.model, c.model)} | {c.method} | {c.nodes} | {c.gpus} | {_cell_md(c)} "
+                       f"| {ck} / {pub_ck}{ck_ratio} |")
+    out += ["", "Each cell: this kit / published (ratio this kit ÷ published). "
+            f"Minutes for {table.target_steps} steps of `train_step_timing` only: model load, data load, "
+            "validation and checkpoint saving excluded.",
+            f"[e] extrapolated by this kit from the measured steps to {table.target_steps} "
+            "(warm-up once + steady mean; see `vdkit validate`). [f] fluctuating step times. "
+            "N/A: the planner says the layout does not fit (ours) or the guide printed N/A (published). "
+            "—: not run."]
+    out += [f"[{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items() if k.startswith("footnote ")]
+    reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
+    for c in reasons:
+        out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
+    out += ["", f"Published source: {table.source}", ""]
+    return "\n".join(out)
+
+
+CSV_FIELDS = ("model", "gpus", "nodes", "method", "status", "minutes", "interval_lo", "interval_hi", "fluctuating",
+              "published_minutes", "published_footnote", "ratio", "checkpoint_gb", "published_checkpoint_gb",
+              "reason", "runs")
+
+
+def to_csv(table: Table) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    for c in table.cells:
+        d = c.to_dict()
+        lo, hi = d.pop("interval_minutes") or (None, None)
+        d.pop("published_na")
+        d.update(interval_lo=lo, interval_hi=hi, runs=";".join(d["runs"]))
+        w.writerow(d)
+    return buf.getvalue()
+
+
+def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
+    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths.
+
+    Each file is written to a temporary name and renamed, so a failure leaves no half-written file.
+    """
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create report directory {out}: {exc.strerror}",
+                        "pass --out DIR pointing at a writable directory") from None
+    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
+             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
+    written = []
+    for name, data in files.items():
+        target = out / name
+        tmp = out / f".{name}.tmp"
+        tmp.write_bytes(data)
+        tmp.replace(target)
+        written.append(target)
+    return written

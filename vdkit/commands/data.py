@@ -1,0 +1,111 @@
+"""`vdkit data`: prepare public datasets as NeMo SFT JSONL, count their tokens, pack them.
+
+  vdkit data prepare {dolly,alpaca,pubmedqa} INPUT OUT_DIR [--seed S] [--split 0.8,0.1,0.1] [--force]
+  vdkit data stats FILE [--tokenizer PATH] [--field both|input|output] [--json]
+  vdkit data pack FILE OUT(.npy|.jsonl) --tokenizer PATH [--max-len 4096] [--truncate]
+
+The work lives in vdkit.recipes.data / data_stats / packing, imported only when a sub-verb runs
+(tokenizer libraries load only inside those), so `vdkit --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from vdkit.errors import UserError
+# Light (standard library only): the dataset names and defaults have one home.
+from vdkit.recipes.data import DATASETS, DEFAULT_SEED, DEFAULT_SPLIT
+
+DEFAULT_MAX_LEN = 4096  # Llama 2's context length (published.md), NeMo's packed-sequence length
+
+
+def register(subparsers) -> None:
+    """Add `data` and its sub-verbs."""
+    p = subparsers.add_parser("data", help="prepare, count and pack fine-tuning data",
+                              description="Prepare public datasets as NeMo SFT JSONL, print their "
+                                          "token statistics, pack them into max-length sequences.")
+    sub = p.add_subparsers(dest="data_verb", metavar="SUBVERB")
+    p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
+
+    pr = sub.add_parser("prepare", help="public dataset file -> training/validation/test.jsonl",
+                        description="Read a public dataset in its own format and write NeMo SFT JSONL "
+                                    "(input, output) splits with a fixed prompt template.")
+    pr.add_argument("dataset", choices=DATASETS)
+    pr.add_argument("input", metavar="INPUT", help="databricks-dolly-15k.jsonl, alpaca_data.json or ori_pqaa.json")
+    pr.add_argument("out_dir", metavar="OUT_DIR", help="where training.jsonl, validation.jsonl, test.jsonl go")
+    default_split = ",".join(f"{p:g}" for p in DEFAULT_SPLIT)
+    pr.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"shuffle seed (default {DEFAULT_SEED})")
+    pr.add_argument("--split", default=default_split,
+                    help=f"train,validation,test fractions (default {default_split})")
+    pr.add_argument("--force", action="store_true", help="replace split files already in OUT_DIR")
+    pr.set_defaults(func=_prepare)
+
+    st = sub.add_parser("stats", help="samples, unique samples, tokens per sample, total tokens",
+                        description="The design guide's dataset block for a NeMo SFT JSONL file.")
+    st.add_argument("file", metavar="FILE")
+    st.add_argument("--tokenizer", metavar="PATH",
+                    help="SentencePiece .model, tokenizer.json, or Hugging Face tokenizer directory "
+                         "(default: count whitespace words, and say so)")
+    st.add_argument("--field", choices=("both", "input", "output"), default="both",
+                    help="what to count per sample: the trained text '{input} {output}' (default) or one field")
+    st.add_argument("--json", action="store_true", help="print JSON instead of the text block")
+    st.set_defaults(func=_stats)
+
+    pk = sub.add_parser("pack", help="first-fit-decreasing packing into max-length sequences",
+                        description="Tokenize a NeMo SFT JSONL file and pack it (first-fit-decreasing) "
+                                    "into sequences of at most --max-len tokens; prints the packing efficiency.")
+    pk.add_argument("file", metavar="FILE")
+    pk.add_argument("out", metavar="OUT", help="packed output: .npy (NeMo's layout) or .jsonl")
+    pk.add_argument("--tokenizer", metavar="PATH", required=True)
+    pk.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN, help=f"default {DEFAULT_MAX_LEN}")
+    pk.add_argument("--truncate", action="store_true", help="cut samples longer than --max-len instead of failing")
+    pk.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    pk.set_defaults(func=_pack)
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from vdkit.recipes import data
+
+    split = data.parse_split(args.split)
+    report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force)
+    print("\n".join(report.lines()))
+    return 0
+
+
+def _stats(args: argparse.Namespace) -> int:
+    from vdkit.recipes.data_stats import dataset_stats, load_tokenizer
+
+    stats = dataset_stats(args.file, load_tokenizer(args.tokenizer), field=args.field)
+    print(json.dumps(stats.to_dict(), indent=2) if args.json else "\n".join(stats.lines()))
+    return 0
+
+
+def _pack(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from vdkit.recipes.data_stats import load_tokenizer
+    from vdkit.recipes.packing import pack_sequences, tokenize_sft, write_packed
+
+    out = Path(args.out)
+    if out.suffix not in (".npy", ".jsonl"):
+        raise UserError(f"{out}: unknown packed format {out.suffix or '(no suffix)'!r}",
+                        "name the output .npy (NeMo's packed layout) or .jsonl")
+    if out.exists() and not args.force:
+        raise UserError(f"{out}: already exists", "pass another path, or --force to replace it")
+    if args.max_len < 1:
+        raise UserError(f"--max-len {args.max_len} is not a positive number of tokens", "use e.g. --max-len 4096")
+    tok = load_tokenizer(args.tokenizer)
+    ids, masks = tokenize_sft(args.file, tok)
+    if not args.truncate:
+        longest = max(range(len(ids)), key=lambda i: len(ids[i]))
+        if len(ids[longest]) > args.max_len:
+            over = sum(len(x) > args.max_len for x in ids)
+            raise UserError(f"{args.file}: {over} samples exceed --max-len {args.max_len} "
+                            f"(longest {len(ids[longest])} tokens)",
+                            "raise --max-len or pass --truncate to cut them")
+    rows, result = pack_sequences(ids, args.max_len, masks, truncate=args.truncate)
+    write_packed(out, rows)
+    print(f"tokenizer: {tok.name}")
+    print(result.summary())
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,163 @@
+"""`vdkit validate` (measured steps -> target-step estimate) and `vdkit report` (design-guide tables)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from vdkit.errors import UserError
+
+DEFAULT_TARGET_STEPS = 1000  # used only when no recipe.yaml says train.target_steps
+
+
+def register(sub) -> None:
+    v = sub.add_parser(
+        "validate", help="turn a run's measured steps into an estimate for the target steps, with a 95 % interval",
+        description="Parse a run directory (TensorBoard events under logs/, else its *.out files), a Slurm .out / "
+                    "NeMo log file, or a TensorBoard event directory; drop the warm-up, report the steady-state "
+                    "step time and extrapolate to the target steps. Only train_step_timing is summed: model load, "
+                    "data load, validation and checkpoints are excluded unless --val-* / --checkpoint-seconds "
+                    "add them.")
+    v.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_LOG")
+    v.add_argument("--target-steps", type=int, metavar="N",
+                   help=f"steps to extrapolate to (default: the run's train.target_steps, else {DEFAULT_TARGET_STEPS})")
+    v.add_argument("--json", action="store_true", help="print one JSON object per run (one per line)")
+    v.add_argument("--val-every", type=int, default=0, metavar="N", help="add a validation every N steps ...")
+    v.add_argument("--val-seconds", type=float, default=0.0, metavar="S", help="... taking S seconds each")
+    v.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
+                   help="add S seconds per checkpoint (every engine.checkpoint_every_n_steps of the recipe, "
+                        "else one at the end)")
+    v.set_defaults(func=run_validate)
+
+    r = sub.add_parser(
+        "report", help="rebuild a design-guide table (table9, training) from run directories, next to the published one",
+        description="Read each run directory's recipe, plan and logs; write the table as Markdown, CSV and JSON "
+                    "plus PNG plots (minutes vs GPUs, step-time traces) into --out and print the Markdown.")
+    r.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    r.add_argument("--table", choices=("table9", "training"), default="table9")
+    r.add_argument("--out", default="report", metavar="DIR", help="output directory (default: ./report)")
+    r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    r.set_defaults(func=run_report)
+
+
+# ----------------------------------------------------------------------------- validate
+def _find_recipe(source: Path) -> Optional[Path]:
+    """The recipe.yaml of the run a source belongs to (the dir itself, or up to two parents)."""
+    for d in [source if source.is_dir() else source.parent, *list(source.parents)[:2]]:
+        if (d / "recipe.yaml").is_file():
+            return d
+    return None
+
+
+def _overheads(args, run_dir: Optional[Path]):
+    from vdkit.validation.extrapolate import Overheads
+
+    if args.val_every < 0 or args.val_seconds < 0 or args.checkpoint_seconds < 0:
+        raise UserError("--val-every, --val-seconds and --checkpoint-seconds must not be negative",
+                        "pass e.g. --val-every 200 --val-seconds 30")
+    if (args.val_every > 0) != (args.val_seconds > 0):
+        raise UserError("--val-every and --val-seconds go together", "pass both, e.g. --val-every 200 --val-seconds 30")
+    if not (args.val_every or args.checkpoint_seconds):
+        return None
+    every = 0
+    if run_dir is not None:
+        from vdkit.config import load_recipe
+
+        every = load_recipe(run_dir).engine.checkpoint_every_n_steps
+    return Overheads(args.val_every, args.val_seconds, every, args.checkpoint_seconds)
+
+
+def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> dict:
+    """Parse one source and estimate; the result as the JSON-able dict `vdkit validate --json` prints."""
+    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.logs import read_source
+
+    source = Path(source)
+    log = read_source(source)
+    if target_steps is None:
+        run_dir = _find_recipe(source)
+        if run_dir is not None:
+            from vdkit.config import load_recipe
+
+            target_steps = load_recipe(run_dir).train.target_steps
+        else:
+            target_steps = DEFAULT_TARGET_STEPS
+    est = estimate(log.timings, target_steps, overheads)
+    timed = log.timed
+    return {"source": str(source), "format": log.format, "files": log.files,
+            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(), "warnings": log.warnings,
+            "_log": log, "_estimate": est}
+
+
+def describe(result: dict) -> str:
+    """A validate result as the text block the CLI prints."""
+    r = result
+    pct = lambda x: f"{x:.1%}"  # noqa: E731
+    where = "extrapolated from" if r["extrapolated"] else "measured over"
+    lines = [
+        f"{r['source']}  ({r['format']}: {', '.join(Path(f).name for f in r['files'][:3])}"
+        f"{' ...' if len(r['files']) > 3 else ''})",
+        f"  measured      {r['steps_measured']} timed steps (global steps {r['first_step']}-{r['last_step']})",
+        f"  warm-up       {r['warmup_steps']} step(s) excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
+        f"  steady state  mean {r['step_time_mean_s']:.4g} s, median {r['step_time_median_s']:.4g} s, "
+        f"std {r['step_time_std_s']:.3g} s (CV {pct(r['step_time_cv'])}), p5-p95 {r['step_time_p5_s']:.4g}-"
+        f"{r['step_time_p95_s']:.4g} s, drift {r['drift']:+.1%}",
+        f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
+        f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
+        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} steps",
+        f"  includes      {'; '.join(r['includes'])}",
+        f"  excludes      {', '.join(r['excludes']) or 'nothing'}",
+    ]
+    lines += [f"  warning       {w}" for w in r["warnings"]]
+    return "\n".join(lines)
+
+
+def run_validate(args) -> int:
+    if args.target_steps is not None and args.target_steps < 1:
+        raise UserError(f"--target-steps {args.target_steps} must be >= 1", "pass e.g. --target-steps 1000")
+    failures = []
+    for i, src in enumerate(args.sources):
+        try:
+            overheads = _overheads(args, _find_recipe(Path(src)))
+            result = validate_one(src, args.target_steps, overheads)
+        except UserError as exc:
+            if len(args.sources) == 1:
+                raise
+            failures.append(exc)
+            print(f"vdkit validate: error: {exc}", file=sys.stderr)
+            continue
+        public = {k: v for k, v in result.items() if not k.startswith("_")}
+        if args.json:
+            print(json.dumps(public))
+        else:
+            print(("\n" if i else "") + describe(public))
+    return 2 if failures else 0
+
+
+# ----------------------------------------------------------------------------- report
+def run_report(args) -> int:
+    from vdkit.validation import tables
+
+    for r in args.runs:
+        if not Path(r).is_dir():
+            raise UserError(f"{r} is not a run directory", "pass run directories, e.g. `vdkit report runs/*`")
+    published = tables.load_published(args.table)
+    results = tables.collect_runs(args.runs, int(published["steps"]))
+    table = tables.table9(results) if args.table == "table9" else tables.training_table(results)
+    extra = {}
+    if not args.no_plots:
+        from vdkit.validation import plots
+        from vdkit.rundir import safe_dir_name
+
+        extra[f"{table.name}_scaling.png"] = plots.scaling_png(table)
+        for res in results:
+            if res.estimate is not None:
+                name = f"trace_{safe_dir_name(Path(res.path).name)}.png"
+                extra[name] = plots.trace_png(res.log, res.estimate, title=Path(res.path).name)
+    written = tables.write_table(table, args.out, extra)
+    print(tables.to_markdown(table))
+    for w in table.warnings:
+        print(f"vdkit report: warning: {w}", file=sys.stderr)
+    print(f"wrote {len(written)} files to {Path(args.out)}: " + ", ".join(p.name for p in written), file=sys.stderr)
+    return 0
