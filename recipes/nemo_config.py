@@ -308,9 +308,8 @@ def pretrain_config(plan, run_dir) -> dict:
     prefixes = _data_files(d, d.train_files, "train_files")
     weights = _probabilities(len(prefixes))
     data_root = PurePosixPath(d.data_dir)
-    # The SentencePiece model the shards were tokenized with lives beside them (data.tokenizer_model
-    # wins if the schema ever grows one).
-    tokenizer = getattr(d, "tokenizer_model", None) or str(data_root / "tokenizer.model")
+    # The SentencePiece model the shards were tokenized with: data.tokenizer_model, else beside them.
+    tokenizer = d.tokenizer_model or str(data_root / "tokenizer.model")
     p = r.parallelism
     parallel = _parallel(plan)
     parallel.setdefault("virtual_pipeline_model_parallel_size", None)

@@ -204,6 +204,21 @@ def render_files(plan, run_dir) -> Dict[str, str]:
     return files
 
 
+def preflight(plan, out_dir: Optional[Union[str, Path]] = None, check_mounts: Optional[bool] = None) -> None:
+    """Every check render_run makes, writing nothing: lets a sweep refuse a bad cell before any is written.
+
+    The files are rendered in memory against the run directory's likely path (the name is only
+    used for validation; render_run picks the real one).
+    """
+    from vdkit.plan import require_feasible
+    from vdkit.rundir import safe_dir_name
+
+    require_feasible(plan)
+    check_local_paths(plan, check_mounts)
+    base = Path(out_dir if out_dir is not None else plan.recipe.run.out_dir).expanduser().absolute()
+    render_files(plan, base / safe_dir_name(plan.recipe.run_name))
+
+
 def render_run(plan, out_dir: Optional[Union[str, Path]] = None, check_mounts: Optional[bool] = None) -> Path:
     """Validate ``plan``, render its files and write a new run directory; returns its path.
 

@@ -50,7 +50,16 @@ PINNED = [  # (model, method, overrides): interleaved pipelines and packed data
     ("llama2_7b", "lora", ["data.packed=true", "train.seq_length=4096"]),
     ("llama2_7b", "ptuning", ["cluster.nodes=3", "parallelism.tp=2", "parallelism.pp=2", "train.global_batch_size=120"]),
 ]
-CASES = [(mo, me, ov) for mo in MODELS for me in METHODS for ov in LAYOUTS.values()] + PINNED
+
+
+def _with_room(model, method, overrides):
+    """70B pretraining's design-guide layout (TP 4 x PP 4) needs at least 2 nodes."""
+    if (model, method) == ("llama2_70b", "pretrain") and not any(o.startswith("cluster.nodes=") for o in overrides):
+        return ["cluster.nodes=4", *overrides]
+    return overrides
+
+
+CASES = [(mo, me, _with_room(mo, me, ov)) for mo in MODELS for me in METHODS for ov in LAYOUTS.values()] + PINNED
 
 
 def _template(method: str) -> dict:

@@ -167,7 +167,9 @@ def test_images_pyxis_reads_pass_unchanged(image):
     assert slurm_env.check_image(image) == image
 
 
-def test_image_with_hash_reaches_srun_intact(tmp_path):
-    r = compose(["engine.container_image=nvcr.io#nvidia/nemo:24.01.01.framework"])
+def test_image_with_hash_reaches_srun_intact():
+    # Hydra's override grammar needs the '#' quoted: engine.container_image='nvcr.io#nvidia/nemo:TAG'
+    r = compose(["engine.container_image='nvcr.io#nvidia/nemo:24.01.01.framework'"])
+    assert r.engine.container_image == "nvcr.io#nvidia/nemo:24.01.01.framework"
     plan = make_plan(r)
     assert f"--container-image={r.engine.container_image}" in render.srun_argv(plan, RUN_DIR)

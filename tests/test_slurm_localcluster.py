@@ -96,8 +96,8 @@ rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
 dist.init_process_group("gloo", rank=rank, world_size=world)
 t = torch.tensor([float(rank + 1)])
 dist.all_reduce(t)
-print(f"rank={{rank}} world={{dist.get_world_size()}} sum={{t.item():g}} node={{os.environ[\"SLURMD_NODENAME\"]}} "
-      f"gpus={{os.environ.get(\"CUDA_VISIBLE_DEVICES\")}}", flush=True)
+node, gpus = os.environ["SLURMD_NODENAME"], os.environ.get("CUDA_VISIBLE_DEVICES")
+print(f"rank={{rank}} world={{dist.get_world_size()}} sum={{t.item():g}} node={{node}} gpus={{gpus}}", flush=True)
 dist.destroy_process_group()
 '
 """

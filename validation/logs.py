@@ -210,15 +210,15 @@ class _Nemo1Parser:
 
     def _step(self, epoch: Optional[int], n: int, metrics: Dict[str, str]) -> Optional[int]:
         shown = metrics.get(STEP_KEY)
+        # Lightning prints the bar once after moving n and once after setting the new metrics:
+        # an update whose metrics equal the previous one's is that stale first print of the
+        # previous step (its n is one ahead), not a new step.
+        if metrics == self.last_metrics:
+            return self.last_step
         exact = _exact_int(shown) if shown is not None else None
         if exact is not None:
             self.offsets[epoch] = n - exact
             return exact
-        # No exact global_step. Lightning prints the bar once after moving n and once after
-        # setting the new metrics: an update whose metrics equal the previous one's is that
-        # stale first print of the previous step, not a new step.
-        if metrics == self.last_metrics:
-            return self.last_step
         if epoch not in self.offsets:
             # NeMo shows n = global_step + 1; a later epoch continues after the last step seen.
             self.offsets[epoch] = 1 if self.last_step is None else n - (self.last_step + 1)

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "vdkit.commands.render",
     "vdkit.commands.data",
     "vdkit.commands.submit",
+    "vdkit.commands.run",
     "vdkit.commands.validate",
 )
 

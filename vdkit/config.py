@@ -81,6 +81,7 @@ class DataCfg:
     validation_files: List[str] = field(default_factory=list)
     test_files: List[str] = field(default_factory=list)
     packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
+    tokenizer_model: Optional[str] = None  # SentencePiece .model or HF tokenizer dir; None: engine default
 
 
 @dataclass
@@ -356,8 +357,9 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
     """The override sets of the named sweep conf/sweep/NAME.yaml, each followed by ``extra``.
 
-    A sweep file holds ``cells: [[override, ...], ...]``; ``extra`` (the command line's own
-    overrides) is appended to every cell, so it wins.
+    A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
+    put before every cell; ``extra`` (the command line's own overrides) is appended to every
+    cell, so it wins.
     """
     import yaml
 
@@ -368,9 +370,10 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
     cells = data.get("cells")
     if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
         raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
+    base = [str(x) for x in data.get("base") or []]
     expanded: List[List[str]] = []
     for cell in cells:
-        expanded.extend(expand_multirun([str(x) for x in cell] + list(extra)))
+        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
     return expanded
 
 

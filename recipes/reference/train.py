@@ -11,6 +11,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from vdkit.errors import UserError
@@ -53,6 +54,10 @@ def make_fabric(plan, dist):
     from vdkit.recipes.reference.distributed import make_cluster_environment
 
     cuda = torch.cuda.is_available()
+    if "OMP_NUM_THREADS" not in os.environ:  # share the cores between this node's ranks, as torchrun does
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size))
+    # Our cluster environment reads Slurm's variables itself; Lightning's srun hint does not apply.
+    warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
     accelerator = "cuda" if cuda else "cpu"
     precision = "bf16-mixed" if cuda else "32-true"  # fp8 recipes train in bf16 here
     nodes = max(dist.world_size // dist.local_world_size, 1)

@@ -34,7 +34,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from vdkit.config import compose, override_sets
     from vdkit.plan import make_plan, require_feasible
-    from vdkit.slurm.render import check_local_paths, render_run
+    from vdkit.slurm.render import preflight, render_run
 
     sets = override_sets(args.overrides, args.multirun, args.sweep)
     many = bool(args.multirun or args.sweep)
@@ -47,9 +47,9 @@ def run(args) -> int:
         except UserError as exc:
             if not many:
                 raise
-            print(f"vdkit render: skipped {' '.join(overrides) or recipe.run_name}: {exc.what}", file=sys.stderr)
+            print(f"vdkit render: skipped {' '.join(overrides) or recipe.run_name}: {exc}", file=sys.stderr)
             continue
-        check_local_paths(plan, args.check_mounts)
+        preflight(plan, args.out, args.check_mounts)
         plans.append(plan)
     if not plans:
         raise UserError("no cell of the sweep is feasible, nothing rendered", "see the notes above; change the sweep")

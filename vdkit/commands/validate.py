@@ -13,7 +13,7 @@ DEFAULT_TARGET_STEPS = 1000  # used only when no recipe.yaml says train.target_s
 
 def register(sub) -> None:
     v = sub.add_parser(
-        "validate", help="turn a run's measured steps into an estimate for the target steps, with a 95 % interval",
+        "validate", help="turn a run's measured steps into an estimate for the target steps, with a 95 %% interval",
         description="Parse a run directory (TensorBoard events under logs/, else its *.out files), a Slurm .out / "
                     "NeMo log file, or a TensorBoard event directory; drop the warm-up, report the steady-state "
                     "step time and extrapolate to the target steps. Only train_step_timing is summed: model load, "

@@ -1,0 +1,113 @@
+"""Local processes standing in for a job's ranks (``vdkit run``, cluster=local).
+
+One process per rank, each running :func:`vdkit.recipes.reference.reference_command` with the
+torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
+MASTER_PORT). Rank 0's stdout and stderr go to ``<run_dir>/local-1.out`` and to the terminal, as
+a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``.
+When one rank fails the others are stopped (a collective would otherwise wait forever).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import BinaryIO, List, Optional
+
+LOCAL_OUT = "local-1.out"
+STOP_GRACE_S = 10.0
+
+
+def rank_env(rank: int, world: int, per_node: int, port: int, base: Optional[dict] = None) -> dict:
+    """The environment of local rank ``rank`` (Slurm's variables removed: this is not a Slurm task)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("SLURM_")}
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
+               LOCAL_WORLD_SIZE=str(per_node), NODE_RANK=str(rank // per_node),
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
+    # Share the cores between the ranks (oversubscribed OpenMP threads spin and crawl).
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def _pump(src: BinaryIO, sinks: List[BinaryIO]) -> None:
+    """Copy a child's output to every sink as it arrives (the '\r' progress updates included)."""
+    fd = src.fileno()
+    while True:
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        for s in sinks:
+            s.write(chunk)
+            s.flush()
+
+
+def _stop(procs: List[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for p in procs:
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None) -> int:
+    """Run ``world`` ranks of the reference engine on this machine; 0 when all succeed.
+
+    Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
+    from vdkit.recipes.reference import reference_command
+    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.rundir import LOG_DIR
+
+    run_dir = Path(run_dir)
+    terminal = terminal if terminal is not None else sys.stdout.buffer
+    (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    cmd = reference_command(run_dir)
+    procs: List[subprocess.Popen] = []
+    files = []
+    pump = None
+    try:
+        for rank in range(world):
+            out_path = run_dir / LOCAL_OUT if rank == 0 else run_dir / LOG_DIR / f"rank{rank}.out"
+            fh = open(out_path, "wb")
+            files.append(fh)
+            if rank == 0:
+                p = subprocess.Popen(cmd, env=rank_env(rank, world, per_node, port), stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, cwd=run_dir)
+                pump = threading.Thread(target=_pump, args=(p.stdout, [fh, terminal]), daemon=True)
+                pump.start()
+            else:
+                p = subprocess.Popen(cmd, env=rank_env(rank, world, per_node, port), stdout=fh,
+                                     stderr=subprocess.STDOUT, cwd=run_dir)
+            procs.append(p)
+        failed = None
+        while failed is None and any(p.poll() is None for p in procs):
+            for rank, p in enumerate(procs):
+                rc = p.poll()
+                if rc not in (None, 0):
+                    failed = (rank, rc)
+                    break
+            time.sleep(0.1)
+        if failed is None:
+            failed = next(((r, p.returncode) for r, p in enumerate(procs) if p.returncode), None)
+        if failed is not None:
+            _stop(procs)
+            rank, rc = failed
+            where = run_dir / (LOCAL_OUT if rank == 0 else f"{LOG_DIR}/rank{rank}.out")
+            print(f"vdkit run: rank {rank} exited with code {rc}; see {where}", file=sys.stderr)
+            return rc if rc > 0 else 1
+        return 0
+    finally:
+        _stop(procs)  # Ctrl-C or an error here: no orphaned ranks
+        if pump is not None:
+            pump.join(timeout=5)
+        for fh in files:
+            fh.close()

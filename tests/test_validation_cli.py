@@ -1,0 +1,155 @@
+"""`vdkit validate` and `vdkit report` end to end through vdkit.cli.main, on run directories made here."""
+from __future__ import annotations
+
+import csv
+import json
+import random
+
+import pytest
+
+from test_validation_logs import write_events, write_nemo1_log
+from vdkit.cli import main
+from vdkit.config import compose, load_recipe
+from vdkit.plan import make_plan
+from vdkit.rundir import create_run_dir
+
+
+def make_run(base, overrides, timings=None, kind="out"):
+    """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
+    run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)
+    if timings is not None:
+        if kind == "out":
+            write_nemo1_log(run / "slurm-1.out", timings)
+        else:
+            (run / "logs").mkdir()
+            write_events(run / "logs", timings)
+    return run
+
+
+def series(mean, n=50, warm=12.0, seed=0, cv=0.01):
+    rng = random.Random(seed)
+    return [warm] + [rng.gauss(mean, cv * mean) for _ in range(n - 1)]
+
+
+TINY = ["model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic"]
+
+
+# ----------------------------------------------------------------------------- validate
+def test_validate_text_and_json(tmp_path, capsys):
+    run = make_run(tmp_path, TINY + ["train.target_steps=400"], series(0.5))
+    assert main(["validate", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "warm-up" in out and "400 steps" in out and "excludes      model load, data load, validation" in out
+    assert main(["validate", str(run), "--json", "--target-steps", "1000"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    for key in ("source", "steps_measured", "warmup_steps", "step_time_mean_s", "step_time_median_s", "fluctuating",
+                "target_steps", "extrapolated_minutes", "interval_minutes"):
+        assert key in obj
+    assert obj["steps_measured"] == 50 and obj["target_steps"] == 1000 and obj["warmup_steps"] >= 5
+    assert obj["step_time_mean_s"] == pytest.approx(0.5, rel=0.02)
+    lo, hi = obj["interval_minutes"]
+    assert lo <= obj["extrapolated_minutes"] <= hi
+
+
+def test_validate_default_target_from_recipe_and_log_file(tmp_path, capsys):
+    run = make_run(tmp_path, TINY + ["train.target_steps=300"], series(1.0))
+    assert main(["validate", str(run / "slurm-1.out"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_steps"] == 300
+    loose = write_nemo1_log(tmp_path / "loose.out", series(1.0))
+    assert main(["validate", str(loose), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["target_steps"] == 1000
+
+
+def test_validate_tensorboard_dir_and_overheads(tmp_path, capsys):
+    run = make_run(tmp_path, TINY, series(2.0, seed=4), kind="tb")
+    assert main(["validate", str(run / "logs"), "--json", "--target-steps", "1000"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert main(["validate", str(run), "--json", "--target-steps", "1000", "--val-every", "250", "--val-seconds",
+                 "60", "--checkpoint-seconds", "120"]) == 0
+    extra = json.loads(capsys.readouterr().out)
+    every = load_recipe(run).engine.checkpoint_every_n_steps  # checkpoints as often as the recipe says
+    ckpts = 1000 // every if every else 1
+    assert extra["extrapolated_minutes"] == pytest.approx(plain["extrapolated_minutes"] + (4 * 60 + ckpts * 120) / 60)
+    assert "validation" not in extra["excludes"]
+
+
+def test_validate_errors_are_one_line_exit_2(tmp_path, capsys):
+    empty = tmp_path / "empty.out"
+    empty.write_text("no progress here\n")
+    assert main(["validate", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "empty.out" in err and "Traceback" not in err
+    assert main(["validate", str(tmp_path / "missing")]) == 2
+    assert main(["validate", str(empty), "--target-steps", "0"]) == 2
+    assert main(["validate", str(empty), "--val-every", "10"]) == 2
+    # Several sources: the good ones print, the bad one is one line on stderr, exit 2.
+    good = write_nemo1_log(tmp_path / "good.out", series(1.0))
+    capsys.readouterr()
+    assert main(["validate", str(good), str(empty), "--json"]) == 2
+    cap = capsys.readouterr()
+    assert len(cap.out.strip().splitlines()) == 1 and "empty.out" in cap.err
+
+
+# ----------------------------------------------------------------------------- report
+def test_report_table9_with_published_and_infeasible(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    lora = make_run(runs, ["model=llama2_7b", "method=lora", "cluster.nodes=1", "cluster.gpus_per_node=4"],
+                    series(6.0, seed=1))  # 6 s x 1000 ~ 100 min, near the published 102
+    sft = make_run(runs, ["model=llama2_7b", "method=sft", "cluster.nodes=1", "cluster.gpus_per_node=4"],
+                   series(22.8, seed=2, cv=0.2))  # fluctuating, as the guide saw
+    infeasible = make_run(runs, ["model=llama2_70b", "method=sft", "cluster.nodes=1"])  # no logs: cannot fit
+    out = tmp_path / "report"
+    assert main(["report", str(lora), str(sft), str(infeasible), "--table", "table9", "--out", str(out)]) == 0
+    md = capsys.readouterr().out
+    assert (out / "table9.md").read_text() == md + "\n" or (out / "table9.md").read_text().strip() == md.strip()
+    assert "| Llama 2 7B | 4 |" in md and "/ 102 (" in md and "[e]" in md and "[f]" in md
+    assert "| Llama 2 70B | 8 |" in md and "N/A / N/A" in md
+    data = json.loads((out / "table9.json").read_text())
+    cells = {(c["model"], c["gpus"], c["method"]): c for c in data["cells"]}
+    c = cells[("llama2_7b", 4, "lora")]
+    assert c["status"] == "extrapolated" and c["published_minutes"] == 102
+    assert c["ratio"] == pytest.approx(c["minutes"] / 102, rel=1e-2) and 0.9 < c["ratio"] < 1.1
+    assert cells[("llama2_7b", 4, "sft")]["fluctuating"] is True
+    assert cells[("llama2_70b", 8, "sft")]["status"] == "infeasible"
+    assert "GB per GPU" in cells[("llama2_70b", 8, "sft")]["reason"]
+    assert cells[("llama2_7b", 16, "lora")]["status"] == "not run"  # published rows of a model that ran
+    assert ("llama2_13b", 4, "lora") not in cells  # models that did not run stay out
+    rows = list(csv.DictReader((out / "table9.csv").open()))
+    assert len(rows) == len(data["cells"]) and {r["status"] for r in rows} >= {"extrapolated", "infeasible"}
+    for png in ("table9_scaling.png", f"trace_{lora.name}.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_tiny_model_rows_with_na_published(tmp_path, capsys):
+    run = make_run(tmp_path / "runs", TINY, series(0.2, seed=5))
+    out = tmp_path / "rep"
+    assert main(["report", str(run), "--out", str(out), "--no-plots"]) == 0
+    md = capsys.readouterr().out
+    assert "| tiny_llama | 1 |" in md and "/ N/A" in md
+    data = json.loads((out / "table9.json").read_text())
+    assert [c["method"] for c in data["cells"]] == ["lora", "ptuning", "sft"]
+    assert data["cells"][0]["published_minutes"] is None and data["cells"][0]["minutes"] > 0
+    assert not list(out.glob("*.png"))
+
+
+def test_report_training_table(tmp_path, capsys):
+    run = make_run(tmp_path / "runs", ["model=llama2_7b", "method=pretrain", "data=pile", "cluster.nodes=1",
+                                       "parallelism.tp=2", "parallelism.pp=1", "train.max_steps=40",
+                                       "train.target_steps=40"], series(5.0, n=40))
+    out = tmp_path / "rep"
+    assert main(["report", str(run), "--table", "training", "--out", str(out), "--no-plots"]) == 0
+    md = capsys.readouterr().out
+    assert "time for 40 steps" in md and "/ 3.32 (" in md and "/ 100 (" in md
+    data = json.loads((out / "training.json").read_text())
+    cell = [c for c in data["cells"] if c["model"] == "llama2_7b"][0]
+    plan_ckpt = make_plan(compose(["model=llama2_7b", "method=pretrain", "data=pile", "parallelism.tp=2"])).checkpoint_gb
+    assert cell["status"] == "measured" and cell["checkpoint_gb"] == pytest.approx(plan_ckpt, abs=0.01)
+    assert cell["published_checkpoint_gb"] == 100
+    assert cell["minutes"] == pytest.approx(sum(series(5.0, n=40)) / 60, rel=1e-3)
+
+
+def test_report_errors(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope")]) == 2
+    (tmp_path / "plain").mkdir()
+    assert main(["report", str(tmp_path / "plain")]) == 2
+    assert "recipe.yaml" in capsys.readouterr().err
