@@ -270,7 +270,7 @@ class LocalCluster:
 
     def _start_munge(self) -> None:
         mdir = self.root / "munge"
-        os.chmod(mdir, 0o700)
+        os.chmod(mdir, 0o755)  # clients of any user reach the socket; the key itself is 0400
         key = mdir / "munge.key"
         if not key.exists():
             fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)

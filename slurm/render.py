@@ -94,7 +94,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
             params[key] = _directive(f"cluster.{key}", value)
     # Optional chaining (e.g. "singleton" with exp_manager.resume_if_exists); read defensively so
     # that a ClusterCfg without the field renders as before.
-    dependency = getattr(c, "dependency", None)
+    dependency = c.dependency
     if dependency:
         params["dependency"] = _directive("cluster.dependency", dependency)
     return params

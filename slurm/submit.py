@@ -283,9 +283,11 @@ def job_state(target: RunOrJob) -> JobState:
 def wait(target: RunOrJob, timeout: Optional[float] = None, poll_s: float = 2.0) -> JobState:
     """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state."""
     deadline = None if timeout is None else time.time() + timeout
+    lost = 0  # consecutive answers from outside Slurm: a busy controller must not end the wait early
     while True:
         st = job_state(target)
-        if st.done or (st.state == "UNKNOWN" and st.source in ("log", "none", "saved")):
+        lost = lost + 1 if st.source in ("log", "none", "saved") else 0
+        if st.done or lost >= 3:
             return st
         if deadline is not None and time.time() >= deadline:
             return st

@@ -1,7 +1,6 @@
 """`vdkit submit` / `vdkit status` against the real local Slurm (and their errors without one)."""
 from __future__ import annotations
 
-import os
 import socket
 from pathlib import Path
 

@@ -172,7 +172,14 @@ def _split_bar(segment: str) -> Optional[Tuple[Optional[int], int, Optional[int]
 
 
 class _Nemo1Parser:
-    """Turns TQDM updates into steps; remembers per-epoch offsets between bar counter and step."""
+    """Turns TQDM updates into steps; remembers per-epoch offsets between bar counter and step.
+
+    Lightning prints the bar twice per step: once right after moving the counter n (still
+    showing the previous step's metrics: a *stale* print) and once after setting the new
+    metrics. Keyed by an exact ``global_step`` the stale print just repeats the previous step.
+    Keyed by the counter (short-form steps), the stale print would claim step n-1 with old
+    metrics; it is held back and dropped when the next update has the same n.
+    """
 
     def __init__(self, steps: Dict[int, StepRecord], warnings: List[str], name: str):
         self.steps = steps
@@ -180,7 +187,9 @@ class _Nemo1Parser:
         self.name = name
         self.offsets: Dict[Optional[int], int] = {}  # epoch -> bar n minus global step
         self.last_step: Optional[int] = None
+        self.last_n: Optional[int] = None
         self.last_metrics: Optional[Dict[str, str]] = None
+        self.pending: Optional[Tuple[Optional[int], int, Dict[str, str]]] = None  # a possible stale print
         self.total: Optional[int] = None
         self.truncated = 0
         self.approximate = 0
@@ -198,27 +207,36 @@ class _Nemo1Parser:
         self.updates += 1
         if total is not None:
             self.total = total
-        step = self._step(epoch, n, metrics)
-        if step is None:
+        shown = metrics.get(STEP_KEY)
+        exact = _exact_int(shown) if shown is not None else None
+        same = metrics == self.last_metrics
+        if exact is None and same and self.last_n is not None and n == self.last_n + 1:
+            self.pending = (epoch, n, metrics)
+            self.last_n = n
             return True
-        rec = StepRecord(step, _positive(metrics.get(TIMING_KEY)), _number(metrics.get(LOSS_KEY, "")),
-                         _number(metrics.get(SAMPLES_KEY, "")))
-        self.steps[step] = rec  # the last update of a step wins
-        self.last_step = step if self.last_step is None else max(self.last_step, step)
-        self.last_metrics = metrics
+        if self.pending is not None and self.pending[1] != n:
+            # The held-back update was not followed by its fresh print: a real step after all.
+            p_epoch, p_n, p_metrics = self.pending
+            self._record(self._counter_step(p_epoch, p_n, p_metrics.get(STEP_KEY)), p_n, p_metrics)
+        self.pending = None
+        if exact is not None:
+            if not same:  # a stale re-print (n one ahead) must not shift the offset
+                self.offsets[epoch] = n - exact
+            step = exact
+        else:
+            step = self._counter_step(epoch, n, shown)
+        self._record(step, n, metrics)
         return True
 
-    def _step(self, epoch: Optional[int], n: int, metrics: Dict[str, str]) -> Optional[int]:
-        shown = metrics.get(STEP_KEY)
-        # Lightning prints the bar once after moving n and once after setting the new metrics:
-        # an update whose metrics equal the previous one's is that stale first print of the
-        # previous step (its n is one ahead), not a new step.
-        if metrics == self.last_metrics:
-            return self.last_step
-        exact = _exact_int(shown) if shown is not None else None
-        if exact is not None:
-            self.offsets[epoch] = n - exact
-            return exact
+    def _record(self, step: int, n: int, metrics: Dict[str, str]) -> None:
+        self.steps[step] = StepRecord(step, _positive(metrics.get(TIMING_KEY)), _number(metrics.get(LOSS_KEY, "")),
+                                      _number(metrics.get(SAMPLES_KEY, "")))  # the last update of a step wins
+        self.last_step = step if self.last_step is None else max(self.last_step, step)
+        self.last_n = n
+        self.last_metrics = metrics
+
+    def _counter_step(self, epoch: Optional[int], n: int, shown: Optional[str]) -> int:
+        """The step of an update without an exact global_step: bar counter minus the epoch's offset."""
         if epoch not in self.offsets:
             # NeMo shows n = global_step + 1; a later epoch continues after the last step seen.
             self.offsets[epoch] = 1 if self.last_step is None else n - (self.last_step + 1)

@@ -66,7 +66,8 @@ def scaling_png(table) -> bytes:
         ax.set_ylim(bottom=0)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
-    fig.suptitle(f"{table.title}\nfilled: measured, hollow: extrapolated, dashed: published", fontsize=9)
+    fig.suptitle(f"{table.title}\nsolid, filled: measured by this kit; hollow: extrapolated by this kit; "
+                 "dashed x: published; bars: 95 % interval", fontsize=9, y=1.04)
     return _png(fig)
 
 

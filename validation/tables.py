@@ -286,12 +286,14 @@ def to_markdown(table: Table) -> str:
                        f"| {ck} / {pub_ck}{ck_ratio} |")
     out += ["", "Each cell: this kit / published (ratio this kit ÷ published). "
             f"Minutes for {table.target_steps} steps of `train_step_timing` only: model load, data load, "
-            "validation and checkpoint saving excluded.",
-            f"[e] extrapolated by this kit from the measured steps to {table.target_steps} "
-            "(warm-up once + steady mean; see `vdkit validate`). [f] fluctuating step times. "
-            "N/A: the planner says the layout does not fit (ours) or the guide printed N/A (published). "
+            "validation and checkpoint saving excluded.", "",
+            f"- [e] extrapolated by this kit from the measured steps to {table.target_steps} "
+            "(warm-up once + steady mean; see `vdkit validate`).",
+            "- [f] fluctuating step times (CV over 10 % or a significant drift).",
+            "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run."]
-    out += [f"[{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items() if k.startswith("footnote ")]
+    out += [f"- [{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items()
+            if k.startswith("footnote ")]
     reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
     for c in reasons:
         out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")

@@ -69,6 +69,7 @@ class ClusterCfg:
     account: Optional[str] = None
     qos: Optional[str] = None
     reservation: Optional[str] = None
+    dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
 
 

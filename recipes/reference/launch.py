@@ -27,8 +27,9 @@ def rank_env(rank: int, world: int, per_node: int, port: int, base: Optional[dic
     env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % per_node),
                LOCAL_WORLD_SIZE=str(per_node), NODE_RANK=str(rank // per_node),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONUNBUFFERED="1")
-    # Share the cores between the ranks (oversubscribed OpenMP threads spin and crawl).
-    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world)))
+    # One thread per rank unless the user says otherwise, as torchrun does: oversubscribed OpenMP
+    # threads spin, and a shared 2-core box ran a tiny model 10-20x slower with 2 threads per rank.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
 

@@ -1,0 +1,84 @@
+"""Benchmark: parse a 100,000-step NeMo 1.x Slurm .out (TQDM updates separated by '\\r').
+
+Writes the log into a temporary file (Lightning's two prints per step: the bar moved with the
+old metrics, then the new metrics; a [NeMo I ...] record glued on every 100th update), then
+prints the file size, the parse time (best of --repeat runs) and the peak Python memory of one
+parse (tracemalloc, a separate run because tracing slows parsing down). Figures, no assertions.
+
+    python benchmarks/bench_parse.py [--steps 100000] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+import tracemalloc
+
+
+def tqdm_num(x) -> str:
+    """TQDM's format_num with Lightning's padding, as in a real NeMo log."""
+    f = "{0:.3g}".format(x).replace("e+0", "e+").replace("e-0", "e-")
+    n = str(x)
+    s = f if len(f) < len(n) else n
+    if isinstance(x, float) and "e" not in s:
+        if "." not in s and len(s) < 5:
+            s += "."
+        s += "0" * (5 - len(s))
+    return s
+
+
+def write_log(path: str, steps: int) -> None:
+    rng = random.Random(0)
+    with open(path, "w", newline="") as fh:
+        fh.write("[NeMo I 2024-01-01 11:59:00 megatron_init:263] Rank 0 has data parallel group : [0]\n")
+        prev = None
+        for i in range(steps):
+            n = i + 1
+            if prev is not None:
+                fh.write(prev.replace(f"| {n - 1}/", f"| {n}/", 1) + "\r")
+            body = (f"v_num=0, reduced_train_loss={tqdm_num(2.0 - i * 1e-5)}, global_step={tqdm_num(float(i))}, "
+                    f"consumed_samples={tqdm_num(float(n * 128))}, "
+                    f"train_step_timing in s={tqdm_num(9.0 + rng.gauss(0, 0.1))}")
+            upd = f"Epoch 0: : {100 * n // steps:3d}%|███▏      | {n}/{steps} [03:10<04:23, 0.11it/s, {body}]"
+            if i % 100 == 0:
+                upd += f"[NeMo I 2024-01-01 12:00:00 nemo_logging:349] step {i}\n"
+            fh.write(upd + "\r")
+            prev = upd.split("[NeMo I")[0]
+        fh.write("\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    from vdkit.validation.logs import parse_text_log
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "slurm-1.out")
+        t0 = time.perf_counter()
+        write_log(path, args.steps)
+        size = os.path.getsize(path)
+        print(f"log: {args.steps:,} steps, {size / 1e6:.1f} MB, written in {time.perf_counter() - t0:.1f} s")
+        best = float("inf")
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            log = parse_text_log(path)
+            best = min(best, time.perf_counter() - t0)
+        assert len(log.timed) == args.steps, f"parsed {len(log.timed)} steps"  # the benchmark must parse it all
+        print(f"parse: {best:.2f} s (best of {args.repeat}), {size / 1e6 / best:.0f} MB/s, "
+              f"{args.steps / best:,.0f} steps/s, {len(log.timed):,} steps parsed")
+        tracemalloc.start()
+        log = parse_text_log(path)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        per_step = peak / args.steps
+        print(f"peak Python memory during one parse: {peak / 1e6:.1f} MB ({per_step:.0f} B per step kept; "
+              f"the file is {size / 1e6:.1f} MB: read in 1 MiB chunks, never whole)")
+
+
+if __name__ == "__main__":
+    main()
