@@ -1,9 +1,7 @@
 """What launch.sbatch asks Slurm for and what its body sets, per cluster and layout."""
 from __future__ import annotations
 
-import dataclasses
 import subprocess
-import types
 
 import pytest
 
@@ -67,12 +65,10 @@ def test_optional_site_directives():
 
 
 def test_dependency_singleton_for_chained_runs():
-    # cluster.dependency is an optional field; any cluster object carrying it renders the directive.
-    r = compose([])
-    cluster = types.SimpleNamespace(**dataclasses.asdict(r.cluster), dependency="singleton")
-    plan = make_plan(r)
-    plan = dataclasses.replace(plan, recipe=dataclasses.replace(plan.recipe, cluster=cluster))
-    assert directives(render.sbatch_text(plan, RUN_DIR))["--dependency"] == "singleton"
+    _, text = text_for(["cluster.dependency=singleton"])
+    assert directives(text)["--dependency"] == "singleton"
+    _, plain = text_for([])
+    assert "--dependency" not in directives(plain)
 
 
 def test_signal_stays_inside_a_short_time_limit():
