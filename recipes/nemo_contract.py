@@ -104,7 +104,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
     first trap found. Fine-tuning configs are those with ``model.peft``; the rest are pretraining.
     """
     r = plan.recipe
-    c, t, m = r.cluster, r.train, r.method
+    c, m = r.cluster, r.method
     trainer, model = cfg.get("trainer", {}), cfg.get("model", {})
     finetune = "peft" in model
 

@@ -119,7 +119,7 @@ def _mount_path(what: str, path: str) -> str:
     # --container-mounts is "SRC:DST[,SRC:DST...]": a ',' or ':' in a path cannot be quoted away.
     if "," in path or ":" in path or any(ord(ch) < 32 for ch in path):
         raise UserError(f"{what} {path!r} contains ',', ':' or a control character, which pyxis' "
-                        "--container-mounts cannot express", f"move it to a path without those characters")
+                        "--container-mounts cannot express", "move it to a path without those characters")
     return path
 
 

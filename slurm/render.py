@@ -17,7 +17,6 @@ on a laptop without /data the path is cluster storage and cannot be checked.
 """
 from __future__ import annotations
 
-import os
 import shlex
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Optional, Union
