@@ -73,11 +73,10 @@ def main() -> None:
               f"{args.steps / best:,.0f} steps/s, {len(log.timed):,} steps parsed")
         tracemalloc.start()
         log = parse_text_log(path)
-        _, peak = tracemalloc.get_traced_memory()
+        kept, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        per_step = peak / args.steps
-        print(f"peak Python memory during one parse: {peak / 1e6:.1f} MB ({per_step:.0f} B per step kept; "
-              f"the file is {size / 1e6:.1f} MB: read in 1 MiB chunks, never whole)")
+        print(f"memory: peak {peak / 1e6:.1f} MB during one parse, of which {kept / 1e6:.1f} MB is the result "
+              f"({kept / args.steps:.0f} B per step); the {size / 1e6:.1f} MB file is streamed in 1 MiB chunks")
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def test_rejected_submission_is_one_line_and_leaves_no_run_dir(local_slurm, tmp_
                "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert rc == 2
-    assert len(err.strip().splitlines()) == 1 and "partition" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "partition" in err and "Traceback" not in err, err
     assert [p for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
 
 

@@ -142,7 +142,8 @@ def test_report_training_table(tmp_path, capsys):
     assert "time for 40 steps" in md and "/ 3.32 (" in md and "/ 100 (" in md
     data = json.loads((out / "training.json").read_text())
     cell = [c for c in data["cells"] if c["model"] == "llama2_7b"][0]
-    plan_ckpt = make_plan(compose(["model=llama2_7b", "method=pretrain", "data=pile", "parallelism.tp=2"])).checkpoint_gb
+    plan_ckpt = make_plan(compose(["model=llama2_7b", "method=pretrain", "data=pile",
+                                   "parallelism.tp=2"])).checkpoint_gb
     assert cell["status"] == "measured" and cell["checkpoint_gb"] == pytest.approx(plan_ckpt, abs=0.01)
     assert cell["published_checkpoint_gb"] == 100
     assert cell["minutes"] == pytest.approx(sum(series(5.0, n=40)) / 60, rel=1e-3)

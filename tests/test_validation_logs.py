@@ -5,9 +5,7 @@ the bar with Lightning's own Tqdm class so the format is not only our reading of
 """
 from __future__ import annotations
 
-import math
 import os
-import random
 import struct
 from pathlib import Path
 
@@ -156,7 +154,8 @@ def test_nemo1_unknown_total_and_empty_metric_values(tmp_path):
 def test_nemo1_with_lightning_own_tqdm(tmp_path):
     tqdm_progress = pytest.importorskip("lightning.pytorch.callbacks.progress.tqdm_progress")
     with open(tmp_path / "l.out", "w") as fh:
-        bar = tqdm_progress.Tqdm(desc="Epoch 0", total=1100, file=fh, bar_format=tqdm_progress.TQDMProgressBar.BAR_FORMAT,
+        bar = tqdm_progress.Tqdm(desc="Epoch 0", total=1100, file=fh,
+                                 bar_format=tqdm_progress.TQDMProgressBar.BAR_FORMAT,
                                  dynamic_ncols=True, mininterval=0, smoothing=0)
         for i in range(1100):  # as Lightning: move the bar, then set the new metrics
             bar.n = i + 1
@@ -280,3 +279,20 @@ def test_missing_path_and_empty_run_dir_are_user_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no step timing"):
         read_source(tmp_path / "empty")
+
+
+def test_reference_engine_progress_output_parses(tmp_path):
+    """The reference engine's own progress writer (its contract with validation), epochs and all."""
+    progress = pytest.importorskip("vdkit.recipes.reference.progress")
+    with open(tmp_path / "local-1.out", "w") as fh:
+        pl = progress.ProgressLogger(tmp_path / "logs", total_steps=1200, start_step=0, stream=fh, tensorboard=False)
+        for n in range(1, 1201):
+            pl.update(epoch=(n - 1) // 16, n=n, loss=6.0 - n * 1e-3, lr=1e-4, consumed=n * 128,
+                      timing=0.25 + (n % 4) * 0.125)
+            if n == 600:
+                pl.message("[vdkit I] saved checkpoint")
+        pl.close()
+    log = read_source(tmp_path / "local-1.out")
+    assert [s for s, _ in timings_of(log)] == list(range(1200))
+    assert log.timings == pytest.approx([0.25 + (n % 4) * 0.125 for n in range(1, 1201)], abs=1e-3)
+    assert not log.warnings

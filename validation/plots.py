@@ -47,7 +47,8 @@ def scaling_png(table) -> bytes:
             mc = sorted((c for c in cells if c.method == method), key=lambda c: c.gpus)
             ours = [c for c in mc if c.minutes is not None]
             if ours:
-                ax.plot([c.gpus for c in ours], [c.minutes for c in ours], "-", color=color, label=f"{label} (this kit)")
+                ax.plot([c.gpus for c in ours], [c.minutes for c in ours], "-", color=color,
+                        label=f"{label} (this kit)")
                 for c in ours:
                     hollow = c.status == "extrapolated"
                     ax.plot([c.gpus], [c.minutes], "o", color=color, markerfacecolor="white" if hollow else color)

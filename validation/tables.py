@@ -278,7 +278,8 @@ def to_markdown(table: Table) -> str:
                    "| checkpoint size (GB) |")
         out.append("| --- | --- | ---: | ---: | ---: | ---: |")
         for c in table.cells:
-            ck = "—" if c.checkpoint_gb is None else f"{c.checkpoint_gb:,.0f}"
+            ck = "—" if c.checkpoint_gb is None else (f"{c.checkpoint_gb:,.0f}" if c.checkpoint_gb >= 10
+                                                      else f"{c.checkpoint_gb:.3g}")
             pub_ck = "N/A" if c.published_checkpoint_gb is None else f"{c.published_checkpoint_gb:,g}"
             ck_ratio = (f" ({c.checkpoint_gb / c.published_checkpoint_gb:.2f}×)"
                         if c.checkpoint_gb is not None and c.published_checkpoint_gb else "")

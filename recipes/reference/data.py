@@ -133,6 +133,9 @@ def train_files(recipe, run_dir: Path) -> List[Path]:
 def check_inputs(recipe) -> None:
     """Pre-flight checks the engine would fail on, done before a run directory is written."""
     d = recipe.data
+    if d.packed and recipe.method.name == "ptuning":
+        raise UserError("the reference engine cannot pack sequences for P-tuning (virtual tokens "
+                        "would cross sample boundaries)", "set data.packed=false for method=ptuning")
     if d.name == "synthetic":
         load_tokenizer(recipe)
         return
@@ -152,8 +155,11 @@ def check_inputs(recipe) -> None:
 # ----------------------------------------------------------------------------- samples
 @dataclass(frozen=True)
 class Sample:
+    """Token ids and labels (IGNORE where no loss); ``positions`` restart per sample when packed."""
+
     ids: Tuple[int, ...]
     labels: Tuple[int, ...]
+    positions: Optional[Tuple[int, ...]] = None
 
 
 def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> Sample:
@@ -175,7 +181,8 @@ def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> S
 
 
 def load_samples(recipe, run_dir: Path, tok, max_len: int) -> List[Sample]:
-    """Every training row of the recipe's data, tokenized (files concatenated in order)."""
+    """Every training row of the recipe's data, tokenized (files concatenated in order), packed
+    into sequences of max_len when data.packed is true."""
     from vdkit.recipes.data_stats import iter_sft_rows
 
     answer_only = recipe.method.name != "pretrain"
@@ -183,7 +190,32 @@ def load_samples(recipe, run_dir: Path, tok, max_len: int) -> List[Sample]:
     for path in train_files(recipe, run_dir):
         for _, inp, out in iter_sft_rows(path):
             samples.append(encode_sample(tok, inp, out, max_len, answer_only))
+    if recipe.data.packed:
+        if recipe.method.name == "ptuning":
+            raise UserError("the reference engine cannot pack sequences for P-tuning (virtual tokens "
+                            "would cross sample boundaries)", "set data.packed=false for method=ptuning")
+        samples = pack(samples, max_len)
     return samples
+
+
+def pack(samples: Sequence[Sample], max_len: int) -> List[Sample]:
+    """Pack samples first-fit-decreasing (recipes/packing.py) into sequences of at most max_len.
+
+    Position ids restart at every sample, which makes transformers' attention keep samples apart;
+    each sample's first token gets no label, so nothing is predicted across a boundary."""
+    from vdkit.recipes.packing import pack_samples
+
+    result = pack_samples([len(s.ids) for s in samples], max_len)
+    packed = []
+    for b in result.bins:
+        ids, labels, pos = [], [], []
+        for i in b:
+            s = samples[i]
+            ids.extend(s.ids)
+            labels.extend((IGNORE,) + s.labels[1:])
+            pos.extend(range(len(s.ids)))
+        packed.append(Sample(tuple(ids), tuple(labels), tuple(pos)))
+    return packed
 
 
 # ----------------------------------------------------------------------------- batch order
@@ -223,8 +255,18 @@ class BatchOrder:
 
 
 def collate(samples: Sequence[Sample], pad_id: int):
-    """Right-padded tensors ``input_ids``, ``attention_mask``, ``labels`` for one micro batch."""
+    """Right-padded tensors ``input_ids``, ``attention_mask``, ``labels`` for one micro batch.
+
+    Packed samples (micro batch 1, no padding) get ``position_ids`` instead of an attention mask:
+    transformers derives the per-sample causal mask from positions that restart."""
     import torch
+
+    if samples[0].positions is not None:
+        if len(samples) != 1:
+            raise UserError("packed sequences need train.micro_batch_size=1", "set train.micro_batch_size=1")
+        s = samples[0]
+        return {"input_ids": torch.tensor([s.ids]), "labels": torch.tensor([s.labels]),
+                "position_ids": torch.tensor([s.positions])}
 
     width = max(len(s.ids) for s in samples)
     ids = torch.full((len(samples), width), pad_id, dtype=torch.long)

@@ -75,6 +75,11 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     procs: List[subprocess.Popen] = []
     files = []
     pump = None
+
+    def _terminated(signum, frame):  # `kill`, `timeout` or a batch system: stop the ranks too
+        raise SystemExit(128 + signum)
+
+    old_term = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
         for rank in range(world):
             out_path = run_dir / LOCAL_OUT if rank == 0 else run_dir / LOG_DIR / f"rank{rank}.out"
@@ -107,7 +112,9 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
             return rc if rc > 0 else 1
         return 0
     finally:
-        _stop(procs)  # Ctrl-C or an error here: no orphaned ranks
+        _stop(procs)  # Ctrl-C, SIGTERM or an error here: no orphaned ranks
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         if pump is not None:
             pump.join(timeout=5)
         for fh in files:

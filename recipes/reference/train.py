@@ -74,8 +74,6 @@ def make_fabric(plan, dist):
 
 def train(run_dir, stream=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count."""
-    import torch
-
     from vdkit.config import load_recipe
     from vdkit.plan import make_plan
     from vdkit.recipes.reference import checkpoint as ckpt
@@ -94,6 +92,8 @@ def train(run_dir, stream=None) -> int:
     if room < 4:
         raise UserError(f"train.seq_length={t.seq_length} leaves no room next to {virtual_tokens(recipe)} virtual tokens",
                         "raise train.seq_length or lower method.ptuning_virtual_tokens")
+
+    import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
 
     tok = rdata.load_tokenizer(recipe)
     samples = rdata.load_samples(recipe, run_dir, tok, room)

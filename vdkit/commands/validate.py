@@ -31,7 +31,8 @@ def register(sub) -> None:
     v.set_defaults(func=run_validate)
 
     r = sub.add_parser(
-        "report", help="rebuild a design-guide table (table9, training) from run directories, next to the published one",
+        "report", help="rebuild a design-guide table (table9, training) from run directories, next to the "
+                       "published one",
         description="Read each run directory's recipe, plan and logs; write the table as Markdown, CSV and JSON "
                     "plus PNG plots (minutes vs GPUs, step-time traces) into --out and print the Markdown.")
     r.add_argument("runs", nargs="+", metavar="RUN_DIR")

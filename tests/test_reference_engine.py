@@ -1,0 +1,188 @@
+"""The reference engine in-process: formats, batch order, ranks, samples, and real training.
+
+Training tests use model=tiny_llama on data=synthetic with small batches and a raised learning
+rate (the recipe defaults, e.g. SFT's lr 5e-6 with 50 warm-up steps, are for real models).
+"""
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+
+from vdkit.errors import UserError
+from vdkit.recipes.reference import data as rdata
+from vdkit.recipes.reference.distributed import resolve_dist_env
+from vdkit.recipes.reference.progress import progress_line, tqdm_num
+
+BASE = ["model=tiny_llama", "data=synthetic", "engine=reference", "cluster=local", "train.seq_length=128",
+        "method.warmup_steps=0", "engine.checkpoint_every_n_steps=0"]
+LINE = re.compile(r"Epoch (\d+): : +(\d+)%\|[^|]*\| (\d+)/(\d+) \[[\d:]+<[\d:]+, reduced_train_loss=([^,]+), "
+                  r"global_step=([^,]+), consumed_samples=([^,]+), train_step_timing in s=([^\]]+)\]")
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the engine then leaves torch's thread count alone
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+# ----------------------------------------------------------------------------- NeMo-style output
+def test_numbers_match_lightnings_progress_bar():
+    from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+
+    for x in (20.0, 49.0, 2000.0, 256000.0, 2688.0, 1.234, 0.0156, 9.05, 6.0, 123456.0, 0.5):
+        assert tqdm_num(x) == Tqdm.format_num(x), x
+    # nemo.md's examples
+    assert (tqdm_num(20.0), tqdm_num(2000.0), tqdm_num(256000.0), tqdm_num(2688.0)) == \
+           ("20.00", "2e+3", "2.56e+5", "2688.0")
+
+
+def test_progress_line_has_nemos_shape():
+    line = progress_line(0, 21, 50, 190.0, 263.0, 1.234, 20, 2688, 9.05)
+    m = LINE.fullmatch(line)
+    assert m, line
+    assert m.group(2) == "42" and m.group(3) == "21" and m.group(6) == "20.00" and m.group(7) == "2688.0"
+    assert "[03:10<04:23," in line
+
+
+# ----------------------------------------------------------------------------- ranks
+def test_ranks_from_slurm_local_and_nothing():
+    slurm = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
+             "SLURM_NTASKS_PER_NODE": "8(x2)", "MASTER_ADDR": "10.0.0.1", "SLURM_JOB_ID": "42"}
+    d = resolve_dist_env(slurm)
+    assert (d.rank, d.world_size, d.local_rank, d.local_world_size, d.node_rank, d.source) == (9, 16, 1, 8, 1, "slurm")
+    assert d.master_addr == "10.0.0.1" and d.master_port == 20042
+    local = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+             "MASTER_PORT": "1234", **slurm}  # explicit ranks win over a surrounding allocation
+    d = resolve_dist_env(local)
+    assert (d.rank, d.world_size, d.local_rank, d.master_port, d.source) == (1, 2, 1, 1234, "local")
+    assert resolve_dist_env({}).world_size == 1
+    with pytest.raises(UserError, match="MASTER_ADDR"):
+        resolve_dist_env({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"})
+    with pytest.raises(UserError, match="not an integer"):
+        resolve_dist_env({"RANK": "x", "WORLD_SIZE": "2"})
+
+
+# ----------------------------------------------------------------------------- data
+def test_batch_order_covers_each_epoch_once_and_splits_ranks():
+    n, mbs, dp, ga = 40, 2, 2, 3  # GBS 12
+    order = rdata.BatchOrder(n, seed=7, mbs=mbs, dp=dp, grad_accum=ga)
+    seen = []
+    for step in range(10):  # 120 positions = 3 epochs
+        per_rank = [order.micro_batches(step, r) for r in range(dp)]
+        for mb in per_rank:
+            assert len(mb) == ga and all(len(b) == mbs for b in mb)
+        seen.extend(i for mb in per_rank for b in mb for i in b)
+    for e in range(3):
+        assert sorted(seen[e * n:(e + 1) * n]) == list(range(n))
+    assert seen[:n] != seen[n:2 * n]  # a fresh shuffle each epoch
+    fresh = rdata.BatchOrder(n, seed=7, mbs=mbs, dp=dp, grad_accum=ga)  # a restarted process
+    assert fresh.micro_batches(7, 1) == order.micro_batches(7, 1)
+
+
+def test_samples_mask_the_prompt_and_truncate_the_input_first():
+    tok = rdata.ByteTokenizer()
+    s = rdata.encode_sample(tok, "upper: abc", "ABC", 64, answer_only=True)
+    assert s.ids[0] == tok.bos_id and s.ids[-1] == tok.eos_id
+    answer = [i for i, lab in zip(s.ids, s.labels) if lab != rdata.IGNORE]
+    assert answer == tok.encode_one("ABC") + [tok.eos_id]
+    assert rdata.encode_sample(tok, "upper: abc", "ABC", 64, answer_only=False).labels == s.ids
+    short = rdata.encode_sample(tok, "x" * 50, "ABC", 10, answer_only=True)
+    assert len(short.ids) == 10 and short.ids[-4:] == tuple(tok.encode_one("ABC") + [tok.eos_id])
+
+
+def test_synthetic_rows_are_deterministic():
+    assert rdata.synthetic_rows(3, 50) == rdata.synthetic_rows(3, 50) != rdata.synthetic_rows(4, 50)
+
+
+def test_packed_sequences_keep_samples_apart():
+    import torch
+
+    from vdkit.config import compose
+    from vdkit.recipes.reference.model import build_model
+
+    tok = rdata.ByteTokenizer()
+    model = build_model(compose(BASE + ["method=sft"]), tok).eval()
+    samples = [rdata.encode_sample(tok, r["input"], r["output"], 128, True) for r in rdata.synthetic_rows(3, 8)]
+    packed = rdata.pack(samples, 64)
+    assert sorted(len(p.ids) for p in packed) != sorted(len(s.ids) for s in samples)  # it did pack
+    assert sum(len(p.ids) for p in packed) == sum(len(s.ids) for s in samples)
+    row = max(packed, key=lambda p: p.positions.count(0))
+    b = rdata.collate([row], tok.pad_id)
+    starts = [i for i, p in enumerate(row.positions) if p == 0] + [len(row.ids)]
+    a, e = starts[1], starts[2]
+    with torch.no_grad():
+        together = model(input_ids=b["input_ids"], position_ids=b["position_ids"]).logits[0, a:e]
+        alone = model(input_ids=b["input_ids"][:, a:e]).logits[0]
+    assert torch.allclose(together, alone, atol=1e-5)
+    assert row.labels[a] == rdata.IGNORE  # nothing predicted across a boundary
+
+
+# ----------------------------------------------------------------------------- training
+def _train(tmp_path, overrides):
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.reference.train import train
+    from vdkit.rundir import create_run_dir
+
+    run_dir = create_run_dir(make_plan(compose(BASE + overrides)), {}, tmp_path)
+    out = io.StringIO()
+    train(run_dir, stream=out)
+    text = out.getvalue()
+    rows = [LINE.fullmatch(u) for u in re.split(r"[\r\n]", text) if u.startswith("Epoch")]
+    assert rows and all(rows), text[:500]
+    return run_dir, [float(m.group(5)) for m in rows], text
+
+
+def _tail(xs, k=5):
+    return sum(xs[-k:]) / k
+
+
+@pytest.mark.parametrize("method,lr,extra", [
+    ("sft", "3e-3", []),
+    ("lora", "3e-2", []),
+    ("ptuning", "3e-2", ["method.ptuning_bottleneck_dim=64"]),
+])
+def test_method_really_trains(tmp_path, method, lr, extra):
+    """The loss goes down, against a control run on the same batches with learning rate 0."""
+    common = [f"method={method}", "train.global_batch_size=16", "train.micro_batch_size=8", "train.max_steps=30"] + extra
+    _, trained, _ = _train(tmp_path / "a", common + [f"method.lr={lr}"])
+    _, control, _ = _train(tmp_path / "b", common + ["method.lr=0", "method.min_lr=0"])
+    assert len(trained) == 30
+    assert _tail(trained) < _tail(control) - 0.05, (trained, control)
+    assert _tail(trained) < trained[0] - 0.05
+
+
+def test_pretrain_packed_logs_and_checkpoints(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from vdkit.recipes.reference.checkpoint import latest
+
+    run_dir, losses, text = _train(tmp_path, ["method=pretrain", "data.packed=true", "train.micro_batch_size=1",
+                                              "train.global_batch_size=4", "train.max_steps=12",
+                                              "method.lr=3e-3", "engine.checkpoint_every_n_steps=5"])
+    assert _tail(losses, 3) < losses[0] - 0.3
+    assert "consumed_samples=48.00" in text and "global_step=11.00" in text and text.endswith("\n")
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    timing = acc.Scalars("train_step_timing in s")
+    assert [e.step for e in timing] == list(range(12)) and all(e.value > 0 for e in timing)
+    assert [e.value for e in acc.Scalars("consumed_samples")] == [4.0 * (i + 1) for i in range(12)]
+    assert latest(run_dir / "checkpoints").name == "step=12.ckpt"
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=10.ckpt", "step=12.ckpt"]
+
+
+def test_engine_refuses_a_model_parallel_plan(tmp_path):
+    from types import SimpleNamespace
+
+    from vdkit.recipes.reference.train import check_layout
+
+    plan = SimpleNamespace(tp=2, pp=1, dp=1, grad_accum=1, recipe=None)
+    with pytest.raises(UserError, match="data parallel only"):
+        check_layout(plan, resolve_dist_env({}))

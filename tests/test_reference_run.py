@@ -1,0 +1,147 @@
+"""`vdkit run` and the engine as real processes: 2-rank gloo run, failures, kill and resume."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vdkit.cli import main
+from vdkit.recipes.reference import reference_command
+
+TINY = ["train.seq_length=128", "method.warmup_steps=0"]
+STEP = re.compile(r"\| (\d+)/(\d+) \[[^,]*, reduced_train_loss=([^,]+), global_step=([^,]+), "
+                  r"consumed_samples=([^,]+), train_step_timing in s=([^\]]+)\]")
+
+
+def _updates(text: str):
+    """(n, loss string, global_step, consumed_samples) for every progress update in ``text``."""
+    return [(int(m.group(1)), m.group(3), float(m.group(4)), float(m.group(5)))
+            for u in re.split(r"[\r\n]", text) if (m := STEP.search(u))]
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def test_vdkit_run_two_ranks_end_to_end(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cmd = [sys.executable, "-m", "vdkit", "run", "method=lora", "cluster.gpus_per_node=2", "train.max_steps=12",
+           "train.global_batch_size=8", "train.micro_batch_size=2", "engine.checkpoint_every_n_steps=5",
+           *TINY, "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_clean_env(), timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1])
+    assert run_dir.parent == tmp_path and run_dir.name == "tiny_llama_lora_1n2g"
+    out = (run_dir / "local-1.out").read_bytes().decode()  # keep the \r separators
+    assert "2 rank(s) (local, cpu), dp=2 mbs=2 gbs=8 grad_accum=2" in out
+    ups = _updates(out)
+    assert [u[0] for u in ups] == list(range(1, 13))
+    assert [(u[2], u[3]) for u in ups] == [(n - 1.0, 8.0 * n) for n in range(1, 13)]
+    assert "\r" in out and "Epoch 0: : 100%|██████████| 12/12 [" in out
+    assert ups[-1][0] == 12 and _updates(proc.stdout)  # tee'd to the terminal too
+    assert (run_dir / "logs" / "rank1.out").is_file()
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    assert len(acc.Scalars("train_step_timing in s")) == 12
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=10.ckpt", "step=12.ckpt"]
+    assert (run_dir / "recipe.yaml").is_file() and (run_dir / "plan.json").is_file()
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["engine=nemo"], "NeMo runs only in its container"),
+    (["cluster=xe9680"], "slurm cluster"),
+    (["data=dolly", "data.data_dir=/nonexistent/dolly"], "does not exist"),
+    (["method=ptuning", "data.packed=true", "train.micro_batch_size=1"], "cannot pack"),
+])
+def test_vdkit_run_refuses_with_one_line_and_writes_nothing(tmp_path, capsys, overrides, message):
+    assert main(["run", *overrides, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failing_rank_fails_the_run(tmp_path, capsys):
+    """Two ranks for a one-rank recipe: each rank refuses (exit 2); the launcher reports it."""
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.reference.launch import launch_local
+    from vdkit.rundir import create_run_dir
+
+    recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])
+    run_dir = create_run_dir(make_plan(recipe), {}, tmp_path)
+    rc = launch_local(run_dir, world=2, per_node=2, terminal=open(os.devnull, "wb"))
+    assert rc == 2
+    assert re.search(r"rank [01] exited with code 2; see ", capsys.readouterr().err)
+    assert "2 processes were started" in (run_dir / "local-1.out").read_text()
+
+
+def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
+    """SIGKILL a real run after a checkpoint, restart it, and compare with an uninterrupted run."""
+    import torch
+
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.reference.checkpoint import latest, load
+    from vdkit.recipes.reference.train import train
+    from vdkit.rundir import create_run_dir
+
+    max_steps, gbs = 40, 16
+    recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=sft",
+                      "method.lr=3e-3", f"train.max_steps={max_steps}", f"train.global_batch_size={gbs}",
+                      "engine.checkpoint_every_n_steps=5", *TINY])
+    run_dir = create_run_dir(make_plan(recipe), {}, tmp_path / "killed")
+    ckpts = run_dir / "checkpoints"
+
+    first = subprocess.Popen(reference_command(run_dir), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             env=_clean_env(), cwd=run_dir)
+    chunks = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: os.read(first.stdout.fileno(), 4096), b"")))
+    reader.start()
+    deadline = time.monotonic() + 120
+    while True:  # kill once a checkpoint exists and two more steps have finished after it
+        assert first.poll() is None, "the run finished before it could be killed"
+        assert time.monotonic() < deadline, "the run made no progress"
+        ups = _updates(b"".join(chunks).decode())
+        ck = latest(ckpts)
+        if ck is not None and ups and ups[-1][0] >= int(ck.stem.split("=")[1]) + 2:
+            first.kill()
+            break
+        time.sleep(0.01)
+    first.wait()
+    reader.join()
+    killed = _updates(b"".join(chunks).decode())
+    resume_from = int(latest(ckpts).stem.split("=")[1])
+    assert killed[-1][0] > resume_from  # steps after the checkpoint were lost and must be redone
+
+    second = subprocess.run(reference_command(run_dir), capture_output=True, text=True, env=_clean_env(),
+                            cwd=run_dir, timeout=180)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert f"resuming from {ckpts / f'step={resume_from}.ckpt'}" in second.stdout
+    resumed = _updates(second.stdout)
+    assert [u[0] for u in resumed] == list(range(resume_from + 1, max_steps + 1))
+    assert resumed[-1][2:] == (max_steps - 1.0, float(max_steps * gbs))
+    # The re-done steps saw the same batches from the same state: the same losses.
+    again = {u[0]: u[1] for u in resumed}
+    redone = [(u[0], u[1]) for u in killed if u[0] > resume_from]
+    assert redone and all(again[n] == loss for n, loss in redone), (redone, again)
+
+    # And the end state equals an uninterrupted run's.
+    torch.set_num_threads(1)
+    whole = create_run_dir(make_plan(recipe), {}, tmp_path / "whole")
+    os.environ["OMP_NUM_THREADS"] = os.environ.get("OMP_NUM_THREADS", "1")
+    assert train(whole, stream=open(os.devnull, "w")) == max_steps
+    a = load(latest(ckpts))["model"]
+    b = load(latest(whole / "checkpoints"))["model"]
+    assert latest(ckpts).name == f"step={max_steps}.ckpt" and a.keys() == b.keys()
+    worst = max((a[k] - b[k]).abs().max().item() for k in a)
+    assert worst < 1e-5, worst
