@@ -17,10 +17,11 @@ from vdkit.errors import UserError
 COMMAND_MODULES = (
     "vdkit.commands.plan",
     "vdkit.commands.render",
-    "vdkit.commands.data",
     "vdkit.commands.submit",
     "vdkit.commands.run",
     "vdkit.commands.validate",
+    "vdkit.commands.data",
+    "vdkit.commands.demo",
 )
 
 

@@ -355,6 +355,16 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
     return [list(cell) for batch in batches for cell in batch]
 
 
+def load_sweep(name: str) -> dict:
+    """The named sweep file conf/sweep/NAME.yaml as data."""
+    import yaml
+
+    path = conf_dir() / "sweep" / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    return yaml.safe_load(path.read_text()) or {}
+
+
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
     """The override sets of the named sweep conf/sweep/NAME.yaml, each followed by ``extra``.
 
@@ -362,13 +372,9 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
     put before every cell; ``extra`` (the command line's own overrides) is appended to every
     cell, so it wins.
     """
-    import yaml
-
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not path.is_file():
-        raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    data = yaml.safe_load(path.read_text()) or {}
+    data = load_sweep(name)
     cells = data.get("cells")
+    path = conf_dir() / "sweep" / f"{name}.yaml"
     if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
         raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
     base = [str(x) for x in data.get("base") or []]

@@ -55,7 +55,10 @@ class _Wrapped:
 
 
 def tokenizer_path(recipe) -> Optional[Path]:
-    """The tokenizer a dataset brings: ``tokenizer.model`` or a ``tokenizer/`` directory in data.data_dir."""
+    """The configured tokenizer: data.tokenizer_model, else a ``tokenizer/`` directory, ``tokenizer.model``
+    or ``tokenizer.json`` in data.data_dir; None means the byte-level fallback."""
+    if getattr(recipe.data, "tokenizer_model", None):
+        return Path(recipe.data.tokenizer_model).expanduser()
     if recipe.data.name == "synthetic" or not recipe.data.data_dir:
         return None
     base = Path(recipe.data.data_dir).expanduser()

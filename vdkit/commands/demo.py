@@ -1,0 +1,137 @@
+"""`vdkit demo`: the whole pipeline on the embedded default, on this machine, in minutes.
+
+The `demo` sweep (conf/sweep/demo.yaml: Table 9's shape - LoRA, P-tuning and SFT on 1 and 2
+"nodes" - on tiny_llama with the reference engine) is planned, each cell is trained for real for its
+measured steps (local processes, or jobs on the local emulated Slurm with --slurm), then
+`vdkit validate` extrapolates every run to its target steps and `vdkit report` writes Table 9 as
+Markdown, CSV and JSON plus the plots. Each stage is the same code the verbs run.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from vdkit.cli import add_override_args
+
+DEMO_SWEEP = "demo"
+# The local Slurm's emulated XE9680s share this machine: one task per "node", loopback for the
+# rendezvous, no PMI plugin (Debian's slurm-wlm has no PMIx library by default).
+SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.gpus_per_node=1", "cluster.mpi=none",
+                        "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "cluster.time_limit_min=30")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
+                       description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
+                                   "real with the reference engine as 1 and 2 'nodes' (local processes, or the "
+                                   "local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
+                                   "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
+                                   "cell; -m replaces the sweep's cells with a cartesian product.")
+    add_override_args(p)
+    p.add_argument("--out", metavar="DIR", default="demo", help="where runs/ and report/ go (default: ./demo)")
+    p.add_argument("--slurm", action="store_true",
+                   help="run each cell as a Slurm job on the local emulated XE9680 cluster (root, slurm-wlm, "
+                        "munge); falls back to local processes, saying why, when it cannot start")
+    p.set_defaults(func=run)
+
+
+def _cells(args):
+    from vdkit.config import expand_multirun, load_sweep, override_sets
+
+    if args.multirun:
+        base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
+        return [base + cell for cell in expand_multirun(args.overrides)]
+    return override_sets(args.overrides, sweep=args.sweep or DEMO_SWEEP)
+
+
+def _start_slurm():
+    """The local Slurm's environment, or None (with the reason printed) when it cannot start."""
+    from vdkit.errors import UserError
+    from vdkit.slurm import localcluster
+
+    reason = localcluster.why_unavailable()
+    if reason is None:
+        try:
+            cluster = localcluster.up()
+            print(f"demo: local Slurm up ({cluster.describe()})", flush=True)
+            return cluster.env()
+        except UserError as exc:
+            reason = str(exc)
+    print(f"demo: --slurm: the local Slurm cannot start ({reason}); using local processes", flush=True)
+    return None
+
+
+def run(args) -> int:
+    from vdkit.config import compose
+    from vdkit.errors import UserError
+    from vdkit.plan import make_plan, require_feasible
+
+    out = Path(args.out).expanduser().absolute()
+    slurm_env = _start_slurm() if args.slurm else None
+    cells = _cells(args)
+    if slurm_env is not None:
+        cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
+    # Plan every cell before training any: a bad override fails in seconds, not after a run.
+    plans = [require_feasible(make_plan(compose(c))) for c in cells]
+    for plan in plans:
+        if plan.recipe.engine.name != "reference":
+            raise UserError("the demo trains with the reference engine only", "drop the engine= override")
+    where = "the local emulated Slurm" if slurm_env is not None else "local processes"
+    print(f"demo: {len(plans)} runs on {where}; everything goes to {out}", flush=True)
+    run_dirs = []
+    started = time.monotonic()
+    for i, plan in enumerate(plans, 1):
+        r = plan.recipe
+        print(f"demo: [{i}/{len(plans)}] {r.model.name} {r.method.name} on {r.cluster.nodes} node(s) x "
+              f"{r.cluster.gpus_per_node} ({r.world_size} ranks): training {r.train.max_steps} steps ...",
+              end="", flush=True)
+        t0 = time.monotonic()
+        run_dir, ok = (_train_on_slurm(plan, out, slurm_env) if slurm_env is not None
+                       else _train_locally(plan, out))
+        print(f" {'done' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s  ({run_dir})", flush=True)
+        if not ok:
+            print(f"demo: the run failed; its output is in {run_dir}", file=sys.stderr)
+            return 1
+        run_dirs.append(str(run_dir))
+    print(f"demo: trained {len(run_dirs)} runs in {time.monotonic() - started:.0f} s; validating and reporting",
+          flush=True)
+
+    from vdkit.cli import main as vdkit_main
+
+    report_dir = out / "report"
+    rc = vdkit_main(["report", *run_dirs, "--table", "table9", "--out", str(report_dir)])
+    if rc == 0:
+        print(f"\ndemo: runs in {out / 'runs'}; table, CSV, JSON and plots in {report_dir}")
+        print(f"demo: next: `vdkit validate {run_dirs[0]}` for one run's estimate, "
+              f"`vdkit plan --sweep table9` for the real cluster's layouts")
+    return rc
+
+
+def _train_locally(plan, out: Path):
+    from vdkit.recipes.reference.launch import launch_local
+    from vdkit.rundir import create_run_dir
+
+    run_dir = create_run_dir(plan, files={}, out_dir=out / "runs")
+    # The live progress bar only on a terminal; the log file gets every update either way.
+    sink = sys.stdout.buffer if sys.stdout.isatty() else open(os.devnull, "wb")
+    try:
+        if sys.stdout.isatty():
+            print(flush=True)
+        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink)
+    finally:
+        if sink is not sys.stdout.buffer:
+            sink.close()
+    return run_dir, rc == 0
+
+
+def _train_on_slurm(plan, out: Path, env):
+    from vdkit.slurm.render import render_run
+    from vdkit.slurm.submit import submit_run, wait
+
+    os.environ.update(env)  # SLURM_CONF for sbatch / squeue / scontrol
+    run_dir = render_run(plan, out_dir=out / "runs", check_mounts=False)
+    submission = submit_run(run_dir)
+    state = wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60)
+    return run_dir, state.ok
