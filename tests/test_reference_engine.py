@@ -186,3 +186,25 @@ def test_engine_refuses_a_model_parallel_plan(tmp_path):
     plan = SimpleNamespace(tp=2, pp=1, dp=1, grad_accum=1, recipe=None)
     with pytest.raises(UserError, match="data parallel only"):
         check_layout(plan, resolve_dist_env({}))
+
+
+def test_a_configured_sentencepiece_tokenizer_is_used_and_checked(tmp_path):
+    import sentencepiece as spm
+
+    from vdkit.config import compose
+
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(f"{r['input']} {r['output']}" for r in rdata.synthetic_rows(1, 400)))
+
+    def trained(vocab):
+        spm.SentencePieceTrainer.Train(input=str(text), model_prefix=str(tmp_path / f"sp{vocab}"),
+                                       vocab_size=vocab, minloglevel=2, hard_vocab_limit=False)
+        return compose(BASE + ["method=sft", f"data.tokenizer_model={tmp_path / f'sp{vocab}.model'}"])
+
+    tok = rdata.load_tokenizer(trained(100))
+    assert "sentencepiece" in tok.name
+    s = rdata.encode_sample(tok, "upper: abc", "ABC", 64, answer_only=True)
+    assert s.ids[0] == tok.bos_id and s.ids[-1] == tok.eos_id and max(s.ids) < 100
+    assert len(s.ids) < len(rdata.encode_sample(rdata.ByteTokenizer(), "upper: abc", "ABC", 64, True).ids)
+    with pytest.raises(UserError, match="needs a vocabulary of"):
+        rdata.load_tokenizer(trained(600))  # more ids than tiny_llama's 512 embeddings

@@ -1,0 +1,38 @@
+"""`vdkit demo` on a reduced sweep: the table it writes matches the runs it made."""
+import json
+from pathlib import Path
+
+import pytest
+
+from vdkit.cli import main
+from vdkit.commands.validate import validate_one
+from vdkit.config import load_recipe
+
+
+@pytest.mark.slow
+def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
+    out = tmp_path / "demo"
+    rc = main(["demo", "--out", str(out), "-m", "method=lora,sft", "cluster.nodes=1,2", "train.max_steps=8"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) == 4
+    report = out / "report"
+    for name in ("table9.md", "table9.csv", "table9.json", "table9_scaling.png"):
+        assert (report / name).is_file() and (report / name).stat().st_size > 0
+    table = json.loads((report / "table9.json").read_text())
+    measured = {(c["method"], c["gpus"]): c for c in table["cells"] if c["runs"]}
+    assert set(measured) == {("lora", 1), ("lora", 2), ("sft", 1), ("sft", 2)}
+    for run in runs:
+        recipe = load_recipe(run)
+        cell = measured[(recipe.method.name, recipe.world_size)]
+        assert [str(run)] == [str(Path(p)) for p in cell["runs"]]
+        # the cell is this run's own estimate, recomputed independently from its logs
+        own = validate_one(run)
+        assert own["steps_measured"] == recipe.train.max_steps
+        assert cell["minutes"] == pytest.approx(own["extrapolated_minutes"], abs=0.006)
+        assert own["target_steps"] == 1000
+    # the printed table is the Markdown file's table
+    md = (report / "table9.md").read_text()
+    assert "| tiny_llama | 1 |" in md and "| tiny_llama | 2 |" in md
+    assert "| tiny_llama | 1 |" in text
