@@ -132,6 +132,6 @@ def _train_on_slurm(plan, out: Path, env):
 
     os.environ.update(env)  # SLURM_CONF for sbatch / squeue / scontrol
     run_dir = render_run(plan, out_dir=out / "runs", check_mounts=False)
-    submission = submit_run(run_dir)
+    submit_run(run_dir)
     state = wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60)
     return run_dir, state.ok

@@ -8,10 +8,8 @@ problem stops the whole command before any run directory is written.
 """
 from __future__ import annotations
 
-import sys
 
 from vdkit.cli import add_override_args
-from vdkit.errors import UserError
 
 
 def register(sub) -> None:
@@ -32,27 +30,13 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from vdkit.config import compose, override_sets
-    from vdkit.plan import make_plan, require_feasible
+    from vdkit.cli import feasible_plans
     from vdkit.slurm.render import preflight, render_run
 
-    sets = override_sets(args.overrides, args.multirun, args.sweep)
-    many = bool(args.multirun or args.sweep)
-    plans = []
+    plans = feasible_plans(args, "render")
     # Check every cell before writing anything, so a bad override leaves no run directory behind.
-    for overrides in sets:
-        recipe = compose(overrides)
-        try:
-            plan = require_feasible(make_plan(recipe))
-        except UserError as exc:
-            if not many:
-                raise
-            print(f"vdkit render: skipped {' '.join(overrides) or recipe.run_name}: {exc}", file=sys.stderr)
-            continue
+    for plan in plans:
         preflight(plan, args.out, args.check_mounts)
-        plans.append(plan)
-    if not plans:
-        raise UserError("no cell of the sweep is feasible, nothing rendered", "see the notes above; change the sweep")
     for plan in plans:
         path = render_run(plan, args.out, check_mounts=args.check_mounts)
         print(path, flush=True)

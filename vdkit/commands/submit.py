@@ -6,7 +6,6 @@ import shutil
 import sys
 
 from vdkit.cli import add_override_args
-from vdkit.errors import UserError
 
 
 def register(sub) -> None:
@@ -73,30 +72,15 @@ def _wait_all(pairs, timeout) -> int:
 
 
 def run_submit(args) -> int:
-    from vdkit.config import compose, override_sets
-    from vdkit.plan import make_plan, require_feasible
+    from vdkit.cli import feasible_plans
     from vdkit.slurm.render import check_local_paths, render_run
     from vdkit.slurm.submit import require_sbatch, submit_run
 
     require_sbatch()
-    sets = override_sets(args.overrides, args.multirun, args.sweep)
-    many = bool(args.multirun or args.sweep)
-    plans = []
-    # Every cell is composed, planned and checked before anything is written or submitted. As in
-    # `vdkit render`, a sweep skips the cells the planner finds infeasible (with a note).
-    for overrides in sets:
-        recipe = compose(overrides)
-        try:
-            plan = require_feasible(make_plan(recipe))
-        except UserError as exc:
-            if not many:
-                raise
-            print(f"vdkit submit: skipped {' '.join(overrides) or recipe.run_name}: {exc.what}", file=sys.stderr)
-            continue
+    plans = feasible_plans(args, "submit")
+    # Every cell is planned and its local paths checked before anything is written or submitted.
+    for plan in plans:
         check_local_paths(plan, args.check_mounts)
-        plans.append(plan)
-    if not plans:
-        raise UserError("no cell of the sweep is feasible, nothing submitted", "see the notes above; change the sweep")
     submitted = []
     for plan in plans:
         run_dir = render_run(plan, args.out, check_mounts=args.check_mounts)
