@@ -36,3 +36,20 @@ def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
     md = (report / "table9.md").read_text()
     assert "| tiny_llama | 1 |" in md and "| tiny_llama | 2 |" in md
     assert "| tiny_llama | 1 |" in text
+
+
+@pytest.mark.slurm
+def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
+    # the session's cluster is the one the demo finds running (and leaves running)
+    monkeypatch.setenv("VDKIT_SLURM_DIR", str(local_slurm.root))
+    out = tmp_path / "demo"
+    rc = main(["demo", "--slurm", "--out", str(out), "-m", "method=lora", "cluster.nodes=2", "train.max_steps=6"])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "on the local emulated Slurm" in text
+    (run,) = (out / "runs").iterdir()
+    assert list(run.glob("slurm-*.out")) and (run / "job_id.txt").is_file()
+    table = json.loads((out / "report" / "table9.json").read_text())
+    (cell,) = [c for c in table["cells"] if c["runs"]]
+    assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 2, 2)
+    assert local_slurm.is_up()

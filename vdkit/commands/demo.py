@@ -47,29 +47,39 @@ def _cells(args):
 
 
 def _start_slurm():
-    """The local Slurm's environment, or None (with the reason printed) when it cannot start."""
+    """(the local Slurm's environment, the cluster to stop afterwards or None), or (None, None) with
+    the reason printed when it cannot start. A cluster that was already up is left running."""
     from vdkit.errors import UserError
     from vdkit.slurm import localcluster
 
     reason = localcluster.why_unavailable()
     if reason is None:
         try:
+            was_up = localcluster.LocalCluster(localcluster.default_dir()).is_up()
             cluster = localcluster.up()
             print(f"demo: local Slurm up ({cluster.describe()})", flush=True)
-            return cluster.env()
+            return cluster.env(), (None if was_up else cluster)
         except UserError as exc:
             reason = str(exc)
     print(f"demo: --slurm: the local Slurm cannot start ({reason}); using local processes", flush=True)
-    return None
+    return None, None
 
 
 def run(args) -> int:
+    out = Path(args.out).expanduser().absolute()
+    slurm_env, started_cluster = _start_slurm() if args.slurm else (None, None)
+    try:
+        return _pipeline(args, out, slurm_env)
+    finally:
+        if started_cluster is not None:
+            started_cluster.down()
+
+
+def _pipeline(args, out: Path, slurm_env) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
     from vdkit.plan import make_plan, require_feasible
 
-    out = Path(args.out).expanduser().absolute()
-    slurm_env = _start_slurm() if args.slurm else None
     cells = _cells(args)
     if slurm_env is not None:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
