@@ -16,17 +16,7 @@ import tempfile
 import time
 import tracemalloc
 
-
-def tqdm_num(x) -> str:
-    """TQDM's format_num with Lightning's padding, as in a real NeMo log."""
-    f = "{0:.3g}".format(x).replace("e+0", "e+").replace("e-0", "e-")
-    n = str(x)
-    s = f if len(f) < len(n) else n
-    if isinstance(x, float) and "e" not in s:
-        if "." not in s and len(s) < 5:
-            s += "."
-        s += "0" * (5 - len(s))
-    return s
+from vdkit.recipes.reference.progress import tqdm_num  # the engine's NeMo-format numbers
 
 
 def write_log(path: str, steps: int) -> None:
