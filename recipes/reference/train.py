@@ -164,11 +164,7 @@ def train(run_dir, stream=None) -> int:
     if progress is not None:
         progress.close()
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # An orderly teardown: a rank exiting with gloo's threads alive can abort at interpreter exit
-        # ("terminate called without an active exception"), failing a job that trained to the end.
-        fabric.barrier()
-        torch.distributed.destroy_process_group()
+    fabric.barrier()  # every rank has finished the last step before any leaves (see __main__)
     return step
 
 
