@@ -18,6 +18,12 @@ def register(sub) -> None:
                        description="Compose and plan each recipe, then write a new run directory holding "
                                    "launch.sbatch, recipe.yaml, plan.json, overrides.txt and (engine=nemo) "
                                    "nemo.yaml. Earlier run directories are never overwritten. Prints the paths.")
+    add_render_args(p)
+    p.set_defaults(func=run)
+
+
+def add_render_args(p) -> None:
+    """The arguments of every verb that renders run directories (render, submit)."""
     add_override_args(p)
     p.add_argument("--out", metavar="DIR", help="parent directory of the run directories (default: run.out_dir)")
     mounts = p.add_mutually_exclusive_group()
@@ -26,7 +32,6 @@ def register(sub) -> None:
     mounts.add_argument("--no-check-mounts", dest="check_mounts", action="store_false",
                         help="do not check them (rendering away from the cluster's storage). Default: check "
                              "a path only when its top-level directory (e.g. /data) exists on this machine")
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -5,7 +5,7 @@ import argparse
 import shutil
 import sys
 
-from vdkit.cli import add_override_args
+from vdkit.commands.render import add_render_args
 
 
 def register(sub) -> None:
@@ -13,19 +13,12 @@ def register(sub) -> None:
                        description="Render a run directory per recipe (as `vdkit render`) and submit its "
                                    "launch.sbatch with sbatch through submitit. Prints one line per job: the run "
                                    "directory and the Slurm job id (recorded in the run directory's job_id.txt).")
-    add_override_args(p)
-    p.add_argument("--out", metavar="DIR", default=None, help="where run directories go (default run.out_dir)")
+    add_render_args(p)
     p.add_argument("--test-only", action="store_true",
                    help="sbatch --test-only: Slurm checks each script and says where it would start; nothing is "
                         "queued (the run directories stay, for inspection)")
     p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
     p.add_argument("--timeout", type=float, default=None, metavar="S", help="with --wait: stop waiting after S seconds")
-    mounts = p.add_mutually_exclusive_group()
-    mounts.add_argument("--check-mounts", dest="check_mounts", action="store_true", default=None,
-                        help="require the data dir, the base model and a squashfs image to exist here")
-    mounts.add_argument("--no-check-mounts", dest="check_mounts", action="store_false",
-                        help="do not check them (default: as `vdkit render`, only paths whose top-level "
-                             "directory exists here)")
     p.set_defaults(func=run_submit)
 
     s = sub.add_parser("status", help="the Slurm state of submitted run directories",
