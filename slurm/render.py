@@ -24,7 +24,9 @@ from typing import Dict, List, Optional, Union
 from vdkit.errors import UserError
 from vdkit.slurm import env as slurm_env
 
-SIGNAL_NAME = "USR1"  # Lightning's SLURM requeue signal (NeMo trains with Lightning); USR2 would kill it
+# Lightning's SLURM requeue signal (NeMo trains with Lightning; USR2 would kill it), and what the kit's
+# own engines catch to checkpoint and requeue (vdkit.recipes.preemption).
+from vdkit.recipes.preemption import SIGNAL_NAME  # noqa: E402
 SIGNAL_LEAD_S = 300  # seconds before the time limit: enough for a checkpoint save
 OUTPUT_PATTERN = "slurm-%j.out"
 ERROR_PATTERN = "slurm-%j.err"

@@ -3,7 +3,8 @@
 A checkpoint is ``step=<N>.ckpt`` (torch.save of a dict): the trainable parameters, the
 optimizer state, the step and the consumed samples. It is written to a hidden temporary file and
 renamed into place, so a job killed while saving leaves the previous checkpoint as the latest.
-The last ``KEEP`` checkpoints are kept.
+The last ``KEEP`` checkpoints are kept. The temporary file a killed save leaves behind is removed
+by the next save (pruning) and on resume (:func:`remove_partial`), so none lingers.
 """
 from __future__ import annotations
 
@@ -16,6 +17,26 @@ from vdkit.errors import UserError
 
 KEEP = 2
 _NAME = re.compile(r"^step=(\d+)\.ckpt$")
+_PARTIAL = re.compile(r"^\.step=\d+\.ckpt\.\d+\.tmp$")  # what save() writes before the rename
+
+
+def _tmp_name(step: int) -> str:
+    return f".step={step}.ckpt.{os.getpid()}.tmp"
+
+
+def remove_partial(ckpt_dir: Path) -> list:
+    """Delete the temporary files of saves that never finished (a job killed mid-write); returns them.
+
+    Only called where no save is in flight: on resume, and by save() itself after its rename
+    (one job holds a run dir at a time, see vdkit.rundir's lock).
+    """
+    removed = []
+    if Path(ckpt_dir).is_dir():
+        for p in Path(ckpt_dir).iterdir():
+            if _PARTIAL.match(p.name):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed
 
 
 def checkpoint_dir(recipe, run_dir: Path) -> Path:
@@ -46,7 +67,7 @@ def save(ckpt_dir: Path, step: int, state: dict) -> Path:
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     final = ckpt_dir / f"step={step}.ckpt"
-    tmp = ckpt_dir / f".step={step}.ckpt.{os.getpid()}.tmp"
+    tmp = ckpt_dir / _tmp_name(step)
     with open(tmp, "wb") as fh:
         torch.save(state, fh)
         fh.flush()
@@ -55,6 +76,7 @@ def save(ckpt_dir: Path, step: int, state: dict) -> Path:
     steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
     for _, old in steps[:-KEEP]:
         old.unlink(missing_ok=True)
+    remove_partial(ckpt_dir)
     return final
 
 

@@ -72,8 +72,26 @@ def make_fabric(plan, dist):
     return fabric
 
 
-def train(run_dir, stream=None) -> int:
-    """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count."""
+def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None:
+    """After the checkpoint of ``step``: rank 0 requeues the job; every rank leaves (raises Preempted)."""
+    from vdkit.recipes import preemption
+
+    ok, line = True, ""
+    if fabric.global_rank == 0:
+        ok, line = preempt.requeue()
+        progress.message(f"[vdkit I] {preemption.SIGNAL_NAME} received: stopped after global_step {step}, "
+                         f"checkpoint in {ckpt_dir}; {line}")
+        progress.close()
+    fabric.barrier()  # rank 0 has asked for the requeue before anyone exits
+    raise preemption.Preempted(step, ok if fabric.global_rank == 0 else True)
+
+
+def train(run_dir, stream=None, preempt=None) -> int:
+    """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
+
+    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when its signal comes,
+    the loop finishes the step, checkpoints, requeues the Slurm job and raises ``Preempted``.
+    """
     from vdkit.config import load_recipe
     from vdkit.plan import make_plan
     from vdkit.recipes.reference import checkpoint as ckpt
@@ -108,6 +126,9 @@ def train(run_dir, stream=None) -> int:
 
     ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
     step = 0
+    if fabric.global_rank == 0:
+        ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
+    fabric.barrier()
     found = ckpt.latest(ckpt_dir)
     if found is not None:
         state = ckpt.load(found)
@@ -154,13 +175,18 @@ def train(run_dir, stream=None) -> int:
             raise RuntimeError(f"loss is {float(reduced)} at step {step}")
         if progress is not None:
             progress.update(epoch, step, float(reduced), lr, step * t.global_batch_size, timing)
-        if (every > 0 and step % every == 0) or step == t.max_steps:
+        # Every rank asks after every step (a collective): all stop at the same step or none does.
+        stopping = step < t.max_steps and preempt is not None and preempt.stop_now(
+            lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")))
+        if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
             if fabric.global_rank == 0:
                 ckpt.save(ckpt_dir, step, {"model": trainable_state(model), "optimizer": optimizer.state_dict(),
                                            "step": step, "consumed_samples": step * t.global_batch_size,
                                            "run_name": recipe.run_name})
                 progress.flush()
             fabric.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
+        if stopping:
+            _stop_for_preemption(preempt, fabric, progress, step, ckpt_dir)
     if progress is not None:
         progress.close()
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
@@ -174,10 +200,16 @@ def main(argv=None) -> int:
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: python -m vdkit.recipes.reference RUN_DIR", file=sys.stderr)
         return 2
+    from vdkit.recipes import preemption
+
+    # First thing: a USR1 that arrives while torch loads must not kill the rank (its default action).
+    preempt = preemption.Preemption().install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        train(argv[0])
+        train(argv[0], preempt=preempt)
     except UserError as exc:
         print(f"vdkit reference: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except preemption.Preempted as stop:
+        return stop.exit_code
     return 0
