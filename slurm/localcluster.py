@@ -45,6 +45,7 @@ REAL_MEMORY_MB = 2_000_000
 PARTITION = "xe9680"
 # Keep finished jobs' records for a day: without accounting, scontrol is where a job's end state lives.
 MIN_JOB_AGE_S = 86400
+REQUEUE_WAIT_S = 10  # Slurm's cred_expire: a requeued job's earliest restart (Slurm's default: 120 s)
 
 SERVER_BINARIES = ("slurmctld", "slurmd", "munged", "munge", "unmunge")
 CLIENT_BINARIES = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
@@ -215,7 +216,9 @@ class LocalCluster:
             "SlurmdUser=root",
             "AuthType=auth/munge",
             "CredType=cred/munge",
-            f"AuthInfo=socket={self.munge_socket}",
+            # cred_expire is also how long a requeued job waits before it may start again (default
+            # 120 s); a preempted job on the emulated cluster restarts after REQUEUE_WAIT_S instead.
+            f"AuthInfo=socket={self.munge_socket},cred_expire={REQUEUE_WAIT_S}",
             f"StateSaveLocation={r / 'state'}",
             f"SlurmdSpoolDir={r / 'spool'}/%n",
             f"SlurmctldPidFile={r / 'run' / 'slurmctld.pid'}",

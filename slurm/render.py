@@ -110,16 +110,9 @@ def body_lines(plan, run_dir) -> List[str]:
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan).items()]
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()
     if r.run.secrets_file:
-        lines += [
-            "",
-            "# Secrets (HF_TOKEN, WANDB_API_KEY, ...) are read at run time; their values are never written here",
-            f"VDKIT_SECRETS_FILE={q(str(r.run.secrets_file))}",
-            'if [ ! -r "$VDKIT_SECRETS_FILE" ]; then',
-            '  echo "vdkit: cannot read run.secrets_file $VDKIT_SECRETS_FILE" >&2',
-            "  exit 1",
-            "fi",
-            'set -a; source "$VDKIT_SECRETS_FILE"; set +a',
-        ]
+        from vdkit.slurm.secrets import secrets_lines
+
+        lines += [""] + secrets_lines(str(r.run.secrets_file))
     lines += [""]
     if r.run.results_dir:
         lines.append(f"mkdir -p {q(str(r.run.results_dir))}")

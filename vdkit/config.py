@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
@@ -256,6 +257,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
 
     _register_schema()
     overrides = list(overrides)
+    refuse_env_interpolation(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
@@ -273,6 +275,25 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
                     **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
     validate_fields(recipe)
     return recipe
+
+
+_ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
+
+
+def refuse_env_interpolation(overrides) -> None:
+    """Refuse ``${oc.env:VAR}`` (and the old ``${env:VAR}``) in any override.
+
+    Composition resolves it, so the variable's value - often a token - would land in the run
+    directory's name, the Slurm job name and recipe.yaml. The shell can expand a non-secret
+    variable itself; secrets belong in run.secrets_file, which only the job reads.
+    """
+    for o in overrides:
+        if _ENV_INTERPOLATION.search(str(o)):
+            key = str(o).split("=", 1)[0]
+            raise UserError(f"{key}: environment interpolation ${{oc.env:...}} is refused: its value (maybe a "
+                            "token) would be written into the run dir name, the job name and recipe.yaml",
+                            f"let your shell expand a non-secret variable ({key}=\"$VAR\"); pass secrets "
+                            "through run.secrets_file")
 
 
 def _fix_hint(msg: str) -> str:
