@@ -67,9 +67,11 @@ def sbatch_parameters(plan, run_dir) -> dict:
     r = plan.recipe
     c = r.cluster
     run_dir = str(run_dir)
+    # sbatch expands %j, %x, %u, ... anywhere in --output: a '%' of the directory name is written '%%'.
+    escaped = run_dir.replace("%", "%%")
     extra: Dict[str, object] = {
-        "output": _directive("run directory", f"{run_dir}/{OUTPUT_PATTERN}"),
-        "error": _directive("run directory", f"{run_dir}/{ERROR_PATTERN}"),
+        "output": _directive("run directory", f"{escaped}/{OUTPUT_PATTERN}"),
+        "error": _directive("run directory", f"{escaped}/{ERROR_PATTERN}"),
         "signal": f"{SIGNAL_NAME}@{signal_lead_s(c.time_limit_min)}",
         "requeue": True,
     }
@@ -105,7 +107,9 @@ def body_lines(plan, run_dir) -> List[str]:
     """The script's setup lines (everything before srun)."""
     r = plan.recipe
     q = shlex.quote
-    lines = ["set -euo pipefail", ""]
+    from vdkit.slurm.runlock import lock_lines
+
+    lines = ["set -euo pipefail", ""] + lock_lines(run_dir) + [""]
     lines.append(f"# NCCL over native InfiniBand, from cluster {r.cluster.name}")
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan).items()]
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()

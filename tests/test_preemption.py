@@ -233,3 +233,39 @@ def test_nemo_jobs_arm_lightnings_slurm_requeue_on_the_same_signal(tmp_path):
     # requeued job picks up where it stopped.
     assert "cluster_type" not in cfg and "plugins" not in cfg["trainer"]
     assert cfg["exp_manager"]["resume_if_exists"] and cfg["exp_manager"]["resume_ignore_no_checkpoint"]
+
+
+# ----------------------------------------------------------------------------- one job per run dir (item 3)
+def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
+    """The lock lines, run by bash: the first holder wins, a second is refused naming it, release frees it."""
+    from vdkit.slurm.runlock import holder_note, is_held, lock_lines
+
+    script = "set -euo pipefail\n" + "\n".join(lock_lines(tmp_path)) + "\necho started\n"
+    first = subprocess.Popen(["bash", "-c", script + "sleep 30\n"], env={**_env(), "SLURM_JOB_ID": "111"},
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline().strip() == "started"
+    try:
+        assert is_held(tmp_path) and (tmp_path / "run.lock").read_text() == "slurm 111\n"
+        second = subprocess.run(["bash", "-c", script], env={**_env(), "SLURM_JOB_ID": "222"},
+                                capture_output=True, text=True)
+        assert second.returncode == 1 and "started" not in second.stdout
+        assert second.stderr.strip() == ("vdkit: the run directory is held by slurm 111; job 222 did not start: "
+                                          "wait for that job or cancel it, or render a new run dir")
+        assert holder_note(tmp_path) == "held by job 111"  # no Slurm here: the lock itself says so
+    finally:
+        first.kill()
+        first.wait()
+    assert not is_held(tmp_path) and holder_note(tmp_path) is None
+
+
+def test_vdkit_run_launcher_holds_the_lock_too(tmp_path):
+    from vdkit.errors import UserError
+    from vdkit.slurm.runlock import acquire_local
+
+    fd = acquire_local(tmp_path)
+    try:
+        with pytest.raises(UserError, match=f"held by local {os.getpid()}"):
+            acquire_local(tmp_path)
+    finally:
+        os.close(fd)
+    os.close(acquire_local(tmp_path))

@@ -8,6 +8,7 @@ Layout of a run directory (every engine, every launcher):
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
+    run.lock           held (flock) by the one job running in the dir; names it (vdkit.slurm.runlock)
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ SBATCH_FILE = "launch.sbatch"
 NEMO_CONFIG_FILE = "nemo.yaml"
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
+LOCK_FILE = "run.lock"
 
 
 def safe_dir_name(name: str) -> str:

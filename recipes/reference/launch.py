@@ -67,8 +67,11 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     from vdkit.recipes.reference.distributed import free_port
     from vdkit.rundir import LOG_DIR
 
+    from vdkit.slurm.runlock import acquire_local
+
     run_dir = Path(run_dir)
     terminal = terminal if terminal is not None else sys.stdout.buffer
+    lock_fd = acquire_local(run_dir)  # one job at a time in a run dir, as the Slurm script does
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     port = free_port()
     cmd = reference_command(run_dir)
@@ -87,12 +90,12 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
             files.append(fh)
             if rank == 0:
                 p = subprocess.Popen(cmd, env=rank_env(rank, world, per_node, port), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, cwd=run_dir)
+                                     stderr=subprocess.STDOUT, cwd=run_dir, pass_fds=(lock_fd,))
                 pump = threading.Thread(target=_pump, args=(p.stdout, [fh, terminal]), daemon=True)
                 pump.start()
             else:
                 p = subprocess.Popen(cmd, env=rank_env(rank, world, per_node, port), stdout=fh,
-                                     stderr=subprocess.STDOUT, cwd=run_dir)
+                                     stderr=subprocess.STDOUT, cwd=run_dir, pass_fds=(lock_fd,))
             procs.append(p)
         failed = None
         while failed is None and any(p.poll() is None for p in procs):
@@ -119,3 +122,4 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
             pump.join(timeout=5)
         for fh in files:
             fh.close()
+        os.close(lock_fd)

@@ -102,9 +102,13 @@ def run_status(args) -> int:
     pairs = [resolve(t) for t in args.targets]  # all checked before any output
     if args.wait:
         return _wait_all(pairs, args.timeout)
+    from vdkit.slurm.runlock import holder_note
+
     for run_dir, job_id in pairs:
         st = job_state(run_dir if run_dir is not None else job_id)
-        print(_line(run_dir if run_dir is not None else "-", job_id, st))
+        line = _line(run_dir if run_dir is not None else "-", job_id, st)
+        note = holder_note(run_dir) if run_dir is not None else None
+        print(line + (f"\t{note}" if note else ""))
     return 0
 
 

@@ -1,0 +1,103 @@
+"""One job at a time in a run directory: the lock a job takes at start, and who holds it.
+
+``sbatch launch.sbatch`` twice would otherwise run two jobs in one directory at once: they write
+the same checkpoints and logs, and `vdkit validate` would merge their timings. The job script
+opens ``<run_dir>/run.lock`` and takes an exclusive ``flock`` on it before anything else; the
+lock is held by the batch shell and every process it starts (the descriptor is inherited), and
+released by the kernel when the last of them exits - a killed or requeued job cannot leave it
+stale. A second job finds it held, prints one line naming the holder and exits 1 without
+touching anything. The file's text names the holder (``slurm <jobid>`` or ``local <pid>``) for
+``vdkit status``; that text may outlive the job, so it is only reported while that job is alive.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import shlex
+from pathlib import Path
+from typing import List, Optional, Tuple
+
+from vdkit.errors import UserError
+from vdkit.rundir import LOCK_FILE
+
+LOCK_FD = 9  # the job script's descriptor for the lock (inherited by srun and the ranks)
+
+
+def lock_lines(run_dir) -> List[str]:
+    """Bash lines for the job script: take the run dir's lock or stop with one line naming the holder."""
+    lock = shlex.quote(str(Path(run_dir) / LOCK_FILE))
+    return [
+        "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here)",
+        f"exec {LOCK_FD}>>{lock}",
+        f"if ! flock -n {LOCK_FD}; then",
+        f'  echo "vdkit: the run directory is held by $(cat {lock} 2>/dev/null || echo another job); job '
+        '${SLURM_JOB_ID:-?} did not start: wait for that job or cancel it, or render a new run dir" >&2',
+        "  exit 1",
+        "fi",
+        f'echo "slurm ${{SLURM_JOB_ID:-?}}" > {lock}',
+    ]
+
+
+def read_holder(run_dir) -> Optional[Tuple[str, str]]:
+    """(kind, id) from the lock file - ("slurm", "1234") or ("local", "4321") - or None."""
+    try:
+        text = (Path(run_dir) / LOCK_FILE).read_text().split()
+    except OSError:
+        return None
+    return (text[0], text[1]) if len(text) == 2 else None
+
+
+def is_held(run_dir) -> bool:
+    """Whether some process on this machine (or, over NFSv4, anywhere) holds the run dir's lock now."""
+    path = Path(run_dir) / LOCK_FILE
+    if not path.exists():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing drops our probe lock
+    return False
+
+
+def acquire_local(run_dir) -> int:
+    """`vdkit run`: take the run dir's lock for this process (and its ranks); returns the descriptor.
+
+    Raises UserError naming the holder when another job holds it.
+    """
+    path = Path(run_dir) / LOCK_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        held = read_holder(run_dir)
+        raise UserError(f"the run directory {run_dir} is held by {' '.join(held) if held else 'another job'}",
+                        "wait for that job or stop it, or start a new run") from None
+    os.truncate(path, 0)
+    os.write(fd, f"local {os.getpid()}\n".encode())
+    return fd
+
+
+def holder_note(run_dir) -> Optional[str]:
+    """'held by job 1234' (or 'held by local process 4321') while that job holds the run dir, else None."""
+    held = read_holder(run_dir)
+    if held is None:
+        return None
+    kind, ident = held
+    if kind == "slurm":
+        from vdkit.slurm.submit import job_state
+
+        try:
+            alive = not job_state(ident).done and job_state(ident).source != "none"
+        except UserError:
+            alive = False
+        return f"held by job {ident}" if alive or is_held(run_dir) else None
+    return f"held by local process {ident}" if is_held(run_dir) else None
