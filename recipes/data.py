@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
+from vdkit.files import DirLock, file_mode
 
 DATASETS = ("dolly", "alpaca", "pubmedqa")
 
@@ -43,6 +44,7 @@ SPLIT_FILES: Dict[str, str] = {
     "test": "test.jsonl",
 }
 MANIFEST_FILE = "prepare.json"
+PREPARE_LOCK = ".vdkit-prepare.lock"  # held while a prepare writes OUT_DIR (vdkit.files.DirLock)
 DEFAULT_SPLIT = (0.8, 0.1, 0.1)
 DEFAULT_SEED = 1234
 
@@ -367,6 +369,7 @@ def write_files_atomically(out_dir: Path, contents: Dict[str, str]) -> None:
                 fh.write(text)
                 fh.flush()
                 os.fsync(fh.fileno())
+            os.chmod(tmp, file_mode())  # mkstemp made it 0600; shared data follows the umask
         for name, tmp in temps.items():
             os.replace(tmp, out_dir / name)
     except BaseException:
@@ -399,12 +402,39 @@ def prepare(dataset: str, input_path, out_dir, seed: int = DEFAULT_SEED,
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise UserError(f"{out}: exists and is not a directory", "pass a directory for OUT_DIR")
+    _refuse_existing(out, force)  # fail fast; checked again under the lock below
+    rows, dropped, read = read_rows(dataset, input_path)  # input errors before OUT_DIR is touched
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{out}: cannot create the output directory ({exc.strerror})",
+                        "pass a writable OUT_DIR") from None
+    # One writer per OUT_DIR: a second `vdkit data prepare` into it is refused, never interleaved.
+    lock = DirLock(out, PREPARE_LOCK, f"{out}: another `vdkit data prepare` is writing there now",
+                   "wait for it to finish, or pass another OUT_DIR")
+    try:
+        with lock:
+            return _prepare_locked(dataset, input_path, out, seed, split, force, rows, dropped, read)
+    except BaseException:
+        if created:
+            try:
+                out.rmdir()  # only if we made it and left it empty
+            except OSError:
+                pass
+        raise
+
+
+def _refuse_existing(out: Path, force: bool) -> None:
     targets = list(SPLIT_FILES.values()) + [MANIFEST_FILE]
     existing = [t for t in targets if (out / t).exists()]
     if existing and not force:
         raise UserError(f"{out}: already holds {', '.join(existing)}",
                         "pass an empty OUT_DIR, or --force to replace the prepared files")
-    rows, dropped, read = read_rows(dataset, input_path)
+
+
+def _prepare_locked(dataset, input_path, out: Path, seed, split, force, rows, dropped, read) -> "PrepareReport":
+    _refuse_existing(out, force)  # another prepare may have finished while we read the input
     parts = shuffle_split(rows, seed, split)
     report = PrepareReport(dataset=dataset, input_path=str(input_path), out_dir=str(out), seed=seed,
                            split=split, rows_read=read, dropped=dict(dropped))  # type: ignore[arg-type]

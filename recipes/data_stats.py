@@ -135,7 +135,11 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
         raise UserError(f"{p}: no such file", "pass a JSONL file written by `vdkit data prepare`")
     fix = "every line must be a JSON object with string fields 'input' and 'output'"
     seen = False
-    with p.open("r", encoding="utf-8", errors="strict", newline="\n") as fh:
+    try:
+        fh = p.open("r", encoding="utf-8", errors="strict", newline="\n")
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read ({exc.strerror})", "check the path and its permissions") from None
+    with fh:
         try:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
@@ -154,6 +158,8 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
                 yield lineno, rec["input"], rec["output"]
         except UnicodeDecodeError as exc:
             raise UserError(f"{p}: not UTF-8 text (byte {exc.start} of a block)", fix)
+        except OSError as exc:  # an I/O error part-way (a file on failing storage)
+            raise UserError(f"{p}: cannot read ({exc.strerror})", "check the path and its storage") from None
     if not seen:
         raise UserError(f"{p}: file is empty (no rows)", "pass a prepared training/validation/test JSONL file")
 

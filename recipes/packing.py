@@ -174,6 +174,9 @@ def write_packed(path, rows: Sequence[dict]) -> None:
                     fh.write((json.dumps(r) + "\n").encode())
             fh.flush()
             os.fsync(fh.fileno())
+        from vdkit.files import file_mode
+
+        os.chmod(tmp, file_mode())  # mkstemp's 0600 -> the umask's mode, like any file the user writes
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):

@@ -89,8 +89,8 @@ def test_one_minute_time_limit_requeues_until_the_job_completes(local_slurm, tmp
     assert st.state == "COMPLETED", (st, _log(run_dir, job_id)[-3000:])
     stops = _check_unbroken(run_dir, job_id, max_steps)
     assert "DUE TO TIME LIMIT" not in _log(run_dir, job_id) and _restarts(job_id) == len(stops) >= 1
-    print(f"\ntime-limit figures: job {job_id}, time limit 1 min, signal lead "
-          f"{re.search(r'--signal=USR1@(\d+)', (run_dir / 'launch.sbatch').read_text()).group(1)} s, "
+    lead = re.search(r"--signal=USR1@(\d+)", (run_dir / "launch.sbatch").read_text()).group(1)
+    print(f"\ntime-limit figures: job {job_id}, time limit 1 min, signal lead {lead} s, "
           f"stopped after steps {stops}, restarts {_restarts(job_id)}, steps 1..{max_steps} unbroken, "
           f"{time.monotonic() - t0:.0f} s to COMPLETED")
 

@@ -95,9 +95,11 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
                 target.write_bytes(data)
             else:
                 target.write_text(data)
+        from vdkit.files import dir_mode, file_mode
+
         if SBATCH_FILE in contents:
-            os.chmod(tmp / SBATCH_FILE, 0o755)
-        os.chmod(tmp, 0o755)
+            os.chmod(tmp / SBATCH_FILE, file_mode(executable=True))
+        os.chmod(tmp, dir_mode())  # mkdtemp made it 0700; a run dir follows the umask like any dir
         candidates = [run_dir] if run_dir is not None else (
             base / (stem if n == 1 else f"{stem}-{n}") for n in range(1, 100000))
         for final in candidates:
