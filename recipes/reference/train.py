@@ -30,19 +30,37 @@ def lr_at(step: int, method, max_steps: int) -> float:
     return method.min_lr + 0.5 * (method.lr - method.min_lr) * (1 + math.cos(math.pi * frac))
 
 
-def check_layout(plan, dist) -> None:
-    """The reference engine is plain data parallel over every rank; say so if the plan is not."""
-    r = plan.recipe
+MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
+
+
+def check_plan(plan) -> None:
+    """What the engine would refuse in a rank, decided from the plan alone: run before a run dir exists."""
+    from vdkit.recipes.reference.model import virtual_tokens
+
+    r, t = plan.recipe, plan.recipe.train
     if plan.tp * plan.pp != 1:
         raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
                         "pin parallelism.tp=1 parallelism.pp=1 or use engine=nemo")
+    if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
+        raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
+                        f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
+    room = t.seq_length - virtual_tokens(r)
+    if room < MIN_ROOM:
+        extra = f" next to {virtual_tokens(r)} virtual tokens" if virtual_tokens(r) else ""
+        raise UserError(f"train.seq_length={t.seq_length} leaves {max(room, 0)} token(s) per sample{extra}; "
+                        f"the reference engine needs at least {MIN_ROOM}",
+                        f"raise train.seq_length (e.g. train.seq_length=128)"
+                        + (" or lower method.ptuning_virtual_tokens" if extra else ""))
+
+
+def check_layout(plan, dist) -> None:
+    """The plan's checks (check_plan), and the ranks this process was started with."""
+    r = plan.recipe
+    check_plan(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
                         "start one task per GPU: srun --ntasks-per-node=cluster.gpus_per_node, or use `vdkit run`")
-    if plan.grad_accum * plan.dp * r.train.micro_batch_size != r.train.global_batch_size:
-        raise UserError(f"train.global_batch_size={r.train.global_batch_size} is not a multiple of MBS x DP "
-                        f"= {r.train.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
 
 
 def make_fabric(plan, dist):
@@ -106,10 +124,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
-    room = t.seq_length - virtual_tokens(recipe)
-    if room < 4:
-        raise UserError(f"train.seq_length={t.seq_length} leaves no room next to {virtual_tokens(recipe)} virtual tokens",
-                        "raise train.seq_length or lower method.ptuning_virtual_tokens")
+    room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM: check_layout said so
 
     import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
 
@@ -201,11 +216,13 @@ def main(argv=None) -> int:
         print("usage: python -m vdkit.recipes.reference RUN_DIR", file=sys.stderr)
         return 2
     from vdkit.recipes import preemption
+    from vdkit.recipes.reference import require_runtime
 
     # First thing: a USR1 that arrives while torch loads must not kill the rank (its default action).
     preempt = preemption.Preemption().install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
+        require_runtime()
         train(argv[0], preempt=preempt)
     except UserError as exc:
         print(f"vdkit reference: error: {exc}", file=sys.stderr)

@@ -85,9 +85,12 @@ def _pipeline(args, out: Path, slurm_env) -> int:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
     # Plan every cell before training any: a bad override fails in seconds, not after a run.
     plans = [require_feasible(make_plan(compose(c))) for c in cells]
+    from vdkit.recipes.reference import preflight
+
     for plan in plans:
         if plan.recipe.engine.name != "reference":
             raise UserError("the demo trains with the reference engine only", "drop the engine= override")
+        preflight(plan)  # e.g. torch missing: one line naming the extra, not a rank that "FAILED"
     where = "the local emulated Slurm" if slurm_env is not None else "local processes"
     print(f"demo: {len(plans)} runs on {where}; everything goes to {out}", flush=True)
     run_dirs = []

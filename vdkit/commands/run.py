@@ -38,7 +38,7 @@ def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
     from vdkit.plan import make_plan, require_feasible
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.reference import preflight
     from vdkit.rundir import create_run_dir
 
     recipe = compose(with_local_defaults(args.overrides))
@@ -49,10 +49,7 @@ def run(args) -> int:
         raise UserError(f"`vdkit run` starts local processes; cluster={recipe.cluster.name} is a "
                         f"{recipe.cluster.launcher} cluster", "use cluster=local here, or `vdkit submit` for Slurm")
     plan = require_feasible(make_plan(recipe))
-    if plan.tp * plan.pp != 1:
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1")
-    check_inputs(plan.recipe)  # missing data / tokenizer: fail before anything is written
+    preflight(plan)  # torch missing, layout, seq length, data, tokenizer: fail before anything is written
     run_dir = create_run_dir(plan, files={}, out_dir=args.out)
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
 

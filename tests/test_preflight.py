@@ -1,0 +1,32 @@
+"""Checks that run before a run dir exists (issue 12 items 5 and 13): torch missing, impossible lengths."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from vdkit.cli import main
+
+
+@pytest.mark.parametrize("verb", [["run"], ["demo"], ["demo", "--slurm"]])
+def test_missing_torch_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatch, verb):
+    monkeypatch.setitem(sys.modules, "torch", None)  # what a torch-less login-node install looks like
+    monkeypatch.setattr("vdkit.slurm.localcluster.why_unavailable", lambda: "not here")
+    assert main([*verb, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert "needs torch" in err and "vdkit[reference]" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("recipe.yaml"))
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["train.seq_length=2"], "train.seq_length=2 leaves 2 token(s) per sample"),
+    (["train.seq_length=1"], "train.seq_length=1 leaves 1 token(s)"),
+    (["method=ptuning", "train.seq_length=12"], "next to 10 virtual tokens"),
+    (["cluster.gpus_per_node=3", "train.global_batch_size=4", "train.micro_batch_size=1"], "no valid layout"),
+])
+def test_vdkit_run_refuses_before_the_run_dir_exists(tmp_path, capsys, overrides, message):
+    assert main(["run", *overrides, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "fix:" in err
+    assert list(tmp_path.iterdir()) == []
