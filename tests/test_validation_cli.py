@@ -125,7 +125,7 @@ def test_report_tiny_model_rows_with_na_published(tmp_path, capsys):
     out = tmp_path / "rep"
     assert main(["report", str(run), "--out", str(out), "--no-plots"]) == 0
     md = capsys.readouterr().out
-    assert "| tiny_llama | 1 |" in md and "/ N/A" in md
+    assert "| tiny_llama | 1 |" in md and "/ n/p" in md and "/ N/A" not in md  # no figure is not the guide's N/A
     data = json.loads((out / "table9.json").read_text())
     assert [c["method"] for c in data["cells"]] == ["lora", "ptuning", "sft"]
     assert data["cells"][0]["published_minutes"] is None and data["cells"][0]["minutes"] > 0

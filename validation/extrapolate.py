@@ -215,9 +215,12 @@ def estimate(timings: Sequence[float], target_steps: int, overheads: Optional[Ov
         lo = (warm_s + remaining * max(0.0, mean - half_width)) / 60.0
         hi = (warm_s + remaining * (mean + half_width)) / 60.0
         extrapolated = True
-    includes = [f"train_step_timing of {min(n, target_steps)} measured step(s) (warm-up included once)"]
+    # The parts add up to target_steps: what is summed is exactly what the formula above sums.
     if extrapolated:
-        includes.append(f"{target_steps - warm} step(s) at the steady mean")
+        includes = [f"{warm} warm-up step(s) as measured ({warm_s:.1f} s)",
+                    f"{target_steps - warm} step(s) at the steady mean of {n - warm} measured"]
+    else:
+        includes = [f"{target_steps} measured step(s) of train_step_timing"]
     excludes = ["model load", "data load", "validation", "checkpoint saving"]
     overhead_min = 0.0
     if overheads is not None:

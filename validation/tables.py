@@ -16,6 +16,8 @@ from typing import Dict, List, Optional, Tuple
 from vdkit.errors import UserError
 
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
+NOT_PUBLISHED = "not published"  # a cell the guide has no figure for (not its "N/A")
+NOT_PUBLISHED_MARK = "n/p"  # how the Markdown table shows it
 TABLE9_METHODS = ("lora", "ptuning", "sft")
 
 
@@ -104,6 +106,13 @@ class Cell:
     published_checkpoint_gb: Optional[float] = None
 
     @property
+    def published_status(self) -> str:
+        """'figure', 'N/A' (the guide printed N/A) or 'not published' (the guide has no such cell)."""
+        if self.published is not None:
+            return "figure"
+        return "N/A" if self.published_na else NOT_PUBLISHED
+
+    @property
     def ratio(self) -> Optional[float]:
         if self.minutes is None or not self.published:
             return None
@@ -115,6 +124,7 @@ class Cell:
                 "interval_minutes": [_r(x) for x in self.interval] if self.interval else None,
                 "fluctuating": self.fluctuating, "published_minutes": self.published,
                 "published_footnote": self.published_footnote or None, "published_na": self.published_na,
+                "published_status": self.published_status,
                 "ratio": _r(self.ratio, 3), "checkpoint_gb": _r(self.checkpoint_gb),
                 "published_checkpoint_gb": self.published_checkpoint_gb, "reason": self.reason or None,
                 "runs": self.runs}
@@ -251,7 +261,7 @@ def _ours(cell: Cell) -> str:
 
 def _pub(cell: Cell) -> str:
     if cell.published is None:
-        return "N/A"
+        return "N/A" if cell.published_na else NOT_PUBLISHED_MARK
     text = f"{cell.published:g}"
     return text + (f" [{cell.published_footnote}]" if cell.published_footnote else "")
 
@@ -280,7 +290,7 @@ def to_markdown(table: Table) -> str:
         for c in table.cells:
             ck = "—" if c.checkpoint_gb is None else (f"{c.checkpoint_gb:,.0f}" if c.checkpoint_gb >= 10
                                                       else f"{c.checkpoint_gb:.3g}")
-            pub_ck = "N/A" if c.published_checkpoint_gb is None else f"{c.published_checkpoint_gb:,g}"
+            pub_ck = NOT_PUBLISHED_MARK if c.published_checkpoint_gb is None else f"{c.published_checkpoint_gb:,g}"
             ck_ratio = (f" ({c.checkpoint_gb / c.published_checkpoint_gb:.2f}×)"
                         if c.checkpoint_gb is not None and c.published_checkpoint_gb else "")
             out.append(f"| {table.labels.get(c.model, c.model)} | {c.method} | {c.nodes} | {c.gpus} | {_cell_md(c)} "
@@ -292,7 +302,9 @@ def to_markdown(table: Table) -> str:
             "(warm-up once + steady mean; see `vdkit validate`).",
             "- [f] fluctuating step times (CV over 10 % or a significant drift).",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
-            "—: not run."]
+            "—: not run.",
+            f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "
+            "such as the demo's tiny_llama)."]
     out += [f"- [{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items()
             if k.startswith("footnote ")]
     reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
@@ -303,7 +315,7 @@ def to_markdown(table: Table) -> str:
 
 
 CSV_FIELDS = ("model", "gpus", "nodes", "method", "status", "minutes", "interval_lo", "interval_hi", "fluctuating",
-              "published_minutes", "published_footnote", "ratio", "checkpoint_gb", "published_checkpoint_gb",
+              "published_minutes", "published_status", "published_footnote", "ratio", "checkpoint_gb", "published_checkpoint_gb",
               "reason", "runs")
 
 
@@ -324,6 +336,9 @@ def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] =
     """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths.
 
     Each file is written to a temporary name and renamed, so a failure leaves no half-written file.
+    The files an earlier report of the same table wrote there and this one does not (trace plots of
+    runs no longer in it, e.g. a re-run `vdkit demo`) are removed: the directory shows one report.
+    The list lives in a hidden manifest (``.NAME.files``); files the kit did not write are never touched.
     """
     out = Path(out_dir)
     try:
@@ -333,6 +348,11 @@ def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] =
                         "pass --out DIR pointing at a writable directory") from None
     files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
              f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
+    manifest = out / f".{table.name}.files"
+    try:
+        before = set(json.loads(manifest.read_text()))
+    except (OSError, ValueError):
+        before = set()
     written = []
     for name, data in files.items():
         target = out / name
@@ -340,4 +360,10 @@ def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] =
         tmp.write_bytes(data)
         tmp.replace(target)
         written.append(target)
+    tmp = out / f"{manifest.name}.tmp"
+    tmp.write_text(json.dumps(sorted(files)) + "\n")
+    tmp.replace(manifest)
+    for stale in sorted(before - set(files)):
+        if "/" not in stale and not stale.startswith("."):  # a name we wrote, inside out_dir
+            (out / stale).unlink(missing_ok=True)
     return written
