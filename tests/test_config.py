@@ -1,4 +1,6 @@
 """Every shipped config composes and validates; the schema refuses what it should, in one line."""
+import os
+
 import pytest
 
 from vdkit.config import compose, conf_dir, group_options, override_sets, sweep_cells
@@ -112,3 +114,21 @@ def test_unknown_sweep_is_an_error():
 
 def test_conf_dir_is_the_checkout():
     assert (conf_dir() / "config.yaml").is_file()
+
+
+def test_every_path_is_made_absolute_once_at_composition(tmp_path, monkeypatch):
+    """Issue 12, item 10: relative paths resolve against the directory vdkit ran in, not the job's cwd."""
+    from vdkit.config import PATH_FIELDS
+
+    monkeypatch.chdir(tmp_path)
+    r = compose(["engine=reference", "model=tiny_llama", "data=dolly", "run.results_dir=results",
+                 "run.secrets_file=conf/../secrets.env", "data.data_dir=data/dolly", "run.out_dir='~/runs'",
+                 "data.tokenizer_model=tok.model", "model.nemo_path=m.nemo",
+                 "engine.container_image=./nemo.sqsh"])
+    assert r.run.results_dir == str(tmp_path / "results") and r.run.secrets_file == str(tmp_path / "secrets.env")
+    assert r.data.data_dir == str(tmp_path / "data/dolly") and r.run.out_dir == os.path.expanduser("~/runs")
+    assert r.data.tokenizer_model == str(tmp_path / "tok.model") and r.model.nemo_path == str(tmp_path / "m.nemo")
+    assert r.engine.container_image == str(tmp_path / "nemo.sqsh")
+    assert all(os.path.isabs(getattr(getattr(r, s), k)) for s, k in PATH_FIELDS)
+    assert compose(["engine.container_image='nvcr.io#nvidia/nemo:24.01'"]).engine.container_image == \
+        "nvcr.io#nvidia/nemo:24.01"  # an image name is not a path

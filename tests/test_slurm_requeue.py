@@ -81,17 +81,39 @@ def test_usr1_mid_run_requeues_and_the_job_completes_unbroken(local_slurm, tmp_p
           f"restarts {_restarts(job_id)}, steps 1..{max_steps} unbroken, {time.monotonic() - t0:.0f} s to COMPLETED")
 
 
+def _seconds_per_step(tmp_path) -> float:
+    """This machine's speed now for the test's cell (20 steps in-process, the first two excluded)."""
+    import os
+
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.reference.train import train
+    from vdkit.rundir import create_run_dir
+    from vdkit.validation.logs import read_source
+
+    cell = [o for o in CELL if not o.startswith("cluster.")] + ["cluster=local", "train.max_steps=20"]
+    run_dir = create_run_dir(make_plan(compose(cell)), {}, tmp_path / "calibrate")
+    with open(os.devnull, "w") as sink:
+        train(run_dir, stream=sink)
+    timings = read_source(run_dir).timings[2:]
+    return sum(timings) / len(timings)
+
+
 def test_one_minute_time_limit_requeues_until_the_job_completes(local_slurm, tmp_path, capsys):
-    max_steps = 700  # more than one minute of training on this machine
+    # About 80 s of training: more than one 1-minute allocation (which also loads torch), so the
+    # job meets its time limit at least once, yet it completes within a few allocations.
+    per_step = _seconds_per_step(tmp_path)
+    max_steps = max(100, int(80 / per_step))
     t0 = time.monotonic()
-    run_dir, job_id = _submit(tmp_path, capsys, f"train.max_steps={max_steps}", "cluster.time_limit_min=1")
-    st = sub.wait(run_dir, timeout=540, poll_s=2)
+    run_dir, job_id = _submit(tmp_path / "runs", capsys, f"train.max_steps={max_steps}", "cluster.time_limit_min=1")
+    st = sub.wait(run_dir, timeout=900, poll_s=2)
     assert st.state == "COMPLETED", (st, _log(run_dir, job_id)[-3000:])
     stops = _check_unbroken(run_dir, job_id, max_steps)
     assert "DUE TO TIME LIMIT" not in _log(run_dir, job_id) and _restarts(job_id) == len(stops) >= 1
     lead = re.search(r"--signal=USR1@(\d+)", (run_dir / "launch.sbatch").read_text()).group(1)
     print(f"\ntime-limit figures: job {job_id}, time limit 1 min, signal lead {lead} s, "
-          f"stopped after steps {stops}, restarts {_restarts(job_id)}, steps 1..{max_steps} unbroken, "
+          f"calibrated {per_step:.3f} s/step, stopped after steps {stops}, restarts {_restarts(job_id)}, "
+          f"steps 1..{max_steps} unbroken, "
           f"{time.monotonic() - t0:.0f} s to COMPLETED")
 
 

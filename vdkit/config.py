@@ -271,10 +271,31 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
         raise UserError(f"invalid configuration: {_one_line(exc)}", _fix_hint(_one_line(exc))) from None
     finally:
         GlobalHydra.instance().clear()
+    absolute_paths(obj)
     recipe = Recipe(overrides=tuple(overrides),
                     **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
     validate_fields(recipe)
     return recipe
+
+
+# Every path a recipe holds, made absolute against the directory vdkit runs in, once, here: the job
+# runs elsewhere (a rank's cwd is the run dir, srun's a compute node's), and a relative path would
+# be read against a different directory at run time than at render time.
+PATH_FIELDS = (("run", "out_dir"), ("run", "results_dir"), ("run", "secrets_file"), ("data", "data_dir"),
+               ("data", "tokenizer_model"), ("model", "nemo_path"))
+
+
+def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
+    """Make the PATH_FIELDS of ``cfg`` (and a ``./`` container image) absolute, ``~`` expanded; in place."""
+    base = cwd or os.getcwd()
+    for section, key in PATH_FIELDS:
+        sec = getattr(cfg, section)
+        value = getattr(sec, key)
+        if value:
+            setattr(sec, key, os.path.normpath(os.path.join(base, os.path.expanduser(str(value)))))
+    image = cfg.engine.container_image
+    if image and str(image).startswith("./"):  # pyxis reads "./x.sqsh" as a file relative to srun's cwd
+        cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))
 
 
 _ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
