@@ -60,8 +60,18 @@ def feasible_plans(args, verb: str) -> list:
     return plans
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is the kit's one line (what, fix) and exit 2, like every other error.
+
+    Sub-parsers inherit the class (argparse's add_subparsers uses ``type(self)``).
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (fix: see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="vdkit",
         description="Validated-design recipes for Llama 2 on Dell PowerEdge XE9680 clusters: "
                     "plan, render, submit, run, validate, report.")

@@ -428,6 +428,7 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
 def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
     """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
+    refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
     if sweep:
         return sweep_cells(sweep, overrides)
     if multirun:

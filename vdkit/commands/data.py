@@ -94,6 +94,8 @@ def _pack(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: already exists", "pass another path, or --force to replace it")
     if args.max_len < 1:
         raise UserError(f"--max-len {args.max_len} is not a positive number of tokens", "use e.g. --max-len 4096")
+    if not Path(args.file).is_file():  # before loading a tokenizer (seconds) for nothing
+        raise UserError(f"{args.file}: no such file", "pass a JSONL file written by `vdkit data prepare`")
     tok = load_tokenizer(args.tokenizer)
     ids, masks = tokenize_sft(args.file, tok)
     if not args.truncate:
