@@ -23,6 +23,9 @@ def register(sub) -> None:
     v.add_argument("--target-steps", type=int, metavar="N",
                    help=f"steps to extrapolate to (default: the run's train.target_steps, else {DEFAULT_TARGET_STEPS})")
     v.add_argument("--json", action="store_true", help="print one JSON object per run (one per line)")
+    v.add_argument("--steps", action="store_true",
+                   help="print the parsed per-step figures of one source as CSV (step,seconds,loss; loss empty where "
+                        "the log has none) instead of an estimate; works on logs too short to extrapolate")
     v.add_argument("--val-every", type=int, default=0, metavar="N", help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=float, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
@@ -71,7 +74,7 @@ def _overheads(args, run_dir: Optional[Path]):
 
 def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> dict:
     """Parse one source and estimate; the result as the JSON-able dict `vdkit validate --json` prints."""
-    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 
     source = Path(source)
@@ -84,11 +87,11 @@ def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> 
             target_steps = load_recipe(run_dir).train.target_steps
         else:
             target_steps = DEFAULT_TARGET_STEPS
-    est = estimate(log.timings, target_steps, overheads)
+    est = estimate_log(log, target_steps, overheads)
     timed = log.timed
     return {"source": str(source), "format": log.format, "files": log.files,
-            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(), "warnings": log.warnings,
-            "_log": log, "_estimate": est}
+            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(),
+            "warnings": log.warnings + est.data_warnings, "_log": log, "_estimate": est}
 
 
 def describe(result: dict) -> str:
@@ -107,6 +110,7 @@ def describe(result: dict) -> str:
         f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
         f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
         f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} steps",
+        f"  interval      {r['interval_method']}",
         f"  includes      {'; '.join(r['includes'])}",
         f"  excludes      {', '.join(r['excludes']) or 'nothing'}",
     ]
@@ -114,7 +118,23 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
+def run_steps(args) -> int:
+    """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
+    from vdkit.validation.logs import read_source, steps_csv
+
+    if len(args.sources) != 1:
+        raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",
+                        "run `vdkit validate --steps` once per source")
+    log = read_source(args.sources[0], require_timing=False)
+    sys.stdout.write(steps_csv(log))
+    for w in log.warnings:
+        print(f"vdkit validate: warning: {w}", file=sys.stderr)
+    return 0
+
+
 def run_validate(args) -> int:
+    if args.steps:
+        return run_steps(args)
     if args.target_steps is not None and args.target_steps < 1:
         raise UserError(f"--target-steps {args.target_steps} must be >= 1", "pass e.g. --target-steps 1000")
     failures = []
