@@ -167,8 +167,7 @@ def parse_text_log(path: PathLike) -> StepLog:
                 parser_hit = None
             if parser_hit is not None:
                 if not label_known:
-                    label = line_label(strip_ansi(head)) if head is not seg or parser_hit != "nemo1" else \
-                        line_label(seg)
+                    label = line_label(strip_ansi(head))
                     label_known = True
                     target = by_label.get(label)
                     if target is None:
@@ -180,7 +179,7 @@ def parse_text_log(path: PathLike) -> StepLog:
                     step = nemo2.last_step
                 elif parser_hit == "megatron":
                     hit = megatron.feed(seg, target)
-                    step = max(target) if hit and target else None
+                    step = megatron.last_step
                 else:
                     hit = nemo1.feed(seg, target)
                     step = nemo1.last_step
@@ -199,7 +198,7 @@ def parse_text_log(path: PathLike) -> StepLog:
             if kind is not None:
                 if (last_step, kind) not in events[-3:]:
                     events.append((last_step, kind))
-            if seg.lstrip().startswith(("[NeMo", "[20")):
+            if "[NeMo" in seg[:16] or "[20" in seg[:8]:  # a record with a wall-clock stamp
                 stamp = timestamp(seg)
                 if stamp:
                     first_time = first_time or stamp
@@ -211,13 +210,9 @@ def parse_text_log(path: PathLike) -> StepLog:
 
     counts = {"nemo1": nemo1.updates, "nemo2": nemo2.lines, "megatron": megatron.lines}
     fmt = max(counts, key=counts.get)
-    total = {"nemo1": nemo1.total, "megatron": megatron.total}.get(fmt)  # never NeMo 2's within-epoch m
-    if fmt == "nemo1" and total is not None:
-        pass  # the bar's total is max_steps (NeMo shows n = global_step + 1)
-    if fmt == "megatron":
-        source_kind = TIMING_MEGATRON
-    else:
-        source_kind = TIMING_STEP
+    # max_steps: the TQDM bar's total or Megatron's train_iters; never NeMo 2's within-epoch m.
+    total = {"nemo1": nemo1.total, "megatron": megatron.total}.get(fmt)
+    source_kind = TIMING_MEGATRON if fmt == "megatron" else TIMING_STEP
 
     chosen = _choose_series(by_label, label_order, warnings, name)
     steps = [chosen[k] for k in sorted(chosen)]

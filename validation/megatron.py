@@ -35,6 +35,7 @@ class MegatronParser:
         self.warnings = warnings
         self.name = name
         self.lines = 0
+        self.last_step: Optional[int] = None
         self.total: Optional[int] = None
         self.order: List[Tuple[int, Dict[int, StepRecord]]] = []  # (iteration, the dict it went into)
 
@@ -57,6 +58,7 @@ class MegatronParser:
         steps[step] = StepRecord(step, None if ms is None else ms / 1000.0, values.get("loss"), values.get("samples"))
         self.order.append((iteration, steps))
         self.lines += 1
+        self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
         return True
 
     def finish(self) -> None:
@@ -68,13 +70,11 @@ class MegatronParser:
             dicts[id(steps)] = steps
         for key, iterations in by_dict.items():
             its = sorted(set(iterations))
-            gaps = [b - a for a, b in zip(its, its[1:]) if b > a]
-            interval = Counter(gaps).most_common(1)[0][0] if gaps else None
-            if gaps and len(gaps) >= 2:
-                # the smallest common spacing wins a tie (a missing line makes a larger one)
-                counts = Counter(gaps)
-                top = max(counts.values())
-                interval = min(g for g, c in counts.items() if c == top)
+            gaps = Counter(b - a for a, b in zip(its, its[1:]))
+            interval = None
+            if gaps:  # the most common spacing; the smallest wins a tie (a missing line makes a larger one)
+                top = max(gaps.values())
+                interval = min(g for g, c in gaps.items() if c == top)
             missing = []
             for i, it in enumerate(its):
                 if interval is None:
