@@ -43,12 +43,14 @@ class MegatronParser:
         m = _ITER.search(segment)
         if not m:
             return False
+        rest = segment[m.end():]
         values: Dict[str, Optional[float]] = {}
-        for field_text in segment[m.end():].split("|"):
-            text = field_text.strip()
-            for key, name in _FIELDS:
-                if text.startswith(key):
-                    values[name] = number(text[len(key):].lstrip(" :"))
+        for key, name in _FIELDS:
+            i = rest.find(key)
+            if i >= 0 and (i == 0 or rest[i - 1] in " |"):
+                i += len(key)
+                j = rest.find("|", i)
+                values[name] = number((rest[i:] if j < 0 else rest[i:j]).lstrip(" :"))
         if "ms" not in values:
             return False
         iteration = int(m.group(1))

@@ -37,19 +37,28 @@ class Nemo2Parser:
         m = _ITER.search(segment)
         if not m:
             return False
-        metrics: Dict[str, str] = {}
-        for field_text in segment[m.end():].split("|"):
-            key, sep, value = field_text.partition(":")
-            if sep:
-                metrics[key.strip()] = value
+        rest = segment[m.end():]
         epoch, iteration = int(m.group(1)), int(m.group(2))
-        step = exact_int(metrics.get(STEP_KEY))
+        step = exact_int(_field(rest, _STEP))
         if step is None:
             if epoch not in self.epoch_start:
                 self.epoch_start[epoch] = 0 if self.last_step is None else self.last_step + 1 - iteration
             step = self.epoch_start[epoch] + iteration
         self.lines += 1
-        self.last_step = step if self.last_step is None else max(self.last_step, step)
-        steps[step] = StepRecord(step, number(metrics.get(TIMING_KEY)), number(metrics.get(LOSS_KEY)),
-                                 number(metrics.get(SAMPLES_KEY)))
+        self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
+        steps[step] = StepRecord(step, number(_field(rest, _TIMING)), number(_field(rest, _LOSS)),
+                                 number(_field(rest, _SAMPLES)))
         return True
+
+
+_STEP, _TIMING, _LOSS, _SAMPLES = (f"| {key}:" for key in (STEP_KEY, TIMING_KEY, LOSS_KEY, SAMPLES_KEY))
+
+
+def _field(rest: str, key: str) -> Optional[str]:
+    """The text of field ``key`` (``'| name:'``) in the rest of a ProgressPrinter line, or None."""
+    i = rest.find(key)
+    if i < 0:
+        return None
+    i += len(key)
+    j = rest.find("|", i)
+    return rest[i:] if j < 0 else rest[i:j]

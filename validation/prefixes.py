@@ -28,6 +28,8 @@ _LABELS = (
     re.compile(r"\[[Rr]ank:? ?(\d+)\]"),  # Lightning [rank: N], Megatron [Rank N]
 )
 
+_LABEL_STARTS = frozenset(" \t0123456789([")
+
 _STAMP = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 
 
@@ -40,6 +42,8 @@ def line_label(head: str) -> Optional[str]:
     """Who printed a line, from its start: ``'1'`` (srun), ``'retraining/0 default0'``, ``'pid=4112'``,
     ``'rank 1'``; None when the line carries no such prefix (one process, or a plain log)."""
     head = head[:200]
+    if not head or (head[0] not in _LABEL_STARTS and "/" not in head[:48] and "ank" not in head[:64]):
+        return None  # fast path: a line that starts with its own text (Training epoch ..., Epoch 0: ...)
     for i, pattern in enumerate(_LABELS):
         m = pattern.search(head) if i == 3 else pattern.match(head)
         if m:
