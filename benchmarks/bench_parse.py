@@ -91,7 +91,8 @@ def bench(fmt: str, args) -> None:
             best = min(best, time.perf_counter() - t0)
         assert len(log.timed) == args.steps, f"parsed {len(log.timed)} steps"  # the benchmark must parse it all
         print(f"parse: {best:.2f} s (best of {args.repeat}), {size / 1e6 / best:.0f} MB/s, "
-              f"{args.steps / best:,.0f} steps/s, {len(log.timed):,} steps parsed")
+              f"{args.steps / best:,.0f} steps/s, {len(log.timed):,} steps parsed "
+              f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: a shared machine runs slower)")
         tracemalloc.start()
         log = parse_text_log(path)
         kept, peak = tracemalloc.get_traced_memory()
