@@ -267,3 +267,21 @@ def test_steps_bad_input_is_one_line_exit_2(tmp_path, capsys):
     assert main(["validate", "--steps", str(FIXTURES / "megatron_lm_srun_label_aws.log"),
                  str(FIXTURES / "megatron_lm_srun_label_aws.log")]) == 2
     assert "--steps takes one" in capsys.readouterr().err
+
+
+def test_megatron_tensorboard_scalars_are_interval_samples(tmp_path):
+    """Megatron writes `iteration-time` / `lm loss` at each log interval's 1-based iteration: the
+    2019 2-GPU run's six intervals of 100, as TensorBoard events, give the text log's answer."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    text = read_source(FIXTURES / "megatron_2019_mp2_prefix_gpt2.log")
+    w = SummaryWriter(str(tmp_path / "tb"))
+    for r in text.steps:
+        w.add_scalar("iteration-time", r.timing_s, r.step + 1)
+        w.add_scalar("lm loss", r.loss, r.step + 1)
+    w.close()
+    log = read_source(tmp_path / "tb")
+    assert log.timing_source == TIMING_MEGATRON
+    assert [(r.step, r.span) for r in log.steps] == [(s, 100) for s in (99, 199, 299, 399, 499, 599)]
+    assert estimate_log(log, TARGET).extrapolated_minutes == pytest.approx(
+        ANSWERS["megatron_2019_mp2_prefix_gpt2.log"]["minutes_1000"], rel=1e-3)

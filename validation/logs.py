@@ -23,7 +23,10 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from vdkit.errors import UserError
-from vdkit.validation.megatron import ANCHOR as MEGATRON_ANCHOR, MegatronParser
+from vdkit.validation.megatron import ANCHOR as MEGATRON_ANCHOR, MegatronParser, interval_spans
+
+MEGATRON_TB_TIME = "iteration-time"  # seconds per iteration, the mean over the log interval
+MEGATRON_TB_LOSS = "lm loss"
 from vdkit.validation.nemo1 import LOSS_KEY, SAMPLES_KEY, STEP_KEY, TIMING_KEY, Nemo1Parser
 from vdkit.validation.nemo2 import ANCHOR as NEMO2_ANCHOR, Nemo2Parser
 from vdkit.validation.prefixes import line_label, strip_ansi, timestamp
@@ -254,7 +257,9 @@ def _warn_incomplete(log: StepLog) -> None:
 
 
 # ----------------------------------------------------------------------------- TensorBoard
-_TB_TAGS = {TIMING_KEY: "timing_s", LOSS_KEY: "loss", SAMPLES_KEY: "consumed_samples"}
+_TB_TAGS = {TIMING_KEY: "timing_s", LOSS_KEY: "loss", SAMPLES_KEY: "consumed_samples",
+            # Megatron-LM / Megatron-Bridge: one value per log interval, at the 1-based iteration
+            MEGATRON_TB_TIME: "timing_s", MEGATRON_TB_LOSS: "loss"}
 
 
 def _tfrecords(path: Path, warnings: List[str]) -> Iterator[bytes]:
@@ -327,6 +332,7 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
     steps: Dict[int, StepRecord] = {}
     files = event_files(directory)
     rewritten: Dict[str, List[int]] = {}
+    megatron_tags = nemo_timing = False
     for path in files:
         seen_here: set = set()
         for body in _tfrecords(path, warnings):
@@ -351,15 +357,30 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
             seen_here.add(step)
             rec = steps.setdefault(step, StepRecord(step))
             for v in wanted:
+                if v.tag in (MEGATRON_TB_TIME, MEGATRON_TB_LOSS):
+                    megatron_tags = True
+                elif v.tag == TIMING_KEY:
+                    nemo_timing = True
                 x = _scalar(v)
                 if x is None or not math.isfinite(x):
                     continue
                 setattr(rec, _TB_TAGS[v.tag], x)
+    fmt, timing = "tensorboard", TIMING_STEP
+    if megatron_tags and not nemo_timing:
+        # Megatron's scalars sit at the 1-based iteration and stand for a log interval each.
+        spans, gap = interval_spans([k for k, r in steps.items() if r.timing_s is not None] or list(steps))
+        shifted: Dict[int, StepRecord] = {}
+        for k, rec in steps.items():
+            rec.step, rec.span = k - 1, spans.get(k, 1)
+            shifted[k - 1] = rec
+        steps, timing = shifted, TIMING_MEGATRON
+        if gap:
+            warnings.append(f"{directory}: {gap}")
     for path, again in rewritten.items():
         warnings.append(f"{path} logs steps {_ranges(again)} again (a restarted run resuming from a checkpoint?): "
                         "its values replace the earlier ones")
-    return StepLog(str(directory), "tensorboard", [steps[k] for k in sorted(steps)], warnings,
-                   [str(p) for p in files])
+    return StepLog(str(directory), fmt, [steps[k] for k in sorted(steps)], warnings, [str(p) for p in files],
+                   timing_source=timing)
 
 
 

@@ -71,25 +71,36 @@ class MegatronParser:
             by_dict.setdefault(id(steps), []).append(iteration)
             dicts[id(steps)] = steps
         for key, iterations in by_dict.items():
-            its = sorted(set(iterations))
-            gaps = Counter(b - a for a, b in zip(its, its[1:]))
-            interval = None
-            if gaps:  # the most common spacing; the smallest wins a tie (a missing line makes a larger one)
-                top = max(gaps.values())
-                interval = min(g for g, c in gaps.items() if c == top)
-            missing = []
-            for i, it in enumerate(its):
-                if interval is None:
-                    span = it  # a lone line: every iteration since the start of training
-                elif i == 0:
-                    span = min(interval, it)
-                else:
-                    span = min(interval, it - its[i - 1])
-                    if it - its[i - 1] > interval:
-                        missing.append((its[i - 1], it))
+            spans, warning = interval_spans(iterations)
+            for it, span in spans.items():
                 dicts[key][it - 1].span = span
-            if missing:
-                first = ", ".join(f"{a + 1}-{b - interval}" for a, b in missing[:3])
-                self.warnings.append(f"{self.name}: the log skips iteration(s) {first}"
-                                     f"{' ...' if len(missing) > 3 else ''} (lines missing; each line still "
-                                     f"stands for its own interval of {interval})")
+            if warning:
+                self.warnings.append(f"{self.name}: {warning}")
+
+
+def interval_spans(iterations: List[int]) -> Tuple[Dict[int, int], Optional[str]]:
+    """{iteration: iterations its logged mean stands for} for Megatron's logged iterations (1-based),
+    and a warning naming iterations missing from the log (None when there are none)."""
+    its = sorted(set(iterations))
+    gaps = Counter(b - a for a, b in zip(its, its[1:]))
+    interval = None
+    if gaps:  # the most common spacing; the smallest wins a tie (a missing line makes a larger one)
+        top = max(gaps.values())
+        interval = min(g for g, c in gaps.items() if c == top)
+    spans: Dict[int, int] = {}
+    missing = []
+    for i, it in enumerate(its):
+        if interval is None:
+            spans[it] = it  # a lone line: every iteration since the start of training
+        elif i == 0:
+            spans[it] = min(interval, it)
+        else:
+            spans[it] = min(interval, it - its[i - 1])
+            if it - its[i - 1] > interval:
+                missing.append((its[i - 1], it))
+    warning = None
+    if missing:
+        first = ", ".join(f"{a + 1}-{b - interval}" for a, b in missing[:3])
+        warning = (f"the log skips iteration(s) {first}{' ...' if len(missing) > 3 else ''} (lines missing; each "
+                   f"line still stands for its own interval of {interval})")
+    return spans, warning
