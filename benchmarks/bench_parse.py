@@ -57,7 +57,8 @@ def write_megatron_log(path: str, steps: int) -> None:
         for i in range(1, steps + 1):
             fh.write(f"1:  [2025-10-06 03:27:07] iteration {i:8d}/{steps:8d} | consumed samples: {i * 128:12d} | "
                      f"elapsed time per iteration (ms): {9000 + rng.gauss(0, 100):.1f} | learning rate: 1.500000E-06 | "
-                     f"global batch size:   128 | lm loss: {9.76 - i * 1e-5:.6E} | loss scale: 1.0 | grad norm: 33.055 | "
+                     f"global batch size:   128 | lm loss: {9.76 - i * 1e-5:.6E} | loss scale: 1.0 | "
+                     "grad norm: 33.055 | "
                      "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
 
 

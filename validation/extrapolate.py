@@ -457,7 +457,8 @@ def estimate(timings: Sequence[float], target_steps: int, overheads: Optional[Ov
         interval_minutes=[lo, hi], steady_only_minutes=target_steps * mean / 60.0, warmup_seconds=warm_s,
         overhead_minutes=overhead_min, includes=includes, excludes=excludes, iterations_measured=its_total,
         steady_samples=ns, timing_source=timing_source,
-        excluded_steps=[steps[i] for i in sorted(glitched | slowed)], repaired_steps=[steps[i] for i in sorted(repaired)],
+        excluded_steps=[steps[i] for i in sorted(glitched | slowed)],
+        repaired_steps=[steps[i] for i in sorted(repaired)],
         data_warnings=notes)
 
 
