@@ -285,3 +285,13 @@ def test_megatron_tensorboard_scalars_are_interval_samples(tmp_path):
     assert [(r.step, r.span) for r in log.steps] == [(s, 100) for s in (99, 199, 299, 399, 499, 599)]
     assert estimate_log(log, TARGET).extrapolated_minutes == pytest.approx(
         ANSWERS["megatron_2019_mp2_prefix_gpt2.log"]["minutes_1000"], rel=1e-3)
+
+
+def test_restart_inside_one_output_file_is_reported(tmp_path):
+    """A requeued job appending to the same output: the real ESM-2 lines, then the run again from step 30."""
+    lines = (FIXTURES / "nemo2_srun_label_esm2_aws_guidance.log").read_text().splitlines()
+    p = tmp_path / "slurm-7.out"
+    p.write_text("\n".join(lines + lines[2:]) + "\n")
+    log = parse_text_log(p)
+    assert [r.step for r in log.steps] == list(range(28, 35))
+    assert any("restarts inside the file (after step 34 back to step 30" in w for w in log.warnings)

@@ -149,6 +149,8 @@ def parse_text_log(path: PathLike) -> StepLog:
     nemo2 = Nemo2Parser()
     megatron = MegatronParser(warnings, name)
     events: List[Tuple[Optional[int], str]] = []
+    restarts: List[Tuple[int, int]] = []
+    prev_step: Dict[int, int] = {}  # per series: the step of its previous line
     last_step: Optional[int] = None
     first_time = last_time = None
     last_head: Optional[str] = None
@@ -179,16 +181,21 @@ def parse_text_log(path: PathLike) -> StepLog:
                 before = len(target)
                 if parser_hit == "nemo2":
                     hit = nemo2.feed(seg, target)
-                    step = nemo2.last_step
+                    step = nemo2.step
                 elif parser_hit == "megatron":
                     hit = megatron.feed(seg, target)
-                    step = megatron.last_step
+                    step = megatron.step
                 else:
                     hit = nemo1.feed(seg, target)
                     step = nemo1.last_step
                 if hit:
-                    if step is not None:
-                        last_step = step if last_step is None else max(last_step, step)
+                    if parser_hit != "nemo1" and step is not None:  # (TQDM re-prints: the bar parser's business)
+                        prev = prev_step.get(id(target))
+                        if prev is not None and step < prev - 1 and len(target) == before:
+                            restarts.append((prev, step))  # the same output appended to by a requeued job
+                        prev_step[id(target)] = step
+                    if step is not None:  # events are placed after the latest step in the file's order
+                        last_step = step if parser_hit != "nemo1" or last_step is None else max(last_step, step)
                     if first_time is None or len(target) != before:
                         stamp = timestamp(head)
                         if stamp:
@@ -217,6 +224,10 @@ def parse_text_log(path: PathLike) -> StepLog:
     total = {"nemo1": nemo1.total, "megatron": megatron.total}.get(fmt)
     source_kind = TIMING_MEGATRON if fmt == "megatron" else TIMING_STEP
 
+    if restarts:
+        back = "; ".join(f"after step {a} back to step {b}" for a, b in restarts[:3])
+        warnings.append(f"{name}: the run restarts inside the file ({back}{' ...' if len(restarts) > 3 else ''}: "
+                        "a requeued job appending to the same output?); the rerun's values are used")
     chosen = _choose_series(by_label, label_order, warnings, name)
     steps = [chosen[k] for k in sorted(chosen)]
     if steps and not any(r.timing_s is not None for r in steps) and any(r.rate_s is not None for r in steps):

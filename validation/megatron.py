@@ -35,7 +35,8 @@ class MegatronParser:
         self.warnings = warnings
         self.name = name
         self.lines = 0
-        self.last_step: Optional[int] = None
+        self.last_step: Optional[int] = None  # the highest step seen
+        self.step: Optional[int] = None  # the step of the latest line
         self.total: Optional[int] = None
         self.order: List[Tuple[int, Dict[int, StepRecord]]] = []  # (iteration, the dict it went into)
 
@@ -60,6 +61,7 @@ class MegatronParser:
         steps[step] = StepRecord(step, None if ms is None else ms / 1000.0, values.get("loss"), values.get("samples"))
         self.order.append((iteration, steps))
         self.lines += 1
+        self.step = step
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
         return True
 

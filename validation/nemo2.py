@@ -30,7 +30,8 @@ class Nemo2Parser:
     def __init__(self):
         self.lines = 0
         self.epoch_start: Dict[int, int] = {}  # epoch -> global step of its iteration 0 (when global_step is absent)
-        self.last_step: Optional[int] = None
+        self.last_step: Optional[int] = None  # the highest step seen
+        self.step: Optional[int] = None  # the step of the latest line
 
     def feed(self, segment: str, steps: Dict[int, StepRecord]) -> bool:
         """Parse one segment into ``steps``; True if it was a ProgressPrinter line."""
@@ -45,6 +46,7 @@ class Nemo2Parser:
                 self.epoch_start[epoch] = 0 if self.last_step is None else self.last_step + 1 - iteration
             step = self.epoch_start[epoch] + iteration
         self.lines += 1
+        self.step = step
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
         steps[step] = StepRecord(step, number(_field(rest, _TIMING)), number(_field(rest, _LOSS)),
                                  number(_field(rest, _SAMPLES)))
