@@ -36,7 +36,7 @@ The choices, stated once here and repeated in every result (``notes``, ``interva
   N x steady mean for comparison.) When the run measured N iterations or more, the minutes
   are the measured sum of its first N and nothing is extrapolated.
 * **Interval (95 %).** Student's t interval of the steady mean on n_eff = n (1 - r1) / (1 + r1)
-  samples (r1: lag-1 autocorrelation), with the standard deviation floored at
+  samples (r1: lag-1 autocorrelation of the steps less their half's mean), with the standard deviation floored at
   ``DISPERSION_FLOOR_CV`` (1 %) of the mean, because a handful of samples that happen to agree
   (or were printed with 4 digits) do not show that the step time never varies; widened by the
   full observed half-to-half drift (a trend may continue past the measurement); scaled by the
@@ -64,7 +64,7 @@ MIN_STEADY_SAMPLES = 3
 DISPERSION_FLOOR_CV = 0.01
 GLITCH_PAIR_TOLERANCE = 0.25
 CONTAMINATION_WINDOW = 30  # samples after an event that may still be slowed by it
-INTERVAL_METHOD = (f"95 % Student t interval of the steady mean (n_eff from lag-1 autocorrelation; std floored at "
+INTERVAL_METHOD = (f"95 % Student t interval of the steady mean (n_eff from the lag-1 autocorrelation within the halves; std floored at "
                    f"{DISPERSION_FLOOR_CV:.0%} of the mean), widened by the half-to-half drift")
 
 
@@ -396,7 +396,10 @@ def estimate(timings: Sequence[float], target_steps: int, overheads: Optional[Ov
         reasons.append(f"step time drifts {drift:+.1%} between the halves of the steady state")
     fluctuating = bool(reasons)
 
-    r1 = max(0.0, _lag1(steady))
+    # Lag-1 autocorrelation of what is left after the half means: the drift is added on its own below,
+    # so a trend must not also shrink the sample size.
+    residuals = [v - (m1 if i < ns - half else m2) for i, v in enumerate(steady)] if half else steady
+    r1 = max(0.0, _lag1(residuals))
     n_eff = max(2.0, min(float(ns), ns * (1 - r1) / (1 + r1)))
     spread = max(std, DISPERSION_FLOOR_CV * mean)
     half_width = t_quantile_975(n_eff - 1) * spread / math.sqrt(n_eff) + abs(m2 - m1)
