@@ -64,8 +64,8 @@ MIN_STEADY_SAMPLES = 3
 DISPERSION_FLOOR_CV = 0.01
 GLITCH_PAIR_TOLERANCE = 0.25
 CONTAMINATION_WINDOW = 30  # samples after an event that may still be slowed by it
-INTERVAL_METHOD = (f"95 % Student t interval of the steady mean (n_eff from the lag-1 autocorrelation within the halves; std floored at "
-                   f"{DISPERSION_FLOOR_CV:.0%} of the mean), widened by the half-to-half drift")
+INTERVAL_METHOD = (f"95 % Student t interval of the steady mean (n_eff from the lag-1 autocorrelation within the "
+                   f"halves; std floored at {DISPERSION_FLOOR_CV:.0%} of the mean), widened by the half-to-half drift")
 
 
 @dataclass(frozen=True)
