@@ -2,7 +2,8 @@
 
 Seen in real logs (tests/fixtures/logs/SOURCES.md):
 
-* srun ``-l`` labels: ``1:  iteration 25/73242187 | ...``, `` 0: Training epoch 0, ...``
+* srun ``-l`` labels: ``1:  iteration 25/73242187 | ...``, `` 0: Training epoch 0, ...``, and with the
+  node: ``[lrdn3321:3]: [2025-03-31 05:54:07] iteration 50/242204 | ...``
 * torchx / NeMo-Run: ``retraining/0 [default0]:Training epoch ...``, ``retraining/0 Training epoch ...``
 * Ray (NeMo-Run's Ray / SkyPilot executors): ``(pretraining, pid=4112) Training epoch ...``
 * Lightning's ``[rank: 1]`` and Megatron's ``[Rank 0]`` tags
@@ -23,9 +24,10 @@ _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]")
 
 _LABELS = (
     re.compile(r"^\s*(\d+):\s"),  # srun -l
-    re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.-]*/\d+)(?: \[(default\d+)\])?:?\s"),  # torchx / NeMo-Run
+    re.compile(r"^\s*(?:\[[^\]]*\]\s*)?([A-Za-z_][\w.-]*/\d+)(?: \[(default\d+)\]:|:?\s)"),  # torchx / NeMo-Run
     re.compile(r"^\s*\(([^,()]+), pid=(\d+)\)\s"),  # Ray
     re.compile(r"\[[Rr]ank:? ?(\d+)\]"),  # Lightning [rank: N], Megatron [Rank N]
+    re.compile(r"^\s*\[([\w.-]+:\d+)\]:"),  # srun --label with the node: [lrdn3321:3]:
 )
 
 _LABEL_STARTS = frozenset(" \t0123456789([")
@@ -53,7 +55,9 @@ def line_label(head: str) -> Optional[str]:
                 return " ".join(g for g in m.groups() if g)
             if i == 2:
                 return f"pid={m.group(2)}"
-            return f"rank {m.group(1)}"
+            if i == 3:
+                return f"rank {m.group(1)}"
+            return m.group(1)
     return None
 
 

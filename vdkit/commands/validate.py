@@ -99,17 +99,21 @@ def describe(result: dict) -> str:
     r = result
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     where = "extrapolated from" if r["extrapolated"] else "measured over"
+    intervals = r.get("iterations_measured", r["steps_measured"]) != r["steps_measured"]
+    unit = "log interval(s)" if intervals else "step(s)"
+    its = f", {r['iterations_measured']} iterations" if intervals else ""
     lines = [
         f"{r['source']}  ({r['format']}: {', '.join(Path(f).name for f in r['files'][:3])}"
         f"{' ...' if len(r['files']) > 3 else ''})",
-        f"  measured      {r['steps_measured']} timed steps (global steps {r['first_step']}-{r['last_step']})",
-        f"  warm-up       {r['warmup_steps']} step(s) excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
+        f"  measured      {r['steps_measured']} timed {unit} (global steps {r['first_step']}-{r['last_step']}"
+        f"{its})",
+        f"  warm-up       {r['warmup_steps']} {unit} excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
         f"  steady state  mean {r['step_time_mean_s']:.4g} s, median {r['step_time_median_s']:.4g} s, "
         f"std {r['step_time_std_s']:.3g} s (CV {pct(r['step_time_cv'])}), p5-p95 {r['step_time_p5_s']:.4g}-"
         f"{r['step_time_p95_s']:.4g} s, drift {r['drift']:+.1%}",
         f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
         f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
-        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} steps",
+        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} {unit}",
         f"  interval      {r['interval_method']}",
         f"  includes      {'; '.join(r['includes'])}",
         f"  excludes      {', '.join(r['excludes']) or 'nothing'}",
