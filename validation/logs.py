@@ -203,6 +203,9 @@ def parse_text_log(path: PathLike) -> StepLog:
                             last_time = stamp
                     if parser_hit != "nemo1":
                         continue  # a whole line: nothing else in it
+                    if nemo1.end < 0 or nemo1.end + 1 >= len(seg):
+                        continue  # a bare update
+                    seg = seg[nemo1.end + 1:]  # a record glued after the update ([NeMo I ...] Saving ...)
             kind = _event_kind(seg) if ("heckpoint" in seg or "alidation" in seg or "val_loss'" in seg
                                         or "saving model" in seg or "Monitored metric" in seg) else None
             if kind is not None:

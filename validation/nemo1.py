@@ -29,10 +29,11 @@ _EPOCH = re.compile(r"Epoch (\d+)")
 _RATE = re.compile(r"([\d.]+)\s*(s/it|it/s)")
 
 
-def split_bar(segment: str) -> Optional[Tuple[Optional[int], int, Optional[int], str, bool, str]]:
-    """One TQDM update -> (epoch, n, total, metrics text, complete, timing text) or None.
+def split_bar(segment: str) -> Optional[Tuple[Optional[int], int, Optional[int], str, int, str]]:
+    """One TQDM update -> (epoch, n, total, metrics text, end, timing text) or None.
 
-    ``complete`` is False when the closing ``]`` is missing (the file was cut mid-update).
+    ``end`` is the index of the update's closing ``]``, -1 when it is missing (the file was cut
+    mid-update).
     Only the update itself is looked at: text glued after its ``]`` (``[NeMo I ...]``) is ignored.
     The timing text is what precedes the first metric (``03:10<04:23, 0.11it/s``); the metrics
     text is ``k=v, k=v, ...`` (see :func:`parse_metrics`).
@@ -50,7 +51,7 @@ def split_bar(segment: str) -> Optional[Tuple[Optional[int], int, Optional[int],
         epoch_m = _EPOCH.search(segment, 0, m.start())
         epoch = int(epoch_m.group(1)) if epoch_m else None
         total = None if m.group(2) in (None, "?") else int(m.group(2))
-        return epoch, int(m.group(1)), total, body[cut + 1:], end >= 0, body[:max(cut, 0)]
+        return epoch, int(m.group(1)), total, body[cut + 1:], end, body[:max(cut, 0)]
     return None
 
 
@@ -93,14 +94,16 @@ class Nemo1Parser:
         self.truncated = 0
         self.approximate = 0
         self.updates = 0
+        self.end = -1  # where the latest update closed in its segment (text glued after it follows)
 
     def feed(self, segment: str, steps: Dict[int, StepRecord]) -> bool:
         """Parse one segment into ``steps``; True if it was a TQDM update."""
         parsed = split_bar(segment)
         if parsed is None:
             return False
-        epoch, n, total, metrics_text, complete, timing_text = parsed
-        if not complete:
+        epoch, n, total, metrics_text, end, timing_text = parsed
+        self.end = end
+        if end < 0:
             # A cut-off update may hold a cut-off number: do not trust any of it.
             self.truncated += 1
             return True
