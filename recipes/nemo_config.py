@@ -23,6 +23,11 @@ VALIDATION_BATCHES = 1  # the single validation at the end of a timing run: one 
 STEP_TIMING = {"sync_cuda": True, "buffer_size": 1}  # exact per-step times; validation does the stats
 INDEX_MAPPING_DIR = "index_mapping"  # under the results dir: data dirs may be read-only mounts
 ADAM_BETAS = [0.9, 0.98]  # NeMo's defaults in both YAMLs
+# ModelCfg's architecture words -> NeMo 1.x model config values.
+# NeMo 1.23 has no plain ReLU MLP (activation_to_func lists gelu, *glu, squared-relu).
+NEMO_ACTIVATIONS = {"swiglu": "fast-swiglu", "gelu": "gelu"}
+NEMO_POSITION_EMBEDDINGS = {"rope": "rope", "learned": "learned_absolute"}
+NEMO_ROTARY_BASE = 10000.0  # NeMo 1.23's default for model.rotary_base
 
 CHECKPOINT_DIR = "checkpoints"
 
@@ -279,7 +284,10 @@ def finetune_config(plan, run_dir) -> dict:
 def _llama_architecture(plan) -> dict:
     """The Llama 2 architecture: sizes from ModelCfg, the rest NeMo's llama defaults."""
     mc, t = plan.recipe.model, plan.recipe.train
-    return {
+    if mc.activation not in NEMO_ACTIVATIONS:
+        raise UserError(f"model {mc.name} uses activation={mc.activation}, which NeMo 1.x's GPT model has not",
+                        "use engine=reference or engine=megatron for this model")
+    arch = {
         "encoder_seq_length": t.seq_length,
         "max_position_embeddings": mc.max_position_embeddings,
         "num_layers": mc.num_layers,
@@ -289,15 +297,23 @@ def _llama_architecture(plan) -> dict:
         "init_method_std": 0.02, "use_scaled_init_method": True,
         "hidden_dropout": 0.0, "attention_dropout": 0.0, "ffn_dropout": 0.0,
         "kv_channels": None, "apply_query_key_layer_scaling": True,
-        "normalization": "rmsnorm", "layernorm_epsilon": 1e-5, "do_layer_norm_weight_decay": False,
+        "normalization": mc.norm, "layernorm_epsilon": mc.norm_eps, "do_layer_norm_weight_decay": False,
         "make_vocab_size_divisible_by": 128, "pre_process": True, "post_process": True,
-        "persist_layer_norm": True, "bias": False, "activation": "fast-swiglu", "headscale": False,
+        "persist_layer_norm": True, "bias": mc.bias, "activation": NEMO_ACTIVATIONS[mc.activation],
+        "headscale": False,
         "transformer_block_type": "pre_ln", "openai_gelu": False, "normalize_attention_scores": True,
-        "position_embedding_type": "rope", "rotary_percentage": 1.0, "attention_type": "multihead",
-        "share_embeddings_and_output_weights": False,
+        "position_embedding_type": NEMO_POSITION_EMBEDDINGS[mc.position_embedding], "rotary_percentage": 1.0,
+        "attention_type": "multihead",
+        "share_embeddings_and_output_weights": mc.tied_embeddings,
         "overlap_p2p_comm": False, "batch_p2p_comm": True,
         "num_query_groups": mc.num_query_groups,
     }
+    if mc.rope_base != NEMO_ROTARY_BASE:  # NeMo's model reads cfg.rotary_base (default 10000)
+        arch["rotary_base"] = mc.rope_base
+    if mc.rope_scaling:
+        raise UserError(f"model {mc.name} uses rope_scaling, which NeMo 1.x's GPT model cannot express",
+                        "use engine=reference or engine=megatron for this model")
+    return arch
 
 
 def pretrain_config(plan, run_dir) -> dict:
@@ -319,7 +335,7 @@ def pretrain_config(plan, run_dir) -> dict:
         "global_batch_size": t.global_batch_size,
         **parallel,
         **_llama_architecture(plan),
-        "tokenizer": {"library": "sentencepiece", "type": None, "model": tokenizer, "vocab_file": None,
+        "tokenizer": {"library": r.model.tokenizer, "type": None, "model": tokenizer, "vocab_file": None,
                       "merge_file": None, "delimiter": None, "sentencepiece_legacy": False},
         "native_amp_init_scale": 4294967296, "native_amp_growth_interval": 1000, "hysteresis": 2,
         "fp32_residual_connection": False, "fp16_lm_cross_entropy": False,
