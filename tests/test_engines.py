@@ -186,6 +186,7 @@ def test_downstream_reads_plan_json_instead_of_re_planning(tmp_path):
     assert (loaded.tp, loaded.pp, loaded.dp, loaded.grad_accum, loaded.feasible) == \
         (plan.tp, plan.pp, plan.dp, plan.grad_accum, plan.feasible)
     assert loaded.recipe.to_dict() == plan.recipe.to_dict()
+    assert loaded.memory == plan.memory and loaded.checkpoint_gb == plan.checkpoint_gb  # unrounded
     data = json.loads((run_dir / PLAN_FILE).read_text())
     data["grad_accum"] = 99  # what the run dir says wins over what re-planning would say
     (run_dir / PLAN_FILE).write_text(json.dumps(data))

@@ -98,8 +98,8 @@ class DataCfg:
 
 @dataclass
 class EngineCfg:
-    name: str = "nemo"  # nemo | reference
-    container_image: Optional[str] = None  # pyxis --container-image (nemo)
+    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
+    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = 0  # 0: only at the end

@@ -65,6 +65,13 @@ def find_run_dir(source) -> Optional[Path]:
     return None
 
 
+def plan_record(plan) -> dict:
+    """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded."""
+    import dataclasses
+
+    return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb}
+
+
 def load_plan(run_dir):
     """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
 
@@ -147,7 +154,7 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
     try:
         contents = {
             RECIPE_FILE: yaml.safe_dump(recipe.to_dict(), sort_keys=False),
-            PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n",
+            PLAN_FILE: json.dumps(plan_record(plan), indent=2) + "\n",
             OVERRIDES_FILE: "".join(f"{o}\n" for o in recipe.overrides),
             **files,
         }
