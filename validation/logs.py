@@ -23,11 +23,10 @@ from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from vdkit.errors import UserError
+# The metric names have one home, shared with the engines that write them.
+from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.megatron import ANCHOR as MEGATRON_ANCHOR, MegatronParser, interval_spans
-
-MEGATRON_TB_TIME = "iteration-time"  # seconds per iteration, the mean over the log interval
-MEGATRON_TB_LOSS = "lm loss"
-from vdkit.validation.nemo1 import LOSS_KEY, SAMPLES_KEY, STEP_KEY, TIMING_KEY, Nemo1Parser
+from vdkit.validation.nemo1 import Nemo1Parser
 from vdkit.validation.nemo2 import ANCHOR as NEMO2_ANCHOR, Nemo2Parser
 from vdkit.validation.prefixes import line_label, strip_ansi, timestamp
 from vdkit.validation.steps import (EVENT_CHECKPOINT, EVENT_VALIDATION, TIMING_MEGATRON, TIMING_STEP,
@@ -37,6 +36,9 @@ from vdkit.validation.steps import (EVENT_CHECKPOINT, EVENT_VALIDATION, TIMING_M
 __all__ = ["StepLog", "StepRecord", "TIMING_KEY", "LOSS_KEY", "STEP_KEY", "SAMPLES_KEY", "iter_segments",
            "parse_text_log", "parse_tensorboard", "merge_logs", "run_out_files", "read_source", "event_files",
            "steps_csv"]
+
+MEGATRON_TB_TIME = "iteration-time"  # seconds per iteration, the mean over the log interval
+MEGATRON_TB_LOSS = "lm loss"
 
 CHUNK_BYTES = 1 << 20
 # A segment longer than this without a '\r' or '\n' is not a progress update (binary junk,

@@ -16,13 +16,10 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
+# The metric names have one home, shared with the engines that write them (vdkit.logformat).
+from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.numbers import exact_int, number, short_form_matches
 from vdkit.validation.steps import StepRecord
-
-TIMING_KEY = "train_step_timing in s"
-LOSS_KEY = "reduced_train_loss"
-STEP_KEY = "global_step"
-SAMPLES_KEY = "consumed_samples"
 
 _BAR_COUNTER = re.compile(r"(\d+)(?:/(\d+|\?)|it)\s*\[")
 _EPOCH = re.compile(r"Epoch (\d+)")

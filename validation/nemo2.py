@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional
 
-from vdkit.validation.nemo1 import LOSS_KEY, SAMPLES_KEY, STEP_KEY, TIMING_KEY
+from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.numbers import exact_int, number
 from vdkit.validation.steps import StepRecord
 
