@@ -112,6 +112,7 @@ class TrainCfg:
     target_steps: int = 1000  # steps validation extrapolates to
     seq_length: int = 2048
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234
 
 
