@@ -327,8 +327,13 @@ def _why_lost(chosen: Candidate, other: Candidate) -> str:
     a, b = chosen.step.terms(), other.step.terms()
     term = max(b, key=lambda k: b[k] - a[k])
     slower = other.step.total_s / chosen.step.total_s - 1
-    return (f"{other.label}: {other.step.total_s:.3g} s/step, {slower:.0%} slower "
-            f"({term} {b[term]:.3g} s vs {a[term]:.3g} s), {other.memory.total_gb:.1f} GB")
+    if slower <= TIE:
+        why = (f"a tie within {TIE:.0%}: the simpler layout wins (fewer model-parallel GPUs, less interleaving)"
+               if (other.vp, other.tp * other.pp) >= (chosen.vp, chosen.tp * chosen.pp) else
+               f"a tie within {TIE:.0%}")
+    else:
+        why = f"{slower:.0%} slower: {term} {b[term]:.3g} s vs {a[term]:.3g} s"
+    return f"{other.label}: {other.step.total_s:.3g} s/step, {other.memory.total_gb:.1f} GB; {why}"
 
 
 # ----------------------------------------------------------------------------- planning
@@ -387,8 +392,9 @@ def make_plan(recipe: Recipe) -> Plan:
     elif borderline:
         notes.append(f"borderline: {total:.1f} of {cap:g} GB per GPU")
     if feasible and not chosen.roomy:
-        notes.append(("this layout" if tp and pp else "no layout") + f" leaves the {HEADROOM:.0%} headroom "
-                     f"({cap * (1 - HEADROOM):.0f} of {cap:g} GB): it needs {total:.1f} GB")
+        notes.append((f"this layout leaves less than the {HEADROOM:.0%} headroom" if tp and pp else
+                      f"no layout leaves the {HEADROOM:.0%} headroom")
+                     + f" ({cap * (1 - HEADROOM):.0f} of {cap:g} GB usable): it needs {total:.1f} GB")
     runner_up = None
     if feasible and runner is not None:
         runner_up = _why_lost(chosen, runner)
