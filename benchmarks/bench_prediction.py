@@ -95,7 +95,9 @@ def _basis(fig: Figure) -> None:
     tp, pp = p.tp, p.pp
     if r.method.name == "pretrain" and not (tp or pp) and r.model.pretrain_tp:
         tp, pp = r.model.pretrain_tp, r.model.pretrain_pp
-    cands = [c for c in candidate_layouts(r, tp, pp, p.vp, p.recompute, p.sequence_parallel, fig.dist_opt) if c.fits]
+    pinned_vp = p.vp or (1 if (p.tp or p.pp) else None)  # as make_plan: a pinned layout keeps VP 1 unless given
+    cands = [c for c in candidate_layouts(r, tp, pp, pinned_vp, p.recompute, p.sequence_parallel, fig.dist_opt)
+             if c.fits]
     parts = [P.predict_step(r, c.tp, c.pp, c.vp, c.recompute, fig.dist_opt).parts for c in cands]
     fig.basis = np.array([[q[k] for k in BASIS] for q in parts])
     fig.labels = [c.label for c in cands]

@@ -125,10 +125,25 @@ def body_lines(plan, run_dir) -> List[str]:
     return lines
 
 
+# One dead rank ends the step (and the job) instead of leaving the others in a collective until NCCL's
+# timeout; the rest get 60 s to exit after the first task ends (NeMo-Run's srun practice).
+SRUN_FLAGS = ("--kill-on-bad-exit=1", "--wait=60")
+
+
+def needs_mpi(plan) -> bool:
+    """Whether the job bootstraps through PMI: only NeMo's userbuffers TP overlap does, and vdkit does not
+    enable it (recipes/nemo_contract.PRETRAIN_DEPARTURES); ranks read Slurm's variables otherwise."""
+    return False
+
+
 def srun_argv(plan, run_dir) -> List[str]:
-    """The whole srun command line as argv: srun flags, pyxis flags (nemo), the engine command."""
+    """The whole srun command line as argv: srun flags, pyxis flags (nemo), the engine command.
+
+    ``--mpi=<cluster.mpi>`` only where the job needs a PMI bootstrap (:func:`needs_mpi`)."""
     r = plan.recipe
-    argv = ["srun", f"--mpi={r.cluster.mpi}"]
+    argv = ["srun", *SRUN_FLAGS]
+    if needs_mpi(plan) and r.cluster.mpi != "none":
+        argv.append(f"--mpi={r.cluster.mpi}")
     if r.engine.name == "nemo":
         names = list(slurm_env.job_env(plan)) + list(slurm_env.RENDEZVOUS_VARS)
         argv += slurm_env.pyxis_args(plan, run_dir, names)

@@ -228,7 +228,24 @@ def _register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="vdkit_schema", node=VdkitConfig)
+    from omegaconf import OmegaConf
+
+    # ${nvidia_pretrain:MODEL,KEY}: NVIDIA's Llama 2 pretraining value (conf/method/pretrain.yaml uses it).
+    OmegaConf.register_new_resolver("nvidia_pretrain", _nvidia_pretrain, replace=True)
     _STORED = True
+
+
+def _nvidia_pretrain(model: str, key: str):
+    """NVIDIA's launcher value of ``model.optim.KEY`` / ``model.optim.sched.KEY`` for a Llama 2 size.
+
+    Sizes NVIDIA publishes no recipe for get NeMo's llama YAML defaults (lr 2e-4, min_lr 2e-5)."""
+    from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS, nvidia_pretrain_settings
+
+    settings = {**NEMO_LLAMA_DEFAULTS, **nvidia_pretrain_settings(model)}
+    for dotted in (f"model.optim.{key}", f"model.optim.sched.{key}"):
+        if dotted in settings:
+            return settings[dotted]
+    raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
 def _one_line(exc: BaseException) -> str:

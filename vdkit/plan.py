@@ -367,7 +367,9 @@ def make_plan(recipe: Recipe) -> Plan:
                         + (f" with tp={tp}" if tp else "") + (f" pp={pp}" if pp else "")
                         + (f": {broken[0]}" if broken else ""),
                         "change parallelism.tp / pp, train.global_batch_size or cluster.nodes")
-    cands = candidate_layouts(recipe, tp, pp, p.vp, p.recompute, p.sequence_parallel, dist_opt)
+    # A layout the user pinned keeps its VP (1 unless given); automatic and design-guide layouts weigh VP too.
+    pinned_vp = p.vp or (1 if source == "pinned" else None)
+    cands = candidate_layouts(recipe, tp, pp, pinned_vp, p.recompute, p.sequence_parallel, dist_opt)
     ranked = rank_candidates(recipe, cands, dist_opt)
     chosen, runner, faster = choose(ranked, pinned=bool(tp and pp))
     cap = recipe.cluster.gpu_memory_gb
