@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -179,6 +180,7 @@ def _model_order(published_models: Dict[str, str], names) -> List[str]:
     return known + sorted(n for n in names if n not in published_models)
 
 
+@lru_cache(maxsize=4)
 def table9_predictions(steps: int) -> Dict[tuple, Tuple[Optional[float], Optional[float]]]:
     """(model, GPUs, method) -> (predicted minutes of the guide's recipe for ``steps`` steps, predicted
     minutes of the fast recipe for the same samples), from the table9 and table9_fast sweeps."""
