@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from vdkit import predict as P  # noqa: E402
 from vdkit.config import compose, conf_dir, sweep_cells  # noqa: E402
-from vdkit.plan import candidate_layouts, param_counts  # noqa: E402
+from vdkit.plan import TIE, candidate_layouts, param_counts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402
 
 # Physical ranges the fit must stay in (else it trades compute for overhead): GEMM-bound steps reach
@@ -50,6 +50,7 @@ class Figure:
     labels: List[str] = field(default_factory=list)
     roomy: np.ndarray = None
     pinned: bool = False  # TP and PP pinned: the planner only asks that it fits
+    simplicity: list = field(default_factory=list)  # (VP, TP x PP) per candidate: the planner's tie-break
 
 
 def _nvidia_flops_per_token(recipe) -> float:
@@ -101,6 +102,7 @@ def _basis(fig: Figure) -> None:
     parts = [P.predict_step(r, c.tp, c.pp, c.vp, c.recompute, fig.dist_opt).parts for c in cands]
     fig.basis = np.array([[q[k] for k in BASIS] for q in parts])
     fig.labels = [c.label for c in cands]
+    fig.simplicity = [(c.vp, c.tp * c.pp) for c in cands]
     fig.roomy = np.array([c.roomy for c in cands])
     fig.pinned = bool(tp and pp)
 
@@ -111,7 +113,8 @@ def _step(fig: Figure, k: Dict[str, float]):
     mult, flops, floor, touched, comm, per_step = fig.basis.T
     t = mult * (np.maximum(flops / eff, floor) + touched / k["guide_stack_gb_s"] + comm) + per_step
     pool = np.where(fig.roomy)[0] if fig.roomy.any() and not fig.pinned else np.arange(len(t))
-    i = pool[np.argmin(t[pool])]
+    near = [j for j in pool if t[j] <= t[pool].min() * (1 + TIE)]  # the planner's tie rule (vdkit.plan.choose)
+    i = min(near, key=lambda j: (fig.simplicity[j], t[j]))
     return float(t[i]), fig.labels[i]
 
 
