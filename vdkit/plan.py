@@ -345,7 +345,7 @@ def make_plan(recipe: Recipe) -> Plan:
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
-    from vdkit.predict import Prediction
+    from vdkit.predict import Prediction, predicts_for
 
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
@@ -403,7 +403,12 @@ def make_plan(recipe: Recipe) -> Plan:
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
-    prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size) if feasible else None
+    prediction = None
+    if feasible and predicts_for(recipe):
+        prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
+    elif feasible:
+        notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
+                     " (the layout is still the one it predicts fastest)")
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up)

@@ -3,16 +3,18 @@
 The model is physical where the physics is known and calibrated where it is not. Per micro batch
 and pipeline stage (one GPU's share of the work):
 
-- **compute**: model FLOPs of the micro batch's tokens divided over TP x PP, at a fraction of the
-  H100 peak (BF16 989 / FP8 1979 TFLOP/s). Model FLOPs per token, per method: forward
+- **compute**: model FLOPs of the micro batch's tokens divided over TP x PP, at a calibrated fraction
+  of the H100 peak (BF16 989 / FP8 1979 TFLOP/s), but never faster than streaming the GPU's weights from
+  HBM (3.35 TB/s) once per GEMM pass (the roofline). Model FLOPs per token, per method: forward
   2 x (matmul parameters) + 4 x layers x hidden x attention span + 2 x hidden x vocab; SFT and
   pretraining run forward + activation gradients + weight gradients (3x), LoRA and P-tuning skip the
   frozen weights' gradients (2x); full recomputation adds one forward of the layers.
-- **per-micro-batch overhead**: a micro batch costs as much as ``small_batch_tokens`` extra tokens
-  of compute (kernel launches, small GEMMs, schedule bookkeeping): with 115-token unpacked samples
-  this dominates, with 4096-token packed sequences it is small. Without gradient-accumulation fusion
-  a full-parameter method also adds its weight gradient into the fp32 main gradient every micro
-  batch (``unfused_grad_acc_s_per_gparam`` seconds per billion trainable parameters held).
+- **per-micro-batch overhead**: the design guide's fine-tuning stack (NeMo's defaults: no fused
+  kernels, unpacked samples) pays, every micro batch, for each byte of weights it touches - read
+  forward and backward (4 B/param, +2 recomputed), and for SFT the bf16 weight gradient written, read
+  back and added into the fp32 main gradient (+12 B/param) - at ``guide_stack_gb_s``, a calibrated rate
+  far below HBM's (Table 9 implies ~1 % of the BF16 peak). NVIDIA's fused path (pretraining, and the
+  fast recipe: ``train.fused_kernels``) has no such term; its only overhead is the roofline's excess.
 - **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
   recompute) over NVLink (450 GB/s per direction of 900); pipeline point-to-point sends (NVLink or
   InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
@@ -56,6 +58,12 @@ def calibration() -> dict:
         raise UserError(f"the step-time calibration {path} is missing",
                         "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
     return yaml.safe_load(path.read_text())
+
+
+def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
+    """Whether the model describes the recipe's GPU (its constants are H100 SXM5 figures)."""
+    calib = calib or calibration()
+    return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
 
 
 def fitted(calib: Optional[dict] = None) -> Dict[str, float]:
@@ -195,12 +203,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     floor_mb = passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
-    # batch for every byte of weights it touches: read forward and backward (4 B/param), and for a
+    # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
+    # forward reads them once more), and for a
     # full-parameter method the bf16 weight gradient written, read back and added into the fp32 main
     # gradient (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
     touched = 0.0
     if not fused:
-        touched = 4.0 * gemm_params + (12.0 * trainable_held if full else 0.0)
+        touched = (4.0 + (2.0 if recompute == "full" else 0.0)) * gemm_params + (12.0 * trainable_held if full else 0.0)
     overhead_mb = touched / (k["guide_stack_gb_s"] * 1e9)
 
     # Tensor parallel: 2 collectives forward + 2 backward per layer (+2 recomputed), activations in bf16.
