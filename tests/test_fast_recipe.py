@@ -31,6 +31,13 @@ def test_the_guide_recipe_is_the_default():
     assert not r.data.packed and not r.train.fused_kernels and r.train.global_batch_size == 128
 
 
+def test_the_fast_recipe_is_for_customization_only():
+    from vdkit.errors import UserError
+
+    with pytest.raises(UserError, match="data.packed=true is for fine-tuning data"):
+        compose(["recipe=fast", "method=pretrain"])
+
+
 def test_table9_fast_has_every_table9_cell():
     fast = load_sweep("table9_fast")
     assert fast["base"] == ["recipe=fast"]

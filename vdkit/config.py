@@ -350,6 +350,9 @@ def validate_fields(r: Recipe) -> None:
         v = getattr(p, key)
         _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
     _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
+    _check(not (r.data.packed and m.name == "pretrain"),
+           "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",
+           "drop data.packed (and recipe=fast) for method=pretrain")
     _check(not (r.data.packed and t.micro_batch_size != 1),
            "data.packed=true needs train.micro_batch_size=1 (NeMo's packed sequences)",
            "set train.micro_batch_size=1 or data.packed=false")
