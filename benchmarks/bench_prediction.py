@@ -57,7 +57,7 @@ def _nvidia_flops_per_token(recipe) -> float:
     """NVIDIA's model FLOPs per token for a fine-tuning row: no attention (packed short samples), LoRA 2/3."""
     m = recipe.model
     counts = param_counts(m)
-    fwd = 2 * m.num_layers * (counts.per_layer - 2 * m.hidden_size) + 2 * m.hidden_size * m.vocab_size
+    fwd = 2 * m.num_layers * P._matmul_per_layer(m, counts) + 2 * m.hidden_size * m.vocab_size
     return 3 * fwd * (2 / 3 if recipe.is_peft else 1)
 
 

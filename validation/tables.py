@@ -53,23 +53,22 @@ class RunResult:
 def collect_run(path, target_steps: int) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
     from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
-
+    from vdkit.rundir import RECIPE_FILE, load_plan
     from vdkit.validation.extrapolate import estimate
     from vdkit.validation.logs import read_source
 
     path = Path(path)
-    if not (path / "recipe.yaml").is_file():
-        raise UserError(f"{path} is not a run directory (no recipe.yaml)",
+    if not (path / RECIPE_FILE).is_file():
+        raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
                         "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
     recipe = load_recipe(path)
     res = RunResult(str(path), recipe.model.name, recipe.method.name, recipe.world_size, recipe.cluster.nodes, True)
     try:
-        plan = make_plan(recipe)
+        plan = load_plan(path)  # the plan the run was rendered with, never re-planned
         res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
-        if plan.prediction is not None:
-            res.predicted_minutes = plan.prediction.step_seconds * target_steps / 60.0
-    except UserError as exc:  # a pinned layout that breaks a rule: the cell cannot run either
+        if plan.feasible:
+            res.predicted_minutes = _predicted_minutes(plan, target_steps)
+    except UserError as exc:  # no readable plan.json: the run cannot be placed in the table
         res.feasible, res.reason = False, str(exc)
     if not res.feasible:
         return res
@@ -80,6 +79,17 @@ def collect_run(path, target_steps: int) -> RunResult:
     except UserError as exc:
         res.error = str(exc)
     return res
+
+
+def _predicted_minutes(plan, steps: int) -> Optional[float]:
+    """The step-time model's minutes for ``steps`` steps of the plan's own layout (None off H100s)."""
+    from vdkit.predict import predict, predicts_for
+
+    r, p = plan.recipe, plan.recipe.parallelism
+    if not predicts_for(r):
+        return None
+    pred = predict(r, plan.tp, plan.pp, p.vp or 1, p.recompute or "none", bool(p.distributed_optimizer))
+    return pred.step_seconds * steps / 60.0
 
 
 def collect_runs(paths, target_steps: int) -> List[RunResult]:

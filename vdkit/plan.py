@@ -46,26 +46,35 @@ CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam 
 # ----------------------------------------------------------------------------- parameter counts
 @dataclass(frozen=True)
 class ParamCounts:
-    """Parameter counts of a Llama-architecture model (untied input and output embeddings)."""
+    """Parameter counts of a decoder-only model from ModelCfg's architecture fields."""
 
     per_layer: int
-    embedding: int  # one of the two V x h matrices
+    embedding: int  # the V x h input embedding (the output layer is another one unless tied)
     final_norm: int
     num_layers: int
+    tied: bool = False  # output layer shares the input embedding
+    positions: int = 0  # learned absolute position embeddings (max_position_embeddings x h)
 
     @property
     def total(self) -> int:
-        return self.num_layers * self.per_layer + 2 * self.embedding + self.final_norm
+        return (self.num_layers * self.per_layer + (1 if self.tied else 2) * self.embedding + self.positions
+                + self.final_norm)
 
 
 def param_counts(m: ModelCfg) -> ParamCounts:
-    """Llama 2: q and o are h x h; k and v h x (kv heads x head dim); SwiGLU MLP 3 x h x f; 2 RMSNorms."""
-    head_dim = m.hidden_size // m.num_attention_heads
-    kv = m.num_query_groups * head_dim
-    attn = 2 * m.hidden_size * m.hidden_size + 2 * m.hidden_size * kv
-    mlp = 3 * m.hidden_size * m.ffn_hidden_size
-    return ParamCounts(per_layer=attn + mlp + 2 * m.hidden_size, embedding=m.vocab_size * m.hidden_size,
-                       final_norm=m.hidden_size, num_layers=m.num_layers)
+    """From ModelCfg: q and o are h x h, k and v h x (kv heads x head dim); a gated MLP (swiglu) has
+    3 h x f matrices, a plain one (relu, gelu) 2; biases on every linear layer with ``bias``; a norm
+    is h weights (rmsnorm) or h weights + h biases (layernorm), two per layer plus the final one.
+    Llama 2: no biases, SwiGLU, RMSNorm, rotary positions, untied embeddings."""
+    h, f = m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    gated = m.activation == "swiglu"
+    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if m.bias else 0)
+    mlp = (3 if gated else 2) * h * f + (((2 if gated else 1) * f + h) if m.bias else 0)
+    norm = (2 if m.norm == "layernorm" else 1) * h
+    positions = m.max_position_embeddings * h if m.position_embedding == "learned" else 0
+    return ParamCounts(per_layer=attn + mlp + 2 * norm, embedding=m.vocab_size * h, final_norm=norm,
+                       num_layers=m.num_layers, tied=m.tied_embeddings, positions=positions)
 
 
 def trainable_params(r: Recipe) -> int:
@@ -195,7 +204,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     layers = m.num_layers // pp
     layer_params = layers * counts.per_layer / tp
     # Stage 0 holds the input embedding, the last stage the output layer; with PP 1 one GPU holds both.
-    embed_params = counts.embedding / tp * (2 if pp == 1 else 1)
+    # (a tied output layer is one matrix with PP 1; with PP > 1 the last stage keeps its own copy).
+    embed_params = counts.embedding / tp * (2 if pp == 1 and not counts.tied else 1) + counts.positions
     held = layer_params + embed_params
     weight_bytes = (1.0 if precision == "fp8" else 2.0) * layer_params + 2.0 * embed_params
     trainable_fraction = min(1.0, trainable_params(r) / counts.total)

@@ -112,13 +112,18 @@ def attention_span(recipe, calib: Optional[dict] = None) -> float:
     return min(float(avg), float(recipe.train.seq_length)) if avg else float(recipe.train.seq_length)
 
 
+def _matmul_per_layer(m, counts) -> int:
+    """A layer's GEMM weights: its parameters less the two norms' (which do no GEMM)."""
+    return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
+
+
 def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None) -> float:
     """Model FLOPs per token for one training step (forward, backward and recomputation)."""
     from vdkit.plan import param_counts
 
     m = recipe.model
     counts = param_counts(m)
-    matmul_per_layer = counts.per_layer - 2 * m.hidden_size  # the two RMSNorm weight vectors do no GEMM
+    matmul_per_layer = _matmul_per_layer(m, counts)
     layers_fwd = 2 * m.num_layers * matmul_per_layer + 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
     logits_fwd = 2 * m.hidden_size * m.vocab_size
     passes = 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
@@ -192,7 +197,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     layers = m.num_layers // pp
     held = (layers * counts.per_layer + counts.embedding * (2 if pp == 1 else 1)) / tp
     # GEMM weights a micro batch streams on this GPU: its layers, plus the output layer on the last stage.
-    gemm_params = (layers * (counts.per_layer - 2 * m.hidden_size) + counts.embedding) / tp
+    gemm_params = (layers * _matmul_per_layer(m, counts) + counts.embedding) / tp
     trainable_held = held * min(1.0, trainable_params(r) / counts.total)
 
     # Compute, on the roofline: FLOPs at the achieved GEMM rate, but never faster than streaming the
