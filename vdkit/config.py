@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from vdkit.errors import UserError
 
@@ -33,6 +33,17 @@ class ModelCfg:
     pretrain_tp: Optional[int] = None  # the training guide's layout for method=pretrain
     pretrain_pp: Optional[int] = None
     nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
+    # Architecture: every engine builds its model from these (defaults are Llama 2's).
+    arch: str = "llama"  # model family: llama | opt
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    norm_eps: float = 1e-5  # epsilon of every norm layer
+    activation: str = "swiglu"  # MLP: swiglu (gated, 3 matrices) | relu | gelu (2 matrices)
+    bias: bool = False  # bias terms in the linear layers (OPT: true)
+    position_embedding: str = "rope"  # rope | learned (absolute, OPT)
+    rope_base: float = 10000.0  # RoPE theta (Llama 3.1: 500000)
+    rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
+    tied_embeddings: bool = False  # output layer shares the input embedding (Llama 2: untied)
+    tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
 
 
 @dataclass
@@ -88,8 +99,8 @@ class DataCfg:
 
 @dataclass
 class EngineCfg:
-    name: str = "nemo"  # nemo | reference
-    container_image: Optional[str] = None  # pyxis --container-image (nemo)
+    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
+    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = 0  # 0: only at the end
@@ -113,6 +124,7 @@ class TrainCfg:
     target_steps: int = 1000  # steps validation extrapolates to
     seq_length: int = 2048
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234
 
 
@@ -137,14 +149,25 @@ class VdkitConfig:
 
 
 # ----------------------------------------------------------------------------- allowed values
+def _engine_names() -> tuple:
+    from vdkit.recipes.engines import names
+
+    return names()
+
+
 METHODS = ("sft", "lora", "ptuning", "pretrain")
 PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain": "none"}
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 LAUNCHERS = ("slurm", "local")
-ENGINES = ("nemo", "reference")
+ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
+ARCHS = ("llama", "opt")
+NORMS = ("rmsnorm", "layernorm")
+ACTIVATIONS = ("swiglu", "relu", "gelu")
+POSITION_EMBEDDINGS = ("rope", "learned")
+TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 
 @dataclass(frozen=True)
@@ -228,7 +251,24 @@ def _register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="vdkit_schema", node=VdkitConfig)
+    from omegaconf import OmegaConf
+
+    # ${nvidia_pretrain:MODEL,KEY}: NVIDIA's Llama 2 pretraining value (conf/method/pretrain.yaml uses it).
+    OmegaConf.register_new_resolver("nvidia_pretrain", _nvidia_pretrain, replace=True)
     _STORED = True
+
+
+def _nvidia_pretrain(model: str, key: str):
+    """NVIDIA's launcher value of ``model.optim.KEY`` / ``model.optim.sched.KEY`` for a Llama 2 size.
+
+    Sizes NVIDIA publishes no recipe for get NeMo's llama YAML defaults (lr 2e-4, min_lr 2e-5)."""
+    from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS, nvidia_pretrain_settings
+
+    settings = {**NEMO_LLAMA_DEFAULTS, **nvidia_pretrain_settings(model)}
+    for dotted in (f"model.optim.{key}", f"model.optim.sched.{key}"):
+        if dotted in settings:
+            return settings[dotted]
+    raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -342,8 +382,9 @@ def validate_fields(r: Recipe) -> None:
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
            f"method.peft_scheme={m.peft_scheme!r} does not match method {m.name}",
            f"set method.peft_scheme={PEFT_SCHEMES[m.name]}")
-    _check(r.engine.name in ENGINES, f"engine.name={r.engine.name!r} is not an engine",
-           "use engine=nemo or engine=reference")
+    engines = _engine_names()  # the registry now (a test or plugin may have added a line)
+    _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
+           "use " + " or ".join(f"engine={e}" for e in engines))
     _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
@@ -367,6 +408,7 @@ def validate_fields(r: Recipe) -> None:
            f"use train.seq_length<={r.model.max_position_embeddings}")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
+    _validate_model(r.model)
     p = r.parallelism
     _check(p.recompute is None or p.recompute in RECOMPUTE,
            f"parallelism.recompute={p.recompute!r} is not a recompute mode", "use none, selective or full")
@@ -374,12 +416,35 @@ def validate_fields(r: Recipe) -> None:
         v = getattr(p, key)
         _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
     _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
+    _check(not (r.data.packed and m.name == "pretrain"),
+           "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",
+           "drop data.packed (and recipe=fast) for method=pretrain")
     _check(not (r.data.packed and t.micro_batch_size != 1),
            "data.packed=true needs train.micro_batch_size=1 (NeMo's packed sequences)",
            "set train.micro_batch_size=1 or data.packed=false")
     _check((r.data.kind == "pretrain") == (m.name == "pretrain") or r.data.name == "synthetic",
            f"data={r.data.name} ({r.data.kind} data) does not suit method={m.name}",
            "use data=pile for pretrain, and dolly / alpaca / pubmedqa / synthetic for fine-tuning")
+
+
+def _validate_model(mc: ModelCfg) -> None:
+    """The architecture fields: known values, and sizes that divide."""
+    for key, allowed in (("arch", ARCHS), ("norm", NORMS), ("activation", ACTIVATIONS),
+                         ("position_embedding", POSITION_EMBEDDINGS), ("tokenizer", TOKENIZERS)):
+        value = getattr(mc, key)
+        _check(value in allowed, f"model.{key}={value!r} is not supported", "use one of " + ", ".join(allowed))
+    _check(mc.norm_eps > 0, f"model.norm_eps={mc.norm_eps} must be positive", "use e.g. model.norm_eps=1e-5")
+    _check(mc.rope_base > 0, f"model.rope_base={mc.rope_base} must be positive", "use e.g. model.rope_base=10000")
+    _check(mc.rope_scaling is None or isinstance(mc.rope_scaling, dict),
+           f"model.rope_scaling={mc.rope_scaling!r} is not a mapping",
+           "use e.g. model.rope_scaling={rope_type:llama3,factor:8.0} or null")
+    _check(mc.rope_scaling is None or mc.position_embedding == "rope",
+           "model.rope_scaling is set but model.position_embedding is not rope", "set model.rope_scaling=null")
+    _check(mc.num_attention_heads >= 1 and mc.num_query_groups >= 1
+           and mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
+           f"model {mc.name}: hidden_size {mc.hidden_size}, {mc.num_attention_heads} heads and "
+           f"{mc.num_query_groups} query groups do not divide evenly",
+           "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -389,6 +454,7 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    refuse_env_interpolation(overrides)  # expansion would escape it into a literal: say so instead
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
         batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
@@ -454,9 +520,11 @@ def load_recipe(path) -> Recipe:
     """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
     import yaml
 
+    from vdkit.rundir import RECIPE_FILE
+
     path = Path(path)
     if path.is_dir():
-        path = path / "recipe.yaml"
+        path = path / RECIPE_FILE
     if not path.is_file():
         raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
     return recipe_from_dict(yaml.safe_load(path.read_text()) or {})

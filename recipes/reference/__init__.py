@@ -1,11 +1,12 @@
 """The reference engine: Lightning (Fabric) + transformers + peft, trains Llama-architecture models for real.
 
-Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` stays free of
-heavy imports: the Slurm renderer and ``vdkit run`` import it only for :func:`reference_command`.
+Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` is the
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: no container (the
+host's Python), no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
 
 Modules: ``distributed`` (ranks from Slurm or local env), ``data`` (tokenizer, samples, the
-deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``progress`` (NeMo-style
-progress lines and TensorBoard), ``checkpoint`` (atomic save, resume), ``train`` (the loop).
+deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``checkpoint`` (atomic save,
+resume), ``train`` (the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
 """
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from pathlib import Path
 from typing import List, Union
 
 from vdkit.errors import UserError
+from vdkit.logformat import NEMO1
+
+LOG_FORMAT = NEMO1
+RUNS_LOCALLY = True
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
 # plan, render and submit; training here needs these).
@@ -43,12 +48,27 @@ def reference_command(run_dir: Union[str, Path], python: str = sys.executable) -
     return [python, "-m", "vdkit.recipes.reference", str(run_dir)]
 
 
-def preflight(plan) -> None:
-    """Every check the engine's ranks would make that can run here, before a run dir is written:
-    its libraries, the plan (layout, batch, sequence room) and the inputs (data files, tokenizer)."""
-    from vdkit.recipes.reference.data import check_inputs
+def command(plan, run_dir) -> List[str]:
+    """The engine interface's rank command (see :func:`reference_command`)."""
+    return reference_command(run_dir)
+
+
+def check(plan) -> None:
+    """What the ranks would refuse, decided from the plan alone (pure): data parallel only (no tensor or
+    pipeline parallelism), GBS a multiple of MBS x DP, room for a sample in train.seq_length.
+
+    The one home of these rules: render, submit, run and the training loop ask it, so a plan the
+    ranks cannot train fails before a run directory exists.
+    """
     from vdkit.recipes.reference.train import check_plan
 
-    require_runtime()
     check_plan(plan)
+
+
+def local_check(plan) -> None:
+    """Before training here: the engine's libraries (torch & co., one line naming the extra when
+    missing), then data files and tokenizer exist and fit, before a local run directory is written."""
+    from vdkit.recipes.reference.data import check_inputs
+
+    require_runtime()
     check_inputs(plan.recipe)

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-GRAD_CLIP = 1.0  # NeMo's trainer.gradient_clip_val
-BETAS = (0.9, 0.98)  # NeMo's megatron_gpt_finetuning optim.betas
+from vdkit.recipes.training_constants import ADAM_BETAS, CPU_PRECISION, GPU_PRECISION, GRAD_CLIP
 
 
 def lr_at(step: int, method, max_steps: int) -> float:
@@ -34,29 +33,31 @@ MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer
 
 
 def check_plan(plan) -> None:
-    """What the engine would refuse in a rank, decided from the plan alone: run before a run dir exists."""
+    """What the ranks would refuse, decided from the plan alone (see vdkit.recipes.reference.check)."""
     from vdkit.recipes.reference.model import virtual_tokens
 
-    r, t = plan.recipe, plan.recipe.train
+    t = plan.recipe.train
     if plan.tp * plan.pp != 1:
         raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1 or use engine=nemo")
+                        "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
     if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
         raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
                         f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
-    room = t.seq_length - virtual_tokens(r)
+    room = t.seq_length - virtual_tokens(plan.recipe)
     if room < MIN_ROOM:
-        extra = f" next to {virtual_tokens(r)} virtual tokens" if virtual_tokens(r) else ""
+        extra = f" next to {virtual_tokens(plan.recipe)} virtual tokens" if virtual_tokens(plan.recipe) else ""
         raise UserError(f"train.seq_length={t.seq_length} leaves {max(room, 0)} token(s) per sample{extra}; "
                         f"the reference engine needs at least {MIN_ROOM}",
-                        f"raise train.seq_length (e.g. train.seq_length=128)"
+                        "raise train.seq_length (e.g. train.seq_length=128)"
                         + (" or lower method.ptuning_virtual_tokens" if extra else ""))
 
 
 def check_layout(plan, dist) -> None:
-    """The plan's checks (check_plan), and the ranks this process was started with."""
+    """The plan's checks (the engine interface's check), and the ranks this process was started with."""
+    from vdkit.recipes.reference import check
+
     r = plan.recipe
-    check_plan(plan)
+    check(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
@@ -77,7 +78,7 @@ def make_fabric(plan, dist):
     # Our cluster environment reads Slurm's variables itself; Lightning's srun hint does not apply.
     warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
     accelerator = "cuda" if cuda else "cpu"
-    precision = "bf16-mixed" if cuda else "32-true"  # fp8 recipes train in bf16 here
+    precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
     nodes = max(dist.world_size // dist.local_world_size, 1)
     if dist.world_size == 1:
         strategy = "auto"
@@ -110,17 +111,15 @@ def train(run_dir, stream=None, preempt=None) -> int:
     ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when its signal comes,
     the loop finishes the step, checkpoints, requeues the Slurm job and raises ``Preempted``.
     """
-    from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
     from vdkit.recipes.reference.model import build_model, load_trainable_state, trainable_state, virtual_tokens
-    from vdkit.recipes.reference.progress import ProgressLogger
-    from vdkit.rundir import LOG_DIR
+    from vdkit.recipes.progress import ProgressLogger
+    from vdkit.rundir import LOG_DIR, load_plan
 
     run_dir = Path(run_dir).absolute()
-    plan = make_plan(load_recipe(run_dir))
+    plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
@@ -135,7 +134,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     fabric = make_fabric(plan, dist)
     model = build_model(recipe, tok)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=BETAS,
+    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=ADAM_BETAS,
                                   weight_decay=recipe.method.weight_decay)
     wrapped, optimizer = fabric.setup(model, optimizer)
 

@@ -8,7 +8,8 @@ from typing import Optional
 
 from vdkit.errors import UserError
 
-DEFAULT_TARGET_STEPS = 1000  # used only when no recipe.yaml says train.target_steps
+# Light: the default's one home is the domain module (standard library + vdkit.rundir).
+from vdkit.validation.run_dir import DEFAULT_TARGET_STEPS  # noqa: E402
 
 
 def register(sub) -> None:
@@ -23,6 +24,9 @@ def register(sub) -> None:
     v.add_argument("--target-steps", type=int, metavar="N",
                    help=f"steps to extrapolate to (default: the run's train.target_steps, else {DEFAULT_TARGET_STEPS})")
     v.add_argument("--json", action="store_true", help="print one JSON object per run (one per line)")
+    v.add_argument("--steps", action="store_true",
+                   help="print the parsed per-step figures of one source as CSV (step,seconds,loss; loss empty where "
+                        "the log has none) instead of an estimate; works on logs too short to extrapolate")
     v.add_argument("--val-every", type=int, default=0, metavar="N", help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=float, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
@@ -43,16 +47,9 @@ def register(sub) -> None:
 
 
 # ----------------------------------------------------------------------------- validate
-def _find_recipe(source: Path) -> Optional[Path]:
-    """The recipe.yaml of the run a source belongs to (the dir itself, or up to two parents)."""
-    for d in [source if source.is_dir() else source.parent, *list(source.parents)[:2]]:
-        if (d / "recipe.yaml").is_file():
-            return d
-    return None
-
-
 def _overheads(args, run_dir: Optional[Path]):
     from vdkit.validation.extrapolate import Overheads
+    from vdkit.validation.run_dir import checkpoint_every
 
     if args.val_every < 0 or args.val_seconds < 0 or args.checkpoint_seconds < 0:
         raise UserError("--val-every, --val-seconds and --checkpoint-seconds must not be negative",
@@ -61,34 +58,7 @@ def _overheads(args, run_dir: Optional[Path]):
         raise UserError("--val-every and --val-seconds go together", "pass both, e.g. --val-every 200 --val-seconds 30")
     if not (args.val_every or args.checkpoint_seconds):
         return None
-    every = 0
-    if run_dir is not None:
-        from vdkit.config import load_recipe
-
-        every = load_recipe(run_dir).engine.checkpoint_every_n_steps
-    return Overheads(args.val_every, args.val_seconds, every, args.checkpoint_seconds)
-
-
-def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> dict:
-    """Parse one source and estimate; the result as the JSON-able dict `vdkit validate --json` prints."""
-    from vdkit.validation.extrapolate import estimate
-    from vdkit.validation.logs import read_source
-
-    source = Path(source)
-    log = read_source(source)
-    if target_steps is None:
-        run_dir = _find_recipe(source)
-        if run_dir is not None:
-            from vdkit.config import load_recipe
-
-            target_steps = load_recipe(run_dir).train.target_steps
-        else:
-            target_steps = DEFAULT_TARGET_STEPS
-    est = estimate(log.timings, target_steps, overheads)
-    timed = log.timed
-    return {"source": str(source), "format": log.format, "files": log.files,
-            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(), "warnings": log.warnings,
-            "_log": log, "_estimate": est}
+    return Overheads(args.val_every, args.val_seconds, checkpoint_every(run_dir), args.checkpoint_seconds)
 
 
 def describe(result: dict) -> str:
@@ -96,17 +66,22 @@ def describe(result: dict) -> str:
     r = result
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     where = "extrapolated from" if r["extrapolated"] else "measured over"
+    intervals = r.get("iterations_measured", r["steps_measured"]) != r["steps_measured"]
+    unit = "log interval(s)" if intervals else "step(s)"
+    its = f", {r['iterations_measured']} iterations" if intervals else ""
     lines = [
         f"{r['source']}  ({r['format']}: {', '.join(Path(f).name for f in r['files'][:3])}"
         f"{' ...' if len(r['files']) > 3 else ''})",
-        f"  measured      {r['steps_measured']} timed steps (global steps {r['first_step']}-{r['last_step']})",
-        f"  warm-up       {r['warmup_steps']} step(s) excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
+        f"  measured      {r['steps_measured']} timed {unit} (global steps {r['first_step']}-{r['last_step']}"
+        f"{its})",
+        f"  warm-up       {r['warmup_steps']} {unit} excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
         f"  steady state  mean {r['step_time_mean_s']:.4g} s, median {r['step_time_median_s']:.4g} s, "
         f"std {r['step_time_std_s']:.3g} s (CV {pct(r['step_time_cv'])}), p5-p95 {r['step_time_p5_s']:.4g}-"
         f"{r['step_time_p95_s']:.4g} s, drift {r['drift']:+.1%}",
         f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
         f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
-        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} steps",
+        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} {unit}",
+        f"  interval      {r['interval_method']}",
         f"  includes      {'; '.join(r['includes'])}",
         f"  excludes      {', '.join(r['excludes']) or 'nothing'}",
     ]
@@ -114,13 +89,32 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
+def run_steps(args) -> int:
+    """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
+    from vdkit.validation.logs import read_source, steps_csv
+
+    if len(args.sources) != 1:
+        raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",
+                        "run `vdkit validate --steps` once per source")
+    log = read_source(args.sources[0], require_timing=False)
+    sys.stdout.write(steps_csv(log))
+    for w in log.warnings:
+        print(f"vdkit validate: warning: {w}", file=sys.stderr)
+    return 0
+
+
 def run_validate(args) -> int:
+    if args.steps:
+        return run_steps(args)
+    from vdkit.rundir import find_run_dir
+    from vdkit.validation.run_dir import validate_one
+
     if args.target_steps is not None and args.target_steps < 1:
         raise UserError(f"--target-steps {args.target_steps} must be >= 1", "pass e.g. --target-steps 1000")
     failures = []
     for i, src in enumerate(args.sources):
         try:
-            overheads = _overheads(args, _find_recipe(Path(src)))
+            overheads = _overheads(args, find_run_dir(Path(src)))
             result = validate_one(src, args.target_steps, overheads)
         except UserError as exc:
             if len(args.sources) == 1:
@@ -139,24 +133,9 @@ def run_validate(args) -> int:
 # ----------------------------------------------------------------------------- report
 def run_report(args) -> int:
     from vdkit.validation import tables
+    from vdkit.validation.report import write_report
 
-    for r in args.runs:
-        if not Path(r).is_dir():
-            raise UserError(f"{r} is not a run directory", "pass run directories, e.g. `vdkit report runs/*`")
-    published = tables.load_published(args.table)
-    results = tables.collect_runs(args.runs, int(published["steps"]))
-    table = tables.table9(results) if args.table == "table9" else tables.training_table(results)
-    extra = {}
-    if not args.no_plots:
-        from vdkit.validation import plots
-        from vdkit.rundir import safe_dir_name
-
-        extra[f"{table.name}_scaling.png"] = plots.scaling_png(table)
-        for res in results:
-            if res.estimate is not None:
-                name = f"trace_{safe_dir_name(Path(res.path).name)}.png"
-                extra[name] = plots.trace_png(res.log, res.estimate, title=Path(res.path).name)
-    written = tables.write_table(table, args.out, extra)
+    table, written = write_report(args.runs, args.table, args.out, plots=not args.no_plots)
     print(tables.to_markdown(table))
     for w in table.warnings:
         print(f"vdkit report: warning: {w}", file=sys.stderr)
