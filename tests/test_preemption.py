@@ -205,10 +205,10 @@ def test_nemo_jobs_arm_lightnings_slurm_requeue_on_the_same_signal(tmp_path):
 
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.slurm.render import render_files
+    from vdkit.prepare import prepare
 
     plan = make_plan(compose(["model=llama2_7b", "method=lora", "engine.container_image='nvcr.io#nvidia/nemo:24.01'"]))
-    files = render_files(plan, tmp_path / "run")
+    files = prepare(plan, tmp_path, check_mounts=False).files
     sbatch = files["launch.sbatch"]
     sig = re.search(r"^#SBATCH --signal=(\S+)$", sbatch, re.M).group(1)
     # No "B:" prefix: the signal goes to the srun tasks (the Python processes), not the batch shell.
