@@ -49,6 +49,8 @@ RECIPE_ERRORS = [
     ("mem-0", ["cluster.gpu_memory_gb=0"], "gpu_memory_gb"),
     ("time-0", ["cluster.time_limit_min=0"], "time_limit_min"),
     ("time-neg", ["cluster.time_limit_min=-5"], "time_limit_min"),
+    ("cpus-0", ["cluster.cpus_per_task=0"], "cpus_per_task=0"),
+    ("cpus-neg", ["cluster.cpus_per_task=-3"], "cpus_per_task=-3"),
     ("mbs-0", ["train.micro_batch_size=0"], "micro_batch_size=0"),
     ("gbs-lt-mbs", ["train.global_batch_size=1", "train.micro_batch_size=2"], "global_batch_size=1"),
     ("steps-0", ["train.max_steps=0"], "max_steps=0"),
@@ -81,6 +83,9 @@ for verb in ("plan", "render", "submit", "run", "demo"):
         case(f"{verb}-{name}", argv, expect)
 
 # ----------------------------------------------------------------------------- plan / sweeps
+for verb in ("plan", "render", "submit", "demo"):
+    case(f"{verb}-sweep-empty", [verb, "--sweep", ""] + (["--out", "{ws}/out"] if verb != "plan" else []),
+         "--sweep was given an empty name")
 for name, argv, expect in [
     ("sweep-missing", ["plan", "--sweep", "table10"], "no sweep named"),
     ("sweep-bad-override", ["plan", "--sweep", "table9", "model=gpt5"], "model="),
@@ -147,6 +152,7 @@ for name, argv, expect in [
     ("status-never-submitted", ["status", "{ws}/run"], "no job was submitted"),
     ("status-plain-dir", ["status", "{ws}"], "no job was submitted"),
     ("status-negative", ["status", "-5"], "-5"),
+    ("status-unknown-job", ["status", "99999999"], "Slurm does not know job 99999999"),
 ]:
     case(name, argv, expect)
 

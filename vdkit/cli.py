@@ -35,6 +35,17 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (fix: see `{self.prog} --help`)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        """A verb's own parser reads options and positionals intermixed, so overrides may come anywhere
+        (`vdkit plan model=llama2_7b --json method=sft`); the top level (with sub-commands) cannot."""
+        if self._subparsers is not None or getattr(self, "_intermixing", False):
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return super().parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(

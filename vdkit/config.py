@@ -394,6 +394,8 @@ def validate_fields(r: Recipe) -> None:
            "use cluster.gpus_per_node=8 (or 4 for half a node)")
     _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
     _check(c.time_limit_min > 0, "cluster.time_limit_min must be positive", "use e.g. cluster.time_limit_min=240")
+    _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
+           "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,
@@ -495,6 +497,8 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
     """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
     refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
+    if sweep is not None and not str(sweep).strip():
+        raise UserError("--sweep was given an empty name", "use --sweep " + " | --sweep ".join(group_options("sweep")))
     if sweep:
         return sweep_cells(sweep, overrides)
     if multirun:

@@ -7,26 +7,39 @@ from typing import List, Optional, Sequence
 from vdkit.errors import UserError
 
 
-def feasible_plans(overrides: Sequence[str], multirun: bool = False, sweep: Optional[str] = None,
-                   verb: str = "render") -> list:
-    """Compose and plan every override set (one recipe, ``-m`` or ``sweep``).
+def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fit: bool = True) -> list:
+    """Plan each cell (override list). One rule for every verb that takes sweeps (plan, render, submit, demo):
 
-    A sweep skips the cells that do not fit or have no valid layout, with a note on stderr naming
-    ``verb``; a single recipe raises the UserError. Raises when no cell is left.
+    a cell of a sweep (``many``) that has no valid layout - or, with ``require_fit``, does not fit - is
+    skipped with a one-line note on stderr naming ``verb``; a single recipe raises the UserError.
+    Composition errors (a bad key or option) are never skipped: they are the command line's. Raises
+    when no cell is left.
     """
-    from vdkit.config import compose, override_sets
+    from vdkit.config import compose
     from vdkit.plan import make_plan, require_feasible
 
-    many = bool(multirun or sweep)
     plans: List = []
-    for cell in override_sets(list(overrides), multirun, sweep):
-        recipe = compose(cell)
+    for cell in cells:
+        recipe = compose(list(cell))
         try:
-            plans.append(require_feasible(make_plan(recipe)))
+            plan = make_plan(recipe)
+            if require_fit:
+                require_feasible(plan)
         except UserError as exc:
             if not many:
                 raise
             print(f"vdkit {verb}: skipped {' '.join(cell) or recipe.run_name}: {exc}", file=sys.stderr)
+            continue
+        plans.append(plan)
     if not plans:
         raise UserError(f"no cell of the sweep is feasible, nothing to {verb}", "see the notes above; change the sweep")
     return plans
+
+
+def feasible_plans(overrides: Sequence[str], multirun: bool = False, sweep: Optional[str] = None,
+                   verb: str = "render", require_fit: bool = True) -> list:
+    """Compose and plan every override set (one recipe, ``-m`` or ``sweep``): :func:`plan_cells`."""
+    from vdkit.config import override_sets
+
+    cells = override_sets(list(overrides), multirun, sweep)
+    return plan_cells(cells, bool(multirun or sweep is not None), verb, require_fit)

@@ -43,7 +43,7 @@ def _cells(args):
     if args.multirun:
         base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
         return [base + cell for cell in expand_multirun(args.overrides)]
-    return override_sets(args.overrides, sweep=args.sweep or DEMO_SWEEP)
+    return override_sets(args.overrides, sweep=DEMO_SWEEP if args.sweep is None else args.sweep)
 
 
 def _start_slurm():
@@ -76,16 +76,16 @@ def run(args) -> int:
 
 
 def _pipeline(args, out: Path, slurm_env) -> int:
-    from vdkit.config import compose
-    from vdkit.plan import make_plan
     from vdkit.prepare import prepare_all
+    from vdkit.sweep import plan_cells
 
     cells = _cells(args)
     if slurm_env is not None:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
     # Plan, check and render every cell before training any: a bad override fails in seconds, not
     # after a run (an engine that cannot run on this machine is refused here too).
-    prepared = prepare_all([make_plan(compose(c)) for c in cells], out / "runs", check_mounts=False,
+    # Cells without a layout or that do not fit are skipped with a note, as render does.
+    prepared = prepare_all(plan_cells(cells, True, "demo"), out / "runs", check_mounts=False,
                            launcher="slurm" if slurm_env is not None else "local")
     plans = [cell.plan for cell in prepared]
     if slurm_env is not None:  # the emulated nodes are this machine: its Python runs the ranks too

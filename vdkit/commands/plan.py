@@ -16,12 +16,17 @@ def register(sub) -> None:
     add_override_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per plan (one per line)")
     p.add_argument("--cfg", action="store_true", help="print the composed recipe (every key) as YAML and stop")
+    p.add_argument("--check", action="store_true",
+                   help=f"exit {EXIT_DOES_NOT_FIT} when a plan does not fit (or a sweep cell has no layout), for "
+                        "scripts; without it a plan that says 'does not fit' is an answer and exits 0")
     p.set_defaults(func=run)
+
+
+EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is "no" (2 is a bad input)
 
 
 def run(args) -> int:
     from vdkit.config import compose, override_sets
-    from vdkit.plan import make_plan
 
     sets = override_sets(args.overrides, args.multirun, args.sweep)
     if args.cfg:
@@ -30,7 +35,10 @@ def run(args) -> int:
         for overrides in sets:
             print(yaml.safe_dump(compose(overrides).to_dict(), sort_keys=False), end="")
         return 0
-    plans = [make_plan(compose(o)) for o in sets]
+    from vdkit.sweep import plan_cells
+
+    many = bool(args.multirun or args.sweep is not None)
+    plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
     if args.json:
         for plan in plans:
             print(json.dumps(plan.to_dict()))
@@ -38,6 +46,8 @@ def run(args) -> int:
         print(describe(plans[0]))
     else:
         print(table(plans))
+    if args.check and (len(plans) < len(sets) or not all(p.feasible for p in plans)):
+        return EXIT_DOES_NOT_FIT
     return 0
 
 

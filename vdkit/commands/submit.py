@@ -104,8 +104,16 @@ def run_status(args) -> int:
         return _wait_all(pairs, args.timeout)
     from vdkit.slurm.runlock import holder_note
 
-    for run_dir, job_id in pairs:
-        st = job_state(run_dir if run_dir is not None else job_id)
+    from vdkit.errors import UserError
+
+    states = [job_state(run_dir if run_dir is not None else job_id) for run_dir, job_id in pairs]
+    for (run_dir, job_id), st in zip(pairs, states):  # all checked before any output
+        if run_dir is None and st.source == "none":
+            raise UserError(f"Slurm does not know job {job_id} (not queued, running or recently ended; "
+                            "accounting is off or has no record)",
+                            "pass a job id that `squeue` or `scontrol show job` lists, or a run directory "
+                            "written by `vdkit submit`")
+    for (run_dir, job_id), st in zip(pairs, states):
         line = _line(run_dir if run_dir is not None else "-", job_id, st)
         note = holder_note(run_dir) if run_dir is not None else None
         print(line + (f"\t{note}" if note else ""))

@@ -1,0 +1,56 @@
+"""CLI answers that must be right (issue 12 items 6-8): sweeps skip no-layout cells in every verb,
+overrides anywhere on the line, plan --check for scripts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vdkit.cli import main
+from vdkit.commands.plan import EXIT_DOES_NOT_FIT
+
+
+def test_plan_sweep_skips_the_cell_without_a_layout_with_a_note(capsys):
+    assert main(["plan", "-m", "model=llama2_7b", "cluster.nodes=1,3,4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["nodes"] for line in out.splitlines()] == [1, 4]
+    assert err.count("vdkit plan: skipped") == 1 and "cluster.nodes=3" in err and "layout" in err
+
+
+def test_plan_named_sweep_with_an_override_that_leaves_no_layout(capsys):
+    assert main(["plan", "--sweep", "table9", "cluster.nodes=3", "--json"]) == 2  # every cell: nothing left
+    err = capsys.readouterr().err
+    assert "vdkit plan: skipped" in err and "no cell of the sweep" in err.strip().splitlines()[-1]
+
+
+def test_demo_sweep_skips_like_render(tmp_path, capsys, monkeypatch):
+    """Every cell skipped (no layout): one note each, then one error, before anything is written."""
+    assert main(["demo", "-m", "cluster.gpus_per_node=3", "train.global_batch_size=8", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("vdkit demo: skipped") and "no cell of the sweep" in err[-1]
+    assert not any(tmp_path.rglob("recipe.yaml"))
+
+
+@pytest.mark.parametrize("argv", [
+    ["plan", "model=llama2_7b", "--json", "method=sft"],
+    ["plan", "--json", "model=llama2_7b", "method=sft"],
+    ["plan", "model=llama2_7b", "method=sft", "--json"],
+])
+def test_overrides_anywhere_on_the_line(capsys, argv):
+    assert main(argv) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert (plan["model"], plan["method"]) == ("llama2_7b", "sft")
+
+
+def test_render_options_between_overrides(tmp_path, capsys):
+    assert main(["render", "engine=reference", "--out", str(tmp_path), "model=tiny_llama", "--no-check-mounts",
+                 "data=synthetic", "cluster.gpus_per_node=1"]) == 0
+    assert (tmp_path / "tiny_llama_lora_1n1g" / "launch.sbatch").is_file()
+
+
+def test_plan_check_exit_code_tells_scripts_it_does_not_fit(capsys):
+    assert main(["plan", "model=llama2_70b", "method=sft", "cluster.nodes=1"]) == 0  # an answer
+    assert "DOES NOT FIT" in capsys.readouterr().out
+    assert main(["plan", "--check", "model=llama2_70b", "method=sft", "cluster.nodes=1"]) == EXIT_DOES_NOT_FIT == 3
+    assert main(["plan", "--check", "model=llama2_7b", "method=lora"]) == 0
+    assert main(["plan", "--check", "-m", "model=llama2_7b", "cluster.nodes=1,3"]) == EXIT_DOES_NOT_FIT  # skipped
