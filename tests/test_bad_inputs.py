@@ -131,7 +131,7 @@ for name, argv, expect in [
 
 # ----------------------------------------------------------------------------- run
 for name, argv, expect in [
-    ("run-nemo", ["run", "engine=nemo"], "NeMo runs only in its container"),
+    ("run-nemo", ["run", "engine=nemo"], "does not run on this machine"),
     ("run-slurm-cluster", ["run", "cluster=xe9680"], "slurm cluster"),
     ("run-data-missing", ["run", "data=dolly", "data.data_dir={ws}/nodata"], "does not exist"),
     ("run-pretrain-data", ["run", "data=pile", "method=pretrain", "train.seq_length=128"], "pretrain data"),
