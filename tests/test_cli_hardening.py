@@ -54,3 +54,15 @@ def test_plan_check_exit_code_tells_scripts_it_does_not_fit(capsys):
     assert main(["plan", "--check", "model=llama2_70b", "method=sft", "cluster.nodes=1"]) == EXIT_DOES_NOT_FIT == 3
     assert main(["plan", "--check", "model=llama2_7b", "method=lora"]) == 0
     assert main(["plan", "--check", "-m", "model=llama2_7b", "cluster.nodes=1,3"]) == EXIT_DOES_NOT_FIT  # skipped
+
+
+def test_percent_in_the_out_dir_is_escaped_for_sbatch_patterns(tmp_path, capsys):
+    """Issue 12 item 11: sbatch expands %j / %x / %u in --output; a literal '%' must reach it as '%%'."""
+    out = tmp_path / "100% %j %x"
+    assert main(["render", "engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",
+                 "--out", str(out)]) == 0
+    run_dir = capsys.readouterr().out.strip()
+    text = (out / "tiny_llama_lora_1n1g" / "launch.sbatch").read_text()
+    escaped = run_dir.replace("%", "%%")
+    assert f"#SBATCH --output={escaped}/slurm-%j.out" in text.replace("'", "")
+    assert f"#SBATCH --error={escaped}/slurm-%j.err" in text.replace("'", "")
