@@ -87,7 +87,7 @@ class DataCfg:
 
 @dataclass
 class EngineCfg:
-    name: str = "nemo"  # nemo | reference
+    name: str = "nemo"  # nemo | reference | megatron
     container_image: Optional[str] = None  # pyxis --container-image (nemo)
     nemo_root: str = "/opt/NeMo"
     log_every_n_steps: int = 1
@@ -142,7 +142,7 @@ PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 LAUNCHERS = ("slurm", "local")
-ENGINES = ("nemo", "reference")
+ENGINES = ("nemo", "reference", "megatron")
 DATA_KINDS = ("sft", "pretrain")
 
 
@@ -301,7 +301,7 @@ def validate_fields(r: Recipe) -> None:
            f"method.peft_scheme={m.peft_scheme!r} does not match method {m.name}",
            f"set method.peft_scheme={PEFT_SCHEMES[m.name]}")
     _check(r.engine.name in ENGINES, f"engine.name={r.engine.name!r} is not an engine",
-           "use engine=nemo or engine=reference")
+           "use " + ", ".join(f"engine={e}" for e in ENGINES))
     _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,

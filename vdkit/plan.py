@@ -14,6 +14,11 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
   DP when the distributed optimizer shards them.
+- per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
+  encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
+  of 128 x TP; RMSNorm weights are replicated over TP. The megatron engine measures each rank's
+  weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
+  4 / 4 / 8 per parameter.
 - activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
   recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
   attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
@@ -76,9 +81,10 @@ def trainable_params(r: Recipe) -> int:
         # NeMo 1.23 adds LoRA to the fused QKV projection: A is h x r, B is r x (h + 2 kv).
         return m.num_layers * r.method.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
     if r.method.name == "ptuning":
-        v, b, h = r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim, m.hidden_size
-        # NeMo's PromptEncoder (mlp): a virtual-token embedding, then h -> bottleneck -> h.
-        return v * h + (h * b + b) + (b * h + h)
+        v, b, e, h = (r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim,
+                      r.method.ptuning_embedding_dim, m.hidden_size)
+        # NeMo's PromptEncoderAdapter: a virtual-token embedding (v x e), then e -> bottleneck -> h.
+        return v * e + (e * b + b) + (b * h + h)
     return counts.total
 
 
@@ -179,23 +185,74 @@ def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[
 
 
 # ----------------------------------------------------------------------------- memory model
+#: Bytes per parameter a GPU holds for (weights, gradients, optimizer states): weights per parameter
+#: held, gradients and optimizer states per *trainable* parameter held. bf16 / fp8: Megatron mixed
+#: precision (fp32 main gradients; fp32 master copy + Adam m and v); fp32: plain fp32 training (the
+#: megatron engine on a CPU: no master copy, Adam m and v).
+STATIC_BYTES = {"bf16": (2.0, 4.0, 12.0), "fp8": (2.0, 4.0, 12.0), "fp32": (4.0, 4.0, 8.0)}
+VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary as NeMo and Megatron allocate it: up to a multiple of 128 x TP."""
+    multiple = VOCAB_DIVISOR * tp
+    return -(-vocab // multiple) * multiple
+
+
+def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
+    """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
+
+    Stage 0 holds the input embedding, the last stage the final norm and the output layer (untied);
+    TP shards the linear layers and the embeddings, RMSNorm weights are replicated. LoRA adapters sit
+    on each layer's fused QKV (A and B both sharded over TP, NeMo's split); P-tuning's prompt encoder
+    sits on stage 0 (its linear layers sharded over TP, the virtual-token embedding and the second
+    layer's bias replicated)."""
+    m, meth = r.model, r.method
+    counts = param_counts(m)
+    norms = 2 * m.hidden_size
+    layers = m.num_layers // pp
+    layer_params = layers * ((counts.per_layer - norms) / tp + norms)
+    vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
+    held = layer_params + (vocab if stage == 0 else 0) + (vocab + m.hidden_size if stage == pp - 1 else 0)
+    if meth.name == "lora":
+        kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
+        trainable = layers * meth.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv) / tp
+        held += trainable
+    elif meth.name == "ptuning":
+        v, b, e, h = meth.ptuning_virtual_tokens, meth.ptuning_bottleneck_dim, meth.ptuning_embedding_dim, m.hidden_size
+        trainable = (v * e + (e * b + b) / tp + b * h / tp + h) if stage == 0 else 0.0
+        held += trainable
+    else:
+        trainable = held
+    return held, layer_params, trainable
+
+
+def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_optimizer: bool,
+                       precision: Optional[str] = None) -> dict:
+    """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
+
+    ``precision``: bf16 / fp8 (mixed precision, see STATIC_BYTES; fp8 stores transformer-layer
+    weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
+    optimizer states over DP."""
+    precision = precision or r.train.precision
+    w, g, o = STATIC_BYTES[precision]
+    held, layer_params, trainable = stage_params(r, tp, pp, stage)
+    weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
+    dp = r.world_size // (tp * pp)
+    return {"weights": weights, "gradients": g * trainable,
+            "optimizer": o * trainable / (dp if distributed_optimizer else 1)}
+
+
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
                     distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
     """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
     m, t = r.model, r.train
     precision = precision or t.precision
-    counts = param_counts(m)
     dp = r.world_size // (tp * pp)
     layers = m.num_layers // pp
-    layer_params = layers * counts.per_layer / tp
-    # Stage 0 holds the input embedding, the last stage the output layer; with PP 1 one GPU holds both.
-    embed_params = counts.embedding / tp * (2 if pp == 1 else 1)
-    held = layer_params + embed_params
-    weight_bytes = (1.0 if precision == "fp8" else 2.0) * layer_params + 2.0 * embed_params
-    trainable_fraction = min(1.0, trainable_params(r) / counts.total)
-    trainable_held = held * trainable_fraction
-    grads = 4.0 * trainable_held
-    optim = 12.0 * trainable_held / (dp if distributed_optimizer else 1)
+    static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
+                 key=lambda d: sum(d.values()))
+    weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
 
     s = t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)
     b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size

@@ -59,8 +59,10 @@ def _stop(procs: List[subprocess.Popen]) -> None:
             p.wait()
 
 
-def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None) -> int:
-    """Run ``world`` ranks of the reference engine on this machine; 0 when all succeed.
+def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None,
+                 command: Optional[List[str]] = None) -> int:
+    """Run ``world`` ranks of an engine on this machine (``command``, default the reference engine's);
+    0 when all succeed.
 
     Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
     from vdkit.recipes.reference import reference_command
@@ -71,7 +73,7 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     terminal = terminal if terminal is not None else sys.stdout.buffer
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     port = free_port()
-    cmd = reference_command(run_dir)
+    cmd = list(command) if command else reference_command(run_dir)
     procs: List[subprocess.Popen] = []
     files = []
     pump = None
