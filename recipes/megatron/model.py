@@ -215,7 +215,13 @@ def _ptuning_wrapper():
         def __init__(self, gpt, encoder):
             super().__init__()
             self.gpt, self.prompt_encoder = gpt, encoder
-            self.config = gpt.config
+            self.config, self.model_type = gpt.config, gpt.model_type
+
+        def __getattr__(self, name):  # what the schedules ask of a model (pre_process, ...) is the GPT's
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return getattr(self._modules["gpt"], name)
 
         def set_input_tensor(self, tensor):
             self.gpt.set_input_tensor(tensor)
@@ -223,10 +229,15 @@ def _ptuning_wrapper():
         def forward(self, input_ids, position_ids, attention_mask, labels=None):
             if not self.gpt.pre_process:
                 return self.gpt(input_ids, position_ids, attention_mask, labels=labels)
-            emb = self.gpt.embedding.word_embeddings(input_ids).transpose(0, 1)  # [s, b, h]
+            sp = self.config.sequence_parallel
+            emb = self.gpt.embedding.word_embeddings(input_ids)
+            if sp:  # megatron returns it reduce-scattered over the sequence: [s / tp, b, h]
+                emb = tensor_parallel.gather_from_sequence_parallel_region(emb, tensor_parallel_output_grad=False)
+            else:  # [b, s, h]
+                emb = emb.transpose(0, 1)
             v = self.prompt_encoder.virtual_tokens
             emb = torch.cat([self.prompt_encoder(input_ids.shape[0]).to(emb.dtype), emb[v:]], dim=0)
-            if self.config.sequence_parallel:
+            if sp:
                 emb = tensor_parallel.scatter_to_sequence_parallel_region(emb)
             return self.gpt(input_ids, position_ids, attention_mask, decoder_input=emb.contiguous(), labels=labels)
 
