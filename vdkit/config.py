@@ -59,6 +59,7 @@ class ClusterCfg:
     max_nodes: int = 6
     gpus_per_node: int = 8
     gpu_memory_gb: float = 80.0
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
     gpu_type: str = "H100-SXM5-80GB"
     cpus_per_task: int = 12
     time_limit_min: int = 240

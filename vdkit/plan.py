@@ -28,7 +28,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
   times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
   the loss: 6*s*b*V / TP).
-- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB).
+- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB, or the
+  cluster's ``memory_overhead_gb``: 0 for CPU processes).
 
 Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
 per trainable parameter (a PEFT checkpoint holds only the adapter's).
@@ -273,7 +274,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
-                  activations_gb=acts / GB, overhead_gb=OVERHEAD_GB)
+                  activations_gb=acts / GB,
+                  overhead_gb=OVERHEAD_GB if r.cluster.memory_overhead_gb is None else r.cluster.memory_overhead_gb)
 
 
 def checkpoint_gb(r: Recipe) -> float:
