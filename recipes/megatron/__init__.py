@@ -22,3 +22,39 @@ MODULE = "vdkit.recipes.megatron"
 def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) -> List[str]:
     """The command one rank runs: ``[python, -m, vdkit.recipes.megatron, RUN_DIR]``."""
     return [python, "-m", MODULE, str(run_dir)]
+
+
+RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
+MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
+
+
+def command(plan, run_dir) -> List[str]:
+    """The engine interface's rank command (see :func:`megatron_command`)."""
+    return megatron_command(run_dir)
+
+
+def check(plan) -> None:
+    """Refuse what this engine cannot run: interleaving needs micro batches in multiples of PP."""
+    from vdkit.errors import UserError
+
+    p = plan.recipe.parallelism
+    if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
+        raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
+                        f"to be a multiple of pp={p.pp} (megatron-core {MCORE_SERIES})",
+                        "raise train.global_batch_size or unset parallelism.vp")
+    if plan.recipe.data.kind != "sft" and plan.recipe.data.name != "synthetic":
+        raise UserError(f"the megatron engine reads NeMo SFT JSONL; data={plan.recipe.data.name} is "
+                        f"{plan.recipe.data.kind} data (Megatron indexed files)",
+                        "use data=synthetic or a prepared JSONL dataset (or engine=nemo on the cluster)")
+
+
+def local_check(plan) -> None:
+    """Data files and tokenizer exist and fit (the reference engine's data rules), before a local run."""
+    from vdkit.recipes.reference.data import check_inputs
+
+    check_inputs(plan.recipe)
+
+
+def env(plan) -> dict:
+    """Megatron orders tensor-parallel communication before compute with one CUDA connection."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}

@@ -27,15 +27,40 @@ PG_TIMEOUT_S = 600
 
 
 def check_layout(plan, dist) -> None:
-    """The processes started must be the recipe's world; VP needs what megatron-core 0.16 needs."""
-    r, p = plan.recipe, plan.recipe.parallelism
+    """The processes started must be the recipe's world, and the plan one this engine runs."""
+    r = plan.recipe
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
                         "start one task per GPU: srun --ntasks-per-node=cluster.gpus_per_node, or use `vdkit run`")
-    if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
-        raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
-                        f"to be a multiple of pp={p.pp}", "raise train.global_batch_size or unset parallelism.vp")
+    from vdkit.recipes.megatron import check
+
+    check(plan)
+
+
+def _quiet() -> None:
+    """Drop import-time warnings that say only that optional CUDA kernels (Apex, TE) are absent."""
+    import warnings
+
+    for msg in (".*Transformer Engine and Apex are not installed.*", ".*Apex is not installed.*",
+                ".*full scope is deprecated.*", ".*is deprecated. Please use `torch.distributed.*",
+                ".*The .grad attribute of a Tensor that is not a leaf Tensor.*"):
+        warnings.filterwarnings("ignore", message=msg)
+
+
+def check_megatron_version() -> None:
+    """The API this engine is written against (GPU too; the CPU shim pins the exact release)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from vdkit.recipes.megatron import MCORE_SERIES
+
+    try:
+        have = version("megatron-core")
+    except PackageNotFoundError:
+        raise UserError("megatron-core is not installed", f"pip install 'megatron-core=={MCORE_SERIES}.1'") from None
+    if ".".join(have.split(".")[:2]) != MCORE_SERIES:
+        raise UserError(f"the megatron engine is written for megatron-core {MCORE_SERIES}.x, found {have}",
+                        f"pip install 'megatron-core=={MCORE_SERIES}.1' (in the container, too)")
 
 
 def _init_distributed(dist, cuda: bool):
@@ -180,6 +205,8 @@ def train(run_dir, stream=None) -> int:
         raise UserError("the megatron engine cannot pack sequences for P-tuning (virtual tokens would cross "
                         "sample boundaries)", "set data.packed=false for method=ptuning")
 
+    check_megatron_version()
+    _quiet()
     import torch
 
     from vdkit.recipes.megatron import checkpoint as ckpt

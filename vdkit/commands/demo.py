@@ -1,7 +1,8 @@
 """`vdkit demo`: the whole pipeline on the embedded default, on this machine, in minutes.
 
 The `demo` sweep (conf/sweep/demo.yaml: Table 9's shape - LoRA, P-tuning and SFT on 1 and 2
-"nodes" - on tiny_llama with the reference engine) is planned, each cell is trained for real for its
+"nodes" - on tiny_llama with the megatron engine, in the TP / PP / VP / DP layouts the planner
+picks) is planned, each cell is trained for real for its
 measured steps (local processes, or jobs on the local emulated Slurm with --slurm), then
 `vdkit validate` extrapolates every run to its target steps and `vdkit report` writes Table 9 as
 Markdown, CSV and JSON plus the plots. Each stage is the same code the verbs run.
@@ -25,7 +26,7 @@ SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.gpus_per_node=1", "cluster.mp
 def register(sub) -> None:
     p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
                        description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
-                                   "real with the reference engine as 1 and 2 'nodes' (local processes, or the "
+                                   "real with megatron-core as 1 and 2 'nodes' in the layouts the planner picks (local processes, or the "
                                    "local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
@@ -85,17 +86,22 @@ def _pipeline(args, out: Path, slurm_env) -> int:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
     # Plan every cell before training any: a bad override fails in seconds, not after a run.
     plans = [require_feasible(make_plan(compose(c))) for c in cells]
+    from vdkit.commands.run import LOCAL_ENGINES
+
     for plan in plans:
-        if plan.recipe.engine.name != "reference":
-            raise UserError("the demo trains with the reference engine only", "drop the engine= override")
+        if plan.recipe.engine.name not in LOCAL_ENGINES:
+            raise UserError(f"the demo trains locally; engine={plan.recipe.engine.name} cannot",
+                            "drop the engine= override (or use engine=reference)")
     where = "the local emulated Slurm" if slurm_env is not None else "local processes"
     print(f"demo: {len(plans)} runs on {where}; everything goes to {out}", flush=True)
     run_dirs = []
     started = time.monotonic()
     for i, plan in enumerate(plans, 1):
         r = plan.recipe
+        p = r.parallelism
         print(f"demo: [{i}/{len(plans)}] {r.model.name} {r.method.name} on {r.cluster.nodes} node(s) x "
-              f"{r.cluster.gpus_per_node} ({r.world_size} ranks): training {r.train.max_steps} steps ...",
+              f"{r.cluster.gpus_per_node} ({r.world_size} ranks, {r.engine.name} tp={p.tp} pp={p.pp} vp={p.vp} "
+              f"dp={plan.dp}): training {r.train.max_steps} steps ...",
               end="", flush=True)
         t0 = time.monotonic()
         run_dir, ok = (_train_on_slurm(plan, out, slurm_env) if slurm_env is not None
@@ -120,6 +126,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
 
 
 def _train_locally(plan, out: Path):
+    from vdkit.commands.run import local_command
     from vdkit.recipes.reference.launch import launch_local
     from vdkit.rundir import create_run_dir
 
@@ -129,7 +136,8 @@ def _train_locally(plan, out: Path):
     try:
         if sys.stdout.isatty():
             print(flush=True)
-        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink)
+        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink,
+                          command=local_command(plan.recipe.engine.name, run_dir))
     finally:
         if sink is not sys.stdout.buffer:
             sink.close()
