@@ -56,5 +56,5 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
     assert list(run.glob("slurm-*.out")) and (run / "job_id.txt").is_file()
     table = json.loads((out / "report" / "table9.json").read_text())
     (cell,) = [c for c in table["cells"] if c["runs"]]
-    assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 2, 2)
+    assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 4, 2)  # the demo's 2 ranks per node
     assert local_slurm.is_up()

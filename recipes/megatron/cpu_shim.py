@@ -10,7 +10,8 @@ megatron-core 0.16.1 hard-codes CUDA in a few places that no configuration flag 
 3. type checks that insist on CUDA tensors: ``param.grad.type() == 'torch.cuda.FloatTensor'``
    (grad clipping) and the distributed optimizer's "Wrapped parameters must be one of
    torch.cuda.FloatTensor, ..." check;
-4. ``torch.cuda.synchronize()`` in p2p communication.
+4. ``torch.cuda.synchronize()`` in p2p communication;
+5. the default causal mask (``device="cuda"``), also built inside backward under recomputation.
 
 The shim answers exactly these: a ``TorchFunctionMode`` maps CUDA devices to the CPU for tensor
 factories, ``.to()`` and ``.cuda()``, and reports CPU tensors' ``.type()`` by their CUDA name;
@@ -128,6 +129,18 @@ def apply() -> bool:
     # mode below (tensor-parallel reduce-scatter buffers are made there).
     _patch(torch.cuda, "current_device", lambda: torch.device("cpu"))
     _patch(torch.cuda, "synchronize", lambda device=None: None)
+    # 5. activation recomputation re-runs the forward inside a backward, where a TorchFunctionMode
+    #    is off (a mode steps aside while it handles `backward` itself): the one CUDA literal on that
+    #    path, the default causal mask, gets a CPU twin.
+    from megatron.core.fusions import fused_softmax
+    from megatron.core.transformer import utils as tutils
+
+    @functools.wraps(tutils.get_default_causal_mask)
+    def causal_mask(sq: int):
+        return torch.triu(torch.ones(sq, sq, device="cpu"), diagonal=1).bool()
+
+    _patch(tutils, "get_default_causal_mask", causal_mask)
+    _patch(fused_softmax, "get_default_causal_mask", causal_mask)
     _make_mode().__enter__()  # stays on the mode stack for the life of the process
     _APPLIED = True
     return True

@@ -17,10 +17,11 @@ from pathlib import Path
 from vdkit.cli import add_override_args
 
 DEMO_SWEEP = "demo"
-# The local Slurm's emulated XE9680s share this machine: one task per "node", loopback for the
-# rendezvous, no PMI plugin (Debian's slurm-wlm has no PMIx library by default).
-SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.gpus_per_node=1", "cluster.mpi=none",
-                        "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "cluster.time_limit_min=30")
+# The local Slurm's emulated XE9680s share this machine: the demo's ranks per "node" (its
+# cluster.gpus_per_node) as tasks, loopback for the rendezvous, no PMI plugin (Debian's slurm-wlm has
+# no PMIx library by default), this machine's Python rather than a container.
+SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.mpi=none", "cluster.socket_ifname=lo",
+                        "cluster.cpus_per_task=1", "cluster.time_limit_min=30", "engine.container_image=null")
 
 
 def register(sub) -> None:
