@@ -32,8 +32,9 @@ BASE = ["engine=megatron", "model.num_layers=4", "train.seq_length=128", "method
 LR = {"sft": "method.lr=1e-3", "lora": "method.lr=1e-2", "ptuning": "method.lr=1e-2"}
 LAYOUTS = {
     "one": ["cluster.gpus_per_node=1"],
-    "tp2": ["cluster.gpus_per_node=2", "parallelism.tp=2"],
-    "pp2": ["cluster.gpus_per_node=2", "parallelism.pp=2"],
+    # activation recomputation changes no loss: selective under TP, full under PP
+    "tp2": ["cluster.gpus_per_node=2", "parallelism.tp=2", "parallelism.recompute=selective"],
+    "pp2": ["cluster.gpus_per_node=2", "parallelism.pp=2", "parallelism.recompute=full"],
     "tp2pp2vp2": ["cluster.gpus_per_node=4", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=2"],
     "dp2": ["cluster.gpus_per_node=2", "parallelism.tp=1", "parallelism.pp=1", "parallelism.distributed_optimizer=true"],
 }
