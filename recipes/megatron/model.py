@@ -24,7 +24,6 @@ from typing import List, Optional
 
 from vdkit.errors import UserError
 
-VOCAB_DIVISOR = 128  # NeMo's make_vocab_size_divisible_by
 INIT_STD = 0.02  # NeMo / Megatron init_method_std
 NORM_EPS = 1e-5  # Llama 2 rms_norm_eps
 ROPE_BASE = 10000
@@ -32,12 +31,6 @@ LORA_TARGETS = ("linear_qkv",)  # NeMo 1.23 lora_tuning: adapters on the fused Q
 PTUNING_INIT_STD = 0.023  # NeMo's p_tuning.init_std
 #: megatron-core's module name -> how the base layer is split across tensor-parallel ranks
 BASE_SPLIT = {"linear_qkv": "column", "linear_proj": "row", "linear_fc1": "column", "linear_fc2": "row"}
-
-
-def padded_vocab(vocab: int, tp: int) -> int:
-    """NeMo's vocabulary padding: up to a multiple of 128 x TP."""
-    multiple = VOCAB_DIVISOR * tp
-    return int(math.ceil(vocab / multiple) * multiple)
 
 
 @dataclass(frozen=True)
@@ -114,15 +107,13 @@ def layer_specs(config, vp_stage):
 
 
 # ----------------------------------------------------------------------------- adapters
-class LoraLinear:  # placeholder replaced in _adapter_classes() (torch is imported lazily)
-    pass
+_ADAPTERS: dict = {}
 
 
 def _adapter_classes():
-    """LoraLinear and PromptEncoder (defined on first use: torch and megatron load lazily)."""
-    global LoraLinear, PromptEncoder
-    if getattr(LoraLinear, "_real", False):
-        return LoraLinear, PromptEncoder
+    """(LoraLinear, PromptEncoder), defined on first use: torch and megatron load lazily."""
+    if _ADAPTERS:
+        return _ADAPTERS["lora"], _ADAPTERS["prompt"]
     import dataclasses as dc
 
     import torch
@@ -132,10 +123,8 @@ def _adapter_classes():
     def _init_noop(_w):  # weights are set by canonical_init
         return None
 
-    class _LoraLinear(torch.nn.Module):
+    class LoraLinear(torch.nn.Module):
         """A base (column- or row-parallel) linear layer plus a LoRA adapter split as NeMo splits it."""
-
-        _real = True
 
         def __init__(self, base, split: str, dim: int, config, dropout: float):
             super().__init__()
@@ -173,13 +162,8 @@ def _adapter_classes():
                 a = tensor_parallel.scatter_to_sequence_parallel_region(a)
             return out + a, bias
 
-        def sharded_state_dict(self, *args, **kwargs):  # pragma: no cover - not used by this engine
-            raise NotImplementedError
-
-    class _PromptEncoder(torch.nn.Module):
+    class PromptEncoder(torch.nn.Module):
         """NeMo's PromptEncoderAdapter: virtual-token embedding -> column-parallel -> GELU -> row-parallel."""
-
-        _real = True
 
         def __init__(self, virtual_tokens: int, bottleneck: int, embedding_dim: int, hidden: int, config):
             super().__init__()
@@ -198,11 +182,8 @@ def _adapter_classes():
             out, b = self.second(h)
             return (out + b).expand(self.virtual_tokens, batch_size, -1)  # [v, b, hidden]
 
-    LoraLinear, PromptEncoder = _LoraLinear, _PromptEncoder
+    _ADAPTERS.update(lora=LoraLinear, prompt=PromptEncoder)
     return LoraLinear, PromptEncoder
-
-
-PromptEncoder = None
 
 
 def _ptuning_wrapper():
@@ -250,6 +231,8 @@ def build_chunks(recipe, layout: Layout, cuda: bool) -> List:
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
+
+    from vdkit.plan import padded_vocab  # the planner's padding: what memory.json compares against
 
     config = transformer_config(recipe, layout, cuda)
     vocab = padded_vocab(recipe.model.vocab_size, layout.tp)

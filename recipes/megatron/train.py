@@ -167,7 +167,7 @@ def _restore(chunks, optimizer, state: dict) -> int:
     return int(state["step"])
 
 
-def _reduced_loss(losses, dp_group, cuda: bool):
+def _reduced_loss(losses, cuda: bool):
     """Mean of this step's micro-batch losses over the DP ranks, on every rank (0 off the last stage)."""
     import torch
     from megatron.core import parallel_state as ps
@@ -270,7 +270,7 @@ def train(run_dir, stream=None) -> int:
             num_microbatches=len(micro), seq_length=micro[0]["tokens"].shape[1],
             micro_batch_size=t.micro_batch_size, forward_only=False)
         ok, _grad_norm, _ = optimizer.step()
-        reduced = _reduced_loss(losses, None, cuda)
+        reduced = _reduced_loss(losses, cuda)
         if cuda:
             torch.cuda.synchronize()
         timing = time.perf_counter() - start
