@@ -48,6 +48,8 @@ DELIBERATE_ADDITIONS: Dict[str, Addition] = {
         (int,), "interleaved pipeline (VP > 1 only); the finetuning YAML omits it, the llama YAML has it"),
     "model.fp8": Addition(
         (bool,), "train.precision=fp8 for fine-tuning (Transformer Engine FP8; in the llama YAML)"),
+    "model.rotary_base": Addition(
+        (float, int), "model.rope_base when it is not NeMo's 10000 (MegatronGPTModel reads cfg.rotary_base)"),
     "model.fp8_hybrid": Addition(
         (bool,), "FP8 with E4M3 forward / E5M2 backward, as NVIDIA's FP8 recipes"),
     "model.data.train_ds.packed_sequence": Addition(

@@ -133,7 +133,7 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     """SIGKILL a DP2 distributed-optimizer run after a checkpoint; the restart redoes the lost steps
     and every loss equals the uninterrupted run's."""
     from vdkit.recipes.megatron import megatron_command
-    from vdkit.recipes.reference.launch import launch_local
+    from vdkit.recipes.launch import launch_local
 
     whole = runs.get("sft", "dp2")
     cmd = [sys.executable, "-m", "vdkit", "run", *BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"],

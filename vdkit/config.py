@@ -11,7 +11,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from vdkit.errors import UserError
 
@@ -32,6 +32,17 @@ class ModelCfg:
     pretrain_tp: Optional[int] = None  # the training guide's layout for method=pretrain
     pretrain_pp: Optional[int] = None
     nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
+    # Architecture: every engine builds its model from these (defaults are Llama 2's).
+    arch: str = "llama"  # model family: llama | opt
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    norm_eps: float = 1e-5  # epsilon of every norm layer
+    activation: str = "swiglu"  # MLP: swiglu (gated, 3 matrices) | relu | gelu (2 matrices)
+    bias: bool = False  # bias terms in the linear layers (OPT: true)
+    position_embedding: str = "rope"  # rope | learned (absolute, OPT)
+    rope_base: float = 10000.0  # RoPE theta (Llama 3.1: 500000)
+    rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
+    tied_embeddings: bool = False  # output layer shares the input embedding (Llama 2: untied)
+    tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
 
 
 @dataclass
@@ -88,8 +99,8 @@ class DataCfg:
 
 @dataclass
 class EngineCfg:
-    name: str = "nemo"  # nemo | reference | megatron
-    container_image: Optional[str] = None  # pyxis --container-image (nemo)
+    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
+    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = 0  # 0: only at the end
@@ -137,14 +148,25 @@ class VdkitConfig:
 
 
 # ----------------------------------------------------------------------------- allowed values
+def _engine_names() -> tuple:
+    from vdkit.recipes.engines import names
+
+    return names()
+
+
 METHODS = ("sft", "lora", "ptuning", "pretrain")
 PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain": "none"}
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 LAUNCHERS = ("slurm", "local")
-ENGINES = ("nemo", "reference", "megatron")
+ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
+ARCHS = ("llama", "opt")
+NORMS = ("rmsnorm", "layernorm")
+ACTIVATIONS = ("swiglu", "relu", "gelu")
+POSITION_EMBEDDINGS = ("rope", "learned")
+TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 
 @dataclass(frozen=True)
@@ -301,8 +323,9 @@ def validate_fields(r: Recipe) -> None:
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
            f"method.peft_scheme={m.peft_scheme!r} does not match method {m.name}",
            f"set method.peft_scheme={PEFT_SCHEMES[m.name]}")
-    _check(r.engine.name in ENGINES, f"engine.name={r.engine.name!r} is not an engine",
-           "use " + ", ".join(f"engine={e}" for e in ENGINES))
+    engines = _engine_names()  # the registry now (a test or plugin may have added a line)
+    _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
+           "use " + " or ".join(f"engine={e}" for e in engines))
     _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
@@ -326,6 +349,7 @@ def validate_fields(r: Recipe) -> None:
            f"use train.seq_length<={r.model.max_position_embeddings}")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
+    _validate_model(r.model)
     p = r.parallelism
     _check(p.recompute is None or p.recompute in RECOMPUTE,
            f"parallelism.recompute={p.recompute!r} is not a recompute mode", "use none, selective or full")
@@ -339,6 +363,26 @@ def validate_fields(r: Recipe) -> None:
     _check((r.data.kind == "pretrain") == (m.name == "pretrain") or r.data.name == "synthetic",
            f"data={r.data.name} ({r.data.kind} data) does not suit method={m.name}",
            "use data=pile for pretrain, and dolly / alpaca / pubmedqa / synthetic for fine-tuning")
+
+
+def _validate_model(mc: ModelCfg) -> None:
+    """The architecture fields: known values, and sizes that divide."""
+    for key, allowed in (("arch", ARCHS), ("norm", NORMS), ("activation", ACTIVATIONS),
+                         ("position_embedding", POSITION_EMBEDDINGS), ("tokenizer", TOKENIZERS)):
+        value = getattr(mc, key)
+        _check(value in allowed, f"model.{key}={value!r} is not supported", "use one of " + ", ".join(allowed))
+    _check(mc.norm_eps > 0, f"model.norm_eps={mc.norm_eps} must be positive", "use e.g. model.norm_eps=1e-5")
+    _check(mc.rope_base > 0, f"model.rope_base={mc.rope_base} must be positive", "use e.g. model.rope_base=10000")
+    _check(mc.rope_scaling is None or isinstance(mc.rope_scaling, dict),
+           f"model.rope_scaling={mc.rope_scaling!r} is not a mapping",
+           "use e.g. model.rope_scaling={rope_type:llama3,factor:8.0} or null")
+    _check(mc.rope_scaling is None or mc.position_embedding == "rope",
+           "model.rope_scaling is set but model.position_embedding is not rope", "set model.rope_scaling=null")
+    _check(mc.num_attention_heads >= 1 and mc.num_query_groups >= 1
+           and mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
+           f"model {mc.name}: hidden_size {mc.hidden_size}, {mc.num_attention_heads} heads and "
+           f"{mc.num_query_groups} query groups do not divide evenly",
+           "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
 
 
 # ----------------------------------------------------------------------------- sweeps
@@ -412,9 +456,11 @@ def load_recipe(path) -> Recipe:
     """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
     import yaml
 
+    from vdkit.rundir import RECIPE_FILE
+
     path = Path(path)
     if path.is_dir():
-        path = path / "recipe.yaml"
+        path = path / RECIPE_FILE
     if not path.is_file():
         raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
     return recipe_from_dict(yaml.safe_load(path.read_text()) or {})

@@ -16,7 +16,7 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   DP when the distributed optimizer shards them.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
   encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
-  of 128 x TP; RMSNorm weights are replicated over TP. The megatron engine measures each rank's
+  of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
 - activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
@@ -52,26 +52,35 @@ CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam 
 # ----------------------------------------------------------------------------- parameter counts
 @dataclass(frozen=True)
 class ParamCounts:
-    """Parameter counts of a Llama-architecture model (untied input and output embeddings)."""
+    """Parameter counts of a decoder-only model from ModelCfg's architecture fields."""
 
     per_layer: int
-    embedding: int  # one of the two V x h matrices
+    embedding: int  # the V x h input embedding (the output layer is another one unless tied)
     final_norm: int
     num_layers: int
+    tied: bool = False  # output layer shares the input embedding
+    positions: int = 0  # learned absolute position embeddings (max_position_embeddings x h)
 
     @property
     def total(self) -> int:
-        return self.num_layers * self.per_layer + 2 * self.embedding + self.final_norm
+        return (self.num_layers * self.per_layer + (1 if self.tied else 2) * self.embedding + self.positions
+                + self.final_norm)
 
 
 def param_counts(m: ModelCfg) -> ParamCounts:
-    """Llama 2: q and o are h x h; k and v h x (kv heads x head dim); SwiGLU MLP 3 x h x f; 2 RMSNorms."""
-    head_dim = m.hidden_size // m.num_attention_heads
-    kv = m.num_query_groups * head_dim
-    attn = 2 * m.hidden_size * m.hidden_size + 2 * m.hidden_size * kv
-    mlp = 3 * m.hidden_size * m.ffn_hidden_size
-    return ParamCounts(per_layer=attn + mlp + 2 * m.hidden_size, embedding=m.vocab_size * m.hidden_size,
-                       final_norm=m.hidden_size, num_layers=m.num_layers)
+    """From ModelCfg: q and o are h x h, k and v h x (kv heads x head dim); a gated MLP (swiglu) has
+    3 h x f matrices, a plain one (relu, gelu) 2; biases on every linear layer with ``bias``; a norm
+    is h weights (rmsnorm) or h weights + h biases (layernorm), two per layer plus the final one.
+    Llama 2: no biases, SwiGLU, RMSNorm, rotary positions, untied embeddings."""
+    h, f = m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    gated = m.activation == "swiglu"
+    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if m.bias else 0)
+    mlp = (3 if gated else 2) * h * f + (((2 if gated else 1) * f + h) if m.bias else 0)
+    norm = (2 if m.norm == "layernorm" else 1) * h
+    positions = m.max_position_embeddings * h if m.position_embedding == "learned" else 0
+    return ParamCounts(per_layer=attn + mlp + 2 * norm, embedding=m.vocab_size * h, final_norm=norm,
+                       num_layers=m.num_layers, tied=m.tied_embeddings, positions=positions)
 
 
 def trainable_params(r: Recipe) -> int:
@@ -203,18 +212,21 @@ def padded_vocab(vocab: int, tp: int) -> int:
 def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
     """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
 
-    Stage 0 holds the input embedding, the last stage the final norm and the output layer (untied);
-    TP shards the linear layers and the embeddings, RMSNorm weights are replicated. LoRA adapters sit
-    on each layer's fused QKV (A and B both sharded over TP, NeMo's split); P-tuning's prompt encoder
-    sits on stage 0 (its linear layers sharded over TP, the virtual-token embedding and the second
-    layer's bias replicated)."""
+    Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
+    output layer (with PP > 1 a tied output layer is a copy there, as Megatron keeps it); TP shards
+    the linear layers and the embeddings, norms and the row-parallel layers' biases are replicated.
+    LoRA adapters sit on each layer's fused QKV (A and B both sharded over TP, NeMo's split);
+    P-tuning's prompt encoder sits on stage 0 (its linear layers sharded over TP, the virtual-token
+    embedding and the second layer's bias replicated)."""
     m, meth = r.model, r.method
     counts = param_counts(m)
-    norms = 2 * m.hidden_size
+    replicated = 2 * counts.final_norm + (2 * m.hidden_size if m.bias else 0)  # norms; o and fc2 biases
     layers = m.num_layers // pp
-    layer_params = layers * ((counts.per_layer - norms) / tp + norms)
+    layer_params = layers * ((counts.per_layer - replicated) / tp + replicated)
     vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
-    held = layer_params + (vocab if stage == 0 else 0) + (vocab + m.hidden_size if stage == pp - 1 else 0)
+    output = vocab if (not counts.tied or pp > 1) else 0.0
+    held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
+            + ((output + counts.final_norm) if stage == pp - 1 else 0))
     if meth.name == "lora":
         kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
         trainable = layers * meth.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv) / tp

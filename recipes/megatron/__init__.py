@@ -1,14 +1,16 @@
 """The megatron engine: megatron-core's GPTModel, parallel state, schedules and optimizer, for real.
 
-Run inside each rank as ``python -m vdkit.recipes.megatron RUN_DIR``. This ``__init__`` stays free of
-heavy imports (torch, megatron): the Slurm renderer and ``vdkit run`` import it for
-:func:`megatron_command` only.
+Run inside each rank as ``python -m vdkit.recipes.megatron RUN_DIR``. This ``__init__`` is the
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports (torch, megatron):
+runs locally (CPU over gloo, or GPUs), or on a cluster on the host's Python or in a container
+(``engine.container_image``: an NGC PyTorch image with megatron-core 0.16 and vdkit installed),
+NCCL on GPUs; NeMo 1.x logs.
 
 Modules: ``cpu_shim`` (what megatron-core 0.16.1 needs on a CPU; pinned), ``model`` (Llama as
 GPTModel chunks, LoRA, P-tuning, layout-independent initial weights), ``data`` (micro batches from
 the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume), ``memory``
 (measured vs planned bytes per rank: memory.json). Logs are the reference engine's NeMo-style
-progress lines and TensorBoard scalars (recipes/reference/progress.py).
+progress lines and TensorBoard scalars (vdkit.recipes.progress).
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from vdkit.logformat import NEMO1
+
+LOG_FORMAT = NEMO1
 MODULE = "vdkit.recipes.megatron"
 
 
@@ -53,6 +58,17 @@ def local_check(plan) -> None:
     from vdkit.recipes.reference.data import check_inputs
 
     check_inputs(plan.recipe)
+
+
+def container(plan, run_dir):
+    """The image every rank runs in (engine.container_image), or None: the host's Python."""
+    image = plan.recipe.engine.container_image
+    if not image:
+        return None
+    from vdkit.jobspec import Container
+    from vdkit.recipes.engines import standard_mounts
+
+    return Container(image=image, mounts=standard_mounts(plan, run_dir), workdir=str(run_dir))
 
 
 def env(plan) -> dict:

@@ -1,8 +1,9 @@
-"""The recipe's Llama as megatron-core ``GPTModel`` chunks, with the method's trainable parts.
+"""The recipe's model as megatron-core ``GPTModel`` chunks, with the method's trainable parts.
 
-- architecture (from ``ModelCfg``): RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query attention,
-  untied input / output embeddings, no biases; megatron-core's local layer spec (no Transformer
-  Engine); fp32 on CPU, bf16 on GPU; the vocabulary padded as NeMo pads it (a multiple of 128 x TP);
+- architecture from ``ModelCfg`` (Llama 2: RMSNorm, SwiGLU MLP, rotary embeddings, grouped-query
+  attention, untied embeddings, no biases; also LayerNorm, ReLU / GELU MLPs, biases, learned
+  positions, tied embeddings); megatron-core's local layer spec (no Transformer Engine); fp32 on CPU,
+  bf16 on GPU; the vocabulary padded as NeMo pads it (a multiple of 128 x TP);
 - layout: one chunk per virtual pipeline stage (``parallelism.vp``), each holding its share of layers;
 - initial weights are a function of ``train.seed`` and each parameter's *global* name only, the full
   tensor drawn on the CPU and cut to this rank's tensor-parallel shard by megatron-core's own
@@ -25,8 +26,6 @@ from typing import List, Optional
 from vdkit.errors import UserError
 
 INIT_STD = 0.02  # NeMo / Megatron init_method_std
-NORM_EPS = 1e-5  # Llama 2 rms_norm_eps
-ROPE_BASE = 10000
 LORA_TARGETS = ("linear_qkv",)  # NeMo 1.23 lora_tuning: adapters on the fused QKV only
 PTUNING_INIT_STD = 0.023  # NeMo's p_tuning.init_std
 #: megatron-core's module name -> how the base layer is split across tensor-parallel ranks
@@ -63,14 +62,18 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
         raise UserError(f"model {m.name}: hidden_size {m.hidden_size}, {m.num_attention_heads} heads and "
                         f"{m.num_query_groups} query groups do not divide evenly",
                         "make hidden_size a multiple of num_attention_heads, and heads a multiple of groups")
+    if m.rope_scaling:
+        raise UserError(f"model {m.name} uses rope_scaling, which this engine does not build yet",
+                        "use engine=reference for rope-scaled models")
+    activation = {"swiglu": F.silu, "relu": F.relu, "gelu": F.gelu}[m.activation]
     dtype = torch.bfloat16 if cuda else torch.float32
     recompute = {"none": {}, "selective": {"recompute_granularity": "selective"},
                  "full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}}
     return TransformerConfig(
         num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
         num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
-        normalization="RMSNorm", layernorm_epsilon=NORM_EPS, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0, init_method_std=INIT_STD,
+        normalization="RMSNorm" if m.norm == "rmsnorm" else "LayerNorm", layernorm_epsilon=m.norm_eps,
+        gated_linear_unit=m.activation == "swiglu", activation_func=activation, add_bias_linear=m.bias, hidden_dropout=0.0, attention_dropout=0.0, init_method_std=INIT_STD,
         tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
         virtual_pipeline_model_parallel_size=layout.vp, sequence_parallel=layout.sequence_parallel,
         params_dtype=dtype, pipeline_dtype=dtype, bf16=cuda, use_cpu_initialization=not cuda,
@@ -85,25 +88,28 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
 
 # ----------------------------------------------------------------------------- layer spec
 def layer_specs(config, vp_stage):
-    """megatron-core's local GPT layer spec with an RMSNorm that works under sequence parallelism.
+    """megatron-core's local GPT layer spec with torch norms that work under sequence parallelism.
 
     Without Apex / Transformer Engine the local spec uses torch's norm, which megatron refuses under
-    sequence parallelism; torch's RMSNorm is right there too once its weight is marked
-    ``sequence_parallel`` (then ``finalize_model_grads`` all-reduces its gradient over TP)."""
+    sequence parallelism; torch's RMSNorm / LayerNorm are right there too once their parameters are
+    marked ``sequence_parallel`` (then ``finalize_model_grads`` all-reduces their gradients over TP)."""
     import torch
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
-    class RMSNorm(torch.nn.RMSNorm):
-        def __init__(self, config, hidden_size: int, eps: float = NORM_EPS, **_unused):
-            super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
-            setattr(self.weight, "sequence_parallel", config.sequence_parallel)
+    base = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
 
-    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
-    layer.submodules.input_layernorm = RMSNorm
-    layer.submodules.pre_mlp_layernorm = RMSNorm
+    class Norm(base):
+        def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_unused):
+            super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+            for p in self.parameters():
+                setattr(p, "sequence_parallel", config.sequence_parallel)
+
+    layer = get_gpt_layer_local_spec(normalization=config.normalization)
+    layer.submodules.input_layernorm = Norm
+    layer.submodules.pre_mlp_layernorm = Norm
     n = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=RMSNorm)
+    return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=Norm)
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -244,8 +250,9 @@ def build_chunks(recipe, layout: Layout, cuda: bool) -> List:
         post = ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage)
         gpt = GPTModel(config=config, transformer_layer_spec=layer_specs(config, stage), vocab_size=vocab,
                        max_sequence_length=recipe.model.max_position_embeddings, pre_process=pre, post_process=post,
-                       share_embeddings_and_output_weights=False, position_embedding_type="rope",
-                       rotary_base=ROPE_BASE, vp_stage=stage)
+                       share_embeddings_and_output_weights=recipe.model.tied_embeddings,
+                       position_embedding_type="rope" if recipe.model.position_embedding == "rope" else "learned_absolute",
+                       rotary_base=int(recipe.model.rope_base), vp_stage=stage)
         model = gpt
         if method.name in ("lora", "ptuning"):
             for p in gpt.parameters():
@@ -264,20 +271,22 @@ def build_chunks(recipe, layout: Layout, cuda: bool) -> List:
             encoder = Encoder(method.ptuning_virtual_tokens, method.ptuning_bottleneck_dim,
                               method.ptuning_embedding_dim, recipe.model.hidden_size, config)
             model = _ptuning_wrapper()(gpt, encoder)
-        canonical_init(model, recipe.train.seed, recipe.model.num_layers, layout.tp)
+        canonical_init(model, recipe.train.seed, recipe.model.num_layers, recipe.model.tied_embeddings)
         if cuda:
             model = model.cuda(torch.cuda.current_device())
         chunks.append(model)
     return chunks
 
 
-def global_name(local_name: str, layer_numbers: dict) -> str:
-    """A parameter's name in the whole (unsplit) model: local layer index -> global layer number."""
+def global_name(local_name: str, layer_numbers: dict, tied: bool = False) -> str:
+    """A parameter's name in the whole (unsplit) model: local layer index -> global layer number; a
+    tied output layer (the last stage's copy) is the input embedding."""
     parts = local_name.split(".")
     for i in range(len(parts) - 2):
         if parts[i] == "decoder" and parts[i + 1] == "layers":
             parts[i + 2] = f"L{layer_numbers[int(parts[i + 2])]}"
-    return ".".join(p for p in parts if p not in ("gpt", "base"))
+    name = ".".join(p for p in parts if p not in ("gpt", "base"))
+    return "embedding.word_embeddings.weight" if tied and name == "output_layer.weight" else name
 
 
 def _generator(seed: int, name: str):
@@ -287,7 +296,7 @@ def _generator(seed: int, name: str):
     return torch.Generator().manual_seed(int.from_bytes(digest[:8], "little") & ((1 << 63) - 1))
 
 
-def canonical_init(model, seed: int, num_layers: int, tp: int) -> None:
+def canonical_init(model, seed: int, num_layers: int, tied: bool = False) -> None:
     """Set every parameter from (seed, global name): the same model on every layout.
 
     Norm weights 1, biases 0; linear and embedding weights N(0, 0.02), output projections of each
@@ -303,7 +312,7 @@ def canonical_init(model, seed: int, num_layers: int, tp: int) -> None:
     rank, world = ps.get_tensor_model_parallel_rank(), ps.get_tensor_model_parallel_world_size()
     out_std = INIT_STD / math.sqrt(2.0 * num_layers)
     for local, p in model.named_parameters():
-        name = global_name(local, layer_numbers)
+        name = global_name(local, layer_numbers, tied)
         g = _generator(seed, name)
         leaf = local.rsplit(".", 1)[-1]
         if leaf == "bias" or ".linear_out." in local:

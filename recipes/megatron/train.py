@@ -82,7 +82,7 @@ def build(plan, cuda: bool):
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     from vdkit.recipes.megatron.model import Layout, build_chunks
-    from vdkit.recipes.reference.train import BETAS, GRAD_CLIP
+    from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
     recipe = plan.recipe
     layout = Layout.from_plan(plan)
@@ -99,7 +99,7 @@ def build(plan, cuda: bool):
     config.finalize_model_grads_func = finalize_model_grads
     m = recipe.method
     opt_config = OptimizerConfig(optimizer="adam", lr=m.lr, min_lr=m.min_lr, weight_decay=m.weight_decay,
-                                 adam_beta1=BETAS[0], adam_beta2=BETAS[1], adam_eps=ADAM_EPS, clip_grad=GRAD_CLIP,
+                                 adam_beta1=ADAM_BETAS[0], adam_beta2=ADAM_BETAS[1], adam_eps=ADAM_EPS, clip_grad=GRAD_CLIP,
                                  bf16=cuda, params_dtype=torch.bfloat16 if cuda else torch.float32,
                                  use_distributed_optimizer=layout.distributed_optimizer)
     optimizer = get_megatron_optimizer(opt_config, wrapped)
@@ -237,7 +237,7 @@ def train(run_dir, stream=None) -> int:
         step = _restore(chunks, optimizer, ckpt.load_rank(found, dist.rank))
     progress = None
     if dist.rank == 0:
-        from vdkit.recipes.reference.progress import ProgressLogger
+        from vdkit.recipes.progress import ProgressLogger
 
         progress = ProgressLogger(run_dir / LOG_DIR, t.max_steps, step, stream=stream)
         n_train = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)

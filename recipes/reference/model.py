@@ -12,19 +12,20 @@ from vdkit.errors import UserError
 
 
 def llama_config(model_cfg, tok):
-    """A transformers LlamaConfig with the recipe's dimensions and the tokenizer's special ids."""
+    """A transformers LlamaConfig from ModelCfg's sizes and architecture fields, with the tokenizer's ids."""
     from transformers import LlamaConfig
 
     m = model_cfg
-    if m.hidden_size % m.num_attention_heads or m.num_attention_heads % m.num_query_groups:
-        raise UserError(f"model {m.name}: hidden_size {m.hidden_size}, {m.num_attention_heads} heads and "
-                        f"{m.num_query_groups} query groups do not divide evenly",
-                        "make hidden_size a multiple of num_attention_heads, and heads a multiple of groups")
+    if (m.arch, m.norm, m.activation, m.position_embedding, m.bias) != ("llama", "rmsnorm", "swiglu", "rope", False):
+        raise UserError(f"the reference engine builds Llama-architecture models; model {m.name} is arch={m.arch} "
+                        f"norm={m.norm} activation={m.activation} position_embedding={m.position_embedding} "
+                        f"bias={m.bias}", "use a Llama model (model=tiny_llama, llama2_7b, ...)")
     return LlamaConfig(
         vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.ffn_hidden_size,
         num_hidden_layers=m.num_layers, num_attention_heads=m.num_attention_heads,
         num_key_value_heads=m.num_query_groups, max_position_embeddings=m.max_position_embeddings,
-        rms_norm_eps=1e-5, tie_word_embeddings=False,  # Llama 2: untied input / output embeddings
+        rms_norm_eps=m.norm_eps, tie_word_embeddings=m.tied_embeddings, rope_theta=m.rope_base,
+        rope_scaling=dict(m.rope_scaling) if m.rope_scaling else None,
         pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False)
 
 

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-GRAD_CLIP = 1.0  # NeMo's trainer.gradient_clip_val
-BETAS = (0.9, 0.98)  # NeMo's megatron_gpt_finetuning optim.betas
+from vdkit.recipes.training_constants import ADAM_BETAS, CPU_PRECISION, GPU_PRECISION, GRAD_CLIP
 
 
 def lr_at(step: int, method, max_steps: int) -> float:
@@ -32,10 +31,10 @@ def lr_at(step: int, method, max_steps: int) -> float:
 
 def check_layout(plan, dist) -> None:
     """The reference engine is plain data parallel over every rank; say so if the plan is not."""
+    from vdkit.recipes.reference import check
+
     r = plan.recipe
-    if plan.tp * plan.pp != 1:
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1 or use engine=nemo")
+    check(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
@@ -59,7 +58,7 @@ def make_fabric(plan, dist):
     # Our cluster environment reads Slurm's variables itself; Lightning's srun hint does not apply.
     warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
     accelerator = "cuda" if cuda else "cpu"
-    precision = "bf16-mixed" if cuda else "32-true"  # fp8 recipes train in bf16 here
+    precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
     nodes = max(dist.world_size // dist.local_world_size, 1)
     if dist.world_size == 1:
         strategy = "auto"
@@ -74,17 +73,15 @@ def make_fabric(plan, dist):
 
 def train(run_dir, stream=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count."""
-    from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
     from vdkit.recipes.reference.model import build_model, load_trainable_state, trainable_state, virtual_tokens
-    from vdkit.recipes.reference.progress import ProgressLogger
-    from vdkit.rundir import LOG_DIR
+    from vdkit.recipes.progress import ProgressLogger
+    from vdkit.rundir import LOG_DIR, load_plan
 
     run_dir = Path(run_dir).absolute()
-    plan = make_plan(load_recipe(run_dir))
+    plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
@@ -102,7 +99,7 @@ def train(run_dir, stream=None) -> int:
     fabric = make_fabric(plan, dist)
     model = build_model(recipe, tok)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=BETAS,
+    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=ADAM_BETAS,
                                   weight_decay=recipe.method.weight_decay)
     wrapped, optimizer = fabric.setup(model, optimizer)
 
