@@ -24,7 +24,7 @@ def test_render_runs_megatron_in_the_container_with_nccl(tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     (run_dir,) = (tmp_path / "runs").iterdir()
     text = (run_dir / "launch.sbatch").read_text()
-    assert f"--container-image={image}" in text and "-m vdkit.recipes.megatron" in text
+    assert f"--container-image={image}" in text and "  python -m vdkit.recipes.megatron " in text
     assert "NCCL_IB_HCA" in text and "srun" in text
     assert not (run_dir / "nemo.yaml").exists()
 

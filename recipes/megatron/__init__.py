@@ -33,9 +33,13 @@ RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 
 
+CONTAINER_PYTHON = "python"  # the image's interpreter (NGC PyTorch / NeMo images put it on PATH)
+
+
 def command(plan, run_dir) -> List[str]:
-    """The engine interface's rank command (see :func:`megatron_command`)."""
-    return megatron_command(run_dir)
+    """The engine interface's rank command (see :func:`megatron_command`): this interpreter on the
+    host, the image's ``python`` in a container."""
+    return megatron_command(run_dir, CONTAINER_PYTHON if plan.recipe.engine.container_image else sys.executable)
 
 
 def check(plan) -> None:
