@@ -36,10 +36,15 @@ MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (C
 CONTAINER_PYTHON = "python"  # the image's interpreter (NGC PyTorch / NeMo images put it on PATH)
 
 
+def in_container(plan) -> bool:
+    """Ranks run in engine.container_image under Slurm; local processes always use this Python."""
+    return bool(plan.recipe.engine.container_image) and plan.recipe.cluster.launcher == "slurm"
+
+
 def command(plan, run_dir) -> List[str]:
     """The engine interface's rank command (see :func:`megatron_command`): this interpreter on the
     host, the image's ``python`` in a container."""
-    return megatron_command(run_dir, CONTAINER_PYTHON if plan.recipe.engine.container_image else sys.executable)
+    return megatron_command(run_dir, CONTAINER_PYTHON if in_container(plan) else sys.executable)
 
 
 def check(plan) -> None:
@@ -66,9 +71,9 @@ def local_check(plan) -> None:
 
 def container(plan, run_dir):
     """The image every rank runs in (engine.container_image), or None: the host's Python."""
-    image = plan.recipe.engine.container_image
-    if not image:
+    if not in_container(plan):
         return None
+    image = plan.recipe.engine.container_image
     from vdkit.jobspec import Container
     from vdkit.recipes.engines import standard_mounts
 
