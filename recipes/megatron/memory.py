@@ -20,7 +20,8 @@ import os
 from pathlib import Path
 from typing import Dict, Iterable, List
 
-MEMORY_FILE = "memory.json"
+from vdkit.rundir import MEMORY_FILE  # the run-dir name's one home
+
 TOLERANCE = 0.02  # measured and planned agree within 2 %
 
 

@@ -183,16 +183,14 @@ def _reduced_loss(losses, cuda: bool):
 
 def train(run_dir, stream=None) -> int:
     """Train the recipe in ``run_dir`` on this rank; returns the final global step count."""
-    from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
     from vdkit.recipes.reference.model import virtual_tokens
     from vdkit.recipes.reference.train import lr_at
-    from vdkit.rundir import LOG_DIR
+    from vdkit.rundir import LOG_DIR, load_plan
 
     run_dir = Path(run_dir).absolute()
-    plan = make_plan(load_recipe(run_dir))
+    plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
