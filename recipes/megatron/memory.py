@@ -11,7 +11,7 @@ once, padding included):
 
 ``memory.json`` (rank 0 writes it): ``{"ranks": [{"rank", "stage", "measured": {...}, "planned":
 {...}}]}`` in bytes, "planned" from :func:`vdkit.plan.stage_static_bytes` for the rank's pipeline
-stage, with the precision the engine trains in (fp32 on CPU, the recipe's on GPU).
+stage, with the precision the engine trains in (fp32 on CPU, bf16 mixed precision on GPU).
 """
 from __future__ import annotations
 

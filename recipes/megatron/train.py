@@ -291,7 +291,7 @@ def train(run_dir, stream=None) -> int:
             "tp_rank": ps.get_tensor_model_parallel_rank(), "dp_rank": dp_rank,
             "measured": memory.measure(chunks, optimizer),
             "planned": memory.planned(plan, ps.get_pipeline_model_parallel_rank(),
-                                      recipe.train.precision if cuda else "fp32")}
+                                      "bf16" if cuda else "fp32")}  # fp8 recipes train in bf16 here
     gathered = [None] * dist.world_size
     torch.distributed.all_gather_object(gathered, mine)
     if progress is not None:
