@@ -54,7 +54,7 @@ def collect_run(path, target_steps: int) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
     from vdkit.config import load_recipe
     from vdkit.rundir import RECIPE_FILE, load_plan
-    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 
     path = Path(path)
@@ -75,7 +75,8 @@ def collect_run(path, target_steps: int) -> RunResult:
     try:
         res.log = read_source(path)
         res.warnings = list(res.log.warnings)
-        res.estimate = estimate(res.log.timings, target_steps)
+        res.estimate = estimate_log(res.log, target_steps)
+        res.warnings += res.estimate.data_warnings
     except UserError as exc:
         res.error = str(exc)
     return res
