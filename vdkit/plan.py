@@ -44,28 +44,8 @@ CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam 
 
 
 # ----------------------------------------------------------------------------- parameter counts
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameter counts of a Llama-architecture model (untied input and output embeddings)."""
-
-    per_layer: int
-    embedding: int  # one of the two V x h matrices
-    final_norm: int
-    num_layers: int
-
-    @property
-    def total(self) -> int:
-        return self.num_layers * self.per_layer + 2 * self.embedding + self.final_norm
-
-
-def param_counts(m: ModelCfg) -> ParamCounts:
-    """Llama 2: q and o are h x h; k and v h x (kv heads x head dim); SwiGLU MLP 3 x h x f; 2 RMSNorms."""
-    head_dim = m.hidden_size // m.num_attention_heads
-    kv = m.num_query_groups * head_dim
-    attn = 2 * m.hidden_size * m.hidden_size + 2 * m.hidden_size * kv
-    mlp = 3 * m.hidden_size * m.ffn_hidden_size
-    return ParamCounts(per_layer=attn + mlp + 2 * m.hidden_size, embedding=m.vocab_size * m.hidden_size,
-                       final_norm=m.hidden_size, num_layers=m.num_layers)
+# Parameter counts live in vdkit.arch (one formula per architecture); re-exported here.
+from vdkit.arch import ParamCounts, param_counts  # noqa: E402,F401
 
 
 def trainable_params(r: Recipe) -> int:
@@ -189,7 +169,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     layers = m.num_layers // pp
     layer_params = layers * counts.per_layer / tp
     # Stage 0 holds the input embedding, the last stage the output layer; with PP 1 one GPU holds both.
-    embed_params = counts.embedding / tp * (2 if pp == 1 else 1)
+    embed_params = ((counts.embedding + counts.extra + counts.output) if pp == 1
+                    else max(counts.embedding + counts.extra, counts.output or counts.embedding)) / tp
     held = layer_params + embed_params
     weight_bytes = (1.0 if precision == "fp8" else 2.0) * layer_params + 2.0 * embed_params
     trainable_fraction = min(1.0, trainable_params(r) / counts.total)
