@@ -212,6 +212,10 @@ def make_plan(recipe: Recipe) -> Plan:
     Raises UserError when a pinned layout breaks a rule; returns a plan with ``feasible=False``
     and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
+    if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.sharded)
+        from vdkit.sharded import make_sharded_plan
+
+        return make_sharded_plan(recipe)
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
     tp, pp = p.tp, p.pp
