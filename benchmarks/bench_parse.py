@@ -16,7 +16,7 @@ import tempfile
 import time
 import tracemalloc
 
-from vdkit.recipes.reference.progress import tqdm_num  # the engine's NeMo-format numbers
+from vdkit.recipes.progress import tqdm_num  # the engine's NeMo-format numbers
 
 
 def write_log(path: str, steps: int) -> None:

@@ -3,6 +3,10 @@
     render_nemo_yaml(plan, run_dir)  -> the text of run_dir/nemo.yaml (built, checked, dumped)
     nemo_command(plan, run_dir)      -> ["python", "-u", <script>, "--config-path=<run_dir>", "--config-name=nemo.yaml"]
 
+The engine interface (:mod:`vdkit.recipes.engines`): ``files`` (nemo.yaml), ``command``,
+``container`` (the NeMo image with the data, base-model, results and run directories mounted),
+``inputs`` (the base model), ``env`` (CUDA_DEVICE_MAX_CONNECTIONS with TP), NeMo's own log format.
+
 NeMo's scripts are Hydra apps: the rendered YAML replaces NeMo's own config instead of being
 nested inside vdkit's Hydra. Building lives in nemo_config.py, the contract (deliberately added
 keys, the traps refused before anything is written) in nemo_contract.py.
@@ -12,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import List, Union
 
+from vdkit.jobspec import Container
+from vdkit.logformat import NEMO1
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
 
@@ -63,3 +69,51 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
               f"{r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} DP {plan.dp}.\n"
               f"# Run (in the NeMo container, one task per GPU): {' '.join(nemo_command(plan, run_dir))}\n")
     return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False, width=4096)
+
+
+# ----------------------------------------------------------------------------- the engine interface
+LOG_FORMAT = NEMO1
+RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
+
+
+def _base_model_dir(recipe):
+    """The base model's directory when the method starts from one (fine-tuning), else None."""
+    if recipe.model.nemo_path and recipe.method.name != "pretrain":
+        return str(PurePosixPath(recipe.model.nemo_path).parent)
+    return None
+
+
+def command(plan, run_dir) -> List[str]:
+    """The argv srun runs on every task (see :func:`nemo_command`)."""
+    return nemo_command(plan, run_dir)
+
+
+def files(plan, run_dir) -> dict:
+    """nemo.yaml, built and checked against NeMo's traps."""
+    from vdkit.rundir import NEMO_CONFIG_FILE
+
+    return {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir))}
+
+
+def inputs(plan) -> list:
+    """The base .nemo file (and its directory) a fine-tuning job restores from."""
+    r = plan.recipe
+    base = _base_model_dir(r)
+    if base is None:
+        return []
+    return [("the directory of model.nemo_path", base, True), ("model.nemo_path", r.model.nemo_path, False)]
+
+
+def env(plan) -> dict:
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism: it orders TP communication before compute."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}
+
+
+def container(plan, run_dir) -> Container:
+    """The NeMo container (engine.container_image) with data, base model, results and run dir mounted."""
+    from vdkit.recipes.engines import standard_mounts
+
+    base = _base_model_dir(plan.recipe)
+    extra = [("the directory of model.nemo_path", base)] if base else []
+    return Container(image=plan.recipe.engine.container_image, mounts=standard_mounts(plan, run_dir, extra),
+                     workdir=str(run_dir))

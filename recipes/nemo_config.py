@@ -15,24 +15,23 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Dict, List, Optional
 
+from vdkit import rundir
 from vdkit.errors import UserError
+from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
+from vdkit.rundir import INDEX_MAPPING_DIR
 
 # vdkit's own choices (each used once; the why is next to it).
-PRECISION = "bf16-mixed"  # Lightning 2 spelling; NeMo 1.23's trainer builder takes it (and "bf16")
 VALIDATION_BATCHES = 1  # the single validation at the end of a timing run: one global batch
 STEP_TIMING = {"sync_cuda": True, "buffer_size": 1}  # exact per-step times; validation does the stats
-INDEX_MAPPING_DIR = "index_mapping"  # under the results dir: data dirs may be read-only mounts
-ADAM_BETAS = [0.9, 0.98]  # NeMo's defaults in both YAMLs
 # ModelCfg's architecture words -> NeMo 1.x model config values.
 # NeMo 1.23 has no plain ReLU MLP (activation_to_func lists gelu, *glu, squared-relu).
 NEMO_ACTIVATIONS = {"swiglu": "fast-swiglu", "gelu": "gelu"}
 NEMO_POSITION_EMBEDDINGS = {"rope": "rope", "learned": "learned_absolute"}
 NEMO_ROTARY_BASE = 10000.0  # NeMo 1.23's default for model.rotary_base
 
-CHECKPOINT_DIR = "checkpoints"
-
 
 # ----------------------------------------------------------------------------- paths
+
 def _absolute(what: str, value: Optional[str], fix: str) -> PurePosixPath:
     """A path the job reads inside the container: it must be absolute (mounted at the same path)."""
     if not value:
@@ -44,12 +43,11 @@ def _absolute(what: str, value: Optional[str], fix: str) -> PurePosixPath:
 
 
 def results_root(plan, run_dir) -> PurePosixPath:
-    """Where checkpoints and index files go: run.results_dir/<run dir name>, else the run dir itself."""
-    run_dir = PurePosixPath(Path(run_dir).absolute())
+    """:func:`vdkit.rundir.results_root`, which the container sees only when run.results_dir is absolute."""
     shared = plan.recipe.run.results_dir
-    if not shared:
-        return run_dir
-    return _absolute("run.results_dir", shared, "set run.results_dir to a directory every node mounts") / run_dir.name
+    if shared:
+        _absolute("run.results_dir", shared, "set run.results_dir to a directory every node mounts")
+    return PurePosixPath(rundir.results_root(plan.recipe, run_dir))
 
 
 def _data_files(data, names: List[str], key: str) -> List[str]:
@@ -75,7 +73,7 @@ def _trainer(plan, max_epochs: int) -> dict:
         "devices": r.cluster.gpus_per_node,  # == srun --ntasks-per-node (Lightning insists)
         "accelerator": "gpu",
         "num_nodes": r.cluster.nodes,
-        "precision": PRECISION,  # fp8 too: Transformer Engine FP8 runs inside bf16 mixed precision
+        "precision": GPU_PRECISION,  # fp8 too: Transformer Engine FP8 runs inside bf16 mixed precision
         "logger": False,  # exp_manager provides the loggers
         "enable_checkpointing": False,  # exp_manager provides the checkpoint callback
         "use_distributed_sampler": False,
@@ -86,26 +84,25 @@ def _trainer(plan, max_epochs: int) -> dict:
         "val_check_interval": t.max_steps,
         "limit_val_batches": VALIDATION_BATCHES,
         "num_sanity_val_steps": 0,
-        "gradient_clip_val": 1.0,
+        "gradient_clip_val": GRAD_CLIP,
     }
 
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
-    from vdkit.rundir import LOG_DIR
 
     r = plan.recipe
     root = results_root(plan, run_dir)
     every = r.engine.checkpoint_every_n_steps
     params = {
         **checkpoint,
-        "dirpath": str(root / CHECKPOINT_DIR),
+        "dirpath": str(root / rundir.CHECKPOINT_DIR),
         "model_parallel_size": plan.tp * plan.pp,  # NeMo's CallbackParams: TP x PP
     }
     if every > 0:
         params["every_n_train_steps"] = every
         params["every_n_epochs"] = 0
     return {
-        "explicit_log_dir": str(PurePosixPath(Path(run_dir).absolute()) / LOG_DIR),
+        "explicit_log_dir": str(PurePosixPath(Path(run_dir).absolute()) / rundir.LOG_DIR),
         "exp_dir": str(root),
         "name": name,
         "create_wandb_logger": False,

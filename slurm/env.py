@@ -1,13 +1,14 @@
 """The job's environment on an XE9680 cluster: NCCL over native InfiniBand, rendezvous, pyxis flags.
 
-Pure functions of the plan (no I/O): :mod:`vdkit.slurm.render` turns their output into shell
+Engine-agnostic: what an engine needs (its variables, its container) arrives as data
+(:class:`vdkit.jobspec.JobSpec`); nothing here knows an engine's name. Pure functions (no I/O):
+:mod:`vdkit.slurm.render` turns their output into shell
 lines, quoting every value. Facts behind the choices: ../shared/reference/slurm.md.
 """
 from __future__ import annotations
 
 import re
 import shlex
-from pathlib import PurePosixPath
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
@@ -18,6 +19,7 @@ MASTER_PORT = 29500  # fixed and below the ephemeral range (enroot's pytorch hoo
 _HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]+)?$")
 _IFNAME_RE = re.compile(r"^\^?=?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
 _NCCL_DEBUG = ("VERSION", "WARN", "INFO", "TRACE")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def ib_hca_value(hcas: List[str]) -> str:
@@ -32,14 +34,15 @@ def ib_hca_value(hcas: List[str]) -> str:
     return "=" + ",".join(str(h) for h in hcas)
 
 
-def job_env(plan) -> Dict[str, str]:
-    """The variables exported before srun, in order (name -> value), all from the cluster config.
+def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The variables exported before srun, in order (name -> value): the cluster's, then the engine's.
 
-    NCCL_IB_HCA (exact match), NCCL/GLOO_SOCKET_IFNAME, NCCL_NVLS_ENABLE=0 and
-    TORCH_NCCL_AVOID_RECORD_STREAMS=1 (NeMo's defaults), CUDA_DEVICE_MAX_CONNECTIONS=1 only with
-    tensor parallelism (it orders TP communication before compute), NCCL_DEBUG only when asked,
-    SRUN_CPUS_PER_TASK (Slurm 22.05-23.02 no longer passes --cpus-per-task from sbatch to srun).
-    No debugging knobs (NCCL_ALGO, NCCL_PROTO) and nothing RoCE-only (NCCL_IB_GID_INDEX).
+    From the cluster config: NCCL_IB_HCA (exact match), NCCL/GLOO_SOCKET_IFNAME, NCCL_NVLS_ENABLE=0
+    and TORCH_NCCL_AVOID_RECORD_STREAMS=1 (NeMo's defaults); then ``engine_env`` (what the engine's
+    ``env(plan)`` returned, e.g. CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism); then
+    NCCL_DEBUG only when asked, SRUN_CPUS_PER_TASK (Slurm 22.05-23.02 no longer passes
+    --cpus-per-task from sbatch to srun). No debugging knobs (NCCL_ALGO, NCCL_PROTO) and nothing
+    RoCE-only (NCCL_IB_GID_INDEX).
     """
     c = plan.recipe.cluster
     env: Dict[str, str] = {}
@@ -53,8 +56,11 @@ def job_env(plan) -> Dict[str, str]:
         env["GLOO_SOCKET_IFNAME"] = c.socket_ifname
     env["NCCL_NVLS_ENABLE"] = "0"
     env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
-    if plan.tp > 1:
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    for name, value in (engine_env or {}).items():
+        if not _ENV_NAME_RE.match(str(name)):
+            raise UserError(f"the engine asks for an environment variable named {name!r}",
+                            "engine env names are letters, digits and '_' (a bug in the engine module)")
+        env[str(name)] = str(value)
     if c.nccl_debug:
         if str(c.nccl_debug).upper() not in _NCCL_DEBUG:
             raise UserError(f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level",
@@ -84,33 +90,33 @@ def rendezvous_lines() -> List[str]:
 
 
 # ----------------------------------------------------------------------------- pyxis
-def check_image(image: Optional[str]) -> str:
+def check_image(image: Optional[str], key: str = "engine.container_image") -> str:
     """Refuse a --container-image value pyxis cannot read; return it unchanged otherwise.
 
     pyxis takes either a squashfs file, which must start with '/' or './' (anything else is
     looked up in a registry), or an enroot image URI ``[USER@][REGISTRY#]IMAGE[:TAG]``, where the
     registry is separated by '#', not '/'.
     """
-    fix_import = ("pre-import it: enroot import -o /shared/containers/nemo.sqsh "
-                  "docker://nvcr.io#nvidia/nemo:24.01.01.framework, then engine.container_image=/shared/containers/nemo.sqsh")
+    fix_import = ("pre-import it: enroot import -o /shared/containers/IMAGE.sqsh docker://REGISTRY#IMAGE:TAG "
+                  f"(e.g. nvcr.io#nvidia/nemo:24.01.01.framework), then {key}=/shared/containers/IMAGE.sqsh")
     if not image or not str(image).strip():
-        raise UserError("engine=nemo needs engine.container_image (the NeMo container)", fix_import)
+        raise UserError(f"this engine runs in a container and needs {key} (the image its ranks run in)", fix_import)
     image = str(image)
     if any(ch.isspace() or ord(ch) < 32 for ch in image) or "," in image:
-        raise UserError(f"engine.container_image={image!r} contains whitespace or a comma",
+        raise UserError(f"{key}={image!r} contains whitespace or a comma",
                         "give a squashfs path or an image name like nvcr.io#nvidia/nemo:24.01.01.framework")
     if "://" in image:
-        raise UserError(f"engine.container_image={image!r} has a URI scheme pyxis does not take",
+        raise UserError(f"{key}={image!r} has a URI scheme pyxis does not take",
                         "drop the scheme: nvcr.io#nvidia/nemo:TAG (or a squashfs path)")
     is_file = image.startswith("/") or image.startswith("./")
     if not is_file and image.endswith((".sqsh", ".squashfs")):
-        raise UserError(f"engine.container_image={image!r} looks like a squashfs file but pyxis would look it up "
+        raise UserError(f"{key}={image!r} looks like a squashfs file but pyxis would look it up "
                         "in a registry (a file path must start with / or ./)",
-                        f"write engine.container_image=./{image} or an absolute path")
+                        f"write {key}=./{image} or an absolute path")
     if not is_file and "#" not in image:
         first = image.split("/", 1)[0]
         if "/" in image and ("." in first or ":" in first or first == "localhost"):
-            raise UserError(f"engine.container_image={image!r} names a registry with '/', which pyxis reads as a "
+            raise UserError(f"{key}={image!r} names a registry with '/', which pyxis reads as a "
                             "Docker Hub image", f"separate the registry with '#': {first}#{image.split('/', 1)[1]}")
     return image
 
@@ -123,42 +129,19 @@ def _mount_path(what: str, path: str) -> str:
     return path
 
 
-def mount_sources(plan, run_dir) -> List[tuple]:
-    """(what, path) of every directory the container needs, first occurrence wins, same path inside.
+def pyxis_args(container, run_dir, env_names: List[str]) -> List[str]:
+    """srun's pyxis flags for a job whose ranks run in ``container`` (a vdkit.jobspec.Container).
 
-    The data dir, the base model's directory (dirname of model.nemo_path), the results dir
-    (run.results_dir, default: the run dir) and the run dir.
+    Unquoted argv; the renderer quotes them. --container-env lists the job's variables so that
+    values baked into the image (enroot's pytorch hook sets MASTER_ADDR/PORT, NCCL_* may be set)
+    do not win over ours.
     """
-    r = plan.recipe
-    found = []
-    if r.data.data_dir:
-        found.append(("data.data_dir", str(PurePosixPath(r.data.data_dir))))
-    if r.model.nemo_path and not r.method.name == "pretrain":
-        found.append(("the directory of model.nemo_path", str(PurePosixPath(r.model.nemo_path).parent)))
-    if r.run.results_dir:
-        found.append(("run.results_dir", str(PurePosixPath(r.run.results_dir))))
-    found.append(("the run directory", str(run_dir)))
-    seen, out = set(), []
-    for what, path in found:
-        if path not in seen:
-            seen.add(path)
-            out.append((what, path))
-    return out
-
-
-def pyxis_args(plan, run_dir, env_names: List[str]) -> List[str]:
-    """srun's pyxis flags for engine=nemo (unquoted argv; the renderer quotes them).
-
-    --container-env lists the job's variables so that values baked into the image (enroot's
-    pytorch hook sets MASTER_ADDR/PORT, NCCL_* may be set) do not win over ours.
-    """
-    r = plan.recipe
-    image = check_image(r.engine.container_image)
-    mounts = ",".join(f"{p}:{p}" for p in (_mount_path(w, p) for w, p in mount_sources(plan, run_dir)))
+    image = check_image(container.image, container.image_key)
+    mounts = ",".join(f"{p}:{p}" for p in (_mount_path(w, p) for w, p in container.mounts))
     return [
         f"--container-image={image}",
         f"--container-mounts={mounts}",
-        f"--container-workdir={run_dir}",
+        f"--container-workdir={container.workdir or run_dir}",
         "--no-container-mount-home",
         "--container-env=" + ",".join(env_names),
     ]

@@ -27,9 +27,8 @@ from typing import Dict, List, Optional, Union
 
 from vdkit.errors import UserError
 
-JOB_ID_FILE = "job_id.txt"
-STATE_CACHE_FILE = "job_state.json"
-SBATCH_FILE = "launch.sbatch"
+from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
+from vdkit.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
 
 # Slurm's terminal job states (squeue/scontrol/sacct spellings).
 TERMINAL_STATES = frozenset({

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from vdkit.cli import main
-from vdkit.commands.validate import validate_one
+from vdkit.validation.run_dir import validate_one
 from vdkit.config import load_recipe
 
 

@@ -13,7 +13,7 @@ import pytest
 from vdkit.errors import UserError
 from vdkit.recipes.reference import data as rdata
 from vdkit.recipes.reference.distributed import resolve_dist_env
-from vdkit.recipes.reference.progress import progress_line, tqdm_num
+from vdkit.recipes.progress import progress_line, tqdm_num
 
 BASE = ["model=tiny_llama", "data=synthetic", "engine=reference", "cluster=local", "train.seq_length=128",
         "method.warmup_steps=0", "engine.checkpoint_every_n_steps=0"]

@@ -58,7 +58,7 @@ def test_vdkit_run_two_ranks_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["engine=nemo"], "NeMo runs only in its container"),
+    (["engine=nemo"], "engine=nemo does not run on this machine"),
     (["cluster=xe9680"], "slurm cluster"),
     (["data=dolly", "data.data_dir=/nonexistent/dolly"], "does not exist"),
     (["method=ptuning", "data.packed=true", "train.micro_batch_size=1"], "cannot pack"),
@@ -74,7 +74,7 @@ def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     """Two ranks for a one-rank recipe: each rank refuses (exit 2); the launcher reports it."""
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.recipes.reference.launch import launch_local
+    from vdkit.recipes.launch import launch_local
     from vdkit.rundir import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])

@@ -22,7 +22,7 @@ import pytest
 from vdkit.config import compose
 from vdkit.plan import make_plan
 from vdkit.rundir import SBATCH_FILE
-from vdkit.slurm.render import render_run
+from vdkit.prepare import render_run
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 

@@ -18,6 +18,8 @@ import pytest
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.plan import make_plan
+from vdkit.prepare import job_spec, sbatch_text
+from vdkit.recipes import engines
 from vdkit.slurm import render
 
 HOSTILE = "we ird'$(touch PWNED);`touch PWNED2` \"q\" #x &&|<>*?~!"
@@ -115,7 +117,7 @@ def directives(text: str) -> dict:
 def fake_engine(monkeypatch):
     """The engine's command, with hostile arguments of its own (the command tail is quoted too)."""
     argv = ["python", "/opt/NeMo/x.py", f"--config-path={HOSTILE}", "a;b", "$(id)", ""]
-    monkeypatch.setattr(render, "engine_command", lambda plan, run_dir: list(argv))
+    monkeypatch.setattr(engines.Engine, "command", lambda self, plan, run_dir: list(argv))
     return argv
 
 
@@ -129,11 +131,11 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
     plan = make_plan(recipe)
     run_dir = tmp_path / f"runs {HOSTILE}" / "r1"
     run_dir.mkdir(parents=True)
-    text = render.sbatch_text(plan, run_dir)
+    text = sbatch_text(plan, run_dir)
 
     assert "hf_s3cr3t_value" not in text  # the secret itself is never in the script
     got = run_script(text, tmp_path)
-    assert ["srun"] + got["argv"] == render.srun_argv(plan, str(run_dir))
+    assert ["srun"] + got["argv"] == render.srun_argv(plan, str(run_dir), job_spec(plan, run_dir))
     assert got["argv"][-len(fake_engine):] == fake_engine
     assert got["pwd"] == str(run_dir)
     assert got["env"] == ["127.0.0.7", "29500", "hf_s3cr3t_value", "=" + ",".join(base.cluster.ib_hcas)]
@@ -153,13 +155,13 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
 
 def test_rendezvous_uses_node_address_not_name(tmp_path, fake_engine):
     plan = make_plan(compose(["cluster.nodes=2"]))
-    got = run_script(render.sbatch_text(plan, tmp_path), tmp_path)
+    got = run_script(sbatch_text(plan, tmp_path), tmp_path)
     assert got["env"][:2] == ["127.0.0.7", "29500"]
 
 
 def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine):
     recipe = _with(compose([]), run={"secrets_file": str(tmp_path / "missing.env")})
-    text = render.sbatch_text(make_plan(recipe), tmp_path)
+    text = sbatch_text(make_plan(recipe), tmp_path)
     (tmp_path / "fake_out").mkdir()
     (tmp_path / "f.sh").write_text(FAKES)
     proc = subprocess.run(["bash", "-c", '. "$1" && bash "$2"', "_", str(tmp_path / "f.sh"), "/dev/stdin"],
@@ -175,16 +177,16 @@ def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine
 def test_values_an_sbatch_line_cannot_carry_are_refused(bad, fake_engine):
     plan = make_plan(_with(compose([]), run={"name": bad}))
     with pytest.raises(UserError, match="backslash or a control character"):
-        render.sbatch_text(plan, "/runs/x")
+        sbatch_text(plan, "/runs/x")
 
 
 def test_mount_paths_pyxis_cannot_express_are_refused(fake_engine):
     plan = make_plan(_with(compose([]), data={"data_dir": "/data/a,b"}))
     with pytest.raises(UserError, match="--container-mounts"):
-        render.sbatch_text(plan, "/runs/x")
+        sbatch_text(plan, "/runs/x")
     plan = make_plan(compose([]))
     with pytest.raises(UserError, match="--container-mounts"):
-        render.sbatch_text(plan, "/runs/x:y")
+        sbatch_text(plan, "/runs/x:y")
 
 
 def test_sbatch_parser_port_reads_shell_quoting_like_sbatch():

@@ -9,6 +9,7 @@ from test_render_quoting import directives  # sbatch's own reading of the #SBATC
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.plan import make_plan
+from vdkit.prepare import job_spec, sbatch_text
 from vdkit.slurm import env as slurm_env
 from vdkit.slurm import render
 
@@ -17,7 +18,7 @@ RUN_DIR = "/scratch/runs/r1"
 
 def text_for(overrides, run_dir=RUN_DIR):
     plan = make_plan(compose(overrides))
-    return plan, render.sbatch_text(plan, run_dir)
+    return plan, sbatch_text(plan, run_dir)
 
 
 def exports(text: str) -> dict:
@@ -113,7 +114,7 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     from vdkit.recipes.nemo import nemo_command
 
     plan = make_plan(compose(["model=llama2_13b", "method=lora", "run.results_dir=/shared/results"]))
-    argv = render.srun_argv(plan, RUN_DIR)
+    argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
     assert argv[:2] == ["srun", f"--mpi={plan.recipe.cluster.mpi}"]
     assert argv[-len(nemo_command(plan, RUN_DIR)):] == nemo_command(plan, RUN_DIR)
     flags = dict(a.split("=", 1) for a in argv if a.startswith("--container"))
@@ -123,22 +124,22 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     assert flags["--container-workdir"] == RUN_DIR
     assert "--no-container-mount-home" in argv
     env_names = flags["--container-env"].split(",")
-    assert set(slurm_env.job_env(plan)) | {"MASTER_ADDR", "MASTER_PORT"} == set(env_names)
-    text = render.sbatch_text(plan, RUN_DIR)
+    assert set(slurm_env.job_env(plan, job_spec(plan, RUN_DIR).env)) | {"MASTER_ADDR", "MASTER_PORT"} == set(env_names)
+    text = sbatch_text(plan, RUN_DIR)
     assert "mkdir -p /shared/results" in text
     assert text.count("\nsrun ") == 1
 
 
 def test_mpi_is_configurable():
     plan = make_plan(compose(["cluster.mpi=pmi2"]))
-    assert render.srun_argv(plan, RUN_DIR)[1] == "--mpi=pmi2"
+    assert render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))[1] == "--mpi=pmi2"
 
 
 def test_reference_engine_runs_without_a_container():
     from vdkit.recipes.reference import reference_command
 
     plan = make_plan(compose(["model=tiny_llama", "engine=reference", "data=synthetic", "cluster.nodes=2"]))
-    argv = render.srun_argv(plan, RUN_DIR)
+    argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
     assert not [a for a in argv if a.startswith("--container")]
     assert argv == ["srun", f"--mpi={plan.recipe.cluster.mpi}"] + reference_command(RUN_DIR)
 
@@ -168,4 +169,4 @@ def test_image_with_hash_reaches_srun_intact():
     r = compose(["engine.container_image='nvcr.io#nvidia/nemo:24.01.01.framework'"])
     assert r.engine.container_image == "nvcr.io#nvidia/nemo:24.01.01.framework"
     plan = make_plan(r)
-    assert f"--container-image={r.engine.container_image}" in render.srun_argv(plan, RUN_DIR)
+    assert f"--container-image={r.engine.container_image}" in render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))

@@ -41,7 +41,7 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
     import torch
 
     from vdkit.recipes.reference.distributed import free_port
-    from vdkit.recipes.reference.launch import rank_env
+    from vdkit.recipes.launch import rank_env
 
     dirs = [_render(tmp_path, s) for s in ("none", "fsdp", "zero3")]
     port = free_port()

@@ -95,3 +95,32 @@ def test_status_of_something_that_is_not_a_run(tmp_path, capsys):
         from vdkit.slurm.submit import job_state
 
         job_state(tmp_path)
+
+
+SWEEP_WITH_A_BAD_CELL = ["-m", "method=lora,ptuning", "parallelism.pp=2", "method.min_lr=1e-5"]
+
+
+def test_submit_prepares_every_cell_before_submitting_any(tmp_path, capsys, monkeypatch):
+    """The lora cell renders, the ptuning cell does not: nothing is written, nothing reaches sbatch."""
+    from vdkit.slurm import submit as slurm_submit
+
+    calls = []
+    monkeypatch.setattr(slurm_submit, "require_sbatch", lambda: None)
+    monkeypatch.setattr(slurm_submit, "submit_run", lambda run_dir, test_only=False: calls.append(run_dir))
+    out = tmp_path / "runs"
+    rc = main(["submit", *SWEEP_WITH_A_BAD_CELL, "--no-check-mounts", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert rc == 2 and calls == [] and captured.out == ""
+    assert "P-tuning and PP=2" in captured.err and len(captured.err.strip().splitlines()) == 1
+    assert not out.exists() or not list(out.iterdir())
+
+
+def test_submit_sweep_with_a_bad_cell_queues_nothing_on_slurm(local_slurm, tmp_path, capsys):
+    import subprocess
+
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    rc = main(["submit", *SWEEP_WITH_A_BAD_CELL, "--no-check-mounts", "--out", str(tmp_path / "runs")])
+    assert rc == 2 and capsys.readouterr().out == ""
+    after = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+    assert set(after) <= set(before)
+    assert not list(tmp_path.rglob("job_id.txt"))

@@ -31,10 +31,10 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from vdkit.errors import UserError
 
-TIMING_KEY = "train_step_timing in s"
-LOSS_KEY = "reduced_train_loss"
-STEP_KEY = "global_step"
-SAMPLES_KEY = "consumed_samples"
+# The metric names have one home, shared with the engines that write them.
+from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY  # noqa: E402
+from vdkit.logformat import GLOBAL_STEP_KEY as STEP_KEY  # noqa: E402
+from vdkit.logformat import LOSS_KEY, TIMING_KEY  # noqa: E402,F401
 
 CHUNK_BYTES = 1 << 20
 # A segment longer than this without a '\r' or '\n' is not a progress update (binary junk,

@@ -51,21 +51,20 @@ class RunResult:
 def collect_run(path, target_steps: int) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
     from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
-
+    from vdkit.rundir import RECIPE_FILE, load_plan
     from vdkit.validation.extrapolate import estimate
     from vdkit.validation.logs import read_source
 
     path = Path(path)
-    if not (path / "recipe.yaml").is_file():
-        raise UserError(f"{path} is not a run directory (no recipe.yaml)",
+    if not (path / RECIPE_FILE).is_file():
+        raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
                         "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
     recipe = load_recipe(path)
     res = RunResult(str(path), recipe.model.name, recipe.method.name, recipe.world_size, recipe.cluster.nodes, True)
     try:
-        plan = make_plan(recipe)
+        plan = load_plan(path)  # the plan the run was rendered with, never re-planned
         res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
-    except UserError as exc:  # a pinned layout that breaks a rule: the cell cannot run either
+    except UserError as exc:  # no readable plan.json: the run cannot be placed in the table
         res.feasible, res.reason = False, str(exc)
     if not res.feasible:
         return res

@@ -2,6 +2,7 @@
 
 Start-up stays fast: verb modules only declare their arguments here; heavy libraries (torch,
 transformers, matplotlib, submitit) are imported inside the function that runs the verb.
+Imports go one way: cli -> commands -> (vdkit.args, domain modules); no verb imports this module.
 """
 from __future__ import annotations
 
@@ -23,41 +24,6 @@ COMMAND_MODULES = (
     "vdkit.commands.data",
     "vdkit.commands.demo",
 )
-
-
-def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> None:
-    """The arguments every recipe verb shares: Hydra overrides, -m and --sweep."""
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="Hydra overrides, e.g. model=llama2_70b method=lora cluster.nodes=2")
-    if sweeps:
-        parser.add_argument("-m", "--multirun", action="store_true",
-                            help="cartesian sweep over comma lists: -m model=llama2_7b,llama2_13b cluster.nodes=1,2")
-        parser.add_argument("--sweep", metavar="NAME",
-                            help="a named sweep from conf/sweep/ (table9, training); overrides apply to every cell")
-
-
-def feasible_plans(args, verb: str) -> list:
-    """Compose and plan every override set of ``args`` (one recipe, ``-m`` or ``--sweep``).
-
-    Everything is planned before the verb writes anything. A sweep skips the cells that do not
-    fit or have no valid layout, with a note on stderr; a single recipe raises the UserError.
-    """
-    from vdkit.config import compose, override_sets
-    from vdkit.plan import make_plan, require_feasible
-
-    many = bool(args.multirun or args.sweep)
-    plans = []
-    for overrides in override_sets(args.overrides, args.multirun, args.sweep):
-        recipe = compose(overrides)
-        try:
-            plans.append(require_feasible(make_plan(recipe)))
-        except UserError as exc:
-            if not many:
-                raise
-            print(f"vdkit {verb}: skipped {' '.join(overrides) or recipe.run_name}: {exc}", file=sys.stderr)
-    if not plans:
-        raise UserError(f"no cell of the sweep is feasible, nothing to {verb}", "see the notes above; change the sweep")
-    return plans
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -105,8 +105,8 @@ class DataCfg:
 
 @dataclass
 class EngineCfg:
-    name: str = "nemo"  # nemo | reference
-    container_image: Optional[str] = None  # pyxis --container-image (nemo)
+    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
+    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"
     log_every_n_steps: int = 1
     checkpoint_every_n_steps: int = 0  # 0: only at the end
@@ -157,13 +157,19 @@ class VdkitConfig:
 
 
 # ----------------------------------------------------------------------------- allowed values
+def _engine_names() -> tuple:
+    from vdkit.recipes.engines import names
+
+    return names()
+
+
 METHODS = ("sft", "lora", "ptuning", "pretrain")
 PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain": "none"}
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 LAUNCHERS = ("slurm", "local")
-ENGINES = ("nemo", "reference")
+ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
@@ -329,8 +335,9 @@ def validate_fields(r: Recipe) -> None:
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
            f"method.peft_scheme={m.peft_scheme!r} does not match method {m.name}",
            f"set method.peft_scheme={PEFT_SCHEMES[m.name]}")
-    _check(r.engine.name in ENGINES, f"engine.name={r.engine.name!r} is not an engine",
-           "use engine=nemo or engine=reference")
+    engines = _engine_names()  # the registry now (a test or plugin may have added a line)
+    _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
+           "use " + " or ".join(f"engine={e}" for e in engines))
     _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
@@ -475,9 +482,11 @@ def load_recipe(path) -> Recipe:
     """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
     import yaml
 
+    from vdkit.rundir import RECIPE_FILE
+
     path = Path(path)
     if path.is_dir():
-        path = path / "recipe.yaml"
+        path = path / RECIPE_FILE
     if not path.is_file():
         raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
     return recipe_from_dict(yaml.safe_load(path.read_text()) or {})

@@ -1,6 +1,7 @@
 """Run directories: created whole or not at all, never overwriting an earlier one.
 
-Layout of a run directory (every engine, every launcher):
+The one home of every run-directory file name and of the results-root rule. Layout of a run
+directory (every engine, every launcher):
 
     launch.sbatch      the Slurm script (render)            recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
@@ -8,6 +9,10 @@ Layout of a run directory (every engine, every launcher):
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
+    job_id.txt         every job id submitted from it (vdkit submit)
+
+Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
+:func:`load_plan`; nothing re-plans from overrides after render.
 """
 from __future__ import annotations
 
@@ -19,8 +24,6 @@ import tempfile
 from pathlib import Path
 from typing import Dict, Optional, Union
 
-import yaml
-
 from vdkit.errors import UserError
 
 RECIPE_FILE = "recipe.yaml"
@@ -30,6 +33,67 @@ SBATCH_FILE = "launch.sbatch"
 NEMO_CONFIG_FILE = "nemo.yaml"
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
+JOB_ID_FILE = "job_id.txt"
+JOB_STATE_FILE = "job_state.json"
+LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
+INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
+
+
+def results_root(recipe, run_dir) -> Path:
+    """Where a run's checkpoints (and index files) go: ``run.results_dir/<run dir name>``, else the run dir.
+
+    run.results_dir is shared storage every node reaches; the run directory's name keeps runs apart.
+    """
+    run_dir = Path(run_dir).absolute()
+    shared = recipe.run.results_dir
+    if not shared:
+        return run_dir
+    return Path(shared).expanduser() / run_dir.name
+
+
+def checkpoint_dir(recipe, run_dir) -> Path:
+    """The run's checkpoint directory: ``results_root / checkpoints``."""
+    return results_root(recipe, run_dir) / CHECKPOINT_DIR
+
+
+def find_run_dir(source) -> Optional[Path]:
+    """The run directory a file or directory belongs to (itself, or up to two parents holding recipe.yaml)."""
+    source = Path(source)
+    for d in [source if source.is_dir() else source.parent, *list(source.parents)[:2]]:
+        if (d / RECIPE_FILE).is_file():
+            return d
+    return None
+
+
+def plan_record(plan) -> dict:
+    """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded."""
+    import dataclasses
+
+    return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb}
+
+
+def load_plan(run_dir):
+    """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
+
+    Raises UserError when either file is missing or unreadable.
+    """
+    from vdkit.config import load_recipe
+    from vdkit.plan import Memory, Plan
+
+    run_dir = Path(run_dir)
+    recipe = load_recipe(run_dir)
+    path = run_dir / PLAN_FILE
+    try:
+        data = json.loads(path.read_text())
+        mem = data["memory"]
+        return Plan(recipe=recipe, dp=int(data["dp"]), grad_accum=int(data["grad_accum"]),
+                    memory=Memory(**{f: float(mem[f]) for f in Memory.__dataclass_fields__}),
+                    feasible=bool(data["feasible"]), borderline=bool(data["borderline"]), reason=data.get("reason"),
+                    checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
+                    notes=tuple(data.get("notes") or ()))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {exc})",
+                        "pass a run directory written by `vdkit render` / `vdkit run`") from None
 
 
 def safe_dir_name(name: str) -> str:
@@ -38,8 +102,12 @@ def safe_dir_name(name: str) -> str:
     return cleaned[:120]
 
 
+def _base_path(recipe, out_dir) -> Path:
+    return Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
+
+
 def _base_dir(recipe, out_dir) -> Path:
-    base = Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
+    base = _base_path(recipe, out_dir)
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -48,16 +116,18 @@ def _base_dir(recipe, out_dir) -> Path:
     return base
 
 
-def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None) -> Path:
+def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None, taken=()) -> Path:
     """The path the next run directory of ``recipe`` will get (nothing is created).
 
     Renderers need the final path inside the files they write; pass it back as
-    ``create_run_dir(..., run_dir=path)``.
+    ``create_run_dir(..., run_dir=path)``. ``taken``: paths already promised to other cells of
+    the same command (a sweep whose cells share a run name gets ``name``, ``name-2``, ...).
     """
-    base = _base_dir(recipe, out_dir)
+    base = _base_path(recipe, out_dir)  # created only when a run directory is written
     stem = safe_dir_name(recipe.run_name)
+    taken = {Path(t) for t in taken}
     n = 1
-    while (base / (stem if n == 1 else f"{stem}-{n}")).exists():
+    while (base / (stem if n == 1 else f"{stem}-{n}")).exists() or (base / (stem if n == 1 else f"{stem}-{n}")) in taken:
         n += 1
     return base / (stem if n == 1 else f"{stem}-{n}")
 
@@ -72,6 +142,8 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
     With ``run_dir`` (from :func:`reserve_run_dir`) exactly that path is used, and it is an error
     if it has appeared in the meantime.
     """
+    import yaml
+
     recipe = plan.recipe
     if run_dir is not None:
         run_dir = Path(run_dir).absolute()
@@ -82,7 +154,7 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
     try:
         contents = {
             RECIPE_FILE: yaml.safe_dump(recipe.to_dict(), sort_keys=False),
-            PLAN_FILE: json.dumps(plan.to_dict(), indent=2) + "\n",
+            PLAN_FILE: json.dumps(plan_record(plan), indent=2) + "\n",
             OVERRIDES_FILE: "".join(f"{o}\n" for o in recipe.overrides),
             **files,
         }

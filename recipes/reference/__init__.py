@@ -1,11 +1,12 @@
 """The reference engine: Lightning (Fabric) + transformers + peft, trains Llama-architecture models for real.
 
-Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` stays free of
-heavy imports: the Slurm renderer and ``vdkit run`` import it only for :func:`reference_command`.
+Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` is the
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: no container (the
+host's Python), no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
 
 Modules: ``distributed`` (ranks from Slurm or local env), ``data`` (tokenizer, samples, the
-deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``progress`` (NeMo-style
-progress lines and TensorBoard), ``checkpoint`` (atomic save, resume), ``train`` (the loop).
+deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``checkpoint`` (atomic save,
+resume), ``train`` (the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
 """
 from __future__ import annotations
 
@@ -13,7 +14,35 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from vdkit.errors import UserError
+from vdkit.logformat import NEMO1
+
+LOG_FORMAT = NEMO1
+RUNS_LOCALLY = True
+
 
 def reference_command(run_dir: Union[str, Path], python: str = sys.executable) -> List[str]:
     """The command one rank runs: ``[python, -m, vdkit.recipes.reference, RUN_DIR]``."""
     return [python, "-m", "vdkit.recipes.reference", str(run_dir)]
+
+
+def command(plan, run_dir) -> List[str]:
+    """The engine interface's rank command (see :func:`reference_command`)."""
+    return reference_command(run_dir)
+
+
+def check(plan) -> None:
+    """The reference engine runs plain data parallel over every rank: no tensor or pipeline parallelism.
+
+    The one home of the "data parallel only" rule (render, submit, run and the training loop ask it).
+    """
+    if plan.tp * plan.pp != 1:
+        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
+                        "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
+
+
+def local_check(plan) -> None:
+    """Data files and tokenizer exist and fit, before a local run directory is written."""
+    from vdkit.recipes.reference.data import check_inputs
+
+    check_inputs(plan.recipe)

@@ -19,13 +19,10 @@ _NAME = re.compile(r"^step=(\d+)\.ckpt$")
 
 
 def checkpoint_dir(recipe, run_dir: Path) -> Path:
-    """``run.results_dir/<run dir name>/checkpoints`` when results_dir is set, else ``<run_dir>/checkpoints``."""
-    from vdkit.rundir import CHECKPOINT_DIR
+    """The run's checkpoint directory (the results-root rule lives in :func:`vdkit.rundir.checkpoint_dir`)."""
+    from vdkit.rundir import checkpoint_dir as run_checkpoint_dir
 
-    run_dir = Path(run_dir)
-    if recipe.run.results_dir:
-        return Path(recipe.run.results_dir).expanduser() / run_dir.name / CHECKPOINT_DIR
-    return run_dir / CHECKPOINT_DIR
+    return run_checkpoint_dir(recipe, run_dir)
 
 
 def latest(ckpt_dir: Path) -> Optional[Path]:

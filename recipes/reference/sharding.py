@@ -172,6 +172,7 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
 
     from vdkit.recipes.reference.distributed import make_cluster_environment
+    from vdkit.recipes.training_constants import CPU_PRECISION, GPU_PRECISION
 
     kind = plan.recipe.parallelism.sharding
     cuda = torch.cuda.is_available()
@@ -188,12 +189,12 @@ def make_fabric(plan, dist, grad_clip: float, betas):
         parallelize = functools.partial(fsdp_parallelize, cuda=cuda, offload=plan.recipe.parallelism.cpu_offload)
         strategy = ModelParallelStrategy(parallelize, data_parallel_size=dist.world_size, tensor_parallel_size=1,
                                          process_group_backend=backend)
-        precision = "32-true"  # FSDP2's MixedPrecisionPolicy does the bf16 compute on GPU
+        precision = CPU_PRECISION  # fp32 shards; FSDP2's MixedPrecisionPolicy does the bf16 compute on GPU
         plugins = [env]
     else:
         strategy = "auto" if dist.world_size == 1 else DDPStrategy(cluster_environment=env,
                                                                    process_group_backend=backend)
-        precision = "bf16-mixed" if cuda else "32-true"  # fp8 recipes train in bf16 here
+        precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
         plugins = None
     fabric = Fabric(accelerator="cuda" if cuda else "cpu", devices=dist.local_world_size, num_nodes=nodes,
                     strategy=strategy, precision=precision, plugins=plugins)

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-GRAD_CLIP = 1.0  # NeMo's trainer.gradient_clip_val
-BETAS = (0.9, 0.98)  # NeMo's megatron_gpt_finetuning optim.betas
+from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
 
 def lr_at(step: int, method, max_steps: int) -> float:
@@ -31,10 +30,10 @@ def lr_at(step: int, method, max_steps: int) -> float:
 
 def check_layout(plan, dist) -> None:
     """The reference engine is plain data parallel over every rank; say so if the plan is not."""
+    from vdkit.recipes.reference import check
+
     r = plan.recipe
-    if plan.tp * plan.pp != 1:
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1 or use engine=nemo")
+    check(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
@@ -48,23 +47,21 @@ def make_fabric(plan, dist):
     """The rank's runtime for ``parallelism.sharding``: Fabric DDP / FSDP2, or DeepSpeed ZeRO-3 (see sharding)."""
     from vdkit.recipes.reference.sharding import make_fabric as make
 
-    return make(plan, dist, GRAD_CLIP, BETAS)
+    return make(plan, dist, GRAD_CLIP, ADAM_BETAS)
 
 
 def train(run_dir, stream=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count."""
-    from vdkit.config import load_recipe
-    from vdkit.plan import make_plan
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
     from vdkit.recipes.reference import sharding
     from vdkit.recipes.reference.model import build_model, virtual_tokens
-    from vdkit.recipes.reference.progress import ProgressLogger
-    from vdkit.rundir import LOG_DIR
+    from vdkit.recipes.progress import ProgressLogger
+    from vdkit.rundir import LOG_DIR, load_plan
 
     run_dir = Path(run_dir).absolute()
-    plan = make_plan(load_recipe(run_dir))
+    plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
@@ -88,7 +85,7 @@ def train(run_dir, stream=None) -> int:
     optimizer = None
     if sharding_kind != "zero3":  # ZeRO-3: DeepSpeed builds its optimizer from its config
         optimizer = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=recipe.method.lr,
-                                      betas=BETAS, weight_decay=recipe.method.weight_decay)
+                                      betas=ADAM_BETAS, weight_decay=recipe.method.weight_decay)
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from vdkit.cli import add_override_args
+from vdkit.args import add_override_args
 
 DEMO_SWEEP = "demo"
 # The local Slurm's emulated XE9680s share this machine: one task per "node", loopback for the
@@ -77,29 +77,29 @@ def run(args) -> int:
 
 def _pipeline(args, out: Path, slurm_env) -> int:
     from vdkit.config import compose
-    from vdkit.errors import UserError
-    from vdkit.plan import make_plan, require_feasible
+    from vdkit.plan import make_plan
+    from vdkit.prepare import prepare_all
 
     cells = _cells(args)
     if slurm_env is not None:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
-    # Plan every cell before training any: a bad override fails in seconds, not after a run.
-    plans = [require_feasible(make_plan(compose(c))) for c in cells]
-    for plan in plans:
-        if plan.recipe.engine.name != "reference":
-            raise UserError("the demo trains with the reference engine only", "drop the engine= override")
+    # Plan, check and render every cell before training any: a bad override fails in seconds, not
+    # after a run (an engine that cannot run on this machine is refused here too).
+    prepared = prepare_all([make_plan(compose(c)) for c in cells], out / "runs", check_mounts=False,
+                           launcher="slurm" if slurm_env is not None else "local")
+    plans = [cell.plan for cell in prepared]
     where = "the local emulated Slurm" if slurm_env is not None else "local processes"
     print(f"demo: {len(plans)} runs on {where}; everything goes to {out}", flush=True)
     run_dirs = []
     started = time.monotonic()
-    for i, plan in enumerate(plans, 1):
+    for i, cell in enumerate(prepared, 1):
+        plan = cell.plan
         r = plan.recipe
         print(f"demo: [{i}/{len(plans)}] {r.model.name} {r.method.name} on {r.cluster.nodes} node(s) x "
               f"{r.cluster.gpus_per_node} ({r.world_size} ranks): training {r.train.max_steps} steps ...",
               end="", flush=True)
         t0 = time.monotonic()
-        run_dir, ok = (_train_on_slurm(plan, out, slurm_env) if slurm_env is not None
-                       else _train_locally(plan, out))
+        run_dir, ok = (_train_on_slurm(cell, slurm_env) if slurm_env is not None else _train_locally(cell))
         print(f" {'done' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s  ({run_dir})", flush=True)
         if not ok:
             print(f"demo: the run failed; its output is in {run_dir}", file=sys.stderr)
@@ -108,40 +108,45 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     print(f"demo: trained {len(run_dirs)} runs in {time.monotonic() - started:.0f} s; validating and reporting",
           flush=True)
 
-    from vdkit.cli import main as vdkit_main
+    from vdkit.validation import tables
+    from vdkit.validation.report import write_report
 
     report_dir = out / "report"
-    rc = vdkit_main(["report", *run_dirs, "--table", "table9", "--out", str(report_dir)])
-    if rc == 0:
-        print(f"\ndemo: runs in {out / 'runs'}; table, CSV, JSON and plots in {report_dir}")
-        print(f"demo: next: `vdkit validate {run_dirs[0]}` for one run's estimate, "
-              f"`vdkit plan --sweep table9` for the real cluster's layouts")
-    return rc
+    table, written = write_report(run_dirs, "table9", report_dir)
+    print(tables.to_markdown(table))
+    for w in table.warnings:
+        print(f"demo: warning: {w}", file=sys.stderr)
+    print(f"\ndemo: runs in {out / 'runs'}; table, CSV, JSON and plots ({len(written)} files) in {report_dir}")
+    print(f"demo: next: `vdkit validate {run_dirs[0]}` for one run's estimate, "
+          f"`vdkit plan --sweep table9` for the real cluster's layouts")
+    return 0
 
 
-def _train_locally(plan, out: Path):
-    from vdkit.recipes.reference.launch import launch_local
-    from vdkit.rundir import create_run_dir
+def _train_locally(cell):
+    from vdkit.prepare import engine_of
+    from vdkit.recipes.launch import launch_local
 
-    run_dir = create_run_dir(plan, files={}, out_dir=out / "runs")
+    plan = cell.plan
+    run_dir = cell.write()
     # The live progress bar only on a terminal; the log file gets every update either way.
     sink = sys.stdout.buffer if sys.stdout.isatty() else open(os.devnull, "wb")
     try:
         if sys.stdout.isatty():
             print(flush=True)
-        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink)
+        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink,
+                          command=engine_of(plan).command(plan, run_dir))
     finally:
         if sink is not sys.stdout.buffer:
             sink.close()
     return run_dir, rc == 0
 
 
-def _train_on_slurm(plan, out: Path, env):
-    from vdkit.slurm.render import render_run
+def _train_on_slurm(cell, env):
     from vdkit.slurm.submit import submit_run, wait
 
+    plan = cell.plan
     os.environ.update(env)  # SLURM_CONF for sbatch / squeue / scontrol
-    run_dir = render_run(plan, out_dir=out / "runs", check_mounts=False)
+    run_dir = cell.write()
     submit_run(run_dir)
     state = wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60)
     return run_dir, state.ok

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from vdkit.cli import add_override_args
+from vdkit.args import add_override_args
 
 
 def register(sub) -> None:

@@ -8,8 +8,7 @@ problem stops the whole command before any run directory is written.
 """
 from __future__ import annotations
 
-
-from vdkit.cli import add_override_args
+from vdkit.args import add_render_args
 
 
 def register(sub) -> None:
@@ -22,27 +21,12 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def add_render_args(p) -> None:
-    """The arguments of every verb that renders run directories (render, submit)."""
-    add_override_args(p)
-    p.add_argument("--out", metavar="DIR", help="parent directory of the run directories (default: run.out_dir)")
-    mounts = p.add_mutually_exclusive_group()
-    mounts.add_argument("--check-mounts", dest="check_mounts", action="store_true", default=None,
-                        help="require the data dir, the base model and a squashfs image to exist here")
-    mounts.add_argument("--no-check-mounts", dest="check_mounts", action="store_false",
-                        help="do not check them (rendering away from the cluster's storage). Default: check "
-                             "a path only when its top-level directory (e.g. /data) exists on this machine")
-
-
 def run(args) -> int:
-    from vdkit.cli import feasible_plans
-    from vdkit.slurm.render import preflight, render_run
+    from vdkit.prepare import prepare_all
+    from vdkit.sweep import feasible_plans
 
-    plans = feasible_plans(args, "render")
-    # Check every cell before writing anything, so a bad override leaves no run directory behind.
-    for plan in plans:
-        preflight(plan, args.out, args.check_mounts)
-    for plan in plans:
-        path = render_run(plan, args.out, check_mounts=args.check_mounts)
-        print(path, flush=True)
+    plans = feasible_plans(args.overrides, args.multirun, args.sweep, "render")
+    # Every cell is checked and rendered in memory before any run directory is written.
+    for cell in prepare_all(plans, args.out, args.check_mounts):
+        print(cell.write(), flush=True)
     return 0

@@ -1,4 +1,4 @@
-"""`vdkit run`: compose, plan, write a run directory and train it here with the reference engine.
+"""`vdkit run`: compose, plan, write a run directory and train it here (engines with RUNS_LOCALLY).
 
 Local processes stand in for the ranks (cluster=local: cluster.nodes x cluster.gpus_per_node
 processes); the logs land in the run directory exactly as a Slurm job's would. Groups the user
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from vdkit.cli import add_override_args
+from vdkit.args import add_override_args
 
 # The embedded default: what `vdkit run` trains when the command line names no such group.
 LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic")
@@ -37,27 +37,22 @@ def with_local_defaults(overrides) -> list:
 def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
-    from vdkit.plan import make_plan, require_feasible
-    from vdkit.recipes.reference.data import check_inputs
-    from vdkit.rundir import create_run_dir
+    from vdkit.plan import make_plan
+    from vdkit.prepare import engine_of, prepare
 
     recipe = compose(with_local_defaults(args.overrides))
-    if recipe.engine.name != "reference":
-        raise UserError(f"`vdkit run` cannot run engine={recipe.engine.name}: NeMo runs only in its container "
-                        "on the cluster", "use engine=reference here, or `vdkit render` / `vdkit submit` for NeMo")
     if recipe.cluster.launcher != "local":
         raise UserError(f"`vdkit run` starts local processes; cluster={recipe.cluster.name} is a "
                         f"{recipe.cluster.launcher} cluster", "use cluster=local here, or `vdkit submit` for Slurm")
-    plan = require_feasible(make_plan(recipe))
-    if plan.tp * plan.pp != 1:
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1")
-    check_inputs(plan.recipe)  # missing data / tokenizer: fail before anything is written
-    run_dir = create_run_dir(plan, files={}, out_dir=args.out)
+    # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
+    cell = prepare(make_plan(recipe), args.out, launcher="local")
+    run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
 
-    from vdkit.recipes.reference.launch import launch_local
+    from vdkit.recipes.launch import launch_local
 
-    rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node)
+    plan = cell.plan
+    rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node,
+                      command=engine_of(plan).command(plan, run_dir))
     print(run_dir, flush=True)
     return 0 if rc == 0 else 1

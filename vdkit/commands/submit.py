@@ -5,7 +5,7 @@ import argparse
 import shutil
 import sys
 
-from vdkit.commands.render import add_render_args
+from vdkit.args import add_render_args
 
 
 def register(sub) -> None:
@@ -65,18 +65,18 @@ def _wait_all(pairs, timeout) -> int:
 
 
 def run_submit(args) -> int:
-    from vdkit.cli import feasible_plans
-    from vdkit.slurm.render import check_local_paths, render_run
+    from vdkit.prepare import prepare_all
     from vdkit.slurm.submit import require_sbatch, submit_run
+    from vdkit.sweep import feasible_plans
 
     require_sbatch()
-    plans = feasible_plans(args, "submit")
-    # Every cell is planned and its local paths checked before anything is written or submitted.
-    for plan in plans:
-        check_local_paths(plan, args.check_mounts)
+    plans = feasible_plans(args.overrides, args.multirun, args.sweep, "submit")
+    # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
+    # any run directory is written or any job submitted.
+    cells = prepare_all(plans, args.out, args.check_mounts)
     submitted = []
-    for plan in plans:
-        run_dir = render_run(plan, args.out, check_mounts=args.check_mounts)
+    for cell in cells:
+        run_dir = cell.write()
         try:
             sub = submit_run(run_dir, test_only=args.test_only)
         except BaseException:

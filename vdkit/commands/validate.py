@@ -8,7 +8,8 @@ from typing import Optional
 
 from vdkit.errors import UserError
 
-DEFAULT_TARGET_STEPS = 1000  # used only when no recipe.yaml says train.target_steps
+# Light: the default's one home is the domain module (standard library + vdkit.rundir).
+from vdkit.validation.run_dir import DEFAULT_TARGET_STEPS  # noqa: E402
 
 
 def register(sub) -> None:
@@ -43,16 +44,9 @@ def register(sub) -> None:
 
 
 # ----------------------------------------------------------------------------- validate
-def _find_recipe(source: Path) -> Optional[Path]:
-    """The recipe.yaml of the run a source belongs to (the dir itself, or up to two parents)."""
-    for d in [source if source.is_dir() else source.parent, *list(source.parents)[:2]]:
-        if (d / "recipe.yaml").is_file():
-            return d
-    return None
-
-
 def _overheads(args, run_dir: Optional[Path]):
     from vdkit.validation.extrapolate import Overheads
+    from vdkit.validation.run_dir import checkpoint_every
 
     if args.val_every < 0 or args.val_seconds < 0 or args.checkpoint_seconds < 0:
         raise UserError("--val-every, --val-seconds and --checkpoint-seconds must not be negative",
@@ -61,34 +55,7 @@ def _overheads(args, run_dir: Optional[Path]):
         raise UserError("--val-every and --val-seconds go together", "pass both, e.g. --val-every 200 --val-seconds 30")
     if not (args.val_every or args.checkpoint_seconds):
         return None
-    every = 0
-    if run_dir is not None:
-        from vdkit.config import load_recipe
-
-        every = load_recipe(run_dir).engine.checkpoint_every_n_steps
-    return Overheads(args.val_every, args.val_seconds, every, args.checkpoint_seconds)
-
-
-def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> dict:
-    """Parse one source and estimate; the result as the JSON-able dict `vdkit validate --json` prints."""
-    from vdkit.validation.extrapolate import estimate
-    from vdkit.validation.logs import read_source
-
-    source = Path(source)
-    log = read_source(source)
-    if target_steps is None:
-        run_dir = _find_recipe(source)
-        if run_dir is not None:
-            from vdkit.config import load_recipe
-
-            target_steps = load_recipe(run_dir).train.target_steps
-        else:
-            target_steps = DEFAULT_TARGET_STEPS
-    est = estimate(log.timings, target_steps, overheads)
-    timed = log.timed
-    return {"source": str(source), "format": log.format, "files": log.files,
-            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(), "warnings": log.warnings,
-            "_log": log, "_estimate": est}
+    return Overheads(args.val_every, args.val_seconds, checkpoint_every(run_dir), args.checkpoint_seconds)
 
 
 def describe(result: dict) -> str:
@@ -115,12 +82,15 @@ def describe(result: dict) -> str:
 
 
 def run_validate(args) -> int:
+    from vdkit.rundir import find_run_dir
+    from vdkit.validation.run_dir import validate_one
+
     if args.target_steps is not None and args.target_steps < 1:
         raise UserError(f"--target-steps {args.target_steps} must be >= 1", "pass e.g. --target-steps 1000")
     failures = []
     for i, src in enumerate(args.sources):
         try:
-            overheads = _overheads(args, _find_recipe(Path(src)))
+            overheads = _overheads(args, find_run_dir(Path(src)))
             result = validate_one(src, args.target_steps, overheads)
         except UserError as exc:
             if len(args.sources) == 1:
@@ -139,24 +109,9 @@ def run_validate(args) -> int:
 # ----------------------------------------------------------------------------- report
 def run_report(args) -> int:
     from vdkit.validation import tables
+    from vdkit.validation.report import write_report
 
-    for r in args.runs:
-        if not Path(r).is_dir():
-            raise UserError(f"{r} is not a run directory", "pass run directories, e.g. `vdkit report runs/*`")
-    published = tables.load_published(args.table)
-    results = tables.collect_runs(args.runs, int(published["steps"]))
-    table = tables.table9(results) if args.table == "table9" else tables.training_table(results)
-    extra = {}
-    if not args.no_plots:
-        from vdkit.validation import plots
-        from vdkit.rundir import safe_dir_name
-
-        extra[f"{table.name}_scaling.png"] = plots.scaling_png(table)
-        for res in results:
-            if res.estimate is not None:
-                name = f"trace_{safe_dir_name(Path(res.path).name)}.png"
-                extra[name] = plots.trace_png(res.log, res.estimate, title=Path(res.path).name)
-    written = tables.write_table(table, args.out, extra)
+    table, written = write_report(args.runs, args.table, args.out, plots=not args.no_plots)
     print(tables.to_markdown(table))
     for w in table.warnings:
         print(f"vdkit report: warning: {w}", file=sys.stderr)

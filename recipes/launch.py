@@ -1,6 +1,6 @@
-"""Local processes standing in for a job's ranks (``vdkit run``, cluster=local).
+"""Local processes standing in for a job's ranks (``vdkit run``, cluster=local), for any engine.
 
-One process per rank, each running :func:`vdkit.recipes.reference.reference_command` with the
+One process per rank, each running the engine's ``command(plan, run_dir)`` with the
 torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT). Rank 0's stdout and stderr go to ``<run_dir>/local-1.out`` and to the terminal, as
 a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``.
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import BinaryIO, List, Optional
 
-LOCAL_OUT = "local-1.out"
+from vdkit.rundir import LOCAL_OUT_FILE as LOCAL_OUT
 STOP_GRACE_S = 10.0
 
 
@@ -59,11 +59,12 @@ def _stop(procs: List[subprocess.Popen]) -> None:
             p.wait()
 
 
-def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None) -> int:
-    """Run ``world`` ranks of the reference engine on this machine; 0 when all succeed.
+def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None,
+                 command: Optional[List[str]] = None) -> int:
+    """Run ``world`` ranks of ``command`` on this machine; 0 when all succeed.
 
-    Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
-    from vdkit.recipes.reference import reference_command
+    ``command`` defaults to the command of the run directory's engine (from its recipe.yaml and
+    plan.json). Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
     from vdkit.recipes.reference.distributed import free_port
     from vdkit.rundir import LOG_DIR
 
@@ -71,7 +72,13 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     terminal = terminal if terminal is not None else sys.stdout.buffer
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     port = free_port()
-    cmd = reference_command(run_dir)
+    if command is None:
+        from vdkit.recipes import engines
+        from vdkit.rundir import load_plan
+
+        plan = load_plan(run_dir)
+        command = engines.get(plan.recipe.engine.name).command(plan, run_dir.absolute())
+    cmd = list(command)
     procs: List[subprocess.Popen] = []
     files = []
     pump = None

@@ -1,4 +1,4 @@
-"""NeMo 1.x-style progress output on stdout and the same scalars in TensorBoard.
+"""NeMo 1.x-style progress output on stdout and the same scalars in TensorBoard (every engine's log format).
 
 A progress update looks like NeMo's (Lightning's TQDM bar with NeMo's metrics):
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import Optional, TextIO
+
+from vdkit.logformat import CONSUMED_SAMPLES_KEY, GLOBAL_STEP_KEY, LOSS_KEY, LR_KEY, TIMING_KEY
 
 _PAD = 5  # lightning.pytorch.callbacks.progress.tqdm_progress._PAD_SIZE
 _BLOCKS = " ▏▎▍▌▋▊▉█"
@@ -50,10 +52,10 @@ def _bar(frac: float) -> str:
 def progress_line(epoch: int, n: int, total: int, elapsed: float, remaining: float, loss: float,
                   global_step: int, consumed: int, timing: float, lr: Optional[float] = None) -> str:
     """One NeMo 1.x progress update (no separators)."""
-    metrics = [("reduced_train_loss", loss), ("global_step", float(global_step)),
-               ("consumed_samples", float(consumed)), ("train_step_timing in s", timing)]
+    metrics = [(LOSS_KEY, loss), (GLOBAL_STEP_KEY, float(global_step)),
+               (CONSUMED_SAMPLES_KEY, float(consumed)), (TIMING_KEY, timing)]
     if lr is not None:
-        metrics.insert(1, ("lr", lr))
+        metrics.insert(1, (LR_KEY, lr))
     post = ", ".join(f"{k}={tqdm_num(float(v))}" for k, v in metrics)
     pct = 100.0 * n / total if total else 0.0
     return (f"Epoch {epoch}: : {pct:.0f}%|{_bar(n / total if total else 0)}| {n}/{total} "
@@ -84,8 +86,8 @@ class ProgressLogger:
         self.stream.flush()
         self.open = True
         if self.writer is not None:
-            for key, value in (("reduced_train_loss", loss), ("lr", lr), ("global_step", float(n - 1)),
-                               ("consumed_samples", float(consumed)), ("train_step_timing in s", timing)):
+            for key, value in ((LOSS_KEY, loss), (LR_KEY, lr), (GLOBAL_STEP_KEY, float(n - 1)),
+                               (CONSUMED_SAMPLES_KEY, float(consumed)), (TIMING_KEY, timing)):
                 self.writer.add_scalar(key, value, n - 1)
 
     def flush(self) -> None:

@@ -1,0 +1,145 @@
+"""The engine registry: ``engine.name`` -> the module that runs it. Standard library only.
+
+Adding an engine takes three things and nothing else:
+
+1. ``conf/engine/<name>.yaml`` with ``name: <name>`` (plus any EngineCfg values it wants);
+2. a module (e.g. ``recipes/<name>/__init__.py`` or ``recipes/<name>.py``) providing the interface below;
+3. one line in :data:`REGISTRY`: ``"<name>": "vdkit.recipes.<name>"``.
+
+``config.ENGINES`` (what ``engine.name`` may be), ``vdkit render`` / ``submit`` / ``run`` and the Slurm
+renderer all go through :func:`get`; nothing else branches on an engine's name.
+
+The interface (module-level names; only ``command`` is required, the rest default as shown).
+``plan`` is a :class:`vdkit.plan.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
+directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers need its final path):
+
+``command(plan, run_dir) -> list[str]``  (required)
+    The argv every rank runs (under ``srun``, or as a local process under ``vdkit run``). Ranks
+    find their rank / world size from Slurm's or torchrun's variables
+    (``vdkit.recipes.reference.distributed.resolve_dist_env`` reads both).
+``files(plan, run_dir) -> dict[str, str | bytes]``  (default ``{}``)
+    Extra files for the run directory, name -> content (names from :mod:`vdkit.rundir`, e.g.
+    ``NEMO_CONFIG_FILE``). Rendered in memory for every cell before anything is written; raise
+    :class:`vdkit.errors.UserError` for anything the engine cannot run. ``recipe.yaml``,
+    ``plan.json``, ``overrides.txt`` and ``launch.sbatch`` are written for every engine.
+``check(plan) -> None``  (default: accept)
+    Refuse (UserError) a plan this engine cannot execute: a layout, method, model or data kind it
+    lacks. Pure (no I/O); runs for every cell of render / submit / run before anything is written.
+``inputs(plan) -> list[tuple[str, str, bool]]``  (default ``[]``)
+    Local inputs the job reads: ``(what, path, must_be_dir)``; ``what`` names the recipe key.
+    Checked before rendering under the ``--check-mounts`` rule (auto: only where the path's
+    top-level directory exists here). ``data.data_dir`` and a squashfs container image are added
+    for every engine; list only what is the engine's own (e.g. the base-model file).
+``local_check(plan) -> None``  (default: accept)
+    The checks before training on this machine (``vdkit run``): data files, tokenizer, ...
+``env(plan) -> dict[str, str]``  (default ``{}``)
+    Variables every rank needs beyond the cluster's NCCL / rendezvous set, exported before srun
+    (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism).
+``container(plan, run_dir) -> vdkit.jobspec.Container | None``  (default ``None``: host Python)
+    The image and mounts when ranks run in a container; pyxis flags are the Slurm renderer's job.
+    :func:`standard_mounts` gives the usual list (data dir, results dir, run dir).
+``RUNS_LOCALLY: bool``  (default ``False``)
+    Whether ``vdkit run`` may start ``command`` as local processes on this machine.
+``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
+    The log format the ranks write (validation reads NeMo 1.x progress lines and TensorBoard
+    scalars named in :mod:`vdkit.logformat`).
+
+Keep an engine module's top level light (standard library, vdkit.errors / rundir / jobspec): the
+Slurm renderer and ``vdkit --help`` paths import it; import torch & co. inside the training code.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path, PurePosixPath
+from types import ModuleType
+from typing import Dict, List, Optional, Tuple
+
+from vdkit.errors import UserError
+
+# engine.name -> module. One line per engine; the order is the order `--help` / errors list them.
+REGISTRY: Dict[str, str] = {
+    "nemo": "vdkit.recipes.nemo",
+    "reference": "vdkit.recipes.reference",
+}
+
+
+def names() -> Tuple[str, ...]:
+    """Every registered engine name."""
+    return tuple(REGISTRY)
+
+
+class Engine:
+    """An engine module behind the interface above, with the optional parts defaulted."""
+
+    def __init__(self, name: str, module: ModuleType):
+        self.name, self.module = name, module
+        if not callable(getattr(module, "command", None)):
+            raise TypeError(f"engine module {module.__name__} has no command(plan, run_dir)")
+
+    def command(self, plan, run_dir) -> List[str]:
+        return [str(a) for a in self.module.command(plan, Path(run_dir))]
+
+    def files(self, plan, run_dir) -> Dict[str, object]:
+        fn = getattr(self.module, "files", None)
+        return dict(fn(plan, Path(run_dir))) if fn else {}
+
+    def check(self, plan) -> None:
+        fn = getattr(self.module, "check", None)
+        if fn:
+            fn(plan)
+
+    def inputs(self, plan) -> List[Tuple[str, str, bool]]:
+        fn = getattr(self.module, "inputs", None)
+        return list(fn(plan)) if fn else []
+
+    def local_check(self, plan) -> None:
+        fn = getattr(self.module, "local_check", None)
+        if fn:
+            fn(plan)
+
+    def env(self, plan) -> Dict[str, str]:
+        fn = getattr(self.module, "env", None)
+        return {str(k): str(v) for k, v in (fn(plan) if fn else {}).items()}
+
+    def container(self, plan, run_dir):
+        fn = getattr(self.module, "container", None)
+        return fn(plan, Path(run_dir)) if fn else None
+
+    @property
+    def runs_locally(self) -> bool:
+        return bool(getattr(self.module, "RUNS_LOCALLY", False))
+
+    @property
+    def log_format(self) -> str:
+        from vdkit.logformat import NEMO1
+
+        return getattr(self.module, "LOG_FORMAT", NEMO1)
+
+
+def get(name: str) -> Engine:
+    """The engine registered as ``name`` (its module imported now); UserError for an unknown name."""
+    if name not in REGISTRY:
+        raise UserError(f"engine.name={name!r} is not an engine", "use engine=" + " or engine=".join(REGISTRY))
+    return Engine(name, importlib.import_module(REGISTRY[name]))
+
+
+# ----------------------------------------------------------------------------- helpers for engines
+def standard_mounts(plan, run_dir, extra: Optional[List[Tuple[str, str]]] = ()) -> Tuple[Tuple[str, str], ...]:
+    """(what, path) a containerised job mounts: data.data_dir, ``extra``, run.results_dir, the run dir.
+
+    Duplicates are dropped (first occurrence wins); paths are mounted at the same place inside.
+    """
+    r = plan.recipe
+    found = []
+    if r.data.data_dir:
+        found.append(("data.data_dir", str(PurePosixPath(r.data.data_dir))))
+    found += [(w, str(PurePosixPath(p))) for w, p in (extra or ())]
+    if r.run.results_dir:
+        found.append(("run.results_dir", str(PurePosixPath(r.run.results_dir))))
+    found.append(("the run directory", str(run_dir)))
+    seen, out = set(), []
+    for what, path in found:
+        if path not in seen:
+            seen.add(path)
+            out.append((what, path))
+    return tuple(out)

@@ -1,0 +1,27 @@
+"""Argument declarations the verbs share (argparse only: cheap to import, imports no verb)."""
+from __future__ import annotations
+
+import argparse
+
+
+def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> None:
+    """The arguments every recipe verb shares: Hydra overrides, -m and --sweep."""
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="Hydra overrides, e.g. model=llama2_70b method=lora cluster.nodes=2")
+    if sweeps:
+        parser.add_argument("-m", "--multirun", action="store_true",
+                            help="cartesian sweep over comma lists: -m model=llama2_7b,llama2_13b cluster.nodes=1,2")
+        parser.add_argument("--sweep", metavar="NAME",
+                            help="a named sweep from conf/sweep/ (table9, training); overrides apply to every cell")
+
+
+def add_render_args(p: argparse.ArgumentParser) -> None:
+    """The arguments of every verb that renders run directories (render, submit)."""
+    add_override_args(p)
+    p.add_argument("--out", metavar="DIR", help="parent directory of the run directories (default: run.out_dir)")
+    mounts = p.add_mutually_exclusive_group()
+    mounts.add_argument("--check-mounts", dest="check_mounts", action="store_true", default=None,
+                        help="require the data dir, the base model and a squashfs image to exist here")
+    mounts.add_argument("--no-check-mounts", dest="check_mounts", action="store_false",
+                        help="do not check them (rendering away from the cluster's storage). Default: check "
+                             "a path only when its top-level directory (e.g. /data) exists on this machine")

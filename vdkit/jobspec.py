@@ -1,0 +1,35 @@
+"""What an engine hands the launcher for one run directory: the rank command, its env, its container.
+
+Plain data (standard library only), so that ``vdkit.slurm`` can consume it without importing any
+engine: the layer above (:mod:`vdkit.prepare`) asks the engine (:mod:`vdkit.recipes.engines`) and
+passes the result on.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container every rank runs in (pyxis / enroot on Slurm).
+
+    ``image``: what ``--container-image`` gets (a squashfs path starting with / or ./, or an enroot
+    URI ``[USER@][REGISTRY#]IMAGE[:TAG]``; None or empty is refused at render time).
+    ``mounts``: (what, host path) pairs, mounted at the same path inside, first occurrence wins;
+    ``what`` names the recipe key in error messages. ``workdir``: the directory ranks start in.
+    """
+
+    image: Optional[str]
+    mounts: Tuple[Tuple[str, str], ...]
+    workdir: str
+    image_key: str = "engine.container_image"  # the recipe key the image comes from (for messages)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One run's launch: the argv every rank runs, the engine's environment, its container (or None)."""
+
+    argv: List[str]
+    env: Dict[str, str] = field(default_factory=dict)
+    container: Optional[Container] = None

@@ -1,0 +1,144 @@
+"""Prepare every cell, then act: the one step `render`, `submit`, `run` and `demo` share.
+
+For each plan: the engine (looked up in :mod:`vdkit.recipes.engines`) checks it, the local inputs
+are checked, the run directory's path is reserved, and every file (the engine's, plus
+``launch.sbatch`` for Slurm) is rendered in memory. Only when every cell has prepared does a verb
+write run directories (:meth:`Prepared.write`) and then submit or start them, so a bad cell stops
+the command before anything exists anywhere. This module composes the engine and ``vdkit.slurm``;
+``vdkit.slurm`` itself never imports an engine.
+
+Mount-source check (``check_mounts``): ``True`` checks every local input, ``False`` none, ``None``
+(default, "auto") checks a path only when its top-level directory exists on this machine: on a
+login node that mounts /data, a missing /data/dolly is an error; on a laptop without /data the
+path is cluster storage and cannot be checked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Union
+
+from vdkit.errors import UserError
+from vdkit.jobspec import JobSpec
+
+PathLike = Union[str, Path]
+
+
+def engine_of(plan):
+    """The registered engine that runs ``plan`` (vdkit.recipes.engines.Engine)."""
+    from vdkit.recipes import engines
+
+    return engines.get(plan.recipe.engine.name)
+
+
+def job_spec(plan, run_dir: PathLike) -> JobSpec:
+    """What the Slurm renderer needs from the engine: rank argv, engine env, container (or None)."""
+    engine = engine_of(plan)
+    run_dir = Path(run_dir)
+    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir))
+
+
+def sbatch_text(plan, run_dir: PathLike) -> str:
+    """launch.sbatch for ``plan`` in ``run_dir``: the engine's job spec through vdkit.slurm.render."""
+    from vdkit.slurm.render import sbatch_text as render_sbatch
+
+    return render_sbatch(plan, run_dir, job_spec(plan, run_dir))
+
+
+# ----------------------------------------------------------------------------- local inputs
+def _is_local(path: Path) -> bool:
+    """Auto mode: a path is on this machine when its top-level directory exists here."""
+    path = Path(path).expanduser()
+    if not path.is_absolute():
+        return True
+    parts = path.parts
+    return len(parts) > 1 and Path(parts[0], parts[1]).exists()
+
+
+def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
+    """(what, path, must_be_dir) the job reads: data.data_dir, the engine's own inputs, a squashfs image."""
+    r = plan.recipe
+    engine = engine_of(plan)
+    wanted = []
+    if r.data.data_dir:
+        wanted.append(("data.data_dir", r.data.data_dir, True))
+    wanted += engine.inputs(plan)
+    container = engine.container(plan, Path(run_dir))
+    image = (container.image or "") if container is not None else ""
+    if image.startswith("/") or image.startswith("./"):
+        wanted.append((container.image_key, image, False))
+    return wanted
+
+
+def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
+    """Refuse a missing input of :func:`local_inputs` on this machine (under the ``check_mounts`` rule)."""
+    if check_mounts is False:
+        return
+    for what, path, is_dir in local_inputs(plan, run_dir):
+        p = Path(path).expanduser()
+        if check_mounts is None and not _is_local(p):
+            continue
+        ok = p.is_dir() if is_dir else p.exists()
+        if not ok:
+            raise UserError(f"{what} {path} does not exist on this machine",
+                            f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
+                            "when rendering away from the cluster's storage")
+
+
+# ----------------------------------------------------------------------------- prepare, then act
+@dataclass
+class Prepared:
+    """One cell, checked and rendered in memory: its plan, its reserved run directory, its files."""
+
+    plan: object
+    run_dir: Path
+    files: Dict[str, Union[str, bytes]]
+
+    def write(self) -> Path:
+        """Write the run directory (whole or not at all); returns its path."""
+        from vdkit.rundir import create_run_dir
+
+        return create_run_dir(self.plan, self.files, run_dir=self.run_dir)
+
+
+def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None, taken: Iterable = (),
+            launcher: str = "slurm") -> Prepared:
+    """Check ``plan`` and render its run directory in memory (nothing is written).
+
+    ``launcher="slurm"`` renders launch.sbatch; ``"local"`` (``vdkit run``) asks the engine whether
+    it runs here and runs its local checks (data files, tokenizer) instead. Raises UserError for an
+    infeasible plan, a plan the engine cannot run, a missing local input, an image pyxis cannot
+    read, or a value a script cannot carry.
+    """
+    from vdkit.plan import require_feasible
+    from vdkit.rundir import SBATCH_FILE, reserve_run_dir
+
+    require_feasible(plan)
+    engine = engine_of(plan)
+    engine.check(plan)
+    if launcher == "local":
+        if not engine.runs_locally:
+            raise UserError(f"engine={engine.name} does not run on this machine (it runs in its container on "
+                            "the cluster)", "use `vdkit render` / `vdkit submit` for it, or another engine here")
+        engine.local_check(plan)
+    run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
+    if launcher != "local":
+        check_local_paths(plan, run_dir, check_mounts)
+    files = engine.files(plan, run_dir)
+    if launcher != "local":
+        files[SBATCH_FILE] = sbatch_text(plan, run_dir)
+    return Prepared(plan, run_dir, files)
+
+
+def prepare_all(plans, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None,
+                launcher: str = "slurm") -> List[Prepared]:
+    """:func:`prepare` every plan (distinct run directories even for equal run names) before any is written."""
+    out: List[Prepared] = []
+    for plan in plans:
+        out.append(prepare(plan, out_dir, check_mounts, taken=[p.run_dir for p in out], launcher=launcher))
+    return out
+
+
+def render_run(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None) -> Path:
+    """Prepare one plan and write its run directory; returns the path."""
+    return prepare(plan, out_dir, check_mounts).write()
