@@ -112,6 +112,7 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
     from vdkit.arch import param_counts
     from vdkit.config import compose, load_recipe, sweep_cells
     from vdkit.plan import make_plan
+    from vdkit.rundir import RECIPE_FILE
     from vdkit.validation.tables import collect_run, load_published
 
     if name not in TABLES:
@@ -132,8 +133,8 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
     warnings: List[str] = []
     for path in runs:
         path = Path(path)
-        if not (path / "recipe.yaml").is_file():
-            raise UserError(f"{path} is not a run directory (no recipe.yaml)",
+        if not (path / RECIPE_FILE).is_file():
+            raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
                             "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
         recipe = load_recipe(path)
         key = _key(recipe.model.name, recipe.cluster.nodes, recipe.cluster.transport)

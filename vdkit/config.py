@@ -366,6 +366,15 @@ def validate_fields(r: Recipe) -> None:
            "use " + " or ".join(GPU_VENDORS))
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
+    _check(not (c.transport == "tcp" and c.ib_hcas),
+           f"cluster {c.name}: transport=tcp but cluster.ib_hcas lists RDMA adapters {list(c.ib_hcas)}",
+           "set cluster.ib_hcas=[] for TCP sockets, or cluster.transport=ib / roce")
+    _check(not (c.transport in ("ib", "roce") and c.launcher == "slurm" and not c.ib_hcas),
+           f"cluster {c.name}: transport={c.transport} needs the RDMA adapters in cluster.ib_hcas",
+           "list them as `ibv_devinfo -l` prints them (mlx5_*, bnxt_re*), or use cluster.transport=tcp")
+    _check(not (c.transport == "tcp" and c.launcher == "slurm" and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
+           f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
+           "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
            "use " + ", ".join(SHARDINGS))
     _check(r.parallelism.sharding == "none" or r.engine.name == "reference",
