@@ -95,3 +95,14 @@ def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     assert sorted(f.name for f in files) == ["alpaca_opt.csv", "alpaca_opt.json", "alpaca_opt.md", "alpaca_opt.png"]
     blog = hf_tables.build("llama31_roce")
     assert [r.published for r in blog.rows] == [1980, 1220, 1071.2, 20420, 17160, 8120]
+
+
+def test_report_cli_for_both_tables(tmp_path, capsys):
+    from vdkit.cli import main
+
+    assert main(["report", "--table", "llama31_roce", "--out", str(tmp_path), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1071.2 |" in out and "RoCE" in out and "no RoCE (TCP)" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama31_roce.csv", "llama31_roce.json", "llama31_roce.md"]
+    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 2  # table9 still needs runs
+    assert "needs run directories" in capsys.readouterr().err

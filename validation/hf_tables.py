@@ -214,8 +214,11 @@ def bars_png(t: HFTable) -> bytes:
     from vdkit.validation.plots import _png, _pyplot
 
     plt = _pyplot()
-    labels = [f"{t.labels.get(r.model, r.model)}\n{r.nodes}n {_transport(r)}" if t.name == "llama31_roce"
-              else t.labels.get(r.model, r.model) for r in t.rows]
+    short = {"roce": "RoCE", "tcp": "TCP", "ib": "IB"}
+    size = {r.model: t.labels.get(r.model, r.model).split()[-2] if len(t.labels.get(r.model, r.model).split()) > 1
+            else r.model for r in t.rows}  # "Llama 3.1 70B Instruct" -> "70B"
+    labels = [f"{size[r.model]}, {r.nodes} node" + (f"s\n{short[r.transport]}" if r.nodes > 1 else "")
+              if t.name == "llama31_roce" else t.labels.get(r.model, r.model) for r in t.rows]
     series = [("predicted", [r.predicted for r in t.rows]), ("this kit", [r.ours for r in t.rows]),
               ("published", [r.published for r in t.rows])]
     fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels)), 4))
