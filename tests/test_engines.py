@@ -194,3 +194,15 @@ def test_downstream_reads_plan_json_instead_of_re_planning(tmp_path):
     (run_dir / PLAN_FILE).unlink()
     with pytest.raises(UserError, match="cannot read the plan"):
         load_plan(run_dir)
+
+
+def test_cells_sharing_a_run_name_get_their_own_run_dirs(tmp_path, capsys):
+    from vdkit.cli import main
+    from vdkit.rundir import SBATCH_FILE
+
+    out = tmp_path / "runs"
+    assert main(["render", "-m", "method.lr=1e-4,2e-4", "run.name=same", "--no-check-mounts", "--out", str(out)]) == 0
+    dirs = [Path(p) for p in capsys.readouterr().out.split()]
+    assert [d.name for d in dirs] == ["same", "same-2"]
+    for d in dirs:  # each script points at its own directory, reserved before either was written
+        assert f"#SBATCH --output={d}/slurm-%j.out" in (d / SBATCH_FILE).read_text()

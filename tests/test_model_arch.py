@@ -75,3 +75,37 @@ def test_reference_llama_config_reads_the_model_fields():
     assert getattr(cfg, "rope_theta", None) == 500000 or cfg.rope_parameters["rope_theta"] == 500000
     with pytest.raises(UserError, match="Llama-architecture"):
         llama_config(compose(["model=tiny_llama", "model.arch=opt", "model.norm=layernorm"]).model, ByteTokenizer())
+
+
+def test_param_counts_follow_the_architecture_fields():
+    from vdkit.plan import param_counts
+
+    llama = compose(["model=tiny_llama"]).model
+    base = param_counts(llama)
+    h, f, v, layers = llama.hidden_size, llama.ffn_hidden_size, llama.vocab_size, llama.num_layers
+    import dataclasses
+
+    tied = param_counts(dataclasses.replace(llama, tied_embeddings=True))
+    assert base.total - tied.total == v * h
+    plain = param_counts(dataclasses.replace(llama, activation="relu"))
+    assert base.total - plain.total == layers * h * f
+    opt_like = param_counts(dataclasses.replace(llama, norm="layernorm", bias=True, activation="relu",
+                                                position_embedding="learned"))
+    kv = llama.num_query_groups * (h // llama.num_attention_heads)
+    biases = layers * ((2 * h + 2 * kv) + (f + h))
+    norms = (2 * layers + 1) * h  # layernorm adds a bias to each norm
+    assert opt_like.total == plain.total + biases + norms + llama.max_position_embeddings * h
+
+
+def test_param_counts_match_transformers_llama():
+    import torch  # noqa: F401  (transformers builds on it)
+
+    from vdkit.plan import param_counts
+    from vdkit.recipes.reference.data import ByteTokenizer
+    from vdkit.recipes.reference.model import llama_config
+    from transformers import LlamaForCausalLM
+
+    for extra in ([], ["model.tied_embeddings=true"]):
+        m = compose(["model=tiny_llama", *extra]).model
+        model = LlamaForCausalLM(llama_config(m, ByteTokenizer()))
+        assert sum(p.numel() for p in model.parameters()) == param_counts(m).total

@@ -38,6 +38,16 @@ class ParamCounts:
         return self.num_layers * self.per_layer + self.embedding + self.output + self.extra + self.final_norm
 
     @property
+    def tied(self) -> bool:
+        """Whether the output layer shares the input embedding."""
+        return self.output == 0
+
+    @property
+    def positions(self) -> int:
+        """Learned position and projection parameters (0 for rotary models)."""
+        return self.extra
+
+    @property
     def outside_layers(self) -> int:
         """Everything not in a decoder block (what a per-block FSDP wrap leaves to the root unit)."""
         return self.total - self.num_layers * self.per_layer
