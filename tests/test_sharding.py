@@ -2,7 +2,7 @@
 2 CPU ranks over gloo and match plain DDP step for step; configs and plans around them."""
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +16,7 @@ from vdkit.plan import make_plan
 HERE = Path(__file__).resolve().parent
 RUN = ["model=tiny_opt", "method=sft", "data=synthetic", "engine=reference", "cluster=local",
        "cluster.gpus_per_node=2", "train.max_steps=5", "train.global_batch_size=8", "train.micro_batch_size=2",
-       "train.seq_length=96", "method.warmup_steps=0", "method.lr=1e-3", "engine.checkpoint_every_n_steps=0"]
+       "train.seq_length=96", "method.warmup_steps=0", "method.lr=1e-3", "engine.checkpoint_every_n_steps=3"]
 
 
 def _losses(run_dir: Path):
@@ -74,6 +74,19 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
         # ZeRO-3 reduce-scatters in another summation order; Adam turns the last-bit differences of
         # near-zero gradients into up to ~2e-5 on a handful of weights after 5 steps at lr 1e-3.
         assert torch.allclose(zero_w[name].float(), w, atol=1e-4), name
+
+    # Resume: back to the step-3 checkpoints (the kit's file for FSDP, DeepSpeed's tag for ZeRO-3), train
+    # again to step 5 in new processes: the same weights, bit for bit.
+    (dirs[1] / "checkpoints" / "step=5.ckpt").unlink()
+    ds = dirs[2] / "checkpoints" / "deepspeed"
+    shutil.rmtree(ds / "step=5")
+    (ds / "latest").write_text("step=3")
+    outs = _train_all(tmp_path, dirs[1:])
+    assert outs[0].count("resuming from") == 2 and "global_step 3" in outs[0]
+    again = torch.load(dirs[1] / "checkpoints" / "step=5.ckpt", weights_only=False)["model"]
+    assert all(torch.equal(again[k], fsdp_w[k]) for k in fsdp_w)
+    zero_again = get_fp32_state_dict_from_zero_checkpoint(str(ds), tag="step=5")
+    assert all(torch.equal(zero_again[k], zero_w[k]) for k in zero_w)
 
 
 @pytest.mark.gpu
