@@ -1,12 +1,16 @@
-"""The reference engine: Lightning (Fabric) + transformers + peft, trains Llama-architecture models for real.
+"""The reference (transformers) engine: Lightning Fabric + transformers + peft (+ DeepSpeed), trains for real.
 
+Llama- and OPT-architecture models through transformers' own classes, data parallel with
+``parallelism.sharding=none|fsdp|zero3`` (DDP, torch FSDP full-shard, DeepSpeed ZeRO-3).
 Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` is the
-engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: no container (the
-host's Python), no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: the host's Python,
+or a container when ``engine.container_image`` / ``cluster.container_image`` is set (the MI300X
+clusters' ROCm image); no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
 
 Modules: ``distributed`` (ranks from Slurm or local env), ``data`` (tokenizer, samples, the
-deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``checkpoint`` (atomic save,
-resume), ``train`` (the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
+deterministic batch order), ``model`` (Llama / OPT from ModelCfg or ``model.hf_path``, + peft),
+``sharding`` (the strategies and their checkpoints), ``checkpoint`` (atomic save, resume), ``train``
+(the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Llama architecture built from ModelCfg (no weights download), with the method's peft wrapper.
+"""The model from ModelCfg through transformers' own classes (LlamaForCausalLM, OPTForCausalLM; random
+init from ``train.seed``), or pretrained weights from ``model.hf_path``, with the method's peft wrapper.
 
 - sft / pretrain: every weight trains;
 - lora: peft LoRA on the attention projections q/k/v (NeMo 1.23 puts LoRA on the fused QKV),

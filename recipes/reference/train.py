@@ -1,7 +1,7 @@
-"""The training loop of the reference engine (one process per rank, Lightning Fabric for DDP).
+"""The training loop of the reference engine (one process per rank).
 
-Fabric gives the process group (gloo on CPU, NCCL on GPU), DDP gradient sync, mixed precision and
-collective ops; the loop is ours so that step accounting is exact: one iteration is one optimizer
+Fabric (DDP, FSDP2) or DeepSpeed's engine behind the same calls (ZeRO-3; see ``sharding``) gives the
+process group (gloo on CPU, NCCL / RCCL on GPU), gradient sync, mixed precision and collective ops; the loop is ours so that step accounting is exact: one iteration is one optimizer
 step over GBS samples (grad_accum micro batches of MBS on each of DP ranks), the batch order is a
 function of the step, and a restart resumes from the latest checkpoint at the step it holds.
 """
