@@ -17,6 +17,7 @@ from typing import Dict, List, Optional
 
 from vdkit import rundir
 from vdkit.errors import UserError
+from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS
 from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
 from vdkit.rundir import INDEX_MAPPING_DIR
 
@@ -137,13 +138,17 @@ def _parallel(plan) -> dict:
     return out
 
 
-def _optim(plan, constant_steps: int, extra_sched: dict) -> dict:
+def _optim(plan, constant_steps: int, extra_sched: dict, nvidia: Optional[dict] = None) -> dict:
+    """The optimizer section; ``nvidia`` (pretraining) supplies NVIDIA's betas and distributed-Adam overlaps.
+
+    Learning rates are the method's (pretraining's default to NVIDIA's per size: conf/method/pretrain.yaml)."""
     m = plan.recipe.method
-    return {
+    nvidia = nvidia or {}
+    optim = {
         "name": m.optimizer,
         "lr": float(m.lr),
         "weight_decay": float(m.weight_decay),
-        "betas": list(ADAM_BETAS),
+        "betas": list(nvidia.get("model.optim.betas", ADAM_BETAS)),
         "sched": {
             "name": "CosineAnnealing",
             "warmup_steps": m.warmup_steps,
@@ -152,6 +157,24 @@ def _optim(plan, constant_steps: int, extra_sched: dict) -> dict:
             **extra_sched,
         },
     }
+    if m.optimizer == "distributed_fused_adam" and "model.optim.bucket_cap_mb" in nvidia:
+        for key in ("bucket_cap_mb", "overlap_grad_sync", "overlap_param_sync", "contiguous_grad_buffer"):
+            optim[key] = nvidia[f"model.optim.{key}"]
+    return optim
+
+
+def _fast_kernels(plan) -> dict:
+    """The fast recipe's fused kernels for fine-tuning (train.fused_kernels); NeMo's defaults otherwise.
+
+    Gradient-accumulation fusion needs O2's fp32 main gradients, so full-parameter SFT only."""
+    r = plan.recipe
+    if not r.train.fused_kernels:
+        return {}
+    out = {"bias_activation_fusion": True, "bias_dropout_add_fusion": True, "masked_softmax_fusion": True,
+           "use_flash_attention": True}
+    if not r.is_peft:
+        out["gradient_accumulation_fusion"] = True
+    return out
 
 
 def _fp8(plan) -> dict:
@@ -256,6 +279,7 @@ def finetune_config(plan, run_dir) -> dict:
         "attention_dropout": 0.0,
         "ffn_dropout": 0.0,
         **_fp8(plan),
+        **_fast_kernels(plan),
         "peft": _peft(plan),
         "data": {"train_ds": train_ds, "validation_ds": validation_ds, "test_ds": test_ds},
         "optim": _optim(plan, 0, {"monitor": "val_loss", "reduce_on_plateau": False}),
@@ -278,9 +302,10 @@ def finetune_config(plan, run_dir) -> dict:
 
 
 # ----------------------------------------------------------------------------- pretraining
-def _llama_architecture(plan) -> dict:
-    """The Llama 2 architecture: sizes from ModelCfg, the rest NeMo's llama defaults."""
+def _llama_architecture(plan, nvidia: dict) -> dict:
+    """The Llama 2 architecture: sizes from ModelCfg, NVIDIA's init std, the rest NeMo's llama defaults."""
     mc, t = plan.recipe.model, plan.recipe.train
+    interleaved = (plan.recipe.parallelism.vp or 1) > 1
     if mc.activation not in NEMO_ACTIVATIONS:
         raise UserError(f"model {mc.name} uses activation={mc.activation}, which NeMo 1.x's GPT model has not",
                         "use engine=reference or engine=megatron for this model")
@@ -291,7 +316,8 @@ def _llama_architecture(plan) -> dict:
         "hidden_size": mc.hidden_size,
         "ffn_hidden_size": mc.ffn_hidden_size,
         "num_attention_heads": mc.num_attention_heads,
-        "init_method_std": 0.02, "use_scaled_init_method": True,
+        "init_method_std": float(nvidia.get("model.init_method_std", NEMO_LLAMA_DEFAULTS["model.init_method_std"])),
+        "use_scaled_init_method": True,
         "hidden_dropout": 0.0, "attention_dropout": 0.0, "ffn_dropout": 0.0,
         "kv_channels": None, "apply_query_key_layer_scaling": True,
         "normalization": mc.norm, "layernorm_epsilon": mc.norm_eps, "do_layer_norm_weight_decay": False,
@@ -302,7 +328,8 @@ def _llama_architecture(plan) -> dict:
         "position_embedding_type": NEMO_POSITION_EMBEDDINGS[mc.position_embedding], "rotary_percentage": 1.0,
         "attention_type": "multihead",
         "share_embeddings_and_output_weights": mc.tied_embeddings,
-        "overlap_p2p_comm": False, "batch_p2p_comm": True,
+        # NVIDIA overlaps pipeline sends with compute; NeMo allows it only with an interleaved pipeline.
+        "overlap_p2p_comm": interleaved, "batch_p2p_comm": not interleaved,
         "num_query_groups": mc.num_query_groups,
     }
     if mc.rope_base != NEMO_ROTARY_BASE:  # NeMo's model reads cfg.rotary_base (default 10000)
@@ -324,6 +351,10 @@ def pretrain_config(plan, run_dir) -> dict:
     # The SentencePiece model the shards were tokenized with: data.tokenizer_model, else beside them.
     tokenizer = d.tokenizer_model or str(data_root / "tokenizer.model")
     p = r.parallelism
+    from vdkit.recipes.nemo_contract import NVIDIA_PRETRAIN, nvidia_pretrain_settings
+
+    nvidia = nvidia_pretrain_settings(r.model.name)  # NVIDIA's launcher settings; departures in nemo_contract
+    nvidia_common = nvidia or NVIDIA_PRETRAIN  # kernels, betas, overlaps: NVIDIA's for any model
     parallel = _parallel(plan)
     parallel.setdefault("virtual_pipeline_model_parallel_size", None)
     model = {
@@ -331,15 +362,16 @@ def pretrain_config(plan, run_dir) -> dict:
         "micro_batch_size": t.micro_batch_size,
         "global_batch_size": t.global_batch_size,
         **parallel,
-        **_llama_architecture(plan),
+        **_llama_architecture(plan, nvidia),
         "tokenizer": {"library": r.model.tokenizer, "type": None, "model": tokenizer, "vocab_file": None,
                       "merge_file": None, "delimiter": None, "sentencepiece_legacy": False},
         "native_amp_init_scale": 4294967296, "native_amp_growth_interval": 1000, "hysteresis": 2,
         "fp32_residual_connection": False, "fp16_lm_cross_entropy": False,
         "megatron_amp_O2": True,
         "grad_allreduce_chunk_size_mb": 125,
-        "grad_div_ar_fusion": True, "gradient_accumulation_fusion": False, "bias_activation_fusion": False,
-        "bias_dropout_add_fusion": False, "masked_softmax_fusion": True, "get_attention_mask_from_fusion": True,
+        # NVIDIA's fusions (also for models without a published recipe: they are pure kernel choices).
+        "grad_div_ar_fusion": True, "gradient_accumulation_fusion": True, "bias_activation_fusion": True,
+        "bias_dropout_add_fusion": True, "masked_softmax_fusion": True, "get_attention_mask_from_fusion": True,
         "seed": t.seed,
         "resume_from_checkpoint": None, "use_cpu_initialization": False, "onnx_safe": False,
         "apex_transformer_log_level": 30, "gradient_as_bucket_view": True, "sync_batch_comm": False,
@@ -350,17 +382,18 @@ def pretrain_config(plan, run_dir) -> dict:
         "transformer_engine": True,
         "fp8": t.precision == "fp8", "fp8_e4m3": False, "fp8_hybrid": True, "fp8_margin": 0, "fp8_interval": 1,
         "fp8_amax_history_len": 1024, "fp8_amax_compute_algo": "max", "reduce_amax": True, "use_emha": False,
+        "use_flash_attention": True, "gc_interval": 100,
         "data": {
             "data_prefix": [x for w, pfx in zip(weights, prefixes) for x in (w, pfx)],
             "index_mapping_dir": str(results_root(plan, run_dir) / INDEX_MAPPING_DIR),
-            "data_impl": "mmap", "splits_string": "900,50,50", "seq_length": t.seq_length, "skip_warmup": True,
+            "data_impl": "mmap", "splits_string": "99990,8,2", "seq_length": t.seq_length, "skip_warmup": True,
             "num_workers": 2, "dataloader_type": "single", "reset_position_ids": False,
             "reset_attention_mask": False, "eod_mask_loss": False, "validation_drop_last": True,
             "no_seqlen_plus_one_input_tokens": False, "pad_samples_to_global_batch_size": False,
             "shuffle_documents": True,
         },
         "nsys_profile": {"enabled": False, "start_step": 10, "end_step": 10, "ranks": [0], "gen_shape": False},
-        "optim": _optim(plan, 0, {}),
+        "optim": _optim(plan, 0, {}, nvidia_common),
     }
     trainer = _trainer(plan, max_epochs=-1)
     trainer.update({"limit_test_batches": 500, "accumulate_grad_batches": 1, "benchmark": False,

@@ -58,6 +58,24 @@ DELIBERATE_ADDITIONS: Dict[str, Addition] = {
         (list,), "pretraining shards as [weight, prefix, ...]; the llama YAML only shows it in a comment"),
 }
 
+# NVIDIA's fused path (pretraining always; fine-tuning with train.fused_kernels=true, the fast recipe).
+for _key, _why in {
+    "model.gc_interval": "NVIDIA's launcher: manual host garbage collection every 100 steps (NeMo 1.23's base "
+                         "model reads it; the llama YAML omits it)",
+    "model.use_flash_attention": "NVIDIA's launcher: flash attention (read by NeMo 1.23's GPT model; only the GPT "
+                                 "YAML shows it)",
+    "model.optim.bucket_cap_mb": "NVIDIA's launcher: distributed Adam's gradient bucket size (Apex keyword)",
+    "model.optim.overlap_grad_sync": "NVIDIA's launcher: overlap the gradient reduce-scatter with the backward",
+    "model.optim.overlap_param_sync": "NVIDIA's launcher: overlap the parameter all-gather with the forward",
+    "model.optim.contiguous_grad_buffer": "NVIDIA's launcher: one contiguous gradient buffer (needed by the overlaps)",
+    "model.gradient_accumulation_fusion": "fast recipe (fine-tuning): fuse the weight-gradient accumulation into "
+                                          "the GEMM (in the llama YAML; merged over the base model's config)",
+    "model.bias_activation_fusion": "fast recipe (fine-tuning): NVIDIA's fused SwiGLU kernel (in the llama YAML)",
+    "model.bias_dropout_add_fusion": "fast recipe (fine-tuning): NVIDIA's fused residual kernel (in the llama YAML)",
+    "model.masked_softmax_fusion": "fast recipe (fine-tuning): fused softmax (in the llama YAML)",
+}.items():
+    DELIBERATE_ADDITIONS[_key] = Addition((bool,) if "cap" not in _key and "gc_" not in _key else (int,), _why)
+
 # Keys whose NeMo YAML value shows one type where NeMo takes several.
 WIDENED_TYPES: Dict[str, Tuple[type, ...]] = {
     # NeMo's YAMLs show Lightning's int 16/32; 1.23's trainer builder also takes "bf16" / "bf16-mixed".
@@ -181,3 +199,83 @@ def check_nemo_config(cfg: dict, plan) -> None:
         if not _get(cfg, "model.tokenizer.model"):
             _fail("model.tokenizer.model is not set: pretraining needs the SentencePiece model the shards were made with",
                   "put tokenizer.model in data.data_dir")
+
+
+# ----------------------------------------------------------------------------- NVIDIA's Llama 2 recipes
+NVIDIA_SOURCE = ("NeMo-Framework-Launcher conf/training/llama/llama2_{7b,13b,70b}.yaml "
+                 "(../shared/reference/nvidia-recipes.md)")
+
+# Settings NVIDIA's launcher uses for Llama 2 pretraining on H100, as dotted keys of the NeMo config.
+NVIDIA_PRETRAIN: Dict[str, Any] = {
+    "model.optim.name": DISTRIBUTED_ADAM,
+    "model.optim.betas": [0.9, 0.95],
+    "model.optim.weight_decay": 0.1,
+    "model.optim.bucket_cap_mb": 125,
+    "model.optim.overlap_grad_sync": True,
+    "model.optim.overlap_param_sync": True,
+    "model.optim.contiguous_grad_buffer": True,
+    "model.optim.sched.min_lr": 1e-5,
+    "model.megatron_amp_O2": True,
+    "model.gradient_accumulation_fusion": True,
+    "model.bias_activation_fusion": True,
+    "model.bias_dropout_add_fusion": True,
+    "model.masked_softmax_fusion": True,
+    "model.use_flash_attention": True,
+    "model.transformer_engine": True,
+    "model.mcore_gpt": True,
+    "model.gc_interval": 100,
+    "model.overlap_p2p_comm": True,  # with the interleaved pipeline (VP > 1), which NVIDIA uses wherever PP > 1
+    "model.batch_p2p_comm": False,
+    "model.activations_checkpoint_granularity": None,
+    "model.data.splits_string": "99990,8,2",
+    "model.global_batch_size": 2048,
+    "model.ub_tp_comm_overlap": True,  # TP > 1
+    "exp_manager.step_timing_kwargs.buffer_size": 5,
+    "exp_manager.resume_if_exists": False,
+}
+NVIDIA_PRETRAIN_BY_SIZE: Dict[str, Dict[str, Any]] = {
+    "llama2_7b": {"model.init_method_std": 0.01, "model.optim.lr": 1e-4, "model.tensor_model_parallel_size": 1,
+                  "model.pipeline_model_parallel_size": 1},
+    "llama2_13b": {"model.init_method_std": 0.01, "model.optim.lr": 1e-4, "model.tensor_model_parallel_size": 2,
+                   "model.pipeline_model_parallel_size": 1},
+    "llama2_70b": {"model.init_method_std": 0.008944, "model.optim.lr": 1.5e-4, "model.tensor_model_parallel_size": 4,
+                   "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 5},
+}
+
+# Where vdkit's pretraining config departs from NVIDIA's, and why. Everything else is NVIDIA's.
+PRETRAIN_DEPARTURES: Dict[str, str] = {
+    "model.global_batch_size": "the training design guide's GBS 144 (Table 4 is measured at it)",
+    "model.tensor_model_parallel_size": "the training design guide's layout (7B TP 2, 70B TP 4)",
+    "model.pipeline_model_parallel_size": "the training design guide's layout (7B PP 1, 70B PP 4)",
+    "model.virtual_pipeline_model_parallel_size": "the planner's choice: the interleaving depth with the lowest "
+                                                  "predicted step time (ties to the smaller), > 1 wherever PP > 1",
+    "model.overlap_p2p_comm": "on exactly when the pipeline is interleaved (NeMo refuses it without VP > 1)",
+    "model.batch_p2p_comm": "off exactly when overlap_p2p_comm is on (NeMo's rule)",
+    "model.activations_checkpoint_granularity": "the plan's recompute mode (none unless memory needs it)",
+    "model.ub_tp_comm_overlap": "off: userbuffers need an MPI bootstrap (srun --mpi=pmix) and a per-shape "
+                                "ub_cfg file NeMo 1.23's YAML does not carry; the design guide ran without it",
+    "exp_manager.step_timing_kwargs.buffer_size": "1: validation needs every step's own time, not a 5-step mean",
+    "exp_manager.resume_if_exists": "true: a requeued job (sbatch --requeue, --dependency=singleton) resumes",
+    "model.optim.name": "follows parallelism.distributed_optimizer (on by default, as NVIDIA's)",
+    "model.optim.bucket_cap_mb": "distributed Adam only",
+    "model.optim.overlap_grad_sync": "distributed Adam only",
+    "model.optim.overlap_param_sync": "distributed Adam only",
+    "model.optim.contiguous_grad_buffer": "distributed Adam only",
+}
+# NVIDIA's newer settings that NeMo 1.23 (container 24.01) cannot take: not rendered.
+NOT_IN_NEMO_1_23: Dict[str, str] = {
+    "model.apply_rope_fusion": "added to NeMo after 1.23",
+    "model.cross_entropy_loss_fusion": "added to NeMo after 1.23",
+}
+
+
+# NeMo's megatron_llama_config.yaml values for models without an NVIDIA recipe (e.g. tiny_llama).
+NEMO_LLAMA_DEFAULTS: Dict[str, Any] = {"model.optim.lr": 2e-4, "model.optim.sched.min_lr": 2e-5,
+                                       "model.init_method_std": 0.02}
+
+
+def nvidia_pretrain_settings(model_name: str) -> Dict[str, Any]:
+    """NVIDIA's pretraining settings for one Llama 2 size (common + per size); {} for other models."""
+    if model_name not in NVIDIA_PRETRAIN_BY_SIZE:
+        return {}
+    return {**NVIDIA_PRETRAIN, **NVIDIA_PRETRAIN_BY_SIZE[model_name]}

@@ -109,10 +109,20 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     return lines
 
 
+# One dead rank ends the step (and the job) instead of leaving the others in a collective until NCCL's
+# timeout; the rest get 60 s to exit after the first task ends (NeMo-Run's srun practice).
+SRUN_FLAGS = ("--kill-on-bad-exit=1", "--wait=60")
+
+
 def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
-    """The whole srun command line as argv: srun flags, pyxis flags (when the job has a container), the rank command."""
+    """The whole srun command line as argv: srun flags, pyxis flags (when the job has a container), the rank command.
+
+    ``--mpi=<cluster.mpi>`` only where the ranks bootstrap through PMI (``job.pmi``: NeMo's userbuffers TP
+    overlap would; vdkit does not enable it), never for ranks that read Slurm's variables."""
     r = plan.recipe
-    argv = ["srun", f"--mpi={r.cluster.mpi}"]
+    argv = ["srun", *SRUN_FLAGS]
+    if job.pmi and r.cluster.mpi != "none":
+        argv.append(f"--mpi={r.cluster.mpi}")
     if job.container is not None:
         names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS)
         argv += slurm_env.pyxis_args(job.container, str(run_dir), names)

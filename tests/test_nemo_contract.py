@@ -41,6 +41,7 @@ LAYOUTS = {  # extra overrides per case; every one must still honour the contrac
     "auto-2nodes": ["cluster.nodes=2"],
     "fp8-full-recompute": ["train.precision=fp8", "parallelism.recompute=full"],
     "periodic-checkpoints-shared": ["engine.checkpoint_every_n_steps=10", "run.results_dir=/shared/results"],
+    "fast-recipe": ["train.fused_kernels=true", "data.packed=true", "train.seq_length=4096"],
 }
 PINNED = [  # (model, method, overrides): interleaved pipelines and packed data
     ("llama2_13b", "sft", ["parallelism.tp=1", "parallelism.pp=4", "parallelism.vp=10"]),
@@ -59,7 +60,8 @@ def _with_room(model, method, overrides):
     return overrides
 
 
-CASES = [(mo, me, _with_room(mo, me, ov)) for mo in MODELS for me in METHODS for ov in LAYOUTS.values()] + PINNED
+CASES = [(mo, me, _with_room(mo, me, ov)) for mo in MODELS for me in METHODS for ov in LAYOUTS.values()
+         if not (me == "pretrain" and "data.packed=true" in ov)] + PINNED  # packing: fine-tuning data only
 
 
 def _template(method: str) -> dict:
@@ -279,3 +281,65 @@ def test_recipe_values_nemo_cannot_take_are_one_line_errors(overrides, match):
     with pytest.raises(UserError, match=match) as info:
         render_nemo_yaml(plan, RUN_DIR)
     assert "\n" not in str(info.value) and "fix:" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- NVIDIA's recipe
+from vdkit.recipes.nemo_contract import (NOT_IN_NEMO_1_23, NVIDIA_PRETRAIN_BY_SIZE,  # noqa: E402
+                                         PRETRAIN_DEPARTURES, nvidia_pretrain_settings)
+
+
+def _dotted(cfg: dict, key: str):
+    node = cfg
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
+@pytest.mark.parametrize("model,nodes", [("llama2_7b", 1), ("llama2_13b", 2), ("llama2_70b", 6)])
+def test_pretraining_is_nvidias_recipe_except_the_listed_departures(model, nodes):
+    plan = _plan(model, "pretrain", [f"cluster.nodes={nodes}"])
+    cfg = OmegaConf.to_container(OmegaConf.create(render_nemo_yaml(plan, RUN_DIR)), resolve=True)
+    nvidia = nvidia_pretrain_settings(model)
+    assert nvidia, f"no NVIDIA settings for {model}"
+    differ = []
+    for key, value in nvidia.items():
+        rendered = _dotted(cfg, key) if key != "model.ub_tp_comm_overlap" else cfg["model"].get("ub_tp_comm_overlap")
+        same = rendered == value or (isinstance(value, float) and rendered == pytest.approx(value))
+        if not same:
+            differ.append(key)
+    unexplained = [k for k in differ if k not in PRETRAIN_DEPARTURES]
+    assert not unexplained, f"rendered values differ from NVIDIA's without a listed reason: {unexplained}"
+    for key in NOT_IN_NEMO_1_23:
+        assert key.split(".", 1)[1] not in cfg["model"]
+
+
+def test_70b_pretraining_on_six_nodes_has_nvidias_pipeline_and_optimizer_settings():
+    plan = _plan("llama2_70b", "pretrain", ["cluster.nodes=6"])
+    model = OmegaConf.to_container(OmegaConf.create(render_nemo_yaml(plan, RUN_DIR)), resolve=True)["model"]
+    assert model["virtual_pipeline_model_parallel_size"] > 1
+    assert model["overlap_p2p_comm"] is True and model["batch_p2p_comm"] is False
+    assert model["gradient_accumulation_fusion"] is True
+    assert model["bias_activation_fusion"] is True and model["bias_dropout_add_fusion"] is True
+    assert model["gc_interval"] == 100 and model["use_flash_attention"] is True
+    assert model["init_method_std"] == NVIDIA_PRETRAIN_BY_SIZE["llama2_70b"]["model.init_method_std"] == 0.008944
+    assert model["optim"]["betas"] == [0.9, 0.95]
+    assert model["optim"]["lr"] == 1.5e-4 and model["optim"]["sched"]["min_lr"] == 1e-5
+    assert model["optim"]["overlap_grad_sync"] is True and model["optim"]["overlap_param_sync"] is True
+    assert (model["tensor_model_parallel_size"], model["pipeline_model_parallel_size"]) == (4, 4)  # the guide's
+    assert model["global_batch_size"] == 144
+
+
+def test_every_departure_names_a_reason_and_a_real_nvidia_key():
+    keys = set().union(*(nvidia_pretrain_settings(m) for m in NVIDIA_PRETRAIN_BY_SIZE))
+    for key, why in PRETRAIN_DEPARTURES.items():
+        assert key in keys and len(why) > 15
+
+
+def test_fine_tuning_keeps_the_design_guides_settings_unless_the_fast_recipe_asks():
+    guide = nemo_config(_plan("llama2_7b", "sft", []), RUN_DIR)["model"]
+    assert guide["optim"]["betas"] == [0.9, 0.98]  # NeMo's default, as the design guide ran
+    assert "gradient_accumulation_fusion" not in guide and "gc_interval" not in guide
+    fast = nemo_config(_plan("llama2_7b", "sft", ["train.fused_kernels=true"]), RUN_DIR)["model"]
+    assert fast["gradient_accumulation_fusion"] is True and fast["use_flash_attention"] is True
+    lora = nemo_config(_plan("llama2_7b", "lora", ["train.fused_kernels=true"]), RUN_DIR)["model"]
+    assert "gradient_accumulation_fusion" not in lora  # needs O2 main gradients: full-parameter only

@@ -20,10 +20,11 @@ def test_wheel_finds_conf_and_published_data_without_the_checkout(tmp_path):
     code = ("import vdkit, vdkit.config as c, vdkit.validation.tables as t; "
             "print(vdkit.__file__); print(c.conf_dir()); "
             "print(c.compose(['model=llama2_70b', 'method=lora']).model.num_layers); "
-            "print(len(c.sweep_cells('table9'))); print(bool(t.load_published('table9')))")
+            "print(len(c.sweep_cells('table9'))); print(bool(t.load_published('table9'))); "
+            "import vdkit.predict as p; print(sorted(p.fitted()) == sorted(p.FITTED_KEYS))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.split()
     assert lines[0].startswith(str(site)) and lines[1] == str(site / "vdkit" / "conf")
-    assert lines[2:] == ["80", "24", "True"]
+    assert lines[2:] == ["80", "24", "True", "True"]  # the step-time calibration too

@@ -39,9 +39,9 @@ def test_valid_pinned_layout_is_kept():
     assert p.recipe.parallelism.sequence_parallel is True
 
 
-def test_auto_picks_the_smallest_layout_that_fits_preferring_tp():
+def test_13b_sft_on_half_a_node_needs_all_four_gpus_for_the_model():
     p = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4")
-    assert p.feasible and p.tp * p.pp == 4 and p.tp == 4  # TP before PP at the same size
+    assert p.feasible and p.tp * p.pp == 4
     # every smaller model-parallel size fails memory
     for tp in (1, 2):
         smaller = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4", f"parallelism.tp={tp}",

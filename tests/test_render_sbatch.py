@@ -1,6 +1,7 @@
 """What launch.sbatch asks Slurm for and what its body sets, per cluster and layout."""
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
@@ -115,7 +116,8 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
 
     plan = make_plan(compose(["model=llama2_13b", "method=lora", "run.results_dir=/shared/results"]))
     argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
-    assert argv[:2] == ["srun", f"--mpi={plan.recipe.cluster.mpi}"]
+    assert argv[:3] == ["srun", "--kill-on-bad-exit=1", "--wait=60"]
+    assert not [a for a in argv if a.startswith("--mpi")]  # no PMI bootstrap needed (no userbuffers)
     assert argv[-len(nemo_command(plan, RUN_DIR)):] == nemo_command(plan, RUN_DIR)
     flags = dict(a.split("=", 1) for a in argv if a.startswith("--container"))
     assert flags["--container-image"] == plan.recipe.engine.container_image
@@ -130,9 +132,20 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     assert text.count("\nsrun ") == 1
 
 
-def test_mpi_is_configurable():
+def test_mpi_only_where_a_pmi_bootstrap_is_needed():
     plan = make_plan(compose(["cluster.mpi=pmi2"]))
-    assert render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))[1] == "--mpi=pmi2"
+    job = job_spec(plan, RUN_DIR)
+    assert not [a for a in render.srun_argv(plan, RUN_DIR, job) if a.startswith("--mpi")]
+    pmi_job = dataclasses.replace(job, pmi=True)  # e.g. NeMo's userbuffers TP overlap
+    assert "--mpi=pmi2" in render.srun_argv(plan, RUN_DIR, pmi_job)
+    none = make_plan(compose(["cluster.mpi=none"]))
+    assert not [a for a in render.srun_argv(none, RUN_DIR, pmi_job) if a.startswith("--mpi")]
+
+
+def test_one_dead_rank_ends_the_step():
+    plan = make_plan(compose([]))
+    argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
+    assert "--kill-on-bad-exit=1" in argv and "--wait=60" in argv
 
 
 def test_reference_engine_runs_without_a_container():
@@ -141,7 +154,7 @@ def test_reference_engine_runs_without_a_container():
     plan = make_plan(compose(["model=tiny_llama", "engine=reference", "data=synthetic", "cluster.nodes=2"]))
     argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
     assert not [a for a in argv if a.startswith("--container")]
-    assert argv == ["srun", f"--mpi={plan.recipe.cluster.mpi}"] + reference_command(RUN_DIR)
+    assert argv == ["srun", "--kill-on-bad-exit=1", "--wait=60"] + reference_command(RUN_DIR)
 
 
 @pytest.mark.parametrize("image,message", [

@@ -17,7 +17,11 @@ def test_constant_series_is_exact():
     assert e.step_time_mean_s == e.step_time_median_s == 4.0
     assert e.step_time_std_s == 0 and not e.fluctuating
     assert e.extrapolated and e.extrapolated_minutes == pytest.approx(1000 * 4.0 / 60)
-    assert e.interval_minutes == pytest.approx([1000 * 4.0 / 60] * 2)
+    # Identical samples do not prove the step time never varies: the std is floored at 1 % of the
+    # mean, so the interval is narrow but never zero wide.
+    lo, hi = e.interval_minutes
+    floor_half = t_quantile_975(44) * 0.01 * 4.0 / 45 ** 0.5 * (1000 - 5) / 60
+    assert lo < e.extrapolated_minutes < hi and hi - e.extrapolated_minutes == pytest.approx(floor_half)
 
 
 def test_warmup_counted_once_and_outliers_dropped():
@@ -78,7 +82,7 @@ def test_drift_is_flagged_and_widens_the_interval():
     assert e.fluctuating and "drift" in e.fluctuation_reason and e.drift > 0.05
     flat = estimate([e.step_time_mean_s] * 50, 1000)
     width = e.interval_minutes[1] - e.interval_minutes[0]
-    assert width > 0 and flat.interval_minutes[1] - flat.interval_minutes[0] == 0
+    assert width > 0 and 0 < flat.interval_minutes[1] - flat.interval_minutes[0] < width / 10
     # The interval reaches at least the drift of the half means either side of the estimate.
     half_gap = (statistics.fmean(ramp[5 + 22:]) - statistics.fmean(ramp[5:5 + 22])) * (1000 - 5) / 60
     assert width >= 2 * half_gap * 0.99

@@ -210,7 +210,8 @@ def test_nemo2_progress_printer_lines(tmp_path):
     p = tmp_path / "n2.out"
     p.write_text("\n".join(lines) + "\n")
     log = parse_text_log(p)
-    assert log.format == "nemo2" and log.total_steps == 50
+    # "iteration i/49" counts within the epoch: it is not max_steps (real runs print 10/999 at step 29)
+    assert log.format == "nemo2" and log.total_steps is None
     assert timings_of(log) == [(i, 9.0 + (i % 3) * 0.5) for i in range(50)]
     assert log.steps[12].consumed_samples == 13 * 128
 

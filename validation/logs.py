@@ -1,23 +1,17 @@
-"""Per-step timing from NeMo logs: 1.x TQDM progress output, 2.x ProgressPrinter lines, TensorBoard events.
+"""Per-step timing from training logs: NeMo 1.x TQDM output, NeMo 2.x ProgressPrinter lines,
+Megatron-LM / Megatron-Bridge ``training_log`` lines, and TensorBoard events.
 
-Everything streams: text is read in 1 MiB chunks and split on both ``\\r`` (TQDM's in-place
-updates) and ``\\n``; each short segment is parsed on its own (no regex ever runs over the whole
-file). The result is one :class:`StepRecord` per global step (the last update of that step wins),
-plus warnings for what looked truncated or corrupt. A source with no step timing at all is a
-:class:`UserError` naming the file.
+Everything streams: text is read in 1 MiB chunks and split on ``\\r`` (TQDM's in-place updates,
+also a literal ``^M`` pasted into a log) and ``\\n``; each short segment is parsed on its own (no
+regex ever runs over the whole file). Each format has its own module (:mod:`.nemo1`,
+:mod:`.nemo2`, :mod:`.megatron`); launcher prefixes (srun labels, torchx / NeMo-Run / Ray
+prefixes, timestamps, rank tags, ANSI codes) are handled in :mod:`.prefixes`.
 
-Formats (see ../shared/reference/nemo.md):
-
-* NeMo 1.x, one TQDM update (several per line, separated by ``\\r``)::
-
-    Epoch 0: : 42%|████▏     | 21/50 [03:10<04:23, v_num=0, reduced_train_loss=1.234,
-    global_step=20.00, consumed_samples=2688.0, train_step_timing in s=9.050][NeMo I ...] ...
-
-  TQDM prints numbers in short form (``2e+3``, ``2.56e+5``), which loses digits past three
-  significant figures; the exact step then comes from the bar counter ``21/50``.
-* NeMo 2.x ``ProgressPrinter``: ``Training epoch 0, iteration 12/49 | global_step: 12 | ... |
-  train_step_timing in s: 9.4 | consumed_samples: 1664``.
-* TensorBoard: scalar ``train_step_timing in s`` (and ``reduced_train_loss``, ``consumed_samples``).
+The result is a :class:`~.steps.StepLog`: one record per global step (the last update of a step
+wins), the checkpoint / validation events seen between steps, and warnings for anything that
+looked truncated, interleaved, restarted or written by two jobs. Values are kept as logged
+(a glitched timer's negative value included): :mod:`.extrapolate` decides what they mean and
+says so. A source with no steps at all is a :class:`UserError` naming the file.
 """
 from __future__ import annotations
 
@@ -25,16 +19,26 @@ import codecs
 import math
 import re
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from vdkit.errors import UserError
-
 # The metric names have one home, shared with the engines that write them.
-from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY  # noqa: E402
-from vdkit.logformat import GLOBAL_STEP_KEY as STEP_KEY  # noqa: E402
-from vdkit.logformat import LOSS_KEY, TIMING_KEY  # noqa: E402,F401
+from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
+from vdkit.validation.megatron import ANCHOR as MEGATRON_ANCHOR, MegatronParser, interval_spans
+from vdkit.validation.nemo1 import Nemo1Parser
+from vdkit.validation.nemo2 import ANCHOR as NEMO2_ANCHOR, Nemo2Parser
+from vdkit.validation.prefixes import line_label, strip_ansi, timestamp
+from vdkit.validation.steps import (EVENT_CHECKPOINT, EVENT_VALIDATION, TIMING_MEGATRON, TIMING_STEP,
+                                    TIMING_TQDM_RATE, StepLog, StepRecord,
+                                    step_ranges as _ranges)
+
+__all__ = ["StepLog", "StepRecord", "TIMING_KEY", "LOSS_KEY", "STEP_KEY", "SAMPLES_KEY", "iter_segments",
+           "parse_text_log", "parse_tensorboard", "merge_logs", "run_out_files", "read_source", "event_files",
+           "steps_csv"]
+
+MEGATRON_TB_TIME = "iteration-time"  # seconds per iteration, the mean over the log interval
+MEGATRON_TB_LOSS = "lm loss"
 
 CHUNK_BYTES = 1 << 20
 # A segment longer than this without a '\r' or '\n' is not a progress update (binary junk,
@@ -44,75 +48,20 @@ MAX_SEGMENT_CHARS = 1 << 20
 PathLike = Union[str, Path]
 
 
-@dataclass(slots=True)  # slots: a 100,000-step log keeps 100,000 of these
-class StepRecord:
-    """The values logged for one global step (0-based, as NeMo's ``global_step``)."""
-
-    step: int
-    timing_s: Optional[float] = None
-    loss: Optional[float] = None
-    consumed_samples: Optional[float] = None
-
-
-@dataclass
-class StepLog:
-    """The parsed steps of one run (from one or several files), sorted by step."""
-
-    source: str
-    format: str  # nemo1 | nemo2 | tensorboard (joined with '+' when files differ)
-    steps: List[StepRecord]
-    warnings: List[str] = field(default_factory=list)
-    files: List[str] = field(default_factory=list)
-    total_steps: Optional[int] = None  # the bar's total (max_steps) when the log shows it
-
-    @property
-    def timed(self) -> List[StepRecord]:
-        """Steps that carry a step time, in step order."""
-        return [s for s in self.steps if s.timing_s is not None]
-
-    @property
-    def timings(self) -> List[float]:
-        return [s.timing_s for s in self.timed]
-
-
-# ----------------------------------------------------------------------------- numbers
-def _number(text: str) -> Optional[float]:
-    """A TQDM / NeMo number (``9.050``, ``2e+3``, ``2.56e+5``); None for empty or non-numeric."""
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) else None
-
-
-def _exact_int(text: str) -> Optional[int]:
-    """The integer a number shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
-    text = text.strip()
-    if not text or "e" in text.lower():
-        return None
-    value = _number(text)
-    if value is None or value != int(value):
-        return None
-    return int(value)
-
-
-def _short_form_matches(step: int, value: float) -> bool:
-    """Whether TQDM's 3-significant-figure form of ``step`` is ``value`` (a sanity check)."""
-    return float(f"{float(step):.3g}") == value
-
-
 # ----------------------------------------------------------------------------- streaming text
-def iter_segments(path: PathLike, warnings: List[str]) -> Iterator[str]:
-    """Yield the segments of a text file split on ``\\r`` and ``\\n``, reading it in chunks.
+def iter_segments(path: PathLike, warnings: List[str]) -> Iterator[Tuple[str, str]]:
+    """Yield ``(segment, line_head)`` for a text file split on ``\\n`` and ``\\r``, read in chunks.
 
-    Undecodable bytes are replaced (and counted in a warning); an over-long segment is dropped
-    with a warning. The last segment is yielded even without a final newline (a truncated log).
+    ``line_head`` is the first segment of the line the segment belongs to (where srun labels
+    and other launcher prefixes sit; TQDM updates after a ``\\r`` carry none of their own).
+    A literal ``^M`` counts as ``\\r``. Undecodable bytes are replaced (and counted in a
+    warning); an over-long segment is dropped with a warning. The last segment is yielded even
+    without a final newline (a truncated log).
     """
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     carry = ""
+    carry_starts_line = True
+    head = ""
     dropped = 0
     bad_chars = 0
     with open(path, "rb") as fh:
@@ -121,213 +70,212 @@ def iter_segments(path: PathLike, warnings: List[str]) -> Iterator[str]:
             text = decoder.decode(raw, final=not raw)
             if "\ufffd" in text or "\x00" in text:
                 bad_chars += text.count("\ufffd") + text.count("\x00")
-            if not raw and not text:
+            if not raw and not text and not carry:
                 break
             text = carry + text
-            parts = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-            carry = parts.pop()
+            if "^M" in text:
+                text = text.replace("^M", "\r")
+            if "\r\n" in text:
+                text = text.replace("\r\n", "\n")
+            lines = text.split("\n")
+            last = lines.pop() if raw else None  # at EOF the last line is complete
+            starts = carry_starts_line
+            for line in lines:
+                if "\r" in line:
+                    segs = line.split("\r")
+                    if starts:
+                        head = segs[0]
+                    for seg in segs:
+                        if seg:
+                            yield seg, head
+                elif line:
+                    if starts:
+                        head = line
+                    yield line, head
+                starts = True
+            if last is None:
+                carry = ""
+                break
+            if "\r" in last:
+                segs = last.split("\r")
+                if starts:
+                    head = segs[0]
+                for seg in segs[:-1]:
+                    if seg:
+                        yield seg, head
+                carry, carry_starts_line = segs[-1], False
+            else:
+                carry, carry_starts_line = last, starts
             if len(carry) > MAX_SEGMENT_CHARS:
                 dropped += 1
-                carry = ""
-            yield from parts
-            if not raw:
-                break
-    if carry:
-        yield carry
+                carry, carry_starts_line = "", False
     if bad_chars:
         warnings.append(f"{path}: {bad_chars} undecodable or NUL characters (corrupt bytes?) were skipped")
     if dropped:
         warnings.append(f"{path}: {dropped} over-long segment(s) without a line break were skipped")
 
 
-# ----------------------------------------------------------------------------- NeMo 1.x (TQDM)
-_BAR_COUNTER = re.compile(r"(\d+)/(\d+|\?)\s*\[")
-_EPOCH = re.compile(r"Epoch (\d+)")
+# ----------------------------------------------------------------------------- events between steps
+# Lines that announce a checkpoint save or a validation pass (NeMo 1.x / 2.x, Megatron, Lightning).
+_CHECKPOINT_MARKS = ("aving checkpoint", "heckpoint save", "heckpoint Save", "saved checkpoint", "saving model to",
+                     "Saving latest checkpoint", "is saving checkpoint")
+_VALIDATION_MARKS = ("Validation: iteration", "Validation DataLoader", "validation loss at iteration",
+                     "alidation loss at the end", "'val_loss' reached", "'val_loss' was not in top",
+                     "'validation_loss' was not in top", "Monitored metric val")
 
 
-def _split_bar(segment: str) -> Optional[Tuple[Optional[int], int, Optional[int], Dict[str, str], bool]]:
-    """One TQDM update -> (epoch, n, total, {metric: text}, complete) or None if it is not one.
-
-    ``complete`` is False when the closing ``]`` is missing (the file was cut mid-update).
-    Only the update itself is looked at: text glued after its ``]`` (``[NeMo I ...]``) is ignored.
-    """
-    if "=" not in segment or "/" not in segment:
-        return None
-    for m in _BAR_COUNTER.finditer(segment):
-        start = m.end()
-        end = segment.find("]", start)
-        body = segment[start:] if end < 0 else segment[start:end]
-        if "=" not in body:
-            continue
-        metrics: Dict[str, str] = {}
-        for item in body.split(","):
-            key, sep, value = item.partition("=")
-            if sep:
-                metrics[key.strip()] = value.strip()
-        epoch_m = _EPOCH.search(segment, 0, m.start())
-        epoch = int(epoch_m.group(1)) if epoch_m else None
-        total = None if m.group(2) == "?" else int(m.group(2))
-        return epoch, int(m.group(1)), total, metrics, end >= 0
+def _event_kind(segment: str) -> Optional[str]:
+    if "heckpoint" in segment or "saving model" in segment:
+        if any(mark in segment for mark in _CHECKPOINT_MARKS):
+            return EVENT_CHECKPOINT
+    if "alidation" in segment or "val_loss'" in segment or "Monitored metric" in segment:
+        if any(mark in segment for mark in _VALIDATION_MARKS):
+            return EVENT_VALIDATION
     return None
-
-
-class _Nemo1Parser:
-    """Turns TQDM updates into steps; remembers per-epoch offsets between bar counter and step.
-
-    Lightning prints the bar twice per step: once right after moving the counter n (still
-    showing the previous step's metrics: a *stale* print) and once after setting the new
-    metrics. Keyed by an exact ``global_step`` the stale print just repeats the previous step.
-    Keyed by the counter (short-form steps), the stale print would claim step n-1 with old
-    metrics; it is held back and dropped when the next update has the same n.
-    """
-
-    def __init__(self, steps: Dict[int, StepRecord], warnings: List[str], name: str):
-        self.steps = steps
-        self.warnings = warnings
-        self.name = name
-        self.offsets: Dict[Optional[int], int] = {}  # epoch -> bar n minus global step
-        self.last_step: Optional[int] = None
-        self.last_n: Optional[int] = None
-        self.last_metrics: Optional[Dict[str, str]] = None
-        self.pending: Optional[Tuple[Optional[int], int, Dict[str, str]]] = None  # a possible stale print
-        self.total: Optional[int] = None
-        self.truncated = 0
-        self.approximate = 0
-        self.updates = 0
-
-    def feed(self, segment: str) -> bool:
-        parsed = _split_bar(segment)
-        if parsed is None:
-            return False
-        epoch, n, total, metrics, complete = parsed
-        if not complete:
-            # A cut-off update may hold a cut-off number: do not trust any of it.
-            self.truncated += 1
-            return True
-        self.updates += 1
-        if total is not None:
-            self.total = total
-        shown = metrics.get(STEP_KEY)
-        exact = _exact_int(shown) if shown is not None else None
-        same = metrics == self.last_metrics
-        if exact is None and same and self.last_n is not None and n == self.last_n + 1:
-            self.pending = (epoch, n, metrics)
-            self.last_n = n
-            return True
-        if self.pending is not None and self.pending[1] != n:
-            # The held-back update was not followed by its fresh print: a real step after all.
-            p_epoch, p_n, p_metrics = self.pending
-            self._record(self._counter_step(p_epoch, p_n, p_metrics.get(STEP_KEY)), p_n, p_metrics)
-        self.pending = None
-        if exact is not None:
-            if not same:  # a stale re-print (n one ahead) must not shift the offset
-                self.offsets[epoch] = n - exact
-            step = exact
-        else:
-            step = self._counter_step(epoch, n, shown)
-        self._record(step, n, metrics)
-        return True
-
-    def _record(self, step: int, n: int, metrics: Dict[str, str]) -> None:
-        self.steps[step] = StepRecord(step, _positive(metrics.get(TIMING_KEY)), _number(metrics.get(LOSS_KEY, "")),
-                                      _number(metrics.get(SAMPLES_KEY, "")))  # the last update of a step wins
-        self.last_step = step if self.last_step is None else max(self.last_step, step)
-        self.last_n = n
-        self.last_metrics = metrics
-
-    def _counter_step(self, epoch: Optional[int], n: int, shown: Optional[str]) -> int:
-        """The step of an update without an exact global_step: bar counter minus the epoch's offset."""
-        if epoch not in self.offsets:
-            # NeMo shows n = global_step + 1; a later epoch continues after the last step seen.
-            self.offsets[epoch] = 1 if self.last_step is None else n - (self.last_step + 1)
-        step = n - self.offsets[epoch]
-        approx = _number(shown) if shown is not None else None
-        if approx is not None and not _short_form_matches(step, approx):
-            self.approximate += 1
-            step = int(round(approx))
-        return step
-
-    def finish(self) -> None:
-        if self.truncated:
-            self.warnings.append(f"{self.name}: {self.truncated} progress update(s) cut off mid-line were ignored "
-                                 "(truncated log?)")
-        if self.approximate:
-            self.warnings.append(f"{self.name}: {self.approximate} step number(s) known only from TQDM's short "
-                                 "form (3 significant digits)")
-
-
-def _positive(text: Optional[str]) -> Optional[float]:
-    value = _number(text) if text is not None else None
-    return value if value is not None and value > 0 else None
-
-
-# ----------------------------------------------------------------------------- NeMo 2.x (ProgressPrinter)
-_NEMO2_ITER = re.compile(r"Training epoch (\d+), iteration (\d+)/(\d+|\?)")
-
-
-def _nemo2_line(segment: str) -> Optional[Tuple[int, Optional[int], Dict[str, str]]]:
-    """One ProgressPrinter line -> (iteration, total, {metric: text}) or None."""
-    if "Training epoch" not in segment:
-        return None
-    m = _NEMO2_ITER.search(segment)
-    if not m:
-        return None
-    metrics: Dict[str, str] = {}
-    for field_text in segment[m.end():].split(" | "):
-        key, sep, value = field_text.partition(":")
-        if sep:
-            metrics[key.strip()] = value.strip()
-    total = None if m.group(3) == "?" else int(m.group(3))
-    return int(m.group(2)), total, metrics
 
 
 # ----------------------------------------------------------------------------- text files
 def parse_text_log(path: PathLike) -> StepLog:
-    """Parse one Slurm .out / NeMo log file (1.x TQDM and 2.x ProgressPrinter lines alike).
+    """Parse one Slurm .out / NeMo / Megatron log file (every text format, mixed or not).
 
     Returns the steps found (possibly none; :func:`read_source` turns that into an error).
+    When several processes print steps (interleaved ranks under ``srun -l``, two prefixes),
+    one series is kept (the one with the most steps) and the others are named in a warning.
     """
     path = Path(path)
+    name = str(path)
     warnings: List[str] = []
-    steps: Dict[int, StepRecord] = {}
-    nemo1 = _Nemo1Parser(steps, warnings, str(path))
-    nemo2_total: Optional[int] = None
-    nemo2_lines = 0
+    by_label: Dict[Optional[str], Dict[int, StepRecord]] = {}
+    label_order: List[Optional[str]] = []
+    nemo1 = Nemo1Parser(warnings, name)
+    nemo2 = Nemo2Parser()
+    megatron = MegatronParser(warnings, name)
+    events: List[Tuple[Optional[int], str]] = []
+    restarts: List[Tuple[int, int]] = []
+    prev_step: Dict[int, int] = {}  # per series: the step of its previous line
+    last_step: Optional[int] = None
+    first_time = last_time = None
+    last_head: Optional[str] = None
+    target: Dict[int, StepRecord] = {}
     try:
-        for segment in iter_segments(path, warnings):
-            if nemo1.feed(segment):
-                continue
-            line = _nemo2_line(segment)
-            if line is None:
-                continue
-            iteration, total, metrics = line
-            nemo2_lines += 1
-            nemo2_total = total if total is not None else nemo2_total
-            step = _exact_int(metrics.get(STEP_KEY, "")) if STEP_KEY in metrics else None
-            step = iteration if step is None else step
-            steps[step] = StepRecord(step, _positive(metrics.get(TIMING_KEY)), _number(metrics.get(LOSS_KEY, "")),
-                                     _number(metrics.get(SAMPLES_KEY, "")))
+        for seg, head in iter_segments(path, warnings):
+            if "\x1b" in seg:
+                seg = strip_ansi(seg)
+            if head is not last_head:  # a new line: who printed it (cheap unless a step is found)
+                last_head = head
+                label_known = False
+            if NEMO2_ANCHOR in seg:
+                parser_hit = "nemo2"
+            elif MEGATRON_ANCHOR in seg:
+                parser_hit = "megatron"
+            elif "=" in seg and "[" in seg:
+                parser_hit = "nemo1"
+            else:
+                parser_hit = None
+            if parser_hit is not None:
+                if not label_known:
+                    label = line_label(strip_ansi(head))
+                    label_known = True
+                    target = by_label.get(label)
+                    if target is None:
+                        target = by_label[label] = {}
+                        label_order.append(label)
+                before = len(target)
+                if parser_hit == "nemo2":
+                    hit = nemo2.feed(seg, target)
+                    step = nemo2.step
+                elif parser_hit == "megatron":
+                    hit = megatron.feed(seg, target)
+                    step = megatron.step
+                else:
+                    hit = nemo1.feed(seg, target)
+                    step = nemo1.last_step
+                if hit:
+                    if parser_hit != "nemo1" and step is not None:  # (TQDM re-prints: the bar parser's business)
+                        prev = prev_step.get(id(target))
+                        if prev is not None and step < prev - 1 and len(target) == before:
+                            restarts.append((prev, step))  # the same output appended to by a requeued job
+                        prev_step[id(target)] = step
+                    if step is not None:  # events are placed after the latest step in the file's order
+                        last_step = step if parser_hit != "nemo1" or last_step is None else max(last_step, step)
+                    if first_time is None or len(target) != before:
+                        stamp = timestamp(head)
+                        if stamp:
+                            first_time = first_time or stamp
+                            last_time = stamp
+                    if parser_hit != "nemo1":
+                        continue  # a whole line: nothing else in it
+                    if nemo1.end < 0 or nemo1.end + 1 >= len(seg):
+                        continue  # a bare update
+                    seg = seg[nemo1.end + 1:]  # a record glued after the update ([NeMo I ...] Saving ...)
+            kind = _event_kind(seg) if ("heckpoint" in seg or "alidation" in seg or "val_loss'" in seg
+                                        or "saving model" in seg or "Monitored metric" in seg) else None
+            if kind is not None:
+                if (last_step, kind) not in events[-3:]:
+                    events.append((last_step, kind))
+            if "[NeMo" in seg[:16] or "[20" in seg[:8]:  # a record with a wall-clock stamp
+                stamp = timestamp(seg)
+                if stamp:
+                    first_time = first_time or stamp
+                    last_time = stamp
     except OSError as exc:
         raise UserError(f"cannot read log {path}: {exc.strerror}", "check the path and its permissions") from None
     nemo1.finish()
-    fmt = "nemo2" if nemo2_lines > nemo1.updates else "nemo1"
-    total = nemo2_total if fmt == "nemo2" else nemo1.total
-    if fmt == "nemo2" and total is not None:
-        total += 1  # ProgressPrinter shows the last iteration index (49 of 0..49)
-    log = StepLog(str(path), fmt, [steps[k] for k in sorted(steps)], warnings, [str(path)], total)
+    megatron.finish()
+
+    counts = {"nemo1": nemo1.updates, "nemo2": nemo2.lines, "megatron": megatron.lines}
+    fmt = max(counts, key=counts.get)
+    # max_steps: the TQDM bar's total or Megatron's train_iters; never NeMo 2's within-epoch m.
+    total = {"nemo1": nemo1.total, "megatron": megatron.total}.get(fmt)
+    source_kind = TIMING_MEGATRON if fmt == "megatron" else TIMING_STEP
+
+    if restarts:
+        back = "; ".join(f"after step {a} back to step {b}" for a, b in restarts[:3])
+        warnings.append(f"{name}: the run restarts inside the file ({back}{' ...' if len(restarts) > 3 else ''}: "
+                        "a requeued job appending to the same output?); the rerun's values are used")
+    chosen = _choose_series(by_label, label_order, warnings, name)
+    steps = [chosen[k] for k in sorted(chosen)]
+    if steps and not any(r.timing_s is not None for r in steps) and any(r.rate_s is not None for r in steps):
+        for r in steps:
+            r.timing_s, r.rate_s = r.rate_s, None
+        source_kind = TIMING_TQDM_RATE
+        warnings.append(f"{name}: no train_step_timing in the log: step times are TQDM's rate (s/it), a smoothed "
+                        "average that also absorbs validation and checkpoint pauses; enable "
+                        "exp_manager.log_step_timing for exact figures")
+    log = StepLog(name, fmt, steps, warnings, [name], total,
+                  [(s if s is not None else -1, k) for s, k in events], source_kind, (first_time, last_time))
     _warn_incomplete(log)
     return log
 
 
+def _choose_series(by_label: Dict[Optional[str], Dict[int, StepRecord]], order: List[Optional[str]],
+                   warnings: List[str], name: str) -> Dict[int, StepRecord]:
+    """One process's steps out of several interleaved ones (srun -l ranks, two prefixes)."""
+    filled = [lab for lab in order if by_label[lab]]
+    if not filled:
+        return {}
+    if len(filled) == 1:
+        return by_label[filled[0]]
+    best = max(filled, key=lambda lab: (len(by_label[lab]), -filled.index(lab)))
+    others = ", ".join(f"'{lab or 'no prefix'}' ({len(by_label[lab])} steps)" for lab in filled if lab != best)
+    warnings.append(f"{name}: steps are printed by more than one process: using '{best or 'no prefix'}' "
+                    f"({len(by_label[best])} steps) and ignoring {others}; they are not averaged")
+    return by_label[best]
+
+
 def _warn_incomplete(log: StepLog) -> None:
-    """Warn when the log stops before the bar's total (job killed, timed out, or still running)."""
-    if log.total_steps and log.steps and log.steps[-1].step + 1 < log.total_steps:
-        log.warnings.append(f"{log.source}: stops at step {log.steps[-1].step + 1} of {log.total_steps} "
-                            "(job killed, timed out or still running?)")
+    """Warn when the log stops before the run's max_steps (job killed, timed out, or still running)."""
+    if log.total_steps and log.steps:
+        last = log.steps[-1].step + 1
+        if last < log.total_steps:
+            log.warnings.append(f"{log.source}: stops at step {last} of {log.total_steps} "
+                                "(job killed, timed out or still running?)")
 
 
 # ----------------------------------------------------------------------------- TensorBoard
-_TB_TAGS = {TIMING_KEY: "timing_s", LOSS_KEY: "loss", SAMPLES_KEY: "consumed_samples"}
+_TB_TAGS = {TIMING_KEY: "timing_s", LOSS_KEY: "loss", SAMPLES_KEY: "consumed_samples",
+            # Megatron-LM / Megatron-Bridge: one value per log interval, at the 1-based iteration
+            MEGATRON_TB_TIME: "timing_s", MEGATRON_TB_LOSS: "loss"}
 
 
 def _tfrecords(path: Path, warnings: List[str]) -> Iterator[bytes]:
@@ -389,7 +337,8 @@ def event_files(directory: PathLike) -> List[Path]:
 def parse_tensorboard(directory: PathLike) -> StepLog:
     """Per-step scalars from the TensorBoard event files under ``directory`` (or one event file).
 
-    A step logged twice (a resumed run writing a second event file) keeps the later value.
+    A step logged twice (a resumed run writing a second event file) keeps the later value, and
+    the rewrite is reported. Values are kept as logged (non-positive ones included).
     """
     from tensorboard.compat.proto import event_pb2
     from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
@@ -398,7 +347,10 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
     warnings: List[str] = []
     steps: Dict[int, StepRecord] = {}
     files = event_files(directory)
+    rewritten: Dict[str, List[int]] = {}
+    megatron_tags = nemo_timing = False
     for path in files:
+        seen_here: set = set()
         for body in _tfrecords(path, warnings):
             data, (crc,) = body[:-4], struct.unpack("<I", body[-4:])
             try:
@@ -414,38 +366,125 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
             if masked_crc32c(data) != crc:
                 warnings.append(f"{path}: an event record failed its CRC check and was skipped")
                 continue
-            rec = steps.setdefault(int(event.step), StepRecord(int(event.step)))
+            step = int(event.step)
+            if step in steps and step not in seen_here:
+                rewritten.setdefault(str(path), []).append(step)
+                steps[step] = StepRecord(step)  # a later file rewrites the step: its values win whole
+            seen_here.add(step)
+            rec = steps.setdefault(step, StepRecord(step))
             for v in wanted:
+                if v.tag in (MEGATRON_TB_TIME, MEGATRON_TB_LOSS):
+                    megatron_tags = True
+                elif v.tag == TIMING_KEY:
+                    nemo_timing = True
                 x = _scalar(v)
                 if x is None or not math.isfinite(x):
                     continue
-                if v.tag == TIMING_KEY and x <= 0:
-                    continue
                 setattr(rec, _TB_TAGS[v.tag], x)
-    return StepLog(str(directory), "tensorboard", [steps[k] for k in sorted(steps)], warnings,
-                   [str(p) for p in files])
+    fmt, timing = "tensorboard", TIMING_STEP
+    if megatron_tags and not nemo_timing:
+        # Megatron's scalars sit at the 1-based iteration and stand for a log interval each.
+        spans, gap = interval_spans([k for k, r in steps.items() if r.timing_s is not None] or list(steps))
+        shifted: Dict[int, StepRecord] = {}
+        for k, rec in steps.items():
+            rec.step, rec.span = k - 1, spans.get(k, 1)
+            shifted[k - 1] = rec
+        steps, timing = shifted, TIMING_MEGATRON
+        if gap:
+            warnings.append(f"{directory}: {gap}")
+    for path, again in rewritten.items():
+        warnings.append(f"{path} logs steps {_ranges(again)} again (a restarted run resuming from a checkpoint?): "
+                        "its values replace the earlier ones")
+    return StepLog(str(directory), fmt, [steps[k] for k in sorted(steps)], warnings, [str(p) for p in files],
+                   timing_source=timing)
 
 
-# ----------------------------------------------------------------------------- sources
+
+# ----------------------------------------------------------------------------- run directories
+def _same_job(a: StepLog, b: StepLog, shared: List[int]) -> Optional[bool]:
+    """Whether two logs that share steps come from one job restarted (True), from two different
+    jobs (False), or cannot tell (None).
+
+    Two jobs: the shared steps report different consumed samples (another batch size or data
+    order), or the logs' wall-clock stamps overlap (both were running at once). A restart
+    resumes the same job: same samples for the same step, one log after the other.
+    """
+    a_by = {r.step: r for r in a.steps}
+    b_by = {r.step: r for r in b.steps}
+    compared = [(a_by[s].consumed_samples, b_by[s].consumed_samples) for s in shared
+                if a_by[s].consumed_samples is not None and b_by[s].consumed_samples is not None]
+    # 1 %: TQDM prints 3 significant digits (2.56e+5), another batch size differs by far more
+    if compared and any(abs(x - y) > 0.01 * max(abs(x), abs(y), 1.0) for x, y in compared):
+        return False
+    (a0, a1), (b0, b1) = a.times, b.times
+    if a0 and a1 and b0 and b1:
+        if b0 < a1 and a0 < b1:
+            return False
+        return True
+    return True if compared else None
+
+
 def merge_logs(source: str, logs: Iterable[StepLog]) -> StepLog:
-    """Merge several logs of one run (Slurm requeues) by global step; later logs win a step."""
-    logs = list(logs)
-    steps: Dict[int, StepRecord] = {}
+    """Join the logs of one run directory (oldest first) by global step.
+
+    * A requeued / restarted job resumes from its last checkpoint and reruns a few steps: its
+      segments are joined by step, the later run's values win the rerun steps, and the restart
+      is reported.
+    * Two different jobs that wrote the same steps (another batch size, or running at the same
+      time) are never averaged or interleaved: the latest job's log is used alone and both are
+      named in a warning.
+    """
+    logs = [log for log in logs]
     warnings: List[str] = []
     files: List[str] = []
     formats: List[str] = []
-    total = None
     for log in logs:
+        warnings.extend(w for w in log.warnings if "stops at step" not in w)  # judged on the merge
+        files.extend(log.files)
+        if log.format not in formats and log.steps:
+            formats.append(log.format)
+    used = [log for log in logs if log.steps]
+    # Two jobs: keep the latest job's logs only.
+    for i in range(len(used) - 1, 0, -1):
+        later = used[i]
+        for earlier in used[:i]:
+            shared = sorted({r.step for r in earlier.steps} & {r.step for r in later.steps})
+            if shared and _same_job(earlier, later, shared) is False:
+                dropped = ", ".join(Path(x.source).name for x in used[:i])
+                warnings.append(
+                    f"two different jobs wrote steps {_ranges(shared)} in {source} ({dropped} "
+                    f"and {Path(later.source).name}: other consumed samples, or running at the same time): "
+                    f"they are not averaged; only the latest, {Path(later.source).name}, is used. "
+                    "Pass one log file to choose another")
+                used = used[i:]
+                break
+        else:
+            continue
+        break
+    steps: Dict[int, StepRecord] = {}
+    events: List[Tuple[int, str]] = []
+    for log in used:
+        rerun = sorted(s for s in (r.step for r in log.steps) if s in steps)
+        if rerun:
+            warnings.append(f"restart: {Path(log.source).name} resumes at step {log.steps[0].step} and reruns "
+                            f"steps {_ranges(rerun)}; the rerun's values are used (the run's segments are joined "
+                            "by step)")
+        elif steps and log.steps and log.steps[0].step > max(steps) + 1:
+            warnings.append(f"{Path(log.source).name} starts at step {log.steps[0].step}, after a gap from step "
+                            f"{max(steps)} (steps missing between the logs)")
+        first_new = log.steps[0].step if log.steps else None
+        if first_new is not None:
+            events = [e for e in events if e[0] < first_new]  # the rerun's own events replace the old ones
         for rec in log.steps:
             steps[rec.step] = rec
-        warnings.extend(log.warnings)
-        files.extend(log.files)
+        events.extend(log.events)
+    total = None
+    for log in used:
         total = log.total_steps or total
-        if log.format not in formats:
-            formats.append(log.format)
-    merged = StepLog(source, "+".join(formats) or "none", [steps[k] for k in sorted(steps)], [], files, total)
-    # A requeued job's earlier file stopping early is expected: judge completeness on the merge.
-    merged.warnings = [w for w in warnings if "stops at step" not in w]
+    timing = used[-1].timing_source if used else TIMING_STEP
+    times = (used[0].times[0], used[-1].times[1]) if used else (None, None)
+    merged = StepLog(source, "+".join(formats) or "none", [steps[k] for k in sorted(steps)], warnings, files, total,
+                     events, timing, times)
     _warn_incomplete(merged)
     return merged
 
@@ -461,18 +500,28 @@ def _natural(name: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
 
-def read_source(path: PathLike) -> StepLog:
+def steps_csv(log: StepLog) -> str:
+    """The parsed per-step figures as CSV with a header: ``step,seconds,loss`` (empty where the log has
+    none). Values are as logged: a Megatron line is one row (its interval's mean, at the interval's
+    last step); a glitched timer's negative value is printed as it is."""
+    fmt = lambda x: "" if x is None else f"{x:.10g}"  # noqa: E731
+    rows = ["step,seconds,loss"]
+    rows += [f"{r.step},{fmt(r.timing_s)},{fmt(r.loss)}" for r in log.steps]
+    return "\n".join(rows) + "\n"
+
+
+def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
     """The steps of a run directory, a log file, or a TensorBoard event directory / file.
 
     A run directory uses its TensorBoard events under ``logs/`` when they hold step timings,
-    else its ``*.out`` files merged by global step. Raises UserError when there is no step
-    timing at all.
+    else its ``*.out`` files merged by global step. Raises UserError when there are no steps
+    at all, or (``require_timing``) no step times.
     """
     from vdkit.rundir import LOG_DIR
 
     p = Path(path)
     if not p.exists():
-        raise UserError(f"{p} does not exist", "pass a run directory, a Slurm .out / NeMo log file, "
+        raise UserError(f"{p} does not exist", "pass a run directory, a Slurm .out / NeMo / Megatron log file, "
                                                "or a TensorBoard event directory")
     if p.is_file():
         log = parse_tensorboard(p) if p.name.startswith("events.out.tfevents.") else parse_text_log(p)
@@ -489,7 +538,12 @@ def read_source(path: PathLike) -> StepLog:
         if log is None:
             raise UserError(f"no step timing in {p}: no TensorBoard events under it and no *.out files",
                             "pass a run directory after its job ran, a Slurm .out file, or an event directory")
-    if not log.timed:
-        raise UserError(f"no '{TIMING_KEY}' values in {log.source}",
-                        "pass a NeMo training log (exp_manager.log_step_timing must be on) or its TensorBoard dir")
+    if not log.steps:
+        raise UserError(f"no training steps found in {log.source}",
+                        "pass a NeMo (1.x or 2.x), Megatron-LM / Megatron-Bridge training log, a run directory "
+                        "or a TensorBoard event directory")
+    if require_timing and not log.timed:
+        raise UserError(f"no '{TIMING_KEY}' values in {log.source} ({len(log.steps)} steps without a time)",
+                        "pass a NeMo training log (exp_manager.log_step_timing must be on) or its TensorBoard dir; "
+                        "`vdkit validate --steps` still lists the steps it has")
     return log

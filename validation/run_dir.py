@@ -39,15 +39,15 @@ def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> 
 
     Keys starting with ``_`` hold the parsed log and the estimate objects (not printed).
     """
-    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 
     source = Path(source)
     log = read_source(source)
     if target_steps is None:
         target_steps = target_steps_of(source)
-    est = estimate(log.timings, target_steps, overheads)
+    est = estimate_log(log, target_steps, overheads)
     timed = log.timed
     return {"source": str(source), "format": log.format, "files": log.files,
-            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(), "warnings": log.warnings,
-            "_log": log, "_estimate": est}
+            "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(),
+            "warnings": log.warnings + est.data_warnings, "_log": log, "_estimate": est}

@@ -10,6 +10,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -45,6 +46,7 @@ class RunResult:
     log: object = None  # validation.logs.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)
+    predicted_minutes: Optional[float] = None  # the step-time model's minutes for the table's steps
     warnings: List[str] = field(default_factory=list)
 
 
@@ -52,7 +54,7 @@ def collect_run(path, target_steps: int) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
     from vdkit.config import load_recipe
     from vdkit.rundir import RECIPE_FILE, load_plan
-    from vdkit.validation.extrapolate import estimate
+    from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 
     path = Path(path)
@@ -64,6 +66,8 @@ def collect_run(path, target_steps: int) -> RunResult:
     try:
         plan = load_plan(path)  # the plan the run was rendered with, never re-planned
         res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
+        if plan.feasible:
+            res.predicted_minutes = _predicted_minutes(plan, target_steps)
     except UserError as exc:  # no readable plan.json: the run cannot be placed in the table
         res.feasible, res.reason = False, str(exc)
     if not res.feasible:
@@ -71,10 +75,22 @@ def collect_run(path, target_steps: int) -> RunResult:
     try:
         res.log = read_source(path)
         res.warnings = list(res.log.warnings)
-        res.estimate = estimate(res.log.timings, target_steps)
+        res.estimate = estimate_log(res.log, target_steps)
+        res.warnings += res.estimate.data_warnings
     except UserError as exc:
         res.error = str(exc)
     return res
+
+
+def _predicted_minutes(plan, steps: int) -> Optional[float]:
+    """The step-time model's minutes for ``steps`` steps of the plan's own layout (None off H100s)."""
+    from vdkit.predict import predict, predicts_for
+
+    r, p = plan.recipe, plan.recipe.parallelism
+    if not predicts_for(r):
+        return None
+    pred = predict(r, plan.tp, plan.pp, p.vp or 1, p.recompute or "none", bool(p.distributed_optimizer))
+    return pred.step_seconds * steps / 60.0
 
 
 def collect_runs(paths, target_steps: int) -> List[RunResult]:
@@ -101,6 +117,8 @@ class Cell:
     runs: List[str] = field(default_factory=list)
     checkpoint_gb: Optional[float] = None
     published_checkpoint_gb: Optional[float] = None
+    predicted: Optional[float] = None  # minutes the step-time model predicts for the cell as run (guide recipe)
+    predicted_fast: Optional[float] = None  # minutes for the same samples with the fast recipe (table9_fast)
 
     @property
     def ratio(self) -> Optional[float]:
@@ -116,6 +134,7 @@ class Cell:
                 "published_footnote": self.published_footnote or None, "published_na": self.published_na,
                 "ratio": _r(self.ratio, 3), "checkpoint_gb": _r(self.checkpoint_gb),
                 "published_checkpoint_gb": self.published_checkpoint_gb, "reason": self.reason or None,
+                "predicted_minutes": _r(self.predicted), "predicted_fast_minutes": _r(self.predicted_fast),
                 "runs": self.runs}
 
 
@@ -129,6 +148,8 @@ def _fill(cell: Cell, runs: List[RunResult], warnings: List[str]) -> None:
         return
     cell.runs = [r.path for r in runs]
     cell.nodes = runs[0].nodes
+    if runs[0].predicted_minutes is not None:
+        cell.predicted = runs[0].predicted_minutes
     cell.checkpoint_gb = runs[0].checkpoint_gb
     if not runs[0].feasible:
         cell.status, cell.reason = "infeasible", runs[0].reason
@@ -170,6 +191,31 @@ def _model_order(published_models: Dict[str, str], names) -> List[str]:
     return known + sorted(n for n in names if n not in published_models)
 
 
+@lru_cache(maxsize=4)
+def table9_predictions(steps: int) -> Dict[tuple, Tuple[Optional[float], Optional[float]]]:
+    """(model, GPUs, method) -> (predicted minutes of the guide's recipe for ``steps`` steps, predicted
+    minutes of the fast recipe for the same samples), from the table9 and table9_fast sweeps."""
+    from vdkit.config import compose, sweep_cells
+    from vdkit.plan import make_plan
+
+    def by_cell(sweep):
+        out = {}
+        for overrides in sweep_cells(sweep):
+            plan = make_plan(compose(overrides))
+            r = plan.recipe
+            out[(r.model.name, r.world_size, r.method.name)] = plan.prediction
+        return out
+
+    guide, fast = by_cell("table9"), by_cell("table9_fast")
+    out = {}
+    for key, g in guide.items():
+        samples = g.step.samples_per_step * steps if g else None
+        f = fast.get(key)
+        out[key] = (g.step.total_s * steps / 60.0 if g else None,
+                    f.minutes_for_samples(samples) if (f and samples) else None)
+    return out
+
+
 def table9(results: List[RunResult]) -> Table:
     """Table 9 (model x GPUs x LoRA / P-tuning / SFT minutes for 1000 steps) from run results.
 
@@ -189,10 +235,12 @@ def table9(results: List[RunResult]) -> Table:
     rows = sorted({(m, g) for m, g, _ in published if m in models} | {(m, g) for m, g, _ in by_cell})
     order = _model_order(pub["models"], models)
     rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
+    predictions = table9_predictions(int(pub["steps"])) if any(m in pub["models"] for m in models) else {}
     cells = []
     for model, gpus in rows:
         for method in TABLE9_METHODS:
             cell = Cell(model, gpus, method)
+            cell.predicted, cell.predicted_fast = predictions.get((model, gpus, method), (None, None))
             p = published.get((model, gpus, method))
             if p is not None:
                 cell.published = p.get("minutes")
@@ -207,6 +255,19 @@ def table9(results: List[RunResult]) -> Table:
                  warnings)
 
 
+def training_predictions(steps: int) -> Dict[tuple, Optional[float]]:
+    """(model, nodes) -> the step-time model's minutes for ``steps`` steps of the training sweep's cells."""
+    from vdkit.config import compose, sweep_cells
+    from vdkit.plan import make_plan
+
+    out = {}
+    for overrides in sweep_cells("training"):
+        plan = make_plan(compose(overrides))
+        r = plan.recipe
+        out[(r.model.name, r.cluster.nodes)] = plan.prediction.step_seconds * steps / 60 if plan.prediction else None
+    return out
+
+
 def training_table(results: List[RunResult]) -> Table:
     """The training guide's Table 4: time for 40 steps per model and node count, checkpoint size."""
     pub = load_published("training")
@@ -218,11 +279,13 @@ def training_table(results: List[RunResult]) -> Table:
     models = {m for m, _, _ in by_cell}
     keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
     order = _model_order(pub["models"], {k[0] for k in keys})
+    predicted = training_predictions(int(pub["steps"])) if published else {}
     cells = []
     for model, nodes, method in sorted(keys, key=lambda k: (order.index(k[0]), k[1], k[2])):
         runs = by_cell.get((model, nodes, method), [])
         gpus = runs[0].gpus if runs else nodes * 8  # published rows are whole XE9680s (8 GPUs each)
         cell = Cell(model, gpus, method, nodes=nodes)
+        cell.predicted = predicted.get((model, nodes)) if method == "pretrain" else None
         p = published.get((model, nodes)) if method == "pretrain" else None
         if p is not None:
             cell.published, cell.published_checkpoint_gb = p["minutes"], p["checkpoint_gb"]
@@ -255,6 +318,18 @@ def _pub(cell: Cell) -> str:
     return text + (f" [{cell.published_footnote}]" if cell.published_footnote else "")
 
 
+def _minutes(x: Optional[float]) -> str:
+    if x is None:
+        return "N/A"
+    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
+
+
+def _predicted_md(cell: Cell) -> str:
+    speedup = (f" ({cell.published / cell.predicted_fast:.0f}×)"
+               if cell.published and cell.predicted_fast else "")
+    return f"{_pub(cell)} / {_minutes(cell.predicted)} / {_minutes(cell.predicted_fast)}{speedup}"
+
+
 def _cell_md(cell: Cell) -> str:
     ratio = f" ({cell.ratio:.2f}×)" if cell.ratio is not None else ""
     return f"{_ours(cell)} / {_pub(cell)}{ratio}"
@@ -274,8 +349,8 @@ def to_markdown(table: Table) -> str:
                        + " | ".join(_cell_md(by_method[m]) for m in table.columns) + " |")
     else:
         out.append(f"| model | method | XE9680 nodes | GPUs | time for {table.target_steps} steps (min) "
-                   "| checkpoint size (GB) |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: |")
+                   "| predicted (min) | checkpoint size (GB) |")
+        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for c in table.cells:
             ck = "—" if c.checkpoint_gb is None else (f"{c.checkpoint_gb:,.0f}" if c.checkpoint_gb >= 10
                                                       else f"{c.checkpoint_gb:.3g}")
@@ -283,7 +358,7 @@ def to_markdown(table: Table) -> str:
             ck_ratio = (f" ({c.checkpoint_gb / c.published_checkpoint_gb:.2f}×)"
                         if c.checkpoint_gb is not None and c.published_checkpoint_gb else "")
             out.append(f"| {table.labels.get(c.model, c.model)} | {c.method} | {c.nodes} | {c.gpus} | {_cell_md(c)} "
-                       f"| {ck} / {pub_ck}{ck_ratio} |")
+                       f"| {_minutes(c.predicted)} | {ck} / {pub_ck}{ck_ratio} |")
     out += ["", "Each cell: this kit / published (ratio this kit ÷ published). "
             f"Minutes for {table.target_steps} steps of `train_step_timing` only: model load, data load, "
             "validation and checkpoint saving excluded.", "",
@@ -294,6 +369,19 @@ def to_markdown(table: Table) -> str:
             "—: not run."]
     out += [f"- [{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items()
             if k.startswith("footnote ")]
+    if table.name == "table9" and any(c.predicted is not None for c in table.cells):
+        out += ["", "### Published, predicted (the guide's recipe) and predicted (the fast recipe, same samples)", "",
+                "| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |",
+                "| --- | ---: |" + " ---: |" * len(table.columns)]
+        rows9: Dict[tuple, Dict[str, Cell]] = {}
+        for c in table.cells:
+            rows9.setdefault((c.model, c.gpus), {})[c.method] = c
+        for (model, gpus), by_method in rows9.items():
+            out.append(f"| {table.labels.get(model, model)} | {gpus} | "
+                       + " | ".join(_predicted_md(by_method[m]) for m in table.columns) + " |")
+        out += ["", "Each cell: published / predicted for the guide's recipe / predicted for the fast recipe "
+                "(`recipe=fast`: packed sequences, fused kernels, the model's layout) on the same samples, minutes "
+                "(`vdkit plan --sweep table9` and `--sweep table9_fast`; the model: `benchmarks/bench_prediction.py`)."]
     reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
     for c in reasons:
         out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
@@ -303,7 +391,7 @@ def to_markdown(table: Table) -> str:
 
 CSV_FIELDS = ("model", "gpus", "nodes", "method", "status", "minutes", "interval_lo", "interval_hi", "fluctuating",
               "published_minutes", "published_footnote", "ratio", "checkpoint_gb", "published_checkpoint_gb",
-              "reason", "runs")
+              "predicted_minutes", "predicted_fast_minutes", "reason", "runs")
 
 
 def to_csv(table: Table) -> str:

@@ -133,6 +133,7 @@ class TrainCfg:
     target_steps: int = 1000  # steps validation extrapolates to
     seq_length: int = 2048
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234
 
 
@@ -262,7 +263,24 @@ def _register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
     ConfigStore.instance().store(name="vdkit_schema", node=VdkitConfig)
+    from omegaconf import OmegaConf
+
+    # ${nvidia_pretrain:MODEL,KEY}: NVIDIA's Llama 2 pretraining value (conf/method/pretrain.yaml uses it).
+    OmegaConf.register_new_resolver("nvidia_pretrain", _nvidia_pretrain, replace=True)
     _STORED = True
+
+
+def _nvidia_pretrain(model: str, key: str):
+    """NVIDIA's launcher value of ``model.optim.KEY`` / ``model.optim.sched.KEY`` for a Llama 2 size.
+
+    Sizes NVIDIA publishes no recipe for get NeMo's llama YAML defaults (lr 2e-4, min_lr 2e-5)."""
+    from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS, nvidia_pretrain_settings
+
+    settings = {**NEMO_LLAMA_DEFAULTS, **nvidia_pretrain_settings(model)}
+    for dotted in (f"model.optim.{key}", f"model.optim.sched.{key}"):
+        if dotted in settings:
+            return settings[dotted]
+    raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -392,6 +410,9 @@ def validate_fields(r: Recipe) -> None:
         v = getattr(p, key)
         _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
     _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
+    _check(not (r.data.packed and m.name == "pretrain"),
+           "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",
+           "drop data.packed (and recipe=fast) for method=pretrain")
     _check(not (r.data.packed and t.micro_batch_size != 1),
            "data.packed=true needs train.micro_batch_size=1 (NeMo's packed sequences)",
            "set train.micro_batch_size=1 or data.packed=false")

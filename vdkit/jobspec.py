@@ -33,3 +33,4 @@ class JobSpec:
     argv: List[str]
     env: Dict[str, str] = field(default_factory=dict)
     container: Optional[Container] = None
+    pmi: bool = False  # the ranks bootstrap through PMI (srun --mpi=<cluster.mpi>); Slurm's variables otherwise

@@ -92,6 +92,8 @@ class Plan:
     checkpoint_gb: float
     layout_source: str  # "pinned", "auto" or "design guide"
     notes: Tuple[str, ...] = ()
+    prediction: object = None  # vdkit.predict.Prediction (feasible plans)
+    runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
 
     @property
     def tp(self) -> int:
@@ -117,6 +119,10 @@ class Plan:
             "memory_per_gpu_gb": round(self.memory.total_gb, 2), "gpu_memory_gb": r.cluster.gpu_memory_gb,
             "feasible": self.feasible, "borderline": self.borderline, "reason": self.reason,
             "checkpoint_gb": round(self.checkpoint_gb, 1), "notes": list(self.notes),
+            "runner_up": self.runner_up,
+            **(self.prediction.to_dict() if self.prediction else
+               dict.fromkeys(("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",
+                              "predicted_gpu_hours"))),
         }
 
 
@@ -205,17 +211,127 @@ def checkpoint_gb(r: Recipe) -> float:
     return trainable_params(r) * CHECKPOINT_BYTES_PER_PARAM / GB
 
 
+# ----------------------------------------------------------------------------- layout search
+# Headroom: the memory model already counts OVERHEAD_GB (CUDA context and cuBLAS / Transformer Engine
+# workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the rest for slack).
+# What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what is
+# reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
+# co-scheduled monitoring process - needs a reserve of its own: an automatic layout must leave
+# HEADROOM of the GPU unused. Pinned layouts are only checked against the whole GPU.
+HEADROOM = 0.10
+TIE = 0.01  # predicted step times within 1 % are a tie (the model is not that precise)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout the planner weighs: its memory, whether it fits (with headroom) and its step time."""
+
+    tp: int
+    pp: int
+    vp: int
+    recompute: str
+    memory: Memory
+    fits: bool  # within the GPU's memory
+    roomy: bool  # within the GPU's memory less HEADROOM
+    step: object = None  # vdkit.predict.StepTime (filled by rank_candidates)
+
+    @property
+    def label(self) -> str:
+        return f"TP {self.tp} x PP {self.pp}" + (f" (VP {self.vp})" if self.vp > 1 else "") + \
+               (f", recompute {self.recompute}" if self.recompute != "none" else "")
+
+
+def _vp_options(r: Recipe, pp: int, pinned_vp: Optional[int], dp: int) -> List[int]:
+    """Interleaving depths to weigh: the pinned one, else 1 and every VP NeMo accepts for this PP."""
+    if pinned_vp:
+        return [pinned_vp]
+    micro = r.train.global_batch_size // (r.train.micro_batch_size * dp)
+    if pp < 2 or micro % pp:  # NeMo's interleaved schedule needs micro batches per step % PP == 0
+        return [1]
+    return [1] + [v for v in _divisors(r.model.num_layers // pp) if v > 1]
+
+
+def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optional[int],
+                      recompute: Optional[str], sequence_parallel: Optional[bool],
+                      distributed_optimizer: bool) -> List[Candidate]:
+    """Every valid layout within the pins (tp, pp, vp, recompute), with its memory and fit."""
+    cap = r.cluster.gpu_memory_gb
+    out = []
+    for ltp, lpp in _candidate_layouts(r, tp, pp, vp or 1):
+        dp = r.world_size // (ltp * lpp)
+        sp = (ltp > 1) if sequence_parallel is None else sequence_parallel
+        for lvp in _vp_options(r, lpp, vp, dp):
+            if layout_violations(r, ltp, lpp, lvp):
+                continue
+            for rc in ([recompute] if recompute else ["none", "selective", "full"]):
+                mem = estimate_memory(r, ltp, lpp, lvp, sp, rc, distributed_optimizer)
+                out.append(Candidate(ltp, lpp, lvp, rc, mem, mem.total_gb <= cap,
+                                     mem.total_gb <= cap * (1 - HEADROOM)))
+    return out
+
+
+def rank_candidates(r: Recipe, candidates: List[Candidate], distributed_optimizer: bool,
+                    constants: Optional[dict] = None) -> List[Candidate]:
+    """The candidates that fit, fastest first (predicted step time; ties: less memory)."""
+    from vdkit.predict import predict_step
+
+    ranked = [dataclasses.replace(c, step=predict_step(r, c.tp, c.pp, c.vp, c.recompute, distributed_optimizer,
+                                                       constants))
+              for c in candidates if c.fits]
+    ranked.sort(key=lambda c: (round(c.step.total_s, 9), c.memory.total_gb))
+    return ranked
+
+
+def choose(ranked: List[Candidate], pinned: bool = False
+           ) -> Tuple[Optional[Candidate], Optional[Candidate], Optional[Candidate]]:
+    """(chosen, runner-up, faster-without-headroom) from ranked candidates.
+
+    The chosen layout is the fastest that leaves the headroom (else, or when TP x PP are pinned, the
+    fastest that fits at all);
+    the runner-up the fastest layout with another TP x PP that leaves it; the third a layout faster than
+    the chosen one that fits only without the headroom (None when there is none).
+    """
+    roomy = [c for c in ranked if c.roomy]
+    pool = roomy if roomy and not pinned else ranked  # a pinned TP x PP only has to fit
+    if not pool:
+        return None, None, None
+    # Near-ties (within TIE) go to the simpler layout: no or less interleaving, fewer model-parallel GPUs.
+    near = [c for c in pool if c.step.total_s <= pool[0].step.total_s * (1 + TIE)]
+    chosen = min(near, key=lambda c: (c.vp, c.tp * c.pp, c.step.total_s))
+    runner = next((c for c in pool if (c.tp, c.pp) != (chosen.tp, chosen.pp)), None)
+    faster = next((c for c in ranked if not c.roomy and c.step.total_s < chosen.step.total_s), None)
+    return chosen, runner, faster
+
+
+def _why_lost(chosen: Candidate, other: Candidate) -> str:
+    """One line: how much slower ``other`` is and which term makes the difference."""
+    a, b = chosen.step.terms(), other.step.terms()
+    term = max(b, key=lambda k: b[k] - a[k])
+    slower = other.step.total_s / chosen.step.total_s - 1
+    if slower <= TIE:
+        why = (f"a tie within {TIE:.0%}: the simpler layout wins (fewer model-parallel GPUs, less interleaving)"
+               if (other.vp, other.tp * other.pp) >= (chosen.vp, chosen.tp * chosen.pp) else
+               f"a tie within {TIE:.0%}")
+    else:
+        why = f"{slower:.0%} slower: {term} {b[term]:.3g} s vs {a[term]:.3g} s"
+    return f"{other.label}: {other.step.total_s:.3g} s/step, {other.memory.total_gb:.1f} GB; {why}"
+
+
 # ----------------------------------------------------------------------------- planning
 def make_plan(recipe: Recipe) -> Plan:
-    """Decide (or check) the layout of ``recipe`` and estimate its memory.
+    """Decide (or check) the layout of ``recipe``, estimate its memory and predict its step time.
 
-    Raises UserError when a pinned layout breaks a rule; returns a plan with ``feasible=False``
-    and the arithmetic in ``reason`` when nothing fits the GPU's memory.
+    Automatic layouts: among the valid layouts that fit with HEADROOM, the one with the lowest
+    predicted step time (the plan names the runner-up and why it lost). Pinned layouts are checked,
+    never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
+    ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
     if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.sharded)
         from vdkit.sharded import make_sharded_plan
 
         return make_sharded_plan(recipe)
+    from vdkit.predict import Prediction, predicts_for
+
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
     tp, pp = p.tp, p.pp
@@ -229,39 +345,28 @@ def make_plan(recipe: Recipe) -> Plan:
                             "change parallelism.tp / parallelism.pp, or leave them unset to let the planner pick")
     full_method = recipe.method.name in ("sft", "pretrain")
     dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
-    recomputes = [p.recompute] if p.recompute else ["none", "selective", "full"]
 
-    best: Optional[Tuple[float, int, int, str, Memory]] = None
-    chosen = None
-    layouts = list(_candidate_layouts(recipe, tp, pp, vp))
-    if not layouts:
+    if not list(_candidate_layouts(recipe, tp, pp, vp)):
         broken = layout_violations(recipe, tp or 1, pp or 1, vp) if (tp or pp) else []
         raise UserError(f"no valid layout for {m.name} on {recipe.world_size} GPUs"
                         + (f" with tp={tp}" if tp else "") + (f" pp={pp}" if pp else "")
                         + (f": {broken[0]}" if broken else ""),
                         "change parallelism.tp / pp, train.global_batch_size or cluster.nodes")
+    # A layout the user pinned keeps its VP (1 unless given); automatic and design-guide layouts weigh VP too.
+    pinned_vp = p.vp or (1 if source == "pinned" else None)
+    cands = candidate_layouts(recipe, tp, pp, pinned_vp, p.recompute, p.sequence_parallel, dist_opt)
+    ranked = rank_candidates(recipe, cands, dist_opt)
+    chosen, runner, faster = choose(ranked, pinned=bool(tp and pp))
     cap = recipe.cluster.gpu_memory_gb
-    for ltp, lpp in layouts:
-        sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
-        for rc in recomputes:
-            mem = estimate_memory(recipe, ltp, lpp, vp, sp, rc, dist_opt)
-            if best is None or mem.total_gb < best[0]:
-                best = (mem.total_gb, ltp, lpp, rc, mem)
-            if mem.total_gb <= cap:
-                chosen = (ltp, lpp, rc, mem)
-                break
-        if chosen:
-            break
-    if chosen is None:
-        ltp, lpp, rc, mem = best[1], best[2], best[3], best[4]
-    else:
-        ltp, lpp, rc, mem = chosen
+    if chosen is None:  # nothing fits: report the layout that comes closest
+        chosen = min(cands, key=lambda c: c.memory.total_gb)
+    ltp, lpp, lvp, rc, mem = chosen.tp, chosen.pp, chosen.vp, chosen.recompute, chosen.memory
     sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
-    resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=vp, sequence_parallel=sp, recompute=rc,
+    resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=lvp, sequence_parallel=sp, recompute=rc,
                                        distributed_optimizer=dist_opt)
     dp = recipe.world_size // (ltp * lpp)
     grad_accum = recipe.train.global_batch_size // (recipe.train.micro_batch_size * dp)
-    feasible = chosen is not None
+    feasible = chosen.fits
     total = mem.total_gb
     borderline = abs(total - cap) <= BORDERLINE * cap
     reason, notes = None, []
@@ -270,12 +375,28 @@ def make_plan(recipe: Recipe) -> Plan:
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
                   f"{mem.optimizer_gb:.1f} + activations {mem.activations_gb:.1f} + overhead {mem.overhead_gb:.1f}) "
                   f"> {cap:g} GB on {recipe.world_size} GPUs" + ("; borderline" if borderline else ""))
-        reason += _what_would_fit(recipe, ltp, lpp, vp, sp, rc, dist_opt)
+        reason += _what_would_fit(recipe, ltp, lpp, lvp, sp, rc, dist_opt)
     elif borderline:
         notes.append(f"borderline: {total:.1f} of {cap:g} GB per GPU")
+    if feasible and not chosen.roomy:
+        notes.append((f"this layout leaves less than the {HEADROOM:.0%} headroom" if tp and pp else
+                      f"no layout leaves the {HEADROOM:.0%} headroom")
+                     + f" ({cap * (1 - HEADROOM):.0f} of {cap:g} GB usable): it needs {total:.1f} GB")
+    runner_up = None
+    if feasible and runner is not None:
+        runner_up = _why_lost(chosen, runner)
+    if feasible and faster is not None:
+        notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
+                     f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
+    prediction = None
+    if feasible and predicts_for(recipe):
+        prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
+    elif feasible:
+        notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
+                     " (the layout is still the one it predicts fastest)")
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
-                layout_source=source, notes=tuple(notes))
+                layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up)
 
 
 def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:

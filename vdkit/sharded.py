@@ -129,9 +129,33 @@ def make_sharded_plan(recipe: Recipe):
         reason += _what_would_fit(recipe, rc)
     resolved = recipe.with_parallelism(tp=1, pp=1, vp=1, sequence_parallel=False, recompute=rc,
                                        distributed_optimizer=True)
+    prediction = _prediction(resolved, rc) if feasible else None
+    if feasible and prediction is None:
+        notes.append(f"no step-time prediction: the step-time model describes "
+                     f"{', '.join(_calibrated_gpus())}, not {recipe.cluster.gpu_type}")
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
-                layout_source=p.sharding, notes=tuple(notes))
+                layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
+
+
+def _calibrated_gpus():
+    from vdkit.predict import calibration
+
+    return list(calibration()["hardware"]["gpu_types"])
+
+
+def _prediction(r: Recipe, recompute: str):
+    """The kit's step-time model (vdkit.predict) on the data-parallel layout, where it knows the GPU.
+
+    Compute, per-micro-batch overhead and optimizer as for any DP layout; communication as its
+    once-per-step gradient all-reduce (FSDP / ZeRO-3 move ~1.5x those bytes, per micro batch, mostly
+    overlapped with compute - not modelled separately, so this is a lower bound on communication).
+    """
+    from vdkit.predict import predict, predicts_for
+
+    if not predicts_for(r):
+        return None
+    return predict(r, 1, 1, 1, recompute, distributed_optimizer=True)
 
 
 def _what_would_fit(r: Recipe, rc: str) -> str:

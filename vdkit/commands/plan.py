@@ -7,10 +7,11 @@ from vdkit.args import add_override_args
 
 
 def register(sub) -> None:
-    p = sub.add_parser("plan", help="is it feasible? which TP/PP? memory per GPU? checkpoint size?",
+    p = sub.add_parser("plan", help="is it feasible? which TP/PP? memory per GPU? how long? checkpoint size?",
                        description="Compose the recipe from conf/ and OVERRIDES, validate it and print the plan: "
-                                   "layout (TP, PP, DP, gradient accumulation), per-GPU memory by part, whether it "
-                                   "fits the GPU and why not, and the checkpoint size. With -m or --sweep, one row "
+                                   "layout (TP, PP, DP, gradient accumulation; automatic layouts are the fastest predicted that "
+                                   "fit with headroom), per-GPU memory by part, whether it fits the GPU and why not, the "
+                                   "predicted step time, minutes, tokens/s per GPU and GPU-hours, and the checkpoint size. With -m or --sweep, one row "
                                    "per cell.")
     add_override_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per plan (one per line)")
@@ -61,23 +62,37 @@ def describe(plan) -> str:
         f"  verdict     {verdict}" + (f": {plan.reason}" if plan.reason else ""),
         f"  checkpoint  {plan.checkpoint_gb:,.1f} GB (weights + optimizer states)",
     ]
+    pred = plan.prediction
+    if pred is not None:
+        terms = pred.step.terms()
+        lines += [
+            f"  predicted   {pred.step_seconds:.3g} s/step, {pred.minutes:,.1f} min for {r.train.target_steps} steps, "
+            f"{pred.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {pred.gpu_hours:,.1f} GPU-hours",
+            "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
+            + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
+        ]
+    if plan.runner_up:
+        lines.append(f"  runner-up   {plan.runner_up}")
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
 
 
 def table(plans) -> str:
     """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
-    head = ("model", "method", "GPUs", "nodes", "TP", "PP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
-            "ckpt GB")
+    head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
+            "ckpt GB", "s/step", "minutes", "tok/s/GPU")
     rows = []
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
         fits = "yes" if plan.feasible else "NO"
         if plan.borderline:
             fits += " (borderline)"
+        pred = plan.prediction
+        timing = ((f"{pred.step_seconds:.3g}", f"{pred.minutes:,.1f}", f"{pred.tokens_per_s_per_gpu:,.0f}")
+                  if pred else ("-", "-", "-"))
         rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
-                     str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
-                     f"{plan.checkpoint_gb:,.1f}"))
+                     str(p.vp), str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
+                     f"{plan.checkpoint_gb:,.1f}", *timing))
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

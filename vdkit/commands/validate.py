@@ -24,6 +24,9 @@ def register(sub) -> None:
     v.add_argument("--target-steps", type=int, metavar="N",
                    help=f"steps to extrapolate to (default: the run's train.target_steps, else {DEFAULT_TARGET_STEPS})")
     v.add_argument("--json", action="store_true", help="print one JSON object per run (one per line)")
+    v.add_argument("--steps", action="store_true",
+                   help="print the parsed per-step figures of one source as CSV (step,seconds,loss; loss empty where "
+                        "the log has none) instead of an estimate; works on logs too short to extrapolate")
     v.add_argument("--val-every", type=int, default=0, metavar="N", help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=float, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
@@ -64,17 +67,22 @@ def describe(result: dict) -> str:
     r = result
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     where = "extrapolated from" if r["extrapolated"] else "measured over"
+    intervals = r.get("iterations_measured", r["steps_measured"]) != r["steps_measured"]
+    unit = "log interval(s)" if intervals else "step(s)"
+    its = f", {r['iterations_measured']} iterations" if intervals else ""
     lines = [
         f"{r['source']}  ({r['format']}: {', '.join(Path(f).name for f in r['files'][:3])}"
         f"{' ...' if len(r['files']) > 3 else ''})",
-        f"  measured      {r['steps_measured']} timed steps (global steps {r['first_step']}-{r['last_step']})",
-        f"  warm-up       {r['warmup_steps']} step(s) excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
+        f"  measured      {r['steps_measured']} timed {unit} (global steps {r['first_step']}-{r['last_step']}"
+        f"{its})",
+        f"  warm-up       {r['warmup_steps']} {unit} excluded, {r['warmup_seconds']:.1f} s: {r['warmup_reason']}",
         f"  steady state  mean {r['step_time_mean_s']:.4g} s, median {r['step_time_median_s']:.4g} s, "
         f"std {r['step_time_std_s']:.3g} s (CV {pct(r['step_time_cv'])}), p5-p95 {r['step_time_p5_s']:.4g}-"
         f"{r['step_time_p95_s']:.4g} s, drift {r['drift']:+.1%}",
         f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
         f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
-        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} steps",
+        f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} {unit}",
+        f"  interval      {r['interval_method']}",
         f"  includes      {'; '.join(r['includes'])}",
         f"  excludes      {', '.join(r['excludes']) or 'nothing'}",
     ]
@@ -82,7 +90,23 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
+def run_steps(args) -> int:
+    """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
+    from vdkit.validation.logs import read_source, steps_csv
+
+    if len(args.sources) != 1:
+        raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",
+                        "run `vdkit validate --steps` once per source")
+    log = read_source(args.sources[0], require_timing=False)
+    sys.stdout.write(steps_csv(log))
+    for w in log.warnings:
+        print(f"vdkit validate: warning: {w}", file=sys.stderr)
+    return 0
+
+
 def run_validate(args) -> int:
+    if args.steps:
+        return run_steps(args)
     from vdkit.rundir import find_run_dir
     from vdkit.validation.run_dir import validate_one
 

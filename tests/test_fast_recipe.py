@@ -1,0 +1,83 @@
+"""The fast recipe: the guide's samples, packed, fused kernels, the model's layout - at least 10x sooner."""
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from vdkit.config import compose, load_sweep, sweep_cells
+from vdkit.plan import make_plan
+from vdkit.validation import tables
+
+GUIDE_SAMPLES = 1000 * 128  # Table 9: 1000 steps of GBS 128, one Dolly sample per sequence
+
+
+@pytest.fixture(scope="module")
+def predictions():
+    return tables.table9_predictions(1000)
+
+
+def test_fast_recipe_trains_on_the_guides_samples():
+    plan = make_plan(compose(["recipe=fast"]))
+    r, step = plan.recipe, plan.prediction.step
+    assert r.data.packed and r.train.fused_kernels and r.train.micro_batch_size == 1
+    # target_steps (conf/recipe/fast.yaml) = the fewest whole steps that cover the guide's samples
+    assert r.train.target_steps == math.ceil(GUIDE_SAMPLES / step.samples_per_step)
+    # and each step carries about the guide's 128 samples (the optimizer sees comparable batches)
+    assert 0.9 * 128 <= step.samples_per_step <= 1.2 * 128
+
+
+def test_the_guide_recipe_is_the_default():
+    r = compose([])
+    assert not r.data.packed and not r.train.fused_kernels and r.train.global_batch_size == 128
+
+
+def test_the_fast_recipe_is_for_customization_only():
+    from vdkit.errors import UserError
+
+    with pytest.raises(UserError, match="data.packed=true is for fine-tuning data"):
+        compose(["recipe=fast", "method=pretrain"])
+
+
+def test_table9_fast_has_every_table9_cell():
+    fast = load_sweep("table9_fast")
+    assert fast["base"] == ["recipe=fast"]
+    assert fast["cells"] == load_sweep("table9")["cells"]
+
+
+def test_fast_is_at_least_ten_times_sooner_in_every_published_cell(predictions):
+    published = {(c["model"], c["gpus"], c["method"]): c["minutes"] for c in tables.load_published("table9")["cells"]}
+    timed = {k: v for k, v in published.items() if v is not None}
+    assert len(timed) == 19
+    for key, minutes in timed.items():
+        guide, fast = predictions[key]
+        assert guide is not None and fast is not None, key
+        assert minutes / fast >= 10, f"{key}: published {minutes} min, fast predicted {fast:.1f} min"
+    # the guide's N/A cells that cannot run stay N/A in both recipes
+    assert predictions[("llama2_70b", 8, "sft")] == (None, None)
+    assert predictions[("llama2_70b", 16, "sft")] == (None, None)
+
+
+@pytest.mark.parametrize("cell", [c for c in sweep_cells("table9_fast")
+                                  if "model=llama2_70b" not in c or "method=sft" not in c][::5])
+def test_table9_fast_renders(cell, tmp_path):
+    from vdkit.recipes.nemo import render_nemo_yaml
+
+    plan = make_plan(compose(cell))
+    assert plan.feasible
+    model = OmegaConf.to_container(OmegaConf.create(render_nemo_yaml(plan, tmp_path)), resolve=True)["model"]
+    assert model["data"]["train_ds"]["packed_sequence"] is True
+    assert model["data"]["train_ds"]["max_seq_length"] == 4096 and model["global_batch_size"] == 4
+    assert model["bias_activation_fusion"] is True and model["use_flash_attention"] is True
+
+
+def test_report_shows_published_predicted_guide_and_fast_side_by_side():
+    run = tables.RunResult("runs/x", "llama2_7b", "lora", 4, 1, True)
+    table = tables.table9([run])
+    cell = next(c for c in table.cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
+    assert cell.published == 102 and cell.predicted and cell.predicted_fast
+    assert cell.predicted_fast * 10 <= cell.published
+    md = tables.to_markdown(table)
+    assert "predicted for the fast recipe" in md
+    assert f"102 / {cell.predicted:.3g} / {cell.predicted_fast:.3g}" in md
+    d = cell.to_dict()
+    assert d["predicted_minutes"] and d["predicted_fast_minutes"]

@@ -1,0 +1,132 @@
+"""The step-time model's physics, and the planner choosing layouts by it (with headroom)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vdkit import predict as P
+from vdkit.config import compose, sweep_cells
+from vdkit.plan import HEADROOM, TIE, candidate_layouts, make_plan
+
+
+def recipe(*overrides):
+    return compose(list(overrides))
+
+
+# ----------------------------------------------------------------------------- physics
+@pytest.mark.parametrize("model, published_tflops, published_tokens", [
+    ("llama2_7b", 780, 16934), ("llama2_13b", 760, 8715), ("llama2_70b", 768, 1728)])
+def test_pretraining_flops_per_token_match_nvidias_published_pairs(model, published_tflops, published_tokens):
+    # NVIDIA's FP8 pretraining table gives both model TFLOP/s and tokens/s: their ratio is FLOPs per token.
+    fpt = P.flops_per_token(recipe(f"model={model}", "method=pretrain"))
+    assert fpt == pytest.approx(published_tflops * 1e12 / published_tokens, rel=0.01)
+
+
+def test_peft_skips_weight_gradients_and_full_recompute_adds_a_forward():
+    sft, lora = recipe("method=sft"), recipe("method=lora")
+    assert P.flops_per_token(lora) == pytest.approx(P.flops_per_token(sft) * 2 / 3)
+    assert P.flops_per_token(sft, "full") == pytest.approx(P.flops_per_token(sft) * 4 / 3, rel=0.01)
+
+
+def test_tokens_per_sample_come_from_the_data_or_the_sequence():
+    assert P.tokens_per_sample(recipe("method=lora")) == pytest.approx(114.5357, abs=1e-3)
+    assert P.tokens_per_sample(recipe("method=ptuning")) == pytest.approx(124.5357, abs=1e-3)  # + virtual tokens
+    assert P.tokens_per_sample(recipe("method=lora", "data.packed=true", "train.seq_length=4096")) == 4096
+    assert P.tokens_per_sample(recipe("method=pretrain")) == 4096
+    packed = recipe("method=lora", "data.packed=true", "train.seq_length=4096")
+    assert P.samples_per_sequence(packed) == pytest.approx(4096 * 0.95 / 114.5357, rel=1e-3)
+
+
+def test_bubble_is_pp_minus_one_over_vp_stage_times():
+    r = recipe("model=llama2_13b", "method=sft", "parallelism.tp=2", "parallelism.pp=4", "train.fused_kernels=true")
+    flat = P.predict_step(r, 2, 4, 1, "none", True)
+    inter = P.predict_step(r, 2, 4, 5, "none", True)
+    micro = r.train.global_batch_size // (r.train.micro_batch_size * (r.world_size // (2 * 4)))  # DP 1: 128
+    stage = (flat.compute_s + flat.overhead_s + flat.parts["tensor_parallel_s"] + flat.parts["pipeline_p2p_s"]) / micro
+    assert flat.bubble_s == pytest.approx(3 * stage)
+    assert inter.bubble_s == pytest.approx(flat.bubble_s / 5, rel=0.05)
+    assert inter.total_s < flat.total_s
+
+
+def test_fewer_adapters_make_cross_node_gradients_slower():
+    eight = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2")
+    four = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2", "cluster=xe9680_4nic")
+    a, b = P.predict_step(eight, 2, 1, 1, "none", True), P.predict_step(four, 2, 1, 1, "none", True)
+    assert b.parts["data_parallel_s"] == pytest.approx(2 * a.parts["data_parallel_s"], rel=0.01)
+    one_node = recipe("model=llama2_13b", "method=sft")  # DP within a node: NVLink
+    assert P.predict_step(one_node, 2, 1, 1, "none", True).parts["data_parallel_s"] < a.parts["data_parallel_s"]
+
+
+def test_the_guides_unpacked_runs_are_overhead_bound_and_packing_is_compute_bound():
+    guide = P.predict_step(recipe("method=lora"), 1, 1)
+    packed = P.predict_step(recipe("method=lora", "data.packed=true", "train.seq_length=4096",
+                                   "train.fused_kernels=true"), 1, 1)
+    assert guide.dominant(1)[0][0] == "per-micro-batch overhead"
+    assert packed.dominant(1)[0][0] == "compute"
+    assert packed.tokens_per_step / packed.total_s > 20 * guide.tokens_per_step / guide.total_s
+
+
+# ----------------------------------------------------------------------------- the plan's prediction
+def test_plan_json_carries_the_predictions():
+    out = subprocess.run([sys.executable, "-m", "vdkit", "plan", "model=llama2_7b", "method=lora", "--json"],
+                         capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    for key in ("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",
+                "predicted_gpu_hours"):
+        assert d[key] > 0
+    assert d["predicted_minutes"] == pytest.approx(d["predicted_step_seconds"] * 1000 / 60, rel=1e-3)
+    assert d["predicted_gpu_hours"] == pytest.approx(d["predicted_minutes"] / 60 * 8, rel=1e-3)
+    tokens = 128 * 114.5357
+    assert d["predicted_tokens_per_s_per_gpu"] == pytest.approx(tokens / d["predicted_step_seconds"] / 8, rel=1e-3)
+
+
+def test_plan_text_shows_the_terms_and_the_runner_up():
+    out = subprocess.run([sys.executable, "-m", "vdkit", "plan", "model=llama2_70b", "method=lora",
+                          "cluster.nodes=2"], capture_output=True, text=True, check=True).stdout
+    for word in ("predicted", "s/step", "GPU-hours", "compute", "pipeline bubble", "communication",
+                 "per-micro-batch overhead", "dominant", "runner-up"):
+        assert word in out
+
+
+def _fastest_roomy(r, dist_opt):
+    """Independently of the planner: the best predicted step time among layouts with headroom."""
+    cands = [c for c in candidate_layouts(r, None, None, None, None, None, dist_opt) if c.roomy]
+    return min(P.predict_step(r, c.tp, c.pp, c.vp, c.recompute, dist_opt).total_s for c in cands)
+
+
+@pytest.mark.parametrize("cell", sweep_cells("table9"), ids=lambda c: "-".join(x.split("=")[1] for x in c[:3]))
+def test_every_table9_auto_layout_is_the_predicted_fastest_with_headroom(cell):
+    plan = make_plan(compose(cell))
+    if not plan.feasible:
+        assert (plan.recipe.model.name, plan.recipe.method.name) == ("llama2_70b", "sft")
+        return
+    assert plan.memory.total_gb <= plan.recipe.cluster.gpu_memory_gb * (1 - HEADROOM)
+    best = _fastest_roomy(compose(cell), plan.recipe.parallelism.distributed_optimizer)
+    assert plan.prediction.step_seconds <= best * (1 + TIE) + 1e-12
+
+
+def test_70b_lora_on_two_nodes_leaves_real_headroom():
+    plan = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2"))
+    assert plan.feasible and plan.memory.total_gb <= 80 * (1 - HEADROOM)
+    assert 80 - plan.memory.total_gb >= 15  # GB free, not a sliver
+    # the old rule's pick (smallest TP x PP that fits) leaves no headroom and is not chosen
+    old = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.tp=2",
+                           "parallelism.pp=1"))
+    assert old.feasible and old.memory.total_gb > 80 * (1 - HEADROOM)
+    assert (plan.tp, plan.pp) != (2, 1)
+    assert any("headroom" in n for n in old.notes)
+    assert plan.runner_up and "s/step" in plan.runner_up
+
+
+def test_pinned_layouts_are_checked_never_changed():
+    slow = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.tp=8",
+                            "parallelism.pp=2", "parallelism.vp=5"))
+    auto = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2"))
+    assert (slow.tp, slow.pp, slow.recipe.parallelism.vp, slow.layout_source) == (8, 2, 5, "pinned")
+    assert slow.prediction.step_seconds >= auto.prediction.step_seconds * (1 - TIE)
+
+
+def test_pretraining_70b_interleaves_its_pipeline():
+    plan = make_plan(recipe("model=llama2_70b", "method=pretrain", "cluster.nodes=6"))
+    assert (plan.tp, plan.pp) == (4, 4) and plan.recipe.parallelism.vp > 1

@@ -1,0 +1,38 @@
+"""Numbers as training logs print them: ``9.050``, ``2e+3``, ``1.010E-06``, ``0.1903 (slow)``."""
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+_LEAD = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)")
+
+
+def number(text: Optional[str]) -> Optional[float]:
+    """The number a value starts with (anything after it, such as a user's note, is ignored);
+    None for empty or non-numeric text and for inf / nan."""
+    if not text:
+        return None
+    try:
+        value = float(text)  # the common case, fast
+    except ValueError:
+        m = _LEAD.match(text)
+        if not m:
+            return None
+        value = float(m.group(1))
+    return value if math.isfinite(value) else None
+
+
+def exact_int(text: Optional[str]) -> Optional[int]:
+    """The integer a value shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
+    if not text or "e" in text or "E" in text:
+        return None
+    value = number(text)
+    if value is None or value != int(value):
+        return None
+    return int(value)
+
+
+def short_form_matches(step: int, value: float) -> bool:
+    """Whether TQDM's 3-significant-figure form of ``step`` is ``value`` (a sanity check)."""
+    return float(f"{float(step):.3g}") == value

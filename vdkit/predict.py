@@ -1,0 +1,307 @@
+"""Step-time prediction: how long a planned run takes, term by term.
+
+The model is physical where the physics is known and calibrated where it is not. Per micro batch
+and pipeline stage (one GPU's share of the work):
+
+- **compute**: model FLOPs of the micro batch's tokens divided over TP x PP, at a calibrated fraction
+  of the H100 peak (BF16 989 / FP8 1979 TFLOP/s), but never faster than streaming the GPU's weights from
+  HBM (3.35 TB/s) once per GEMM pass (the roofline). Model FLOPs per token, per method: forward
+  2 x (matmul parameters) + 4 x layers x hidden x attention span + 2 x hidden x vocab; SFT and
+  pretraining run forward + activation gradients + weight gradients (3x), LoRA and P-tuning skip the
+  frozen weights' gradients (2x); full recomputation adds one forward of the layers.
+- **per-micro-batch overhead**: the design guide's fine-tuning stack (NeMo's defaults: no fused
+  kernels, unpacked samples) pays, every micro batch, for each byte of weights it touches - read
+  forward and backward (4 B/param, +2 recomputed), and for SFT the bf16 weight gradient written, read
+  back and added into the fp32 main gradient (+12 B/param) - at ``guide_stack_gb_s``, a calibrated rate
+  far below HBM's (Table 9 implies ~1 % of the BF16 peak). NVIDIA's fused path (pretraining, and the
+  fast recipe: ``train.fused_kernels``) has no such term; its only overhead is the roofline's excess.
+- **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
+  recompute) over NVLink (450 GB/s per direction of 900); pipeline point-to-point sends (NVLink or
+  InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
+  NVLink within a node or InfiniBand (400 Gb/s per adapter, the cluster's adapters shared by its
+  GPUs) across nodes; each collective pays ``collective_latency_us``.
+- **pipeline bubble**: (PP - 1) / VP micro-batch times of the stage per step (1F1B, interleaved).
+- **optimizer**: one memory-bound pass over the optimizer state each step.
+
+Step time = (m + (PP - 1) / VP) x stage time per micro batch + DP all-reduce + optimizer, with m the
+micro batches per step and data-parallel rank. Tokens per sample come from the data (unpacked Dolly
+averages 114.5), a packed sample or a pretraining sample is ``train.seq_length`` tokens.
+
+Every constant - hardware figures, the data's tokens per sample, and the few calibrated ones - lives in
+``conf/calibration/step_time.yaml`` with its source; ``benchmarks/bench_prediction.py`` refits the
+calibrated ones on the published runs and prints the error against each.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Dict, Optional
+
+from vdkit.errors import UserError
+
+CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
+FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
+
+
+# ----------------------------------------------------------------------------- constants
+@lru_cache(maxsize=1)
+def calibration() -> dict:
+    """The step-time constants (conf/calibration/step_time.yaml) as data."""
+    import yaml
+
+    from vdkit.config import conf_dir
+
+    path = conf_dir() / CALIBRATION_FILE
+    if not path.is_file():
+        raise UserError(f"the step-time calibration {path} is missing",
+                        "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
+    return yaml.safe_load(path.read_text())
+
+
+def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
+    """Whether the model describes the recipe's GPU (its constants are H100 SXM5 figures)."""
+    calib = calib or calibration()
+    return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
+
+
+def fitted(calib: Optional[dict] = None) -> Dict[str, float]:
+    """The calibrated constants (a dict of FITTED_KEYS)."""
+    calib = calib or calibration()
+    return {k: float(calib["fitted"][k]) for k in FITTED_KEYS}
+
+
+# ----------------------------------------------------------------------------- the work
+def tokens_per_sample(recipe, calib: Optional[dict] = None) -> float:
+    """Tokens one sample puts through the model (P-tuning adds its virtual tokens).
+
+    Pretraining and packed samples fill ``train.seq_length``; an unpacked fine-tuning sample has the
+    data's average length (from the calibration file), capped at the sequence length; a data set the
+    file does not know is assumed full-length (the conservative choice).
+    """
+    calib = calib or calibration()
+    t = recipe.train
+    if recipe.method.name == "pretrain" or recipe.data.packed:
+        n = float(t.seq_length)
+    else:
+        avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+        n = min(float(avg), float(t.seq_length)) if avg else float(t.seq_length)
+    if recipe.method.name == "ptuning":
+        n += recipe.method.ptuning_virtual_tokens
+    return n
+
+
+def samples_per_sequence(recipe, calib: Optional[dict] = None) -> float:
+    """Training samples one sequence (one row of a micro batch) carries: > 1 only when packed."""
+    calib = calib or calibration()
+    if not recipe.data.packed or recipe.method.name == "pretrain":
+        return 1.0
+    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    if not avg:
+        return 1.0
+    return recipe.train.seq_length * float(calib["packing_efficiency"]) / float(avg)
+
+
+def attention_span(recipe, calib: Optional[dict] = None) -> float:
+    """Tokens each token attends over: a sample's length (packed samples keep their own boundaries)."""
+    calib = calib or calibration()
+    if recipe.method.name == "pretrain":
+        return float(recipe.train.seq_length)
+    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    return min(float(avg), float(recipe.train.seq_length)) if avg else float(recipe.train.seq_length)
+
+
+def _matmul_per_layer(m, counts) -> int:
+    """A layer's GEMM weights: its parameters less the two norms' (which do no GEMM)."""
+    return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
+
+
+def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None) -> float:
+    """Model FLOPs per token for one training step (forward, backward and recomputation)."""
+    from vdkit.plan import param_counts
+
+    m = recipe.model
+    counts = param_counts(m)
+    matmul_per_layer = _matmul_per_layer(m, counts)
+    layers_fwd = 2 * m.num_layers * matmul_per_layer + 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
+    logits_fwd = 2 * m.hidden_size * m.vocab_size
+    passes = 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
+    recompute_fwd = 1.0 if recompute == "full" else 0.0
+    return (passes + recompute_fwd) * layers_fwd + passes * logits_fwd
+
+
+# ----------------------------------------------------------------------------- the prediction
+@dataclass(frozen=True)
+class StepTime:
+    """A predicted training step, in seconds, by term (per GPU; all GPUs take the same time)."""
+
+    compute_s: float  # ideal GEMM time of the step's micro batches
+    overhead_s: float  # per-micro-batch overhead (small micro batches, unfused gradient accumulation)
+    communication_s: float  # TP collectives + PP sends + DP all-reduce (not overlapped)
+    bubble_s: float  # pipeline fill and drain
+    optimizer_s: float
+    tokens_per_step: float  # tokens the step trains on (all GPUs)
+    samples_per_step: float  # training samples per step (packed: samples per sequence x GBS)
+    parts: Dict[str, float] = field(default_factory=dict)  # finer communication split
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.overhead_s + self.communication_s + self.bubble_s + self.optimizer_s
+
+    def terms(self) -> Dict[str, float]:
+        return {"compute": self.compute_s, "per-micro-batch overhead": self.overhead_s,
+                "communication": self.communication_s, "pipeline bubble": self.bubble_s,
+                "optimizer": self.optimizer_s}
+
+    def dominant(self, k: int = 2):
+        """The k largest terms as (name, seconds), largest first."""
+        return sorted(self.terms().items(), key=lambda kv: -kv[1])[:k]
+
+
+def _ring_s(bytes_per_gpu: float, ranks: int, gb_s: float, latency_s: float) -> float:
+    """A ring all-reduce of ``bytes_per_gpu`` over ``ranks`` GPUs at ``gb_s`` GB/s per GPU."""
+    if ranks <= 1:
+        return 0.0
+    return 2.0 * (ranks - 1) / ranks * bytes_per_gpu / (gb_s * 1e9) + 2 * (ranks - 1) * latency_s
+
+
+def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
+                 distributed_optimizer: bool = False, constants: Optional[Dict[str, float]] = None,
+                 calib: Optional[dict] = None) -> StepTime:
+    """Predicted seconds per step of ``recipe`` on layout TP x PP (x VP) with DP = the rest.
+
+    ``constants`` overrides the calibrated ones (the benchmark refits them); the layout must be
+    valid (see vdkit.plan.layout_violations).
+    """
+    from vdkit.plan import param_counts, trainable_params
+
+    calib = calib or calibration()
+    k = constants or fitted(calib)
+    hw = calib["hardware"]
+    r, m, t, c = recipe, recipe.model, recipe.train, recipe.cluster
+    vp = vp or 1
+    dp = r.world_size // (tp * pp)
+    micro = t.global_batch_size // (t.micro_batch_size * dp)  # micro batches per step per DP rank
+    latency = float(hw["collective_latency_us"]) * 1e-6
+
+    n = t.micro_batch_size * tokens_per_sample(r, calib)  # tokens per micro batch
+    fp8 = t.precision == "fp8"
+    peak = float(hw["peak_tflops_fp8" if fp8 else "peak_tflops_bf16"]) * 1e12
+    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"]
+    hbm = float(hw["hbm_gb_s"]) * 1e9
+    full = r.method.name in ("sft", "pretrain")
+    fused = _fused_path(r)
+
+    counts = param_counts(m)
+    layers = m.num_layers // pp
+    held = (layers * counts.per_layer + counts.embedding * (2 if pp == 1 else 1)) / tp
+    # GEMM weights a micro batch streams on this GPU: its layers, plus the output layer on the last stage.
+    gemm_params = (layers * _matmul_per_layer(m, counts) + counts.embedding) / tp
+    trainable_held = held * min(1.0, trainable_params(r) / counts.total)
+
+    # Compute, on the roofline: FLOPs at the achieved GEMM rate, but never faster than streaming the
+    # weights from HBM once per GEMM pass (forward, activation gradient, weight gradient).
+    passes = (3 if full else 2) + (1 if recompute == "full" else 0)
+    weight_bytes = (1.0 if fp8 else 2.0) * gemm_params
+    flops_mb = n * flops_per_token(r, recompute, calib) / (tp * pp) / peak  # seconds at 100 % of peak
+    floor_mb = passes * weight_bytes / hbm
+    compute_mb = max(flops_mb / eff, floor_mb)
+    # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
+    # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
+    # forward reads them once more), and for a
+    # full-parameter method the bf16 weight gradient written, read back and added into the fp32 main
+    # gradient (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
+    touched = 0.0
+    if not fused:
+        touched = (4.0 + (2.0 if recompute == "full" else 0.0)) * gemm_params + (12.0 * trainable_held if full else 0.0)
+    overhead_mb = touched / (k["guide_stack_gb_s"] * 1e9)
+
+    # Tensor parallel: 2 collectives forward + 2 backward per layer (+2 recomputed), activations in bf16.
+    nvlink = float(hw["nvlink_gb_s"])
+    act_bytes = n * m.hidden_size * 2.0
+    per_collective = (2.0 * (tp - 1) / tp * act_bytes / (nvlink * 1e9) + latency) if tp > 1 else 0.0
+    tp_mb = layers * (6 if recompute == "full" else 4) * per_collective
+    # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
+    # overlap_p2p_comm is on (interleaved schedule on the fused path).
+    adapters = len(c.ib_hcas) or int(hw["default_adapters_per_node"])
+    ib_per_gpu = adapters * float(hw["ib_gb_s_per_adapter"]) / c.gpus_per_node
+    pp_link = nvlink if tp * pp <= c.gpus_per_node else ib_per_gpu
+    pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + latency)) if pp > 1 and not (fused and vp > 1) else 0.0
+    stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb
+
+    # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
+    dp_link = nvlink if r.world_size <= c.gpus_per_node else ib_per_gpu
+    dp_s = _ring_s(4.0 * trainable_held, dp, dp_link, latency)
+    # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
+    shard = trainable_held / (dp if distributed_optimizer else 1)
+    opt_s = shard * 34.0 / hbm
+    overhead_mb += compute_mb - flops_mb / eff  # the roofline's excess counts as overhead
+    compute_mb = flops_mb / eff
+
+    bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
+    spp = samples_per_sequence(r, calib)
+    return StepTime(
+        compute_s=micro * compute_mb, overhead_s=micro * overhead_mb,
+        communication_s=micro * (tp_mb + pp_mb) + dp_s, bubble_s=bubble, optimizer_s=opt_s,
+        tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
+        samples_per_step=t.global_batch_size * spp,
+        parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_s,
+               # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
+               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm) + per_step
+               "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
+               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb, "per_step_s": dp_s + opt_s},
+    )
+
+
+def _fused_path(recipe) -> bool:
+    """Whether the rendered config runs NVIDIA's fused path (fusions incl. gradient-accumulation fusion).
+
+    NVIDIA's pretraining settings do (vdkit renders them); the design guide's fine-tuning configs
+    (NeMo's defaults) do not, unless the fast recipe's fused kernels are on.
+    """
+    return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What `vdkit plan` reports: the step and what it adds up to."""
+
+    step: StepTime
+    target_steps: int
+    gpus: int
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step.total_s
+
+    @property
+    def minutes(self) -> float:
+        return self.step.total_s * self.target_steps / 60.0
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.step.tokens_per_step / self.step.total_s / self.gpus
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.minutes / 60.0 * self.gpus
+
+    def minutes_for_samples(self, samples: float) -> float:
+        """Minutes to train on ``samples`` training samples (whole steps)."""
+        return math.ceil(samples / self.step.samples_per_step) * self.step.total_s / 60.0
+
+    def to_dict(self) -> dict:
+        return {"predicted_step_seconds": round(self.step_seconds, 4),
+                "predicted_minutes": round(self.minutes, 2),
+                "predicted_tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
+                "predicted_gpu_hours": round(self.gpu_hours, 3),
+                "predicted_terms_s": {k: round(v, 4) for k, v in self.step.terms().items()},
+                "samples_per_step": round(self.step.samples_per_step, 2)}
+
+
+def predict(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none", distributed_optimizer: bool = False,
+            constants: Optional[Dict[str, float]] = None) -> Prediction:
+    """The prediction for ``recipe.train.target_steps`` steps on the given layout."""
+    step = predict_step(recipe, tp, pp, vp, recompute, distributed_optimizer, constants)
+    return Prediction(step, recipe.train.target_steps, recipe.world_size)
