@@ -130,6 +130,10 @@ def make_sharded_plan(recipe: Recipe):
     resolved = recipe.with_parallelism(tp=1, pp=1, vp=1, sequence_parallel=False, recompute=rc,
                                        distributed_optimizer=True)
     prediction = _prediction(resolved, rc) if feasible else None
+    if prediction is not None:
+        notes.append("prediction: the step-time model is calibrated on NeMo runs (its per-micro-batch overhead "
+                     "is NeMo's unfused stack); FSDP / ZeRO-3 parameter gathers are not modelled - "
+                     "uncalibrated for this engine (`vdkit report --table alpaca_opt` shows its error)")
     if feasible and prediction is None:
         notes.append(f"no step-time prediction: the step-time model describes "
                      f"{', '.join(_calibrated_gpus())}, not {recipe.cluster.gpu_type}")
