@@ -408,7 +408,14 @@ def to_csv(table: Table) -> str:
 
 
 def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
-    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths.
+    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths."""
+    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
+             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
+    return write_files(out_dir, files)
+
+
+def write_files(out_dir, files: Dict[str, bytes]) -> List[Path]:
+    """Write ``files`` (name -> bytes) into ``out_dir``; returns the paths.
 
     Each file is written to a temporary name and renamed, so a failure leaves no half-written file.
     """
@@ -418,8 +425,6 @@ def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] =
     except OSError as exc:
         raise UserError(f"cannot create report directory {out}: {exc.strerror}",
                         "pass --out DIR pointing at a writable directory") from None
-    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
-             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
     written = []
     for name, data in files.items():
         target = out / name

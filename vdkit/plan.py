@@ -50,37 +50,8 @@ CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam 
 
 
 # ----------------------------------------------------------------------------- parameter counts
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameter counts of a decoder-only model from ModelCfg's architecture fields."""
-
-    per_layer: int
-    embedding: int  # the V x h input embedding (the output layer is another one unless tied)
-    final_norm: int
-    num_layers: int
-    tied: bool = False  # output layer shares the input embedding
-    positions: int = 0  # learned absolute position embeddings (max_position_embeddings x h)
-
-    @property
-    def total(self) -> int:
-        return (self.num_layers * self.per_layer + (1 if self.tied else 2) * self.embedding + self.positions
-                + self.final_norm)
-
-
-def param_counts(m: ModelCfg) -> ParamCounts:
-    """From ModelCfg: q and o are h x h, k and v h x (kv heads x head dim); a gated MLP (swiglu) has
-    3 h x f matrices, a plain one (relu, gelu) 2; biases on every linear layer with ``bias``; a norm
-    is h weights (rmsnorm) or h weights + h biases (layernorm), two per layer plus the final one.
-    Llama 2: no biases, SwiGLU, RMSNorm, rotary positions, untied embeddings."""
-    h, f = m.hidden_size, m.ffn_hidden_size
-    kv = m.num_query_groups * (h // m.num_attention_heads)
-    gated = m.activation == "swiglu"
-    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if m.bias else 0)
-    mlp = (3 if gated else 2) * h * f + (((2 if gated else 1) * f + h) if m.bias else 0)
-    norm = (2 if m.norm == "layernorm" else 1) * h
-    positions = m.max_position_embeddings * h if m.position_embedding == "learned" else 0
-    return ParamCounts(per_layer=attn + mlp + 2 * norm, embedding=m.vocab_size * h, final_norm=norm,
-                       num_layers=m.num_layers, tied=m.tied_embeddings, positions=positions)
+# Parameter counts live in vdkit.arch (one formula per architecture); re-exported here.
+from vdkit.arch import ParamCounts, param_counts  # noqa: E402,F401
 
 
 def trainable_params(r: Recipe) -> int:
@@ -416,6 +387,10 @@ def make_plan(recipe: Recipe) -> Plan:
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
+    if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.sharded)
+        from vdkit.sharded import make_sharded_plan
+
+        return make_sharded_plan(recipe)
     from vdkit.predict import Prediction, predicts_for
 
     p, m = recipe.parallelism, recipe.model
