@@ -34,7 +34,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 from vdkit.errors import UserError
 from vdkit.files import DirLock, file_mode
 
-DATASETS = ("dolly", "alpaca", "pubmedqa")
+DATASETS = ("dolly", "alpaca", "pubmedqa", "pubmedqa_blog")
 
 # Split name -> file name. The names must match train_files / validation_files / test_files in
 # conf/data/{dolly,alpaca,pubmedqa}.yaml (a test checks this).
@@ -67,6 +67,12 @@ PUBMEDQA_TEMPLATE = ("QUESTION: {question}\nCONTEXT: {context}\n"
                      "TARGET: the answer to the question given the context is (yes|no|maybe):")
 PUBMEDQA_OUTPUT = "{decision}. {long_answer}"
 PUBMEDQA_DECISIONS = ("yes", "no", "maybe")
+# The multi-node fine-tuning blog (seed 003) trains on pqa_artificial as {"question", "context",
+# "answer"} records - the answer is the abstract's conclusion (LONG_ANSWER), not the yes/no decision -
+# and splits off 20 % for test (create_dataset.py --test_split 0.2). Its prompt ("--prompt_type 5")
+# is not published; this template puts the blog's three fields in that order.
+PUBMEDQA_BLOG_TEMPLATE = "Context: {context}\n\nQuestion: {question}\n\nAnswer:"
+PUBMEDQA_BLOG_SPLIT = (0.8, 0.0, 0.2)
 
 Row = Dict[str, str]
 
@@ -280,11 +286,30 @@ def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optiona
             "output": PUBMEDQA_OUTPUT.format(decision=decision, long_answer=long_answer)}, None
 
 
+def _pubmedqa_blog(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    """ori_pqaa.json -> the blog's fields: question, context (abstract sections joined), answer (LONG_ANSWER)."""
+    question = _field(path, lineno, label, rec, "QUESTION").strip()
+    contexts = _field(path, lineno, label, rec, "CONTEXTS", list)
+    if not all(isinstance(c, str) for c in contexts):
+        raise UserError(f"{path}:{lineno}: {label} field 'CONTEXTS' holds a non-string",
+                        "fix that record or pass the dataset's original file")
+    answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
+    context = " ".join(c.strip() for c in contexts if c.strip())
+    if not question:
+        return None, "empty QUESTION"
+    if not context:
+        return None, "empty CONTEXTS"
+    if not answer:
+        return None, "empty LONG_ANSWER"
+    return {"input": PUBMEDQA_BLOG_TEMPLATE.format(context=context, question=question), "output": answer}, None
+
+
 # dataset -> (how the file is laid out, record converter)
 _FORMATS: Dict[str, Tuple[str, Callable]] = {
     "dolly": ("jsonl", _dolly),
     "alpaca": ("list", _alpaca),
     "pubmedqa": ("object", _pubmedqa),
+    "pubmedqa_blog": ("object", _pubmedqa_blog),
 }
 
 
@@ -317,6 +342,11 @@ def read_rows(dataset: str, input_path) -> Tuple[List[Row], Counter, int]:
 
 
 # ---------------------------------------------------------------------------- splitting
+
+def default_split(dataset: str) -> Tuple[float, float, float]:
+    """The dataset's default train,validation,test fractions (the blog's 80/20 for pubmedqa_blog)."""
+    return PUBMEDQA_BLOG_SPLIT if dataset == "pubmedqa_blog" else DEFAULT_SPLIT
+
 
 def parse_split(text: str) -> Tuple[float, float, float]:
     """'0.8,0.1,0.1' -> (0.8, 0.1, 0.1); three non-negative fractions summing to 1, train > 0."""
@@ -458,4 +488,5 @@ def _templates(dataset: str) -> Dict[str, str]:
         "alpaca": {"input": ALPACA_TEMPLATE, "input_no_input": ALPACA_TEMPLATE_NO_INPUT,
                    "output": "{output}"},
         "pubmedqa": {"input": PUBMEDQA_TEMPLATE, "output": PUBMEDQA_OUTPUT},
+        "pubmedqa_blog": {"input": PUBMEDQA_BLOG_TEMPLATE, "output": "{LONG_ANSWER}"},
     }[dataset]

@@ -60,6 +60,7 @@ from vdkit.errors import UserError
 REGISTRY: Dict[str, str] = {
     "nemo": "vdkit.recipes.nemo",
     "reference": "vdkit.recipes.reference",
+    "megatron": "vdkit.recipes.megatron",
 }
 
 

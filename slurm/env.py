@@ -37,12 +37,14 @@ def ib_hca_value(hcas: List[str]) -> str:
 def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """The variables exported before srun, in order (name -> value): the cluster's, then the engine's.
 
-    From the cluster config: NCCL_IB_HCA (exact match), NCCL/GLOO_SOCKET_IFNAME, NCCL_NVLS_ENABLE=0
-    and TORCH_NCCL_AVOID_RECORD_STREAMS=1 (NeMo's defaults); then ``engine_env`` (what the engine's
-    ``env(plan)`` returned, e.g. CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism); then
-    NCCL_DEBUG only when asked, SRUN_CPUS_PER_TASK (Slurm 22.05-23.02 no longer passes
-    --cpus-per-task from sbatch to srun). No debugging knobs (NCCL_ALGO, NCCL_PROTO) and nothing
-    RoCE-only (NCCL_IB_GID_INDEX).
+    From the cluster config, as data: NCCL_IB_HCA (exact match) from ``cluster.ib_hcas``,
+    NCCL/GLOO_SOCKET_IFNAME from ``cluster.socket_ifname``, then ``cluster.env`` in its order (the
+    fabric's and site's settings: NCCL_NVLS_ENABLE=0 and TORCH_NCCL_AVOID_RECORD_STREAMS=1 on the
+    H100 clusters, NCCL_IB_GID_INDEX for RoCE, NCCL_IB_DISABLE=1 for TCP sockets - RCCL reads the
+    same names); then ``engine_env`` (what the engine's ``env(plan)`` returned, e.g.
+    CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism); then NCCL_DEBUG only when asked,
+    SRUN_CPUS_PER_TASK (Slurm 22.05-23.02 no longer passes --cpus-per-task from sbatch to srun).
+    Nothing here depends on the GPU vendor or the transport: those are in the cluster's data.
     """
     c = plan.recipe.cluster
     env: Dict[str, str] = {}
@@ -54,8 +56,8 @@ def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]
                             "use the name of an interface every node has, e.g. cluster.socket_ifname=bond0")
         env["NCCL_SOCKET_IFNAME"] = c.socket_ifname
         env["GLOO_SOCKET_IFNAME"] = c.socket_ifname
-    env["NCCL_NVLS_ENABLE"] = "0"
-    env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+    for name, value in (c.env or {}).items():
+        env[_env_name(str(name), "cluster.env")] = _env_value(str(name), str(value))
     for name, value in (engine_env or {}).items():
         if not _ENV_NAME_RE.match(str(name)):
             raise UserError(f"the engine asks for an environment variable named {name!r}",
@@ -68,6 +70,31 @@ def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]
         env["NCCL_DEBUG"] = str(c.nccl_debug).upper()
     env["SRUN_CPUS_PER_TASK"] = str(c.cpus_per_task)
     return env
+
+
+def _env_name(name: str, where: str) -> str:
+    if not _ENV_NAME_RE.match(name):
+        raise UserError(f"{where} has a variable named {name!r}, which a shell cannot export",
+                        "use letters, digits and '_' (not starting with a digit)")
+    return name
+
+
+def _env_value(name: str, value: str) -> str:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise UserError(f"cluster.env {name}={value!r} contains a control character", "give a one-line value")
+    return value
+
+
+# How the script's comment names the fabric (cluster.transport) and the collective library (gpu_vendor).
+TRANSPORT_WORDS = {"ib": "native InfiniBand", "roce": "RoCE (RDMA over Converged Ethernet)",
+                   "tcp": "TCP sockets (no RDMA)"}
+COLLECTIVES = {"nvidia": "NCCL", "amd": "RCCL"}
+
+
+def fabric_comment(cluster) -> str:
+    """``# NCCL over native InfiniBand, from cluster xe9680`` (the cluster's own words, from its data)."""
+    return (f"# {COLLECTIVES.get(cluster.gpu_vendor, 'NCCL')} over "
+            f"{TRANSPORT_WORDS.get(cluster.transport, cluster.transport)}, from cluster {cluster.name}")
 
 
 RENDEZVOUS_VARS = ("MASTER_ADDR", "MASTER_PORT")

@@ -94,7 +94,7 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     from vdkit.slurm.runlock import lock_lines
 
     lines = ["set -euo pipefail", ""] + lock_lines(run_dir) + [""]
-    lines.append(f"# NCCL over native InfiniBand, from cluster {r.cluster.name}")
+    lines.append(slurm_env.fabric_comment(r.cluster))
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan, job.env).items()]
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()
     if r.run.secrets_file:

@@ -260,3 +260,18 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         data.prepare("dolly", src, out)
     assert not out.exists()
+
+
+def test_pubmedqa_blog_fields_prompt_and_80_20_split(tmp_path, capsys):
+    recs = pubmedqa_records(10)
+    recs["10000003"]["LONG_ANSWER"] = " "  # dropped: no answer to train on
+    src = tmp_path / "ori_pqaa.json"
+    src.write_text(json.dumps(recs), encoding="utf-8")
+    rc, stdout, err = run_cli(["data", "prepare", "pubmedqa_blog", str(src), str(tmp_path / "o")], capsys)
+    assert rc == 0, err
+    splits = all_rows(tmp_path / "o")
+    assert [len(splits[k]) for k in ("train", "validation", "test")] == [7, 0, 2]  # the blog's test_split 0.2 of 9
+    row = next(r for split in splits.values() for r in split if "drug 1 " in r["input"])
+    assert row == {"input": "Context: Background 1. Methods 1.\n\nQuestion: Does drug 1 work?\n\nAnswer:",
+                   "output": "Drug 1 conclusion."}  # the conclusion, not the yes/no decision
+    assert "empty LONG_ANSWER" in stdout and "split 0.8,0,0.2" in stdout

@@ -22,7 +22,8 @@ def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
         assert (report / name).is_file() and (report / name).stat().st_size > 0
     table = json.loads((report / "table9.json").read_text())
     measured = {(c["method"], c["gpus"]): c for c in table["cells"] if c["runs"]}
-    assert set(measured) == {("lora", 1), ("lora", 2), ("sft", 1), ("sft", 2)}
+    # the demo's emulated 2-rank nodes: 1 node = 2 GPUs, 2 nodes = 4
+    assert set(measured) == {("lora", 2), ("lora", 4), ("sft", 2), ("sft", 4)}
     for run in runs:
         recipe = load_recipe(run)
         cell = measured[(recipe.method.name, recipe.world_size)]
@@ -34,8 +35,12 @@ def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
         assert own["target_steps"] == 1000
     # the printed table is the Markdown file's table
     md = (report / "table9.md").read_text()
-    assert "| tiny_llama | 1 |" in md and "| tiny_llama | 2 |" in md
-    assert "| tiny_llama | 1 |" in text
+    assert "| tiny_llama | 2 |" in md and "| tiny_llama | 4 |" in md
+    assert "| tiny_llama | 2 |" in text
+    # megatron-core ran the layouts the planner picked for the demo's 4 MB devices: SFT in tensor parallel
+    layouts = {(load_recipe(r).method.name, load_recipe(r).world_size): load_recipe(r).parallelism for r in runs}
+    assert layouts[("sft", 2)].tp == 2 and layouts[("sft", 4)].tp == 2 and layouts[("lora", 2)].tp == 1
+    assert all((r / "memory.json").is_file() for r in runs)
 
 
 @pytest.mark.slurm
@@ -51,5 +56,5 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
     assert list(run.glob("slurm-*.out")) and (run / "job_id.txt").is_file()
     table = json.loads((out / "report" / "table9.json").read_text())
     (cell,) = [c for c in table["cells"] if c["runs"]]
-    assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 2, 2)
+    assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 4, 2)  # the demo's 2 ranks per node
     assert local_slurm.is_up()

@@ -40,10 +40,10 @@ def vdkit_env() -> dict:
 def test_fresh_machine_commands_are_the_ci_ones():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    test_cmd = 'python3 -m pip install torch==2.13.0 -e ".[reference,test]" && python3 -m pytest -q'
+    test_cmd = 'python3 -m pip install torch==2.13.0 -e ".[reference,megatron,test]" && python3 -m pytest -q'
     assert test_cmd in text
-    assert 'python3 -m pip install -q torch==2.13.0 -e ".[reference,test]"' in ci and "python3 -m pytest -q" in ci
-    assert 'python3 -m pip install torch==2.13.0 -e ".[reference]" && vdkit demo' in text  # tests/test_demo.py
+    assert 'python3 -m pip install -q torch==2.13.0 -e ".[reference,megatron,test]"' in ci and "python3 -m pytest -q" in ci
+    assert 'python3 -m pip install torch==2.13.0 -e ".[reference,megatron]" && vdkit demo' in text  # tests/test_demo.py
 
 
 @pytest.mark.slow

@@ -420,12 +420,20 @@ def to_csv(table: Table) -> str:
 
 
 def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
-    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths.
+    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths."""
+    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
+             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
+    return write_files(out_dir, files, report=table.name)
+
+
+def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> List[Path]:
+    """Write ``files`` (name -> bytes) into ``out_dir``; returns the paths.
 
     Each file is written to a temporary name and renamed, so a failure leaves no half-written file.
     The files an earlier report of the same table wrote there and this one does not (trace plots of
     runs no longer in it, e.g. a re-run `vdkit demo`) are removed: the directory shows one report.
-    The list lives in a hidden manifest (``.NAME.files``); files the kit did not write are never touched.
+    The list lives in a hidden manifest per ``report`` (the table's name: ``.<report>.files``), so two
+    tables' reports can share a directory; files the kit did not write are never touched.
     """
     out = Path(out_dir)
     try:
@@ -433,9 +441,7 @@ def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] =
     except OSError as exc:
         raise UserError(f"cannot create report directory {out}: {exc.strerror}",
                         "pass --out DIR pointing at a writable directory") from None
-    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
-             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
-    manifest = out / f".{table.name}.files"
+    manifest = out / f".{report}.files"
     try:
         before = set(json.loads(manifest.read_text()))
     except (OSError, ValueError):

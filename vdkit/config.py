@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from vdkit.errors import UserError
 
@@ -44,6 +44,9 @@ class ModelCfg:
     rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
     tied_embeddings: bool = False  # output layer shares the input embedding (Llama 2: untied)
     tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
+    embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
+    pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
+    hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
 
 
 @dataclass
@@ -71,6 +74,7 @@ class ClusterCfg:
     max_nodes: int = 6
     gpus_per_node: int = 8
     gpu_memory_gb: float = 80.0
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
     gpu_type: str = "H100-SXM5-80GB"
     cpus_per_task: int = 12
     time_limit_min: int = 240
@@ -83,6 +87,10 @@ class ClusterCfg:
     reservation: Optional[str] = None
     dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
+    gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
+    transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
+    container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
+    env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
 
 
 @dataclass
@@ -108,6 +116,9 @@ class EngineCfg:
 
 @dataclass
 class ParallelismCfg:
+    sharding: str = "none"  # data-parallel sharding (engine=reference): none (DDP) | fsdp (torch FSDP full-shard) | zero3 (DeepSpeed)
+    cpu_offload: bool = False  # fsdp / zero3: keep parameters and optimizer states in host memory
+    deepspeed_config: Optional[str] = None  # zero3: a file in conf/deepspeed/ (name) or a JSON/YAML path; None: plain ZeRO-3
     tp: Optional[int] = None  # None: chosen by the planner
     pp: Optional[int] = None
     vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
@@ -163,6 +174,9 @@ MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 LAUNCHERS = ("slurm", "local")
 ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
+SHARDINGS = ("none", "fsdp", "zero3")
+GPU_VENDORS = ("nvidia", "amd")
+TRANSPORTS = ("ib", "roce", "tcp")
 ARCHS = ("llama", "opt")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "relu", "gelu")
@@ -411,6 +425,29 @@ def validate_fields(r: Recipe) -> None:
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
     _validate_model(r.model)
+    _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
+           "use " + " or ".join(GPU_VENDORS))
+    _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
+           "use " + ", ".join(TRANSPORTS))
+    _check(not (c.transport == "tcp" and c.ib_hcas),
+           f"cluster {c.name}: transport=tcp but cluster.ib_hcas lists RDMA adapters {list(c.ib_hcas)}",
+           "set cluster.ib_hcas=[] for TCP sockets, or cluster.transport=ib / roce")
+    _check(not (c.transport in ("ib", "roce") and c.launcher == "slurm" and not c.ib_hcas),
+           f"cluster {c.name}: transport={c.transport} needs the RDMA adapters in cluster.ib_hcas",
+           "list them as `ibv_devinfo -l` prints them (mlx5_*, bnxt_re*), or use cluster.transport=tcp")
+    _check(not (c.transport == "tcp" and c.launcher == "slurm" and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
+           f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
+           "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
+    _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
+           "use " + ", ".join(SHARDINGS))
+    _check(r.parallelism.sharding == "none" or r.engine.name == "reference",
+           f"parallelism.sharding={r.parallelism.sharding} needs the transformers engine (engine=reference)",
+           "set engine=reference, or parallelism.sharding=none for engine=nemo")
+    _check(not r.parallelism.cpu_offload or r.parallelism.sharding != "none",
+           "parallelism.cpu_offload=true needs a sharded strategy", "set parallelism.sharding=fsdp or zero3")
+    _check(r.parallelism.deepspeed_config is None or r.parallelism.sharding == "zero3",
+           "parallelism.deepspeed_config is set but parallelism.sharding is not zero3",
+           "set parallelism.sharding=zero3 or parallelism.deepspeed_config=null")
     p = r.parallelism
     _check(p.recompute is None or p.recompute in RECOMPUTE,
            f"parallelism.recompute={p.recompute!r} is not a recompute mode", "use none, selective or full")

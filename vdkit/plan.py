@@ -14,6 +14,11 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
   DP when the distributed optimizer shards them.
+- per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
+  encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
+  of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
+  weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
+  4 / 4 / 8 per parameter.
 - activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
   recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
   attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
@@ -23,7 +28,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
   times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
   the loss: 6*s*b*V / TP).
-- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB).
+- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB, or the
+  cluster's ``memory_overhead_gb``: 0 for CPU processes).
 
 Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
 per trainable parameter (a PEFT checkpoint holds only the adapter's).
@@ -44,37 +50,8 @@ CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam 
 
 
 # ----------------------------------------------------------------------------- parameter counts
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameter counts of a decoder-only model from ModelCfg's architecture fields."""
-
-    per_layer: int
-    embedding: int  # the V x h input embedding (the output layer is another one unless tied)
-    final_norm: int
-    num_layers: int
-    tied: bool = False  # output layer shares the input embedding
-    positions: int = 0  # learned absolute position embeddings (max_position_embeddings x h)
-
-    @property
-    def total(self) -> int:
-        return (self.num_layers * self.per_layer + (1 if self.tied else 2) * self.embedding + self.positions
-                + self.final_norm)
-
-
-def param_counts(m: ModelCfg) -> ParamCounts:
-    """From ModelCfg: q and o are h x h, k and v h x (kv heads x head dim); a gated MLP (swiglu) has
-    3 h x f matrices, a plain one (relu, gelu) 2; biases on every linear layer with ``bias``; a norm
-    is h weights (rmsnorm) or h weights + h biases (layernorm), two per layer plus the final one.
-    Llama 2: no biases, SwiGLU, RMSNorm, rotary positions, untied embeddings."""
-    h, f = m.hidden_size, m.ffn_hidden_size
-    kv = m.num_query_groups * (h // m.num_attention_heads)
-    gated = m.activation == "swiglu"
-    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if m.bias else 0)
-    mlp = (3 if gated else 2) * h * f + (((2 if gated else 1) * f + h) if m.bias else 0)
-    norm = (2 if m.norm == "layernorm" else 1) * h
-    positions = m.max_position_embeddings * h if m.position_embedding == "learned" else 0
-    return ParamCounts(per_layer=attn + mlp + 2 * norm, embedding=m.vocab_size * h, final_norm=norm,
-                       num_layers=m.num_layers, tied=m.tied_embeddings, positions=positions)
+# Parameter counts live in vdkit.arch (one formula per architecture); re-exported here.
+from vdkit.arch import ParamCounts, param_counts  # noqa: E402,F401
 
 
 def trainable_params(r: Recipe) -> int:
@@ -85,9 +62,10 @@ def trainable_params(r: Recipe) -> int:
         # NeMo 1.23 adds LoRA to the fused QKV projection: A is h x r, B is r x (h + 2 kv).
         return m.num_layers * r.method.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
     if r.method.name == "ptuning":
-        v, b, h = r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim, m.hidden_size
-        # NeMo's PromptEncoder (mlp): a virtual-token embedding, then h -> bottleneck -> h.
-        return v * h + (h * b + b) + (b * h + h)
+        v, b, e, h = (r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim,
+                      r.method.ptuning_embedding_dim, m.hidden_size)
+        # NeMo's PromptEncoderAdapter: a virtual-token embedding (v x e), then e -> bottleneck -> h.
+        return v * e + (e * b + b) + (b * h + h)
     return counts.total
 
 
@@ -194,24 +172,77 @@ def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[
 
 
 # ----------------------------------------------------------------------------- memory model
+#: Bytes per parameter a GPU holds for (weights, gradients, optimizer states): weights per parameter
+#: held, gradients and optimizer states per *trainable* parameter held. bf16 / fp8: Megatron mixed
+#: precision (fp32 main gradients; fp32 master copy + Adam m and v); fp32: plain fp32 training (the
+#: megatron engine on a CPU: no master copy, Adam m and v).
+STATIC_BYTES = {"bf16": (2.0, 4.0, 12.0), "fp8": (2.0, 4.0, 12.0), "fp32": (4.0, 4.0, 8.0)}
+VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary as NeMo and Megatron allocate it: up to a multiple of 128 x TP."""
+    multiple = VOCAB_DIVISOR * tp
+    return -(-vocab // multiple) * multiple
+
+
+def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
+    """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
+
+    Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
+    output layer (with PP > 1 a tied output layer is a copy there, as Megatron keeps it); TP shards
+    the linear layers and the embeddings, norms and the row-parallel layers' biases are replicated.
+    LoRA adapters sit on each layer's fused QKV (A and B both sharded over TP, NeMo's split);
+    P-tuning's prompt encoder sits on stage 0 (its linear layers sharded over TP, the virtual-token
+    embedding and the second layer's bias replicated)."""
+    m, meth = r.model, r.method
+    counts = param_counts(m)
+    replicated = 2 * counts.final_norm + (2 * m.hidden_size if m.bias else 0)  # norms; o and fc2 biases
+    layers = m.num_layers // pp
+    layer_params = layers * ((counts.per_layer - replicated) / tp + replicated)
+    vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
+    output = vocab if (not counts.tied or pp > 1) else 0.0
+    held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
+            + ((output + counts.final_norm) if stage == pp - 1 else 0))
+    if meth.name == "lora":
+        kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
+        trainable = layers * meth.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv) / tp
+        held += trainable
+    elif meth.name == "ptuning":
+        v, b, e, h = meth.ptuning_virtual_tokens, meth.ptuning_bottleneck_dim, meth.ptuning_embedding_dim, m.hidden_size
+        trainable = (v * e + (e * b + b) / tp + b * h / tp + h) if stage == 0 else 0.0
+        held += trainable
+    else:
+        trainable = held
+    return held, layer_params, trainable
+
+
+def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_optimizer: bool,
+                       precision: Optional[str] = None) -> dict:
+    """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
+
+    ``precision``: bf16 / fp8 (mixed precision, see STATIC_BYTES; fp8 stores transformer-layer
+    weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
+    optimizer states over DP."""
+    precision = precision or r.train.precision
+    w, g, o = STATIC_BYTES[precision]
+    held, layer_params, trainable = stage_params(r, tp, pp, stage)
+    weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
+    dp = r.world_size // (tp * pp)
+    return {"weights": weights, "gradients": g * trainable,
+            "optimizer": o * trainable / (dp if distributed_optimizer else 1)}
+
+
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
                     distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
     """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
     m, t = r.model, r.train
     precision = precision or t.precision
-    counts = param_counts(m)
     dp = r.world_size // (tp * pp)
     layers = m.num_layers // pp
-    layer_params = layers * counts.per_layer / tp
-    # Stage 0 holds the input embedding, the last stage the output layer; with PP 1 one GPU holds both.
-    # (a tied output layer is one matrix with PP 1; with PP > 1 the last stage keeps its own copy).
-    embed_params = counts.embedding / tp * (2 if pp == 1 and not counts.tied else 1) + counts.positions
-    held = layer_params + embed_params
-    weight_bytes = (1.0 if precision == "fp8" else 2.0) * layer_params + 2.0 * embed_params
-    trainable_fraction = min(1.0, trainable_params(r) / counts.total)
-    trainable_held = held * trainable_fraction
-    grads = 4.0 * trainable_held
-    optim = 12.0 * trainable_held / (dp if distributed_optimizer else 1)
+    static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
+                 key=lambda d: sum(d.values()))
+    weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
 
     s = t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)
     b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
@@ -232,7 +263,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
-                  activations_gb=acts / GB, overhead_gb=OVERHEAD_GB)
+                  activations_gb=acts / GB,
+                  overhead_gb=OVERHEAD_GB if r.cluster.memory_overhead_gb is None else r.cluster.memory_overhead_gb)
 
 
 def checkpoint_gb(r: Recipe) -> float:
@@ -355,6 +387,10 @@ def make_plan(recipe: Recipe) -> Plan:
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
+    if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.sharded)
+        from vdkit.sharded import make_sharded_plan
+
+        return make_sharded_plan(recipe)
     from vdkit.predict import Prediction, predicts_for
 
     p, m = recipe.parallelism, recipe.model

@@ -38,6 +38,7 @@ LOCK_FILE = "run.lock"
 JOB_ID_FILE = "job_id.txt"
 JOB_STATE_FILE = "job_state.json"
 LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
+MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
 INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
 
 

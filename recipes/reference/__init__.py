@@ -1,12 +1,16 @@
-"""The reference engine: Lightning (Fabric) + transformers + peft, trains Llama-architecture models for real.
+"""The reference (transformers) engine: Lightning Fabric + transformers + peft (+ DeepSpeed), trains for real.
 
+Llama- and OPT-architecture models through transformers' own classes, data parallel with
+``parallelism.sharding=none|fsdp|zero3`` (DDP, torch FSDP full-shard, DeepSpeed ZeRO-3).
 Run inside each rank as ``python -m vdkit.recipes.reference RUN_DIR``. This ``__init__`` is the
-engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: no container (the
-host's Python), no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports: the host's Python,
+or a container when ``engine.container_image`` / ``cluster.container_image`` is set (the MI300X
+clusters' ROCm image); no extra run-dir files, data parallel only, NeMo 1.x logs; runs locally too.
 
 Modules: ``distributed`` (ranks from Slurm or local env), ``data`` (tokenizer, samples, the
-deterministic batch order), ``model`` (Llama from ModelCfg + peft), ``checkpoint`` (atomic save,
-resume), ``train`` (the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
+deterministic batch order), ``model`` (Llama / OPT from ModelCfg or ``model.hf_path``, + peft),
+``sharding`` (the strategies and their checkpoints), ``checkpoint`` (atomic save, resume), ``train``
+(the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
 """
 from __future__ import annotations
 
@@ -48,9 +52,43 @@ def reference_command(run_dir: Union[str, Path], python: str = sys.executable) -
     return [python, "-m", "vdkit.recipes.reference", str(run_dir)]
 
 
+CONTAINER_PYTHON = "python3"  # the interpreter inside an image (vdkit installed there)
+
+
+def _image(plan):
+    """(image, recipe key) when ranks run in a container: engine.container_image, else the cluster's
+    (e.g. xe9680_mi300x's ROCm image); (None, None) runs the host's Python."""
+    r = plan.recipe
+    if r.engine.container_image:
+        return r.engine.container_image, "engine.container_image"
+    if getattr(r.cluster, "container_image", None):
+        return r.cluster.container_image, "cluster.container_image"
+    return None, None
+
+
 def command(plan, run_dir) -> List[str]:
-    """The engine interface's rank command (see :func:`reference_command`)."""
-    return reference_command(run_dir)
+    """The engine interface's rank command: this Python, or the image's ``python3`` in a container."""
+    image, _ = _image(plan)
+    return reference_command(run_dir, python=CONTAINER_PYTHON if image else sys.executable)
+
+
+def container(plan, run_dir):
+    """The image and mounts when one is configured (data, a local model.hf_path, results, run dir); else None."""
+    from vdkit.jobspec import Container
+    from vdkit.recipes.engines import standard_mounts
+
+    image, key = _image(plan)
+    if not image:
+        return None
+    hf = plan.recipe.model.hf_path
+    extra = [("model.hf_path", hf)] if hf and hf.startswith("/") else []
+    return Container(image=image, mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir), image_key=key)
+
+
+def inputs(plan):
+    """A local model.hf_path directory (a hub id is fetched by the job itself)."""
+    hf = plan.recipe.model.hf_path
+    return [("model.hf_path", hf, True)] if hf and hf.startswith("/") else []
 
 
 def check(plan) -> None:

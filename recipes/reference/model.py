@@ -1,4 +1,5 @@
-"""The Llama architecture built from ModelCfg (no weights download), with the method's peft wrapper.
+"""The model from ModelCfg through transformers' own classes (LlamaForCausalLM, OPTForCausalLM; random
+init from ``train.seed``), or pretrained weights from ``model.hf_path``, with the method's peft wrapper.
 
 - sft / pretrain: every weight trains;
 - lora: peft LoRA on the attention projections q/k/v (NeMo 1.23 puts LoRA on the fused QKV),
@@ -29,13 +30,75 @@ def llama_config(model_cfg, tok):
         pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False)
 
 
-def build_model(recipe, tok):
-    """The model to train (a peft model for lora / ptuning), initialised from ``train.seed``."""
+def opt_config(model_cfg, tok):
+    """A transformers OPTConfig from ModelCfg (learned positions, LayerNorm, ReLU / GeLU MLP, biases, tied).
+
+    Dropout is off: random-init models here are for comparing strategies step for step (a
+    pretrained ``model.hf_path`` keeps its own config, dropout included, as the HF Trainer does).
+    """
+    from transformers import OPTConfig
+
+    m = model_cfg
+    if m.norm != "layernorm" or m.position_embedding != "learned" or m.activation not in ("relu", "gelu") \
+            or m.num_query_groups != m.num_attention_heads:
+        raise UserError(f"model {m.name}: arch=opt needs norm=layernorm, position_embedding=learned, activation "
+                        f"relu or gelu and no grouped-query attention (got {m.norm}, {m.position_embedding}, "
+                        f"{m.activation}, {m.num_query_groups} of {m.num_attention_heads} heads)",
+                        "fix the model's architecture fields or use arch=llama")
+    if m.norm_eps != 1e-5:
+        raise UserError(f"model {m.name}: OPT's LayerNorm epsilon is fixed at 1e-5 in transformers, not {m.norm_eps}",
+                        "set model.norm_eps=1e-5")
+    return OPTConfig(
+        vocab_size=m.vocab_size, hidden_size=m.hidden_size, ffn_dim=m.ffn_hidden_size, num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_attention_heads, max_position_embeddings=m.max_position_embeddings,
+        word_embed_proj_dim=m.embedding_dim or m.hidden_size, do_layer_norm_before=m.pre_norm, enable_bias=m.bias,
+        activation_function=m.activation, tie_word_embeddings=m.tied_embeddings, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
+        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False)
+
+
+def _pretrained(recipe, fabric):
+    """``model.hf_path`` through transformers' from_pretrained, checked against the recipe's sizes.
+
+    Under ZeRO-3 transformers' HfDeepSpeedConfig is alive while loading, so every rank loads only
+    its partitions (zero.Init) instead of the whole model.
+    """
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
+
+    m = recipe.model
+    keep = fabric.hf_config() if hasattr(fabric, "hf_config") else None  # noqa: F841 (must outlive loading)
+    dtype = torch.bfloat16 if keep is not None and fabric.config["bf16"]["enabled"] else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(m.hf_path, dtype=dtype)
+    cfg = model.config
+    got = (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers)
+    if got != (m.vocab_size, m.hidden_size, m.num_layers):
+        raise UserError(f"model.hf_path={m.hf_path} has vocabulary, hidden size and layers {got}, model {m.name} "
+                        f"says {(m.vocab_size, m.hidden_size, m.num_layers)}",
+                        "point model.hf_path at the checkpoint of the configured model")
+    model.config.use_cache = False
+    return model
+
+
+def build_model(recipe, tok, fabric=None):
+    """The model to train (a peft model for lora / ptuning).
+
+    ``model.hf_path`` set: the pretrained weights (transformers' own loader); otherwise
+    transformers' own class for ``model.arch`` (LlamaForCausalLM, OPTForCausalLM) initialised from
+    ``train.seed``. ``parallelism.recompute=full`` turns on transformers' gradient checkpointing.
+    """
+    import torch
+    from transformers import LlamaForCausalLM, OPTForCausalLM
 
     torch.manual_seed(recipe.train.seed)  # every rank builds the same initial weights
-    model = LlamaForCausalLM(llama_config(recipe.model, tok))
+    if recipe.model.hf_path:
+        model = _pretrained(recipe, fabric)
+    elif recipe.model.arch == "opt":
+        model = OPTForCausalLM(opt_config(recipe.model, tok))
+    else:
+        model = LlamaForCausalLM(llama_config(recipe.model, tok))
+    if recipe.parallelism.recompute == "full":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     method = recipe.method
     if method.name == "lora":
         from peft import LoraConfig, get_peft_model

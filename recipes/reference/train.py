@@ -1,7 +1,7 @@
-"""The training loop of the reference engine (one process per rank, Lightning Fabric for DDP).
+"""The training loop of the reference engine (one process per rank).
 
-Fabric gives the process group (gloo on CPU, NCCL on GPU), DDP gradient sync, mixed precision and
-collective ops; the loop is ours so that step accounting is exact: one iteration is one optimizer
+Fabric (DDP, FSDP2) or DeepSpeed's engine behind the same calls (ZeRO-3; see ``sharding``) gives the
+process group (gloo on CPU, NCCL / RCCL on GPU), gradient sync, mixed precision and collective ops; the loop is ours so that step accounting is exact: one iteration is one optimizer
 step over GBS samples (grad_accum micro batches of MBS on each of DP ranks), the batch order is a
 function of the step, and a restart resumes from the latest checkpoint at the step it holds.
 """
@@ -11,12 +11,11 @@ import math
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 
 from vdkit.errors import UserError
 
-from vdkit.recipes.training_constants import ADAM_BETAS, CPU_PRECISION, GPU_PRECISION, GRAD_CLIP
+from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
 
 def lr_at(step: int, method, max_steps: int) -> float:
@@ -65,30 +64,10 @@ def check_layout(plan, dist) -> None:
 
 
 def make_fabric(plan, dist):
-    """Fabric on this rank: CPU + gloo or CUDA + NCCL, fp32 on CPU, bf16-mixed on GPU."""
-    import torch
-    from lightning.fabric import Fabric
-    from lightning.fabric.strategies import DDPStrategy
+    """The rank's runtime for ``parallelism.sharding``: Fabric DDP / FSDP2, or DeepSpeed ZeRO-3 (see sharding)."""
+    from vdkit.recipes.reference.sharding import make_fabric as make
 
-    from vdkit.recipes.reference.distributed import make_cluster_environment
-
-    cuda = torch.cuda.is_available()
-    if "OMP_NUM_THREADS" not in os.environ:  # share the cores between this node's ranks, as torchrun does
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size))
-    # Our cluster environment reads Slurm's variables itself; Lightning's srun hint does not apply.
-    warnings.filterwarnings("ignore", message=".*The `srun` command is available.*")
-    accelerator = "cuda" if cuda else "cpu"
-    precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
-    nodes = max(dist.world_size // dist.local_world_size, 1)
-    if dist.world_size == 1:
-        strategy = "auto"
-    else:
-        strategy = DDPStrategy(cluster_environment=make_cluster_environment(dist),
-                               process_group_backend="nccl" if cuda else "gloo")
-    fabric = Fabric(accelerator=accelerator, devices=dist.local_world_size, num_nodes=nodes,
-                    strategy=strategy, precision=precision)
-    fabric.launch()  # processes exist already: this only joins the process group
-    return fabric
+    return make(plan, dist, GRAD_CLIP, ADAM_BETAS)
 
 
 def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None:
@@ -114,7 +93,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
-    from vdkit.recipes.reference.model import build_model, load_trainable_state, trainable_state, virtual_tokens
+    from vdkit.recipes.reference import sharding
+    from vdkit.recipes.reference.model import build_model, virtual_tokens
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan
 
@@ -131,32 +111,32 @@ def train(run_dir, stream=None, preempt=None) -> int:
     samples = rdata.load_samples(recipe, run_dir, tok, room)
     order = rdata.BatchOrder(len(samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
 
+    sharding_kind = recipe.parallelism.sharding
     fabric = make_fabric(plan, dist)
-    model = build_model(recipe, tok)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=recipe.method.lr, betas=ADAM_BETAS,
-                                  weight_decay=recipe.method.weight_decay)
-    wrapped, optimizer = fabric.setup(model, optimizer)
+    model = build_model(recipe, tok, fabric)
+    n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    # Module first, then the optimizer over its (possibly sharded) parameters: FSDP replaces them.
+    wrapped = fabric.setup_module(model)
+    optimizer = None
+    if sharding_kind != "zero3":  # ZeRO-3: DeepSpeed builds its optimizer from its config
+        optimizer = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=recipe.method.lr,
+                                      betas=ADAM_BETAS, weight_decay=recipe.method.weight_decay)
+    optimizer = fabric.setup_optimizers(optimizer)
+    wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
 
     ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
-    step = 0
     if fabric.global_rank == 0:
         ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
     fabric.barrier()
-    found = ckpt.latest(ckpt_dir)
-    if found is not None:
-        state = ckpt.load(found)
-        load_trainable_state(model, state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step = int(state["step"])
+    found, step = sharding.load_state(sharding_kind, fabric, model, optimizer, ckpt_dir)
     progress = None
     if fabric.global_rank == 0:
         progress = ProgressLogger(run_dir / LOG_DIR, t.max_steps, step, stream=stream)
-        n_train = sum(p.numel() for p in params)
         progress.message(f"[vdkit I] reference engine: {recipe.model.name} {recipe.method.name}, "
                          f"{dist.world_size} rank(s) ({dist.source}, {fabric.device.type}), dp={plan.dp} "
                          f"mbs={t.micro_batch_size} gbs={t.global_batch_size} grad_accum={plan.grad_accum}, "
-                         f"{len(samples)} samples, tokenizer {tok.name}, {n_train} trainable parameters")
+                         f"{len(samples)} samples, tokenizer {tok.name}, {n_train} trainable parameters, "
+                         f"sharding {sharding_kind}")
         if found is not None:
             progress.message(f"[vdkit I] resuming from {found} (global_step {step}, "
                              f"consumed_samples {step * t.global_batch_size})")
@@ -193,10 +173,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(
             lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")))
         if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
-            if fabric.global_rank == 0:
-                ckpt.save(ckpt_dir, step, {"model": trainable_state(model), "optimizer": optimizer.state_dict(),
-                                           "step": step, "consumed_samples": step * t.global_batch_size,
-                                           "run_name": recipe.run_name})
+            sharding.save_state(sharding_kind, fabric, model, optimizer, ckpt_dir, step,
+                                {"consumed_samples": step * t.global_batch_size, "run_name": recipe.run_name})
+            if progress is not None:
                 progress.flush()
             fabric.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
         if stopping:

@@ -31,12 +31,13 @@ def register(subparsers) -> None:
                         description="Read a public dataset in its own format and write NeMo SFT JSONL "
                                     "(input, output) splits with a fixed prompt template.")
     pr.add_argument("dataset", choices=DATASETS)
-    pr.add_argument("input", metavar="INPUT", help="databricks-dolly-15k.jsonl, alpaca_data.json or ori_pqaa.json")
+    pr.add_argument("input", metavar="INPUT", help="databricks-dolly-15k.jsonl, alpaca_data.json or ori_pqaa.json (pubmedqa, pubmedqa_blog)")
     pr.add_argument("out_dir", metavar="OUT_DIR", help="where training.jsonl, validation.jsonl, test.jsonl go")
     default_split = ",".join(f"{p:g}" for p in DEFAULT_SPLIT)
     pr.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"shuffle seed (default {DEFAULT_SEED})")
-    pr.add_argument("--split", default=default_split,
-                    help=f"train,validation,test fractions (default {default_split})")
+    pr.add_argument("--split", default=None,
+                    help=f"train,validation,test fractions (default {default_split}; pubmedqa_blog: the blog's "
+                         "0.8,0,0.2)")
     pr.add_argument("--force", action="store_true", help="replace split files already in OUT_DIR")
     pr.set_defaults(func=_prepare)
 
@@ -66,7 +67,7 @@ def register(subparsers) -> None:
 def _prepare(args: argparse.Namespace) -> int:
     from vdkit.recipes import data
 
-    split = data.parse_split(args.split)
+    split = data.parse_split(args.split) if args.split else data.default_split(args.dataset)
     report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force)
     print("\n".join(report.lines()))
     return 0

@@ -1,7 +1,8 @@
 """`vdkit demo`: the whole pipeline on the embedded default, on this machine, in minutes.
 
 The `demo` sweep (conf/sweep/demo.yaml: Table 9's shape - LoRA, P-tuning and SFT on 1 and 2
-"nodes" - on tiny_llama with the reference engine) is planned, each cell is trained for real for its
+"nodes" - on tiny_llama with the megatron engine, in the TP / PP / VP / DP layouts the planner
+picks) is planned, each cell is trained for real for its
 measured steps (local processes, or jobs on the local emulated Slurm with --slurm), then
 `vdkit validate` extrapolates every run to its target steps and `vdkit report` writes Table 9 as
 Markdown, CSV and JSON plus the plots. Each stage is the same code the verbs run.
@@ -16,17 +17,18 @@ from pathlib import Path
 from vdkit.args import add_override_args
 
 DEMO_SWEEP = "demo"
-# The local Slurm's emulated XE9680s share this machine: one task per "node", loopback for the
-# rendezvous, no PMI plugin (Debian's slurm-wlm has no PMIx library by default).
-SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.gpus_per_node=1", "cluster.mpi=none",
-                        "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "cluster.time_limit_min=30")
+# The local Slurm's emulated XE9680s share this machine: the demo's ranks per "node" (its
+# cluster.gpus_per_node) as tasks, loopback for the rendezvous, no PMI plugin (Debian's slurm-wlm has
+# no PMIx library by default), this machine's Python rather than a container.
+SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.mpi=none", "cluster.socket_ifname=lo",
+                        "cluster.cpus_per_task=1", "cluster.time_limit_min=30", "engine.container_image=null")
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
                        description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
-                                   "real with the reference engine as 1 and 2 'nodes' (local processes, or the "
-                                   "local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
+                                   "real with megatron-core as 1 and 2 'nodes' in the layouts the planner picks "
+                                   "(local processes, or the local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
     add_override_args(p)
@@ -100,8 +102,10 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     for i, cell in enumerate(prepared, 1):
         plan = cell.plan
         r = plan.recipe
+        p = r.parallelism
         print(f"demo: [{i}/{len(plans)}] {r.model.name} {r.method.name} on {r.cluster.nodes} node(s) x "
-              f"{r.cluster.gpus_per_node} ({r.world_size} ranks): training {r.train.max_steps} steps ...",
+              f"{r.cluster.gpus_per_node} ({r.world_size} ranks, {r.engine.name} tp={p.tp} pp={p.pp} vp={p.vp} "
+              f"dp={plan.dp}): training {r.train.max_steps} steps ...",
               end="", flush=True)
         t0 = time.monotonic()
         run_dir, ok = (_train_on_slurm(cell, slurm_env) if slurm_env is not None else _train_locally(cell))

@@ -16,10 +16,10 @@ LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="train a recipe here with the reference engine (local processes as ranks)",
+    p = sub.add_parser("run", help="train a recipe here (reference or megatron engine; local processes as ranks)",
                        description="Compose the recipe, plan it, write a run directory and train it on this "
-                                   "machine with the reference engine: cluster.nodes x cluster.gpus_per_node "
-                                   "local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
+                                   "machine with an engine that runs locally (reference, megatron): "
+                                   "cluster.nodes x cluster.gpus_per_node local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
                                    + " ".join(LOCAL_DEFAULTS) + ". Prints the run directory.")
     add_override_args(p, sweeps=False)
     p.add_argument("--out", metavar="DIR", help="parent directory of the run directory (default: run.out_dir)")

@@ -35,12 +35,13 @@ def register(sub) -> None:
     v.set_defaults(func=run_validate)
 
     r = sub.add_parser(
-        "report", help="rebuild a design-guide table (table9, training) from run directories, next to the "
-                       "published one",
+        "report", help="rebuild a design-guide table (table9, training, alpaca_opt, llama31_roce) from run "
+                       "directories, next to the published one",
         description="Read each run directory's recipe, plan and logs; write the table as Markdown, CSV and JSON "
                     "plus PNG plots (minutes vs GPUs, step-time traces) into --out and print the Markdown.")
-    r.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    r.add_argument("--table", choices=("table9", "training"), default="table9")
+    r.add_argument("runs", nargs="*", metavar="RUN_DIR",
+                   help="run directories (alpaca_opt / llama31_roce: optional, the planned table shows without them)")
+    r.add_argument("--table", choices=("table9", "training", "alpaca_opt", "llama31_roce"), default="table9")
     r.add_argument("--out", default="report", metavar="DIR", help="output directory (default: ./report)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.set_defaults(func=run_report)
@@ -132,11 +133,18 @@ def run_validate(args) -> int:
 
 # ----------------------------------------------------------------------------- report
 def run_report(args) -> int:
-    from vdkit.validation import tables
+    from vdkit.validation import hf_tables, tables
     from vdkit.validation.report import write_report
 
-    table, written = write_report(args.runs, args.table, args.out, plots=not args.no_plots)
-    print(tables.to_markdown(table))
+    if args.table in hf_tables.TABLES:  # the transformers-engine documents' tables: rows from their sweeps
+        table = hf_tables.build(args.table, args.runs)
+        written = hf_tables.write(table, args.out, plots=not args.no_plots)
+        print(hf_tables.to_markdown(table))
+    else:
+        if not args.runs:
+            raise UserError(f"--table {args.table} needs run directories", "pass them, e.g. `vdkit report runs/*`")
+        table, written = write_report(args.runs, args.table, args.out, plots=not args.no_plots)
+        print(tables.to_markdown(table))
     for w in table.warnings:
         print(f"vdkit report: warning: {w}", file=sys.stderr)
     print(f"wrote {len(written)} files to {Path(args.out)}: " + ", ".join(p.name for p in written), file=sys.stderr)

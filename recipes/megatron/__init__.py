@@ -1,0 +1,85 @@
+"""The megatron engine: megatron-core's GPTModel, parallel state, schedules and optimizer, for real.
+
+Run inside each rank as ``python -m vdkit.recipes.megatron RUN_DIR``. This ``__init__`` is the
+engine interface (:mod:`vdkit.recipes.engines`) and stays free of heavy imports (torch, megatron):
+runs locally (CPU over gloo, or GPUs), or on a cluster on the host's Python or in a container
+(``engine.container_image``: an NGC PyTorch image with megatron-core 0.16 and vdkit installed),
+NCCL on GPUs; NeMo 1.x logs.
+
+Modules: ``cpu_shim`` (what megatron-core 0.16.1 needs on a CPU; pinned), ``model`` (Llama as
+GPTModel chunks, LoRA, P-tuning, layout-independent initial weights), ``data`` (micro batches from
+the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume), ``memory``
+(measured vs planned bytes per rank: memory.json). Logs are the reference engine's NeMo-style
+progress lines and TensorBoard scalars (vdkit.recipes.progress).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List, Union
+
+from vdkit.logformat import NEMO1
+
+LOG_FORMAT = NEMO1
+MODULE = "vdkit.recipes.megatron"
+
+
+def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) -> List[str]:
+    """The command one rank runs: ``[python, -m, vdkit.recipes.megatron, RUN_DIR]``."""
+    return [python, "-m", MODULE, str(run_dir)]
+
+
+RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
+MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
+
+
+CONTAINER_PYTHON = "python"  # the image's interpreter (NGC PyTorch / NeMo images put it on PATH)
+
+
+def in_container(plan) -> bool:
+    """Ranks run in engine.container_image under Slurm; local processes always use this Python."""
+    return bool(plan.recipe.engine.container_image) and plan.recipe.cluster.launcher == "slurm"
+
+
+def command(plan, run_dir) -> List[str]:
+    """The engine interface's rank command (see :func:`megatron_command`): this interpreter on the
+    host, the image's ``python`` in a container."""
+    return megatron_command(run_dir, CONTAINER_PYTHON if in_container(plan) else sys.executable)
+
+
+def check(plan) -> None:
+    """Refuse what this engine cannot run: interleaving needs micro batches in multiples of PP."""
+    from vdkit.errors import UserError
+
+    p = plan.recipe.parallelism
+    if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
+        raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
+                        f"to be a multiple of pp={p.pp} (megatron-core {MCORE_SERIES})",
+                        "raise train.global_batch_size or unset parallelism.vp")
+    if plan.recipe.data.kind != "sft" and plan.recipe.data.name != "synthetic":
+        raise UserError(f"the megatron engine reads NeMo SFT JSONL; data={plan.recipe.data.name} is "
+                        f"{plan.recipe.data.kind} data (Megatron indexed files)",
+                        "use data=synthetic or a prepared JSONL dataset (or engine=nemo on the cluster)")
+
+
+def local_check(plan) -> None:
+    """Data files and tokenizer exist and fit (the reference engine's data rules), before a local run."""
+    from vdkit.recipes.reference.data import check_inputs
+
+    check_inputs(plan.recipe)
+
+
+def container(plan, run_dir):
+    """The image every rank runs in (engine.container_image), or None: the host's Python."""
+    if not in_container(plan):
+        return None
+    image = plan.recipe.engine.container_image
+    from vdkit.jobspec import Container
+    from vdkit.recipes.engines import standard_mounts
+
+    return Container(image=image, mounts=standard_mounts(plan, run_dir), workdir=str(run_dir))
+
+
+def env(plan) -> dict:
+    """Megatron orders tensor-parallel communication before compute with one CUDA connection."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}

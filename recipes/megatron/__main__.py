@@ -1,0 +1,12 @@
+"""``python -m vdkit.recipes.megatron RUN_DIR``: what each rank runs."""
+import os
+import sys
+
+from vdkit.recipes.megatron.train import main
+
+code = main()
+# As the reference engine: leave without C++ static destructors (gloo threads can abort a finished
+# rank at exit); logs, TensorBoard, checkpoints and memory.json are closed by now.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(code)

@@ -1,0 +1,72 @@
+"""Per-rank checkpoints, published atomically as one directory per step.
+
+``<checkpoints>/step=<N>.ckpt/rank<R>.pt`` holds rank R's trainable parameters, its optimizer's
+inner state (Adam moments and step counters; fp32 master copies under mixed precision) and the step.
+Each rank writes its file under a hidden ``.step=<N>.ckpt.tmp`` directory (write, fsync, rename);
+after a barrier rank 0 renames the directory into place, so a job killed while saving leaves the
+previous step as the latest. The location and the name pattern are the reference engine's
+(``checkpoint_dir``, ``latest``, ``KEEP``): resume finds either engine's checkpoints the same way.
+A checkpoint resumes only the layout that wrote it (same TP, PP, VP, DP, method).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from vdkit.errors import UserError
+from vdkit.recipes.reference.checkpoint import KEEP, _NAME, checkpoint_dir, latest  # noqa: F401  (re-exported)
+
+
+def _tmp_dir(ckpt_dir: Path, step: int) -> Path:
+    return Path(ckpt_dir) / f".step={step}.ckpt.tmp"
+
+
+def rank_file(path: Path, rank: int) -> Path:
+    return Path(path) / f"rank{rank:05d}.pt"
+
+
+def write_rank(ckpt_dir: Path, step: int, rank: int, state: dict) -> None:
+    """Rank ``rank``'s part of step ``step`` (into the hidden directory; :func:`publish` makes it visible)."""
+    import torch
+
+    tmp_dir = _tmp_dir(ckpt_dir, step)
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    final = rank_file(tmp_dir, rank)
+    tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        torch.save(state, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+
+
+def publish(ckpt_dir: Path, step: int, world: int) -> Path:
+    """Rank 0, after every rank wrote: rename the step's directory into place; keep the last KEEP."""
+    ckpt_dir = Path(ckpt_dir)
+    tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / f"step={step}.ckpt"
+    missing = [r for r in range(world) if not rank_file(tmp_dir, r).is_file()]
+    if missing:
+        raise RuntimeError(f"checkpoint step {step}: ranks {missing[:4]} wrote nothing")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp_dir, final)
+    steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
+    for _, old in steps[:-KEEP]:
+        shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
+    return final
+
+
+def load_rank(path: Path, rank: int) -> dict:
+    """Rank ``rank``'s part of a checkpoint directory."""
+    import torch
+
+    f = rank_file(path, rank)
+    if not f.is_file():
+        raise UserError(f"checkpoint {path} has no file for rank {rank} (written by another layout?)",
+                        "resume with the layout that wrote it, or move the checkpoints away")
+    try:
+        return torch.load(f, map_location="cpu", weights_only=False)
+    except Exception as exc:  # a damaged file: torch raises RuntimeError / pickle errors / EOFError
+        raise UserError(f"cannot read checkpoint {f}: {exc}",
+                        "delete the damaged checkpoint directory; the run resumes from the previous one") from None

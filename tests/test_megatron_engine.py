@@ -1,0 +1,167 @@
+"""engine=megatron for real: every parallel layout trains the same model as one rank does.
+
+Real multi-rank runs of megatron-core on CPU over gloo (`vdkit run engine=megatron`), a 4-layer
+tiny Llama, a few steps each. Losses are read at full precision from TensorBoard. The runs are
+shared by the tests of this module (each is started once, on first use).
+
+- equal to a one-rank run of the same recipe: TP2 (LoRA), PP2 (P-tuning), TP2 x PP2 with VP2 and
+  DP2 with the distributed optimizer (SFT);
+- loss falls against an lr = 0 control for SFT, LoRA and P-tuning, each on a parallel layout;
+- memory.json agrees with the planner within 2 % on every rank of every run;
+- a run killed after a checkpoint resumes with the same losses (DP2, distributed optimizer).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("megatron.core")
+pytestmark = pytest.mark.slow  # a dozen real multi-rank runs: minutes on 2 cores
+
+BASE = ["engine=megatron", "model.num_layers=4", "train.seq_length=128", "method.warmup_steps=0",
+        "train.global_batch_size=8", "train.micro_batch_size=2", "train.max_steps=6",
+        "engine.checkpoint_every_n_steps=2"]
+LR = {"sft": "method.lr=1e-3", "lora": "method.lr=1e-2", "ptuning": "method.lr=1e-2"}
+LAYOUTS = {
+    "one": ["cluster.gpus_per_node=1"],
+    # activation recomputation changes no loss: selective under TP, full under PP
+    "tp2": ["cluster.gpus_per_node=2", "parallelism.tp=2", "parallelism.recompute=selective"],
+    "pp2": ["cluster.gpus_per_node=2", "parallelism.pp=2", "parallelism.recompute=full"],
+    "tp2pp2vp2": ["cluster.gpus_per_node=4", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=2"],
+    "dp2": ["cluster.gpus_per_node=2", "parallelism.tp=1", "parallelism.pp=1", "parallelism.distributed_optimizer=true"],
+}
+STEP = re.compile(r"\| (\d+)/\d+ \[[^,]*, reduced_train_loss=")
+
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _vdkit_run(out: Path, overrides) -> Path:
+    cmd = [sys.executable, "-m", "vdkit", "run", *overrides, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=400)
+    assert proc.returncode == 0, (proc.stderr[-3000:], proc.stdout[-3000:])
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _losses(run_dir: Path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    by_step = {}
+    for e in sorted(acc.Scalars("reduced_train_loss"), key=lambda e: e.wall_time):
+        by_step[e.step] = e.value  # a step redone after a restart: the later value counts
+    return [by_step[k] for k in sorted(by_step)]
+
+
+class Runs:
+    """Each (method, layout, lr) trained once per module, on first use."""
+
+    def __init__(self, root: Path):
+        self.root, self.done = root, {}
+
+    def get(self, method: str, layout: str, lr0: bool = False, extra=()) -> Path:
+        key = (method, layout, lr0, tuple(extra))
+        if key not in self.done:
+            name = f"{method}_{layout}{'_lr0' if lr0 else ''}"
+            lr = ["method.lr=0.0", "method.min_lr=0.0"] if lr0 else [LR[method]]
+            self.done[key] = _vdkit_run(self.root / name, [*BASE, f"method={method}", *lr, *LAYOUTS[layout], *extra])
+        return self.done[key]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    return Runs(tmp_path_factory.mktemp("megatron"))
+
+
+def _assert_memory_agrees(run_dir: Path, world: int):
+    from vdkit.recipes.megatron.memory import disagreements
+
+    report = json.loads((run_dir / "memory.json").read_text())
+    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
+    for r in report["ranks"]:
+        assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
+        assert r["measured"]["weights"] > 0
+    assert disagreements(report) == [], report
+
+
+@pytest.mark.parametrize("method,layout,world", [
+    ("lora", "tp2", 2), ("ptuning", "pp2", 2), ("sft", "tp2pp2vp2", 4), ("sft", "dp2", 2)])
+def test_parallel_layout_trains_exactly_like_one_rank(runs, method, layout, world):
+    one, par = runs.get(method, "one"), runs.get(method, layout)
+    a, b = _losses(one), _losses(par)
+    assert len(a) == len(b) == 6
+    assert b == pytest.approx(a, rel=1e-4, abs=1e-5), (a, b)
+    out = (par / "local-1.out").read_text()
+    assert f"{world} rank(s) (local, cpu)" in out
+    _assert_memory_agrees(par, world)
+    _assert_memory_agrees(one, 1)
+
+
+# LoRA starts as the base model (B = 0), so SFT's lr = 0 run is its control too; the equal first
+# losses below check that.
+CONTROL = {"sft": "sft", "lora": "sft", "ptuning": "ptuning"}
+
+
+@pytest.mark.parametrize("method,layout", [("sft", "tp2pp2vp2"), ("lora", "tp2"), ("ptuning", "pp2")])
+def test_loss_falls_against_an_lr0_control(runs, method, layout):
+    trained, control = _losses(runs.get(method, layout)), _losses(runs.get(CONTROL[method], "one", lr0=True))
+    assert trained[0] == pytest.approx(control[0], rel=1e-4)  # same model, same first batch
+    assert trained[-1] < control[-1] - 0.05, (trained, control)
+    _assert_memory_agrees(runs.get(CONTROL[method], "one", lr0=True), 1)
+
+
+def test_layout_line_names_what_megatron_runs(runs):
+    out = (runs.get("sft", "tp2pp2vp2") / "local-1.out").read_text()
+    assert "tp=2 pp=2 vp=2 dp=1 sp=True" in out and "megatron-core 0.16.1" in out
+    assert "train_step_timing in s=" in out and "Epoch 0: : 100%|██████████| 6/6 [" in out
+
+
+def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
+    """SIGKILL a DP2 distributed-optimizer run after a checkpoint; the restart redoes the lost steps
+    and every loss equals the uninterrupted run's."""
+    from vdkit.recipes.megatron import megatron_command
+    from vdkit.recipes.launch import launch_local
+
+    whole = runs.get("sft", "dp2")
+    cmd = [sys.executable, "-m", "vdkit", "run", *BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"],
+           "--out", str(tmp_path)]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(),
+                             start_new_session=True)
+    run_dir = tmp_path / "tiny_llama_sft_1n2g"
+    deadline = time.monotonic() + 300
+    while True:  # kill once a checkpoint exists and a step after it has finished
+        assert first.poll() is None, "the run finished before it could be killed"
+        assert time.monotonic() < deadline, "the run made no progress"
+        log = run_dir / "local-1.out"
+        steps = [int(m.group(1)) for m in STEP.finditer(log.read_text())] if log.is_file() else []
+        if (run_dir / "checkpoints" / "step=2.ckpt").is_dir() and steps and steps[-1] >= 3:
+            os.killpg(first.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    first.wait()
+    assert not (run_dir / "checkpoints" / "step=6.ckpt").exists()
+    with open(os.devnull, "wb") as sink:
+        old = dict(os.environ)
+        os.environ.update(OMP_NUM_THREADS="1")
+        try:
+            assert launch_local(run_dir, 2, 2, terminal=sink, command=megatron_command(run_dir)) == 0
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+    text = (run_dir / "local-1.out").read_text()
+    assert "resuming from" in text and "global_step" in text
+    assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=4.ckpt", "step=6.ckpt"]

@@ -1,0 +1,108 @@
+"""The sharded data-parallel memory model and plans: the white paper's OPT sizes on one XE9680, the blog's
+six Llama 3.1 cells, and the documents' tables built from plans and (stand-in) logs."""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from vdkit.arch import param_counts
+from vdkit.config import compose, sweep_cells
+from vdkit.plan import make_plan
+from vdkit.sharded import STATE_BYTES, estimate_sharded_memory
+
+OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpaca", "train.micro_batch_size=4",
+       "train.global_batch_size=256", "train.seq_length=512", "parallelism.recompute=none"]
+
+
+def test_alpaca_opt_sweep_13b_fits_30b_does_not_with_the_arithmetic():
+    plans = {p.recipe.model.name: p for p in (make_plan(compose(c)) for c in sweep_cells("alpaca_opt"))}
+    assert list(plans) == ["opt_125m", "opt_350m", "opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "opt_30b"]
+    assert all(plans[m].feasible for m in list(plans)[:-1])
+    big = plans["opt_30b"]
+    assert not big.feasible and big.memory.total_gb > 80
+    short = float(re.search(r"short by ([0-9.]+) GB", big.reason).group(1))
+    assert short == pytest.approx(big.memory.total_gb - 80, abs=0.06)
+    parts = [float(x) for x in re.findall(r"(?:blocks|gradients|optimizer|activations|overhead) ([0-9.]+)", big.reason)]
+    assert sum(parts) == pytest.approx(big.memory.total_gb, abs=0.3)  # the printed parts add up
+    assert "parallelism.recompute=full" in big.reason and "parallelism.cpu_offload=true" in big.reason
+    # sizes only grow the memory, and the sharded state is 16 bytes per parameter over 8 GPUs
+    mems = [p.memory.total_gb for p in plans.values()]
+    assert mems == sorted(mems)
+    p13 = plans["opt_13b"]
+    state = p13.memory.gradients_gb + p13.memory.optimizer_gb
+    assert state == pytest.approx(12 * param_counts(p13.recipe.model).total / 8 / 1e9, rel=1e-6)
+
+
+def test_sharding_divides_the_state_by_the_shard_group():
+    one = compose(OPT + ["model=opt_6_7b"])
+    two = dataclasses.replace(one, cluster=dataclasses.replace(one.cluster, nodes=2),
+                              train=dataclasses.replace(one.train, global_batch_size=512))
+    m1, _ = estimate_sharded_memory(one, "none")
+    m2, _ = estimate_sharded_memory(two, "none")
+    assert m2.optimizer_gb == pytest.approx(m1.optimizer_gb / 2) and m2.gradients_gb == pytest.approx(m1.gradients_gb / 2)
+    assert m2.activations_gb == pytest.approx(m1.activations_gb)  # same per-GPU batch
+    full, _ = estimate_sharded_memory(one, "full")
+    assert full.activations_gb < m1.activations_gb / 5
+    off, host = estimate_sharded_memory(one, "none", cpu_offload=True)
+    assert off.gradients_gb == off.optimizer_gb == 0 and host == pytest.approx(
+        8 * (m1.gradients_gb + m1.optimizer_gb) + 8 * 4 * param_counts(one.model).total / 8 / 1e9, rel=1e-6)
+    z3 = dataclasses.replace(one, parallelism=dataclasses.replace(one.parallelism, sharding="zero3"))
+    mz, _ = estimate_sharded_memory(z3, "none")
+    assert sum(STATE_BYTES["zero3"]) == sum(STATE_BYTES["fsdp"]) == 16
+    per_gpu = param_counts(one.model).total / 8 / 1e9
+    assert mz.total_gb == pytest.approx(m1.total_gb, rel=1e-9)  # same 16 bytes, split differently:
+    assert mz.weights_gb == pytest.approx(m1.weights_gb - 2 * per_gpu) and mz.optimizer_gb == pytest.approx(
+        m1.optimizer_gb + 4 * per_gpu)
+
+
+def test_lora_keeps_only_frozen_weights_sharded():
+    sft = make_plan(compose(OPT + ["model=opt_13b"]))
+    lora = make_plan(compose([o for o in OPT if o != "method=sft"] + ["model=opt_13b", "method=lora"]))
+    assert lora.memory.optimizer_gb < sft.memory.optimizer_gb / 100
+    assert lora.memory.total_gb < sft.memory.total_gb
+
+
+def test_llama31_roce_plans_all_six_cells():
+    plans = [make_plan(compose(c)) for c in sweep_cells("llama31_roce")]
+    assert len(plans) == 6 and all(p.feasible for p in plans)
+    assert [(p.recipe.model.name, p.recipe.cluster.nodes, p.recipe.cluster.transport) for p in plans] == [
+        ("llama3_1_8b", 1, "roce"), ("llama3_1_8b", 2, "tcp"), ("llama3_1_8b", 2, "roce"),
+        ("llama3_1_70b", 1, "roce"), ("llama3_1_70b", 2, "tcp"), ("llama3_1_70b", 2, "roce")]
+    assert all(p.recipe.cluster.gpu_memory_gb == 192 and p.grad_accum == 1 for p in plans)
+    assert plans[1].memory == plans[2].memory  # the transport changes time, not memory
+    # 70B on one node needs gradient checkpointing at the per-device batch that two nodes run without it
+    assert plans[3].recipe.parallelism.recompute == "full"
+
+
+def test_tables_from_sweeps_and_a_measured_run(tmp_path):
+    from test_validation_logs import write_nemo1_log
+    from vdkit.rundir import create_run_dir
+    from vdkit.validation import hf_tables
+
+    cell = next(c for c in sweep_cells("alpaca_opt") if "model=opt_6_7b" in c)
+    run = create_run_dir(make_plan(compose(cell)), {}, out_dir=tmp_path)
+    write_nemo1_log(run / "slurm-1.out", [9.0] + [1.5] * 49)  # 50 measured steps, 1.5 s each after warm-up
+    t = hf_tables.build("alpaca_opt", [run])
+    row = next(r for r in t.rows if r.model == "opt_6_7b")
+    assert row.ours == pytest.approx((9.0 + 1.5 * 608) / 60, rel=0.02)  # 609 steps = 3 epochs
+    assert row.published == 15 and row.ratio == pytest.approx(row.ours / 15)
+    assert [r.published_text for r in t.rows] == ["< 10"] * 4 + ["15", "42", "out of memory"]
+    md = hf_tables.to_markdown(t)
+    assert "DOES NOT FIT" in md and "short by" in md and "| OPT-6.7B |" in md
+    files = hf_tables.write(t, tmp_path / "report")
+    assert sorted(f.name for f in files) == ["alpaca_opt.csv", "alpaca_opt.json", "alpaca_opt.md", "alpaca_opt.png"]
+    blog = hf_tables.build("llama31_roce")
+    assert [r.published for r in blog.rows] == [1980, 1220, 1071.2, 20420, 17160, 8120]
+
+
+def test_report_cli_for_both_tables(tmp_path, capsys):
+    from vdkit.cli import main
+
+    assert main(["report", "--table", "llama31_roce", "--out", str(tmp_path), "--no-plots"]) == 0
+    out = capsys.readouterr().out
+    assert "| 1071.2 |" in out and "RoCE" in out and "no RoCE (TCP)" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["llama31_roce.csv", "llama31_roce.json", "llama31_roce.md"]
+    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 2  # table9 still needs runs
+    assert "needs run directories" in capsys.readouterr().err

@@ -1,0 +1,73 @@
+"""Parameter counts per architecture, from ModelCfg's fields (Llama 2 / 3.1, OPT).
+
+One formula for every decoder the kit knows, driven by the architecture fields rather than the
+model's name, and checked against transformers' own model classes (tests/test_arch.py builds each
+conf/model/*.yaml on the meta device and counts):
+
+- attention: Q and O are h x h, K and V h x (KV heads x head dim); biases on all four when
+  ``bias`` (OPT);
+- MLP: SwiGLU has three h x f matrices (gate, up, down), ReLU / GeLU two (fc1, fc2); biases
+  f (+ f for a gated MLP) + h when ``bias``;
+- norms: two per layer, RMSNorm a weight (h), LayerNorm a weight and a bias (2h); a final norm
+  after the last layer only with pre-norm blocks (OPT-350m, post-norm, has none);
+- embeddings: the token table V x e (e = ``embedding_dim`` or h) and, when e != h, the two
+  bias-free projections e <-> h (OPT-350m); learned absolute positions add (max positions +
+  offset) x h (OPT's table has 2 extra rows); the output layer is V x h unless ``tied_embeddings``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Rows a learned position table holds beyond max_position_embeddings (OPTLearnedPositionalEmbedding).
+LEARNED_POSITION_OFFSET = {"opt": 2}
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameter counts of a decoder-only transformer."""
+
+    per_layer: int  # one decoder block (attention + MLP + its norms)
+    embedding: int  # the input token table (V x e)
+    final_norm: int
+    num_layers: int
+    output: int = 0  # the output layer (V x h) when untied, else 0
+    extra: int = 0  # learned positions and embedding projections
+
+    @property
+    def total(self) -> int:
+        return self.num_layers * self.per_layer + self.embedding + self.output + self.extra + self.final_norm
+
+    @property
+    def tied(self) -> bool:
+        """Whether the output layer shares the input embedding."""
+        return self.output == 0
+
+    @property
+    def positions(self) -> int:
+        """Learned position and projection parameters (0 for rotary models)."""
+        return self.extra
+
+    @property
+    def outside_layers(self) -> int:
+        """Everything not in a decoder block (what a per-block FSDP wrap leaves to the root unit)."""
+        return self.total - self.num_layers * self.per_layer
+
+
+def param_counts(m) -> ParamCounts:
+    """Parameter counts of ``m`` (a ModelCfg): see the module docstring."""
+    h, f, V = m.hidden_size, m.ffn_hidden_size, m.vocab_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    bias = bool(getattr(m, "bias", False))
+    gated = getattr(m, "activation", "swiglu") == "swiglu"
+    norm_params = (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * h
+    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if bias else 0)
+    mlp = (3 if gated else 2) * h * f + (((2 * f if gated else f) + h) if bias else 0)
+    per_layer = attn + mlp + 2 * norm_params
+    e = getattr(m, "embedding_dim", None) or h
+    extra = 2 * e * h if e != h else 0
+    if getattr(m, "position_embedding", "rope") == "learned":
+        extra += (m.max_position_embeddings + LEARNED_POSITION_OFFSET.get(getattr(m, "arch", ""), 0)) * h
+    final_norm = norm_params if getattr(m, "pre_norm", True) else 0
+    output = 0 if getattr(m, "tied_embeddings", False) else V * h
+    return ParamCounts(per_layer=per_layer, embedding=V * e, final_norm=final_norm, num_layers=m.num_layers,
+                       output=output, extra=extra)

@@ -1,0 +1,189 @@
+"""The memory model of sharded data parallelism (FSDP full-shard, DeepSpeed ZeRO-3) and its plan.
+
+With ``parallelism.sharding=fsdp|zero3`` every rank is a data-parallel rank (TP = PP = 1) and the
+model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 GB = 1e9):
+
+- sharded model state, mixed precision with Adam, ``STATE_BYTES`` = 16 per trainable parameter / N:
+  FSDP (torch's MixedPrecision over fp32 shards, as the HF Trainer runs it): fp32 parameter 4 +
+  fp32 gradient 4 + Adam m and v 8; ZeRO-3 (Rajbhandari et al. 2020, "2 + 2 + K" with K = 12):
+  bf16 parameter 2 + bf16 gradient 2 + fp32 master copy, m and v 12. Frozen parameters (PEFT) keep
+  only their parameter bytes.
+- the gathered units: FSDP / ZeRO-3 materialise one decoder block at a time in bf16, prefetch the
+  next one, and hold the gathered block's bf16 gradient before the reduce-scatter:
+  ``GATHERED_LAYERS`` x 2 bytes + 2 bytes per block parameter; the root unit (embeddings, positions,
+  final norm, untied output) stays gathered from forward to backward: 2 + 2 bytes per parameter.
+- activations at the recipe's micro batch b and sequence s, bf16, per layer (Korthikanti et al.
+  2022, generalised to any MLP width and a gated MLP; memory-efficient SDPA attention, no s^2 term):
+  attention 11sbh (norm input, QKV input, Q, K, V, softmax output, projection input and dropout
+  mask), MLP 2sbh + 4sbf (ReLU / GeLU: fc1 output and activation) or 2sbh + 8sbf (SwiGLU: gate,
+  up, activation and product) + sbh dropout mask, and 4sbh for the two norms. Gradient
+  checkpointing (``recompute=full``) keeps only each block's input (2sbh) plus one block's working
+  set. The logits: bf16 plus the fp32 upcast and its gradient for the loss, 10 s b V.
+- CPU offload (``parallelism.cpu_offload``): the sharded state lives in host memory (reported per
+  node), the GPU keeps the gathered units and activations.
+- overhead: ``vdkit.plan.OVERHEAD_GB`` (context, communicator buffers, fragmentation).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from vdkit.arch import param_counts
+from vdkit.config import Recipe
+
+STATE_BYTES = {  # per trainable parameter: (weights, gradients, optimizer)
+    "fsdp": (4.0, 4.0, 8.0),
+    "zero3": (2.0, 2.0, 12.0),
+}
+FROZEN_BYTES = {"fsdp": 4.0, "zero3": 2.0}  # a frozen parameter's own copy (PEFT)
+GATHERED_LAYERS = 2  # the block being computed and the prefetched next one
+LOGIT_BYTES = 10.0  # bf16 logits + fp32 upcast + fp32 gradient, per position and vocabulary entry
+LIBRARY = {"fsdp": "torch FSDP full-shard", "zero3": "DeepSpeed ZeRO-3"}
+
+
+def activation_bytes_per_layer(r: Recipe) -> float:
+    """Stored activations of one decoder block for one micro batch (see the module docstring)."""
+    m, t = r.model, r.train
+    s, b, h, f = t.seq_length, t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
+    mlp = 2 * s * b * h + (8 if m.activation == "swiglu" else 4) * s * b * f + s * b * h
+    return 11 * s * b * h + mlp + 4 * s * b * h
+
+
+def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[bool] = None):
+    """Per-GPU memory (a vdkit.plan.Memory) of sharded data parallelism, and host GB per node."""
+    from vdkit.plan import GB, OVERHEAD_GB, Memory, trainable_params
+
+    kind = r.parallelism.sharding
+    offload = r.parallelism.cpu_offload if cpu_offload is None else cpu_offload
+    m, t = r.model, r.train
+    n = r.world_size
+    counts = param_counts(m)
+    total = counts.total
+    trainable = min(trainable_params(r), total)
+    frozen = total - trainable if r.is_peft else 0
+    w_b, g_b, o_b = STATE_BYTES[kind]
+    weights = (trainable * w_b + frozen * FROZEN_BYTES[kind]) / n
+    grads = trainable * g_b / n
+    optim = trainable * o_b / n
+    host = 0.0
+    if offload:
+        host = (weights + grads + optim) * r.cluster.gpus_per_node
+        weights = grads = optim = 0.0
+    gathered = (GATHERED_LAYERS * 2.0 + 2.0) * counts.per_layer + 4.0 * counts.outside_layers
+    per_layer = activation_bytes_per_layer(r)
+    s, b, h = t.seq_length, t.micro_batch_size, m.hidden_size
+    if recompute == "full":
+        acts = m.num_layers * 2 * s * b * h + per_layer
+    else:
+        acts = m.num_layers * per_layer
+    acts += LOGIT_BYTES * s * b * m.vocab_size
+    mem = Memory(weights_gb=(weights + gathered) / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
+                 activations_gb=acts / GB, overhead_gb=OVERHEAD_GB)
+    return mem, host / GB
+
+
+def _breakdown(mem, r: Recipe, recompute: str) -> str:
+    cap = r.cluster.gpu_memory_gb
+    return (f"{mem.total_gb:.1f} GB per GPU ({LIBRARY[r.parallelism.sharding]} over {r.world_size} GPUs, "
+            f"recompute {recompute}: weights + gathered blocks {mem.weights_gb:.1f} + gradients "
+            f"{mem.gradients_gb:.1f} + optimizer {mem.optimizer_gb:.1f} + activations {mem.activations_gb:.1f} "
+            f"(MBS {r.train.micro_batch_size} x seq {r.train.seq_length}) + overhead {mem.overhead_gb:.1f}) "
+            f"{'<=' if mem.total_gb <= cap else '>'} {cap:g} GB")
+
+
+def make_sharded_plan(recipe: Recipe):
+    """The plan of a sharded data-parallel recipe: TP = PP = 1, DP = world size, the memory above.
+
+    Recomputation: the pinned ``parallelism.recompute``, else none, else full (gradient
+    checkpointing) when none does not fit. An infeasible plan says by how much it misses and what
+    would fit (gradient checkpointing, CPU offload, more nodes).
+    """
+    from vdkit.errors import UserError
+    from vdkit.plan import BORDERLINE, Plan, checkpoint_gb
+
+    p, t = recipe.parallelism, recipe.train
+    if (p.tp or 1) != 1 or (p.pp or 1) != 1 or (p.vp or 1) != 1:
+        raise UserError(f"parallelism.sharding={p.sharding} is data parallel only; tp={p.tp} pp={p.pp} vp={p.vp}",
+                        "unset parallelism.tp / pp / vp (or set them to 1)")
+    n = recipe.world_size
+    if t.global_batch_size % (t.micro_batch_size * n):
+        raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP = "
+                        f"{t.micro_batch_size} x {n}",
+                        f"use train.global_batch_size={t.micro_batch_size * n * max(1, t.global_batch_size // (t.micro_batch_size * n))}")
+    cap = recipe.cluster.gpu_memory_gb
+    options = [p.recompute] if p.recompute else ["none", "full"]
+    tried = [(rc, estimate_sharded_memory(recipe, rc)) for rc in options]
+    fitting = [(rc, mh) for rc, mh in tried if mh[0].total_gb <= cap]
+    rc, (mem, host) = fitting[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
+    feasible = bool(fitting)
+    borderline = abs(mem.total_gb - cap) <= BORDERLINE * cap
+    notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
+    if host:
+        notes.append(f"CPU offload: {host:.0f} GB of host memory per node for the sharded state")
+    reason = None
+    if feasible:
+        notes.append("memory: " + _breakdown(mem, recipe, rc))
+        if borderline:
+            notes.append(f"borderline: {mem.total_gb:.1f} of {cap:g} GB per GPU")
+    else:
+        reason = f"needs {_breakdown(mem, recipe, rc)}, short by {mem.total_gb - cap:.1f} GB"
+        reason += _what_would_fit(recipe, rc)
+    resolved = recipe.with_parallelism(tp=1, pp=1, vp=1, sequence_parallel=False, recompute=rc,
+                                       distributed_optimizer=True)
+    prediction = _prediction(resolved, rc) if feasible else None
+    if prediction is not None:
+        notes.append("prediction: the step-time model is calibrated on NeMo runs (its per-micro-batch overhead "
+                     "is NeMo's unfused stack); FSDP / ZeRO-3 parameter gathers are not modelled - "
+                     "uncalibrated for this engine (`vdkit report --table alpaca_opt` shows its error)")
+    if feasible and prediction is None:
+        notes.append(f"no step-time prediction: the step-time model describes "
+                     f"{', '.join(_calibrated_gpus())}, not {recipe.cluster.gpu_type}")
+    return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
+                feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
+                layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
+
+
+def _calibrated_gpus():
+    from vdkit.predict import calibration
+
+    return list(calibration()["hardware"]["gpu_types"])
+
+
+def _prediction(r: Recipe, recompute: str):
+    """The kit's step-time model (vdkit.predict) on the data-parallel layout, where it knows the GPU.
+
+    Compute, per-micro-batch overhead and optimizer as for any DP layout; communication as its
+    once-per-step gradient all-reduce (FSDP / ZeRO-3 move ~1.5x those bytes, per micro batch, mostly
+    overlapped with compute - not modelled separately, so this is a lower bound on communication).
+    """
+    from vdkit.predict import predict, predicts_for
+
+    if not predicts_for(r):
+        return None
+    return predict(r, 1, 1, 1, recompute, distributed_optimizer=True)
+
+
+def _what_would_fit(r: Recipe, rc: str) -> str:
+    """What decides an infeasible sharded plan: gradient checkpointing, CPU offload, more nodes."""
+    import dataclasses
+
+    cap, hints = r.cluster.gpu_memory_gb, []
+    if rc != "full":
+        full, _ = estimate_sharded_memory(r, "full")
+        hints.append(f"with gradient checkpointing (parallelism.recompute=full) {full.total_gb:.1f} GB: "
+                     + ("fits" if full.total_gb <= cap else "still does not fit"))
+    if not r.parallelism.cpu_offload:
+        off, host = estimate_sharded_memory(r, rc, cpu_offload=True)
+        hints.append(f"with CPU offload (parallelism.cpu_offload=true) {off.total_gb:.1f} GB and {host:.0f} GB "
+                     "host memory per node: " + ("fits" if off.total_gb <= cap else "still does not fit"))
+    c = r.cluster
+    for nodes in range(c.nodes + 1, c.max_nodes + 1):
+        t = r.train
+        gbs = t.global_batch_size * nodes // c.nodes  # the same per-GPU batch on more GPUs
+        bigger = dataclasses.replace(r, cluster=dataclasses.replace(c, nodes=nodes),
+                                     train=dataclasses.replace(t, global_batch_size=gbs))
+        mem, _ = estimate_sharded_memory(bigger, rc)
+        if mem.total_gb <= cap:
+            hints.append(f"it fits on {nodes} nodes ({mem.total_gb:.1f} GB per GPU): cluster.nodes={nodes}")
+            break
+    return "; " + "; ".join(hints) if hints else ""
+
