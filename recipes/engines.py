@@ -38,6 +38,9 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``container(plan, run_dir) -> vdkit.jobspec.Container | None``  (default ``None``: host Python)
     The image and mounts when ranks run in a container; pyxis flags are the Slurm renderer's job.
     :func:`standard_mounts` gives the usual list (data dir, results dir, run dir).
+``RUNTIME_MODULES: tuple[str, ...]`` and ``EXTRA: str``  (default ``()`` / ``""``)
+    What a rank imports and the pyproject extra that installs it. Before training on this machine
+    (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
 ``RUNS_LOCALLY: bool``  (default ``False``)
     Whether ``vdkit run`` may start ``command`` as local processes on this machine.
 ``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
@@ -69,6 +72,25 @@ def names() -> Tuple[str, ...]:
     return tuple(REGISTRY)
 
 
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a broken or blocked package (or its parent)
+        return False
+
+
+def require_modules(modules, extra: str, engine: str) -> None:
+    """Raise one line naming the pyproject extra when any of ``modules`` is not importable here."""
+    missing = [m for m in modules if not _installed(m)]
+    if missing:
+        raise UserError(f"engine={engine} needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                        "not installed in this Python",
+                        f"install the extra: pip install torch 'vdkit[{extra}]' (from a checkout: "
+                        f"pip install torch -e '.[{extra}]')")
+
+
 class Engine:
     """An engine module behind the interface above, with the optional parts defaulted."""
 
@@ -94,6 +116,7 @@ class Engine:
         return list(fn(plan)) if fn else []
 
     def local_check(self, plan) -> None:
+        require_modules(getattr(self.module, "RUNTIME_MODULES", ()), getattr(self.module, "EXTRA", ""), self.name)
         fn = getattr(self.module, "local_check", None)
         if fn:
             fn(plan)

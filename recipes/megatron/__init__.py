@@ -29,6 +29,8 @@ def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) ->
     return [python, "-m", MODULE, str(run_dir)]
 
 
+RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vdkit.recipes.engines)
+EXTRA = "megatron"
 RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 

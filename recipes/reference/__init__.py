@@ -14,7 +14,6 @@ deterministic batch order), ``model`` (Llama / OPT from ModelCfg or ``model.hf_p
 """
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 from typing import List, Union
@@ -31,20 +30,11 @@ RUNTIME_MODULES = ("torch", "lightning", "transformers", "peft")
 EXTRA = "reference"
 
 
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a broken or blocked package
-        return False
-
-
 def require_runtime() -> None:
     """Raise one line naming the extra to install when the engine's libraries are missing here."""
-    missing = [m for m in RUNTIME_MODULES if not _installed(m)]
-    if missing:
-        raise UserError(f"the reference engine needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'}"
-                        " not installed in this Python", f"install the extra: pip install torch 'vdkit[{EXTRA}]' "
-                        "(or from a checkout: pip install torch -e '.[reference]')")
+    from vdkit.recipes.engines import require_modules
+
+    require_modules(RUNTIME_MODULES, EXTRA, "reference")
 
 
 def reference_command(run_dir: Union[str, Path], python: str = sys.executable) -> List[str]:
@@ -108,5 +98,4 @@ def local_check(plan) -> None:
     missing), then data files and tokenizer exist and fit, before a local run directory is written."""
     from vdkit.recipes.reference.data import check_inputs
 
-    require_runtime()
-    check_inputs(plan.recipe)
+    check_inputs(plan.recipe)  # the libraries (RUNTIME_MODULES) were checked by the engine registry
