@@ -229,7 +229,7 @@ for name, argv, expect in [
     ("status-no-target", ["status"], "RUN_DIR"),
     ("run-multirun", ["run", "-m", "cluster.nodes=1,2"], "-m"),
     ("validate-no-source", ["validate"], "RUN_DIR_OR_LOG"),
-    ("report-no-runs", ["report"], "RUN_DIR"),
+    ("report-no-runs", ["report"], "run directories"),
     ("prepare-no-args", ["data", "prepare"], "dataset"),
     ("demo-unknown-flag", ["demo", "--gpu"], "--gpu"),
     ("cluster-bad-action", ["cluster", "restart"], "restart"),

@@ -67,7 +67,7 @@ def register(subparsers) -> None:
 def _prepare(args: argparse.Namespace) -> int:
     from vdkit.recipes import data
 
-    split = data.parse_split(args.split) if args.split else data.default_split(args.dataset)
+    split = data.parse_split(args.split) if args.split is not None else data.default_split(args.dataset)
     report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force)
     print("\n".join(report.lines()))
     return 0
