@@ -14,8 +14,9 @@ after each optimizer step, so that
    exits; the requeued job (same id, same run dir) resumes from that checkpoint: no step is lost
    and none is repeated.
 
-Engine-neutral (standard library only): the reference engine passes Fabric's all-reduce, a
-megatron-core engine passes ``torch.distributed.all_reduce`` over its data-parallel group.
+Engine-neutral (standard library only): the reference engine passes Fabric's all-reduce, the
+megatron engine ``torch.distributed.all_reduce`` over the whole world (every TP, PP and DP rank
+must stop after the same step, or a pipeline schedule would wait forever for a peer).
 NeMo needs none of this: Lightning's SLURMEnvironment arms the same handler on SIGUSR1
 (``auto_requeue``), see tests/test_preemption.py.
 """

@@ -165,3 +165,74 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     assert "resuming from" in text and "global_step" in text
     assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=4.ckpt", "step=6.ckpt"]
+
+
+def test_usr1_to_one_rank_checkpoints_requeues_and_the_resume_loses_and_repeats_nothing(runs, tmp_path):
+    """Issue 12 item 1 for the megatron engine: USR1 reaches only rank 1 of a DP2 run; both ranks stop
+    after the same step, that step's checkpoint is written, rank 0 runs `scontrol requeue` (a fake one
+    here), both exit 0. The resumed run goes on at the next step, and every loss equals the
+    uninterrupted run's."""
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.launch import launch_local, rank_env
+    from vdkit.recipes.megatron import checkpoint as ckpt
+    from vdkit.recipes.megatron import megatron_command
+    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.commands.run import with_local_defaults
+    from vdkit.rundir import create_run_dir
+    from test_preemption import _fake_scontrol
+
+    whole = runs.get("sft", "dp2")
+    overrides = [*BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"], "engine.checkpoint_every_n_steps=0"]
+    run_dir = create_run_dir(make_plan(compose(with_local_defaults(overrides))), {}, tmp_path / "runs")
+    bin_dir = _fake_scontrol(tmp_path)
+    port = free_port()
+    first_out = tmp_path / "first.out"
+    procs = []
+    with open(first_out, "wb") as rank0_out, open(tmp_path / "rank1.out", "wb") as rank1_out:
+        for rank, sink in enumerate((rank0_out, rank1_out)):
+            env = rank_env(rank, 2, 2, port, base=_env())
+            env.update(SLURM_JOB_ID="4242", PATH=f"{bin_dir}{os.pathsep}{env['PATH']}")
+            procs.append(subprocess.Popen(megatron_command(run_dir), env=env, cwd=run_dir, stdout=sink,
+                                          stderr=subprocess.STDOUT))
+        try:
+            deadline = time.monotonic() + 120
+            while not [int(m.group(1)) for m in STEP.finditer(first_out.read_text())]:
+                assert all(p.poll() is None for p in procs), first_out.read_text()[-3000:]
+                assert time.monotonic() < deadline, "the run made no progress"
+                time.sleep(0.01)
+            procs[1].send_signal(signal.SIGUSR1)  # only rank 1: rank 0 learns it from the all-reduce
+            rcs = [p.wait(timeout=60) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+    out = first_out.read_text()
+    first = [int(m.group(1)) for m in STEP.finditer(out)]
+    stopped = first[-1]
+    assert rcs == [0, 0], (rcs, out[-3000:], (tmp_path / "rank1.out").read_text()[-3000:])
+    assert stopped < 6 and first == list(range(1, stopped + 1))
+    assert f"USR1 received: stopped after global_step {stopped}" in out and "requeued Slurm job 4242" in out
+    assert "Traceback" not in (tmp_path / "rank1.out").read_text()
+    assert (bin_dir / "calls.txt").read_text() == "requeue 4242\n"
+    # checkpoint_every_n_steps=0: the only checkpoint is the one the signal asked for
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step={stopped}.ckpt"]
+    assert ckpt.latest(run_dir / "checkpoints").name == f"step={stopped}.ckpt"
+
+    with open(os.devnull, "wb") as sink:  # the requeued job: same command, same run dir
+        old = dict(os.environ)
+        os.environ.update(OMP_NUM_THREADS="1")
+        try:
+            assert launch_local(run_dir, 2, 2, terminal=sink, command=megatron_command(run_dir)) == 0
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+    text = (run_dir / "local-1.out").read_text()
+    assert f"resuming from {run_dir / 'checkpoints' / f'step={stopped}.ckpt'} (global_step {stopped}" in text
+    assert [int(m.group(1)) for m in STEP.finditer(text)] == list(range(stopped + 1, 7))
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    assert sorted(e.step for e in acc.Scalars("reduced_train_loss")) == list(range(6))  # none lost, none twice
+    assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)

@@ -181,8 +181,38 @@ def _reduced_loss(losses, cuda: bool):
     return float(buf[0]) / ps.get_data_parallel_world_size()
 
 
-def train(run_dir, stream=None) -> int:
-    """Train the recipe in ``run_dir`` on this rank; returns the final global step count."""
+def _flag_sum(flag: int, cuda: bool) -> float:
+    """Sum of the preemption flag over the whole world (every TP, PP and DP rank stops together)."""
+    import torch
+
+    buf = torch.tensor([float(flag)], dtype=torch.float64, device="cuda" if cuda else "cpu")
+    torch.distributed.all_reduce(buf)
+    return float(buf[0])
+
+
+def _stop_for_preemption(preempt, rank: int, progress, step: int, ckpt_dir) -> None:
+    """After the checkpoint of ``step``: rank 0 requeues the job; every rank leaves (raises Preempted)."""
+    import torch
+
+    from vdkit.recipes import preemption
+
+    ok, line = True, ""
+    if rank == 0:
+        ok, line = preempt.requeue()
+        progress.message(f"[vdkit I] {preemption.SIGNAL_NAME} received: stopped after global_step {step}, "
+                         f"checkpoint in {ckpt_dir}; {line}")
+        progress.close()
+    torch.distributed.barrier()  # rank 0 has asked for the requeue before anyone exits
+    raise preemption.Preempted(step, ok if rank == 0 else True)
+
+
+def train(run_dir, stream=None, preempt=None) -> int:
+    """Train the recipe in ``run_dir`` on this rank; returns the final global step count.
+
+    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when its signal comes
+    (to any rank), every rank finishes the step, the checkpoint of that step is written, rank 0
+    requeues the Slurm job and every rank raises ``Preempted``.
+    """
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
     from vdkit.recipes.reference.model import virtual_tokens
@@ -278,13 +308,17 @@ def train(run_dir, stream=None) -> int:
             raise RuntimeError(f"loss is {reduced} at step {step} (optimizer step {'ok' if ok else 'skipped'})")
         if progress is not None:
             progress.update(epoch, step, reduced, lr, step * t.global_batch_size, timing)
-        if (every > 0 and step % every == 0) or step == t.max_steps:
+        # Every rank asks after every step (a collective): all stop at the same step or none does.
+        stopping = step < t.max_steps and preempt is not None and preempt.stop_now(lambda f: _flag_sum(f, cuda))
+        if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
             ckpt.write_rank(ckpt_dir, step, dist.rank, _state(chunks, optimizer, step))
             torch.distributed.barrier()
             if dist.rank == 0:
                 ckpt.publish(ckpt_dir, step, dist.world_size)
                 progress.flush()
             torch.distributed.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
+        if stopping:
+            _stop_for_preemption(preempt, dist.rank, progress, step, ckpt_dir)
 
     # memory.json: every rank's live bytes next to the plan for its stage
     mine = {"rank": dist.rank, "stage": ps.get_pipeline_model_parallel_rank(),
@@ -317,10 +351,16 @@ def main(argv=None) -> int:
     if len(argv) != 1 or argv[0].startswith("-"):
         print("usage: python -m vdkit.recipes.megatron RUN_DIR", file=sys.stderr)
         return 2
+    from vdkit.recipes import preemption
+
+    # First thing: a USR1 that arrives while torch loads must not kill the rank (its default action).
+    preempt = preemption.Preemption().install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
-        train(argv[0])
+        train(argv[0], preempt=preempt)
     except UserError as exc:
         print(f"vdkit megatron: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except preemption.Preempted as stop:
+        return stop.exit_code
     return 0
