@@ -12,8 +12,8 @@ import shlex
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
+from vdkit.ports import job_port_shell
 
-MASTER_PORT = 29500  # fixed and below the ephemeral range (enroot's pytorch hook picks an ephemeral one)
 
 # An adapter as NCCL_IB_HCA names it: device, optionally ":port" (mlx5_0, mlx5_0:1).
 _HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]+)?$")
@@ -106,13 +106,14 @@ def rendezvous_lines() -> List[str]:
     MASTER_ADDR is the first node's NodeAddr as slurmctld knows it: node names need not resolve
     (emulated nodes, sites without DNS for compute names), the address slurmd uses does.
     ``sed -n 1p`` rather than ``head -n1``: it reads all input, so under ``pipefail`` the
-    producer cannot die of SIGPIPE.
+    producer cannot die of SIGPIPE. MASTER_PORT is derived from the job id (:mod:`vdkit.ports`):
+    two jobs sharing a host get different ports, all below the ephemeral range.
     """
     return [
         'MASTER_NODE=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)',
         "MASTER_ADDR=$(scontrol -o show node \"$MASTER_NODE\" | sed -n 's/.*NodeAddr=\\([^ ]*\\).*/\\1/p')",
         'export MASTER_ADDR="${MASTER_ADDR:-$MASTER_NODE}"',
-        f"export MASTER_PORT={MASTER_PORT}",
+        f"export MASTER_PORT={job_port_shell()}",
     ]
 
 

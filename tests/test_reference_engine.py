@@ -58,6 +58,8 @@ def test_ranks_from_slurm_local_and_nothing():
     d = resolve_dist_env(slurm)
     assert (d.rank, d.world_size, d.local_rank, d.local_world_size, d.node_rank, d.source) == (9, 16, 1, 8, 1, "slurm")
     assert d.master_addr == "10.0.0.1" and d.master_port == 20042
+    # no MASTER_PORT: the rendered sbatch's per-job rule (vdkit.ports), below the ephemeral range
+    assert resolve_dist_env({**slurm, "SLURM_JOB_ID": "1234567"}).master_port == 24567
     local = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
              "MASTER_PORT": "1234", **slurm}  # explicit ranks win over a surrounding allocation
     d = resolve_dist_env(local)

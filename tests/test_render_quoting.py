@@ -20,8 +20,10 @@ from vdkit.errors import UserError
 from vdkit.plan import make_plan
 from vdkit.prepare import job_spec, sbatch_text
 from vdkit.recipes import engines
+from vdkit.ports import PORT_BASE, job_port
 from vdkit.slurm import render
 
+JOB_ID = "1234567"  # what Slurm sets in the batch script (its rendezvous port: vdkit.ports.job_port)
 HOSTILE = "we ird'$(touch PWNED);`touch PWNED2` \"q\" #x &&|<>*?~!"
 
 FAKES = r"""
@@ -48,7 +50,7 @@ def _with(recipe, **sections):
     return dataclasses.replace(recipe, **changes)
 
 
-def run_script(text: str, tmp: Path) -> dict:
+def run_script(text: str, tmp: Path, job_id: str = JOB_ID) -> dict:
     """Run a rendered script under bash with the fakes; return srun's argv, cwd and environment."""
     out = tmp / "fake_out"
     out.mkdir()
@@ -57,7 +59,7 @@ def run_script(text: str, tmp: Path) -> dict:
     fakes = tmp / "fakes.sh"
     fakes.write_text(FAKES)
     env = {"PATH": os.environ["PATH"], "FAKE_OUT": str(out), "SLURM_JOB_NODELIST": "xe9680-[1-2]",
-           "HOME": str(tmp)}
+           "SLURM_JOB_ID": job_id, "HOME": str(tmp)}
     proc = subprocess.run(["bash", "-c", '. "$1" && bash "$2"', "_", str(fakes), str(script)],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
@@ -138,7 +140,7 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
     assert ["srun"] + got["argv"] == render.srun_argv(plan, str(run_dir), job_spec(plan, run_dir))
     assert got["argv"][-len(fake_engine):] == fake_engine
     assert got["pwd"] == str(run_dir)
-    assert got["env"] == ["127.0.0.7", "29500", "hf_s3cr3t_value", "=" + ",".join(base.cluster.ib_hcas)]
+    assert got["env"] == ["127.0.0.7", str(job_port(int(JOB_ID))), "hf_s3cr3t_value", "=" + ",".join(base.cluster.ib_hcas)]
     assert not list(tmp_path.rglob("PWNED*")), "a command substitution ran"
     if engine == "nemo":
         argv = got["argv"]
@@ -156,7 +158,21 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
 def test_rendezvous_uses_node_address_not_name(tmp_path, fake_engine):
     plan = make_plan(compose(["cluster.nodes=2"]))
     got = run_script(sbatch_text(plan, tmp_path), tmp_path)
-    assert got["env"][:2] == ["127.0.0.7", "29500"]
+    assert got["env"][:2] == ["127.0.0.7", str(job_port(int(JOB_ID)))]
+
+
+def test_two_jobs_on_one_host_get_two_rendezvous_ports(tmp_path, fake_engine):
+    """A fixed MASTER_PORT made the second job sharing a host fail with EADDRINUSE: the script
+    derives it from SLURM_JOB_ID, by the rule the engines use (vdkit.ports), below the ephemeral range."""
+    text = sbatch_text(make_plan(compose(["cluster.nodes=2"])), tmp_path)
+    syntax = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+    ports = []
+    for job_id in ("1234567", "1234568"):
+        (tmp_path / job_id).mkdir()
+        ports.append(int(run_script(text, tmp_path / job_id, job_id)["env"][1]))
+    assert ports == [24567, 24568] == [job_port(1234567), job_port(1234568)]
+    assert all(PORT_BASE <= p < 32768 for p in ports)  # ephemeral ports start at 32768 (Linux default)
 
 
 def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine):
@@ -167,7 +183,7 @@ def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine
     proc = subprocess.run(["bash", "-c", '. "$1" && bash "$2"', "_", str(tmp_path / "f.sh"), "/dev/stdin"],
                           input=text, text=True, capture_output=True, timeout=30,
                           env={"PATH": os.environ["PATH"], "FAKE_OUT": str(tmp_path / "fake_out"),
-                               "SLURM_JOB_NODELIST": "n1"})
+                               "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": JOB_ID})
     assert proc.returncode == 1
     assert "cannot read run.secrets_file" in proc.stderr
     assert not (tmp_path / "fake_out" / "argv").exists()

@@ -88,7 +88,7 @@ def test_nccl_environment_for_native_infiniband(cluster, hcas):
     assert e["NCCL_IB_HCA"] == hcas == "=" + ",".join(plan.recipe.cluster.ib_hcas)
     assert e["NCCL_SOCKET_IFNAME"] == e["GLOO_SOCKET_IFNAME"] == plan.recipe.cluster.socket_ifname
     assert e["NCCL_NVLS_ENABLE"] == "0" and e["TORCH_NCCL_AVOID_RECORD_STREAMS"] == "1"
-    assert e["MASTER_PORT"] == "29500"
+    assert e["MASTER_PORT"] == "$((20000 + SLURM_JOB_ID % 10000))"  # per job: see test_render_quoting
     assert e["SRUN_CPUS_PER_TASK"] == str(plan.recipe.cluster.cpus_per_task)
     for knob in ("NCCL_DEBUG", "NCCL_IB_GID_INDEX", "NCCL_ALGO", "NCCL_PROTO"):
         assert knob not in e

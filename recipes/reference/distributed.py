@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from vdkit.errors import UserError
+from vdkit.ports import LOCAL_DEFAULT_PORT, job_port
 
-DEFAULT_PORT_BASE = 20000  # Slurm jobs without MASTER_PORT: 20000 + job id mod 20000
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,9 @@ def resolve_dist_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
     if "MASTER_PORT" in env:
         port = _int(env, "MASTER_PORT")
     elif "SLURM_JOB_ID" in env and env["SLURM_JOB_ID"].isdigit():
-        port = DEFAULT_PORT_BASE + int(env["SLURM_JOB_ID"]) % 20000
+        port = job_port(int(env["SLURM_JOB_ID"]))  # the rendered sbatch's rule
     else:
-        port = 29500
+        port = LOCAL_DEFAULT_PORT
     return DistEnv(rank, world, local, local_world, node, addr or "127.0.0.1", port, source)
 
 
