@@ -49,8 +49,9 @@ def _restarts(job_id) -> int:
     return int(m.group(1)) if m else -1
 
 
-def _check_unbroken(run_dir, job_id, max_steps):
-    """Every segment resumed at the step after the one it checkpointed; 1..max_steps overall."""
+def _check_unbroken(run_dir, job_id, max_steps, checkpoint=None):
+    """Every segment resumed at the step after the one it checkpointed; 1..max_steps overall.
+    ``checkpoint``: a file the last checkpoint holds (default: the reference engine's file)."""
     text = _log(run_dir, job_id)
     steps = _steps(text)
     stops = [int(s) for s in STOPPED.findall(text)]
@@ -58,7 +59,7 @@ def _check_unbroken(run_dir, job_id, max_steps):
     assert stops and resumes == stops, (stops, resumes)
     # One sequence with no gap and no repeat: the progress bar of each segment continues the last.
     assert steps == list(range(1, max_steps + 1)), [s for i, s in enumerate(steps) if i and s != steps[i - 1] + 1]
-    assert (run_dir / "checkpoints" / f"step={max_steps}.ckpt").is_file()
+    assert (run_dir / "checkpoints" / (checkpoint or f"step={max_steps}.ckpt")).is_file()
     assert not list((run_dir / "checkpoints").glob("*.tmp"))
     return stops
 
