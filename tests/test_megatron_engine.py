@@ -152,6 +152,12 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
             break
         time.sleep(0.05)
     first.wait()
+    from vdkit.slurm.runlock import is_held
+
+    deadline = time.monotonic() + 60  # the killed ranks hold the run-dir lock until the kernel has torn them down
+    while is_held(run_dir):
+        assert time.monotonic() < deadline, "the killed ranks still hold the run directory"
+        time.sleep(0.05)
     assert not (run_dir / "checkpoints" / "step=6.ckpt").exists()
     with open(os.devnull, "wb") as sink:
         old = dict(os.environ)
