@@ -30,7 +30,8 @@ import subprocess
 import threading
 from typing import Callable, Mapping, Optional
 
-SIGNAL_NAME = "USR1"  # what the sbatch asks for; Lightning's default requeue signal too
+from vdkit.jobspec import PREEMPT_SIGNAL as SIGNAL_NAME  # what the sbatch asks for (the job contract)
+
 REQUEUE_SIGNAL = getattr(signal, f"SIG{SIGNAL_NAME}")
 # Exit code of a rank that stopped for preemption but could not requeue (not a Slurm job,
 # requeue refused): the checkpoint is there, the job is not finished. EX_TEMPFAIL.

@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Dict, List, Union
 
 from vdkit.errors import UserError
-from vdkit.jobspec import JobSpec
+from vdkit.jobspec import PREEMPT_SIGNAL as SIGNAL_NAME, JobSpec
 from vdkit.slurm import env as slurm_env
 
-# Lightning's SLURM requeue signal (NeMo trains with Lightning; USR2 would kill it), and what the kit's
-# own engines catch to checkpoint and requeue (vdkit.recipes.preemption).
-from vdkit.recipes.preemption import SIGNAL_NAME  # noqa: E402
+# SIGNAL_NAME: Lightning's SLURM requeue signal (NeMo trains with Lightning; USR2 would kill it), and
+# what the kit's own engines catch to checkpoint and requeue (vdkit.recipes.preemption).
 SIGNAL_LEAD_S = 300  # seconds before the time limit: enough for a checkpoint save
 OUTPUT_PATTERN = "slurm-%j.out"
 ERROR_PATTERN = "slurm-%j.err"

@@ -161,12 +161,12 @@ def test_method_really_trains(tmp_path, method, lr, extra):
     assert _tail(trained) < trained[0] - 0.05
 
 
-def test_pretrain_packed_logs_and_checkpoints(tmp_path):
+def test_pretrain_logs_and_checkpoints(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from vdkit.recipes.reference.checkpoint import latest
 
-    run_dir, losses, text = _train(tmp_path, ["method=pretrain", "data.packed=true", "train.micro_batch_size=1",
+    run_dir, losses, text = _train(tmp_path, ["method=pretrain", "train.micro_batch_size=1",
                                               "train.global_batch_size=4", "train.max_steps=12",
                                               "method.lr=3e-3", "engine.checkpoint_every_n_steps=5"])
     assert _tail(losses, 3) < losses[0] - 0.3

@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+# The job contract's pre-timeout signal: the sbatch asks Slurm for it (--signal=USR1@lead) and every
+# engine the kit runs handles it (vdkit.recipes.preemption); Lightning's SLURM requeue default too.
+PREEMPT_SIGNAL = "USR1"
+
 
 @dataclass(frozen=True)
 class Container:

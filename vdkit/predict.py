@@ -195,7 +195,9 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 
     counts = param_counts(m)
     layers = m.num_layers // pp
-    held = (layers * counts.per_layer + counts.embedding * (2 if pp == 1 else 1)) / tp
+    # One GPU holds the input embedding and, with PP 1, the output layer too (0 extra when tied).
+    embed = counts.embedding + counts.output if pp == 1 else max(counts.embedding, counts.output)
+    held = (layers * counts.per_layer + embed) / tp
     # GEMM weights a micro batch streams on this GPU: its layers, plus the output layer on the last stage.
     gemm_params = (layers * _matmul_per_layer(m, counts) + counts.embedding) / tp
     trainable_held = held * min(1.0, trainable_params(r) / counts.total)

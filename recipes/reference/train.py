@@ -35,10 +35,10 @@ def check_plan(plan) -> None:
     """What the ranks would refuse, decided from the plan alone (see vdkit.recipes.reference.check)."""
     from vdkit.recipes.reference.model import virtual_tokens
 
-    t = plan.recipe.train
-    if plan.tp * plan.pp != 1:
+    if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
         raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
                         "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
+    t = plan.recipe.train
     if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
         raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
                         f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
