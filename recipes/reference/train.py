@@ -76,9 +76,12 @@ def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None
 
     ok, line = True, ""
     if fabric.global_rank == 0:
-        ok, line = preempt.requeue()
+        # Said before asking: `scontrol requeue` ends this running job at once, so a line written after
+        # it may never reach the log.
         progress.message(f"[vdkit I] {preemption.SIGNAL_NAME} received: stopped after global_step {step}, "
-                         f"checkpoint in {ckpt_dir}; {line}")
+                         f"checkpoint in {ckpt_dir}; requeueing")
+        ok, line = preempt.requeue()
+        progress.message(f"[vdkit I] {line}")
         progress.close()
     fabric.barrier()  # rank 0 has asked for the requeue before anyone exits
     raise preemption.Preempted(step, ok if fabric.global_rank == 0 else True)
