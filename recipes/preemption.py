@@ -108,3 +108,32 @@ class Preempted(Exception):
         self.requeued = requeued
         self.exit_code = 0 if requeued else EXIT_NOT_REQUEUED
         super().__init__(f"preempted after step {step} ({'requeued' if requeued else 'not requeued'})")
+
+
+def rank_main(engine: str, train: Callable, argv=None, require: Optional[Callable[[], None]] = None) -> int:
+    """``python -m vdkit.recipes.<engine> RUN_DIR`` for every engine the kit runs itself.
+
+    Installs the preemption handler first (a USR1 that arrives while torch loads must not kill the
+    rank), runs ``require`` (the engine's runtime check) and ``train(run_dir, preempt=...)``; a
+    UserError is one line and its exit code (2), a preemption stop is :attr:`Preempted.exit_code`.
+    """
+    import sys
+
+    from vdkit.errors import UserError
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(f"usage: python -m vdkit.recipes.{engine} RUN_DIR", file=sys.stderr)
+        return 2
+    preempt = Preemption().install()
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        if require is not None:
+            require()
+        train(argv[0], preempt=preempt)
+    except UserError as exc:
+        print(f"vdkit {engine}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Preempted as stop:
+        return stop.exit_code
+    return 0

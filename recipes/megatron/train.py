@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -350,20 +349,6 @@ def _mcore_version() -> str:
 
 def main(argv=None) -> int:
     """``python -m vdkit.recipes.megatron RUN_DIR``: train; a UserError is one line and exit 2."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m vdkit.recipes.megatron RUN_DIR", file=sys.stderr)
-        return 2
     from vdkit.recipes import preemption
 
-    # First thing: a USR1 that arrives while torch loads must not kill the rank (its default action).
-    preempt = preemption.Preemption().install()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        train(argv[0], preempt=preempt)
-    except UserError as exc:
-        print(f"vdkit megatron: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except preemption.Preempted as stop:
-        return stop.exit_code
-    return 0
+    return preemption.rank_main("megatron", train, argv)

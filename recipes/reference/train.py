@@ -8,8 +8,6 @@ function of the step, and a restart resumes from the latest checkpoint at the st
 from __future__ import annotations
 
 import math
-import os
-import sys
 import time
 from pathlib import Path
 
@@ -192,22 +190,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
 def main(argv=None) -> int:
     """``python -m vdkit.recipes.reference RUN_DIR``: train; a UserError is one line and exit 2."""
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m vdkit.recipes.reference RUN_DIR", file=sys.stderr)
-        return 2
     from vdkit.recipes import preemption
     from vdkit.recipes.reference import require_runtime
 
-    # First thing: a USR1 that arrives while torch loads must not kill the rank (its default action).
-    preempt = preemption.Preemption().install()
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        require_runtime()
-        train(argv[0], preempt=preempt)
-    except UserError as exc:
-        print(f"vdkit reference: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except preemption.Preempted as stop:
-        return stop.exit_code
-    return 0
+    return preemption.rank_main("reference", train, argv, require=require_runtime)
