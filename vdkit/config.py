@@ -75,7 +75,7 @@ class ClusterCfg:
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
     gpus_per_node: int = 8  # GPUs (ranks) per node: 8 for a whole XE9680, 4 for half; sbatch --gpus-per-node
     gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
-    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
     time_limit_min: int = 240  # the job's time limit in minutes (sbatch --time)
@@ -90,6 +90,7 @@ class ClusterCfg:
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
     gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
     transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
+    inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
 
@@ -428,6 +429,9 @@ def validate_fields(r: Recipe) -> None:
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))
+    _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
+           f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
+           "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),
