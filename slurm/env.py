@@ -4,7 +4,7 @@ Engine-agnostic: what an engine needs (its variables, its container) arrives as 
 (:class:`vdkit.jobspec.JobSpec`); nothing here knows an engine's name. The fabric's variables
 (NCCL / RCCL, from the cluster's data) are :mod:`vdkit.fabric`'s, shared with every launcher; what
 is Slurm's own is here. Pure functions (no I/O): :mod:`vdkit.slurm.render` turns their output into
-shell lines, quoting every value. Facts behind the choices: ../shared/reference/slurm.md.
+shell lines, quoting every value. Facts behind the choices: docs/cluster-guide.md.
 """
 from __future__ import annotations
 

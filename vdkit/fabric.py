@@ -3,7 +3,7 @@
 Launcher-neutral: the Slurm launcher exports these variables before srun, a Kubernetes launcher
 puts them in the pod spec. What an engine adds (its variables) arrives as data
 (:class:`vdkit.jobspec.JobSpec`); nothing here knows an engine's or a scheduler's name. Pure
-functions (no I/O). Facts behind the choices: ../shared/reference/slurm.md.
+functions (no I/O). Facts behind the choices: docs/cluster-guide.md.
 """
 from __future__ import annotations
 
