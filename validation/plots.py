@@ -31,7 +31,8 @@ def scaling_png(table) -> bytes:
     """Minutes vs GPUs, one panel per model, one colour per method.
 
     Solid lines with filled markers: measured by this kit; hollow markers: extrapolated by this
-    kit; dashed lines with crosses: published. Vertical bars: the 95 % interval.
+    kit; dashed lines with crosses: published; dotted lines with plus signs: predicted by the
+    step-time model (vdkit plan). Vertical bars: the 95 % interval.
     """
     plt = _pyplot()
     models: List[str] = []
@@ -58,6 +59,10 @@ def scaling_png(table) -> bytes:
             if pub:
                 ax.plot([c.gpus for c in pub], [c.published for c in pub], "--x", color=color, alpha=0.7,
                         label=f"{label} (published)")
+            pred = [c for c in mc if getattr(c, "predicted", None) is not None]
+            if pred:  # the step-time model's minutes for the cell as planned (vdkit plan)
+                ax.plot([c.gpus for c in pred], [c.predicted for c in pred], ":+", color=color, alpha=0.7,
+                        label=f"{label} (predicted)")
         gpus = sorted({c.gpus for c in cells})
         ax.set_xticks(gpus)
         ax.set_xlabel("GPUs")
@@ -68,7 +73,7 @@ def scaling_png(table) -> bytes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle(f"{table.title}\nsolid, filled: measured by this kit; hollow: extrapolated by this kit; "
-                 "dashed x: published; bars: 95 % interval", fontsize=9, y=1.04)
+                 "dashed x: published; dotted +: predicted; bars: 95 % interval", fontsize=9, y=1.04)
     return _png(fig)
 
 
