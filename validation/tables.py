@@ -423,7 +423,10 @@ def to_csv(table: Table) -> str:
 
 def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
     """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths."""
-    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
+    from vdkit.validation.plots import markdown_links
+
+    markdown = to_markdown(table) + markdown_links(list(extra_files or {}))  # the plots, linked from the table
+    files = {f"{table.name}.md": markdown.encode(), f"{table.name}.csv": to_csv(table).encode(),
              f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
     return write_files(out_dir, files, report=table.name)
 
