@@ -119,3 +119,20 @@ def test_every_seed_cell_gets_a_prediction_and_opt_30b_none():
             assert plan.feasible and plan.prediction is not None, cell
             assert plan.prediction.step.parts["regime"] == "hf"
             assert any(n.startswith("tokens: ") for n in plan.notes)
+
+
+def test_plan_prints_the_published_figure_of_its_cell(capsys):
+    from vdkit.cli import main
+    from vdkit.validation.published_cell import published_for
+
+    assert main(["plan", "model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]) == 0
+    out = capsys.readouterr().out
+    plan = make_plan(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]))
+    mine = plan.prediction.minutes
+    assert f"published   Table 9: 102 min for 1000 steps; predicted {mine:,.1f} min ({mine / 102:.2f}x the published)" in out
+    blog = sweep_cells("llama31_roce")[2]  # 8B, 2 nodes, RoCE
+    fig = published_for(compose(blog))
+    assert fig.text == "1071.2 s per epoch" and fig.minutes == pytest.approx(1071.2 / 60)
+    assert published_for(compose(sweep_cells("alpaca_opt")[-1])).text == "out of memory"
+    # not a published configuration (packed data, the fast recipe): no figure printed
+    assert published_for(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4", "recipe=fast"])) is None

@@ -113,8 +113,27 @@ def test_report_cli_for_both_tables(tmp_path, capsys):
     # (the report's hidden manifest of what it wrote, .llama31_roce.files, is not a deliverable)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "llama31_roce.csv", "llama31_roce.json", "llama31_roce.md"]
-    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 2  # table9 still needs runs
-    assert "needs run directories" in capsys.readouterr().err
+
+
+def test_report_table9_without_runs_is_the_planned_table(tmp_path, capsys):
+    """`vdkit report --table table9` with no run dirs: every published cell, predicted next to published,
+    and the scaling plot draws the predictions."""
+    from vdkit.cli import main
+    from vdkit.validation import plots, tables
+    from vdkit.validation.tables import table9_predictions
+
+    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "the planned table9" in captured.err
+    md = (tmp_path / "table9.md").read_text()
+    predicted = table9_predictions(1000)[("llama2_7b", 4, "lora")][0]
+    assert f"| Llama 2 7B | 4 | 102 / {predicted:.3g} /" in md and "| Llama 2 70B | 16 |" in md
+    assert (tmp_path / "table9_scaling.png").is_file()
+    fig = plots.scaling_figure(tables.table9([]))
+    drawn = [(tuple(line.get_xdata()), tuple(line.get_ydata())) for ax in fig.axes for line in ax.get_lines()
+             if line.get_linestyle() == ":" and line.get_marker() == "+"]
+    assert any(abs(y[0] - predicted) < 1e-6 for _, y in drawn)  # the prediction for 7B LoRA, 4 GPUs
+    assert "predicted (vdkit plan)" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_sharded_plans_honour_the_cluster_memory_overhead_as_unsharded_plans_do():

@@ -27,10 +27,12 @@ STYLE = {
     "published": dict(marker="x", markersize=8, markeredgewidth=2.0, zorder=3),  # the cross, opaque ...
     "published band": dict(linestyle="-", linewidth=6, alpha=0.28, solid_capstyle="round", zorder=2),  # ... on a band
     "interval": dict(linewidth=1.2, zorder=4),
+    "predicted": dict(marker="+", markersize=8, linestyle=":", linewidth=1.2, zorder=4),  # the step-time model
 }
 SERIES_COLORS = {"predicted": "tab:gray", "this kit": "tab:blue", "published": "tab:orange"}  # same in every bar plot
 KEY_LABELS = {"measured": "this kit, measured", "extrapolated": "this kit, extrapolated",
-              "published": "published", "interval": "this kit, 95 % interval"}
+              "published": "published", "interval": "this kit, 95 % interval",
+              "predicted": "predicted (vdkit plan)"}
 
 
 def _pyplot():
@@ -105,7 +107,8 @@ def scaling_figure(table):
     """Minutes vs GPUs, one panel per model, one colour per method (log2 GPUs, log minutes).
 
     This kit: thin line, filled circle = measured, hollow = extrapolated, bar = 95 % interval.
-    Published: wide pale band with a cross. One legend under the panels names only what is drawn.
+    Published: wide pale band with a cross. Predicted (the step-time model, vdkit plan): dotted line with
+    plus signs. One legend under the panels names only what is drawn.
     """
     plt = _pyplot()
     from matplotlib.lines import Line2D
@@ -131,6 +134,11 @@ def scaling_figure(table):
                 ax.plot(xs, ys, color=color, linestyle="none", **STYLE["published"])
                 drawn_kinds.add("published")
                 values += [c.published for c in pub]
+            pred = [c for c in mc if getattr(c, "predicted", None) is not None]
+            if pred:  # the step-time model's minutes for the cell as planned
+                ax.plot([c.gpus * nudge for c in pred], [c.predicted for c in pred], color=color, **STYLE["predicted"])
+                drawn_kinds.add("predicted")
+                values += [c.predicted for c in pred]
             ours = [c for c in mc if c.minutes is not None]
             if ours:
                 ax.plot([c.gpus * nudge for c in ours], [c.minutes for c in ours], color=color, linestyle="-",
@@ -145,7 +153,7 @@ def scaling_figure(table):
                         ax.vlines(c.gpus * nudge, c.interval[0], c.interval[1], color=color, **STYLE["interval"])
                         drawn_kinds.add("interval")
                         values += list(c.interval)
-            if (pub or ours) and method not in drawn_methods:
+            if (pub or ours or pred) and method not in drawn_methods:
                 drawn_methods.append(method)
         _log2_gpu_axis(ax, sorted({c.gpus for c in cells}))
         _log_minutes_axis(ax, values)
@@ -154,7 +162,8 @@ def scaling_figure(table):
         ax.grid(True, which="major", alpha=0.3)
     handles = [Line2D([], [], color=METHOD_COLORS.get(m, "tab:gray"), linewidth=2.5, label=table.labels.get(m, m))
                for m in drawn_methods]
-    handles += _key_handles([k for k in ("measured", "extrapolated", "interval", "published") if k in drawn_kinds])
+    handles += _key_handles([k for k in ("measured", "extrapolated", "interval", "published", "predicted")
+                             if k in drawn_kinds])
     if handles:
         fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3 if n == 1 else 7),
                    fontsize=8, frameon=False)

@@ -73,7 +73,7 @@ class ClusterCfg:
     nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
     min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
-    gpus_per_node: int = 8  # GPUs (ranks) per node: 8 for a whole XE9680, 4 for half; sbatch --gpus-per-node
+    gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
     gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on

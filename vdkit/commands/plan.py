@@ -93,10 +93,20 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+    figure = _published(plan)
+    if figure is not None:
+        lines.append(f"  published   {figure.line(pred)}")
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _published(plan):
+    """The published figure of the plan's cell (vdkit.validation.published_cell), or None."""
+    from vdkit.validation.published_cell import published_for
+
+    return published_for(plan.recipe)
 
 
 def table(plans) -> str:
