@@ -11,8 +11,8 @@ import re
 import pytest
 
 from vdkit.errors import UserError
-from vdkit.recipes.reference import data as rdata
-from vdkit.recipes.reference.distributed import resolve_dist_env
+from vdkit.recipes.common import data as rdata
+from vdkit.recipes.common.distributed import resolve_dist_env
 from vdkit.recipes.progress import progress_line, tqdm_num
 
 BASE = ["model=tiny_llama", "data=synthetic", "engine=reference", "cluster=local", "train.seq_length=128",
@@ -167,7 +167,7 @@ def test_method_really_trains(tmp_path, method, lr, extra):
 def test_pretrain_logs_and_checkpoints(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from vdkit.recipes.reference.checkpoint import latest
+    from vdkit.recipes.common.checkpoint import latest
 
     run_dir, losses, text = _train(tmp_path, ["method=pretrain", "train.micro_batch_size=1",
                                               "train.global_batch_size=4", "train.max_steps=12",

@@ -28,7 +28,7 @@ def _losses(run_dir: Path):
 
 
 def _render(tmp_path, sharding: str, extra=()) -> Path:
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
     from vdkit.rundir import create_run_dir
 
     plan = make_plan(compose(RUN + [f"parallelism.sharding={sharding}", f"run.name=s_{sharding}", *extra]))

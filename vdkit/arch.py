@@ -1,4 +1,4 @@
-"""Parameter counts per architecture, from ModelCfg's fields (Llama 2 / 3.1, OPT).
+"""Parameter counts per architecture, from ModelCfg's fields (Llama 2 / 3.1, OPT), and per method.
 
 One formula for every decoder the kit knows, driven by the architecture fields rather than the
 model's name, and checked against transformers' own model classes (tests/test_arch.py builds each
@@ -71,3 +71,38 @@ def param_counts(m) -> ParamCounts:
     output = 0 if getattr(m, "tied_embeddings", False) else V * h
     return ParamCounts(per_layer=per_layer, embedding=V * e, final_norm=final_norm, num_layers=m.num_layers,
                        output=output, extra=extra)
+
+
+# ----------------------------------------------------------------------------- per method
+def lora_params_per_layer(m, adapter_dim: int) -> int:
+    """LoRA parameters of one layer's QKV: NeMo 1.23 adapts the fused QKV projection (A is h x r, B is
+    r x (h + 2 kv))."""
+    kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
+    return adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
+
+
+def ptuning_params(method, m, tp: int = 1) -> float:
+    """P-tuning's prompt encoder (NeMo's PromptEncoderAdapter): a virtual-token embedding (v x e), then
+    e -> bottleneck -> h. ``tp`` > 1: what one tensor-parallel rank holds (the linear layers sharded,
+    the embedding and the second layer's bias replicated)."""
+    v, b, e, h = method.ptuning_virtual_tokens, method.ptuning_bottleneck_dim, method.ptuning_embedding_dim, m.hidden_size
+    return v * e + (e * b + b) / tp + b * h / tp + h
+
+
+def trainable_params(r) -> int:
+    """Parameters the method trains: all (sft, pretrain), LoRA on fused QKV, or the prompt encoder."""
+    m = r.model
+    if r.method.name == "lora":
+        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim)
+    if r.method.name == "ptuning":
+        return int(ptuning_params(r.method, m))
+    return param_counts(m).total
+
+
+def checkpoint_gb(r) -> float:
+    """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params
+    (bytes per parameter: conf/calibration/memory.yaml)."""
+    from vdkit.calibration import memory
+    from vdkit.schema import GB
+
+    return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB

@@ -38,7 +38,7 @@ class KeyDoc:
 
 def _sections() -> Dict[str, type]:
     """Section name -> its dataclass, in the schema's order (model, method, cluster, ...)."""
-    from vdkit.config import VdkitConfig
+    from vdkit.schema import VdkitConfig
 
     out = {}
     for f in dataclasses.fields(VdkitConfig):

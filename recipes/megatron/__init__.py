@@ -69,7 +69,7 @@ def check(plan) -> None:
 
 def local_check(plan) -> None:
     """Data files and tokenizer exist and fit (the reference engine's data rules), before a local run."""
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
 
     check_inputs(plan.recipe)
 

@@ -4,8 +4,8 @@
 inner state (Adam moments and step counters; fp32 master copies under mixed precision) and the step.
 Each rank writes its file under a hidden ``.step=<N>.ckpt.tmp`` directory (write, fsync, rename);
 after a barrier rank 0 renames the directory into place, so a job killed while saving leaves the
-previous step as the latest. The location and the name pattern are the reference engine's
-(``checkpoint_dir``, ``latest``, ``KEEP``): resume finds either engine's checkpoints the same way.
+previous step as the latest. The location and the name pattern are every engine's
+(:mod:`vdkit.recipes.common.checkpoint`): resume finds either engine's checkpoints the same way.
 A checkpoint resumes only the layout that wrote it (same TP, PP, VP, DP, method).
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 from vdkit.errors import UserError
-from vdkit.recipes.reference.checkpoint import KEEP, _NAME, checkpoint_dir, latest  # noqa: F401  (re-exported)
+from vdkit.recipes.common.checkpoint import checkpoint_name, superseded
 
 
 def _tmp_dir(ckpt_dir: Path, step: int) -> Path:
@@ -44,15 +44,14 @@ def write_rank(ckpt_dir: Path, step: int, rank: int, state: dict) -> None:
 def publish(ckpt_dir: Path, step: int, world: int) -> Path:
     """Rank 0, after every rank wrote: rename the step's directory into place; keep the last KEEP."""
     ckpt_dir = Path(ckpt_dir)
-    tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / f"step={step}.ckpt"
+    tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / checkpoint_name(step)
     missing = [r for r in range(world) if not rank_file(tmp_dir, r).is_file()]
     if missing:
         raise RuntimeError(f"checkpoint step {step}: ranks {missing[:4]} wrote nothing")
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp_dir, final)
-    steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
-    for _, old in steps[:-KEEP]:
+    for old in superseded(ckpt_dir):
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
     return final
 

@@ -215,11 +215,12 @@ def train(run_dir, stream=None, preempt=None) -> int:
     (to any rank), every rank finishes the step, the checkpoint of that step is written, rank 0
     requeues the Slurm job and every rank raises ``Preempted``.
     """
-    from vdkit.recipes.reference import data as rdata
-    from vdkit.recipes.reference.distributed import resolve_dist_env
-    from vdkit.recipes.reference.model import virtual_tokens
-    from vdkit.recipes.reference.train import lr_at
-    from vdkit.rundir import LOG_DIR, load_plan
+    from vdkit.recipes.common import data as rdata
+    from vdkit.recipes.common.checkpoint import latest
+    from vdkit.recipes.common.data import virtual_tokens
+    from vdkit.recipes.common.distributed import resolve_dist_env
+    from vdkit.recipes.common.schedule import lr_at
+    from vdkit.rundir import LOG_DIR, checkpoint_dir, load_plan
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
@@ -260,9 +261,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
     dp_rank = ps.get_data_parallel_rank()
     forward_backward = get_forward_backward_func()
 
-    ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    ckpt_dir = checkpoint_dir(recipe, run_dir)
     step = 0
-    found = ckpt.latest(ckpt_dir)
+    found = latest(ckpt_dir)
     if found is not None:
         step = _restore(chunks, optimizer, ckpt.load_rank(found, dist.rank))
     progress = None

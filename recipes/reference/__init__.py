@@ -96,6 +96,6 @@ def check(plan) -> None:
 def local_check(plan) -> None:
     """Before training here: the engine's libraries (torch & co., one line naming the extra when
     missing), then data files and tokenizer exist and fit, before a local run directory is written."""
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
 
     check_inputs(plan.recipe)  # the libraries (RUNTIME_MODULES) were checked by the engine registry

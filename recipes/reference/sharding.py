@@ -171,7 +171,6 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     from lightning.fabric import Fabric
     from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
 
-    from vdkit.recipes.reference.distributed import make_cluster_environment
     from vdkit.recipes.training_constants import CPU_PRECISION, GPU_PRECISION
 
     kind = plan.recipe.parallelism.sharding
@@ -316,6 +315,7 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
 
 def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
     """Resume from the latest checkpoint in ``ckpt_dir``: (its path, its step), or (None, 0)."""
+    from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference.model import load_trainable_state
 
@@ -328,7 +328,7 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
             raise UserError(f"DeepSpeed could not load the checkpoint in {where}",
                             "move the damaged checkpoint directory away; the run restarts from step 0")
         return Path(path), int(client["step"])
-    found = ckpt.latest(ckpt_dir)
+    found = latest(ckpt_dir)
     if found is None:
         return None, 0
     state = ckpt.load(found)
@@ -341,3 +341,50 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
         load_trainable_state(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
     return found, int(state["step"])
+
+
+def make_cluster_environment(d):
+    """A Lightning ClusterEnvironment that reports exactly ``d`` (a vdkit.recipes.common.distributed.DistEnv;
+    processes are created outside)."""
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+
+    class VdkitEnvironment(ClusterEnvironment):
+        """Ranks from vdkit's own resolution; Lightning must not launch or renumber processes."""
+
+        @property
+        def creates_processes_externally(self) -> bool:
+            return True
+
+        @property
+        def main_address(self) -> str:
+            return d.master_addr
+
+        @property
+        def main_port(self) -> int:
+            return d.master_port
+
+        @staticmethod
+        def detect() -> bool:
+            return True
+
+        def world_size(self) -> int:
+            return d.world_size
+
+        def set_world_size(self, size: int) -> None:
+            if size != d.world_size:
+                raise UserError(f"Lightning computed world size {size}, the environment says {d.world_size}",
+                                "make cluster.nodes x cluster.gpus_per_node match the tasks started")
+
+        def global_rank(self) -> int:
+            return d.rank
+
+        def set_global_rank(self, rank: int) -> None:
+            pass  # ours is authoritative (checked against world size above)
+
+        def local_rank(self) -> int:
+            return d.local_rank
+
+        def node_rank(self) -> int:
+            return d.node_rank
+
+    return VdkitEnvironment()

@@ -16,22 +16,12 @@ from vdkit.errors import UserError
 from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
 
-def lr_at(step: int, method, max_steps: int) -> float:
-    """NeMo's CosineAnnealing: linear warm-up, then cosine from method.lr down to method.min_lr."""
-    warm = method.warmup_steps
-    if step < warm:
-        return method.lr * (step + 1) / (warm + 1)
-    span = max(max_steps - warm, 1)
-    frac = min((step - warm) / span, 1.0)
-    return method.min_lr + 0.5 * (method.lr - method.min_lr) * (1 + math.cos(math.pi * frac))
-
-
 MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
 
 
 def check_plan(plan) -> None:
     """What the ranks would refuse, decided from the plan alone (see vdkit.recipes.reference.check)."""
-    from vdkit.recipes.reference.model import virtual_tokens
+    from vdkit.recipes.common.data import virtual_tokens
 
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
         raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
@@ -51,10 +41,8 @@ def check_plan(plan) -> None:
 
 def check_layout(plan, dist) -> None:
     """The plan's checks (the engine interface's check), and the ranks this process was started with."""
-    from vdkit.recipes.reference import check
-
     r = plan.recipe
-    check(plan)
+    check_plan(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
@@ -92,10 +80,13 @@ def train(run_dir, stream=None, preempt=None) -> int:
     the loop finishes the step, checkpoints, requeues the Slurm job and raises ``Preempted``.
     """
     from vdkit.recipes.reference import checkpoint as ckpt
-    from vdkit.recipes.reference import data as rdata
-    from vdkit.recipes.reference.distributed import resolve_dist_env
+    from vdkit.recipes.common import data as rdata
+    from vdkit.recipes.common.distributed import resolve_dist_env
+    from vdkit.rundir import checkpoint_dir
     from vdkit.recipes.reference import sharding
-    from vdkit.recipes.reference.model import build_model, virtual_tokens
+    from vdkit.recipes.common.data import virtual_tokens
+    from vdkit.recipes.common.schedule import lr_at
+    from vdkit.recipes.reference.model import build_model
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan
 
@@ -125,7 +116,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
 
-    ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    ckpt_dir = checkpoint_dir(recipe, run_dir)
     if fabric.global_rank == 0:
         ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
     fabric.barrier()
@@ -186,11 +177,3 @@ def train(run_dir, stream=None, preempt=None) -> int:
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
     fabric.barrier()  # every rank has finished the last step before any leaves (see __main__)
     return step
-
-
-def main(argv=None) -> int:
-    """``python -m vdkit.recipes.reference RUN_DIR``: train; a UserError is one line and exit 2."""
-    from vdkit.recipes import preemption
-    from vdkit.recipes.reference import require_runtime
-
-    return preemption.rank_main("reference", train, argv, require=require_runtime)
