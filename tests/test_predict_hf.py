@@ -136,3 +136,16 @@ def test_plan_prints_the_published_figure_of_its_cell(capsys):
     assert published_for(compose(sweep_cells("alpaca_opt")[-1])).text == "out of memory"
     # not a published configuration (packed data, the fast recipe): no figure printed
     assert published_for(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4", "recipe=fast"])) is None
+
+
+def test_each_engine_picks_its_regime_in_one_place():
+    from vdkit.predict import ENGINE_REGIMES, _fused_path, regime
+
+    assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "nemo"
+    assert ENGINE_REGIMES["bridge"] == "fused"  # NVIDIA's current stack: the fused-path constants
+    # the transformers engine with plain DDP is predicted by the HF regime too, not by NeMo's
+    ddp = make_plan(compose(["engine=reference", "model=opt_1_3b", "data=alpaca", "method=sft",
+                             "train.micro_batch_size=4", "train.global_batch_size=256", "train.seq_length=512"]))
+    assert ddp.prediction.step.parts["regime"] == "hf" and ddp.runner_up is None
+    guide = compose(["model=llama2_7b", "method=lora"])
+    assert not _fused_path(guide) and _fused_path(compose(["model=llama2_7b", "method=lora", "recipe=fast"]))
