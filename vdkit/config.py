@@ -69,7 +69,7 @@ class MethodCfg:
 @dataclass
 class ClusterCfg:
     name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
-    launcher: str = "slurm"  # slurm | local
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
     nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
     min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
@@ -81,7 +81,7 @@ class ClusterCfg:
     time_limit_min: int = 240  # the job's time limit in minutes (sbatch --time)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi: pmix | pmi2 | none
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
     partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
     account: Optional[str] = None  # sbatch --account (site option)
     qos: Optional[str] = None  # sbatch --qos (site option)
@@ -173,7 +173,6 @@ PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain":
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
-LAUNCHERS = ("slurm", "local")
 ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
@@ -401,7 +400,13 @@ def validate_fields(r: Recipe) -> None:
     engines = _engine_names()  # the registry now (a test or plugin may have added a line)
     _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
            "use " + " or ".join(f"engine={e}" for e in engines))
-    _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
+    from vdkit import launchers
+
+    _check(c.launcher in launchers.names(), f"cluster.launcher={c.launcher!r} is not a launcher",
+           "use " + " or ".join(f"cluster.launcher={n}" for n in launchers.names()))
+    # Fabric rules (RDMA adapters, NCCL_IB_DISABLE) apply where ranks span nodes: not to a launcher
+    # that starts them on this machine.
+    spans_nodes = not launchers.get(c.launcher).executes_here
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
            f"cluster.nodes={c.nodes} is outside {c.min_nodes}-{c.max_nodes} for cluster {c.name}",
@@ -437,10 +442,10 @@ def validate_fields(r: Recipe) -> None:
     _check(not (c.transport == "tcp" and c.ib_hcas),
            f"cluster {c.name}: transport=tcp but cluster.ib_hcas lists RDMA adapters {list(c.ib_hcas)}",
            "set cluster.ib_hcas=[] for TCP sockets, or cluster.transport=ib / roce")
-    _check(not (c.transport in ("ib", "roce") and c.launcher == "slurm" and not c.ib_hcas),
+    _check(not (c.transport in ("ib", "roce") and spans_nodes and not c.ib_hcas),
            f"cluster {c.name}: transport={c.transport} needs the RDMA adapters in cluster.ib_hcas",
            "list them as `ibv_devinfo -l` prints them (mlx5_*, bnxt_re*), or use cluster.transport=tcp")
-    _check(not (c.transport == "tcp" and c.launcher == "slurm" and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
+    _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
