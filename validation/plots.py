@@ -16,6 +16,7 @@ Rules every plot here keeps (issue 21: each was broken once):
 from __future__ import annotations
 
 import io
+import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
 METHOD_COLORS = {"lora": "tab:blue", "ptuning": "tab:orange", "sft": "tab:green", "pretrain": "tab:purple"}
@@ -94,8 +95,11 @@ def _log_minutes_axis(ax, values: Sequence[float]) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     ax.yaxis.set_major_formatter(plain)
-    # a narrow range (less than a decade) has few major ticks: label the minor ones too
-    ax.yaxis.set_minor_formatter(plain if values and max(values) / min(values) < 4 else NullFormatter())
+    # a narrow range may hold fewer than two labelled (1-2-5) ticks: then label the minor ones too
+    lo, hi = ax.get_ylim()
+    majors = [k * 10 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+              for k in (1, 2, 5) if lo <= k * 10 ** e <= hi]
+    ax.yaxis.set_minor_formatter(plain if len(majors) < 2 else NullFormatter())
 
 
 def scaling_png(table) -> bytes:

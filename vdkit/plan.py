@@ -43,9 +43,9 @@ import dataclasses
 from typing import Iterator, List, Optional, Tuple
 
 from vdkit.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
-from vdkit.calibration import is_borderline, overhead_gb
+from vdkit.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
-from vdkit.predict import predict_step, predicts_for
+from vdkit.predict import predict_step, predicts_for, regime
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
@@ -189,13 +189,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
 
 
 # ----------------------------------------------------------------------------- layout search
-# Headroom: the memory model already counts the per-GPU overhead (memory.yaml overhead_gb: CUDA context and cuBLAS / Transformer Engine
-# workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the rest for slack).
-# What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what is
-# reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
-# co-scheduled monitoring process - needs a reserve of its own: an automatic layout must leave
-# HEADROOM of the GPU unused. Pinned layouts are only checked against the whole GPU.
-HEADROOM = 0.10
+# HEADROOM (vdkit.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
+# are only checked against the whole GPU.
 TIE = 0.01  # predicted step times within 1 % are a tie (the model is not that precise)
 
 
@@ -338,13 +333,23 @@ def make_plan(recipe: Recipe) -> Plan:
                       f"no layout leaves the {HEADROOM:.0%} headroom")
                      + f" ({cap * (1 - HEADROOM):.0f} of {cap:g} GB usable): it needs {total:.1f} GB")
     runner_up = None
-    if feasible and runner is not None:
+    if feasible and runner is not None and regime(recipe) != "hf":  # (layouts ranked by NeMo's regime)
         runner_up = _why_lost(chosen, runner)
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
     prediction = None
-    if feasible and predicts_for(recipe):
+    if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.predict_hf)
+        from vdkit.predict_hf import predict_hf_step
+
+        step = predict_hf_step(resolved, rc) if (ltp, lpp) == (1, 1) else None
+        if step is not None:
+            prediction = Prediction(step, recipe.train.target_steps, recipe.world_size)
+        else:
+            notes.append(f"no time prediction: the transformers-engine regime describes data-parallel layouts on "
+                         f"the GPUs in conf/calibration/hf_step_time.yaml, not TP {ltp} x PP {lpp} on "
+                         f"{recipe.cluster.gpu_type}")
+    elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
     elif feasible:
         notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
