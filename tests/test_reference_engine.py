@@ -213,3 +213,22 @@ def test_a_configured_sentencepiece_tokenizer_is_used_and_checked(tmp_path):
     assert len(s.ids) < len(rdata.encode_sample(rdata.ByteTokenizer(), "upper: abc", "ABC", 64, True).ids)
     with pytest.raises(UserError, match="needs a vocabulary of"):
         rdata.load_tokenizer(trained(600))  # more ids than tiny_llama's 512 embeddings
+
+
+def test_the_planner_counts_the_lora_parameters_the_engine_trains():
+    """peft puts LoRA on q, k and v separately: the plan's trainable count is the peft model's own."""
+    pytest.importorskip("peft")
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.common.data import load_tokenizer
+    from vdkit.recipes.reference.model import build_model
+    from vdkit.recipes.reference.train import check_layout
+
+    recipe = compose(BASE + ["method=lora"])
+    assert recipe.engine.lora_qkv == "separate"
+    model = build_model(recipe, load_tokenizer(recipe))
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    plan = make_plan(recipe)
+    assert plan.trainable_params == trained
+    with pytest.raises(UserError, match="engine.lora_qkv=separate"):
+        check_layout(make_plan(compose(BASE + ["method=lora", "engine.lora_qkv=fused"])), resolve_dist_env({}))

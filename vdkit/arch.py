@@ -74,11 +74,20 @@ def param_counts(m) -> ParamCounts:
 
 
 # ----------------------------------------------------------------------------- per method
-def lora_params_per_layer(m, adapter_dim: int) -> int:
-    """LoRA parameters of one layer's QKV: NeMo 1.23 adapts the fused QKV projection (A is h x r, B is
-    r x (h + 2 kv))."""
-    kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
-    return adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
+LORA_QKV = ("fused", "separate")  # engine.lora_qkv: where an engine puts LoRA on the attention projections
+
+
+def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused") -> int:
+    """LoRA parameters of one layer's attention projections, as the engine places them (``engine.lora_qkv``).
+
+    ``fused``: NeMo 1.23 and the megatron engine adapt the fused QKV projection (A is h x r, B is
+    r x (h + 2 kv)). ``separate``: peft adapts q, k and v, each with its own A (h x r) and B (r x h,
+    r x kv, r x kv)."""
+    h = m.hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    if qkv == "separate":
+        return adapter_dim * (3 * h + h + 2 * kv)
+    return adapter_dim * (h + h + 2 * kv)
 
 
 def ptuning_params(method, m, tp: int = 1) -> float:
@@ -90,10 +99,10 @@ def ptuning_params(method, m, tp: int = 1) -> float:
 
 
 def trainable_params(r) -> int:
-    """Parameters the method trains: all (sft, pretrain), LoRA on fused QKV, or the prompt encoder."""
+    """Parameters the method trains: all (sft, pretrain), LoRA where the engine puts it, or the prompt encoder."""
     m = r.model
     if r.method.name == "lora":
-        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim)
+        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim, r.engine.lora_qkv)
     if r.method.name == "ptuning":
         return int(ptuning_params(r.method, m))
     return param_counts(m).total

@@ -278,6 +278,10 @@ def validate_fields(r: Recipe) -> None:
     _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
+    from vdkit.arch import LORA_QKV
+
+    _check(r.engine.lora_qkv in LORA_QKV, f"engine.lora_qkv={r.engine.lora_qkv!r} is not a LoRA placement",
+           "use " + " or ".join(f"engine.lora_qkv={v}" for v in LORA_QKV))
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
            "use " + ", ".join(SHARDINGS))
     _check(r.parallelism.sharding == "none" or r.engine.name == "reference",

@@ -128,7 +128,7 @@ def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float,
     held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
             + ((output + counts.final_norm) if stage == pp - 1 else 0))
     if meth.name == "lora":
-        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim) / tp
+        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv) / tp
         held += trainable
     elif meth.name == "ptuning":
         trainable = ptuning_params(meth, m, tp) if stage == 0 else 0.0

@@ -117,6 +117,7 @@ class EngineCfg:
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
     checkpoint_every_n_steps: int = 0  # save a checkpoint every N steps; 0: only at the end
+    lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
 @dataclass

@@ -57,6 +57,10 @@ def check(plan) -> None:
     from vdkit.errors import UserError
 
     p = plan.recipe.parallelism
+    if plan.recipe.method.name == "lora" and plan.recipe.engine.lora_qkv != "fused":
+        raise UserError("the megatron engine puts LoRA on the fused QKV projection (NeMo's split); "
+                        f"engine.lora_qkv={plan.recipe.engine.lora_qkv} would plan another parameter count",
+                        "set engine.lora_qkv=fused")
     if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core {MCORE_SERIES})",

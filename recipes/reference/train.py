@@ -26,6 +26,10 @@ def check_plan(plan) -> None:
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
         raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
                         "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
+    r = plan.recipe
+    if r.method.name == "lora" and r.engine.lora_qkv != "separate":  # the planner counts what is trained
+        raise UserError(f"the reference engine puts LoRA on q, k and v separately (peft); engine.lora_qkv="
+                        f"{r.engine.lora_qkv} would plan another parameter count", "set engine.lora_qkv=separate")
     t = plan.recipe.train
     if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
         raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
