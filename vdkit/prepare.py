@@ -125,7 +125,11 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     if launcher != "local":
         check_local_paths(plan, run_dir, check_mounts)
     files = engine.files(plan, run_dir)
-    if launcher != "local":
+    if launcher != "local" and plan.recipe.cluster.launcher == "kubernetes":  # until the launcher registry lands
+        from vdkit import k8s
+
+        files.update(k8s.files(plan, job_spec(plan, run_dir), run_dir))
+    elif launcher != "local":
         files[SBATCH_FILE] = sbatch_text(plan, run_dir)
     return Prepared(plan, run_dir, files)
 
