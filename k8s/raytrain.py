@@ -65,6 +65,18 @@ def rank_env(ctx, addr: str, port: int, cpus: float, base: Optional[dict] = None
     return env
 
 
+def _die_with_parent() -> None:
+    """In the rank (Linux): SIGKILL when its Ray worker dies, so a stopped or restarted worker group leaves
+    no orphan rank writing into the run directory."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def worker_loop(config: dict) -> None:
     """One Ray Train worker: agree on worker 0's address, run the rank command, fail on a non-zero exit."""
     import ray
@@ -79,7 +91,7 @@ def worker_loop(config: dict) -> None:
     addr, port = broadcast_from_rank_zero(endpoint)
     env = rank_env(ctx, addr, port, config["cpus"])
     sys.stdout.flush()
-    rc = subprocess.call(config["command"], env=env)
+    rc = subprocess.call(config["command"], env=env, preexec_fn=_die_with_parent)
     if rc != 0:
         raise RuntimeError(f"rank {ctx.get_world_rank()} exited with code {rc}"
                            + ("; it stopped cleanly after a checkpoint, the worker group restarts and resumes"
