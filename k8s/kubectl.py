@@ -15,6 +15,9 @@ from typing import List, Optional, Tuple
 from vdkit.errors import UserError
 
 KUBECTL_TIMEOUT_S = 60
+# The operators' end states in the kit's words (vdkit.launchers.COMPLETED / FAILED).
+ENDED = {"SUCCEEDED": "COMPLETED", "Succeeded": "COMPLETED", "FAILED": "FAILED", "Failed": "FAILED",
+         "STOPPED": "FAILED"}
 # kind -> (kubectl resource name, jsonpath of the state KubeRay / training-operator report)
 STATE_PATHS = {
     "RayJob": ("rayjobs.ray.io", "{.status.jobStatus}"),  # PENDING RUNNING SUCCEEDED FAILED STOPPED
@@ -91,10 +94,23 @@ def apply(run_dir: Path) -> str:
     return ref
 
 
+def dry_run(run_dir: Path) -> str:
+    """``kubectl apply --dry-run=server -f MANIFEST``: kubectl's one-line answer; nothing is created."""
+    kubectl = require_cluster()
+    out = _run([kubectl, "apply", "--dry-run=server", "-f", str(manifest_path(run_dir))]).strip()
+    return out.splitlines()[-1] if out else "accepted"
+
+
+def describe(kind: str, raw: str) -> str:
+    """The kit's state word for an operator's state: COMPLETED / FAILED when it ended, else its own word
+    upper-cased; the operator's spelling follows in parentheses (``COMPLETED (RayJob SUCCEEDED)``)."""
+    word = ENDED.get(raw, raw.upper() or "UNKNOWN")
+    return f"{word} ({kind} {raw or 'no state yet'})"
+
+
 def job_state(run_dir: Path) -> str:
-    """The job's state as its operator reports it (e.g. RUNNING, SUCCEEDED; Running, Succeeded), or UNKNOWN."""
+    """The job's state, read with kubectl (see :func:`describe`)."""
     ns, kind, name = job_ref(run_dir)
     kubectl = require_cluster()
     resource, path = STATE_PATHS[kind]
-    text = _run([kubectl, "get", "-n", ns, resource, name, "-o", f"jsonpath={path}"]).strip()
-    return text or "UNKNOWN"
+    return describe(kind, _run([kubectl, "get", "-n", ns, resource, name, "-o", f"jsonpath={path}"]).strip())

@@ -27,6 +27,7 @@ training-operator treats exit codes 1-127 as permanent there, and the clean-stop
 """
 from __future__ import annotations
 
+import copy
 import shlex
 from pathlib import PurePosixPath
 from typing import Dict, List, Optional
@@ -50,11 +51,10 @@ POD_PYTHON = "python3"  # the interpreter inside the image
 
 # ----------------------------------------------------------------------------- what goes into a pod
 def fabric_env(plan, job: JobSpec) -> Dict[str, str]:
-    """The cluster's NCCL / RCCL / socket variables and the engine's, exactly as the Slurm job exports them
-    (minus what only srun reads)."""
-    from vdkit.slurm.env import job_env  # the one home of the fabric variables (until a neutral module lands)
+    """The cluster's NCCL / RCCL / socket variables and the engine's, exactly as the Slurm job exports them."""
+    from vdkit.fabric import job_env
 
-    return {k: v for k, v in job_env(plan, job.env).items() if not k.startswith("SRUN_")}
+    return job_env(plan, job.env)
 
 
 def _oci_image(image: str, key: str) -> str:
@@ -253,7 +253,7 @@ def pytorchjob(plan, job: JobSpec, run_dir, name: str, s: ks.KubeSettings) -> di
     the_container = container(plan, job, run_dir, s, PYTORCH_CONTAINER, image,
                               command=list(TORCHRUN), args=pod_argv(job))
     replica = lambda n: {"replicas": n, "restartPolicy": "OnFailure",  # noqa: E731 - see the module docstring
-                         "template": pod_template(plan, s, the_container, labels)}
+                         "template": pod_template(plan, s, copy.deepcopy(the_container), labels)}
     replicas = {"Master": replica(1)}
     if c.nodes > 1:
         replicas["Worker"] = replica(c.nodes - 1)
@@ -272,5 +272,9 @@ def to_yaml(manifest: dict, header: str = "") -> str:
     """Block-style YAML in the manifest's own key order; ``header`` lines become comments."""
     import yaml
 
+    class NoAliases(yaml.SafeDumper):  # a shared sub-object is written out in full, never as &id / *id
+        def ignore_aliases(self, data):
+            return True
+
     lines = "".join(f"# {ln}\n" if ln else "#\n" for ln in header.splitlines())
-    return lines + yaml.safe_dump(manifest, sort_keys=False, default_flow_style=False, width=4096)
+    return lines + yaml.dump(manifest, Dumper=NoAliases, sort_keys=False, default_flow_style=False, width=4096)
