@@ -8,8 +8,9 @@ torchrun, the training job NVIDIA's NeMo-Framework-Launcher renders for its ``k8
 
 Why PyTorchJob (``kubeflow.org/v1``, training-operator v1.9.0) and not Kubeflow Trainer's TrainJob:
 ``v1`` is a stable API that NeMo's own Kubernetes path and NVIDIA's docs require, while TrainJob is
-``v1alpha1`` and renamed its pod-override field three times in three minor releases
-(../shared/reference/kubernetes.md); a manifest pinned to it would break on the next upgrade.
+``v1alpha1`` and renamed its pod-override field in each of its last minor releases
+(``podSpecOverrides`` -> v2.1 ``podTemplateOverrides`` -> v2.2 ``runtimePatches``); a manifest pinned
+to it would break on the next upgrade.
 
 Both kinds share one pod shape (:func:`pod_template`): one pod per node holding all its GPUs
 (extended-resource requests equal limits), the RDMA device plugin's resource when the fabric is
