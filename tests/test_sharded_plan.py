@@ -161,3 +161,24 @@ def test_one_borderline_rule_for_sharded_and_unsharded_plans():
         assert plan.borderline == is_borderline(plan.memory.total_gb, plan.recipe.cluster.gpu_memory_gb)
     plan = make_plan(compose(["model=llama2_70b", "method=lora", "cluster.nodes=2"]))
     assert plan.borderline == is_borderline(plan.memory.total_gb, plan.recipe.cluster.gpu_memory_gb)
+
+
+def test_memory_decides_the_largest_micro_batch():
+    import dataclasses as dc
+
+    from vdkit.sharded import largest_micro_batch
+
+    r = compose(OPT + ["model=opt_13b"])
+    b = largest_micro_batch(r, "none", 0.9)
+    assert b >= 1
+
+    def mem(mbs):
+        t = dc.replace(r.train, micro_batch_size=mbs, global_batch_size=mbs * 8 * 8)
+        return estimate_sharded_memory(dc.replace(r, train=t), "none")[0].total_gb
+
+    assert mem(b) <= 72 < mem(b + 1)  # 90 % of 80 GB
+    assert largest_micro_batch(r, "full", 0.9) > b  # checkpointing frees room for more rows
+    assert largest_micro_batch(compose(OPT + ["model=opt_30b"]), "none", 0.9) == 0
+    plan = make_plan(r)
+    assert any(n.startswith(f"micro batch: the largest that leaves 10% of the GPU free at recompute none is "
+                            f"{b} ") for n in plan.notes)

@@ -10,8 +10,8 @@ vdkit.tokens) on one GPU:
 - **compute**: every GEMM of every decoder layer (QKV, output, MLP), the logits, forward and both
   backward GEMMs (activation and weight gradients; LoRA / P-tuning skip frozen weight gradients), each
   on the roofline ``max(FLOPs / MAMF, bytes / HBM)`` - MAMF the GPU's *measured* maximum achievable matmul
-  rate, so a small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its
-  size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
+  rate, less what tile and wave quantization of the GEMM's output cost on the GPU's compute units, so a
+  small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
   stored activations. Full recomputation repeats the forward.
 - **communication** (sharded): FSDP / ZeRO-3 gather each decoder layer's parameters in bf16 before its
   forward and again before its backward (all-gather, ``(p-1)/p`` of the layer per GPU), and
@@ -78,9 +78,23 @@ def bus_gb_s(recipe, calib: Optional[dict] = None) -> Optional[float]:
     return None if inter is None else min(intra, inter)
 
 
-def _gemm_s(n: float, k: float, m: float, mamf: float, hbm: float) -> float:
-    """One GEMM (n x k) @ (k x m) in bf16 on the roofline: compute at MAMF or traffic at HBM's rate."""
-    return max(2.0 * n * k * m / mamf, 2.0 * (n * k + k * m + n * m) / hbm)
+def _quantization(n: float, m: float, tile, units: int) -> float:
+    """Fraction of a GEMM's compute-unit time doing useful work for an n x m output: tile quantization
+    (the edge tiles' padding) times wave quantization (the last wave's idle units)."""
+    import math
+
+    tm, tn = (tile[0], tile[1]) if n <= m else (tile[1], tile[0])  # the long tile side along the long side
+    tiles_n, tiles_m = math.ceil(n / tm), math.ceil(m / tn)
+    tiles = tiles_n * tiles_m
+    waves = math.ceil(tiles / units)
+    return (n * m) / (tiles_n * tm * tiles_m * tn) * tiles / (waves * units)
+
+
+def _gemm_s(n: float, k: float, m: float, mamf: float, hbm: float, tile=None, units: int = 0) -> float:
+    """One GEMM (n x k) @ (k x m) in bf16 on the roofline: compute at MAMF (less what tile and wave
+    quantization of its n x m output cost) or traffic at HBM's rate."""
+    eff = _quantization(n, m, tile, units) if tile and units else 1.0
+    return max(2.0 * n * k * m / (mamf * eff), 2.0 * (n * k + k * m + n * m) / hbm)
 
 
 def _layer_gemms(m):
@@ -128,9 +142,10 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
     # Compute, per layer: forward GEMMs, activation-gradient GEMMs, weight-gradient GEMMs (full methods).
     gemms = _layer_gemms(m)
-    fwd = sum(_gemm_s(n, k, mm, mamf, hbm) for k, mm in gemms)
-    dgrad = sum(_gemm_s(n, mm, k, mamf, hbm) for k, mm in gemms)
-    wgrad = sum(_gemm_s(k, n, mm, mamf, hbm) for k, mm in gemms) if full else 0.0
+    q = dict(tile=calib.get("gemm_tile"), units=int(prof.get("compute_units") or 0))
+    fwd = sum(_gemm_s(n, k, mm, mamf, hbm, **q) for k, mm in gemms)
+    dgrad = sum(_gemm_s(n, mm, k, mamf, hbm, **q) for k, mm in gemms)
+    wgrad = sum(_gemm_s(k, n, mm, mamf, hbm, **q) for k, mm in gemms) if full else 0.0
     heads = m.num_attention_heads
     attn_flops = 4.0 * n * row * m.hidden_size  # scores and weighted values over the padded row
     attn_bytes = 6 * 2.0 * t.micro_batch_size * heads * row * row  # eager scores: matmul, mask, softmax, dropout
@@ -140,7 +155,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     layer_fwd = fwd + attn_fwd + elementwise / 3.0
     layer_bwd = dgrad + wgrad + 2.0 * attn_fwd + 2.0 * elementwise / 3.0 + recomputed * layer_fwd
     V, h = m.vocab_size, m.hidden_size
-    logits = _gemm_s(n, h, V, mamf, hbm) * (3.0 if full else 2.0) + 10.0 * n * V * 2 / hbm  # + fp32 loss traffic
+    logits = _gemm_s(n, h, V, mamf, hbm, **q) * (3.0 if full else 2.0) + 10.0 * n * V * 2 / hbm  # + fp32 loss traffic
     compute = L * (layer_fwd + layer_bwd) + logits
 
     # Communication: bf16 gathers of every layer forward and backward, gradient reduce-scatters.

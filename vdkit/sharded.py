@@ -140,6 +140,8 @@ def make_sharded_plan(recipe: Recipe):
     notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
     if host:
         notes.append(f"CPU offload: {host:.0f} GB of host memory per node for the sharded state")
+    if feasible:
+        notes.append(_largest_micro_batch_note(recipe, rc))
     reason = None
     if feasible:
         notes.append("memory: " + _breakdown(mem, recipe, rc))
@@ -162,6 +164,33 @@ def make_sharded_plan(recipe: Recipe):
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
+
+
+def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
+    """The largest micro batch whose memory stays within ``fraction`` of the GPU (0: not even 1), with
+    the per-GPU batch kept (GBS = MBS x GPUs x the recipe's gradient accumulation)."""
+    import dataclasses
+
+    t, n = r.train, r.world_size
+    accum = max(1, t.global_batch_size // (t.micro_batch_size * n))
+    cap = r.cluster.gpu_memory_gb * fraction
+    best = 0
+    for b in range(1, limit + 1):
+        trial = dataclasses.replace(r, train=dataclasses.replace(t, micro_batch_size=b, global_batch_size=b * n * accum))
+        if estimate_sharded_memory(trial, recompute)[0].total_gb > cap:
+            break
+        best = b
+    return best
+
+
+def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
+    """Memory decides the micro batch: the largest that leaves the planner's headroom."""
+    from vdkit.plan import HEADROOM
+
+    b = largest_micro_batch(r, recompute, 1 - HEADROOM)
+    return (f"micro batch: the largest that leaves {HEADROOM:.0%} of the GPU free at recompute {recompute} is "
+            f"{b} (train.micro_batch_size={r.train.micro_batch_size}; activations counted at the full "
+            f"train.seq_length={r.train.seq_length})")
 
 
 def _why_no_prediction(r: Recipe) -> str:
