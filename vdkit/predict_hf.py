@@ -183,7 +183,8 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
             per_step_comm = last + layer_rs
     else:  # DDP: the gradient all-reduce once per step, bucketed behind the last backward
         comm_mb = 0.0
-        per_step_comm = 2.0 * coll(trainable) if p > 1 else 0.0
+        ddp = float(stack["ddp_gradient_bytes_per_param"]) / cb  # coll() counts comm_bytes_per_param
+        per_step_comm = 2.0 * coll(trainable * ddp) if p > 1 else 0.0  # ring all-reduce: 2 x (p-1)/p
 
     # Fixed cost: the CPU issues every op (and the sharding library's hooks); the GPU cannot go faster.
     ops = L * float(stack["ops_per_layer_forward"]) * (1.0 + recomputed + float(stack["backward_ops_factor"]))
