@@ -47,6 +47,31 @@ class OneLineParser(argparse.ArgumentParser):
             self._intermixing = False
 
 
+def printable(line: str) -> str:
+    """``line`` safe for any terminal encoding (a lone surrogate from an undecodable argument is escaped)."""
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def environment_error(exc: OSError):
+    """A UserError for an OSError the machine (not the kit) caused, else None."""
+    import errno
+
+    fixes = {errno.ENOSPC: "free some space or write elsewhere (--out DIR)",
+             errno.EDQUOT: "free some of your quota or write elsewhere (--out DIR)",
+             errno.EFBIG: "free some space or write elsewhere (--out DIR); the file system refused a larger file",
+             errno.EROFS: "write to a writable file system (--out DIR)",
+             errno.EACCES: "write to a directory you may write to (--out DIR), or fix its permissions",
+             errno.EPERM: "write to a directory you may write to (--out DIR)",
+             errno.ENOENT: "write to a directory that can exist (--out DIR)",
+             errno.ENOTDIR: "write to a directory, not into a file (--out DIR)",
+             errno.EIO: "check the disk, or write elsewhere (--out DIR)",
+             errno.ENAMETOOLONG: "use a shorter path (--out DIR, run.name)"}
+    if exc.errno not in fixes:
+        return None
+    where = exc.filename if exc.filename is not None else "a file"
+    return UserError(f"cannot write {where}: {exc.strerror}", fixes[exc.errno])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vdkit",
@@ -71,11 +96,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"vdkit {args.verb}: error: {exc}", file=sys.stderr)
+        print(printable(f"vdkit {args.verb}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"vdkit {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # The machine's answer (a full disk, a read-only or unwritable directory, a quota): one line, no
+        # traceback. Writers leave nothing half-written (they write to a temporary name and rename).
+        err = environment_error(exc)
+        if err is None:
+            raise
+        print(printable(f"vdkit {args.verb}: error: {err}"), file=sys.stderr)
+        return err.exit_code
     except BrokenPipeError:  # e.g. `vdkit plan --sweep table9 | head`
         return 0
 

@@ -63,6 +63,10 @@ def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
     if r.data.data_dir:
         wanted.append(("data.data_dir", r.data.data_dir, True))
     wanted += engine.inputs(plan)
+    if r.data.tokenizer_model and not any(w == "data.tokenizer_model" for w, _, _ in wanted):
+        wanted.append(("data.tokenizer_model", r.data.tokenizer_model, False))
+    if r.run.secrets_file:  # read by the job's shell at run time; its names were checked at composition
+        wanted.append(("run.secrets_file", r.run.secrets_file, False))
     container = engine.container(plan, Path(run_dir))
     image = (container.image or "") if container is not None else ""
     if image.startswith("/") or image.startswith("./"):
@@ -74,15 +78,24 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
     """Refuse a missing input of :func:`local_inputs` on this machine (under the ``check_mounts`` rule)."""
     if check_mounts is False:
         return
+    missing = []  # every missing input in one line: three runs to find three would be two too many
     for what, path, is_dir in local_inputs(plan, run_dir):
         p = Path(path).expanduser()
         if check_mounts is None and not _is_local(p):
             continue
         ok = p.is_dir() if is_dir else p.exists()
         if not ok:
-            raise UserError(f"{what} {path} does not exist on this machine",
-                            f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
-                            "when rendering away from the cluster's storage")
+            missing.append((what, path))
+    if len(missing) == 1:
+        what, path = missing[0]
+        raise UserError(f"{what} {path} does not exist on this machine",
+                        f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
+                        "when rendering away from the cluster's storage")
+    if missing:
+        raise UserError(f"{len(missing)} inputs do not exist on this machine: "
+                        + "; ".join(f"{what} {path}" for what, path in missing),
+                        "create them, point the keys elsewhere, or pass --no-check-mounts when rendering away "
+                        "from the cluster's storage")
 
 
 # ----------------------------------------------------------------------------- prepare, then act
@@ -113,17 +126,21 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     from vdkit.plan import require_feasible
     from vdkit.rundir import SBATCH_FILE, reserve_run_dir
 
-    require_feasible(plan)
     engine = engine_of(plan)
-    engine.check(plan)
     if launcher == "local":
         if not engine.runs_locally:
             raise UserError(f"engine={engine.name} does not run on this machine (it runs in its container on "
                             "the cluster)", "use `vdkit render` / `vdkit submit` for it, or another engine here")
-        engine.local_check(plan)
+        from vdkit.rules import check_local_run
+
+        check_local_run(plan)  # FP8 / CPU offload without a GPU, host memory (before the GPU-memory verdict)
+    require_feasible(plan)
+    engine.check(plan)
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
-    if launcher != "local":
-        check_local_paths(plan, run_dir, check_mounts)
+    # a local run reads every input here: all of them must exist (and are reported together)
+    check_local_paths(plan, run_dir, True if launcher == "local" else check_mounts)
+    if launcher == "local":
+        engine.local_check(plan)
     files = engine.files(plan, run_dir)
     if launcher != "local":
         files[SBATCH_FILE] = sbatch_text(plan, run_dir)

@@ -39,8 +39,6 @@ DEEPSPEED_SUBDIR = "deepspeed"
 # ----------------------------------------------------------------------------- DeepSpeed config
 def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
     """The mapping behind ``parallelism.deepspeed_config``: a conf/deepspeed/NAME.yaml, or a JSON / YAML path."""
-    import yaml
-
     from vdkit.config import conf_dir
 
     if not name_or_path:
@@ -52,10 +50,14 @@ def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
         choices = " | ".join(sorted(p.stem for p in (conf_dir() / "deepspeed").glob("*.yaml")))
         raise UserError(f"parallelism.deepspeed_config={name_or_path!r}: no such file ({path})",
                         f"use one of {choices}, or a path to a DeepSpeed JSON / YAML file")
-    text = path.read_text()
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            from vdkit.files import load_yaml
+
+            data = load_yaml(path, "DeepSpeed config")
+    except (ValueError, RecursionError) as exc:
         raise UserError(f"cannot parse DeepSpeed config {path}: {str(exc).splitlines()[0]}",
                         "fix the file (DeepSpeed's JSON config format)") from None
     if not isinstance(data, dict):
