@@ -20,7 +20,7 @@ def finite_seconds(value: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
     if not math.isfinite(x) or x < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not a finite number of seconds >= 0")
+        raise argparse.ArgumentTypeError(f"{value} is not a finite, non-negative number of seconds")
     return x
 
 

@@ -29,7 +29,7 @@ import contextlib
 import copy
 import json
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from vdkit.errors import UserError
 
@@ -302,8 +302,11 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
     from vdkit.recipes.reference.model import trainable_state
 
     if kind == "zero3":
-        fabric.engine.save_checkpoint(str(Path(ckpt_dir) / DEEPSPEED_SUBDIR), tag=f"step={step}",
-                                      client_state={"step": step, **meta})
+        where = Path(ckpt_dir) / DEEPSPEED_SUBDIR
+        fabric.engine.save_checkpoint(str(where), tag=f"step={step}", client_state={"step": step, **meta})
+        fabric.barrier()  # every rank's shards of this tag are on disk before older tags go
+        if fabric.global_rank == 0:
+            prune_deepspeed_tags(where, ckpt.KEEP)
         return
     if kind == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -314,6 +317,27 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
         model_sd, optim_sd = trainable_state(model), optimizer.state_dict()
     if fabric.global_rank == 0:
         ckpt.save(ckpt_dir, step, {"model": model_sd, "optimizer": optim_sd, "step": step, **meta})
+
+
+def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
+    """Remove all but the newest ``keep`` DeepSpeed tags (``step=N`` directories) in ``where``, never the one
+    ``latest`` names: ZeRO-3 checkpoints hold the whole optimizer state, as the other strategies' do, and
+    are pruned like theirs (vdkit.recipes.reference.checkpoint.KEEP). Returns what was removed."""
+    import re
+    import shutil
+
+    try:
+        latest = (where / "latest").read_text().strip()
+    except OSError:
+        latest = None
+    tags = sorted(((int(m.group(1)), p) for p in where.iterdir()
+                   if p.is_dir() and (m := re.fullmatch(r"step=(\d+)", p.name))), key=lambda t: t[0])
+    removed = []
+    for _, old in tags[:-keep] if keep > 0 else tags:
+        if old.name != latest:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
 
 
 def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
