@@ -153,7 +153,7 @@ UNREACHABLE = ("Unable to contact slurm controller", "resolve_ctls_from_dns_srv"
                "Unable to establish controller")
 
 
-class NoJobId(UserError):
+class NoJobId(KeepRunDir):
     """sbatch succeeded without a job id: the job may be queued, so its run directory must be kept."""
 
 

@@ -11,3 +11,8 @@ class UserError(Exception):
         self.what = what
         self.fix = fix
         super().__init__(what if not fix else f"{what} (fix: {fix})")
+
+
+class KeepRunDir(UserError):
+    """A UserError after which the run directory must stay: e.g. sbatch succeeded without a job id, so a
+    job may be queued that writes into it (removing it would lose that job's output)."""
