@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from vdkit.errors import UserError
+from vdkit.errors import KeepRunDir, UserError
 
 from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
 from vdkit.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
