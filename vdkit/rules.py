@@ -269,6 +269,24 @@ def check_names(recipe) -> None:
                         "use run.out_dir=runs (the default) or another directory")
 
 
+def read_secrets_file(path: str) -> dict:
+    """NAME -> value of a checked secrets file, read as data (the job script's rules: an optional
+    ``export``, one pair of surrounding quotes removed, no expansion). For runs started here."""
+    check_secrets_file(path, required=True)
+    out = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        s = line.rstrip("\r").strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("export "):
+            s = s[len("export "):].lstrip()
+        name, value = s.split("=", 1)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[name.strip()] = value
+    return out
+
+
 def check_recipe(recipe) -> None:
     """Every rule of this module on a composed recipe (called by vdkit.config.compose)."""
     check_numbers(recipe)
