@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from vdkit.errors import UserError
+from vdkit.errors import UserError, environment_error
 
 # Verb modules, in the order `vdkit --help` lists them. Each defines register(subparsers),
 # which adds its parser(s) with set_defaults(func=callable(args) -> exit code).
@@ -51,26 +51,6 @@ class OneLineParser(argparse.ArgumentParser):
 def printable(line: str) -> str:
     """``line`` safe for any terminal encoding (a lone surrogate from an undecodable argument is escaped)."""
     return line.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def environment_error(exc: OSError):
-    """A UserError for an OSError the machine (not the kit) caused, else None."""
-    import errno
-
-    fixes = {errno.ENOSPC: "free some space or write elsewhere (--out DIR)",
-             errno.EDQUOT: "free some of your quota or write elsewhere (--out DIR)",
-             errno.EFBIG: "free some space or write elsewhere (--out DIR); the file system refused a larger file",
-             errno.EROFS: "write to a writable file system (--out DIR)",
-             errno.EACCES: "write to a directory you may write to (--out DIR), or fix its permissions",
-             errno.EPERM: "write to a directory you may write to (--out DIR)",
-             errno.ENOENT: "write to a directory that can exist (--out DIR)",
-             errno.ENOTDIR: "write to a directory, not into a file (--out DIR)",
-             errno.EIO: "check the disk, or write elsewhere (--out DIR)",
-             errno.ENAMETOOLONG: "use a shorter path (--out DIR, run.name)"}
-    if exc.errno not in fixes:
-        return None
-    where = exc.filename if exc.filename is not None else "a file"
-    return UserError(f"cannot write {where}: {exc.strerror}", fixes[exc.errno])
 
 
 def build_parser() -> argparse.ArgumentParser:
