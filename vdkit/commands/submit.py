@@ -110,9 +110,47 @@ def run_submit(args) -> int:
     return 0
 
 
+def _scheduler_of(target):
+    """The launcher of a run directory rendered for a scheduler other than Slurm (e.g. kubernetes), else None."""
+    from pathlib import Path
+
+    from vdkit import launchers
+    from vdkit.rundir import RECIPE_FILE
+
+    if not (Path(target) / RECIPE_FILE).is_file():
+        return None
+    from vdkit.config import load_recipe
+
+    name = load_recipe(target).cluster.launcher
+    if name == "slurm" or name not in launchers.REGISTRY or launchers.get(name).executes_here:
+        return None
+    return launchers.get(name)
+
+
+def _last_job(run_dir) -> str:
+    from pathlib import Path
+
+    from vdkit.rundir import JOB_ID_FILE
+
+    path = Path(run_dir) / JOB_ID_FILE
+    ids = path.read_text().split() if path.is_file() else []
+    return ids[-1] if ids else "-"
+
+
 def run_status(args) -> int:
     from vdkit.slurm.submit import job_state, resolve
 
+    # Run directories of another scheduler (Kubernetes) ask their launcher; the rest is Slurm's.
+    others = [(t, launcher) for t in args.targets if (launcher := _scheduler_of(t)) is not None]
+    if others:
+        rc = 0
+        lines = [(t, launcher.wait(t, timeout=args.timeout) if args.wait else launcher.status(t)) for t, launcher in others]
+        for t, state in lines:  # all answered before any output
+            print(_line(t, _last_job(t), state), flush=True)
+            rc |= 0 if (not args.wait or state.split(" ", 1)[0] == "COMPLETED") else 1
+        args.targets = [t for t in args.targets if t not in dict(others)]
+        if not args.targets:
+            return rc
     pairs = [resolve(t) for t in args.targets]  # all checked before any output
     if args.wait:
         return _wait_all(pairs, args.timeout)
