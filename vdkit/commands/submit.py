@@ -9,7 +9,7 @@ import argparse
 import shutil
 import sys
 
-from vdkit.args import add_render_args
+from vdkit.args import add_render_args, finite_seconds
 
 
 def register(sub) -> None:
@@ -22,7 +22,8 @@ def register(sub) -> None:
                    help="sbatch --test-only: Slurm checks each script and says where it would start; nothing is "
                         "queued (the run directories stay, for inspection)")
     p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="with --wait: stop waiting after S seconds")
+    p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
     p.set_defaults(func=run_submit)
 
     s = sub.add_parser("status", help="the Slurm state of submitted run directories",
@@ -31,7 +32,8 @@ def register(sub) -> None:
                                    "job's own output).")
     s.add_argument("targets", nargs="+", metavar="RUN_DIR", help="run directories written by `vdkit submit` (or job ids)")
     s.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    s.add_argument("--timeout", type=float, default=None, metavar="S", help="with --wait: stop waiting after S seconds")
+    s.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
     s.set_defaults(func=run_status)
 
     c = sub.add_parser("cluster", help="an emulated six-node XE9680 Slurm on this machine (root; slurm-wlm, munge)",
@@ -72,16 +74,24 @@ def run_submit(args) -> int:
     # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
+    from vdkit.errors import KeepRunDir
+    from vdkit.rundir import missing_parents, remove_empty
+
+    created = missing_parents(cells[0].run_dir.parent) if cells else []
     submitted = []
     for cell in cells:
         launcher = launcher_of(cell.plan)
         run_dir = cell.write()
         try:
             answer = launcher.test(run_dir) if args.test_only else launcher.submit(run_dir)
+        except KeepRunDir:
+            raise  # e.g. a job may be queued: its run directory stays
         except BaseException:
             if not args.test_only:
                 # A run directory that was never submitted would look like a lost job: remove it.
                 shutil.rmtree(run_dir, ignore_errors=True)
+                if not submitted:
+                    remove_empty(created)
             if submitted:
                 print(f"vdkit submit: {len(submitted)} job(s) were submitted before the error", file=sys.stderr)
             raise
