@@ -40,6 +40,14 @@ def manifest(plan, job, run_dir) -> dict:
     return build(plan, job, run_dir, name, s)
 
 
+def check_recipe(recipe) -> None:
+    """At composition: ``cluster.kubernetes`` read and checked (vdkit.k8s.settings), so `vdkit plan`
+    refuses a bad site setting as render does."""
+    from vdkit.k8s.settings import settings
+
+    settings(recipe.cluster)
+
+
 def check(plan, job, run_dir=None) -> None:
     """The site settings, the paths the pods must see, the image, and the manifest's invariants."""
     from vdkit.k8s import invariants, manifests
