@@ -17,7 +17,7 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``command(plan, run_dir) -> list[str]``  (required)
     The argv every rank runs (under ``srun``, or as a local process under ``vdkit run``). Ranks
     find their rank / world size from Slurm's or torchrun's variables
-    (``vdkit.recipes.reference.distributed.resolve_dist_env`` reads both).
+    (``vdkit.recipes.common.distributed.resolve_dist_env`` reads both).
 ``files(plan, run_dir) -> dict[str, str | bytes]``  (default ``{}``)
     Extra files for the run directory, name -> content (names from :mod:`vdkit.rundir`, e.g.
     ``NEMO_CONFIG_FILE``). Rendered in memory for every cell before anything is written; raise

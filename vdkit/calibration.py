@@ -27,7 +27,7 @@ def load(name: str) -> dict:
     """``conf/calibration/<name>.yaml`` as a dict (UserError when the file is missing)."""
     import yaml
 
-    from vdkit.config import conf_dir
+    from vdkit.conftree import conf_dir
 
     path = conf_dir() / CALIBRATION_DIR / f"{name}.yaml"
     if not path.is_file():

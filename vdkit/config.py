@@ -15,6 +15,7 @@ from pathlib import Path
 from functools import lru_cache
 from typing import Any, Dict, List, Optional
 
+from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
@@ -42,27 +43,6 @@ TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 
 # ----------------------------------------------------------------------------- conf/ location
-def conf_dir() -> Path:
-    """The Hydra config tree: $VDKIT_CONF_DIR, a checkout's conf/, or the installed copy."""
-    env = os.environ.get("VDKIT_CONF_DIR")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    try:  # an installed wheel: conf/ is the package data of vdkit.conf
-        import importlib.resources as resources
-
-        installed = Path(str(resources.files("vdkit.conf")))
-        if (installed / "config.yaml").is_file():
-            return installed
-    except (ModuleNotFoundError, TypeError):
-        pass
-    raise UserError("cannot find the vdkit config tree (conf/config.yaml)",
-                    "reinstall vdkit or set VDKIT_CONF_DIR to a conf/ directory")
-
-
 def group_options(group: str) -> List[str]:
     """The options of one config group (file stems under conf/<group>/)."""
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
@@ -140,9 +120,12 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from vdkit import rules
+
     _register_schema()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
+    rules.check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
@@ -159,6 +142,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     absolute_paths(obj)
     recipe = Recipe(overrides=tuple(overrides),
                     **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
+    rules.check_recipe(recipe)  # numbers, architecture, cluster.env, files the kit reads (vdkit/rules.py)
     validate_fields(recipe)
     return recipe
 
@@ -286,7 +270,7 @@ def validate_fields(r: Recipe) -> None:
            "use " + ", ".join(SHARDINGS))
     _check(r.parallelism.sharding == "none" or r.engine.name == "reference",
            f"parallelism.sharding={r.parallelism.sharding} needs the transformers engine (engine=reference)",
-           "set engine=reference, or parallelism.sharding=none for engine=nemo")
+           f"set engine=reference, or parallelism.sharding=none for engine={r.engine.name}")
     _check(not r.parallelism.cpu_offload or r.parallelism.sharding != "none",
            "parallelism.cpu_offload=true needs a sharded strategy", "set parallelism.sharding=fsdp or zero3")
     _check(r.parallelism.deepspeed_config is None or r.parallelism.sharding == "zero3",
@@ -377,11 +361,21 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
 def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
     """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
+    from vdkit import rules
+
     refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
     if sweep is not None and not str(sweep).strip():
         raise UserError("--sweep was given an empty name", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    if sweep and multirun:
+        raise UserError(f"--sweep {sweep} and -m do not combine (every cell would be planned twice)",
+                        "drop -m: comma lists after --sweep already sweep every cell of it")
+    rules.check_overrides(overrides, multirun=bool(multirun or sweep))
+    if sweep or multirun:
+        rules.check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
     if sweep:
-        return sweep_cells(sweep, overrides)
+        cells = sweep_cells(sweep, overrides)
+        rules.check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
+        return cells
     if multirun:
         return expand_multirun(overrides)
     return [list(overrides)]
@@ -397,5 +391,5 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
         merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise UserError(f"invalid recipe: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
+        raise UserError(f"invalid recipe.yaml: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
     return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})

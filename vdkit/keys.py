@@ -1,6 +1,6 @@
 """What each recipe key means, read from the one place it is written: the schema's field comments.
 
-Every field of the schema dataclasses (:class:`vdkit.config.VdkitConfig` and its sections) carries
+Every field of the schema dataclasses (:class:`vdkit.schema.VdkitConfig` and its sections) carries
 its meaning as a trailing comment on its own line::
 
     nodes: int = 1  # XE9680s (or hosts) in the job: sbatch --nodes; world size = nodes x gpus_per_node

@@ -24,8 +24,14 @@ def check_plan(plan) -> None:
     from vdkit.recipes.common.data import virtual_tokens
 
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
+        from vdkit.plan import layout_violations
+
+        r = plan.recipe
+        pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to
+        why = f": with TP 1 x PP 1 on {r.world_size} GPUs, no valid layout: {pure_dp[0]}" if pure_dp else ""
+        raise UserError(f"engine={r.engine.name} runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}{why}",
+                        ("change train.global_batch_size (a multiple of micro batch x GPUs) or the GPUs" if pure_dp
+                         else "pin parallelism.tp=1 parallelism.pp=1") + ", or use an engine with model parallelism")
     r = plan.recipe
     if r.method.name == "lora" and r.engine.lora_qkv != "separate":  # the planner counts what is trained
         raise UserError(f"the reference engine puts LoRA on q, k and v separately (peft); engine.lora_qkv="
