@@ -184,11 +184,12 @@ def test_pretrain_logs_and_checkpoints(tmp_path):
 
 
 def test_engine_refuses_a_model_parallel_plan(tmp_path):
-    from types import SimpleNamespace
-
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
     from vdkit.recipes.reference.train import check_layout
 
-    plan = SimpleNamespace(tp=2, pp=1, dp=1, grad_accum=1, recipe=None)
+    plan = make_plan(compose(BASE + ["cluster.gpus_per_node=2", "parallelism.tp=2", "train.global_batch_size=2"]))
+    assert (plan.tp, plan.pp) == (2, 1)
     with pytest.raises(UserError, match="data parallel only"):
         check_layout(plan, resolve_dist_env({}))
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import List, Optional
 
 from vdkit.conftree import deepspeed_config_source
+from vdkit.recipes.common.checkpoint import KEEP
 from vdkit.errors import UserError
 
 DEEPSPEED_SUBDIR = "deepspeed"
@@ -279,7 +280,7 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
         fabric.engine.save_checkpoint(str(where), tag=f"step={step}", client_state={"step": step, **meta})
         fabric.barrier()  # every rank's shards of this tag are on disk before older tags go
         if fabric.global_rank == 0:
-            prune_deepspeed_tags(where, ckpt.KEEP)
+            prune_deepspeed_tags(where, KEEP)
         return
     if kind == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -295,7 +296,7 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
 def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
     """Remove all but the newest ``keep`` DeepSpeed tags (``step=N`` directories) in ``where``, never the one
     ``latest`` names: ZeRO-3 checkpoints hold the whole optimizer state, as the other strategies' do, and
-    are pruned like theirs (vdkit.recipes.reference.checkpoint.KEEP). Returns what was removed."""
+    are pruned like theirs (vdkit.recipes.common.checkpoint.KEEP). Returns what was removed."""
     import re
     import shutil
 
