@@ -38,6 +38,16 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``container(plan, run_dir) -> vdkit.jobspec.Container | None``  (default ``None``: host Python)
     The image and mounts when ranks run in a container; pyxis flags are the Slurm renderer's job.
     :func:`standard_mounts` gives the usual list (data dir, results dir, run dir).
+``CATCHES_STOP_SIGNALS: bool``  (default ``True``)
+    Whether the ranks catch USR1 / TERM and stop cleanly (the job contract, :mod:`vdkit.jobspec`;
+    the kit's engines do, through :mod:`vdkit.recipes.preemption`). ``False``: the engine stops by
+    its own clock (NeMo's ``max_time_per_run``) and the launcher never signals it.
+``finished_line(plan) -> str | None``  (default ``None``)
+    For engines whose ranks exit 0 on a clean stop too (Lightning's ``max_time``): the text rank 0
+    prints when every step is done. ``None``: exit 0 means finished, exit 75 stopped.
+``GPU_VENDORS: tuple[str, ...]``  (default ``("nvidia", "amd")``)
+    The GPU vendors the engine's image is built for; a cluster of another vendor
+    (``cluster.gpu_vendor``) is refused at the door, in one line.
 ``RUNTIME_MODULES: tuple[str, ...]`` and ``EXTRA: str``  (default ``()`` / ``""``)
     What a rank imports and the pyproject extra that installs it. Before training on this machine
     (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
@@ -107,9 +117,27 @@ class Engine:
         return dict(fn(plan, Path(run_dir))) if fn else {}
 
     def check(self, plan) -> None:
+        vendors = self.gpu_vendors
+        c = plan.recipe.cluster
+        if c.launcher != "local" and c.gpu_vendor not in vendors:
+            raise UserError(f"engine={self.name} runs a {'/'.join(vendors)} GPU image and cluster {c.name} has "
+                            f"{c.gpu_vendor} GPUs", "use an engine built for them (engine=reference runs the "
+                            "cluster's own image, cluster.container_image), or a cluster of that vendor")
         fn = getattr(self.module, "check", None)
         if fn:
             fn(plan)
+
+    @property
+    def gpu_vendors(self) -> Tuple[str, ...]:
+        return tuple(getattr(self.module, "GPU_VENDORS", ("nvidia", "amd")))
+
+    @property
+    def catches_stop_signals(self) -> bool:
+        return bool(getattr(self.module, "CATCHES_STOP_SIGNALS", True))
+
+    def finished_line(self, plan) -> Optional[str]:
+        fn = getattr(self.module, "finished_line", None)
+        return fn(plan) if fn else None
 
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = getattr(self.module, "inputs", None)

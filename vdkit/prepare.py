@@ -33,9 +33,13 @@ def engine_of(plan):
 
 def job_spec(plan, run_dir: PathLike) -> JobSpec:
     """What the Slurm renderer needs from the engine: rank argv, engine env, container (or None)."""
+    from vdkit.jobspec import PREEMPT_SIGNAL
+
     engine = engine_of(plan)
     run_dir = Path(run_dir)
-    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir))
+    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir),
+                   stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
+                   finished_line=engine.finished_line(plan))
 
 
 def sbatch_text(plan, run_dir: PathLike) -> str:
@@ -110,10 +114,15 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     infeasible plan, a plan the engine cannot run, a missing local input, an image pyxis cannot
     read, or a value a script cannot carry.
     """
+    from vdkit import schedule
     from vdkit.plan import require_feasible
-    from vdkit.rundir import SBATCH_FILE, reserve_run_dir
+    from vdkit.rundir import PLAN_FILE, SBATCH_FILE, plan_json, reserve_run_dir
 
     require_feasible(plan)
+    # Time is part of the plan: --time and the checkpoint cadence are decided here, once, and written
+    # into the recipe every engine and launcher reads (vdkit.schedule).
+    times = schedule.time_plan(plan)
+    plan = schedule.resolve(plan)
     engine = engine_of(plan)
     engine.check(plan)
     if launcher == "local":
@@ -127,6 +136,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     files = engine.files(plan, run_dir)
     if launcher != "local":
         files[SBATCH_FILE] = sbatch_text(plan, run_dir)
+    files[PLAN_FILE] = plan_json(plan, schedule=times.to_dict())
     return Prepared(plan, run_dir, files)
 
 

@@ -40,8 +40,13 @@ def run(args) -> int:
     many = bool(args.multirun or args.sweep is not None)
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
     if args.json:
+        from vdkit.schedule import time_plan
+
         for plan in plans:
-            print(json.dumps(plan.to_dict()))
+            record = plan.to_dict()
+            if plan.feasible:
+                record["schedule"] = time_plan(plan).to_dict()
+            print(json.dumps(record))
     elif len(plans) == 1:
         print(describe(plans[0]))
     else:
@@ -83,6 +88,10 @@ def describe(plan) -> str:
         ]
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
+    if plan.feasible:
+        from vdkit.schedule import describe as describe_time, time_plan
+
+        lines += describe_time(time_plan(plan))
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
 
@@ -90,7 +99,9 @@ def describe(plan) -> str:
 def table(plans) -> str:
     """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
-            "ckpt GB", "s/step", "minutes", "tok/s/GPU")
+            "ckpt GB", "s/step", "minutes", "tok/s/GPU", "--time", "allocs", "ckpt every", "ckpt cost min")
+    from vdkit.schedule import time_plan
+
     rows = []
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
@@ -100,9 +111,13 @@ def table(plans) -> str:
         pred = plan.prediction
         timing = ((f"{pred.step_seconds:.3g}", f"{pred.minutes:,.1f}", f"{pred.tokens_per_s_per_gpu:,.0f}")
                   if pred else ("-", "-", "-"))
+        times = time_plan(plan) if plan.feasible else None
+        when = (f"{times.time_limit_min}", str(times.allocations or "?"),
+                str(times.every_n_steps) if times.every_n_steps else "end", f"{times.checkpoint_cost_s / 60:,.1f}"
+                ) if times is not None else ("-", "-", "-", "-")
         rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
                      str(p.vp), str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
-                     f"{plan.checkpoint_gb:,.1f}", *timing))
+                     f"{plan.checkpoint_gb:,.1f}", *timing, *when))
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
