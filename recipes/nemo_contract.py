@@ -207,7 +207,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
 
 # ----------------------------------------------------------------------------- NVIDIA's Llama 2 recipes
 NVIDIA_SOURCE = ("NeMo-Framework-Launcher conf/training/llama/llama2_{7b,13b,70b}.yaml "
-                 "(../shared/reference/nvidia-recipes.md)")
+                 "(github.com/NVIDIA/NeMo-Framework-Launcher)")
 
 # Settings NVIDIA's launcher uses for Llama 2 pretraining on H100, as dotted keys of the NeMo config.
 NVIDIA_PRETRAIN: Dict[str, Any] = {

@@ -3,7 +3,7 @@
 Engine-agnostic: what an engine needs (its variables, its container) arrives as data
 (:class:`vdkit.jobspec.JobSpec`); nothing here knows an engine's name. Pure functions (no I/O):
 :mod:`vdkit.slurm.render` turns their output into shell
-lines, quoting every value. Facts behind the choices: ../shared/reference/slurm.md.
+lines, quoting every value. Facts behind the choices: docs/cluster-guide.md.
 """
 from __future__ import annotations
 

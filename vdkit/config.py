@@ -17,21 +17,22 @@ from typing import Any, Dict, List, Optional
 from vdkit.errors import UserError
 
 # ----------------------------------------------------------------------------- the schema
-# Plain dataclasses registered in Hydra's ConfigStore. Field comments are the documentation.
+# Plain dataclasses registered in Hydra's ConfigStore. Each field's trailing comment is its documentation,
+# the only one: `vdkit plan --explain KEY` and `vdkit plan --cfg` print it (vdkit/keys.py); a test requires one.
 
 
 @dataclass
 class ModelCfg:
-    name: str = "llama2_7b"
-    num_layers: int = 32
-    hidden_size: int = 4096
-    ffn_hidden_size: int = 11008
-    num_attention_heads: int = 32
+    name: str = "llama2_7b"  # the model's name (conf/model/<name>.yaml; `model=NAME` picks one); in run names
+    num_layers: int = 32  # transformer layers (blocks)
+    hidden_size: int = 4096  # model width (d_model)
+    ffn_hidden_size: int = 11008  # MLP inner width
+    num_attention_heads: int = 32  # attention heads (hidden_size must divide by it)
     num_query_groups: int = 32  # KV heads (grouped-query attention when < num_attention_heads)
-    vocab_size: int = 32000
+    vocab_size: int = 32000  # tokenizer vocabulary (embedding and output-layer rows)
     max_position_embeddings: int = 4096  # the longest sequence the model was trained for
-    pretrain_tp: Optional[int] = None  # the training guide's layout for method=pretrain
-    pretrain_pp: Optional[int] = None
+    pretrain_tp: Optional[int] = None  # the training guide's tensor parallelism for method=pretrain
+    pretrain_pp: Optional[int] = None  # the training guide's pipeline stages for method=pretrain
     nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
     # Architecture: every engine builds its model from these (defaults are Llama 2's).
     arch: str = "llama"  # model family: llama | opt
@@ -53,40 +54,40 @@ class ModelCfg:
 class MethodCfg:
     name: str = "lora"  # sft | lora | ptuning | pretrain
     peft_scheme: str = "lora"  # NeMo's model.peft.peft_scheme: none | lora | ptuning
-    optimizer: str = "fused_adam"
-    lr: float = 1e-4
-    min_lr: float = 0.0
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    lora_adapter_dim: int = 32
-    lora_dropout: float = 0.0
-    ptuning_virtual_tokens: int = 10
-    ptuning_bottleneck_dim: int = 1024
-    ptuning_embedding_dim: int = 1024
+    optimizer: str = "fused_adam"  # NeMo's optimizer name: fused_adam | distributed_fused_adam (with parallelism.distributed_optimizer)
+    lr: float = 1e-4  # peak learning rate
+    min_lr: float = 0.0  # learning rate at the end of the cosine decay
+    warmup_steps: int = 50  # linear learning-rate warm-up steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    lora_adapter_dim: int = 32  # LoRA rank (method=lora)
+    lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
+    ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
+    ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
+    ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)
 
 
 @dataclass
 class ClusterCfg:
-    name: str = "xe9680"
+    name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
     launcher: str = "slurm"  # slurm | local
-    nodes: int = 1
-    min_nodes: int = 1
-    max_nodes: int = 6
-    gpus_per_node: int = 8
-    gpu_memory_gb: float = 80.0
+    nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
+    min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
+    max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
+    gpus_per_node: int = 8  # GPUs (ranks) per node: 8 for a whole XE9680, 4 for half; sbatch --gpus-per-node
+    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
-    gpu_type: str = "H100-SXM5-80GB"
-    cpus_per_task: int = 12
+    gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
+    cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
     time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
     max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     mpi: str = "pmix"  # srun --mpi: pmix | pmi2 | none
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    reservation: Optional[str] = None
+    partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
+    account: Optional[str] = None  # sbatch --account (site option)
+    qos: Optional[str] = None  # sbatch --qos (site option)
+    reservation: Optional[str] = None  # sbatch --reservation (site option)
     dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
     gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
@@ -97,12 +98,12 @@ class ClusterCfg:
 
 @dataclass
 class DataCfg:
-    name: str = "dolly"
+    name: str = "dolly"  # the data set's name (conf/data/<name>.yaml; `data=NAME` picks one)
     kind: str = "sft"  # sft (JSONL input/output) | pretrain (Megatron indexed prefixes)
     data_dir: Optional[str] = None  # mounted into the container at the same path
     train_files: List[str] = field(default_factory=list)  # relative to data_dir
-    validation_files: List[str] = field(default_factory=list)
-    test_files: List[str] = field(default_factory=list)
+    validation_files: List[str] = field(default_factory=list)  # relative to data_dir
+    test_files: List[str] = field(default_factory=list)  # relative to data_dir
     packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
     tokenizer_model: Optional[str] = None  # SentencePiece .model or HF tokenizer dir; None: engine default
 
@@ -111,9 +112,9 @@ class DataCfg:
 class EngineCfg:
     name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
-    nemo_root: str = "/opt/NeMo"
-    log_every_n_steps: int = 1
-    checkpoint_every_n_steps: Optional[int] = None  # None: from the plan (vdkit.schedule); 0: only at the end
+    nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
+    log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
 
 
 @dataclass
@@ -122,7 +123,7 @@ class ParallelismCfg:
     cpu_offload: bool = False  # fsdp / zero3: keep parameters and optimizer states in host memory
     deepspeed_config: Optional[str] = None  # zero3: a file in conf/deepspeed/ (name) or a JSON/YAML path; None: plain ZeRO-3
     tp: Optional[int] = None  # None: chosen by the planner
-    pp: Optional[int] = None
+    pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
     vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
     sequence_parallel: Optional[bool] = None  # None: on when tp > 1
     recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
@@ -131,20 +132,20 @@ class ParallelismCfg:
 
 @dataclass
 class TrainCfg:
-    micro_batch_size: int = 1
-    global_batch_size: int = 128
+    micro_batch_size: int = 1  # samples per rank per forward pass (MBS)
+    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation)
     max_steps: int = 50  # steps the job runs (the measured run)
     target_steps: int = 1000  # steps validation extrapolates to
-    seq_length: int = 2048
+    seq_length: int = 2048  # tokens per sample (padded / packed to it)
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
-    seed: int = 1234
+    seed: int = 1234  # random seed (data order, initialisation)
 
 
 @dataclass
 class RunCfg:
     name: Optional[str] = None  # job and run-directory name; default <model>_<method>_<N>n<G>g
-    out_dir: str = "runs"
+    out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
     results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
     secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
 

@@ -35,29 +35,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.errors import UserError
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
 
 
 # ----------------------------------------------------------------------------- constants
-@lru_cache(maxsize=1)
 def calibration() -> dict:
     """The step-time constants (conf/calibration/step_time.yaml) as data."""
-    import yaml
+    from vdkit.calibration import load
 
-    from vdkit.config import conf_dir
-
-    path = conf_dir() / CALIBRATION_FILE
-    if not path.is_file():
-        raise UserError(f"the step-time calibration {path} is missing",
-                        "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
-    return yaml.safe_load(path.read_text())
+    return load("step_time")
 
 
 def predicts_for(recipe, calib: Optional[dict] = None) -> bool:

@@ -74,13 +74,23 @@ def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
     return wanted
 
 
+def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> List[tuple]:
+    """(what, path) of the :func:`local_inputs` the ``check_mounts`` rule leaves unchecked on this machine:
+    all with ``False``, those whose top-level directory is not here with ``None``, none with ``True``."""
+    if check_mounts is True:
+        return []
+    return [(what, path) for what, path, _ in local_inputs(plan, run_dir)
+            if check_mounts is False or not _is_local(Path(path).expanduser())]
+
+
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
     """Refuse a missing input of :func:`local_inputs` on this machine (under the ``check_mounts`` rule)."""
     if check_mounts is False:
         return
+    skipped = set(unchecked_inputs(plan, run_dir, check_mounts))
     for what, path, is_dir in local_inputs(plan, run_dir):
         p = Path(path).expanduser()
-        if check_mounts is None and not _is_local(p):
+        if (what, path) in skipped:
             continue
         ok = p.is_dir() if is_dir else p.exists()
         if not ok:
