@@ -137,6 +137,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                              f"consumed_samples {step * t.global_batch_size})")
 
     every = recipe.engine.checkpoint_every_n_steps
+    if every is None:  # a run dir written without the plan's cadence (vdkit.schedule.resolve)
+        from vdkit.schedule import FALLBACK_EVERY_N_STEPS as every
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()
