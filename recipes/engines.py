@@ -32,9 +32,10 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     for every engine; list only what is the engine's own (e.g. the base-model file).
 ``local_check(plan) -> None``  (default: accept)
     The checks before training on this machine (``vdkit run``): data files, tokenizer, ...
-``env(plan) -> dict[str, str]``  (default ``{}``)
+``env(plan[, run_dir]) -> dict[str, str]``  (default ``{}``)
     Variables every rank needs beyond the cluster's NCCL / rendezvous set, exported before srun
-    (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism).
+    (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism; the reference engine's offline
+    Hugging Face settings, with HF_HOME under the run's results root).
 ``container(plan, run_dir) -> vdkit.jobspec.Container | None``  (default ``None``: host Python)
     The image and mounts when ranks run in a container; pyxis flags are the Slurm renderer's job.
     :func:`standard_mounts` gives the usual list (data dir, results dir, run dir).
@@ -120,8 +121,8 @@ class Engine:
         vendors = self.gpu_vendors
         c = plan.recipe.cluster
         if c.launcher != "local" and c.gpu_vendor not in vendors:
-            raise UserError(f"engine={self.name} runs a {'/'.join(vendors)} GPU image and cluster {c.name} has "
-                            f"{c.gpu_vendor} GPUs", "use an engine built for them (engine=reference runs the "
+            raise UserError(f"engine={self.name} runs an image built for {'/'.join(vendors)} GPUs and cluster "
+                            f"{c.name} has {c.gpu_vendor} GPUs", "use an engine built for them (engine=reference runs the "
                             "cluster's own image, cluster.container_image), or a cluster of that vendor")
         fn = getattr(self.module, "check", None)
         if fn:
@@ -149,9 +150,15 @@ class Engine:
         if fn:
             fn(plan)
 
-    def env(self, plan) -> Dict[str, str]:
+    def env(self, plan, run_dir=None) -> Dict[str, str]:
         fn = getattr(self.module, "env", None)
-        return {str(k): str(v) for k, v in (fn(plan) if fn else {}).items()}
+        if fn is None:
+            return {}
+        import inspect
+
+        takes_dir = len(inspect.signature(fn).parameters) > 1
+        got = fn(plan, Path(run_dir)) if (takes_dir and run_dir is not None) else fn(plan)
+        return {str(k): str(v) for k, v in got.items()}
 
     def container(self, plan, run_dir):
         fn = getattr(self.module, "container", None)

@@ -1,7 +1,8 @@
-"""Preemption (issue 12 items 1-2): USR1 -> finish the step, checkpoint, requeue, exit; no *.tmp left.
+"""The job contract's stop (vdkit.jobspec): USR1 / TERM / the budget -> finish the step, checkpoint, exit 75.
 
-The Slurm end-to-end checks (scancel --signal=USR1 and a real one-minute time limit) are in
-tests/test_slurm_requeue.py; these run without Slurm: a fake ``scontrol`` records the requeue.
+Without Slurm and without any Slurm client on PATH (as inside a container). The Slurm end-to-end
+checks (a real one-minute time limit over several allocations, USR1 to the batch shell) are in
+tests/test_slurm_continuation.py; `vdkit run --resume` in tests/test_local_resume.py.
 """
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def test_dependency_singleton_for_chained_runs():
 
 def test_signal_stays_inside_a_short_time_limit():
     _, text = text_for(["cluster.time_limit_min=2"])
-    assert directives(text)["--time"] == "2" and directives(text)["--signal"] == "B:USR1@60"  # half the allocation
+    assert directives(text)["--time"] == "2" and directives(text)["--signal"] == "B:USR1@30"  # a quarter of it
 
 
 def test_time_limit_from_the_plan_capped_at_the_partition_maximum():

@@ -37,7 +37,8 @@ def job_spec(plan, run_dir: PathLike) -> JobSpec:
 
     engine = engine_of(plan)
     run_dir = Path(run_dir)
-    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir),
+    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan, run_dir),
+                   container=engine.container(plan, run_dir),
                    stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
                    finished_line=engine.finished_line(plan))
 

@@ -95,9 +95,10 @@ def young_interval_s(write_s: float, mtbi_s: float = MTBI_H * 3600) -> float:
 def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
     """Seconds before the limit the stop must start: a step, a checkpoint, exit, Slurm's slack.
 
-    At most half the allocation (a pinned short limit still trains in its first half)."""
+    At most a quarter of the allocation: Slurm may send the signal up to 60 s before the time asked
+    (man sbatch), so in a short pinned limit a larger lead would stop the ranks before they train."""
     need = step_s + write_s + EXIT_S + SIGNAL_SLACK_S
-    return int(max(1, min(math.ceil(need), limit_min * 60 // 2)))
+    return int(max(1, min(math.ceil(need), limit_min * 60 // 4)))
 
 
 def _weights_gb(recipe) -> float:
