@@ -91,8 +91,8 @@ def check(plan) -> None:
     """
     from vdkit.recipes.reference.train import check_plan
 
+    check_plan(plan)  # the layout rule first: it needs nothing but the layout
     check_hf_path(plan.recipe)
-    check_plan(plan)
 
 
 def check_hf_path(recipe) -> None:
