@@ -151,7 +151,7 @@ def _found_job(run_dir: Path) -> Optional[str]:
 
     The job script records its id when it starts, and holds the run dir's lock (run.lock names it);
     a job still pending is found in ``squeue`` by its command, the run dir's launch.sbatch."""
-    from vdkit.slurm.runlock import read_holder
+    from vdkit.runlock import read_holder
 
     held = read_holder(run_dir)
     if held is not None and held[0] == "slurm" and re.fullmatch(r"\d+(_\d+)?", held[1]):
@@ -303,13 +303,20 @@ def job_state(target: RunOrJob) -> JobState:
 
 
 def wait(target: RunOrJob, timeout: Optional[float] = None, poll_s: float = 2.0) -> JobState:
-    """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state."""
+    """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state.
+
+    For a run directory this follows the run: when its job ends having submitted the next allocation
+    (a new last line in job_id.txt, vdkit.slurm.render's continuation), the wait goes on with that one."""
     deadline = None if timeout is None else time.time() + timeout
     lost = 0  # consecutive answers from outside Slurm: a busy controller must not end the wait early
+    is_run = Path(target).is_dir()
     while True:
         st = job_state(target)
         lost = lost + 1 if st.source in ("log", "none", "saved") else 0
         if st.done or lost >= 3:
+            if is_run and job_ids(target) and job_ids(target)[-1] != st.job_id:
+                lost = 0  # the next allocation of the same run
+                continue
             return st
         if deadline is not None and time.time() >= deadline:
             return st

@@ -113,8 +113,27 @@ def test_report_cli_for_both_tables(tmp_path, capsys):
     # (the report's hidden manifest of what it wrote, .llama31_roce.files, is not a deliverable)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == [
         "llama31_roce.csv", "llama31_roce.json", "llama31_roce.md"]
-    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 2  # table9 still needs runs
-    assert "needs run directories" in capsys.readouterr().err
+
+
+def test_report_table9_without_runs_is_the_planned_table(tmp_path, capsys):
+    """`vdkit report --table table9` with no run dirs: every published cell, predicted next to published,
+    and the scaling plot draws the predictions."""
+    from vdkit.cli import main
+    from vdkit.validation import plots, tables
+    from vdkit.validation.tables import table9_predictions
+
+    assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "the planned table9" in captured.err
+    md = (tmp_path / "table9.md").read_text()
+    predicted = table9_predictions(1000)[("llama2_7b", 4, "lora")][0]
+    assert f"| Llama 2 7B | 4 | 102 / {predicted:.3g} /" in md and "| Llama 2 70B | 16 |" in md
+    assert (tmp_path / "table9_scaling.png").is_file()
+    fig = plots.scaling_figure(tables.table9([]))
+    drawn = [(tuple(line.get_xdata()), tuple(line.get_ydata())) for ax in fig.axes for line in ax.get_lines()
+             if line.get_linestyle() == ":" and line.get_marker() == "+"]
+    assert any(abs(y[0] - predicted) < 1e-6 for _, y in drawn)  # the prediction for 7B LoRA, 4 GPUs
+    assert "predicted (vdkit plan)" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_sharded_plans_honour_the_cluster_memory_overhead_as_unsharded_plans_do():
@@ -142,3 +161,24 @@ def test_one_borderline_rule_for_sharded_and_unsharded_plans():
         assert plan.borderline == is_borderline(plan.memory.total_gb, plan.recipe.cluster.gpu_memory_gb)
     plan = make_plan(compose(["model=llama2_70b", "method=lora", "cluster.nodes=2"]))
     assert plan.borderline == is_borderline(plan.memory.total_gb, plan.recipe.cluster.gpu_memory_gb)
+
+
+def test_memory_decides_the_largest_micro_batch():
+    import dataclasses as dc
+
+    from vdkit.sharded import largest_micro_batch
+
+    r = compose(OPT + ["model=opt_13b"])
+    b = largest_micro_batch(r, "none", 0.9)
+    assert b >= 1
+
+    def mem(mbs):
+        t = dc.replace(r.train, micro_batch_size=mbs, global_batch_size=mbs * 8 * 8)
+        return estimate_sharded_memory(dc.replace(r, train=t), "none")[0].total_gb
+
+    assert mem(b) <= 72 < mem(b + 1)  # 90 % of 80 GB
+    assert largest_micro_batch(r, "full", 0.9) > b  # checkpointing frees room for more rows
+    assert largest_micro_batch(compose(OPT + ["model=opt_30b"]), "none", 0.9) == 0
+    plan = make_plan(r)
+    assert any(n.startswith(f"micro batch: the largest that leaves 10% of the GPU free at recompute none is "
+                            f"{b} ") for n in plan.notes)

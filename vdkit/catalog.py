@@ -141,17 +141,9 @@ def engine_entries() -> List[Entry]:
 
 def launcher_entries() -> List[Entry]:
     """The launchers ``cluster.launcher`` may name, from the launcher registry."""
-    try:
-        from vdkit import launchers  # the launcher registry (name -> module), where there is one
-    except ImportError:
-        launchers = None
-    registry = getattr(launchers, "REGISTRY", None)
-    if registry:
-        return [Entry(name, docstring_line(module)) for name, module in registry.items()]
-    from vdkit.config import LAUNCHERS
+    from vdkit import launchers
 
-    modules = {"slurm": "vdkit.slurm", "local": "vdkit.recipes.launch"}
-    return [Entry(name, docstring_line(modules[name]) if name in modules else "") for name in LAUNCHERS]
+    return [Entry(name, docstring_line(module)) for name, module in launchers.REGISTRY.items()]
 
 
 def table_entries() -> List[Entry]:

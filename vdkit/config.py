@@ -69,13 +69,13 @@ class MethodCfg:
 @dataclass
 class ClusterCfg:
     name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
-    launcher: str = "slurm"  # slurm | local
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
     nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
     min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
-    gpus_per_node: int = 8  # GPUs (ranks) per node: 8 for a whole XE9680, 4 for half; sbatch --gpus-per-node
+    gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
     gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
-    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
     time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
@@ -83,7 +83,7 @@ class ClusterCfg:
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi: pmix | pmi2 | none
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
     partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
     account: Optional[str] = None  # sbatch --account (site option)
     qos: Optional[str] = None  # sbatch --qos (site option)
@@ -92,6 +92,7 @@ class ClusterCfg:
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
     gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
     transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
+    inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
 
@@ -174,7 +175,6 @@ PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain":
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
-LAUNCHERS = ("slurm", "local")
 ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
@@ -402,7 +402,13 @@ def validate_fields(r: Recipe) -> None:
     engines = _engine_names()  # the registry now (a test or plugin may have added a line)
     _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
            "use " + " or ".join(f"engine={e}" for e in engines))
-    _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
+    from vdkit import launchers
+
+    _check(c.launcher in launchers.names(), f"cluster.launcher={c.launcher!r} is not a launcher",
+           "use " + " or ".join(f"cluster.launcher={n}" for n in launchers.names()))
+    # Fabric rules (RDMA adapters, NCCL_IB_DISABLE) apply where ranks span nodes: not to a launcher
+    # that starts them on this machine.
+    spans_nodes = not launchers.get(c.launcher).executes_here
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
            f"cluster.nodes={c.nodes} is outside {c.min_nodes}-{c.max_nodes} for cluster {c.name}",
@@ -442,15 +448,18 @@ def validate_fields(r: Recipe) -> None:
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))
+    _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
+           f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
+           "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),
            f"cluster {c.name}: transport=tcp but cluster.ib_hcas lists RDMA adapters {list(c.ib_hcas)}",
            "set cluster.ib_hcas=[] for TCP sockets, or cluster.transport=ib / roce")
-    _check(not (c.transport in ("ib", "roce") and c.launcher == "slurm" and not c.ib_hcas),
+    _check(not (c.transport in ("ib", "roce") and spans_nodes and not c.ib_hcas),
            f"cluster {c.name}: transport={c.transport} needs the RDMA adapters in cluster.ib_hcas",
            "list them as `ibv_devinfo -l` prints them (mlx5_*, bnxt_re*), or use cluster.transport=tcp")
-    _check(not (c.transport == "tcp" and c.launcher == "slurm" and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
+    _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",

@@ -1,7 +1,7 @@
 """What an engine hands a launcher for one run directory, and the job contract between them.
 
-Plain data (standard library only), so that a launcher (``vdkit.slurm``, the local launcher) can
-consume it without importing any engine: the layer above (:mod:`vdkit.prepare`) asks the engine
+Plain data (standard library only), so that a launcher (:mod:`vdkit.launchers`) can consume
+it without importing any engine: the layer above (:mod:`vdkit.prepare`) asks the engine
 (:mod:`vdkit.recipes.engines`) and passes the result on.
 
 The job contract (every engine, every launcher; docs/cluster-guide.md "Runs longer than one
@@ -68,11 +68,15 @@ class JobSpec:
     when the engine stops by its own clock (NeMo's ``max_time_per_run``) and must not be signalled.
     ``finished_line``: for engines whose ranks exit 0 on a clean stop too, the text rank 0 prints
     when every step is done (None: exit 0 means finished).
+    ``pmi``: the ranks bootstrap through PMI (the engine's ``NEEDS_PMI``; Slurm then passes
+    ``srun --mpi=<cluster.mpi>``), otherwise they read the launcher's variables.
+    ``runs_locally``: the engine's ranks can run as processes on this machine (its ``RUNS_LOCALLY``).
     """
 
     argv: List[str]
     env: Dict[str, str] = field(default_factory=dict)
     container: Optional[Container] = None
-    pmi: bool = False  # the ranks bootstrap through PMI (srun --mpi=<cluster.mpi>); Slurm's variables otherwise
+    pmi: bool = False  # the ranks bootstrap through PMI (the engine's NEEDS_PMI); the launcher's variables otherwise
+    runs_locally: bool = False
     stop_signal: Optional[str] = PREEMPT_SIGNAL
     finished_line: Optional[str] = None

@@ -400,7 +400,7 @@ def make_plan(recipe: Recipe) -> Plan:
         from vdkit.sharded import make_sharded_plan
 
         return make_sharded_plan(recipe)
-    from vdkit.predict import Prediction, predicts_for
+    from vdkit.predict import Prediction, predicts_for, regime
 
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
@@ -453,13 +453,23 @@ def make_plan(recipe: Recipe) -> Plan:
                       f"no layout leaves the {HEADROOM:.0%} headroom")
                      + f" ({cap * (1 - HEADROOM):.0f} of {cap:g} GB usable): it needs {total:.1f} GB")
     runner_up = None
-    if feasible and runner is not None:
+    if feasible and runner is not None and regime(recipe) != "hf":  # (layouts ranked by NeMo's regime)
         runner_up = _why_lost(chosen, runner)
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
     prediction = None
-    if feasible and predicts_for(recipe):
+    if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.predict_hf)
+        from vdkit.predict_hf import predict_hf_step
+
+        step = predict_hf_step(resolved, rc) if (ltp, lpp) == (1, 1) else None
+        if step is not None:
+            prediction = Prediction(step, recipe.train.target_steps, recipe.world_size)
+        else:
+            notes.append(f"no time prediction: the transformers-engine regime describes data-parallel layouts on "
+                         f"the GPUs in conf/calibration/hf_step_time.yaml, not TP {ltp} x PP {lpp} on "
+                         f"{recipe.cluster.gpu_type}")
+    elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
     elif feasible:
         notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"

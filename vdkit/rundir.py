@@ -3,14 +3,14 @@
 The one home of every run-directory file name and of the results-root rule. Layout of a run
 directory (every engine, every launcher):
 
-    launch.sbatch      the Slurm script (render)            recipe.yaml   the resolved recipe
+    launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
     nemo.yaml          NeMo's config (engine=nemo)
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
     job_id.txt         every job id submitted from it (vdkit submit)
-    run.lock           held (flock) by the one job running in the dir; names it (vdkit.slurm.runlock)
+    run.lock           held (flock) by the one job running in the dir; names it (vdkit.runlock)
     finished           the run's last step is done (the launcher writes it; no job starts again)
 
 Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
@@ -185,8 +185,9 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
                 target.write_text(data)
         from vdkit.files import dir_mode, file_mode
 
-        if SBATCH_FILE in contents:
-            os.chmod(tmp / SBATCH_FILE, file_mode(executable=True))
+        for name, data in contents.items():  # a launcher's script (e.g. launch.sbatch) can be run as is
+            if isinstance(data, str) and data.startswith("#!"):
+                os.chmod(tmp / name, file_mode(executable=True))
         os.chmod(tmp, dir_mode())  # mkdtemp made it 0700; a run dir follows the umask like any dir
         candidates = [run_dir] if run_dir is not None else (
             base / (stem if n == 1 else f"{stem}-{n}") for n in range(1, 100000))

@@ -140,6 +140,8 @@ def make_sharded_plan(recipe: Recipe):
     notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
     if host:
         notes.append(f"CPU offload: {host:.0f} GB of host memory per node for the sharded state")
+    if feasible:
+        notes.append(_largest_micro_batch_note(recipe, rc))
     reason = None
     if feasible:
         notes.append("memory: " + _breakdown(mem, recipe, rc))
@@ -152,35 +154,62 @@ def make_sharded_plan(recipe: Recipe):
                                        distributed_optimizer=True)
     prediction = _prediction(resolved, rc) if feasible else None
     if prediction is not None:
-        notes.append("prediction: the step-time model is calibrated on NeMo runs (its per-micro-batch overhead "
-                     "is NeMo's unfused stack); FSDP / ZeRO-3 parameter gathers are not modelled - "
-                     "uncalibrated for this engine (`vdkit report --table alpaca_opt` shows its error)")
+        parts = prediction.step.parts
+        notes.append(f"prediction: the transformers-engine regime (vdkit.predict_hf): {parts['tokens_per_micro_batch']:.0f} "
+                     f"tokens per micro batch (rows padded to {parts['padded_row']:.0f}, {parts['mean_row']:.0f} "
+                     f"on average), collectives at {parts['bus_gb_s']:.0f} GB/s bus bandwidth")
+        notes.append(f"tokens: {parts['tokens_source']}")
     if feasible and prediction is None:
-        notes.append(f"no step-time prediction: the step-time model describes "
-                     f"{', '.join(_calibrated_gpus())}, not {recipe.cluster.gpu_type}")
+        notes.append(_why_no_prediction(recipe))
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
 
 
-def _calibrated_gpus():
-    from vdkit.predict import calibration
+def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
+    """The largest micro batch whose memory stays within ``fraction`` of the GPU (0: not even 1), with
+    the per-GPU batch kept (GBS = MBS x GPUs x the recipe's gradient accumulation)."""
+    import dataclasses
 
-    return list(calibration()["hardware"]["gpu_types"])
+    t, n = r.train, r.world_size
+    accum = max(1, t.global_batch_size // (t.micro_batch_size * n))
+    cap = r.cluster.gpu_memory_gb * fraction
+    best = 0
+    for b in range(1, limit + 1):
+        trial = dataclasses.replace(r, train=dataclasses.replace(t, micro_batch_size=b, global_batch_size=b * n * accum))
+        if estimate_sharded_memory(trial, recompute)[0].total_gb > cap:
+            break
+        best = b
+    return best
+
+
+def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
+    """Memory decides the micro batch: the largest that leaves the planner's headroom."""
+    from vdkit.plan import HEADROOM
+
+    b = largest_micro_batch(r, recompute, 1 - HEADROOM)
+    return (f"micro batch: the largest that leaves {HEADROOM:.0%} of the GPU free at recompute {recompute} is "
+            f"{b} (train.micro_batch_size={r.train.micro_batch_size}; activations counted at the full "
+            f"train.seq_length={r.train.seq_length})")
+
+
+def _why_no_prediction(r: Recipe) -> str:
+    from vdkit.predict_hf import constants, gpu_profile
+
+    if gpu_profile(r) is None:
+        return (f"no step-time prediction: conf/calibration/hf_step_time.yaml describes "
+                f"{', '.join(constants()['gpus'])}, not {r.cluster.gpu_type}")
+    return (f"no step-time prediction: cluster {r.cluster.name} ({r.cluster.transport}) states no "
+            "cluster.inter_node_gb_s and has no RDMA adapters to derive it from")
 
 
 def _prediction(r: Recipe, recompute: str):
-    """The kit's step-time model (vdkit.predict) on the data-parallel layout, where it knows the GPU.
+    """The transformers-engine regime of the step-time model (vdkit.predict_hf), where it knows the GPU."""
+    from vdkit.predict import Prediction
+    from vdkit.predict_hf import predict_hf_step
 
-    Compute, per-micro-batch overhead and optimizer as for any DP layout; communication as its
-    once-per-step gradient all-reduce (FSDP / ZeRO-3 move ~1.5x those bytes, per micro batch, mostly
-    overlapped with compute - not modelled separately, so this is a lower bound on communication).
-    """
-    from vdkit.predict import predict, predicts_for
-
-    if not predicts_for(r):
-        return None
-    return predict(r, 1, 1, 1, recompute, distributed_optimizer=True)
+    step = predict_hf_step(r, recompute)
+    return None if step is None else Prediction(step, r.train.target_steps, r.world_size)
 
 
 def _what_would_fit(r: Recipe, rc: str) -> str:

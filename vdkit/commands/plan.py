@@ -55,10 +55,13 @@ def run(args) -> int:
         from vdkit.schedule import time_plan
 
         for plan in plans:
-            record = plan.to_dict()
+            figure = _published(plan)
+            extra = {"published": None if figure is None else {
+                "table": figure.table, "figure": figure.text,
+                "minutes_for_target_steps": None if figure.minutes is None else round(figure.minutes, 2)}}
             if plan.feasible:
-                record["schedule"] = time_plan(plan).to_dict()
-            print(json.dumps(record))
+                extra["schedule"] = time_plan(plan).to_dict()
+            print(json.dumps({**plan.to_dict(), **extra}))
     elif len(plans) == 1:
         print(describe(plans[0]))
     else:
@@ -98,6 +101,9 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+    figure = _published(plan)
+    if figure is not None:
+        lines.append(f"  published   {figure.line(pred)}")
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     if plan.feasible:
@@ -106,6 +112,13 @@ def describe(plan) -> str:
         lines += describe_time(time_plan(plan))
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _published(plan):
+    """The published figure of the plan's cell (vdkit.validation.published_cell), or None."""
+    from vdkit.validation.published_cell import published_for
+
+    return published_for(plan.recipe)
 
 
 def table(plans) -> str:

@@ -53,8 +53,7 @@ def resume(args) -> int:
     from pathlib import Path
 
     from vdkit.errors import UserError
-    from vdkit.prepare import engine_of
-    from vdkit.recipes.launch import launch_local
+    from vdkit.prepare import engine_of, launcher_of
     from vdkit.rundir import FINISHED_FILE, RECIPE_FILE, load_plan
 
     run_dir = Path(args.resume).absolute()
@@ -71,13 +70,15 @@ def resume(args) -> int:
         return 0
     plan = load_plan(run_dir)
     r = plan.recipe
-    if r.cluster.launcher != "local":
+    launcher = launcher_of(plan)
+    if not launcher.executes_here:
         raise UserError(f"{run_dir} was rendered for cluster={r.cluster.name} ({r.cluster.launcher}); `vdkit run` "
-                        "resumes local runs", f"submit its launch.sbatch again: sbatch {run_dir}/launch.sbatch")
+                        "resumes runs on this machine", f"submit it again (`vdkit status {run_dir}` shows its jobs): "
+                        f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
-    rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, command=engine.command(plan, run_dir))
+    rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
 
 
@@ -85,22 +86,21 @@ def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
     from vdkit.plan import make_plan
-    from vdkit.prepare import engine_of, prepare
+    from vdkit.prepare import engine_of, launcher_of, prepare
 
     if args.resume:
         return resume(args)
     recipe = compose(with_local_defaults(args.overrides))
-    if recipe.cluster.launcher != "local":
-        raise UserError(f"`vdkit run` starts local processes; cluster={recipe.cluster.name} is a "
-                        f"{recipe.cluster.launcher} cluster", "use cluster=local here, or `vdkit submit` for Slurm")
+    plan = make_plan(recipe)
+    launcher = launcher_of(plan)
+    if not launcher.executes_here:
+        raise UserError(f"`vdkit run` starts the ranks on this machine; cluster={recipe.cluster.name} is a "
+                        f"{recipe.cluster.launcher} cluster (its launcher hands runs to a scheduler)",
+                        "use cluster=local here, or `vdkit submit` for that cluster")
     # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
-    cell = prepare(make_plan(recipe), args.out, launcher="local")
+    cell = prepare(plan, args.out)
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
-
-    from vdkit.recipes.launch import launch_local
-
-    plan = cell.plan
-    rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node,
-                      command=engine_of(plan).command(plan, run_dir))
+    plan = cell.plan  # with the plan's time and cadence (vdkit.schedule)
+    rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir))
     return _finish(run_dir, rc)
