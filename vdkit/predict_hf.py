@@ -117,6 +117,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
     None when the GPU is not described or a multi-node TCP cluster states no ``inter_node_gb_s``."""
     from vdkit.arch import param_counts
+    from vdkit.calibration import memory
     from vdkit.plan import trainable_params
     from vdkit.tokens import micro_batch_tokens
 
@@ -148,14 +149,16 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     wgrad = sum(_gemm_s(k, n, mm, mamf, hbm, **q) for k, mm in gemms) if full else 0.0
     heads = m.num_attention_heads
     attn_flops = 4.0 * n * row * m.hidden_size  # scores and weighted values over the padded row
-    attn_bytes = 6 * 2.0 * t.micro_batch_size * heads * row * row  # eager scores: matmul, mask, softmax, dropout
+    attn_bytes = float(stack["attention_score_passes"]) * 2.0 * t.micro_batch_size * heads * row * row  # bf16 scores
     attn_fwd = max(attn_flops / mamf, attn_bytes / hbm)
     elementwise = float(stack["elementwise_passes"]) * _stored_activation_bytes(m, n) / hbm
     recomputed = 1.0 if recompute == "full" else 0.0
     layer_fwd = fwd + attn_fwd + elementwise / 3.0
     layer_bwd = dgrad + wgrad + 2.0 * attn_fwd + 2.0 * elementwise / 3.0 + recomputed * layer_fwd
     V, h = m.vocab_size, m.hidden_size
-    logits = _gemm_s(n, h, V, mamf, hbm, **q) * (3.0 if full else 2.0) + 10.0 * n * V * 2 / hbm  # + fp32 loss traffic
+    # the output layer's GEMMs, and the loss: the logits' bf16 + fp32 upcast + fp32 gradient, written and read
+    logits = (_gemm_s(n, h, V, mamf, hbm, **q) * (3.0 if full else 2.0)
+              + float(memory()["logit_bytes"]) * n * V * 2 / hbm)
     compute = L * (layer_fwd + layer_bwd) + logits
 
     # Communication: bf16 gathers of every layer forward and backward, gradient reduce-scatters.
@@ -183,7 +186,8 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
             per_step_comm = last + layer_rs
     else:  # DDP: the gradient all-reduce once per step, bucketed behind the last backward
         comm_mb = 0.0
-        per_step_comm = 2.0 * coll(trainable) if p > 1 else 0.0
+        ddp = float(stack["ddp_gradient_bytes_per_param"]) / cb  # coll() counts comm_bytes_per_param
+        per_step_comm = 2.0 * coll(trainable * ddp) if p > 1 else 0.0  # ring all-reduce: 2 x (p-1)/p
 
     # Fixed cost: the CPU issues every op (and the sharding library's hooks); the GPU cannot go faster.
     ops = L * float(stack["ops_per_layer_forward"]) * (1.0 + recomputed + float(stack["backward_ops_factor"]))
