@@ -136,7 +136,8 @@ def local_overrides(cell):
 
 
 @pytest.mark.parametrize("engine", ["reference", "megatron"])
-def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, local_slurm, tmp_path, capsys):
+def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, local_slurm, tmp_path, capsys,
+                                                                      monkeypatch):
     """A real 2-minute limit (stop lead 30 s): Slurm's USR1 reaches the batch shell 30-90 s in (it may come
     up to 60 s early), the budget ends at 90 s; the ranks stop, the batch shell submits the next
     allocation; N steps in all, 0 lost, losses equal to an uninterrupted run's (run alongside)."""
@@ -144,6 +145,9 @@ def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, lo
         pytest.importorskip("megatron.core")
     cell = CELL if engine == "reference" else MEGATRON_CELL
     local = local_overrides(cell)
+    # The job's ranks (sbatch exports this environment) use as many threads as the local ranks: the
+    # same arithmetic, so the same losses to the last bit (more threads sum in another order).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
     per_step = seconds_per_step(local, tmp_path / "calibrate")
     # ~180 s of training: an allocation trains for at most ~75 s (the budget ends 90 s in, start-up
     # included), so at least two even on a machine twice as fast as at calibration; bounded above.
