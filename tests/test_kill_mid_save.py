@@ -85,3 +85,18 @@ def test_kill_mid_save_leaves_nothing_in_a_published_checkpoint(engine, tmp_path
         for step in published:
             assert sorted(p.name for p in (ckpts / step).iterdir()) == ["rank00000.pt"]
     print(f"\n{engine}: killed mid-save at step 4 leaving {left}; resumed from step 2, finished 6; none left")
+
+
+def test_a_deepspeed_tag_a_killed_save_left_is_removed_on_resume(tmp_path):
+    """ZeRO-3 (DeepSpeed's own save): a tag directory newer than the one ``latest`` names is a killed
+    save's; resume removes it (the file-level rule; the ZeRO-3 engine needs GPUs to run here)."""
+    from vdkit.recipes.reference.sharding import remove_partial_deepspeed
+
+    for tag in ("step=2", "step=4", "step=6"):
+        (tmp_path / tag).mkdir()
+        (tmp_path / tag / "mp_rank_00_model_states.pt").write_bytes(b"x")
+    (tmp_path / "latest").write_text("step=4\n")
+    assert remove_partial_deepspeed(tmp_path) == [tmp_path / "step=6"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["latest", "step=2", "step=4"]
+    (tmp_path / "latest").unlink()  # killed before the first save finished: every tag is partial
+    assert sorted(p.name for p in remove_partial_deepspeed(tmp_path)) == ["step=2", "step=4"]
