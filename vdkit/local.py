@@ -85,6 +85,10 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
     from vdkit.launchers import COMPLETED, FAILED, STOPPED
 
     r = plan.recipe
+    if r.run.secrets_file:  # the ranks inherit them (as a job's shell exports them); never written anywhere
+        from vdkit.rules import read_secrets_file
+
+        os.environ.update(read_secrets_file(r.run.secrets_file))
     rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
     word = COMPLETED if rc == 0 else (STOPPED if rc == EXIT_STOPPED else FAILED)  # STOPPED: `vdkit run --resume`
     state = {NAME: {"state": word, "exit_code": rc}}
