@@ -45,7 +45,7 @@ COMMON = ["cluster=local", "model=tiny_llama", "data=synthetic", "cluster.gpus_p
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.ports import free_port
 
     env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", **extra)
