@@ -203,20 +203,22 @@ def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_
                            text=True, check=True).stdout.strip()
     assert main(["status", str(run_dir)]) == 0  # found in squeue (pending) or through run.lock (running)
     assert f"\t{first}\t" in capsys.readouterr().out
-    deadline = time.monotonic() + 120
-    while sub.job_state(first).state != "RUNNING" or not (run_dir / "run.lock").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.5)
-    second = sub.submit_run(run_dir).job_id  # `sbatch launch.sbatch` again, same directory
-    st = sub.wait(second, timeout=120, poll_s=1)
-    err = (run_dir / f"slurm-{second}.err").read_text()
-    assert (st.state, st.exit_code) == ("FAILED", "1:0")
-    assert f"held by slurm {first}; job {second} did not start" in err and len(err.strip().splitlines()) == 1
-    assert sub.job_ids(run_dir)[0] == first  # the plainly submitted job recorded itself
-    assert main(["status", str(run_dir)]) == 0
-    line = capsys.readouterr().out
-    assert f"held by job {first}" in line, line
-    subprocess.run(["scancel", first], check=True)
+    try:
+        deadline = time.monotonic() + 120
+        while sub.job_state(first).state != "RUNNING" or not (run_dir / "run.lock").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        second = sub.submit_run(run_dir).job_id  # `sbatch launch.sbatch` again, same directory
+        st = sub.wait(second, timeout=120, poll_s=1)
+        err = (run_dir / f"slurm-{second}.err").read_text()
+        assert (st.state, st.exit_code) == ("FAILED", "1:0")
+        assert f"held by slurm {first}; job {second} did not start" in err and len(err.strip().splitlines()) == 1
+        assert sub.job_ids(run_dir)[0] == first  # the plainly submitted job recorded itself
+        assert main(["status", str(run_dir)]) == 0
+        line = capsys.readouterr().out
+        assert f"held by slurm job {first}" in line, line
+    finally:
+        subprocess.run(["scancel", first], check=True)  # never leave the nodes busy for the next test
     assert sub.wait(first, timeout=120, poll_s=1).done
     assert _steps(_log(run_dir, second)) == []  # the refused job trained nothing
 
