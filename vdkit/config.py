@@ -228,7 +228,19 @@ def validate_fields(r: Recipe) -> None:
     _check(c.gpus_per_node >= 1, f"cluster.gpus_per_node={c.gpus_per_node} must be at least 1",
            "use cluster.gpus_per_node=8 (or 4 for half a node)")
     _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
-    _check(c.time_limit_min > 0, "cluster.time_limit_min must be positive", "use e.g. cluster.time_limit_min=240")
+    _check(c.time_limit_min is None or c.time_limit_min > 0, "cluster.time_limit_min must be positive",
+           "use e.g. cluster.time_limit_min=240, or leave it unset: the plan derives it")
+    _check(c.max_time_min > 0, "cluster.max_time_min must be positive",
+           "set it to your partition's maximum time in minutes (`sinfo -o \"%P %l\"`)")
+    _check(c.time_limit_min is None or c.time_limit_min <= c.max_time_min,
+           f"cluster.time_limit_min={c.time_limit_min} exceeds the partition's maximum cluster.max_time_min="
+           f"{c.max_time_min}", "lower cluster.time_limit_min (the run continues over several allocations), or "
+           "set cluster.max_time_min to your partition's real limit")
+    _check(c.storage_write_gbps_per_node > 0, "cluster.storage_write_gbps_per_node must be positive",
+           "measure the checkpoint storage's write rate per node (GB/s), e.g. 0.67 for PowerScale F710")
+    _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
+           f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
+           "use 0 (only at the end), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",

@@ -79,7 +79,8 @@ REGISTRY: Dict[str, str] = {
 
 COMPLETED = "COMPLETED"  # the state every launcher reports for a run that ended successfully
 FAILED = "FAILED"  # ... and for one that ended otherwise (a scheduler's launcher has more words: its own wait)
-ENDED = frozenset({COMPLETED, FAILED})
+STOPPED = "STOPPED"  # stopped cleanly before its end (the job contract's exit 75) and not continued yet
+ENDED = frozenset({COMPLETED, FAILED, STOPPED})
 
 
 def names() -> Tuple[str, ...]:
@@ -171,6 +172,11 @@ def get(name: str) -> Launcher:
         raise UserError(f"cluster.launcher={name!r} is not a launcher",
                         "use " + " or ".join(f"cluster.launcher={n}" for n in REGISTRY))
     return Launcher(name, importlib.import_module(REGISTRY[name]))
+
+
+def executes_here(name: str) -> bool:
+    """Whether launcher ``name`` starts the ranks on this machine (local processes), not on a cluster."""
+    return get(name).executes_here
 
 
 def of(plan) -> Launcher:

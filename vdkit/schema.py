@@ -81,7 +81,9 @@ class ClusterCfg:
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
-    time_limit_min: int = 240  # the job's time limit in minutes (sbatch --time)
+    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
+    max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
+    storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
@@ -117,7 +119,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: int = 0  # save a checkpoint every N steps; 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
