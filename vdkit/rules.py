@@ -176,8 +176,11 @@ def check_files(recipe) -> None:
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
     hf = recipe.model.hf_path
     if hf and looks_like_path(hf):
-        path = Path(os.path.expanduser(hf))
-        if not path.is_dir():
+        path = Path(os.path.expanduser(hf)).absolute()
+        # Cluster storage (/shared/models/...) need not exist where the recipe is rendered: checked here only
+        # when its top-level directory does (the mount-source rule of vdkit.prepare).
+        here = len(path.parts) > 1 and Path(path.parts[0], path.parts[1]).exists()
+        if here and not path.is_dir():
             raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
                                                           "not a directory on this machine"),
                             "point it at a directory with config.json and the weights, or a hub id like "

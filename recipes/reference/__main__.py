@@ -2,12 +2,9 @@
 import os
 import sys
 
-from vdkit.recipes import preemption
-from vdkit.recipes.reference import require_runtime
-from vdkit.recipes.reference.train import train
+from vdkit.recipes.reference.train import main
 
-# A UserError is one line and exit 2; a preemption stop its own exit code (vdkit.recipes.preemption).
-code = preemption.rank_main("reference", train, require=require_runtime)
+code = main()
 # Leave without C++ static destructors: with gloo's threads alive they can abort a rank that trained
 # to the end ("terminate called without an active exception"), and destroy_process_group() can wait
 # forever on rank 0's store once rank 0 has gone. Logs, TensorBoard and checkpoints are closed by now.

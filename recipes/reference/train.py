@@ -16,41 +16,10 @@ from vdkit.errors import UserError
 from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
 
-MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
-
-
-def check_plan(plan) -> None:
-    """What the ranks would refuse, decided from the plan alone (see vdkit.recipes.reference.check)."""
-    from vdkit.recipes.common.data import virtual_tokens
-
-    if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        from vdkit.plan import layout_violations
-
-        r = plan.recipe
-        pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to
-        why = f": with TP 1 x PP 1 on {r.world_size} GPUs, no valid layout: {pure_dp[0]}" if pure_dp else ""
-        raise UserError(f"engine={r.engine.name} runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}{why}",
-                        ("change train.global_batch_size (a multiple of micro batch x GPUs) or the GPUs" if pure_dp
-                         else "pin parallelism.tp=1 parallelism.pp=1") + ", or use an engine with model parallelism")
-    r = plan.recipe
-    if r.method.name == "lora" and r.engine.lora_qkv != "separate":  # the planner counts what is trained
-        raise UserError(f"the reference engine puts LoRA on q, k and v separately (peft); engine.lora_qkv="
-                        f"{r.engine.lora_qkv} would plan another parameter count", "set engine.lora_qkv=separate")
-    t = plan.recipe.train
-    if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
-        raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
-                        f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
-    room = t.seq_length - virtual_tokens(plan.recipe)
-    if room < MIN_ROOM:
-        extra = f" next to {virtual_tokens(plan.recipe)} virtual tokens" if virtual_tokens(plan.recipe) else ""
-        raise UserError(f"train.seq_length={t.seq_length} leaves {max(room, 0)} token(s) per sample{extra}; "
-                        f"the reference engine needs at least {MIN_ROOM}",
-                        "raise train.seq_length (e.g. train.seq_length=128)"
-                        + (" or lower method.ptuning_virtual_tokens" if extra else ""))
-
-
 def check_layout(plan, dist) -> None:
     """The plan's checks (the engine interface's check), and the ranks this process was started with."""
+    from vdkit.recipes.reference import check_plan
+
     r = plan.recipe
     check_plan(plan)
     if dist.world_size != r.world_size:
@@ -99,7 +68,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
-    room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM: check_layout said so
+    room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM (vdkit.recipes.reference): check_layout said so
 
     import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
 
@@ -183,3 +152,11 @@ def train(run_dir, stream=None, preempt=None) -> int:
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
     fabric.barrier()  # every rank has finished the last step before any leaves (see __main__)
     return step
+
+
+def main(argv=None) -> int:
+    """``python -m vdkit.recipes.reference RUN_DIR``: train; a UserError is one line and exit 2."""
+    from vdkit.recipes import preemption
+    from vdkit.recipes.reference import require_runtime
+
+    return preemption.rank_main("reference", train, argv, require=require_runtime)
