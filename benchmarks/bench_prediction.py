@@ -197,6 +197,9 @@ def main() -> int:
     return 0
 
 
+PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name the cluster's staged copies)
+
+
 def _hf_cells(table: str, tcp_gb_s=None):
     """(cell, published entry, plan) for each cell of a seed table (transformers-engine regime);
     ``tcp_gb_s`` replaces the TCP clusters' inter-node bandwidth."""
@@ -204,7 +207,7 @@ def _hf_cells(table: str, tcp_gb_s=None):
 
     pub = load_published(table)
     out = []
-    for cell, c in zip(sweep_cells(table), pub["cells"]):
+    for cell, c in zip(sweep_cells(table, PLAN_ONLY), pub["cells"]):
         extra = [f"cluster.inter_node_gb_s={tcp_gb_s:.6g}"] if tcp_gb_s and "cluster=xe9680_mi300x_noroce" in cell else []
         out.append((cell, c, make_plan(compose(list(cell) + extra))))
     return out
