@@ -64,6 +64,7 @@ REGISTRY: Dict[str, str] = {
     "nemo": "vdkit.recipes.nemo",
     "reference": "vdkit.recipes.reference",
     "megatron": "vdkit.recipes.megatron",
+    "bridge": "vdkit.recipes.bridge",
 }
 
 

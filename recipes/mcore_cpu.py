@@ -90,7 +90,7 @@ def _check_version() -> None:
         raise ShimVersionError(
             f"vdkit's CPU shim for megatron-core was written for {TESTED_VERSION}, found {have}: it patches "
             f"private names that may have changed; install megatron-core=={TESTED_VERSION} or re-validate "
-            "recipes/megatron/cpu_shim.py (tests/test_megatron_shim.py) against the new version")
+            "recipes/mcore_cpu.py (tests/test_megatron_shim.py) against the new version")
 
 
 def apply() -> bool:

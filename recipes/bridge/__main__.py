@@ -1,0 +1,22 @@
+"""``python -m vdkit.recipes.bridge RUN_DIR``: what each rank runs on this machine.
+
+The CPU shim is applied at import (without CUDA), before the ``__main__`` guard: torch_dist's async
+checkpoint writer spawns children that re-import this module, and they need the shim too.
+"""
+import os
+import sys
+
+from vdkit.recipes.bridge import cpu_shim
+
+if cpu_shim.needed():
+    cpu_shim.apply()
+
+if __name__ == "__main__":
+    from vdkit.recipes.bridge.train import main
+
+    code = main()
+    # As the other engines: leave without C++ static destructors (gloo threads can abort a finished
+    # rank at exit); logs, TensorBoard, checkpoints and memory.json are closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
