@@ -40,9 +40,11 @@ def vdkit_env() -> dict:
 def test_fresh_machine_commands_are_the_ci_ones():
     text = README.read_text()
     ci = (README.parent / ".ci" / "run").read_text()
-    test_cmd = 'python3 -m pip install torch==2.13.0 -e ".[reference,megatron,test]" && python3 -m pytest -q'
+    nodeps = "python3 -m pip install --no-deps megatron-bridge==0.3.1 nvidia-resiliency-ext==0.4.1 triton==3.9.0"
+    test_cmd = f'python3 -m pip install torch==2.13.0 -e ".[reference,megatron,bridge,test]" && {nodeps} && python3 -m pytest -q'
     assert test_cmd in text
-    assert 'python3 -m pip install -q torch==2.13.0 -e ".[reference,megatron,test]"' in ci and "python3 -m pytest -q" in ci
+    assert 'python3 -m pip install -q torch==2.13.0 -e ".[reference,megatron,bridge,test]"' in ci and "python3 -m pytest -q" in ci
+    assert nodeps.replace("install ", "install -q ", 1) in ci
     assert 'python3 -m pip install torch==2.13.0 -e ".[reference,megatron]" && vdkit demo' in text  # tests/test_demo.py
 
 

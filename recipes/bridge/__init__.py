@@ -20,16 +20,16 @@ from pathlib import Path, PurePosixPath
 from typing import List
 
 from vdkit.errors import UserError
+from vdkit.logformat import MEGATRON
+from vdkit.rundir import BRIDGE_IMPORT_FILE as IMPORT_FILE, BRIDGE_JOB_FILE as JOB_FILE
 
 MODULE = "vdkit.recipes.bridge"
-JOB_FILE = "bridge_job.py"  # the run dir's copy of job.py
-IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> Bridge conversion job
 BRIDGE_VERSION = "0.3.1"
 IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
-LOG_FORMAT = "megatron"  # Bridge's `iteration N/M | ... elapsed time per iteration (ms)` lines + TensorBoard
+LOG_FORMAT = MEGATRON  # Bridge's `iteration N/M | ... elapsed time per iteration (ms)` lines + TensorBoard
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 
@@ -134,7 +134,7 @@ def env(plan) -> dict:
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 else "8",
             "TORCH_NCCL_HIGH_PRIORITY": "1", "NVTE_NORM_FWD_USE_CUDNN": "1", "NVTE_NORM_BWD_USE_CUDNN": "1",
-            "TRANSFORMERS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
+            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
             "PYTHONUNBUFFERED": "1"}
 
 

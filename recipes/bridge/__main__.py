@@ -15,6 +15,13 @@ if __name__ == "__main__":
     from vdkit.recipes.bridge.train import main
 
     code = main()
+    # torch_dist's checkpoint writer leaves a multiprocessing Manager (spawned child) behind; os._exit
+    # below skips multiprocessing's atexit clean-up, so end the children here or they outlive the rank.
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(5)
     # As the other engines: leave without C++ static destructors (gloo threads can abort a finished
     # rank at exit); logs, TensorBoard, checkpoints and memory.json are closed by now.
     sys.stdout.flush()

@@ -31,9 +31,9 @@ from pathlib import PurePosixPath
 from typing import Dict, Optional
 
 from vdkit.errors import UserError
+from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
+from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
-CONFIG_FILE = "bridge.yaml"  # in the run dir: what the ranks load
-RESOLVED_FILE = "bridge_resolved.yaml"  # rank 0 writes the full ConfigContainer it ran (Bridge's to_yaml)
 TOKENIZER_DIR = "tokenizer"  # in the run dir for the byte-level tokenizer of CPU models
 
 _T = "_target_"
@@ -139,14 +139,18 @@ def _dataset(plan, run_dir) -> dict:
 
 
 def tokenizer_model(recipe, run_dir) -> str:
-    """The HF tokenizer the data is tokenized with: data.tokenizer_model, else model.hf_path, else the
-    byte-level tokenizer written into the run dir (CPU models), else the model's HF id."""
+    """The HF tokenizer the data is tokenized with, the first of: data.tokenizer_model; model.hf_path;
+    the kit's byte-level tokenizer written into the run dir (CPU models); for fine-tuning, the copy
+    AutoBridge.import_ckpt keeps in the base checkpoint (``<model.megatron_path>/iter_0000000/tokenizer``);
+    the model's HF id (needs the HF cache: the job runs with TRANSFORMERS_OFFLINE=1)."""
     if recipe.data.tokenizer_model:
         return recipe.data.tokenizer_model
     if recipe.model.hf_path:
         return recipe.model.hf_path
     if recipe.model.tokenizer == "byte-level":
         return str(PurePosixPath(run_dir) / TOKENIZER_DIR)
+    if recipe.method.name != "pretrain" and recipe.model.megatron_path:
+        return str(PurePosixPath(recipe.model.megatron_path) / "iter_0000000" / "tokenizer")
     return HF_IDS.get(recipe.model.name, recipe.model.name)
 
 
@@ -167,7 +171,9 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
     every = e.checkpoint_every_n_steps or t.max_steps
-    logs = str(PurePosixPath(run_dir) / "logs")
+    from vdkit.rundir import LOG_DIR
+
+    logs = str(PurePosixPath(run_dir) / LOG_DIR)
     cfg = {
         _T: _CFG + "ConfigContainer",
         "model": _model(plan),

@@ -77,9 +77,9 @@ def convert_on_cpu(hf_dir: str, out_dir: str) -> None:
     cpu_shim.apply()
     import torch
     from megatron.bridge import AutoBridge
-    from megatron.bridge.models.gpt_provider import local_layer_spec
 
     from vdkit.recipes.bridge.config import FUSIONS
+    from vdkit.recipes.mcore_cpu import local_block_spec
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:
@@ -94,7 +94,7 @@ def convert_on_cpu(hf_dir: str, out_dir: str) -> None:
     provider = bridge.to_megatron_provider(load_weights=True)
     for k in FUSIONS:
         setattr(provider, k, False)
-    provider.transformer_layer_spec = local_layer_spec
+    provider.transformer_layer_spec = local_block_spec
     provider.bf16, provider.params_dtype = False, torch.float32
     provider.finalize()
     model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)

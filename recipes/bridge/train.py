@@ -16,7 +16,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-CPU_CHANGES = ("distributed backend gloo", "fp32 (no bf16 mixed precision)", "local layer spec (no Transformer Engine)",
+CPU_CHANGES = ("distributed backend gloo", "fp32 (no bf16 mixed precision)", "local layer spec (no Transformer Engine; torch norms)",
                "fusions off", "CPU initialisation")
 
 
@@ -27,9 +27,8 @@ def _rank() -> int:
 def make_cpu_runnable(cfg) -> None:
     """The CPU changes (see :data:`CPU_CHANGES`), in place on Bridge's ConfigContainer."""
     import torch
-    from megatron.bridge.models.gpt_provider import local_layer_spec
-
     from vdkit.recipes.bridge.config import FUSIONS
+    from vdkit.recipes.mcore_cpu import local_block_spec
 
     if cfg.dataset is not None and getattr(cfg.dataset, "packed_sequence_specs", None) is not None \
             and cfg.dataset.packed_sequence_specs.packed_sequence_size > 0:
@@ -40,7 +39,7 @@ def make_cpu_runnable(cfg) -> None:
     cfg.mixed_precision = None
     m = cfg.model
     m.bf16, m.fp16, m.params_dtype, m.pipeline_dtype = False, False, torch.float32, torch.float32
-    m.transformer_layer_spec = local_layer_spec
+    m.transformer_layer_spec = local_block_spec  # megatron-core's local spec, norms that allow SP
     for k in FUSIONS:
         setattr(m, k, False)
     m.use_cpu_initialization = True
