@@ -6,8 +6,9 @@ Adding an engine takes three things and nothing else:
 2. a module (e.g. ``recipes/<name>/__init__.py`` or ``recipes/<name>.py``) providing the interface below;
 3. one line in :data:`REGISTRY`: ``"<name>": "vdkit.recipes.<name>"``.
 
-``config.ENGINES`` (what ``engine.name`` may be), ``vdkit render`` / ``submit`` / ``run`` and the Slurm
-renderer all go through :func:`get`; nothing else branches on an engine's name.
+``config`` (what ``engine.name`` may be), ``vdkit render`` / ``submit`` / ``run`` all go through
+:func:`get`; nothing else branches on an engine's name. What an engine returns reaches the launcher
+(:mod:`vdkit.launchers`) as a :class:`vdkit.jobspec.JobSpec`: launchers never import an engine.
 
 The interface (module-level names; only ``command`` is required, the rest default as shown).
 ``plan`` is a :class:`vdkit.plan.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
@@ -21,7 +22,8 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     Extra files for the run directory, name -> content (names from :mod:`vdkit.rundir`, e.g.
     ``NEMO_CONFIG_FILE``). Rendered in memory for every cell before anything is written; raise
     :class:`vdkit.errors.UserError` for anything the engine cannot run. ``recipe.yaml``,
-    ``plan.json``, ``overrides.txt`` and ``launch.sbatch`` are written for every engine.
+    ``plan.json`` and ``overrides.txt`` are written for every engine, the launcher's files
+    (``launch.sbatch`` on Slurm) for every run.
 ``check(plan) -> None``  (default: accept)
     Refuse (UserError) a plan this engine cannot execute: a layout, method, model or data kind it
     lacks. Pure (no I/O); runs for every cell of render / submit / run before anything is written.
@@ -42,7 +44,10 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     What a rank imports and the pyproject extra that installs it. Before training on this machine
     (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
 ``RUNS_LOCALLY: bool``  (default ``False``)
-    Whether ``vdkit run`` may start ``command`` as local processes on this machine.
+    Whether ``vdkit run`` (the local launcher) may start ``command`` as local processes on this machine.
+``NEEDS_PMI: bool``  (default ``False``)
+    Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
+    kit's engines read the launcher's variables instead.
 ``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
     The log format the ranks write (validation reads NeMo 1.x progress lines and TensorBoard
     scalars named in :mod:`vdkit.logformat`; ``MEGATRON``: Megatron-Bridge's ``iteration N/M`` lines).
@@ -133,6 +138,10 @@ class Engine:
     @property
     def runs_locally(self) -> bool:
         return bool(getattr(self.module, "RUNS_LOCALLY", False))
+
+    @property
+    def needs_pmi(self) -> bool:
+        return bool(getattr(self.module, "NEEDS_PMI", False))
 
     @property
     def log_format(self) -> str:

@@ -1,7 +1,6 @@
 """What megatron-core needs to train on a CPU (gloo): applied only when CUDA is absent.
 
-megatron-core 0.16.1 hard-codes CUDA in a few places that no configuration flag reaches
-(../shared/reference/megatron-core-cpu.md):
+megatron-core 0.16.1 hard-codes CUDA in a few places that no configuration flag reaches:
 
 1. tensors created on ``device="cuda"`` / ``torch.cuda.current_device()`` (schedules, p2p shapes,
    grad-norm buffers, the distributed optimizer's gather buffers) and ``tensor.cuda()`` calls;

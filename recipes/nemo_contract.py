@@ -84,6 +84,7 @@ WIDENED_TYPES: Dict[str, Tuple[type, ...]] = {
 
 FUSED_ADAM = "fused_adam"
 DISTRIBUTED_ADAM = "distributed_fused_adam"
+DISTRIBUTED_OPTIMIZERS = (DISTRIBUTED_ADAM, "mcore_distributed_optim")  # Apex's; Megatron-core's (NeMo 1.23)
 
 
 def _fail(what: str, fix: str) -> None:
@@ -167,7 +168,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
 
     optim = _get(cfg, "model.optim.name")
     wants_dist = bool(r.parallelism.distributed_optimizer)
-    if wants_dist != (optim == DISTRIBUTED_ADAM):
+    if wants_dist != (optim in DISTRIBUTED_OPTIMIZERS):
         _fail(f"method.optimizer={optim} disagrees with parallelism.distributed_optimizer={wants_dist} "
               "(the plan's memory figures assume the latter)",
               f"set method.optimizer={DISTRIBUTED_ADAM if wants_dist else FUSED_ADAM} or "
@@ -203,7 +204,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
 
 # ----------------------------------------------------------------------------- NVIDIA's Llama 2 recipes
 NVIDIA_SOURCE = ("NeMo-Framework-Launcher conf/training/llama/llama2_{7b,13b,70b}.yaml "
-                 "(../shared/reference/nvidia-recipes.md)")
+                 "(github.com/NVIDIA/NeMo-Framework-Launcher)")
 
 # Settings NVIDIA's launcher uses for Llama 2 pretraining on H100, as dotted keys of the NeMo config.
 NVIDIA_PRETRAIN: Dict[str, Any] = {

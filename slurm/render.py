@@ -20,6 +20,7 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Union
 
+from vdkit import fabric
 from vdkit.errors import UserError
 from vdkit.jobspec import PREEMPT_SIGNAL as SIGNAL_NAME, JobSpec
 from vdkit.slurm import env as slurm_env
@@ -90,10 +91,10 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     """The script's setup lines (everything before srun)."""
     r = plan.recipe
     q = shlex.quote
-    from vdkit.slurm.runlock import lock_lines
+    from vdkit.runlock import lock_lines
 
-    lines = ["set -euo pipefail", ""] + lock_lines(run_dir) + [""]
-    lines.append(slurm_env.fabric_comment(r.cluster))
+    lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [""]
+    lines.append(fabric.fabric_comment(r.cluster))
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan, job.env).items()]
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()
     if r.run.secrets_file:
@@ -115,8 +116,9 @@ SRUN_FLAGS = ("--kill-on-bad-exit=1", "--wait=60")
 def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
     """The whole srun command line as argv: srun flags, pyxis flags (when the job has a container), the rank command.
 
-    ``--mpi=<cluster.mpi>`` only where the ranks bootstrap through PMI (``job.pmi``: NeMo's userbuffers TP
-    overlap would; vdkit does not enable it), never for ranks that read Slurm's variables."""
+    ``--mpi=<cluster.mpi>`` only where the engine's ranks bootstrap through PMI (``job.pmi``, the engine's
+    ``NEEDS_PMI``: NeMo's userbuffers TP overlap would; no engine enables it today), never for ranks that
+    read Slurm's variables."""
     r = plan.recipe
     argv = ["srun", *SRUN_FLAGS]
     if job.pmi and r.cluster.mpi != "none":

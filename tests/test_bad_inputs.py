@@ -234,6 +234,11 @@ for name, argv, expect in [
     ("demo-unknown-flag", ["demo", "--gpu"], "--gpu"),
     ("cluster-bad-action", ["cluster", "restart"], "restart"),
     ("render-both-mounts", ["render", "--check-mounts", "--no-check-mounts"], "--no-check-mounts"),
+    ("list-unknown-kind", ["list", "modles"], "modles"),
+    ("list-unknown-flag", ["list", "--all"], "--all"),
+    ("plan-explain-unknown", ["plan", "--explain", "cluster.node"], "did you mean cluster.nodes"),
+    ("plan-explain-empty", ["plan", "--explain", ""], "not a recipe key"),
+    ("plan-explain-bad-override", ["plan", "--explain", "cluster.nodes", "cluster.nodes=0"], "cluster.nodes=0"),
 ]:
     case(name, argv, expect)
 
@@ -307,5 +312,5 @@ def test_the_table_is_big_enough_and_covers_every_verb():
 
     verbs = {p.values[0][0] for p in CASES}
     assert len(CASES) >= 150, len(CASES)
-    assert {"plan", "render", "submit", "run", "status", "validate", "report", "data", "demo", "cluster"} <= verbs
-    assert len(COMMAND_MODULES) == 7  # a new verb module must add its rows here
+    assert {"list", "plan", "render", "submit", "run", "status", "validate", "report", "data", "demo", "cluster"} <= verbs
+    assert len(COMMAND_MODULES) == 8  # a new verb module must add its rows here

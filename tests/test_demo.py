@@ -58,3 +58,19 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
     (cell,) = [c for c in table["cells"] if c["runs"]]
     assert (cell["method"], cell["gpus"], cell["nodes"]) == ("lora", 4, 2)  # the demo's 2 ranks per node
     assert local_slurm.is_up()
+
+
+def test_the_demo_sweep_plans_the_layouts_its_comment_states():
+    """conf/sweep/demo.yaml's header says which layout each cell gets; plan the cells (no training)."""
+    from vdkit.config import compose, sweep_cells
+    from vdkit.plan import make_plan
+
+    got = {}
+    for cell in sweep_cells("demo"):
+        plan = make_plan(compose(cell))
+        r = plan.recipe
+        got[(r.method.name, r.cluster.nodes)] = (plan.tp, plan.pp, r.parallelism.vp, plan.dp)
+    assert got == {("lora", 1): (1, 2, 1, 1), ("ptuning", 1): (1, 2, 1, 1), ("sft", 1): (2, 1, 1, 1),
+                   ("lora", 2): (1, 2, 2, 2), ("ptuning", 2): (1, 2, 2, 2), ("sft", 2): (2, 2, 2, 1)}
+    header = (Path(__file__).resolve().parents[1] / "conf" / "sweep" / "demo.yaml").read_text()
+    assert "LoRA and P-tuning into two pipeline stages (PP2)" in header and "SFT into tensor parallel (TP2" in header

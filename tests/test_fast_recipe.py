@@ -81,3 +81,25 @@ def test_report_shows_published_predicted_guide_and_fast_side_by_side():
     assert f"102 / {cell.predicted:.3g} / {cell.predicted_fast:.3g}" in md
     d = cell.to_dict()
     assert d["predicted_minutes"] and d["predicted_fast_minutes"]
+
+
+@pytest.mark.parametrize("sweep", ["table9", "table9_fast"])
+def test_a_prediction_predicts_what_is_rendered(sweep, tmp_path):
+    """The step-time model predicts recipe=fast on NVIDIA's fused path (its constants come from NVIDIA's
+    runs); the rendered config must then carry NVIDIA's performance settings, and the guide's recipe
+    (predicted on NeMo's unfused stack) must not."""
+    from vdkit.predict import _fused_path
+    from vdkit.recipes.nemo import render_nemo_yaml
+    from vdkit.recipes.nemo_config import MCORE_DISTRIBUTED_OPTIM, PERFORMANCE_SETTINGS
+
+    cells = [c for c in sweep_cells(sweep) if "model=llama2_70b" not in c or "method=sft" not in c][::4]
+    for cell in cells:
+        plan = make_plan(compose(cell))
+        cfg = OmegaConf.to_container(OmegaConf.create(render_nemo_yaml(plan, tmp_path)), resolve=True)
+        model, trainer = cfg["model"], cfg["trainer"]
+        nvidia = (model["megatron_amp_O2"] is True and trainer["precision"] == PERFORMANCE_SETTINGS["trainer.precision"]
+                  and model["optim"]["name"] == MCORE_DISTRIBUTED_OPTIM
+                  and model.get("bias_activation_fusion") is True and model.get("use_flash_attention") is True)
+        assert _fused_path(plan.recipe) == nvidia == (sweep == "table9_fast"), cell
+        if sweep == "table9":  # NeMo's fine-tuning defaults, as the design guide ran them
+            assert model["megatron_amp_O2"] == (not plan.recipe.is_peft) and trainer["precision"] == "bf16-mixed"

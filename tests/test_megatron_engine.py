@@ -133,7 +133,7 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     """SIGKILL a DP2 distributed-optimizer run after a checkpoint; the restart redoes the lost steps
     and every loss equals the uninterrupted run's."""
     from vdkit.recipes.megatron import megatron_command
-    from vdkit.recipes.launch import launch_local
+    from vdkit.local import launch_local
 
     whole = runs.get("sft", "dp2")
     cmd = [sys.executable, "-m", "vdkit", "run", *BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"],
@@ -152,7 +152,7 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
             break
         time.sleep(0.05)
     first.wait()
-    from vdkit.slurm.runlock import is_held
+    from vdkit.runlock import is_held
 
     deadline = time.monotonic() + 60  # the killed ranks hold the run-dir lock until the kernel has torn them down
     while is_held(run_dir):
@@ -180,10 +180,10 @@ def test_usr1_to_one_rank_checkpoints_requeues_and_the_resume_loses_and_repeats_
     uninterrupted run's."""
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.recipes.launch import launch_local, rank_env
+    from vdkit.local import launch_local, rank_env
     from vdkit.recipes.megatron import checkpoint as ckpt
     from vdkit.recipes.megatron import megatron_command
-    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.ports import free_port
     from vdkit.commands.run import with_local_defaults
     from vdkit.rundir import create_run_dir
     from test_preemption import _fake_scontrol

@@ -51,6 +51,10 @@ PINNED = [  # (model, method, overrides): interleaved pipelines and packed data
     ("llama2_70b", "lora", ["parallelism.tp=2", "parallelism.pp=4", "parallelism.recompute=selective"]),
     ("llama2_7b", "lora", ["data.packed=true", "train.seq_length=4096"]),
     ("llama2_7b", "ptuning", ["cluster.nodes=3", "parallelism.tp=2", "parallelism.pp=2", "train.global_batch_size=120"]),
+    # recipe=fast: NVIDIA's performance settings (O2, mcore distributed optimizer, precision bf16)
+    ("llama2_70b", "lora", ["recipe=fast", "cluster.nodes=2"]),
+    ("llama2_7b", "sft", ["recipe=fast"]),
+    ("llama2_13b", "ptuning", ["recipe=fast"]),
 ]
 
 

@@ -238,9 +238,9 @@ def test_nemo_jobs_arm_lightnings_slurm_requeue_on_the_same_signal(tmp_path):
 # ----------------------------------------------------------------------------- one job per run dir (item 3)
 def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
     """The lock lines, run by bash: the first holder wins, a second is refused naming it, release frees it."""
-    from vdkit.slurm.runlock import holder_note, is_held, lock_lines
+    from vdkit.runlock import holder_note, is_held, lock_lines
 
-    script = "set -euo pipefail\n" + "\n".join(lock_lines(tmp_path)) + "\necho started\n"
+    script = "set -euo pipefail\n" + "\n".join(lock_lines(tmp_path, "slurm", "${SLURM_JOB_ID:-?}")) + "\necho started\n"
     first = subprocess.Popen(["bash", "-c", script + "sleep 30\n"], env={**_env(), "SLURM_JOB_ID": "111"},
                              stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline().strip() == "started"
@@ -251,7 +251,7 @@ def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
         assert second.returncode == 1 and "started" not in second.stdout
         assert second.stderr.strip() == ("vdkit: the run directory is held by slurm 111; job 222 did not start: "
                                           "wait for that job or cancel it, or render a new run dir")
-        assert holder_note(tmp_path) == "held by job 111"  # no Slurm here: the lock itself says so
+        assert holder_note(tmp_path) == "held by slurm job 111"  # no Slurm here: the lock itself says so
     finally:
         first.kill()
         first.wait()
@@ -260,7 +260,7 @@ def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
 
 def test_vdkit_run_launcher_holds_the_lock_too(tmp_path):
     from vdkit.errors import UserError
-    from vdkit.slurm.runlock import acquire_local
+    from vdkit.runlock import acquire_local
 
     fd = acquire_local(tmp_path)
     try:

@@ -54,14 +54,17 @@ def test_progress_line_has_nemos_shape():
 # ----------------------------------------------------------------------------- ranks
 def test_ranks_from_slurm_local_and_nothing():
     slurm = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NODEID": "1",
-             "SLURM_NTASKS_PER_NODE": "8(x2)", "MASTER_ADDR": "10.0.0.1", "SLURM_JOB_ID": "42"}
+             "SLURM_NTASKS_PER_NODE": "8(x2)", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "20042",
+             "SLURM_JOB_ID": "42"}
     d = resolve_dist_env(slurm)
     assert (d.rank, d.world_size, d.local_rank, d.local_world_size, d.node_rank, d.source) == (9, 16, 1, 8, 1, "slurm")
     assert d.master_addr == "10.0.0.1" and d.master_port == 20042
-    # no MASTER_PORT: the rendered sbatch's per-job rule (vdkit.ports), below the ephemeral range
-    assert resolve_dist_env({**slurm, "SLURM_JOB_ID": "1234567"}).master_port == 24567
+    # no MASTER_PORT: the launcher's job, not guessed from the scheduler's job id by the rank
+    no_port = {k: v for k, v in slurm.items() if k != "MASTER_PORT"}
+    with pytest.raises(UserError, match="MASTER_PORT is not set for a 16-rank job"):
+        resolve_dist_env(no_port)
     local = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-             "MASTER_PORT": "1234", **slurm}  # explicit ranks win over a surrounding allocation
+             **slurm, "MASTER_PORT": "1234"}  # explicit ranks win over a surrounding allocation
     d = resolve_dist_env(local)
     assert (d.rank, d.world_size, d.local_rank, d.master_port, d.source) == (1, 2, 1, 1234, "local")
     assert resolve_dist_env({}).world_size == 1

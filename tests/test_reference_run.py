@@ -74,7 +74,7 @@ def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     """Two ranks for a one-rank recipe: each rank refuses (exit 2); the launcher reports it."""
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.recipes.launch import launch_local
+    from vdkit.local import launch_local
     from vdkit.rundir import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])

@@ -42,6 +42,38 @@ def test_render_writes_a_complete_run_dir(tmp_path, capsys):
     assert yaml.safe_load((run_dir / RECIPE_FILE).read_text())["cluster"]["nodes"] == 2
 
 
+def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_path, capsys):
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+
+    args = ["model=llama2_70b", "method=lora", "cluster.nodes=5"]
+    code, (run_dir,), err = render(capsys, *args, "--out", str(tmp_path), NO_MOUNTS)
+    assert code == 0, err
+    plan = make_plan(compose(args))
+    assert (plan.tp, plan.pp, plan.dp) == (8, 5, 1)  # 70B LoRA does have a layout on 5 nodes
+    lines = err.splitlines()
+    assert lines[0] == "  layout     TP 8 x PP 5 x DP 1 (auto), gradient accumulation 128; " \
+                       f"{plan.memory.total_gb:.1f} of 80 GB per GPU"
+    assert lines[1].startswith(f"  predicted  {plan.prediction.step_seconds:.3g} s/step, "
+                               f"{plan.prediction.minutes:,.1f} min for 1000 steps")
+    unchecked = next(ln for ln in lines if ln.startswith("not checked (--no-check-mounts): "))
+    recipe = plan.recipe
+    for what, path in (("data.data_dir", recipe.data.data_dir), ("model.nemo_path", recipe.model.nemo_path),
+                       ("engine.container_image", recipe.engine.container_image)):
+        assert f"{what} {path}" in unchecked
+    assert lines[-1] == f"next: sbatch {run_dir}/launch.sbatch"
+
+
+def test_render_with_every_input_checked_lists_none_unchecked(tmp_path, capsys):
+    data = tmp_path / "data"
+    data.mkdir()
+    code, dirs, err = render(capsys, "engine=reference", "model=tiny_llama", "data=synthetic",
+                             f"data.data_dir={data}", "cluster.gpus_per_node=1", "--out", str(tmp_path / "runs"),
+                             "--check-mounts")
+    assert code == 0, err
+    assert "not checked" not in err and "  predicted  " in err
+
+
 def test_render_never_overwrites(tmp_path, capsys):
     args = ["model=llama2_7b", "--out", str(tmp_path), NO_MOUNTS]
     _, (first,), _ = render(capsys, *args)
@@ -57,7 +89,8 @@ def test_multirun_over_nodes_changes_resources_per_cell(tmp_path, capsys):
     code, dirs, err = render(capsys, "-m", "model=llama2_7b", "cluster.nodes=1,2,3,4,5,6", "train.global_batch_size=480",
                              "--out", str(tmp_path), NO_MOUNTS)
     assert code == 0, err
-    assert len(dirs) == len(set(dirs)) == 6 and not err
+    assert len(dirs) == len(set(dirs)) == 6 and "skipped" not in err
+    assert err.count("  layout     TP ") == 6 and "for each of the 6 run directories" in err
     for n, run_dir in enumerate(dirs, start=1):
         d = directives((run_dir / SBATCH_FILE).read_text())
         assert (d["--nodes"], d["--gpus-per-node"], d["--ntasks-per-node"]) == (str(n), "8", "8")
@@ -68,7 +101,7 @@ def test_multirun_skips_cells_without_a_layout(tmp_path, capsys):
     code, dirs, err = render(capsys, "-m", "model=llama2_7b", "cluster.nodes=2,3", "--out", str(tmp_path), NO_MOUNTS)
     assert code == 0 and len(dirs) == 1
     assert err.startswith("vdkit render: skipped model=llama2_7b cluster.nodes=3: no valid layout")
-    assert len(err.strip().splitlines()) == 1
+    assert len([ln for ln in err.splitlines() if "skipped" in ln]) == 1
 
 
 def test_sweep_table9_renders_every_feasible_cell(tmp_path, capsys):

@@ -38,8 +38,8 @@ def _render(tmp_path, sharding: str, extra=()) -> Path:
 
 def _train_all(tmp_path, dirs):
     """Two ranks (one process each, gloo on CPU / NCCL on GPUs) train every run dir in turn; rank 0's output."""
-    from vdkit.recipes.launch import rank_env
-    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.local import rank_env
+    from vdkit.ports import free_port
 
     port = free_port()
     cmd = [sys.executable, str(HERE / "sharding_worker.py"), *map(str, dirs)]

@@ -133,7 +133,7 @@ def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_
     assert f"held by slurm {first}; job {second} did not start" in err and len(err.strip().splitlines()) == 1
     assert main(["status", str(run_dir)]) == 0
     line = capsys.readouterr().out
-    assert f"held by job {first}" in line, line
+    assert f"held by slurm job {first}" in line, line
     subprocess.run(["scancel", first], check=True)
     assert sub.wait(first, timeout=120, poll_s=1).done
     assert _steps(_log(run_dir, second)) == []  # the refused job trained nothing

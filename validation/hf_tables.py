@@ -211,9 +211,8 @@ def to_csv(t: HFTable) -> str:
 
 def bars_png(t: HFTable) -> bytes:
     """Grouped bars per row: predicted, this kit, published (the document's figure, side by side)."""
-    from vdkit.validation.plots import _png, _pyplot
+    from vdkit.validation.plots import grouped_bars_png
 
-    plt = _pyplot()
     short = {"roce": "RoCE", "tcp": "TCP", "ib": "IB"}
     size = {r.model: t.labels.get(r.model, r.model).split()[-2] if len(t.labels.get(r.model, r.model).split()) > 1
             else r.model for r in t.rows}  # "Llama 3.1 70B Instruct" -> "70B"
@@ -221,28 +220,18 @@ def bars_png(t: HFTable) -> bytes:
               if t.name == "llama31_roce" else t.labels.get(r.model, r.model) for r in t.rows]
     series = [("predicted", [r.predicted for r in t.rows]), ("this kit", [r.ours for r in t.rows]),
               ("published", [r.published for r in t.rows])]
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(labels)), 4))
-    width = 0.27
-    for i, (name, values) in enumerate(series):
-        xs = [j + (i - 1) * width for j in range(len(labels))]
-        ax.bar(xs, [v or 0 for v in values], width, label=name)
-    for j, r in enumerate(t.rows):
-        if not r.feasible:
-            ax.annotate("does not fit", (j, 0), ha="center", va="bottom", fontsize=8, rotation=90)
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, fontsize=8)
-    ax.set_ylabel("minutes (3 epochs)" if t.unit == "minutes" else "seconds per epoch")
-    ax.set_title(t.title, fontsize=9)
-    ax.legend(fontsize=8)
-    return _png(fig)
+    notes = {j: "does not fit" for j, r in enumerate(t.rows) if not r.feasible}
+    return grouped_bars_png(t.title, "minutes (3 epochs)" if t.unit == "minutes" else "seconds per epoch", labels,
+                            series, notes)
 
 
 def write(t: HFTable, out_dir, plots: bool = True) -> List[Path]:
     """NAME.md, NAME.csv, NAME.json (+ NAME.png) in ``out_dir``, each written whole then renamed."""
     from vdkit.validation.tables import write_files
 
-    files = {f"{t.name}.md": to_markdown(t).encode(), f"{t.name}.csv": to_csv(t).encode(),
-             f"{t.name}.json": (json.dumps(t.to_dict(), indent=2) + "\n").encode()}
-    if plots:
-        files[f"{t.name}.png"] = bars_png(t)
+    from vdkit.validation.plots import markdown_links
+
+    png = {f"{t.name}.png": bars_png(t)} if plots else {}
+    files = {f"{t.name}.md": (to_markdown(t) + markdown_links(list(png))).encode(), f"{t.name}.csv": to_csv(t).encode(),
+             f"{t.name}.json": (json.dumps(t.to_dict(), indent=2) + "\n").encode(), **png}
     return write_files(out_dir, files, report=t.name)

@@ -1,14 +1,39 @@
-"""PNG plots for reports: minutes vs GPUs (ours next to published) and a run's step-time trace.
+"""PNG plots for reports: minutes vs GPUs (ours next to published), a run's step-time trace, grouped bars.
 
 matplotlib is imported inside the functions (Agg backend, no display needed), so importing
 this module costs nothing. Each function returns the PNG bytes; the caller decides where they go.
+
+Rules every plot here keeps (issue 21: each was broken once):
+
+- legends sit outside the axes, never on the data;
+- a legend names only what is drawn (no "published" entry in a plot without published figures);
+- GPU counts double (4, 8, 16): the GPU axis is log2 and minutes are log, so halving the time per
+  doubling is a straight line and 4 -> 8 -> 16 are evenly spaced;
+- methods are nudged apart along the GPU axis (a few per cent), so two published lines with the same
+  figures (LoRA and P-tuning) or a measured point equal to the published one stay visible: the
+  published figure is a wide pale band with a cross, this kit's a thin line with circles drawn on top.
 """
 from __future__ import annotations
 
 import io
-from typing import List, Optional
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
 
 METHOD_COLORS = {"lora": "tab:blue", "ptuning": "tab:orange", "sft": "tab:green", "pretrain": "tab:purple"}
+DODGE_OCTAVES = 0.1  # how far (in doublings of GPUs) neighbouring methods are nudged apart
+# How each kind of figure is drawn; the legend's key entries come from here too.
+STYLE = {
+    "measured": dict(marker="o", markersize=6, linestyle="-", linewidth=1.5, zorder=5),
+    "extrapolated": dict(marker="o", markersize=6, markerfacecolor="white", linestyle="-", linewidth=1.5, zorder=5),
+    "published": dict(marker="x", markersize=8, markeredgewidth=2.0, zorder=3),  # the cross, opaque ...
+    "published band": dict(linestyle="-", linewidth=6, alpha=0.28, solid_capstyle="round", zorder=2),  # ... on a band
+    "interval": dict(linewidth=1.2, zorder=4),
+    "predicted": dict(marker="+", markersize=8, linestyle=":", linewidth=1.2, zorder=4),  # the step-time model
+}
+SERIES_COLORS = {"predicted": "tab:gray", "this kit": "tab:blue", "published": "tab:orange"}  # same in every bar plot
+KEY_LABELS = {"measured": "this kit, measured", "extrapolated": "this kit, extrapolated",
+              "published": "published", "interval": "this kit, 95 % interval",
+              "predicted": "predicted (vdkit plan)"}
 
 
 def _pyplot():
@@ -27,52 +52,136 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def scaling_png(table) -> bytes:
-    """Minutes vs GPUs, one panel per model, one colour per method.
+def _key_handles(kinds: Sequence[str]) -> list:
+    """Legend entries (in black) for the kinds of figure drawn: measured, extrapolated, published, interval."""
+    from matplotlib.lines import Line2D
 
-    Solid lines with filled markers: measured by this kit; hollow markers: extrapolated by this
-    kit; dashed lines with crosses: published. Vertical bars: the 95 % interval.
+    handles = []
+    for kind in kinds:
+        style = {k: v for k, v in STYLE[kind].items() if k != "zorder"}
+        if kind == "interval":
+            handles.append(Line2D([], [], color="black", marker="|", markersize=12, linestyle="none",
+                                  label=KEY_LABELS[kind]))
+        elif kind == "published":
+            band = {k: v for k, v in STYLE["published band"].items() if k != "zorder"}
+            handles.append(Line2D([], [], color="black", label=KEY_LABELS[kind], **band, marker="x",
+                                  markersize=8, markeredgewidth=2.0))
+        else:
+            handles.append(Line2D([], [], color="black", label=KEY_LABELS[kind], **style))
+    return handles
+
+
+def _log2_gpu_axis(ax, gpus: Sequence[int]) -> None:
+    """GPUs on a log2 axis, ticks exactly at the counts drawn, half a doubling of margin each side."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(list(gpus)))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.set_xticklabels([str(g) for g in gpus])
+    ax.set_xlim(min(gpus) / 2 ** 0.5, max(gpus) * 2 ** 0.5)
+    ax.set_xlabel("GPUs (log2 scale)")
+
+
+def _log_minutes_axis(ax, values: Sequence[float]) -> None:
+    """A log axis with plain-number labels and room above and below the values."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    values = [v for v in values if v and v > 0]
+    ax.set_yscale("log")
+    if values:
+        lo, hi = min(values), max(values)
+        ax.set_ylim(lo / 1.6, hi * 1.6)
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(plain)
+    # a narrow range may hold fewer than two labelled (1-2-5) ticks: then label the minor ones too
+    lo, hi = ax.get_ylim()
+    majors = [k * 10 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+              for k in (1, 2, 5) if lo <= k * 10 ** e <= hi]
+    ax.yaxis.set_minor_formatter(plain if len(majors) < 2 else NullFormatter())
+
+
+def scaling_png(table) -> bytes:
+    """:func:`scaling_figure` as PNG bytes."""
+    return _png(scaling_figure(table))
+
+
+def scaling_figure(table):
+    """Minutes vs GPUs, one panel per model, one colour per method (log2 GPUs, log minutes).
+
+    This kit: thin line, filled circle = measured, hollow = extrapolated, bar = 95 % interval.
+    Published: wide pale band with a cross. Predicted (the step-time model, vdkit plan): dotted line with
+    plus signs. One legend under the panels names only what is drawn.
     """
     plt = _pyplot()
-    models: List[str] = []
-    for c in table.cells:
-        if c.model not in models:
-            models.append(c.model)
-    fig, axes = plt.subplots(1, max(1, len(models)), figsize=(4.6 * max(1, len(models)), 4.0), squeeze=False)
+    from matplotlib.lines import Line2D
+
+    models: List[str] = list(dict.fromkeys(c.model for c in table.cells))
+    methods: List[str] = list(dict.fromkeys(c.method for c in table.cells))
+    n = max(1, len(models))
+    fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.9), squeeze=False)
+    drawn_kinds, drawn_methods = set(), []
     for ax, model in zip(axes[0], models):
         cells = [c for c in table.cells if c.model == model]
-        for method in dict.fromkeys(c.method for c in cells):
-            color = METHOD_COLORS.get(method, "tab:gray")
-            label = table.labels.get(method, method)
+        values = []
+        for i, method in enumerate(methods):
             mc = sorted((c for c in cells if c.method == method), key=lambda c: c.gpus)
-            ours = [c for c in mc if c.minutes is not None]
-            if ours:
-                ax.plot([c.gpus for c in ours], [c.minutes for c in ours], "-", color=color,
-                        label=f"{label} (this kit)")
-                for c in ours:
-                    hollow = c.status == "extrapolated"
-                    ax.plot([c.gpus], [c.minutes], "o", color=color, markerfacecolor="white" if hollow else color)
-                    if c.interval and c.interval[1] > c.interval[0]:
-                        ax.vlines(c.gpus, c.interval[0], c.interval[1], color=color, linewidth=1)
+            if not mc:
+                continue
+            color = METHOD_COLORS.get(method, "tab:gray")
+            nudge = 2 ** ((i - (len(methods) - 1) / 2) * DODGE_OCTAVES)
             pub = [c for c in mc if c.published is not None]
             if pub:
-                ax.plot([c.gpus for c in pub], [c.published for c in pub], "--x", color=color, alpha=0.7,
-                        label=f"{label} (published)")
-        gpus = sorted({c.gpus for c in cells})
-        ax.set_xticks(gpus)
-        ax.set_xlabel("GPUs")
-        ax.set_ylabel(f"minutes for {table.target_steps} steps")
+                xs, ys = [c.gpus * nudge for c in pub], [c.published for c in pub]
+                ax.plot(xs, ys, color=color, **STYLE["published band"])
+                ax.plot(xs, ys, color=color, linestyle="none", **STYLE["published"])
+                drawn_kinds.add("published")
+                values += [c.published for c in pub]
+            pred = [c for c in mc if getattr(c, "predicted", None) is not None]
+            if pred:  # the step-time model's minutes for the cell as planned
+                ax.plot([c.gpus * nudge for c in pred], [c.predicted for c in pred], color=color, **STYLE["predicted"])
+                drawn_kinds.add("predicted")
+                values += [c.predicted for c in pred]
+            ours = [c for c in mc if c.minutes is not None]
+            if ours:
+                ax.plot([c.gpus * nudge for c in ours], [c.minutes for c in ours], color=color, linestyle="-",
+                        linewidth=STYLE["measured"]["linewidth"], zorder=STYLE["measured"]["zorder"])
+                for c in ours:
+                    kind = "extrapolated" if c.status == "extrapolated" else "measured"
+                    style = {k: v for k, v in STYLE[kind].items() if k not in ("linestyle", "linewidth")}
+                    ax.plot([c.gpus * nudge], [c.minutes], color=color, linestyle="none", **style)
+                    drawn_kinds.add(kind)
+                    values.append(c.minutes)
+                    if c.interval and c.interval[1] > c.interval[0]:
+                        ax.vlines(c.gpus * nudge, c.interval[0], c.interval[1], color=color, **STYLE["interval"])
+                        drawn_kinds.add("interval")
+                        values += list(c.interval)
+            if (pub or ours or pred) and method not in drawn_methods:
+                drawn_methods.append(method)
+        _log2_gpu_axis(ax, sorted({c.gpus for c in cells}))
+        _log_minutes_axis(ax, values)
+        ax.set_ylabel(f"minutes for {table.target_steps} steps (log scale)")
         ax.set_title(table.labels.get(model, model))
-        ax.grid(True, alpha=0.3)
-        ax.set_ylim(bottom=0)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.suptitle(f"{table.title}\nsolid, filled: measured by this kit; hollow: extrapolated by this kit; "
-                 "dashed x: published; bars: 95 % interval", fontsize=9, y=1.04)
-    return _png(fig)
+        ax.grid(True, which="major", alpha=0.3)
+    handles = [Line2D([], [], color=METHOD_COLORS.get(m, "tab:gray"), linewidth=2.5, label=table.labels.get(m, m))
+               for m in drawn_methods]
+    handles += _key_handles([k for k in ("measured", "extrapolated", "interval", "published", "predicted")
+                             if k in drawn_kinds])
+    if handles:
+        fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3 if n == 1 else 7),
+                   fontsize=8, frameon=False)
+    fig.suptitle(table.title, fontsize=10)
+    fig.tight_layout()
+    return fig
 
 
 def trace_png(log, est, title: Optional[str] = None) -> bytes:
+    """:func:`trace_figure` as PNG bytes."""
+    return _png(trace_figure(log, est, title))
+
+
+def trace_figure(log, est, title: Optional[str] = None):
     """Step time per step with the excluded warm-up shaded and the steady mean and p5-p95 band."""
     plt = _pyplot()
     timed = log.timed
@@ -92,7 +201,68 @@ def trace_png(log, est, title: Optional[str] = None) -> bytes:
     ax.set_ylabel("step time (s)")
     flag = "FLUCTUATING: " + est.fluctuation_reason if est.fluctuating else "steady"
     ax.set_title((title or log.source) + f"\n{len(times)} steps, CV {est.step_time_cv:.1%}, {flag}", fontsize=9)
-    ax.set_ylim(bottom=0)
+    top = max(times + [est.step_time_p95_s]) if times else est.step_time_p95_s
+    ax.set_ylim(0, top * 1.08)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=7, loc="upper right")
-    return _png(fig)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
+    return fig
+
+
+def grouped_bars_png(title: str, ylabel: str, labels: Sequence[str],
+                     series: Sequence[Tuple[str, Sequence[Optional[float]]]],
+                     notes: Optional[Dict[int, str]] = None) -> bytes:
+    """:func:`grouped_bars_figure` as PNG bytes."""
+    return _png(grouped_bars_figure(title, ylabel, labels, series, notes))
+
+
+def grouped_bars_figure(title: str, ylabel: str, labels: Sequence[str],
+                        series: Sequence[Tuple[str, Sequence[Optional[float]]]],
+                        notes: Optional[Dict[int, str]] = None):
+    """Bars per row label, one bar per series (e.g. predicted / this kit / published), value printed on each.
+
+    Series without any value are left out (and out of the legend); a missing value in a drawn series
+    is a grey dash; ``notes`` (row index -> text, e.g. "does not fit") is written across that row.
+    """
+    plt = _pyplot()
+    drawn = [(name, list(values)) for name, values in series if any(v is not None for v in values)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.3 * len(labels)), 4.0))
+    width = 0.8 / max(1, len(drawn))
+    top = max([v for _, values in drawn for v in values if v is not None] or [1.0])
+    for i, (name, values) in enumerate(drawn):
+        xs = [j + (i - (len(drawn) - 1) / 2) * width for j in range(len(values))]
+        ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None], width,
+               color=SERIES_COLORS.get(name, f"C{i}"), label=name)
+        for x, v in zip(xs, values):
+            if v is None:
+                ax.text(x, 0, "–", ha="center", va="bottom", color="0.55", fontsize=9)
+            else:
+                ax.text(x, v + top * 0.01, f"{v:,.0f}" if v >= 100 else f"{v:.3g}", ha="center", va="bottom",
+                        fontsize=7)
+    for j, text in (notes or {}).items():
+        ax.text(j, top * 0.5, text, ha="center", va="center", fontsize=8, rotation=90, color="0.3")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylim(0, top * 1.12)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, axis="y", alpha=0.3)
+    if drawn:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                  title="– : no figure", title_fontsize=7)
+    return fig
+
+
+def markdown_links(names: Sequence[str]) -> str:
+    """A report's "Plots" section: the scaling / bar plots shown inline, each step-time trace linked."""
+    pngs = [n for n in names if n.endswith(".png")]
+    if not pngs:
+        return ""
+    main = [n for n in pngs if not n.startswith("trace_")]
+    traces = [n for n in pngs if n.startswith("trace_")]
+    out = ["", "## Plots", ""]
+    out += [f"![{n[:-4]}]({n})" for n in main]
+    if traces:
+        out += ["", "Step-time traces (warm-up excluded, steady mean and p5-p95):", ""]
+        out += [f"- [{n[len('trace_'):-4]}]({n})" for n in traces]
+    return "\n".join(out) + "\n"
+

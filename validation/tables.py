@@ -230,7 +230,8 @@ def table9(results: List[RunResult]) -> Table:
     """Table 9 (model x GPUs x LoRA / P-tuning / SFT minutes for 1000 steps) from run results.
 
     Rows: every published row of a model that appears among the runs, plus every run's own row
-    (models outside the guide, such as tiny_llama, get rows with N/A published figures).
+    (models outside the guide, such as tiny_llama, get rows with N/A published figures); with no runs,
+    every published row (the planned table: predictions next to the published figures).
     """
     pub = load_published("table9")
     warnings: List[str] = []
@@ -241,7 +242,8 @@ def table9(results: List[RunResult]) -> Table:
             continue
         by_cell.setdefault((r.model, r.gpus, r.method), []).append(r)
     published = {(c["model"], int(c["gpus"]), c["method"]): c for c in pub["cells"]}
-    models = {m for m, _, _ in by_cell}
+    # No runs at all: the planned table (every published row, predicted next to published).
+    models = {m for m, _, _ in by_cell} if results else set(pub["models"])
     rows = sorted({(m, g) for m, g, _ in published if m in models} | {(m, g) for m, g, _ in by_cell})
     order = _model_order(pub["models"], models)
     rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
@@ -286,7 +288,7 @@ def training_table(results: List[RunResult]) -> Table:
     for r in results:
         by_cell.setdefault((r.model, r.nodes, r.method), []).append(r)
     published = {(c["model"], int(c["nodes"])): c for c in pub["cells"]}
-    models = {m for m, _, _ in by_cell}
+    models = {m for m, _, _ in by_cell} if results else set(pub["models"])  # no runs: the planned table
     keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
     order = _model_order(pub["models"], {k[0] for k in keys})
     predicted = training_predictions(int(pub["steps"])) if published else {}
@@ -421,7 +423,10 @@ def to_csv(table: Table) -> str:
 
 def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
     """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths."""
-    files = {f"{table.name}.md": to_markdown(table).encode(), f"{table.name}.csv": to_csv(table).encode(),
+    from vdkit.validation.plots import markdown_links
+
+    markdown = to_markdown(table) + markdown_links(list(extra_files or {}))  # the plots, linked from the table
+    files = {f"{table.name}.md": markdown.encode(), f"{table.name}.csv": to_csv(table).encode(),
              f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
     return write_files(out_dir, files, report=table.name)
 

@@ -12,7 +12,19 @@ def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> N
         parser.add_argument("-m", "--multirun", action="store_true",
                             help="cartesian sweep over comma lists: -m model=llama2_7b,llama2_13b cluster.nodes=1,2")
         parser.add_argument("--sweep", metavar="NAME",
-                            help="a named sweep from conf/sweep/ (table9, training); overrides apply to every cell")
+                            help=f"a named sweep from conf/sweep/ ({_sweep_names()}; `vdkit list sweeps` says what each "
+                                 "is); overrides apply to every cell")
+
+
+def _sweep_names() -> str:
+    """The sweeps in conf/sweep/, for help text (read from the tree, never typed here)."""
+    from vdkit.config import group_options
+    from vdkit.errors import UserError
+
+    try:
+        return ", ".join(group_options("sweep"))
+    except UserError:  # no config tree: the verb itself will say so
+        return "see `vdkit list sweeps`"
 
 
 def add_render_args(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ from vdkit.errors import UserError
 # Verb modules, in the order `vdkit --help` lists them. Each defines register(subparsers),
 # which adds its parser(s) with set_defaults(func=callable(args) -> exit code).
 COMMAND_MODULES = (
+    "vdkit.commands.list",
     "vdkit.commands.plan",
     "vdkit.commands.render",
     "vdkit.commands.submit",

@@ -17,21 +17,22 @@ from typing import Any, Dict, List, Optional
 from vdkit.errors import UserError
 
 # ----------------------------------------------------------------------------- the schema
-# Plain dataclasses registered in Hydra's ConfigStore. Field comments are the documentation.
+# Plain dataclasses registered in Hydra's ConfigStore. Each field's trailing comment is its documentation,
+# the only one: `vdkit plan --explain KEY` and `vdkit plan --cfg` print it (vdkit/keys.py); a test requires one.
 
 
 @dataclass
 class ModelCfg:
-    name: str = "llama2_7b"
-    num_layers: int = 32
-    hidden_size: int = 4096
-    ffn_hidden_size: int = 11008
-    num_attention_heads: int = 32
+    name: str = "llama2_7b"  # the model's name (conf/model/<name>.yaml; `model=NAME` picks one); in run names
+    num_layers: int = 32  # transformer layers (blocks)
+    hidden_size: int = 4096  # model width (d_model)
+    ffn_hidden_size: int = 11008  # MLP inner width
+    num_attention_heads: int = 32  # attention heads (hidden_size must divide by it)
     num_query_groups: int = 32  # KV heads (grouped-query attention when < num_attention_heads)
-    vocab_size: int = 32000
+    vocab_size: int = 32000  # tokenizer vocabulary (embedding and output-layer rows)
     max_position_embeddings: int = 4096  # the longest sequence the model was trained for
-    pretrain_tp: Optional[int] = None  # the training guide's layout for method=pretrain
-    pretrain_pp: Optional[int] = None
+    pretrain_tp: Optional[int] = None  # the training guide's tensor parallelism for method=pretrain
+    pretrain_pp: Optional[int] = None  # the training guide's pipeline stages for method=pretrain
     nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
     # Architecture: every engine builds its model from these (defaults are Llama 2's).
     arch: str = "llama"  # model family: llama | opt
@@ -54,54 +55,55 @@ class ModelCfg:
 class MethodCfg:
     name: str = "lora"  # sft | lora | ptuning | pretrain
     peft_scheme: str = "lora"  # NeMo's model.peft.peft_scheme: none | lora | ptuning
-    optimizer: str = "fused_adam"
-    lr: float = 1e-4
-    min_lr: float = 0.0
-    warmup_steps: int = 50
-    weight_decay: float = 0.01
-    lora_adapter_dim: int = 32
-    lora_dropout: float = 0.0
-    ptuning_virtual_tokens: int = 10
-    ptuning_bottleneck_dim: int = 1024
-    ptuning_embedding_dim: int = 1024
+    optimizer: str = "fused_adam"  # NeMo's optimizer name: fused_adam | distributed_fused_adam (with parallelism.distributed_optimizer)
+    lr: float = 1e-4  # peak learning rate
+    min_lr: float = 0.0  # learning rate at the end of the cosine decay
+    warmup_steps: int = 50  # linear learning-rate warm-up steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    lora_adapter_dim: int = 32  # LoRA rank (method=lora)
+    lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
+    ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
+    ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
+    ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)
 
 
 @dataclass
 class ClusterCfg:
-    name: str = "xe9680"
-    launcher: str = "slurm"  # slurm | local
-    nodes: int = 1
-    min_nodes: int = 1
-    max_nodes: int = 6
-    gpus_per_node: int = 8
-    gpu_memory_gb: float = 80.0
-    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: plan.OVERHEAD_GB
-    gpu_type: str = "H100-SXM5-80GB"
-    cpus_per_task: int = 12
-    time_limit_min: int = 240
+    name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
+    nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
+    min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
+    max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
+    gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
+    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
+    gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
+    cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
+    time_limit_min: int = 240  # the job's time limit in minutes (sbatch --time)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi: pmix | pmi2 | none
-    partition: Optional[str] = None
-    account: Optional[str] = None
-    qos: Optional[str] = None
-    reservation: Optional[str] = None
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
+    partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
+    account: Optional[str] = None  # sbatch --account (site option)
+    qos: Optional[str] = None  # sbatch --qos (site option)
+    reservation: Optional[str] = None  # sbatch --reservation (site option)
     dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
     nccl_debug: Optional[str] = None  # e.g. INFO; off by default
     gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
     transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
+    inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
 
 
 @dataclass
 class DataCfg:
-    name: str = "dolly"
+    name: str = "dolly"  # the data set's name (conf/data/<name>.yaml; `data=NAME` picks one)
     kind: str = "sft"  # sft (JSONL input/output) | pretrain (Megatron indexed prefixes)
     data_dir: Optional[str] = None  # mounted into the container at the same path
     train_files: List[str] = field(default_factory=list)  # relative to data_dir
-    validation_files: List[str] = field(default_factory=list)
-    test_files: List[str] = field(default_factory=list)
+    validation_files: List[str] = field(default_factory=list)  # relative to data_dir
+    test_files: List[str] = field(default_factory=list)  # relative to data_dir
     packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
     tokenizer_model: Optional[str] = None  # SentencePiece .model or HF tokenizer dir; None: engine default
 
@@ -110,9 +112,9 @@ class DataCfg:
 class EngineCfg:
     name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
-    nemo_root: str = "/opt/NeMo"
-    log_every_n_steps: int = 1
-    checkpoint_every_n_steps: int = 0  # 0: only at the end
+    nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
+    log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
+    checkpoint_every_n_steps: int = 0  # save a checkpoint every N steps; 0: only at the end
 
 
 @dataclass
@@ -121,7 +123,7 @@ class ParallelismCfg:
     cpu_offload: bool = False  # fsdp / zero3: keep parameters and optimizer states in host memory
     deepspeed_config: Optional[str] = None  # zero3: a file in conf/deepspeed/ (name) or a JSON/YAML path; None: plain ZeRO-3
     tp: Optional[int] = None  # None: chosen by the planner
-    pp: Optional[int] = None
+    pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
     vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
     sequence_parallel: Optional[bool] = None  # None: on when tp > 1
     recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
@@ -130,20 +132,20 @@ class ParallelismCfg:
 
 @dataclass
 class TrainCfg:
-    micro_batch_size: int = 1
-    global_batch_size: int = 128
+    micro_batch_size: int = 1  # samples per rank per forward pass (MBS)
+    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation)
     max_steps: int = 50  # steps the job runs (the measured run)
     target_steps: int = 1000  # steps validation extrapolates to
-    seq_length: int = 2048
+    seq_length: int = 2048  # tokens per sample (padded / packed to it)
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
-    seed: int = 1234
+    seed: int = 1234  # random seed (data order, initialisation)
 
 
 @dataclass
 class RunCfg:
     name: Optional[str] = None  # job and run-directory name; default <model>_<method>_<N>n<G>g
-    out_dir: str = "runs"
+    out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
     results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
     secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
 
@@ -172,7 +174,6 @@ PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain":
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
-LAUNCHERS = ("slurm", "local")
 ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
@@ -401,7 +402,13 @@ def validate_fields(r: Recipe) -> None:
     engines = _engine_names()  # the registry now (a test or plugin may have added a line)
     _check(r.engine.name in engines, f"engine.name={r.engine.name!r} is not an engine",
            "use " + " or ".join(f"engine={e}" for e in engines))
-    _check(c.launcher in LAUNCHERS, f"cluster.launcher={c.launcher!r} is not a launcher", "use slurm or local")
+    from vdkit import launchers
+
+    _check(c.launcher in launchers.names(), f"cluster.launcher={c.launcher!r} is not a launcher",
+           "use " + " or ".join(f"cluster.launcher={n}" for n in launchers.names()))
+    # Fabric rules (RDMA adapters, NCCL_IB_DISABLE) apply where ranks span nodes: not to a launcher
+    # that starts them on this machine.
+    spans_nodes = not launchers.get(c.launcher).executes_here
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,
            f"cluster.nodes={c.nodes} is outside {c.min_nodes}-{c.max_nodes} for cluster {c.name}",
@@ -429,15 +436,18 @@ def validate_fields(r: Recipe) -> None:
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))
+    _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
+           f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
+           "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),
            f"cluster {c.name}: transport=tcp but cluster.ib_hcas lists RDMA adapters {list(c.ib_hcas)}",
            "set cluster.ib_hcas=[] for TCP sockets, or cluster.transport=ib / roce")
-    _check(not (c.transport in ("ib", "roce") and c.launcher == "slurm" and not c.ib_hcas),
+    _check(not (c.transport in ("ib", "roce") and spans_nodes and not c.ib_hcas),
            f"cluster {c.name}: transport={c.transport} needs the RDMA adapters in cluster.ib_hcas",
            "list them as `ibv_devinfo -l` prints them (mlx5_*, bnxt_re*), or use cluster.transport=tcp")
-    _check(not (c.transport == "tcp" and c.launcher == "slurm" and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
+    _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",

@@ -1,15 +1,15 @@
 """What an engine hands the launcher for one run directory: the rank command, its env, its container.
 
-Plain data (standard library only), so that ``vdkit.slurm`` can consume it without importing any
-engine: the layer above (:mod:`vdkit.prepare`) asks the engine (:mod:`vdkit.recipes.engines`) and
-passes the result on.
+Plain data (standard library only), so that a launcher (:mod:`vdkit.launchers`) can consume it
+without importing any engine: the layer above (:mod:`vdkit.prepare`) asks the engine
+(:mod:`vdkit.recipes.engines`) and passes the result on.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-# The job contract's pre-timeout signal: the sbatch asks Slurm for it (--signal=USR1@lead) and every
+# The job contract's pre-timeout signal: the launcher asks for it (Slurm: --signal=USR1@lead) and every
 # engine the kit runs handles it (vdkit.recipes.preemption); Lightning's SLURM requeue default too.
 PREEMPT_SIGNAL = "USR1"
 
@@ -32,9 +32,15 @@ class Container:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """One run's launch: the argv every rank runs, the engine's environment, its container (or None)."""
+    """One run's launch: the argv every rank runs, the engine's environment, its container (or None).
+
+    ``pmi``: the ranks bootstrap through PMI (the engine's ``NEEDS_PMI``; Slurm then passes
+    ``srun --mpi=<cluster.mpi>``), otherwise they read the launcher's variables.
+    ``runs_locally``: the engine's ranks can run as processes on this machine (its ``RUNS_LOCALLY``).
+    """
 
     argv: List[str]
     env: Dict[str, str] = field(default_factory=dict)
     container: Optional[Container] = None
-    pmi: bool = False  # the ranks bootstrap through PMI (srun --mpi=<cluster.mpi>); Slurm's variables otherwise
+    pmi: bool = False
+    runs_locally: bool = False

@@ -28,8 +28,11 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
   times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
   the loss: 6*s*b*V / TP).
-- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (OVERHEAD_GB, or the
-  cluster's ``memory_overhead_gb``: 0 for CPU processes).
+- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
+  conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
+
+Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
+``borderline_fraction`` of the GPU's memory) is one rule, vdkit.calibration.is_borderline, for every plan.
 
 Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
 per trainable parameter (a PEFT checkpoint holds only the adapter's).
@@ -40,13 +43,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
+from vdkit.calibration import is_borderline, overhead_gb
 from vdkit.config import ModelCfg, Recipe
 from vdkit.errors import UserError
 
 GB = 1e9
-OVERHEAD_GB = 4.0  # CUDA context + NCCL/cuBLAS workspaces + fragmentation, per GPU
-BORDERLINE = 0.10  # within 10 % of the GPU's memory either way: "borderline"
-CHECKPOINT_BYTES_PER_PARAM = 2 + 12  # bf16 weights + fp32 master, Adam m, Adam v
+# The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
+# conf/calibration/memory.yaml, read through vdkit.calibration.
 
 
 # ----------------------------------------------------------------------------- parameter counts
@@ -172,11 +175,15 @@ def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[
 
 
 # ----------------------------------------------------------------------------- memory model
-#: Bytes per parameter a GPU holds for (weights, gradients, optimizer states): weights per parameter
-#: held, gradients and optimizer states per *trainable* parameter held. bf16 / fp8: Megatron mixed
-#: precision (fp32 main gradients; fp32 master copy + Adam m and v); fp32: plain fp32 training (the
-#: megatron engine on a CPU: no master copy, Adam m and v).
-STATIC_BYTES = {"bf16": (2.0, 4.0, 12.0), "fp8": (2.0, 4.0, 12.0), "fp32": (4.0, 4.0, 8.0)}
+def static_bytes(precision: str) -> Tuple[float, float, float]:
+    """Bytes per parameter a GPU holds for (weights, gradients, optimizer states) in ``precision``:
+    weights per parameter held, gradients and optimizer states per *trainable* parameter held
+    (conf/calibration/memory.yaml ``megatron_bytes``)."""
+    from vdkit.calibration import memory
+
+    return tuple(float(x) for x in memory()["megatron_bytes"][precision])
+
+
 VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
 
 
@@ -221,11 +228,11 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
                        precision: Optional[str] = None) -> dict:
     """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
 
-    ``precision``: bf16 / fp8 (mixed precision, see STATIC_BYTES; fp8 stores transformer-layer
+    ``precision``: bf16 / fp8 (mixed precision, see static_bytes; fp8 stores transformer-layer
     weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
     optimizer states over DP."""
     precision = precision or r.train.precision
-    w, g, o = STATIC_BYTES[precision]
+    w, g, o = static_bytes(precision)
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
     dp = r.world_size // (tp * pp)
@@ -264,16 +271,18 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
                   activations_gb=acts / GB,
-                  overhead_gb=OVERHEAD_GB if r.cluster.memory_overhead_gb is None else r.cluster.memory_overhead_gb)
+                  overhead_gb=overhead_gb(r.cluster))
 
 
 def checkpoint_gb(r: Recipe) -> float:
     """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params."""
-    return trainable_params(r) * CHECKPOINT_BYTES_PER_PARAM / GB
+    from vdkit.calibration import memory
+
+    return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB
 
 
 # ----------------------------------------------------------------------------- layout search
-# Headroom: the memory model already counts OVERHEAD_GB (CUDA context and cuBLAS / Transformer Engine
+# Headroom: the memory model already counts the per-GPU overhead (memory.yaml overhead_gb: CUDA context and cuBLAS / Transformer Engine
 # workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the rest for slack).
 # What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what is
 # reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
@@ -391,7 +400,7 @@ def make_plan(recipe: Recipe) -> Plan:
         from vdkit.sharded import make_sharded_plan
 
         return make_sharded_plan(recipe)
-    from vdkit.predict import Prediction, predicts_for
+    from vdkit.predict import Prediction, predicts_for, regime
 
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
@@ -429,7 +438,7 @@ def make_plan(recipe: Recipe) -> Plan:
     grad_accum = recipe.train.global_batch_size // (recipe.train.micro_batch_size * dp)
     feasible = chosen.fits
     total = mem.total_gb
-    borderline = abs(total - cap) <= BORDERLINE * cap
+    borderline = is_borderline(total, cap)
     reason, notes = None, []
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
@@ -444,14 +453,27 @@ def make_plan(recipe: Recipe) -> Plan:
                       f"no layout leaves the {HEADROOM:.0%} headroom")
                      + f" ({cap * (1 - HEADROOM):.0f} of {cap:g} GB usable): it needs {total:.1f} GB")
     runner_up = None
-    if feasible and runner is not None:
+    if feasible and runner is not None and regime(recipe) != "hf":  # (layouts ranked by NeMo's regime)
         runner_up = _why_lost(chosen, runner)
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
     prediction = None
-    if feasible and predicts_for(recipe):
+    if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.predict_hf)
+        from vdkit.predict_hf import predict_hf_step
+
+        step = predict_hf_step(resolved, rc) if (ltp, lpp) == (1, 1) else None
+        if step is not None:
+            prediction = Prediction(step, recipe.train.target_steps, recipe.world_size)
+        else:
+            notes.append(f"no time prediction: the transformers-engine regime describes data-parallel layouts on "
+                         f"the GPUs in conf/calibration/hf_step_time.yaml, not TP {ltp} x PP {lpp} on "
+                         f"{recipe.cluster.gpu_type}")
+    elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
+        if regime(recipe) == "fused":
+            notes.append(f"step time predicted for NVIDIA's fused stack (engine={recipe.engine.name}: Transformer Engine, "
+                         "fused kernels, gradient-accumulation fusion; no per-micro-batch overhead of NeMo 1.x's defaults)")
     elif feasible:
         notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
                      " (the layout is still the one it predicts fastest)")

@@ -35,29 +35,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.errors import UserError
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
 
 
 # ----------------------------------------------------------------------------- constants
-@lru_cache(maxsize=1)
 def calibration() -> dict:
     """The step-time constants (conf/calibration/step_time.yaml) as data."""
-    import yaml
+    from vdkit.calibration import load
 
-    from vdkit.config import conf_dir
-
-    path = conf_dir() / CALIBRATION_FILE
-    if not path.is_file():
-        raise UserError(f"the step-time calibration {path} is missing",
-                        "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
-    return yaml.safe_load(path.read_text())
+    return load("step_time")
 
 
 def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
@@ -256,13 +247,27 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     )
 
 
+#: Which step-time regime and constants describe an engine's stack - the one place an engine picks them:
+#: "nemo" (this module: NeMo / Megatron; NVIDIA's fused path when the rendered config is NVIDIA's),
+#: "fused" (this module, always on NVIDIA's fused path: a stack that renders NVIDIA's performance settings,
+#: e.g. Megatron-Bridge's recipes), "hf" (vdkit.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3).
+#: An engine missing here is predicted as "nemo".
+ENGINE_REGIMES = {"nemo": "nemo", "megatron": "nemo", "bridge": "fused", "reference": "hf"}
+
+
+def regime(recipe) -> str:
+    """The step-time regime of ``recipe``'s engine (ENGINE_REGIMES)."""
+    return ENGINE_REGIMES.get(recipe.engine.name, "nemo")
+
+
 def _fused_path(recipe) -> bool:
     """Whether the rendered config runs NVIDIA's fused path (fusions incl. gradient-accumulation fusion).
 
-    NVIDIA's pretraining settings do (vdkit renders them); the design guide's fine-tuning configs
-    (NeMo's defaults) do not, unless the fast recipe's fused kernels are on.
+    NVIDIA's pretraining settings do (vdkit renders them), and so does an engine whose regime is "fused";
+    the design guide's fine-tuning configs (NeMo's defaults) do not, unless the fast recipe's fused kernels
+    are on (then vdkit renders NVIDIA's performance settings: recipes/nemo_config.PERFORMANCE_SETTINGS).
     """
-    return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels)
+    return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels) or regime(recipe) == "fused"
 
 
 @dataclass(frozen=True)

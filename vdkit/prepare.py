@@ -1,11 +1,12 @@
 """Prepare every cell, then act: the one step `render`, `submit`, `run` and `demo` share.
 
-For each plan: the engine (looked up in :mod:`vdkit.recipes.engines`) checks it, the local inputs
-are checked, the run directory's path is reserved, and every file (the engine's, plus
+For each plan: the engine (looked up in :mod:`vdkit.recipes.engines`) and the launcher (its
+``cluster.launcher``, looked up in :mod:`vdkit.launchers`) check it, the local inputs are checked,
+the run directory's path is reserved, and every file (the engine's, plus the launcher's:
 ``launch.sbatch`` for Slurm) is rendered in memory. Only when every cell has prepared does a verb
 write run directories (:meth:`Prepared.write`) and then submit or start them, so a bad cell stops
-the command before anything exists anywhere. This module composes the engine and ``vdkit.slurm``;
-``vdkit.slurm`` itself never imports an engine.
+the command before anything exists anywhere. This module composes the engine and the launcher;
+a launcher never imports an engine: it gets the engine's :class:`~vdkit.jobspec.JobSpec`.
 
 Mount-source check (``check_mounts``): ``True`` checks every local input, ``False`` none, ``None``
 (default, "auto") checks a path only when its top-level directory exists on this machine: on a
@@ -31,18 +32,38 @@ def engine_of(plan):
     return engines.get(plan.recipe.engine.name)
 
 
+def launcher_of(plan):
+    """The registered launcher that starts ``plan`` (vdkit.launchers.Launcher, from cluster.launcher)."""
+    from vdkit import launchers
+
+    return launchers.of(plan)
+
+
 def job_spec(plan, run_dir: PathLike) -> JobSpec:
-    """What the Slurm renderer needs from the engine: rank argv, engine env, container (or None)."""
+    """What a launcher needs from the engine: rank argv, engine env, container (or None), PMI, runs here."""
     engine = engine_of(plan)
     run_dir = Path(run_dir)
-    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir))
+    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir),
+                   pmi=engine.needs_pmi, runs_locally=engine.runs_locally)
+
+
+def launcher_files(plan, run_dir: PathLike) -> Dict[str, Union[str, bytes]]:
+    """The files ``plan``'s launcher writes into ``run_dir`` for the engine's job (rendered in memory)."""
+    launcher = launcher_of(plan)
+    job = job_spec(plan, run_dir)
+    launcher.check(plan, job)
+    return launcher.files(plan, job, Path(run_dir))
 
 
 def sbatch_text(plan, run_dir: PathLike) -> str:
-    """launch.sbatch for ``plan`` in ``run_dir``: the engine's job spec through vdkit.slurm.render."""
-    from vdkit.slurm.render import sbatch_text as render_sbatch
+    """launch.sbatch for a plan whose launcher writes one (a Slurm cluster's)."""
+    from vdkit.rundir import SBATCH_FILE
 
-    return render_sbatch(plan, run_dir, job_spec(plan, run_dir))
+    files = launcher_files(plan, run_dir)
+    if SBATCH_FILE not in files:
+        raise UserError(f"cluster={plan.recipe.cluster.name} (launcher {plan.recipe.cluster.launcher}) writes no "
+                        f"{SBATCH_FILE}", "render for a Slurm cluster, e.g. cluster=xe9680")
+    return files[SBATCH_FILE]
 
 
 # ----------------------------------------------------------------------------- local inputs
@@ -70,13 +91,23 @@ def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
     return wanted
 
 
+def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> List[tuple]:
+    """(what, path) of the :func:`local_inputs` the ``check_mounts`` rule leaves unchecked on this machine:
+    all with ``False``, those whose top-level directory is not here with ``None``, none with ``True``."""
+    if check_mounts is True:
+        return []
+    return [(what, path) for what, path, _ in local_inputs(plan, run_dir)
+            if check_mounts is False or not _is_local(Path(path).expanduser())]
+
+
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
     """Refuse a missing input of :func:`local_inputs` on this machine (under the ``check_mounts`` rule)."""
     if check_mounts is False:
         return
+    skipped = set(unchecked_inputs(plan, run_dir, check_mounts))
     for what, path, is_dir in local_inputs(plan, run_dir):
         p = Path(path).expanduser()
-        if check_mounts is None and not _is_local(p):
+        if (what, path) in skipped:
             continue
         ok = p.is_dir() if is_dir else p.exists()
         if not ok:
@@ -101,41 +132,40 @@ class Prepared:
         return create_run_dir(self.plan, self.files, run_dir=self.run_dir)
 
 
-def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None, taken: Iterable = (),
-            launcher: str = "slurm") -> Prepared:
+def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None,
+            taken: Iterable = ()) -> Prepared:
     """Check ``plan`` and render its run directory in memory (nothing is written).
 
-    ``launcher="slurm"`` renders launch.sbatch; ``"local"`` (``vdkit run``) asks the engine whether
-    it runs here and runs its local checks (data files, tokenizer) instead. Raises UserError for an
-    infeasible plan, a plan the engine cannot run, a missing local input, an image pyxis cannot
-    read, or a value a script cannot carry.
+    The launcher is ``cluster.launcher``'s. One that executes here (local processes) has the engine
+    run its local checks (installed extras, data files, tokenizer); one that hands the run to a
+    scheduler has the local inputs checked under the ``check_mounts`` rule. Raises UserError for an
+    infeasible plan, a plan the engine or the launcher cannot run, a missing local input, an image
+    the launcher cannot read, or a value a script cannot carry.
     """
     from vdkit.plan import require_feasible
-    from vdkit.rundir import SBATCH_FILE, reserve_run_dir
+    from vdkit.rundir import reserve_run_dir
 
     require_feasible(plan)
     engine = engine_of(plan)
     engine.check(plan)
-    if launcher == "local":
-        if not engine.runs_locally:
-            raise UserError(f"engine={engine.name} does not run on this machine (it runs in its container on "
-                            "the cluster)", "use `vdkit render` / `vdkit submit` for it, or another engine here")
-        engine.local_check(plan)
+    launcher = launcher_of(plan)
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
-    if launcher != "local":
+    job = job_spec(plan, run_dir)
+    launcher.check(plan, job)
+    if launcher.executes_here:
+        engine.local_check(plan)
+    else:
         check_local_paths(plan, run_dir, check_mounts)
     files = engine.files(plan, run_dir)
-    if launcher != "local":
-        files[SBATCH_FILE] = sbatch_text(plan, run_dir)
+    files.update(launcher.files(plan, job, Path(run_dir)))
     return Prepared(plan, run_dir, files)
 
 
-def prepare_all(plans, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None,
-                launcher: str = "slurm") -> List[Prepared]:
+def prepare_all(plans, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None) -> List[Prepared]:
     """:func:`prepare` every plan (distinct run directories even for equal run names) before any is written."""
     out: List[Prepared] = []
     for plan in plans:
-        out.append(prepare(plan, out_dir, check_mounts, taken=[p.run_dir for p in out], launcher=launcher))
+        out.append(prepare(plan, out_dir, check_mounts, taken=[p.run_dir for p in out]))
     return out
 
 

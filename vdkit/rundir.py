@@ -3,7 +3,7 @@
 The one home of every run-directory file name and of the results-root rule. Layout of a run
 directory (every engine, every launcher):
 
-    launch.sbatch      the Slurm script (render)            recipe.yaml   the resolved recipe
+    launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
     nemo.yaml          NeMo's config (engine=nemo)
     bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py, import_hf.sbatch (engine=bridge)
@@ -11,7 +11,7 @@ directory (every engine, every launcher):
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
     job_id.txt         every job id submitted from it (vdkit submit)
-    run.lock           held (flock) by the one job running in the dir; names it (vdkit.slurm.runlock)
+    run.lock           held (flock) by the one job running in the dir; names it (vdkit.runlock)
 
 Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
 :func:`load_plan`; nothing re-plans from overrides after render.
@@ -175,8 +175,9 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
                 target.write_text(data)
         from vdkit.files import dir_mode, file_mode
 
-        if SBATCH_FILE in contents:
-            os.chmod(tmp / SBATCH_FILE, file_mode(executable=True))
+        for name, data in contents.items():  # a launcher's script (e.g. launch.sbatch) can be run as is
+            if isinstance(data, str) and data.startswith("#!"):
+                os.chmod(tmp / name, file_mode(executable=True))
         os.chmod(tmp, dir_mode())  # mkdtemp made it 0700; a run dir follows the umask like any dir
         candidates = [run_dir] if run_dir is not None else (
             base / (stem if n == 1 else f"{stem}-{n}") for n in range(1, 100000))

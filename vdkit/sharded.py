@@ -3,14 +3,14 @@
 With ``parallelism.sharding=fsdp|zero3`` every rank is a data-parallel rank (TP = PP = 1) and the
 model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 GB = 1e9):
 
-- sharded model state, mixed precision with Adam, ``STATE_BYTES`` = 16 per trainable parameter / N:
+- sharded model state, mixed precision with Adam, ``sharded_bytes`` = 16 per trainable parameter / N:
   FSDP (torch's MixedPrecision over fp32 shards, as the HF Trainer runs it): fp32 parameter 4 +
   fp32 gradient 4 + Adam m and v 8; ZeRO-3 (Rajbhandari et al. 2020, "2 + 2 + K" with K = 12):
   bf16 parameter 2 + bf16 gradient 2 + fp32 master copy, m and v 12. Frozen parameters (PEFT) keep
   only their parameter bytes.
 - the gathered units: FSDP / ZeRO-3 materialise one decoder block at a time in bf16, prefetch the
   next one, and hold the gathered block's bf16 gradient before the reduce-scatter:
-  ``GATHERED_LAYERS`` x 2 bytes + 2 bytes per block parameter; the root unit (embeddings, positions,
+  ``gathered_layers`` x 2 bytes + 2 bytes per block parameter; the root unit (embeddings, positions,
   final norm, untied output) stays gathered from forward to backward: 2 + 2 bytes per parameter.
 - activations at the recipe's micro batch b and sequence s, bf16, per layer (Korthikanti et al.
   2022, generalised to any MLP width and a gated MLP; memory-efficient SDPA attention, no s^2 term):
@@ -21,22 +21,25 @@ model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 
   set. The logits: bf16 plus the fp32 upcast and its gradient for the loss, 10 s b V.
 - CPU offload (``parallelism.cpu_offload``): the sharded state lives in host memory (reported per
   node), the GPU keeps the gathered units and activations.
-- overhead: ``vdkit.plan.OVERHEAD_GB`` (context, communicator buffers, fragmentation).
+- unsharded gradients during gradient accumulation (``accumulation_grad_bytes``): the HF Trainer runs
+  FSDP's ``no_sync`` on every micro batch but a step's last, so each rank keeps the whole model's bf16
+  gradient until the reduce-scatter (counted when gradient accumulation > 1); ZeRO-3 reduces every
+  micro batch and keeps none.
+- overhead: the cluster's ``memory_overhead_gb``, else memory.yaml's ``overhead_gb`` (context,
+  communicator buffers, fragmentation) - the same rule as vdkit.plan.
+
+Every number above is in conf/calibration/memory.yaml.
 """
 from __future__ import annotations
 
 from typing import Optional
 
 from vdkit.arch import param_counts
+from vdkit.calibration import is_borderline, memory, overhead_gb
 from vdkit.config import Recipe
 
-STATE_BYTES = {  # per trainable parameter: (weights, gradients, optimizer)
-    "fsdp": (4.0, 4.0, 8.0),
-    "zero3": (2.0, 2.0, 12.0),
-}
-FROZEN_BYTES = {"fsdp": 4.0, "zero3": 2.0}  # a frozen parameter's own copy (PEFT)
-GATHERED_LAYERS = 2  # the block being computed and the prefetched next one
-LOGIT_BYTES = 10.0  # bf16 logits + fp32 upcast + fp32 gradient, per position and vocabulary entry
+# The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
+# conf/calibration/memory.yaml, read here through vdkit.calibration.
 LIBRARY = {"fsdp": "torch FSDP full-shard", "zero3": "DeepSpeed ZeRO-3"}
 
 
@@ -48,9 +51,25 @@ def activation_bytes_per_layer(r: Recipe) -> float:
     return 11 * s * b * h + mlp + 4 * s * b * h
 
 
+def state_bytes(kind: str):
+    """(weights, gradients, optimizer) bytes per trainable parameter of ``kind`` (fsdp | zero3), unsharded."""
+    return tuple(float(x) for x in memory()["sharded_bytes"][kind])
+
+
+def accumulation_gradient_bytes(r: Recipe) -> float:
+    """Bytes of unsharded gradients a rank keeps while it accumulates (0 without accumulation)."""
+    from vdkit.plan import trainable_params
+
+    t = r.train
+    if t.global_batch_size // (t.micro_batch_size * r.world_size) <= 1:
+        return 0.0
+    trainable = min(trainable_params(r), param_counts(r.model).total)
+    return float(memory()["accumulation_grad_bytes"][r.parallelism.sharding]) * trainable
+
+
 def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[bool] = None):
     """Per-GPU memory (a vdkit.plan.Memory) of sharded data parallelism, and host GB per node."""
-    from vdkit.plan import GB, OVERHEAD_GB, Memory, trainable_params
+    from vdkit.plan import GB, Memory, trainable_params
 
     kind = r.parallelism.sharding
     offload = r.parallelism.cpu_offload if cpu_offload is None else cpu_offload
@@ -60,24 +79,26 @@ def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[boo
     total = counts.total
     trainable = min(trainable_params(r), total)
     frozen = total - trainable if r.is_peft else 0
-    w_b, g_b, o_b = STATE_BYTES[kind]
-    weights = (trainable * w_b + frozen * FROZEN_BYTES[kind]) / n
+    consts = memory()
+    w_b, g_b, o_b = state_bytes(kind)
+    weights = (trainable * w_b + frozen * float(consts["sharded_frozen_bytes"][kind])) / n
     grads = trainable * g_b / n
     optim = trainable * o_b / n
     host = 0.0
     if offload:
         host = (weights + grads + optim) * r.cluster.gpus_per_node
         weights = grads = optim = 0.0
-    gathered = (GATHERED_LAYERS * 2.0 + 2.0) * counts.per_layer + 4.0 * counts.outside_layers
+    grads += accumulation_gradient_bytes(r)  # on the GPU even with offload (the Trainer's no_sync)
+    gathered = (float(consts["gathered_layers"]) * 2.0 + 2.0) * counts.per_layer + 4.0 * counts.outside_layers
     per_layer = activation_bytes_per_layer(r)
     s, b, h = t.seq_length, t.micro_batch_size, m.hidden_size
     if recompute == "full":
         acts = m.num_layers * 2 * s * b * h + per_layer
     else:
         acts = m.num_layers * per_layer
-    acts += LOGIT_BYTES * s * b * m.vocab_size
+    acts += float(consts["logit_bytes"]) * s * b * m.vocab_size
     mem = Memory(weights_gb=(weights + gathered) / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
-                 activations_gb=acts / GB, overhead_gb=OVERHEAD_GB)
+                 activations_gb=acts / GB, overhead_gb=overhead_gb(r.cluster))
     return mem, host / GB
 
 
@@ -98,7 +119,7 @@ def make_sharded_plan(recipe: Recipe):
     would fit (gradient checkpointing, CPU offload, more nodes).
     """
     from vdkit.errors import UserError
-    from vdkit.plan import BORDERLINE, Plan, checkpoint_gb
+    from vdkit.plan import Plan, checkpoint_gb
 
     p, t = recipe.parallelism, recipe.train
     if (p.tp or 1) != 1 or (p.pp or 1) != 1 or (p.vp or 1) != 1:
@@ -115,10 +136,12 @@ def make_sharded_plan(recipe: Recipe):
     fitting = [(rc, mh) for rc, mh in tried if mh[0].total_gb <= cap]
     rc, (mem, host) = fitting[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
     feasible = bool(fitting)
-    borderline = abs(mem.total_gb - cap) <= BORDERLINE * cap
+    borderline = is_borderline(mem.total_gb, cap)
     notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
     if host:
         notes.append(f"CPU offload: {host:.0f} GB of host memory per node for the sharded state")
+    if feasible:
+        notes.append(_largest_micro_batch_note(recipe, rc))
     reason = None
     if feasible:
         notes.append("memory: " + _breakdown(mem, recipe, rc))
@@ -131,35 +154,62 @@ def make_sharded_plan(recipe: Recipe):
                                        distributed_optimizer=True)
     prediction = _prediction(resolved, rc) if feasible else None
     if prediction is not None:
-        notes.append("prediction: the step-time model is calibrated on NeMo runs (its per-micro-batch overhead "
-                     "is NeMo's unfused stack); FSDP / ZeRO-3 parameter gathers are not modelled - "
-                     "uncalibrated for this engine (`vdkit report --table alpaca_opt` shows its error)")
+        parts = prediction.step.parts
+        notes.append(f"prediction: the transformers-engine regime (vdkit.predict_hf): {parts['tokens_per_micro_batch']:.0f} "
+                     f"tokens per micro batch (rows padded to {parts['padded_row']:.0f}, {parts['mean_row']:.0f} "
+                     f"on average), collectives at {parts['bus_gb_s']:.0f} GB/s bus bandwidth")
+        notes.append(f"tokens: {parts['tokens_source']}")
     if feasible and prediction is None:
-        notes.append(f"no step-time prediction: the step-time model describes "
-                     f"{', '.join(_calibrated_gpus())}, not {recipe.cluster.gpu_type}")
+        notes.append(_why_no_prediction(recipe))
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
 
 
-def _calibrated_gpus():
-    from vdkit.predict import calibration
+def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
+    """The largest micro batch whose memory stays within ``fraction`` of the GPU (0: not even 1), with
+    the per-GPU batch kept (GBS = MBS x GPUs x the recipe's gradient accumulation)."""
+    import dataclasses
 
-    return list(calibration()["hardware"]["gpu_types"])
+    t, n = r.train, r.world_size
+    accum = max(1, t.global_batch_size // (t.micro_batch_size * n))
+    cap = r.cluster.gpu_memory_gb * fraction
+    best = 0
+    for b in range(1, limit + 1):
+        trial = dataclasses.replace(r, train=dataclasses.replace(t, micro_batch_size=b, global_batch_size=b * n * accum))
+        if estimate_sharded_memory(trial, recompute)[0].total_gb > cap:
+            break
+        best = b
+    return best
+
+
+def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
+    """Memory decides the micro batch: the largest that leaves the planner's headroom."""
+    from vdkit.plan import HEADROOM
+
+    b = largest_micro_batch(r, recompute, 1 - HEADROOM)
+    return (f"micro batch: the largest that leaves {HEADROOM:.0%} of the GPU free at recompute {recompute} is "
+            f"{b} (train.micro_batch_size={r.train.micro_batch_size}; activations counted at the full "
+            f"train.seq_length={r.train.seq_length})")
+
+
+def _why_no_prediction(r: Recipe) -> str:
+    from vdkit.predict_hf import constants, gpu_profile
+
+    if gpu_profile(r) is None:
+        return (f"no step-time prediction: conf/calibration/hf_step_time.yaml describes "
+                f"{', '.join(constants()['gpus'])}, not {r.cluster.gpu_type}")
+    return (f"no step-time prediction: cluster {r.cluster.name} ({r.cluster.transport}) states no "
+            "cluster.inter_node_gb_s and has no RDMA adapters to derive it from")
 
 
 def _prediction(r: Recipe, recompute: str):
-    """The kit's step-time model (vdkit.predict) on the data-parallel layout, where it knows the GPU.
+    """The transformers-engine regime of the step-time model (vdkit.predict_hf), where it knows the GPU."""
+    from vdkit.predict import Prediction
+    from vdkit.predict_hf import predict_hf_step
 
-    Compute, per-micro-batch overhead and optimizer as for any DP layout; communication as its
-    once-per-step gradient all-reduce (FSDP / ZeRO-3 move ~1.5x those bytes, per micro batch, mostly
-    overlapped with compute - not modelled separately, so this is a lower bound on communication).
-    """
-    from vdkit.predict import predict, predicts_for
-
-    if not predicts_for(r):
-        return None
-    return predict(r, 1, 1, 1, recompute, distributed_optimizer=True)
+    step = predict_hf_step(r, recompute)
+    return None if step is None else Prediction(step, r.train.target_steps, r.world_size)
 
 
 def _what_would_fit(r: Recipe, rc: str) -> str:

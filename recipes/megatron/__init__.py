@@ -39,8 +39,11 @@ CONTAINER_PYTHON = "python"  # the image's interpreter (NGC PyTorch / NeMo image
 
 
 def in_container(plan) -> bool:
-    """Ranks run in engine.container_image under Slurm; local processes always use this Python."""
-    return bool(plan.recipe.engine.container_image) and plan.recipe.cluster.launcher == "slurm"
+    """Ranks run in engine.container_image on a cluster; a launcher that starts them on this machine
+    (local processes) uses this Python."""
+    from vdkit import launchers
+
+    return bool(plan.recipe.engine.container_image) and not launchers.of(plan).executes_here
 
 
 def command(plan, run_dir) -> List[str]:

@@ -5,18 +5,18 @@ Two sources, checked in this order:
   ``NODE_RANK``), as ``vdkit run`` sets them;
 - Slurm tasks: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
   ``SLURM_NTASKS_PER_NODE`` (one task per GPU, as the rendered sbatch asks).
-``MASTER_ADDR`` / ``MASTER_PORT`` come from the environment (the sbatch script derives the address
-from the first node; emulated nodes share localhost, so a bare hostname is not trusted here).
+``MASTER_ADDR`` / ``MASTER_PORT`` come from the environment, exported by the launcher (the sbatch
+script derives the address from the first node and the port from the job id; emulated nodes share
+localhost, so a bare hostname is not trusted here).
 """
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from vdkit.errors import UserError
-from vdkit.ports import LOCAL_DEFAULT_PORT, job_port
+from vdkit.ports import LOCAL_DEFAULT_PORT
 
 
 
@@ -69,20 +69,13 @@ def resolve_dist_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
     if world > 1 and not addr:
         raise UserError(f"MASTER_ADDR is not set for a {world}-rank job",
                         "export MASTER_ADDR=<first node's address> (the rendered sbatch does this)")
-    if "MASTER_PORT" in env:
-        port = _int(env, "MASTER_PORT")
-    elif "SLURM_JOB_ID" in env and env["SLURM_JOB_ID"].isdigit():
-        port = job_port(int(env["SLURM_JOB_ID"]))  # the rendered sbatch's rule
-    else:
-        port = LOCAL_DEFAULT_PORT
+    # The launcher exports MASTER_PORT (its own rule, e.g. vdkit.ports.job_port of the job id): the
+    # rank does not guess it from a scheduler's variables.
+    if world > 1 and "MASTER_PORT" not in env:
+        raise UserError(f"MASTER_PORT is not set for a {world}-rank job",
+                        "export MASTER_PORT=<a free port on the first node> (the rendered sbatch does this)")
+    port = _int(env, "MASTER_PORT") if "MASTER_PORT" in env else LOCAL_DEFAULT_PORT
     return DistEnv(rank, world, local, local_world, node, addr or "127.0.0.1", port, source)
-
-
-def free_port() -> int:
-    """A TCP port free on this machine right now (for a local rendezvous)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_cluster_environment(d: DistEnv):

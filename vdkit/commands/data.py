@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from vdkit.errors import UserError
 # Light (standard library only): the dataset names and defaults have one home.
@@ -50,6 +51,10 @@ def register(subparsers) -> None:
     st.add_argument("--field", choices=("both", "input", "output"), default="both",
                     help="what to count per sample: the trained text '{input} {output}' (default) or one field")
     st.add_argument("--json", action="store_true", help="print JSON instead of the text block")
+    st.add_argument("--plan", action="store_true",
+                    help="also write FILE.tokens.json beside FILE: the histogram of collated rows (BOS + "
+                         "'{input} {output}' + EOS) that `vdkit plan` reads to count tokens per micro batch "
+                         "(padding to the longest row, truncation at train.seq_length); needs --tokenizer")
     st.set_defaults(func=_stats)
 
     pk = sub.add_parser("pack", help="first-fit-decreasing packing into max-length sequences",
@@ -76,8 +81,20 @@ def _prepare(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     from vdkit.recipes.data_stats import dataset_stats, load_tokenizer
 
-    stats = dataset_stats(args.file, load_tokenizer(args.tokenizer), field=args.field)
+    if args.plan and (args.tokenizer is None or args.field != "both"):
+        raise UserError("--plan counts the collated rows with the model's tokenizer",
+                        "pass --tokenizer PATH (and keep --field both)")
+    tok = load_tokenizer(args.tokenizer)
+    stats = dataset_stats(args.file, tok, field=args.field)
     print(json.dumps(stats.to_dict(), indent=2) if args.json else "\n".join(stats.lines()))
+    if args.plan:
+        from vdkit.recipes.data_stats import token_counts
+        from vdkit.tokens import SPECIAL_TOKENS, write_stats
+
+        counts, _ = token_counts(args.file, tok, "both")
+        path = write_stats(args.file, [c + SPECIAL_TOKENS for c in counts], tok.name)
+        print(f"wrote {path} (vdkit plan reads it for data sets whose first training file is {args.file})",
+              file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

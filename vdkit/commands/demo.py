@@ -87,8 +87,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     # Plan, check and render every cell before training any: a bad override fails in seconds, not
     # after a run (an engine that cannot run on this machine is refused here too).
     # Cells without a layout or that do not fit are skipped with a note, as render does.
-    prepared = prepare_all(plan_cells(cells, True, "demo"), out / "runs", check_mounts=False,
-                           launcher="slurm" if slurm_env is not None else "local")
+    prepared = prepare_all(plan_cells(cells, True, "demo"), out / "runs", check_mounts=False)
     plans = [cell.plan for cell in prepared]
     if slurm_env is not None:  # the emulated nodes are this machine: its Python runs the ranks too
         from vdkit.prepare import engine_of
@@ -108,7 +107,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
               f"dp={plan.dp}): training {r.train.max_steps} steps ...",
               end="", flush=True)
         t0 = time.monotonic()
-        run_dir, ok = (_train_on_slurm(cell, slurm_env) if slurm_env is not None else _train_locally(cell))
+        run_dir, ok = _train(cell, slurm_env)
         print(f" {'done' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s  ({run_dir})", flush=True)
         if not ok:
             print(f"demo: the run failed; its output is in {run_dir}", file=sys.stderr)
@@ -131,31 +130,27 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     return 0
 
 
-def _train_locally(cell):
-    from vdkit.prepare import engine_of
-    from vdkit.recipes.launch import launch_local
+def _train(cell, env):
+    """Write the cell's run directory and train it through its launcher; (run_dir, succeeded)."""
+    from vdkit.prepare import engine_of, launcher_of
 
     plan = cell.plan
+    launcher = launcher_of(plan)
+    if env is not None:
+        os.environ.update(env)  # the local Slurm's SLURM_CONF for sbatch / squeue / scontrol
     run_dir = cell.write()
+    if not launcher.executes_here:
+        from vdkit.launchers import succeeded
+
+        launcher.submit(run_dir)
+        return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60))
     # The live progress bar only on a terminal; the log file gets every update either way.
     sink = sys.stdout.buffer if sys.stdout.isatty() else open(os.devnull, "wb")
     try:
         if sys.stdout.isatty():
             print(flush=True)
-        rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node, terminal=sink,
-                          command=engine_of(plan).command(plan, run_dir))
+        rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir), terminal=sink)
     finally:
         if sink is not sys.stdout.buffer:
             sink.close()
     return run_dir, rc == 0
-
-
-def _train_on_slurm(cell, env):
-    from vdkit.slurm.submit import submit_run, wait
-
-    plan = cell.plan
-    os.environ.update(env)  # SLURM_CONF for sbatch / squeue / scontrol
-    run_dir = cell.write()
-    submit_run(run_dir)
-    state = wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60)
-    return run_dir, state.ok

@@ -15,7 +15,11 @@ def register(sub) -> None:
                                    "per cell.")
     add_override_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object per plan (one per line)")
-    p.add_argument("--cfg", action="store_true", help="print the composed recipe (every key) as YAML and stop")
+    p.add_argument("--cfg", action="store_true",
+                   help="print the composed recipe as YAML, every key with its meaning as a comment, and stop")
+    p.add_argument("--explain", metavar="KEY", action="append",
+                   help="what KEY means (e.g. cluster.nodes; a section such as cluster lists its keys): its type, "
+                        "default, the value the overrides give it, and stop. Repeatable")
     p.add_argument("--check", action="store_true",
                    help=f"exit {EXIT_DOES_NOT_FIT} when a plan does not fit (or a sweep cell has no layout), for "
                         "scripts; without it a plan that says 'does not fit' is an answer and exits 0")
@@ -29,11 +33,19 @@ def run(args) -> int:
     from vdkit.config import compose, override_sets
 
     sets = override_sets(args.overrides, args.multirun, args.sweep)
-    if args.cfg:
-        import yaml
+    if args.explain:
+        from vdkit.keys import explain, lookup
 
-        for overrides in sets:
-            print(yaml.safe_dump(compose(overrides).to_dict(), sort_keys=False), end="")
+        for key in args.explain:  # every key checked before any output
+            lookup(key)
+        recipe = compose(sets[0])
+        print("\n".join(explain(key, recipe) for key in args.explain))
+        return 0
+    if args.cfg:
+        from vdkit.keys import annotated_yaml
+
+        for i, overrides in enumerate(sets):
+            print(("---\n" if i else "") + annotated_yaml(compose(overrides)), end="")
         return 0
     from vdkit.sweep import plan_cells
 
@@ -81,10 +93,20 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+    figure = _published(plan)
+    if figure is not None:
+        lines.append(f"  published   {figure.line(pred)}")
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _published(plan):
+    """The published figure of the plan's cell (vdkit.validation.published_cell), or None."""
+    from vdkit.validation.published_cell import published_for
+
+    return published_for(plan.recipe)
 
 
 def table(plans) -> str:

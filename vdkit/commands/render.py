@@ -2,11 +2,17 @@
 
   vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts]
 
-Prints each run directory's path, one per line. With -m or --sweep, cells the planner finds
-infeasible (e.g. 70B SFT on 8 GPUs) are skipped with a one-line note on stderr; every other
-problem stops the whole command before any run directory is written.
+stdout: each run directory's path, one per line (for scripts). stderr, for the reader: under each
+path its layout, memory and predicted time, and at the end the inputs this machine did not check
+and the command that runs the job. With -m or --sweep, cells the planner finds infeasible (e.g. 70B
+SFT on 8 GPUs) are skipped with a one-line note on stderr; every other problem stops the whole
+command before any run directory is written.
 """
 from __future__ import annotations
+
+import re
+import sys
+from pathlib import PurePosixPath
 
 from vdkit.args import add_render_args
 
@@ -16,7 +22,9 @@ def register(sub) -> None:
     p = sub.add_parser("render", help="write a run directory with launch.sbatch (+ NeMo config); print its path",
                        description="Compose and plan each recipe, then write a new run directory holding "
                                    "launch.sbatch, recipe.yaml, plan.json, overrides.txt and (engine=nemo) "
-                                   "nemo.yaml. Earlier run directories are never overwritten. Prints the paths.")
+                                   "nemo.yaml. Earlier run directories are never overwritten. Prints the paths "
+                                   "(stdout) and, under each, its layout, memory and predicted time, then the "
+                                   "inputs not checked on this machine (stderr).")
     add_render_args(p)
     p.set_defaults(func=run)
 
@@ -27,6 +35,56 @@ def run(args) -> int:
 
     plans = feasible_plans(args.overrides, args.multirun, args.sweep, "render")
     # Every cell is checked and rendered in memory before any run directory is written.
-    for cell in prepare_all(plans, args.out, args.check_mounts):
-        print(cell.write(), flush=True)
+    cells = prepare_all(plans, args.out, args.check_mounts)
+    written = []
+    for cell in cells:
+        run_dir = cell.write()
+        written.append(run_dir)
+        print(run_dir, flush=True)
+        print(cell_lines(cell.plan), file=sys.stderr, flush=True)
+    print(closing_lines(cells, written, args.check_mounts, "sbatch {}/launch.sbatch"), file=sys.stderr)
     return 0
+
+
+def cell_lines(plan) -> str:
+    """Two indented lines: the layout with its memory, and the predicted time (or why there is none)."""
+    r, p = plan.recipe, plan.recipe.parallelism
+    if plan.layout_source in ("none", "fsdp", "zero3"):  # the transformers engine: sharded data parallel
+        layout = f"DP {plan.dp} ({plan.layout_source})"
+    else:
+        layout = f"TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
+    layout += (f", gradient accumulation {plan.grad_accum}; {plan.memory.total_gb:.1f} of {r.cluster.gpu_memory_gb:g} "
+               f"GB per GPU" + (" (borderline)" if plan.borderline else ""))
+    pred = plan.prediction
+    if pred is not None:
+        timing = (f"{pred.step_seconds:.3g} s/step, {pred.minutes:,.1f} min for {r.train.target_steps} steps, "
+                  f"{pred.gpu_hours:,.1f} GPU-hours")
+    else:
+        why = next((n for n in plan.notes if "prediction" in n), "")
+        why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
+        timing = "none" + (f" ({why})" if why else "")
+    return f"  layout     {layout}\n  predicted  {timing}"
+
+
+def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
+    """What was not checked here (with the flag that checks it) and how to start the job(s)."""
+    from vdkit.prepare import unchecked_inputs
+
+    found = {}
+    for cell in cells:
+        for what, path in unchecked_inputs(cell.plan, cell.run_dir, check_mounts):
+            found.setdefault(str(path), what)
+    # a directory listed only because a file in it is (the .nemo file's folder) says nothing new
+    unchecked = [f"{what} {path}" for path, what in found.items()
+                 if not any(other != path and PurePosixPath(path) in PurePosixPath(other).parents for other in found)]
+    lines = []
+    if unchecked:
+        why = ("--no-check-mounts" if check_mounts is False else
+               "their top-level directories are not on this machine: cluster storage")
+        lines.append(f"not checked ({why}): " + ", ".join(unchecked)
+                     + "; make sure the cluster has them (--check-mounts requires them here)")
+    if len(run_dirs) == 1:
+        lines.append("next: " + run_command.format(run_dirs[0]))
+    elif run_dirs:
+        lines.append(f"next: {run_command.format('DIR')} for each of the {len(run_dirs)} run directories above")
+    return "\n".join(lines)

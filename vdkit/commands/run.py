@@ -38,21 +38,19 @@ def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
     from vdkit.plan import make_plan
-    from vdkit.prepare import engine_of, prepare
+    from vdkit.prepare import engine_of, launcher_of, prepare
 
     recipe = compose(with_local_defaults(args.overrides))
-    if recipe.cluster.launcher != "local":
-        raise UserError(f"`vdkit run` starts local processes; cluster={recipe.cluster.name} is a "
-                        f"{recipe.cluster.launcher} cluster", "use cluster=local here, or `vdkit submit` for Slurm")
+    plan = make_plan(recipe)
+    launcher = launcher_of(plan)
+    if not launcher.executes_here:
+        raise UserError(f"`vdkit run` starts the ranks on this machine; cluster={recipe.cluster.name} is a "
+                        f"{recipe.cluster.launcher} cluster (its launcher hands runs to a scheduler)",
+                        "use cluster=local here, or `vdkit submit` for that cluster")
     # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
-    cell = prepare(make_plan(recipe), args.out, launcher="local")
+    cell = prepare(plan, args.out)
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
-
-    from vdkit.recipes.launch import launch_local
-
-    plan = cell.plan
-    rc = launch_local(run_dir, plan.recipe.world_size, plan.recipe.cluster.gpus_per_node,
-                      command=engine_of(plan).command(plan, run_dir))
+    rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir))
     print(run_dir, flush=True)
     return 0 if rc == 0 else 1

@@ -1,4 +1,8 @@
-"""`vdkit submit` (render + sbatch through submitit), `vdkit status` and `vdkit cluster up|down|status`."""
+"""`vdkit submit` (render + hand each run to its launcher), `vdkit status` and `vdkit cluster up|down|status`.
+
+``submit`` goes through the launcher registry (:mod:`vdkit.launchers`); ``status`` and ``cluster``
+are the Slurm launcher's own verbs (job ids, the local emulated Slurm).
+"""
 from __future__ import annotations
 
 import argparse
@@ -40,45 +44,40 @@ def register(sub) -> None:
     c.set_defaults(func=run_cluster)
 
 
-def _line(run_dir, job_id, state=None) -> str:
-    parts = [str(run_dir), str(job_id)]
-    if state is not None:
-        text = state.state
-        if state.exit_code and state.done:
-            text += f" exit={state.exit_code}"
-        if state.reason and not state.done:
-            text += f" ({state.reason})"
-        parts.append(text)
-    return "\t".join(parts)
+def _line(run_dir, job_id, state: str = None) -> str:
+    return "\t".join([str(run_dir), str(job_id)] + ([state] if state is not None else []))
 
 
 def _wait_all(pairs, timeout) -> int:
-    """Wait for every (run_dir, job_id); print the final line of each; 0 when all COMPLETED."""
+    """Wait for every (run_dir, job_id) of Slurm; print the final line of each; 0 when all COMPLETED."""
+    from vdkit.slurm.launcher import describe
     from vdkit.slurm.submit import wait
 
     rc = 0
     for run_dir, job_id in pairs:
         st = wait(run_dir if run_dir is not None else job_id, timeout=timeout)
-        print(_line(run_dir if run_dir is not None else "-", job_id, st), flush=True)
+        print(_line(run_dir if run_dir is not None else "-", job_id, describe(st)), flush=True)
         rc |= 0 if st.ok else 1
     return rc
 
 
 def run_submit(args) -> int:
-    from vdkit.prepare import prepare_all
-    from vdkit.slurm.submit import require_sbatch, submit_run
+    from vdkit.launchers import succeeded
+    from vdkit.prepare import launcher_of, prepare_all
     from vdkit.sweep import feasible_plans
 
-    require_sbatch()
     plans = feasible_plans(args.overrides, args.multirun, args.sweep, "submit")
+    for launcher in {launcher_of(p).name: launcher_of(p) for p in plans}.values():
+        launcher.require()  # a scheduler to hand the runs to, before anything is written
     # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
     submitted = []
     for cell in cells:
+        launcher = launcher_of(cell.plan)
         run_dir = cell.write()
         try:
-            sub = submit_run(run_dir, test_only=args.test_only)
+            answer = launcher.test(run_dir) if args.test_only else launcher.submit(run_dir)
         except BaseException:
             if not args.test_only:
                 # A run directory that was never submitted would look like a lost job: remove it.
@@ -86,13 +85,18 @@ def run_submit(args) -> int:
             if submitted:
                 print(f"vdkit submit: {len(submitted)} job(s) were submitted before the error", file=sys.stderr)
             raise
-        if sub.test_only:
-            print(f"{run_dir}\ttest-only\t{sub.message}", flush=True)
+        if args.test_only:
+            print(f"{run_dir}\ttest-only\t{answer}", flush=True)
         else:
-            print(_line(run_dir, sub.job_id), flush=True)
-            submitted.append((run_dir, sub.job_id))
+            print(_line(run_dir, answer), flush=True)
+            submitted.append((launcher, run_dir, answer))
     if args.wait and submitted:
-        return _wait_all(submitted, args.timeout)
+        rc = 0
+        for launcher, run_dir, job_id in submitted:
+            state = launcher.wait(run_dir, timeout=args.timeout)
+            print(_line(run_dir, job_id, state), flush=True)
+            rc |= 0 if succeeded(state) else 1
+        return rc
     return 0
 
 
@@ -102,9 +106,9 @@ def run_status(args) -> int:
     pairs = [resolve(t) for t in args.targets]  # all checked before any output
     if args.wait:
         return _wait_all(pairs, args.timeout)
-    from vdkit.slurm.runlock import holder_note
-
     from vdkit.errors import UserError
+    from vdkit.runlock import holder_note
+    from vdkit.slurm.launcher import describe
 
     states = [job_state(run_dir if run_dir is not None else job_id) for run_dir, job_id in pairs]
     for (run_dir, job_id), st in zip(pairs, states):  # all checked before any output
@@ -114,7 +118,7 @@ def run_status(args) -> int:
                             "pass a job id that `squeue` or `scontrol show job` lists, or a run directory "
                             "written by `vdkit submit`")
     for (run_dir, job_id), st in zip(pairs, states):
-        line = _line(run_dir if run_dir is not None else "-", job_id, st)
+        line = _line(run_dir if run_dir is not None else "-", job_id, describe(st))
         note = holder_note(run_dir) if run_dir is not None else None
         print(line + (f"\t{note}" if note else ""))
     return 0

@@ -141,8 +141,9 @@ def run_report(args) -> int:
         written = hf_tables.write(table, args.out, plots=not args.no_plots)
         print(hf_tables.to_markdown(table))
     else:
-        if not args.runs:
-            raise UserError(f"--table {args.table} needs run directories", "pass them, e.g. `vdkit report runs/*`")
+        if not args.runs:  # the planned table: every cell planned and predicted, next to the published figure
+            print(f"vdkit report: no run directories: the planned {args.table} (predicted next to published); "
+                  "pass run directories to add measured times", file=sys.stderr)
         table, written = write_report(args.runs, args.table, args.out, plots=not args.no_plots)
         print(tables.to_markdown(table))
     for w in table.warnings:

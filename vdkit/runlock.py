@@ -6,8 +6,12 @@ opens ``<run_dir>/run.lock`` and takes an exclusive ``flock`` on it before anyth
 lock is held by the batch shell and every process it starts (the descriptor is inherited), and
 released by the kernel when the last of them exits - a killed or requeued job cannot leave it
 stale. A second job finds it held, prints one line naming the holder and exits 1 without
-touching anything. The file's text names the holder (``slurm <jobid>`` or ``local <pid>``) for
-``vdkit status``; that text may outlive the job, so it is only reported while that job is alive.
+touching anything. The file's text names the holder (``<launcher> <job id>``: ``slurm 1234`` or
+``local 4321``) for ``vdkit status``; that text may outlive the job, so it is only reported while
+that job is alive (asked of the launcher that wrote it, through :mod:`vdkit.launchers`).
+
+Launcher-neutral: a launcher whose job is a shell script takes the lock with :func:`lock_lines`,
+one that starts processes here with :func:`acquire_local`.
 """
 from __future__ import annotations
 
@@ -23,18 +27,21 @@ from vdkit.rundir import LOCK_FILE
 LOCK_FD = 9  # the job script's descriptor for the lock (inherited by srun and the ranks)
 
 
-def lock_lines(run_dir) -> List[str]:
-    """Bash lines for the job script: take the run dir's lock or stop with one line naming the holder."""
+def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
+    """Bash lines for the job script: take the run dir's lock or stop with one line naming the holder.
+
+    ``launcher`` names the holder's kind in the lock file; ``job_id_expr`` is the shell expression of
+    the job's id (e.g. ``${SLURM_JOB_ID:-?}``)."""
     lock = shlex.quote(str(Path(run_dir) / LOCK_FILE))
     return [
         "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here)",
         f"exec {LOCK_FD}>>{lock}",
         f"if ! flock -n {LOCK_FD}; then",
         f'  echo "vdkit: the run directory is held by $(cat {lock} 2>/dev/null || echo another job); job '
-        '${SLURM_JOB_ID:-?} did not start: wait for that job or cancel it, or render a new run dir" >&2',
+        f'{job_id_expr} did not start: wait for that job or cancel it, or render a new run dir" >&2',
         "  exit 1",
         "fi",
-        f'echo "slurm ${{SLURM_JOB_ID:-?}}" > {lock}',
+        f'echo "{launcher} {job_id_expr}" > {lock}',
     ]
 
 
@@ -67,7 +74,7 @@ def is_held(run_dir) -> bool:
     return False
 
 
-def acquire_local(run_dir) -> int:
+def acquire_local(run_dir, launcher: str = "local") -> int:
     """`vdkit run`: take the run dir's lock for this process (and its ranks); returns the descriptor.
 
     Raises UserError naming the holder when another job holds it.
@@ -82,22 +89,24 @@ def acquire_local(run_dir) -> int:
         raise UserError(f"the run directory {run_dir} is held by {' '.join(held) if held else 'another job'}",
                         "wait for that job or stop it, or start a new run") from None
     os.truncate(path, 0)
-    os.write(fd, f"local {os.getpid()}\n".encode())
+    os.write(fd, f"{launcher} {os.getpid()}\n".encode())
     return fd
 
 
 def holder_note(run_dir) -> Optional[str]:
-    """'held by job 1234' (or 'held by local process 4321') while that job holds the run dir, else None."""
+    """'held by slurm job 1234' (or 'held by local job 4321') while that job holds the run dir, else None.
+
+    The lock is a flock: visible from this machine when the holder runs here (or over NFSv4). A job
+    on another node is asked of the launcher that wrote the lock file (``job_alive``)."""
     held = read_holder(run_dir)
     if held is None:
         return None
     kind, ident = held
-    if kind == "slurm":
-        from vdkit.slurm.submit import job_state
+    from vdkit import launchers
 
-        try:
-            alive = not job_state(ident).done and job_state(ident).source != "none"
-        except UserError:
-            alive = False
-        return f"held by job {ident}" if alive or is_held(run_dir) else None
-    return f"held by local process {ident}" if is_held(run_dir) else None
+    launcher = launchers.optional(kind)
+    try:
+        alive = launcher is not None and launcher.job_alive(ident)
+    except UserError:
+        alive = False
+    return f"held by {kind} job {ident}" if alive or is_held(run_dir) else None

@@ -1,6 +1,8 @@
-"""Local processes standing in for a job's ranks (``vdkit run``, cluster=local), for any engine.
+"""The local launcher (``cluster.launcher=local``): local processes stand in for a job's ranks, any engine.
 
-One process per rank, each running the engine's ``command(plan, run_dir)`` with the
+The interface is :mod:`vdkit.launchers'`; this launcher *executes here* (:func:`run`): ``vdkit run``
+and ``vdkit demo`` train through it, ``vdkit render cluster=local`` writes the run directory and no
+script (``python -m vdkit.local RUN_DIR`` trains a rendered one). One process per rank, each running the engine's ``command(plan, run_dir)`` with the
 torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT). Rank 0's stdout and stderr go to ``<run_dir>/local-1.out`` and to the terminal, as
 a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``.
@@ -17,8 +19,71 @@ import time
 from pathlib import Path
 from typing import BinaryIO, List, Optional
 
-from vdkit.rundir import LOCAL_OUT_FILE as LOCAL_OUT
+from vdkit.errors import UserError
+from vdkit.jobspec import JobSpec
+from vdkit.rundir import JOB_STATE_FILE, LOCAL_OUT_FILE as LOCAL_OUT
+
 STOP_GRACE_S = 10.0
+NAME = "local"  # this launcher's registry name (the run-dir lock names its holder by it)
+
+
+# ----------------------------------------------------------------------------- the launcher interface
+def check(plan, job: JobSpec) -> None:
+    """Refuse an engine that does not run on this machine (it runs in its container on a cluster)."""
+    if not job.runs_locally:
+        raise UserError(f"engine={plan.recipe.engine.name} does not run on this machine (it runs in its "
+                        "container on the cluster)", "use a Slurm cluster (e.g. cluster=xe9680) and `vdkit "
+                        "render` / `vdkit submit` for it, or another engine here")
+
+
+def files(plan, job: JobSpec, run_dir: Path) -> dict:
+    """Nothing beyond the engine's files: the ranks are started by :func:`run`, not by a script."""
+    return {}
+
+
+def require() -> None:
+    """There is no scheduler to hand a run to: one line saying how to train here instead."""
+    raise UserError("cluster.launcher=local has no scheduler to submit to",
+                    "train here with `vdkit run ...` (or `python -m vdkit.local RUN_DIR` for a rendered run "
+                    "directory), or submit to a Slurm cluster (e.g. cluster=xe9680)")
+
+
+def submit(run_dir: Path) -> str:
+    """See :func:`require`: always refused."""
+    require()
+    return ""
+
+
+def status(run_dir: Path) -> str:
+    """RUNNING while a local job holds the run dir, else the state :func:`run` saved, else NOT_STARTED."""
+    import json
+
+    from vdkit.runlock import is_held
+
+    if is_held(run_dir):
+        return "RUNNING"
+    try:
+        return str(json.loads((Path(run_dir) / JOB_STATE_FILE).read_text())[NAME]["state"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "NOT_STARTED"
+
+
+def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = None) -> int:
+    """Start ``plan``'s ranks (cluster.nodes x cluster.gpus_per_node processes) running ``command``; the exit code.
+
+    Saves the outcome for :func:`status` (COMPLETED or FAILED)."""
+    import json
+
+    from vdkit.launchers import COMPLETED, FAILED
+
+    r = plan.recipe
+    rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
+    state = {NAME: {"state": COMPLETED if rc == 0 else FAILED, "exit_code": rc}}
+    (Path(run_dir) / JOB_STATE_FILE).write_text(json.dumps(state) + "\n")
+    return rc
+
+
+# ----------------------------------------------------------------------------- the ranks
 
 
 def rank_env(rank: int, world: int, per_node: int, port: int, base: Optional[dict] = None) -> dict:
@@ -65,14 +130,13 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
 
     ``command`` defaults to the command of the run directory's engine (from its recipe.yaml and
     plan.json). Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
-    from vdkit.recipes.reference.distributed import free_port
+    from vdkit.ports import free_port
     from vdkit.rundir import LOG_DIR
-
-    from vdkit.slurm.runlock import acquire_local
+    from vdkit.runlock import acquire_local
 
     run_dir = Path(run_dir)
     terminal = terminal if terminal is not None else sys.stdout.buffer
-    lock_fd = acquire_local(run_dir)  # one job at a time in a run dir, as the Slurm script does
+    lock_fd = acquire_local(run_dir, NAME)  # one job at a time in a run dir, as a scheduler's script does
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     port = free_port()
     if command is None:
@@ -130,3 +194,27 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
         for fh in files:
             fh.close()
         os.close(lock_fd)
+
+
+def main(argv=None) -> int:
+    """``python -m vdkit.local RUN_DIR``: train a run directory rendered for cluster=local."""
+    from vdkit.recipes import engines
+    from vdkit.rundir import load_plan
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print("usage: python -m vdkit.local RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        run_dir = Path(argv[0]).absolute()
+        plan = load_plan(run_dir)
+        engine = engines.get(plan.recipe.engine.name)
+        engine.local_check(plan)
+        return run(run_dir, plan, engine.command(plan, run_dir))
+    except UserError as exc:
+        print(f"vdkit: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The Slurm launcher (``cluster.launcher=slurm``): launch.sbatch, sbatch through submitit, job state.
+
+The interface is :mod:`vdkit.launchers`'. The script is :mod:`vdkit.slurm.render`'s, submission
+and state :mod:`vdkit.slurm.submit`'s; this module is the seam the rest of the kit sees.
+Continuation across allocations today: ``--signal`` / ``--requeue`` in the script and the engines'
+own requeue (vdkit.recipes.preemption).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict, Optional
+
+from vdkit.jobspec import JobSpec
+from vdkit.rundir import SBATCH_FILE
+
+
+def check(plan, job: JobSpec) -> None:
+    """Refuse a container image pyxis cannot read (before anything is rendered)."""
+    if job.container is not None:
+        from vdkit.slurm.env import check_image
+
+        check_image(job.container.image, job.container.image_key)
+
+
+def files(plan, job: JobSpec, run_dir: Path) -> Dict[str, str]:
+    """``launch.sbatch`` for ``plan`` running ``job`` in ``run_dir`` (UserError for a value it cannot carry)."""
+    from vdkit.slurm.render import sbatch_text
+
+    return {SBATCH_FILE: sbatch_text(plan, run_dir, job)}
+
+
+def require() -> None:
+    """One line naming the fix when sbatch is not on PATH (checked before anything is written)."""
+    from vdkit.slurm import submit as slurm_submit
+
+    slurm_submit.require_sbatch()
+
+
+def submit(run_dir: Path) -> str:
+    """sbatch the run directory's launch.sbatch; the job id (recorded in job_id.txt)."""
+    from vdkit.slurm import submit as slurm_submit
+
+    return str(slurm_submit.submit_run(run_dir).job_id)
+
+
+def test(run_dir: Path) -> str:
+    """``sbatch --test-only``: Slurm's one-line answer (where and when it would start); nothing is queued."""
+    from vdkit.slurm import submit as slurm_submit
+
+    return slurm_submit.submit_run(run_dir, test_only=True).message
+
+
+def describe(st) -> str:
+    """A job state as one status word plus Slurm's details: ``COMPLETED exit=0:0``, ``PENDING (Resources)``."""
+    text = st.state
+    if st.exit_code and st.done:
+        text += f" exit={st.exit_code}"
+    if st.reason and not st.done:
+        text += f" ({st.reason})"
+    return text
+
+
+def status(run_dir: Path) -> str:
+    """The Slurm state of the run directory's latest job (works without accounting), with its details."""
+    from vdkit.slurm.submit import job_state
+
+    return describe(job_state(run_dir))
+
+
+def wait(run_dir: Path, timeout: Optional[float] = None) -> str:
+    """Poll Slurm until the run directory's latest job ends (or ``timeout`` s pass); :func:`status`'s words."""
+    from vdkit.slurm.submit import wait as wait_job
+
+    return describe(wait_job(run_dir, timeout=timeout))
+
+
+def job_alive(job_id: str) -> bool:
+    """Whether Slurm still runs (or queues) job ``job_id``."""
+    from vdkit.slurm.submit import job_state
+
+    st = job_state(job_id)
+    return not st.done and st.source != "none"

@@ -1,0 +1,131 @@
+"""The launcher seam (vdkit.launchers): a launcher and an engine are each one module plus a registry line.
+
+The throwaway launcher and engine below are registered by monkeypatching the two registries only
+(and sys.modules, where an installed module would live): no file of the kit is touched.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from vdkit import launchers
+from vdkit.cli import main
+from vdkit.config import compose
+from vdkit.errors import UserError
+from vdkit.plan import make_plan
+from vdkit.recipes import engines
+from vdkit.rundir import LOCK_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+
+TINY = ["model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=2"]
+
+
+def _module(name: str, **attrs) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    for key, value in attrs.items():
+        setattr(mod, key, value)
+    return mod
+
+
+@pytest.fixture
+def toy(monkeypatch):
+    """Register launcher "toy" and engine "toy"; returns what the launcher saw."""
+    seen = {}
+
+    def files(plan, job, run_dir):
+        seen["job"] = job
+        return {"toy-job.sh": "#!/bin/sh\n" + " ".join(job.argv) + "\n", "toy-manifest.txt": f"ranks {plan.recipe.world_size}\n"}
+
+    def check(plan, job):
+        if plan.recipe.cluster.nodes > 1:
+            raise UserError("the toy scheduler has one node", "use cluster.nodes=1")
+
+    launcher = _module("toy_launcher", files=files, check=check, submit=lambda run_dir: "toy-1",
+                       status=lambda run_dir: "COMPLETED")
+    engine = _module("toy_engine", command=lambda plan, run_dir: ["toy-train", str(run_dir)],
+                     env=lambda plan: {"TOY_THREADS": "3"},
+                     files=lambda plan, run_dir: {"toy.yaml": f"model: {plan.recipe.model.name}\n"})
+    monkeypatch.setitem(sys.modules, "toy_launcher", launcher)
+    monkeypatch.setitem(sys.modules, "toy_engine", engine)
+    monkeypatch.setitem(launchers.REGISTRY, "toy", "toy_launcher")
+    monkeypatch.setitem(engines.REGISTRY, "toy", "toy_engine")
+    return seen
+
+
+def test_a_throwaway_launcher_and_engine_render_a_run(toy, tmp_path, capsys):
+    rc = main(["render", *TINY, "cluster.launcher=toy", "engine.name=toy", "--no-check-mounts", "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    run_dir = Path(capsys.readouterr().out.strip())
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == sorted([RECIPE_FILE, PLAN_FILE, "overrides.txt", "toy.yaml", "toy-job.sh", "toy-manifest.txt"])
+    assert (run_dir / "toy-job.sh").read_text() == f"#!/bin/sh\ntoy-train {run_dir}\n"
+    assert os.stat(run_dir / "toy-job.sh").st_mode & stat.S_IXUSR  # a script is written executable
+    assert not os.stat(run_dir / "toy-manifest.txt").st_mode & stat.S_IXUSR
+    assert (run_dir / "toy.yaml").read_text() == "model: tiny_llama\n"
+    job = toy["job"]  # the engine's request reached the launcher as data
+    assert job.argv == ["toy-train", str(run_dir)] and job.env == {"TOY_THREADS": "3"} and job.container is None
+
+
+def test_the_throwaway_launcher_refuses_before_anything_is_written(toy, tmp_path, capsys):
+    rc = main(["render", *TINY, "cluster.launcher=toy", "cluster.nodes=2", "engine.name=toy", "--no-check-mounts",
+               "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the toy scheduler has one node" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_config_takes_launcher_names_from_the_registry(toy):
+    assert compose(["cluster.launcher=toy"]).cluster.launcher == "toy"
+    with pytest.raises(UserError, match=r"cluster.launcher='nope' is not a launcher.*cluster.launcher=toy"):
+        compose(["cluster.launcher=nope"])
+
+
+def test_render_cluster_local_goes_through_the_local_launcher(tmp_path, capsys):
+    rc = main(["render", "cluster=local", "engine=reference", *TINY[:2], "--out", str(tmp_path)])
+    assert rc == 0, capsys.readouterr().err
+    run_dir = Path(capsys.readouterr().out.strip())
+    assert not (run_dir / SBATCH_FILE).exists() and (run_dir / PLAN_FILE).is_file()
+    local = launchers.get("local")
+    assert local.executes_here and local.status(run_dir) == "NOT_STARTED"
+    with pytest.raises(UserError, match="no scheduler"):
+        local.require()
+
+
+def test_local_launcher_refuses_an_engine_that_does_not_run_here(tmp_path, capsys):
+    rc = main(["render", "cluster=local", "engine=nemo", "--no-check-mounts", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "engine=nemo does not run on this machine" in err and not list(tmp_path.iterdir())
+
+
+def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
+    """JobSpec.pmi comes from the engine's NEEDS_PMI; cluster.mpi is honoured for it and only for it."""
+    from vdkit.prepare import job_spec, sbatch_text
+
+    plan = make_plan(compose(["cluster.mpi=pmi2"]))
+    assert job_spec(plan, tmp_path).pmi is False and "--mpi" not in sbatch_text(plan, tmp_path)
+    monkeypatch.setattr(engines.get("nemo").module, "NEEDS_PMI", True, raising=False)
+    assert job_spec(plan, tmp_path).pmi is True and "--mpi=pmi2" in sbatch_text(plan, tmp_path)
+    assert "--mpi" not in sbatch_text(make_plan(compose(["cluster.mpi=none"])), tmp_path)
+
+
+def test_run_lock_names_its_launcher(tmp_path):
+    from vdkit.runlock import acquire_local, holder_note
+
+    fd = acquire_local(tmp_path, "local")
+    try:
+        assert (tmp_path / LOCK_FILE).read_text() == f"local {os.getpid()}\n"
+        assert holder_note(tmp_path) == f"held by local job {os.getpid()}"
+    finally:
+        os.close(fd)
+    assert holder_note(tmp_path) is None  # released: the lock file's text outlives it, the note does not
+
+
+def test_python_m_vdkit_local_needs_one_run_dir(tmp_path, capsys):
+    from vdkit.local import main as local_main
+
+    assert local_main([]) == 2 and "usage: python -m vdkit.local RUN_DIR" in capsys.readouterr().err
+    assert local_main([str(tmp_path)]) == 2 and "error:" in capsys.readouterr().err  # not a run directory

@@ -1,0 +1,151 @@
+"""The step-time model's transformers-engine regime (vdkit.predict_hf) and the tokens it computes on
+(vdkit.tokens): collator padding counted from the data, the stack's synchronisation rules, the
+hardware constants' sources, and the seeds' published cells it predicts."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+import pytest
+
+from vdkit.config import compose, sweep_cells
+from vdkit.plan import make_plan
+from vdkit.predict_hf import constants, predict_hf_step
+from vdkit.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
+
+OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpaca", "model=opt_6_7b",
+       "train.micro_batch_size=4", "train.global_batch_size=256", "train.seq_length=512", "parallelism.recompute=none"]
+
+
+def test_expected_longest_row_is_the_order_statistic_of_the_histogram():
+    hist = {10: 1, 20: 1, 30: 2}  # F(10)=1/4, F(20)=1/2, F(30)=1
+    # longest of 2 rows drawn at random: P(10)=1/16, P(20)=1/4-1/16, P(30)=1-1/4
+    assert expected_longest(hist, 2, 1000) == pytest.approx(10 / 16 + 20 * 3 / 16 + 30 * 12 / 16)
+    assert expected_longest(hist, 1, 1000) == pytest.approx(22.5)  # one row: the mean
+    assert expected_longest(hist, 2, 25) == pytest.approx(10 / 16 + 20 * 3 / 16 + 25 * 12 / 16)  # truncation
+    rng = random.Random(1)
+    lengths = [int(rng.lognormvariate(4.5, 0.5)) for _ in range(20000)]
+    mean = sum(lengths) / len(lengths)
+    from vdkit.tokens import histogram
+
+    # the planner's default (log-normal) agrees with the exact histogram of log-normal data
+    assert lognormal_longest(mean, 0.5, 4, 10**6) == pytest.approx(expected_longest(histogram(lengths), 4, 10**6), rel=0.02)
+    assert lognormal_longest(mean, 0.5, 1, 10**6) == pytest.approx(mean, rel=0.01)
+
+
+def test_tokens_per_micro_batch_come_from_the_data_stats_file_when_there_is_one(tmp_path):
+    train = tmp_path / "training.jsonl"
+    train.write_text("")
+    recipe = compose(OPT + [f"data.data_dir={tmp_path}"])
+    default = micro_batch_tokens(recipe)
+    assert "planner default for alpaca" in default.source and default.mean_row == pytest.approx(114.7)
+    assert default.tokens > 4 * default.mean_row  # padding to the longest of 4 rows costs tokens
+    write_stats(train, [50] * 90 + [600] * 10, "test tokenizer")
+    assert stats_path(train).is_file()
+    counted = micro_batch_tokens(recipe)
+    assert str(stats_path(train)) in counted.source and counted.mean_row == pytest.approx(105)
+    # rows cut at seq 512: the longest of 4 is 512 with probability 1 - 0.9^4
+    assert counted.padded_row == pytest.approx(50 * 0.9 ** 4 + 512 * (1 - 0.9 ** 4))
+    step = predict_hf_step(recipe)
+    assert step.parts["tokens_per_micro_batch"] == pytest.approx(counted.tokens)
+    assert step.tokens_per_step == pytest.approx(256 * 105)  # throughput counts real tokens, not padding
+
+
+def test_data_stats_plan_writes_the_histogram_the_planner_reads(tmp_path, capsys):
+    from tests.test_data_stats import make_rows, word_level_tokenizer, write_rows
+    from vdkit.cli import main
+
+    rows = make_rows()
+    f = write_rows(tmp_path / "training.jsonl", rows)
+    tok = word_level_tokenizer(tmp_path / "tokenizer.json")
+    assert main(["data", "stats", str(f), "--tokenizer", str(tok), "--plan"]) == 0
+    doc = json.loads(stats_path(f).read_text())
+    want = {}
+    for r in rows:  # BOS + words of "{input} {output}" + EOS
+        n = len(r["input"].split()) + len(r["output"].split()) + 2
+        want[str(n)] = want.get(str(n), 0) + 1
+    assert doc["histogram"] == dict(sorted(want.items(), key=lambda kv: int(kv[0]))) and doc["rows"] == len(rows)
+    assert main(["data", "stats", str(f), "--plan"]) == 2  # no tokenizer: one clear line, nothing written
+    assert "--tokenizer" in capsys.readouterr().err
+
+
+def test_fsdp_reduces_once_per_step_zero3_every_micro_batch():
+    fsdp = compose(OPT)
+    zero3 = dataclasses.replace(fsdp, parallelism=dataclasses.replace(fsdp.parallelism, sharding="zero3"))
+    one_f = predict_hf_step(dataclasses.replace(fsdp, train=dataclasses.replace(fsdp.train, global_batch_size=32)))
+    eight_f = predict_hf_step(fsdp)
+    eight_z = predict_hf_step(zero3)
+    one_z = predict_hf_step(dataclasses.replace(zero3, train=dataclasses.replace(zero3.train, global_batch_size=32)))
+    per_step = lambda s: s.communication_s  # noqa: E731
+    # ZeRO-3's communication grows with the micro batches; FSDP's reduce-scatter is paid once per step
+    assert per_step(eight_z) == pytest.approx(8 * per_step(one_z), rel=1e-9)
+    assert per_step(eight_f) < 8 * per_step(one_f)
+    assert eight_f.compute_s == pytest.approx(8 * one_f.compute_s)
+
+
+def test_communication_is_hidden_by_longer_micro_batches_and_exposed_by_slow_links():
+    base = compose(["engine=reference", "parallelism.sharding=zero3", "method=sft", "data=pubmedqa_blog",
+                    "model=llama3_1_8b", "cluster=xe9680_mi300x", "cluster.nodes=2", "train.seq_length=1024",
+                    "train.micro_batch_size=1", "train.global_batch_size=16"])
+    small = predict_hf_step(base)
+    big = predict_hf_step(dataclasses.replace(base, train=dataclasses.replace(base.train, micro_batch_size=24,
+                                                                             global_batch_size=384)))
+    assert small.communication_s / small.total_s > big.communication_s / big.total_s
+    slow = dataclasses.replace(base, cluster=dataclasses.replace(base.cluster, inter_node_gb_s=10.0))
+    assert predict_hf_step(slow).communication_s > 3 * small.communication_s
+    tcp = compose(["engine=reference", "parallelism.sharding=zero3", "model=llama3_1_8b",
+                   "cluster=xe9680_mi300x_noroce", "cluster.nodes=2", "cluster.inter_node_gb_s=null",
+                   "train.seq_length=1024", "train.micro_batch_size=1", "train.global_batch_size=16"])
+    assert predict_hf_step(tcp) is None  # TCP without a stated bandwidth: no figure rather than a guess
+    plan = make_plan(tcp)
+    assert plan.prediction is None and any("cluster.inter_node_gb_s" in n for n in plan.notes)
+
+
+def test_mi300x_constants_are_datasheet_and_measured_figures():
+    gpus = constants()["gpus"]
+    mi, h100 = gpus["MI300X-192GB"], gpus["H100-SXM5-80GB"]
+    assert mi["peak_tflops_bf16"] == 1307.4 and mi["hbm_gb_s"] == 5300 and mi["intra_node_gb_s"] == 336
+    assert mi["mamf_tflops_bf16"] / mi["peak_tflops_bf16"] < 0.65 < h100["mamf_tflops_bf16"] / h100["peak_tflops_bf16"]
+
+
+def test_every_seed_cell_gets_a_prediction_and_opt_30b_none():
+    for table in ("alpaca_opt", "llama31_roce"):
+        for cell in sweep_cells(table):
+            plan = make_plan(compose(cell))
+            if plan.recipe.model.name == "opt_30b":
+                assert not plan.feasible and plan.prediction is None
+                continue
+            assert plan.feasible and plan.prediction is not None, cell
+            assert plan.prediction.step.parts["regime"] == "hf"
+            assert any(n.startswith("tokens: ") for n in plan.notes)
+
+
+def test_plan_prints_the_published_figure_of_its_cell(capsys):
+    from vdkit.cli import main
+    from vdkit.validation.published_cell import published_for
+
+    assert main(["plan", "model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]) == 0
+    out = capsys.readouterr().out
+    plan = make_plan(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]))
+    mine = plan.prediction.minutes
+    assert f"published   Table 9: 102 min for 1000 steps; predicted {mine:,.1f} min ({mine / 102:.2f}x the published)" in out
+    blog = sweep_cells("llama31_roce")[2]  # 8B, 2 nodes, RoCE
+    fig = published_for(compose(blog))
+    assert fig.text == "1071.2 s per epoch" and fig.minutes == pytest.approx(1071.2 / 60)
+    assert published_for(compose(sweep_cells("alpaca_opt")[-1])).text == "out of memory"
+    # not a published configuration (packed data, the fast recipe): no figure printed
+    assert published_for(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4", "recipe=fast"])) is None
+
+
+def test_each_engine_picks_its_regime_in_one_place():
+    from vdkit.predict import ENGINE_REGIMES, _fused_path, regime
+
+    assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "nemo"
+    assert ENGINE_REGIMES["bridge"] == "fused"  # NVIDIA's current stack: the fused-path constants
+    # the transformers engine with plain DDP is predicted by the HF regime too, not by NeMo's
+    ddp = make_plan(compose(["engine=reference", "model=opt_1_3b", "data=alpaca", "method=sft",
+                             "train.micro_batch_size=4", "train.global_batch_size=256", "train.seq_length=512"]))
+    assert ddp.prediction.step.parts["regime"] == "hf" and ddp.runner_up is None
+    guide = compose(["model=llama2_7b", "method=lora"])
+    assert not _fused_path(guide) and _fused_path(compose(["model=llama2_7b", "method=lora", "recipe=fast"]))

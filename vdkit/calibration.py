@@ -1,0 +1,43 @@
+"""The kit's constants as data: ``conf/calibration/*.yaml`` (memory model, step-time model), loaded once.
+
+A low layer: the memory model (vdkit.plan, vdkit.sharded) and the step-time model (vdkit.predict,
+vdkit.predict_hf) both read their numbers here, so no number lives in two places and no lower layer
+imports the prediction layer to find one.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from vdkit.errors import UserError
+
+CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a wheel)
+
+
+@lru_cache(maxsize=None)
+def load(name: str) -> dict:
+    """``conf/calibration/<name>.yaml`` as a dict (UserError when the file is missing)."""
+    import yaml
+
+    from vdkit.config import conf_dir
+
+    path = conf_dir() / CALIBRATION_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"the calibration file {path} is missing",
+                        "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
+    return yaml.safe_load(path.read_text())
+
+
+def memory() -> dict:
+    """The memory model's constants (conf/calibration/memory.yaml)."""
+    return load("memory")
+
+
+def overhead_gb(cluster) -> float:
+    """Per-GPU reserve: the cluster's ``memory_overhead_gb``, else the calibration default."""
+    return float(memory()["overhead_gb"]) if cluster.memory_overhead_gb is None else float(cluster.memory_overhead_gb)
+
+
+def is_borderline(total_gb: float, cap_gb: float) -> bool:
+    """The one borderline rule: within ``borderline_fraction`` of the GPU's memory, either way."""
+    return abs(total_gb - cap_gb) <= float(memory()["borderline_fraction"]) * cap_gb

@@ -1,0 +1,41 @@
+"""`vdkit list`: what exists (models, methods, clusters, data, engines, launchers, sweeps, tables), one line each."""
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    """Add the `list` verb."""
+    from vdkit.catalog import KINDS
+
+    names = [k.name for k in KINDS] + ["keys"]
+    p = sub.add_parser("list", help="what exists: models, methods, clusters, data, engines, launchers, sweeps, tables",
+                       description="List what the kit knows, one line each, read from conf/, the engine and "
+                                   "launcher registries and the published tables. KIND narrows it "
+                                   f"({', '.join(names)}); `vdkit list keys` lists every recipe key with its meaning "
+                                   "(`vdkit plan --explain KEY` says more about one).")
+    # (checked in run: argparse's `choices` refuses an empty nargs="*" list when options and positionals mix)
+    p.add_argument("kinds", nargs="*", metavar="KIND", help="one or more of: " + ", ".join(names))
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from vdkit.catalog import KINDS, render
+    from vdkit.errors import UserError
+
+    names = [k.name for k in KINDS] + ["keys"]
+    kinds = list(dict.fromkeys(args.kinds))
+    for kind in kinds:
+        if kind not in names:
+            raise UserError(f"{kind!r} is not a kind of thing vdkit lists", "use one or more of " + ", ".join(names))
+    blocks = []
+    if [k for k in kinds if k != "keys"] or not kinds:
+        blocks.append(render([k for k in kinds if k != "keys"]))
+    if "keys" in kinds:
+        from vdkit.keys import all_keys
+
+        width = max(len(d.key) for d in all_keys())
+        blocks.append("keys (KEY=VALUE on any verb; `vdkit plan --explain KEY`)\n"
+                      + "\n".join(f"  {d.key.ljust(width)}  {d.meaning}" for d in all_keys()))
+    print("\n\n".join(blocks))
+    if not kinds:
+        print("\nevery recipe key and its meaning: `vdkit list keys`; one key: `vdkit plan --explain KEY`")
+    return 0
