@@ -70,7 +70,7 @@ def test_the_job_runs_in_the_nemo_image_one_task_per_gpu(tmp_path):
     tree = ast.parse((run_dir / "bridge_job.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported == {"sys", "megatron"}
+    assert imported <= {"os", "shutil", "signal", "sys", "time", "megatron"}  # the standard library and Bridge
 
 
 def test_image_is_a_setting(tmp_path):
@@ -174,7 +174,7 @@ def test_ptuning_is_refused_naming_the_engines_that_do_it(tmp_path):
 
 
 def test_packed_sequences_are_refused_on_this_cpu_in_one_line(tmp_path):
-    out = _cli("run", "engine=bridge", "model=tiny_llama", "data=synthetic", "method=pretrain", "data.packed=true", "train.seq_length=64",
+    out = _cli("run", "engine=bridge", "model=tiny_llama", "data=synthetic", "method=sft", "data.packed=true", "train.seq_length=64",
                "train.micro_batch_size=1", "--out", str(tmp_path / "runs"), cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = [l for l in out.stderr.splitlines() if l.strip()]
@@ -202,3 +202,22 @@ def test_byte_tokenizer_gives_the_kits_ids(tmp_path):
     text = "upper: héllo World"
     assert tok(text, add_special_tokens=False)["input_ids"] == [b + 3 for b in text.encode()]
     assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+
+
+def test_the_job_exit_code_is_the_contracts():
+    """bridge_job.py cannot import vdkit (it runs in the stock image): its stop code must equal the contract's."""
+    from vdkit import jobspec
+    from vdkit.recipes.bridge import job
+
+    assert job.EXIT_STOPPED == getattr(jobspec, "EXIT_STOPPED", 75)
+    assert job.STOP_AT_ENV == getattr(jobspec, "STOP_AT_ENV", "VDKIT_STOP_AT")
+
+
+def test_partial_checkpoints_are_removed(tmp_path):
+    from vdkit.recipes.bridge import job
+
+    for n in (2, 4, 6):
+        (tmp_path / f"iter_{n:07d}").mkdir()
+    (tmp_path / job.TRACKER).write_text("4")
+    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000006"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["iter_0000002", "iter_0000004"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from vdkit.errors import UserError
 
@@ -100,6 +100,45 @@ def convert_on_cpu(hf_dir: str, out_dir: str) -> None:
     model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
     bridge.save_megatron_model(model, out_dir, hf_tokenizer_path=hf_dir)
     torch.distributed.destroy_process_group()
+
+
+def toy_hf_checkpoint(model, out_dir, seed: int) -> Path:
+    """A seeded, randomly initialised HF Llama with ``model``'s sizes (a ModelCfg), saved to ``out_dir`` with
+    the kit's byte-level tokenizer: the stand-in for a site's HF weights on a CPU (tests, the demo)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vdkit.recipes.bridge.data import byte_tokenizer_files
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=model.vocab_size, hidden_size=model.hidden_size,
+                      intermediate_size=model.ffn_hidden_size, num_hidden_layers=model.num_layers,
+                      num_attention_heads=model.num_attention_heads, num_key_value_heads=model.num_query_groups,
+                      rms_norm_eps=model.norm_eps, rope_theta=model.rope_base,
+                      max_position_embeddings=model.max_position_embeddings,
+                      tie_word_embeddings=bool(model.tied_embeddings), bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    out = Path(out_dir)
+    LlamaForCausalLM(cfg).save_pretrained(str(out))
+    for name, text in byte_tokenizer_files(".").items():
+        (out / name).write_text(text)
+    return out
+
+
+def make_base(recipe, root) -> Path:
+    """``root/base``: a Bridge checkpoint of a seeded toy HF model with the recipe's sizes, converted by
+    :func:`main` in a child process (the CPU shim changes the process it runs in). Made once."""
+    import subprocess
+
+    root = Path(root)
+    base = root / "base"
+    if (base / "iter_0000000").is_dir():
+        return base
+    hf = toy_hf_checkpoint(recipe.model, root / "hf", recipe.train.seed)
+    done = subprocess.run([sys.executable, "-m", "vdkit.recipes.bridge.convert", str(hf), str(base)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"converting {hf} failed: {(done.stderr or done.stdout).strip()[-2000:]}")
+    return base
 
 
 def main(argv=None) -> int:
