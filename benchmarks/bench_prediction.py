@@ -190,7 +190,8 @@ def main() -> int:
         print(f"{group:<7} n={len(errs):>2}  median {med:.0%}  worst {worst:.0%}  | leave-one-out median "
               f"{np.median(loo):.0%} worst {max(loo):.0%}  | target "
               + ", ".join(f"{w} <= {lim:.0%}" for w, lim in zip(target[::2], target[1::2]))
-              + ("  met" if ok else "  NOT met"))
+              + ("  met" if ok else "  NOT met")
+              + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
     print()
     print_bridge_rows()
     print()

@@ -229,7 +229,8 @@ for name, argv, expect in [
     ("status-no-target", ["status"], "RUN_DIR"),
     ("run-multirun", ["run", "-m", "cluster.nodes=1,2"], "-m"),
     ("validate-no-source", ["validate"], "RUN_DIR_OR_LOG"),
-    ("report-no-runs", ["report"], "run directories"),
+    # (`vdkit report` with no run dirs is the planned table now - issue 20 - not an error)
+    ("report-no-runs-bad-table", ["report", "--table", "table99"], "table99"),
     ("prepare-no-args", ["data", "prepare"], "dataset"),
     ("demo-unknown-flag", ["demo", "--gpu"], "--gpu"),
     ("cluster-bad-action", ["cluster", "restart"], "restart"),

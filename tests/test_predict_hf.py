@@ -149,3 +149,24 @@ def test_each_engine_picks_its_regime_in_one_place():
     assert ddp.prediction.step.parts["regime"] == "hf" and ddp.runner_up is None
     guide = compose(["model=llama2_7b", "method=lora"])
     assert not _fused_path(guide) and _fused_path(compose(["model=llama2_7b", "method=lora", "recipe=fast"]))
+
+
+def test_tile_and_wave_quantization_cost_small_gemms_only():
+    from vdkit.predict_hf import _gemm_s, _quantization
+
+    assert _quantization(128 * 11, 256 * 12, [128, 256], 132) == pytest.approx(1.0)  # 132 tiles: one full wave
+    assert _quantization(128 * 19, 256 * 7, [128, 256], 132) == pytest.approx(133 / 264)  # one tile into a 2nd wave
+    assert _quantization(100, 256, [128, 256], 132) == pytest.approx(100 / 128 / 132)  # one padded tile
+    big = _gemm_s(8192, 8192, 8192, 792e12, 3.35e12, [128, 256], 132)
+    assert big == pytest.approx(2 * 8192 ** 3 / 792e12 / _quantization(8192, 8192, [128, 256], 132))
+    assert big < 1.1 * 2 * 8192 ** 3 / 792e12  # a large GEMM runs near the measured rate
+
+
+def test_plan_json_carries_the_published_figure(capsys):
+    from vdkit.cli import main
+
+    assert main(["plan", "--json", "model=llama2_70b", "method=lora", "cluster.nodes=2"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["published"] == {"table": "Table 9", "figure": "487 min for 1000 steps", "minutes_for_target_steps": 487.0}
+    assert main(["plan", "--json", "model=llama2_70b", "method=lora", "cluster.nodes=2", "recipe=fast"]) == 0
+    assert json.loads(capsys.readouterr().out)["published"] is None

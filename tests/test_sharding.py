@@ -58,6 +58,8 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
     dirs = [_render(tmp_path, s) for s in ("none", "fsdp", "zero3")]
     outs = _train_all(tmp_path, dirs)
     assert "sharding fsdp" in outs[0] and "sharding zero3" in outs[0]
+    # known-harmless library warnings are silenced at their source (vdkit.recipes.known_warnings)
+    assert "FutureWarning" not in outs[0] and "unable to detect" not in outs[0], outs[0][-2000:]
     ddp, fsdp, zero3 = (_losses(d) for d in dirs)
     assert len(ddp) == 5 and ddp[-1] < ddp[0]  # it learns
     assert fsdp == pytest.approx(ddp, rel=1e-4)

@@ -52,7 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vdkit",
         description="Validated-design recipes for Llama 2 on Dell PowerEdge XE9680 clusters: "
-                    "plan, render, submit, run, validate, report.")
+                    "plan, render, submit, run, validate, report.",
+        epilog="New here? `vdkit list` shows every model, method, cluster, engine, sweep and table; "
+               "`vdkit plan --explain KEY` says what a key means; `vdkit demo` runs the whole pipeline on this "
+               "machine. `vdkit VERB --help` for a verb's options.")
     from vdkit import __version__
 
     parser.add_argument("--version", action="version", version=f"vdkit {__version__}")

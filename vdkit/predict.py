@@ -27,9 +27,11 @@ Step time = (m + (PP - 1) / VP) x stage time per micro batch + DP all-reduce + o
 micro batches per step and data-parallel rank. Tokens per sample come from the data (unpacked Dolly
 averages 114.5), a packed sample or a pretraining sample is ``train.seq_length`` tokens.
 
-Every constant - hardware figures, the data's tokens per sample, and the few calibrated ones - lives in
-``conf/calibration/step_time.yaml`` with its source; ``benchmarks/bench_prediction.py`` refits the
-calibrated ones on the published runs and prints the error against each.
+Every constant - hardware figures, bytes per parameter, the data's tokens per sample, and the few
+calibrated ones - lives in ``conf/calibration/step_time.yaml`` with its source (the memory model's in
+``memory.yaml``, the transformers engine's regime's in ``hf_step_time.yaml``, same folder);
+``benchmarks/bench_prediction.py`` refits the calibrated ones on the published runs and prints the error
+against each.
 """
 from __future__ import annotations
 
@@ -170,6 +172,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     calib = calib or calibration()
     k = constants or fitted(calib)
     hw = calib["hardware"]
+    nb = {key: float(v) for key, v in calib["bytes"].items()}
     r, m, t, c = recipe, recipe.model, recipe.train, recipe.cluster
     vp = vp or 1
     dp = r.world_size // (tp * pp)
@@ -196,7 +199,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # Compute, on the roofline: FLOPs at the achieved GEMM rate, but never faster than streaming the
     # weights from HBM once per GEMM pass (forward, activation gradient, weight gradient).
     passes = (3 if full else 2) + (1 if recompute == "full" else 0)
-    weight_bytes = (1.0 if fp8 else 2.0) * gemm_params
+    weight_bytes = (nb["weight_fp8"] if fp8 else nb["weight_bf16"]) * gemm_params
     flops_mb = n * flops_per_token(r, recompute, calib) / (tp * pp) / peak  # seconds at 100 % of peak
     floor_mb = passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
@@ -207,12 +210,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # gradient (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
     touched = 0.0
     if not fused:
-        touched = (4.0 + (2.0 if recompute == "full" else 0.0)) * gemm_params + (12.0 * trainable_held if full else 0.0)
+        touched = ((nb["unfused_weights_read"] + (nb["unfused_recompute_read"] if recompute == "full" else 0.0))
+                   * gemm_params + (nb["unfused_sft_gradient"] * trainable_held if full else 0.0))
     overhead_mb = touched / (k["guide_stack_gb_s"] * 1e9)
 
     # Tensor parallel: 2 collectives forward + 2 backward per layer (+2 recomputed), activations in bf16.
     nvlink = float(hw["nvlink_gb_s"])
-    act_bytes = n * m.hidden_size * 2.0
+    act_bytes = n * m.hidden_size * nb["activation"]
     per_collective = (2.0 * (tp - 1) / tp * act_bytes / (nvlink * 1e9) + latency) if tp > 1 else 0.0
     tp_mb = layers * (6 if recompute == "full" else 4) * per_collective
     # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
@@ -225,10 +229,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 
     # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
     dp_link = nvlink if r.world_size <= c.gpus_per_node else ib_per_gpu
-    dp_s = _ring_s(4.0 * trainable_held, dp, dp_link, latency)
+    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp, dp_link, latency)
     # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
     shard = trainable_held / (dp if distributed_optimizer else 1)
-    opt_s = shard * 34.0 / hbm
+    opt_s = shard * nb["optimizer_pass"] / hbm
     overhead_mb += compute_mb - flops_mb / eff  # the roofline's excess counts as overhead
     compute_mb = flops_mb / eff
 

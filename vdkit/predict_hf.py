@@ -10,8 +10,8 @@ vdkit.tokens) on one GPU:
 - **compute**: every GEMM of every decoder layer (QKV, output, MLP), the logits, forward and both
   backward GEMMs (activation and weight gradients; LoRA / P-tuning skip frozen weight gradients), each
   on the roofline ``max(FLOPs / MAMF, bytes / HBM)`` - MAMF the GPU's *measured* maximum achievable matmul
-  rate, so a small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its
-  size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
+  rate, less what tile and wave quantization of the GEMM's output cost on the GPU's compute units, so a
+  small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
   stored activations. Full recomputation repeats the forward.
 - **communication** (sharded): FSDP / ZeRO-3 gather each decoder layer's parameters in bf16 before its
   forward and again before its backward (all-gather, ``(p-1)/p`` of the layer per GPU), and
@@ -78,9 +78,23 @@ def bus_gb_s(recipe, calib: Optional[dict] = None) -> Optional[float]:
     return None if inter is None else min(intra, inter)
 
 
-def _gemm_s(n: float, k: float, m: float, mamf: float, hbm: float) -> float:
-    """One GEMM (n x k) @ (k x m) in bf16 on the roofline: compute at MAMF or traffic at HBM's rate."""
-    return max(2.0 * n * k * m / mamf, 2.0 * (n * k + k * m + n * m) / hbm)
+def _quantization(n: float, m: float, tile, units: int) -> float:
+    """Fraction of a GEMM's compute-unit time doing useful work for an n x m output: tile quantization
+    (the edge tiles' padding) times wave quantization (the last wave's idle units)."""
+    import math
+
+    tm, tn = (tile[0], tile[1]) if n <= m else (tile[1], tile[0])  # the long tile side along the long side
+    tiles_n, tiles_m = math.ceil(n / tm), math.ceil(m / tn)
+    tiles = tiles_n * tiles_m
+    waves = math.ceil(tiles / units)
+    return (n * m) / (tiles_n * tm * tiles_m * tn) * tiles / (waves * units)
+
+
+def _gemm_s(n: float, k: float, m: float, mamf: float, hbm: float, tile=None, units: int = 0) -> float:
+    """One GEMM (n x k) @ (k x m) in bf16 on the roofline: compute at MAMF (less what tile and wave
+    quantization of its n x m output cost) or traffic at HBM's rate."""
+    eff = _quantization(n, m, tile, units) if tile and units else 1.0
+    return max(2.0 * n * k * m / (mamf * eff), 2.0 * (n * k + k * m + n * m) / hbm)
 
 
 def _layer_gemms(m):
@@ -103,6 +117,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
     None when the GPU is not described or a multi-node TCP cluster states no ``inter_node_gb_s``."""
     from vdkit.arch import param_counts
+    from vdkit.calibration import memory
     from vdkit.plan import trainable_params
     from vdkit.tokens import micro_batch_tokens
 
@@ -128,19 +143,22 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
     # Compute, per layer: forward GEMMs, activation-gradient GEMMs, weight-gradient GEMMs (full methods).
     gemms = _layer_gemms(m)
-    fwd = sum(_gemm_s(n, k, mm, mamf, hbm) for k, mm in gemms)
-    dgrad = sum(_gemm_s(n, mm, k, mamf, hbm) for k, mm in gemms)
-    wgrad = sum(_gemm_s(k, n, mm, mamf, hbm) for k, mm in gemms) if full else 0.0
+    q = dict(tile=calib.get("gemm_tile"), units=int(prof.get("compute_units") or 0))
+    fwd = sum(_gemm_s(n, k, mm, mamf, hbm, **q) for k, mm in gemms)
+    dgrad = sum(_gemm_s(n, mm, k, mamf, hbm, **q) for k, mm in gemms)
+    wgrad = sum(_gemm_s(k, n, mm, mamf, hbm, **q) for k, mm in gemms) if full else 0.0
     heads = m.num_attention_heads
     attn_flops = 4.0 * n * row * m.hidden_size  # scores and weighted values over the padded row
-    attn_bytes = 6 * 2.0 * t.micro_batch_size * heads * row * row  # eager scores: matmul, mask, softmax, dropout
+    attn_bytes = float(stack["attention_score_passes"]) * 2.0 * t.micro_batch_size * heads * row * row  # bf16 scores
     attn_fwd = max(attn_flops / mamf, attn_bytes / hbm)
     elementwise = float(stack["elementwise_passes"]) * _stored_activation_bytes(m, n) / hbm
     recomputed = 1.0 if recompute == "full" else 0.0
     layer_fwd = fwd + attn_fwd + elementwise / 3.0
     layer_bwd = dgrad + wgrad + 2.0 * attn_fwd + 2.0 * elementwise / 3.0 + recomputed * layer_fwd
     V, h = m.vocab_size, m.hidden_size
-    logits = _gemm_s(n, h, V, mamf, hbm) * (3.0 if full else 2.0) + 10.0 * n * V * 2 / hbm  # + fp32 loss traffic
+    # the output layer's GEMMs, and the loss: the logits' bf16 + fp32 upcast + fp32 gradient, written and read
+    logits = (_gemm_s(n, h, V, mamf, hbm, **q) * (3.0 if full else 2.0)
+              + float(memory()["logit_bytes"]) * n * V * 2 / hbm)
     compute = L * (layer_fwd + layer_bwd) + logits
 
     # Communication: bf16 gathers of every layer forward and backward, gradient reduce-scatters.
@@ -168,7 +186,8 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
             per_step_comm = last + layer_rs
     else:  # DDP: the gradient all-reduce once per step, bucketed behind the last backward
         comm_mb = 0.0
-        per_step_comm = 2.0 * coll(trainable) if p > 1 else 0.0
+        ddp = float(stack["ddp_gradient_bytes_per_param"]) / cb  # coll() counts comm_bytes_per_param
+        per_step_comm = 2.0 * coll(trainable * ddp) if p > 1 else 0.0  # ring all-reduce: 2 x (p-1)/p
 
     # Fixed cost: the CPU issues every op (and the sharding library's hooks); the GPU cannot go faster.
     ops = L * float(stack["ops_per_layer_forward"]) * (1.0 + recomputed + float(stack["backward_ops_factor"]))

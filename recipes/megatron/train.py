@@ -38,13 +38,10 @@ def check_layout(plan, dist) -> None:
 
 
 def _quiet() -> None:
-    """Drop import-time warnings that say only that optional CUDA kernels (Apex, TE) are absent."""
-    import warnings
+    """Silence megatron-core's known-harmless warnings (each with its reason: vdkit.recipes.known_warnings)."""
+    from vdkit.recipes.known_warnings import silence
 
-    for msg in (".*Transformer Engine and Apex are not installed.*", ".*Apex is not installed.*",
-                ".*full scope is deprecated.*", ".*is deprecated. Please use `torch.distributed.*",
-                ".*The .grad attribute of a Tensor that is not a leaf Tensor.*"):
-        warnings.filterwarnings("ignore", message=msg)
+    silence("megatron")
 
 
 def check_megatron_version() -> None:
@@ -246,6 +243,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
     cuda = torch.cuda.is_available()
     if not cuda:
+        from vdkit.recipes.known_warnings import silence
+
+        silence("megatron-cpu")  # CUDA-only advice
         cpu_shim.apply()
         if "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // dist.local_world_size))

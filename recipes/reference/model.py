@@ -100,6 +100,10 @@ def build_model(recipe, tok, fabric=None):
     if recipe.parallelism.recompute == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     method = recipe.method
+    if recipe.is_peft:
+        from vdkit.recipes.known_warnings import silence
+
+        silence("peft")  # peft reads a property transformers 5 deprecates
     if method.name == "lora":
         from peft import LoraConfig, get_peft_model
 

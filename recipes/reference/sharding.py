@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import os
 from pathlib import Path
 from typing import Optional
 
@@ -231,6 +232,11 @@ class DeepSpeedFabric:
         import torch
         import torch.distributed as tdist
 
+        from vdkit.recipes.known_warnings import silence
+
+        silence("deepspeed")  # torch's deprecation of the collectives DeepSpeed calls, once per all-gather
+        if not cuda:  # say it, so that DeepSpeed does not warn it "was unable to detect" a GPU
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
         self.plan, self.dist, self.cuda = plan, dist, cuda
         self.config = resolve_deepspeed_config(plan, cuda, grad_clip, betas)
         if cuda:

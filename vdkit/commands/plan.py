@@ -53,7 +53,11 @@ def run(args) -> int:
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
     if args.json:
         for plan in plans:
-            print(json.dumps(plan.to_dict()))
+            figure = _published(plan)
+            extra = {"published": None if figure is None else {
+                "table": figure.table, "figure": figure.text,
+                "minutes_for_target_steps": None if figure.minutes is None else round(figure.minutes, 2)}}
+            print(json.dumps({**plan.to_dict(), **extra}))
     elif len(plans) == 1:
         print(describe(plans[0]))
     else:
