@@ -259,7 +259,7 @@ def test_two_node_bridge_job_completes_on_the_local_slurm(local_slurm, tmp_path,
                   if (run_dir / f"slurm-{job_id}.{ext}").exists())
     assert rc == 0, log[-4000:]
     assert out[-1].split("\t")[:3] == [str(run_dir), job_id, "COMPLETED exit=0:0"]
-    assert "-m vdkit.recipes.bridge" in (run_dir / "launch.sbatch").read_text()
+    assert "-m vdkit.recipes.bridge.rank" in (run_dir / "launch.sbatch").read_text()
     assert "torchrun" not in (run_dir / "launch.sbatch").read_text()
     assert "iteration        3/       3 |" in log and "lm loss:" in log, log[-4000:]
     nodes = local_slurm.run("scontrol", "-o", "show", "job", job_id, check=True).stdout

@@ -92,11 +92,11 @@ import json, multiprocessing as mp, multiprocessing.spawn as sp
 from probe_mod import probe
 
 if __name__ == "__main__":
-    # A rank runs as `python -m vdkit.recipes.bridge`: a spawned child re-imports that main module by
-    # name (multiprocessing's init_main_from_name), which applies the shim at import.
+    # A rank runs as `python -m vdkit.recipes.bridge.rank`: a spawned child re-imports that main module
+    # by name (multiprocessing's init_main_from_name), which applies the shim at import.
     data = sp.get_preparation_data("probe")
     data.pop("init_main_from_path", None)
-    data["init_main_from_name"] = "vdkit.recipes.bridge.__main__"
+    data["init_main_from_name"] = "vdkit.recipes.bridge.rank"
     sp.get_preparation_data = lambda name: data
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

@@ -9,7 +9,7 @@ TP / PP / VP / SP / DP, the distributed optimizer; torch_dist checkpoints; fine-
 (``import_hf.sbatch``, :mod:`.convert`). P-tuning does not exist in Bridge.
 
 Here (``vdkit run``) the same YAML trains with Bridge's loop on CPU over gloo
-(``python -m vdkit.recipes.bridge RUN_DIR``, :mod:`.train`) under a pinned run-time shim
+(``python -m vdkit.recipes.bridge.rank RUN_DIR``, :mod:`.rank`, :mod:`.train`) under a pinned run-time shim
 (:mod:`.cpu_shim`); logs are Bridge's Megatron ``iteration N/M | ...`` lines and TensorBoard scalars.
 This ``__init__`` is the engine interface (:mod:`vdkit.recipes.engines`): standard library only.
 """
@@ -23,7 +23,7 @@ from vdkit.errors import UserError
 from vdkit.logformat import MEGATRON
 from vdkit.rundir import BRIDGE_IMPORT_FILE as IMPORT_FILE, BRIDGE_JOB_FILE as JOB_FILE
 
-MODULE = "vdkit.recipes.bridge"
+MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 BRIDGE_VERSION = "0.3.1"
 IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
@@ -41,7 +41,7 @@ def in_container(plan) -> bool:
 
 def command(plan, run_dir) -> List[str]:
     """In the container: ``python RUN_DIR/bridge_job.py RUN_DIR/bridge.yaml`` (Bridge only, no vdkit);
-    on this machine: ``python -m vdkit.recipes.bridge RUN_DIR`` (the CPU shim, memory.json, then the same)."""
+    on this machine: ``python -m vdkit.recipes.bridge.rank RUN_DIR`` (the CPU shim, memory.json, then the same)."""
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
     if in_container(plan):
@@ -147,4 +147,7 @@ def container(plan, run_dir):
 
     r = plan.recipe
     extra = [("model.megatron_path", r.model.megatron_path)] if (r.model.megatron_path and r.method.name != "pretrain") else []
+    for what, path in (("data.tokenizer_model", r.data.tokenizer_model), ("model.hf_path", r.model.hf_path)):
+        if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
+            extra.append((what, path))
     return Container(image=r.engine.container_image, mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))

@@ -10,7 +10,7 @@ state, CUDA type checks) is the megatron-core CPU shim both megatron engines sha
 
 The torch_dist async checkpoint writer starts a ``multiprocessing`` Manager with *spawn*
 (mcore ``dist_checkpointing/strategies/filesystem_async.py:55``): a spawned child re-imports the
-rank's main module (``vdkit.recipes.bridge.__main__``), which applies this shim at import, so the
+rank's main module (``vdkit.recipes.bridge.rank``), which applies this shim at import, so the
 children run patched too.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ vdkit. One process per GPU (srun task); Bridge finds its rank from torchrun's or
 
 It loads the file with Bridge's own ``ConfigContainer.from_yaml`` and runs Bridge's own loop
 (``pretrain()``; ``finetune()`` is the same call after checking there is a base model), with
-Bridge's GPT ``forward_step``. vdkit's local runner (``python -m vdkit.recipes.bridge``) calls
+Bridge's GPT ``forward_step``. vdkit's local runner (``python -m vdkit.recipes.bridge.rank``) calls
 :func:`load` and :func:`run` the same way, after its CPU shim.
 
 The job contract (vdkit's, for every engine): USR1 (the launcher, before the time limit) or TERM,

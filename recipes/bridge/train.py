@@ -1,4 +1,4 @@
-"""``python -m vdkit.recipes.bridge RUN_DIR``: one rank of a bridge-engine run on this machine.
+"""``python -m vdkit.recipes.bridge.rank RUN_DIR``: one rank of a bridge-engine run on this machine.
 
 It runs the run dir's ``bridge.yaml`` with Megatron-Bridge's own loop (:mod:`.job`) - not the kit's
 loop. Without CUDA it first applies the pinned CPU shim (:mod:`.cpu_shim`) and makes the
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
     """Entry point: a UserError is one line and exit 2 (no traceback)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m vdkit.recipes.bridge RUN_DIR", file=sys.stderr)
+        print("usage: python -m vdkit.recipes.bridge.rank RUN_DIR", file=sys.stderr)
         return 2
     try:
         return train(args[0])

@@ -1,7 +1,9 @@
-"""``python -m vdkit.recipes.bridge RUN_DIR``: what each rank runs on this machine.
+"""``python -m vdkit.recipes.bridge.rank RUN_DIR``: what each rank runs on this machine.
 
-The CPU shim is applied at import (without CUDA), before the ``__main__`` guard: torch_dist's async
-checkpoint writer spawns children that re-import this module, and they need the shim too.
+The CPU shim is applied at import (without CUDA), before the ``__main__`` guard: torch_dist's
+checkpoint writer spawns children (multiprocessing's *spawn*), which re-import the parent's main module
+by name - and so apply the shim too. (Not a package ``__main__``: multiprocessing does not re-import a
+main module named ``*.__main__`` in its children, ``multiprocessing/spawn.py`` ``_fixup_main_from_name``.)
 """
 import os
 import sys
