@@ -23,6 +23,7 @@ files in OUT_DIR first and renamed into place only when all of them are complete
 from __future__ import annotations
 
 import json
+import re
 import os
 import random
 import tempfile
@@ -112,10 +113,41 @@ class PrepareReport:
 
 # ---------------------------------------------------------------------------- reading
 
+# A JSON \\u escape of half a surrogate pair: json.loads accepts it, but the string cannot be written as
+# UTF-8 (the prepared files would fail to write after every row was read).
+LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+                            r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def refuse_lone_surrogates(path, text: str, first_line: int = 1) -> None:
+    """UserError naming the line of the first ``\\udXXX`` escape that is not half of a valid pair."""
+    m = LONE_SURROGATE.search(text)
+    if m:
+        line = first_line + text.count("\n", 0, m.start())
+        raise UserError(f"{path}:{line}: JSON escape {m.group(0)} is half a UTF-16 surrogate pair, not a character",
+                        "fix or remove that record; the text cannot be written as UTF-8")
+
+
+def json_line(path, lineno: int, line: str):
+    """One JSON value from one line; UserError (never a RecursionError) naming the file and line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{lineno}: malformed JSON line ({exc.msg}, column {exc.colno})",
+                        "fix or remove that line; every line must be one JSON object") from None
+    except RecursionError:
+        raise UserError(f"{path}:{lineno}: JSON nested too deeply to be a record",
+                        "fix or remove that line; every line must be one flat JSON object") from None
+
+
 def _read_text(path: Path) -> str:
     """The file's text; UserError when missing, unreadable, not UTF-8 or empty."""
-    if not path.is_file():
-        raise UserError(f"{path}: no such file", "pass the path of the downloaded dataset file")
+    from vdkit.files import not_a_regular_file
+
+    kind = not_a_regular_file(path)
+    if kind:
+        raise UserError(f"{path}: " + ("no such file" if kind == "missing" else f"is {kind}, not a dataset file"),
+                        "pass the path of the downloaded dataset file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -124,6 +156,7 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions")
     if not text.strip():
         raise UserError(f"{path}: file is empty", "download the dataset file again")
+    refuse_lone_surrogates(path, text)
     return text
 
 
@@ -139,11 +172,7 @@ def _iter_jsonl(path: Path, text: str) -> Iterator[Tuple[int, str, object]]:
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
-        try:
-            yield lineno, f"line {lineno}", json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{lineno}: malformed JSON line ({exc.msg}, column {exc.colno})",
-                            "fix or remove that line; every line must be one JSON object")
+        yield lineno, f"line {lineno}", json_line(path, lineno, line)
 
 
 def _iter_json_container(path: Path, text: str, kind: str) -> Iterator[Tuple[int, str, object]]:
@@ -178,6 +207,9 @@ def _iter_json_container(path: Path, text: str, kind: str) -> Iterator[Tuple[int
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno})",
                             "fix or re-download the file; it must be the dataset's original format")
+        except RecursionError:
+            raise UserError(f"{path}:{line}: JSON nested too deeply to be a record",
+                            "fix or re-download the file; it must be the dataset's original format") from None
         return value, end
 
     pos = skip_ws(pos)

@@ -130,9 +130,14 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
     """(line number, input, output) for each row of a NeMo SFT JSONL file.
 
     UserError naming file and line for a missing/empty file, malformed JSON or a missing field."""
+    from vdkit.files import not_a_regular_file
+    from vdkit.recipes.data import json_line, refuse_lone_surrogates
+
     p = Path(path)
-    if not p.is_file():
-        raise UserError(f"{p}: no such file", "pass a JSONL file written by `vdkit data prepare`")
+    kind = not_a_regular_file(p)
+    if kind:
+        raise UserError(f"{p}: " + ("no such file" if kind == "missing" else f"is {kind}, not a JSONL file"),
+                        "pass a JSONL file written by `vdkit data prepare`")
     fix = "every line must be a JSON object with string fields 'input' and 'output'"
     seen = False
     try:
@@ -144,10 +149,8 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"{p}:{lineno}: malformed JSON line ({exc.msg}, column {exc.colno})", fix)
+                refuse_lone_surrogates(p, line, lineno)
+                rec = json_line(p, lineno, line)
                 if not isinstance(rec, dict):
                     raise UserError(f"{p}:{lineno}: a {type(rec).__name__}, not a JSON object", fix)
                 for key in ("input", "output"):

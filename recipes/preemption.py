@@ -134,6 +134,14 @@ def rank_main(engine: str, train: Callable, argv=None, require: Optional[Callabl
     except UserError as exc:
         print(f"vdkit {engine}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a full disk or a lost mount while saving a checkpoint: one line, not a traceback
+        from vdkit.errors import environment_error
+
+        err = environment_error(exc)
+        if err is None:
+            raise
+        print(f"vdkit {engine}: error: {err}", file=sys.stderr)
+        return err.exit_code
     except Preempted as stop:
         return stop.exit_code
     return 0

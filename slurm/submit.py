@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
-from vdkit.errors import UserError
+from vdkit.errors import KeepRunDir, UserError
 
 from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
 from vdkit.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
@@ -128,13 +128,33 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
         with contextlib.redirect_stderr(sink):
             output = CommandFunction(["sbatch", str(script)], verbose=False, cwd=run_dir)()
     except FailedJobError as exc:
-        raise UserError(f"sbatch rejected {script}: {_first_error_line(str(exc) or sink.getvalue())}",
+        line = _first_error_line(str(exc) or sink.getvalue())
+        if any(s in line for s in UNREACHABLE):
+            raise UserError(f"Slurm's controller cannot be reached from this machine ({line})",
+                            "run on a login node of the cluster, or point SLURM_CONF at its slurm.conf "
+                            "(`vdkit cluster up` starts a local one)") from None
+        raise UserError(f"sbatch rejected {script}: {line}",
                         "fix the resources in the recipe (cluster.*) or check with `vdkit submit --test-only`") \
             from None
-    job_id = SlurmExecutor._get_job_id_from_submission_command(output)
+    try:
+        job_id = SlurmExecutor._get_job_id_from_submission_command(output)
+    except Exception:  # noqa: BLE001 - submitit's FailedSubmissionError: sbatch said nothing we can read
+        raise NoJobId(f"sbatch exited 0 but printed no job id for {script} (output: {output.strip()[:80]!r}); "
+                      f"the job may be queued, so {run_dir} is kept",
+                      f"look for it with `squeue --me`; if it is queued, write its id into {run_dir / JOB_ID_FILE}") \
+            from None
     with open(run_dir / JOB_ID_FILE, "a") as f:
         f.write(f"{job_id}\n")
     return Submission(run_dir, job_id, output.strip())
+
+
+# What sbatch / squeue print when no controller answers (a laptop, a compute node without slurm.conf).
+UNREACHABLE = ("Unable to contact slurm controller", "resolve_ctls_from_dns_srv", "Could not establish a configuration",
+               "Unable to establish controller")
+
+
+class NoJobId(KeepRunDir):
+    """sbatch succeeded without a job id: the job may be queued, so its run directory must be kept."""
 
 
 def job_ids(run_dir: Union[str, Path]) -> List[str]:
@@ -155,9 +175,10 @@ def resolve(target: RunOrJob) -> tuple:
                             "submit it with `vdkit submit` (or record sbatch's job id in job_id.txt)")
         return path.absolute(), ids[-1]
     text = str(target).strip()
-    if re.fullmatch(r"\d+(_\d+)?", text):
+    if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", text):
         return None, text
-    raise UserError(f"{target} is neither a run directory nor a Slurm job id",
+    shown = target if str(target).isprintable() else ascii(str(target))  # control bytes: shown escaped
+    raise UserError(f"{shown} is neither a run directory nor a Slurm job id",
                     "pass a run directory written by `vdkit submit`, or a numeric job id")
 
 

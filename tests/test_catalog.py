@@ -92,3 +92,7 @@ def test_first_sentence():
     assert catalog.first_sentence("LoRA on QKV, e.g. 32. More words.") == "LoRA on QKV, e.g. 32"
     assert catalog.first_sentence("a " * 100).endswith(" ...")
     assert len(catalog.first_sentence("word " * 100)) <= catalog.SUMMARY_CHARS + 4
+
+
+def test_a_registered_module_that_cannot_import_is_a_line_not_a_traceback():
+    assert catalog.docstring_line("vdkit.no_such_module").startswith("(cannot import vdkit.no_such_module here")

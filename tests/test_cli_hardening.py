@@ -19,15 +19,16 @@ def test_plan_sweep_skips_the_cell_without_a_layout_with_a_note(capsys):
 
 def test_plan_named_sweep_with_an_override_that_leaves_no_layout(capsys):
     assert main(["plan", "--sweep", "table9", "cluster.nodes=3", "--json"]) == 2  # every cell: nothing left
-    err = capsys.readouterr().err
-    assert "vdkit plan: skipped" in err and "no cell of the sweep" in err.strip().splitlines()[-1]
+    err = capsys.readouterr().err.strip().splitlines()
+    # one line (issue 21): the first cell's reason and how many more, not a note per cell and "see above"
+    assert len(err) == 1 and "no cell of the sweep" in err[0] and "layout" in err[0] and "more cell" in err[0]
 
 
 def test_demo_sweep_skips_like_render(tmp_path, capsys, monkeypatch):
-    """Every cell skipped (no layout): one note each, then one error, before anything is written."""
+    """Every cell skipped (no layout): one error line with the reason, before anything is written."""
     assert main(["demo", "-m", "cluster.gpus_per_node=3", "train.global_batch_size=8", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[0].startswith("vdkit demo: skipped") and "no cell of the sweep" in err[-1]
+    assert len(err) == 1 and "no cell of the sweep" in err[0] and "layout" in err[0]
     assert not any(tmp_path.rglob("recipe.yaml"))
 
 

@@ -170,3 +170,15 @@ def test_plan_json_carries_the_published_figure(capsys):
     assert d["published"] == {"table": "Table 9", "figure": "487 min for 1000 steps", "minutes_for_target_steps": 487.0}
     assert main(["plan", "--json", "model=llama2_70b", "method=lora", "cluster.nodes=2", "recipe=fast"]) == 0
     assert json.loads(capsys.readouterr().out)["published"] is None
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"histogram": {}}', '{"histogram": {"x": 3}}', '[1, 2]',
+                                  '{"histogram": {"0": 5}}'])
+def test_a_broken_token_histogram_is_one_clear_line(tmp_path, capsys, text):
+    from vdkit.cli import main
+
+    (tmp_path / "training.jsonl").write_text("")
+    stats_path(tmp_path / "training.jsonl").write_text(text)
+    assert main(["plan"] + OPT + [f"data.data_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "not a token histogram" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -87,3 +87,24 @@ def test_environment_interpolation_is_refused(override, monkeypatch):
         compose(["engine=reference", "model=tiny_llama", "data=synthetic", override])
     msg = str(info.value)
     assert "oc.env" in msg and "fix:" in msg and "\n" not in msg and "hf_secret_token_value" not in msg
+
+
+def test_names_that_break_the_job_are_skipped_at_run_time(tmp_path):
+    """A file changed after rendering (or checked only on the cluster): PATH=, UID=, LD_*, SLURM_* are
+    never exported (issue 21: `PATH=` broke srun, `UID=` ended the script); the secrets still are."""
+    proc, env, _ = _run(tmp_path, "PATH=/nowhere\nUID=0\nLD_PRELOAD=/tmp/x.so\nSLURM_JOB_ID=1\nHF_TOKEN=hf_kept\n")
+    assert proc.returncode == 0, proc.stderr
+    assert env["HF_TOKEN"] == "hf_kept" and env["PATH"] == "/usr/bin:/bin"
+    assert "LD_PRELOAD" not in env and "SLURM_JOB_ID" not in env
+    err = proc.stderr.decode()
+    assert [ln.split("skipped line ")[1].split(" ")[0] for ln in err.splitlines()] == ["1", "2", "3", "4"]
+    assert "/nowhere" not in err and "/tmp/x.so" not in err
+
+
+def test_the_local_launchers_secrets_reader(tmp_path):
+    """What `vdkit run` exports to its ranks from run.secrets_file (it used to ignore the file)."""
+    from vdkit.rules import read_secrets_file
+
+    f = tmp_path / "s.env"
+    f.write_text("# c\nexport HF_TOKEN='hf_abc'\nWANDB_API_KEY=\"k e y\"\n")
+    assert read_secrets_file(str(f)) == {"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k e y"}

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ["README.md", "pyproject.toml", "conf", "vdkit", "recipes", "slurm", "validation", "docs", "benchmarks"]
+SHIPPED = ["README.md", "pyproject.toml", "conf", "vdkit", "recipes", "slurm", "k8s", "validation", "docs", "benchmarks"]
 FORBIDDEN = re.compile(r"\.\./shared|/work/shared|DESIGN\.md")
 
 

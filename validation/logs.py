@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import math
+import os
 import re
 import struct
 from pathlib import Path
@@ -222,6 +223,7 @@ def parse_text_log(path: PathLike) -> StepLog:
         raise UserError(f"cannot read log {path}: {exc.strerror}", "check the path and its permissions") from None
     nemo1.finish()
     megatron.finish()
+    restarts = nemo1.restarts + restarts
 
     counts = {"nemo1": nemo1.updates, "nemo2": nemo2.lines, "megatron": megatron.lines}
     fmt = max(counts, key=counts.get)
@@ -298,6 +300,10 @@ def _tfrecords(path: Path, warnings: List[str]) -> Iterator[bytes]:
             (length,), (crc,) = struct.unpack("<Q", header[:8]), struct.unpack("<I", header[8:])
             if masked_crc32c(header[:8]) != crc:
                 warnings.append(f"{path}: corrupt event record header at byte {offset}; events after it are missing")
+                return
+            left = os.fstat(fh.fileno()).st_size - fh.tell()
+            if length + 4 > left:  # a length header claiming more than the file holds (2**40 bytes...)
+                warnings.append(f"{path}: truncated event record at byte {offset}; events after it are missing")
                 return
             body = fh.read(length + 4)
             if len(body) < length + 4:
@@ -510,6 +516,61 @@ def steps_csv(log: StepLog) -> str:
     return "\n".join(rows) + "\n"
 
 
+def distinct_files(files: List[Path]) -> Tuple[List[Path], int]:
+    """``files`` without those that are the same file as an earlier one (symlinks, hard links), and how many
+    were dropped: 3,000 links to one log are one log, not 2,999 restarts to merge pairwise."""
+    seen, out = set(), []
+    for f in files:
+        try:
+            st = f.stat()
+            key = (st.st_dev, st.st_ino)
+        except OSError:
+            key = str(f)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(f)
+    return out, len(files) - len(out)
+
+
+MAX_STEP = 10 ** 12  # no run logs a trillion steps: a larger (or negative) global step is a corrupt line
+MAX_STEP_SECONDS = 1e6  # 11.6 days for one step: a larger timing is a corrupt value, not a measurement
+
+
+def screen_steps(log: StepLog, require_timing: bool = True) -> None:
+    """Leave out impossible steps and timings, saying how many; refuse when most of them are impossible.
+
+    Impossible: a negative or astronomical global step; a timing that is NaN, infinite or above
+    MAX_STEP_SECONDS. Zero and negative timings are left to the series cleaning (timer glitches pair up
+    with the next step) - but when they are most of the run, no estimate can be honest: refused.
+    """
+    n = len(log.steps)
+    bad_steps = [r for r in log.steps if r.step < 0 or r.step > MAX_STEP]
+    if bad_steps:
+        if len(bad_steps) == n:
+            raise UserError(f"no usable steps in {log.source}: {n} of {n} global step numbers are negative or above "
+                            f"10^12 (a corrupt log)", "pass the job's own log file or run directory")
+        log.warnings.insert(0, f"{len(bad_steps)} of {n} progress updates in {log.source} have impossible step "
+                               "numbers (negative or above 10^12): left out")
+        log.steps = [r for r in log.steps if 0 <= r.step <= MAX_STEP]
+    timed = [r for r in log.steps if r.timing_s is not None]
+    if not timed:
+        return
+    absurd = [r for r in timed if not math.isfinite(r.timing_s) or r.timing_s > MAX_STEP_SECONDS]
+    nonpositive = [r for r in timed if math.isfinite(r.timing_s) and r.timing_s <= 0]
+    unusable = len(absurd) + len(nonpositive)
+    if require_timing and unusable * 2 > len(timed):
+        raise UserError(f"{unusable} of {len(timed)} step timings in {log.source} are zero, negative, NaN or "
+                        f"above {MAX_STEP_SECONDS:g} s: too few real measurements for an estimate",
+                        "check the job's timer (exp_manager.log_step_timing) and pass a log with real step times; "
+                        "`vdkit validate --steps` lists what was parsed")
+    if absurd:
+        for r in absurd:
+            r.timing_s = None
+        log.warnings.insert(0, f"{len(absurd)} of {len(timed)} step timings in {log.source} are NaN, infinite or "
+                               f"above {MAX_STEP_SECONDS:g} s: left out of the estimate")
+
+
 def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
     """The steps of a run directory, a log file, or a TensorBoard event directory / file.
 
@@ -519,10 +580,16 @@ def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
     """
     from vdkit.rundir import LOG_DIR
 
+    from vdkit.files import not_a_regular_file
+
     p = Path(path)
     if not p.exists():
         raise UserError(f"{p} does not exist", "pass a run directory, a Slurm .out / NeMo / Megatron log file, "
                                                "or a TensorBoard event directory")
+    kind = not_a_regular_file(p)
+    if kind and not p.is_dir():  # a FIFO would block the read forever, a device never end
+        raise UserError(f"{p} is {kind}, not a log file or a run directory",
+                        "pass a run directory, a Slurm .out / NeMo / Megatron log file, or a TensorBoard event directory")
     if p.is_file():
         log = parse_tensorboard(p) if p.name.startswith("events.out.tfevents.") else parse_text_log(p)
     else:
@@ -532,12 +599,16 @@ def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
             log = parse_tensorboard(tb_root)
             log.source = str(p)
         if log is None or not log.timed:
-            outs = run_out_files(p)
+            outs, same = distinct_files(run_out_files(p))
             if outs:
                 log = merge_logs(str(p), [parse_text_log(f) for f in outs])
+                if same:
+                    log.warnings.insert(0, f"{same} of {same + len(outs)} *.out files in {p} are the same log as "
+                                           "another (links to one file): each log is read once")
         if log is None:
             raise UserError(f"no step timing in {p}: no TensorBoard events under it and no *.out files",
                             "pass a run directory after its job ran, a Slurm .out file, or an event directory")
+    screen_steps(log, require_timing)
     if not log.steps:
         raise UserError(f"no training steps found in {log.source}",
                         "pass a NeMo (1.x or 2.x), Megatron-LM / Megatron-Bridge training log, a run directory "

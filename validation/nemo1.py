@@ -91,6 +91,7 @@ class Nemo1Parser:
         self.truncated = 0
         self.approximate = 0
         self.updates = 0
+        self.restarts: List[Tuple[int, int]] = []  # (last step, the step it went back to)
         self.end = -1  # where the latest update closed in its segment (text glued after it follows)
 
     def feed(self, segment: str, steps: Dict[int, StepRecord]) -> bool:
@@ -124,6 +125,9 @@ class Nemo1Parser:
             self._record(p_steps, self._counter_step(p_epoch, p_n, p_metrics.get(STEP_KEY)), p_n, p_metrics, p_timing)
         self.pending = None
         if exact is not None:
+            if not same and self.last_step is not None and exact < self.last_step - 1 and exact in steps:
+                self.restarts.append((self.last_step, exact))  # a requeued job appending to the same file
+                self.last_step = exact
             if not same:  # a stale re-print (n one ahead) must not shift the offset
                 self.offsets[epoch] = n - exact
             step = exact
@@ -137,7 +141,10 @@ class Nemo1Parser:
                 timing_text: str) -> None:
         timing_value = metrics.get(TIMING_KEY)
         rate = rate_seconds(timing_text) if timing_value is None else None
-        steps[step] = StepRecord(step, number(timing_value), number(metrics.get(LOSS_KEY)),
+        timing = number(timing_value)
+        if timing is None and timing_value and timing_value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
+            timing = float(timing_value)  # kept: read_source counts and reports non-finite timings, never drops them silently
+        steps[step] = StepRecord(step, timing, number(metrics.get(LOSS_KEY)),
                                  number(metrics.get(SAMPLES_KEY)), 1, rate)  # the last update of a step wins
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
         self.last_n = n

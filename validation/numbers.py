@@ -27,6 +27,9 @@ def exact_int(text: Optional[str]) -> Optional[int]:
     """The integer a value shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
     if not text or "e" in text or "E" in text:
         return None
+    m = re.fullmatch(r"\s*(-?\d+)(?:\.0*)?\s*", text)
+    if m:  # exact, however long (a float would turn a 400-digit step into inf, hiding a corrupt line)
+        return int(m.group(1))
     value = number(text)
     if value is None or value != int(value):
         return None

@@ -19,7 +19,7 @@ class PublishedFigure:
     text: str  # the figure as the source prints it, with its unit
     minutes: Optional[float]  # in minutes for `steps` steps (None: an upper bound or out of memory)
     steps: int  # the steps the minutes are for
-    note: str = ""  # e.g. "less than 10 minutes", "out of memory"
+    short: str = ""  # for a table cell when there are no minutes: "< 10", "OOM", "N/A"
 
     def line(self, prediction) -> str:
         """'<table>: <figure>; predicted <minutes> (<ratio>)' for `vdkit plan`."""
@@ -44,7 +44,7 @@ def published_for(recipe) -> Optional[PublishedFigure]:
         for c in pub["cells"]:
             if (c["model"], int(c["gpus"]), c["method"]) == (r.model.name, r.world_size, r.method.name):
                 if c["minutes"] is None:
-                    return PublishedFigure("Table 9", "N/A (not published)", None, t.target_steps)
+                    return PublishedFigure("Table 9", "N/A (not published)", None, t.target_steps, "N/A")
                 foot = " (extrapolated from 50 steps)" if c.get("footnote") else ""
                 return PublishedFigure("Table 9", f"{c['minutes']:g} min for {pub['steps']} steps{foot}",
                                        c["minutes"] * t.target_steps / int(pub["steps"]), t.target_steps)
@@ -58,10 +58,10 @@ def published_for(recipe) -> Optional[PublishedFigure]:
         for c in load_published("alpaca_opt")["cells"]:
             if c["model"] == r.model.name:
                 if c.get("oom"):
-                    return PublishedFigure("white paper (OPT on Alpaca)", "out of memory", None, t.target_steps)
+                    return PublishedFigure("white paper (OPT on Alpaca)", "out of memory", None, t.target_steps, "OOM")
                 if "below" in c:
                     return PublishedFigure("white paper (OPT on Alpaca)", f"under {c['below']} min for 3 epochs",
-                                           None, t.target_steps)
+                                           None, t.target_steps, f"< {c['below']:g}")
                 return PublishedFigure("white paper (OPT on Alpaca)", f"{c['minutes']:g} min for 3 epochs",
                                        float(c["minutes"]), t.target_steps)
     if eng == "reference" and shard == "zero3" and r.cluster.gpu_type.startswith("MI300X"):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -70,17 +71,20 @@ def collect_run(path, target_steps: int) -> RunResult:
         res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
         if plan.feasible:
             res.predicted_minutes = _predicted_minutes(plan, target_steps)
-    except UserError as exc:  # no readable plan.json: the run cannot be placed in the table
-        res.feasible, res.reason = False, str(exc)
+    except UserError as exc:
+        # An unreadable plan.json says nothing about fitting ("N/A" would claim it does not fit): the
+        # run's measured steps still count; only the predicted column stays blank.
+        res.warnings.append(f"{exc.what}: its predicted minutes are left blank (the measured steps still count)")
     if not res.feasible:
         return res
     try:
         res.log = read_source(path)
-        res.warnings = list(res.log.warnings)
+        res.warnings += list(res.log.warnings)
         res.estimate = estimate_log(res.log, target_steps)
         res.warnings += res.estimate.data_warnings
     except UserError as exc:
         res.error = str(exc)
+        res.warnings.append(f"{path}: no steps to report yet ({exc.what})")
     return res
 
 
@@ -96,7 +100,20 @@ def _predicted_minutes(plan, steps: int) -> Optional[float]:
 
 
 def collect_runs(paths, target_steps: int) -> List[RunResult]:
-    return [collect_run(p, target_steps) for p in paths]
+    """:func:`collect_run` for each run directory, each read once (a directory given twice, however spelled,
+    would count its steps twice in a cell)."""
+    seen: Dict[Path, str] = {}
+    results, twice = [], []
+    for p in paths:
+        real = Path(p).resolve()
+        if real in seen:
+            twice.append(f"{p} (as {seen[real]})")
+            continue
+        seen[real] = str(p)
+        results.append(collect_run(p, target_steps))
+    if twice and results:
+        results[0].warnings.insert(0, f"run directories given twice were read once: {', '.join(twice)}")
+    return results
 
 
 # ----------------------------------------------------------------------------- cells
@@ -440,7 +457,11 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
     The list lives in a hidden manifest per ``report`` (the table's name: ``.<report>.files``), so two
     tables' reports can share a directory; files the kit did not write are never touched.
     """
+    from vdkit.files import file_mode
+    from vdkit.rundir import missing_parents, remove_empty
+
     out = Path(out_dir)
+    created = missing_parents(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -451,16 +472,29 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
         before = set(json.loads(manifest.read_text()))
     except (OSError, ValueError):
         before = set()
-    written = []
-    for name, data in files.items():
-        target = out / name
-        tmp = out / f".{name}.tmp"
-        tmp.write_bytes(data)
-        tmp.replace(target)
-        written.append(target)
-    tmp = out / f"{manifest.name}.tmp"
-    tmp.write_text(json.dumps(sorted(files)) + "\n")
-    tmp.replace(manifest)
+    # All or nothing: every file (and the manifest) goes to a temporary name first; the renames happen
+    # only when all are complete, so a full disk leaves the previous report (or nothing) behind.
+    import tempfile
+
+    contents = {**files, manifest.name: (json.dumps(sorted(files)) + "\n").encode()}
+    temps: Dict[str, str] = {}
+    try:
+        for name, data in contents.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
+            temps[name] = tmp
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.chmod(tmp, file_mode())
+        for name, tmp in temps.items():
+            os.replace(tmp, out / name)
+    except BaseException:
+        for tmp in temps.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        if created:
+            remove_empty(created)
+        raise
+    written = [out / name for name in files]
     for stale in sorted(before - set(files)):
         if "/" not in stale and not stale.startswith("."):  # a name we wrote, inside out_dir
             (out / stale).unlink(missing_ok=True)

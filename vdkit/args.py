@@ -4,6 +4,39 @@ from __future__ import annotations
 import argparse
 
 
+def out_path(value: str) -> str:
+    """argparse type of every output path: an empty one would silently mean the current directory."""
+    if not str(value).strip():
+        raise argparse.ArgumentTypeError("an empty path would write into the current directory; name a directory")
+    return value
+
+
+def finite_seconds(value: str) -> float:
+    """argparse type of a duration in seconds: a finite number >= 0 (nan / inf would print 'nan min')."""
+    import math
+
+    try:
+        x = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not math.isfinite(x) or x < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a finite, non-negative number of seconds")
+    return x
+
+
+def count(limit: int):
+    """argparse type of a count in [0, limit] (a 400-digit --target-steps would overflow the arithmetic)."""
+    def parse(value: str) -> int:
+        try:
+            n = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+        if n > limit:
+            raise argparse.ArgumentTypeError(f"{value[:20]}{'...' if len(value) > 20 else ''} is more than {limit:,}")
+        return n
+    return parse
+
+
 def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> None:
     """The arguments every recipe verb shares: Hydra overrides, -m and --sweep."""
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
@@ -30,7 +63,8 @@ def _sweep_names() -> str:
 def add_render_args(p: argparse.ArgumentParser) -> None:
     """The arguments of every verb that renders run directories (render, submit)."""
     add_override_args(p)
-    p.add_argument("--out", metavar="DIR", help="parent directory of the run directories (default: run.out_dir)")
+    p.add_argument("--out", metavar="DIR", type=out_path,
+                   help="parent directory of the run directories (default: run.out_dir)")
     mounts = p.add_mutually_exclusive_group()
     mounts.add_argument("--check-mounts", dest="check_mounts", action="store_true", default=None,
                         help="require the data dir, the base model and a squashfs image to exist here")

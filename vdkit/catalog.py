@@ -68,7 +68,10 @@ def header_comment(path: Path) -> str:
 
 def docstring_line(module: str) -> str:
     """The first line of a module's docstring (the module is imported: keep engine modules light)."""
-    doc = importlib.import_module(module).__doc__ or ""
+    try:
+        doc = importlib.import_module(module).__doc__ or ""
+    except ImportError as exc:  # e.g. an install that predates the module: say so, list the rest
+        return f"(cannot import {module} here: {exc}; reinstall vdkit)"
     return first_sentence(doc.strip().splitlines()[0] if doc.strip() else "")
 
 

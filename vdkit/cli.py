@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import List, Optional
 
-from vdkit.errors import UserError
+from vdkit.errors import UserError, environment_error
 
 # Verb modules, in the order `vdkit --help` lists them. Each defines register(subparsers),
 # which adds its parser(s) with set_defaults(func=callable(args) -> exit code).
@@ -48,6 +48,11 @@ class OneLineParser(argparse.ArgumentParser):
             self._intermixing = False
 
 
+def printable(line: str) -> str:
+    """``line`` safe for any terminal encoding (a lone surrogate from an undecodable argument is escaped)."""
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="vdkit",
@@ -75,11 +80,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
-        print(f"vdkit {args.verb}: error: {exc}", file=sys.stderr)
+        print(printable(f"vdkit {args.verb}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print(f"vdkit {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        # The machine's answer (a full disk, a read-only or unwritable directory, a quota): one line, no
+        # traceback. Writers leave nothing half-written (they write to a temporary name and rename).
+        err = environment_error(exc)
+        if err is None:
+            raise
+        print(printable(f"vdkit {args.verb}: error: {err}"), file=sys.stderr)
+        return err.exit_code
     except BrokenPipeError:  # e.g. `vdkit plan --sweep table9 | head`
         return 0
 

@@ -94,6 +94,7 @@ class ClusterCfg:
     inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
+    kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
 
 
 @dataclass
@@ -311,9 +312,12 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from vdkit import rules
+
     _register_schema()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
+    rules.check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
@@ -330,6 +334,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     absolute_paths(obj)
     recipe = Recipe(overrides=tuple(overrides),
                     **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
+    rules.check_recipe(recipe)  # numbers, architecture, cluster.env, files the kit reads (vdkit/rules.py)
     validate_fields(recipe)
     return recipe
 
@@ -454,7 +459,7 @@ def validate_fields(r: Recipe) -> None:
            "use " + ", ".join(SHARDINGS))
     _check(r.parallelism.sharding == "none" or r.engine.name == "reference",
            f"parallelism.sharding={r.parallelism.sharding} needs the transformers engine (engine=reference)",
-           "set engine=reference, or parallelism.sharding=none for engine=nemo")
+           f"set engine=reference, or parallelism.sharding=none for engine={r.engine.name}")
     _check(not r.parallelism.cpu_offload or r.parallelism.sharding != "none",
            "parallelism.cpu_offload=true needs a sharded strategy", "set parallelism.sharding=fsdp or zero3")
     _check(r.parallelism.deepspeed_config is None or r.parallelism.sharding == "zero3",
@@ -545,11 +550,21 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
 def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
     """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
+    from vdkit import rules
+
     refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
     if sweep is not None and not str(sweep).strip():
         raise UserError("--sweep was given an empty name", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    if sweep and multirun:
+        raise UserError(f"--sweep {sweep} and -m do not combine (every cell would be planned twice)",
+                        "drop -m: comma lists after --sweep already sweep every cell of it")
+    rules.check_overrides(overrides, multirun=bool(multirun or sweep))
+    if sweep or multirun:
+        rules.check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
     if sweep:
-        return sweep_cells(sweep, overrides)
+        cells = sweep_cells(sweep, overrides)
+        rules.check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
+        return cells
     if multirun:
         return expand_multirun(overrides)
     return [list(overrides)]
@@ -565,14 +580,12 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
         merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise UserError(f"invalid recipe: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
+        raise UserError(f"invalid recipe.yaml: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
     return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
 
 
 def load_recipe(path) -> Recipe:
     """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
-    import yaml
-
     from vdkit.rundir import RECIPE_FILE
 
     path = Path(path)
@@ -580,4 +593,10 @@ def load_recipe(path) -> Recipe:
         path = path / RECIPE_FILE
     if not path.is_file():
         raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
-    return recipe_from_dict(yaml.safe_load(path.read_text()) or {})
+    from vdkit.files import load_yaml
+
+    data = load_yaml(path, "recipe")  # a UserError for a bad file, never a hang on an alias bomb
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {path} is not a mapping of sections (model, method, ...)",
+                        "restore recipe.yaml (or re-render the run with `vdkit render`)")
+    return recipe_from_dict(data)

@@ -75,3 +75,86 @@ class DirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# ----------------------------------------------------------------------------- reading user files safely
+MAX_YAML_BYTES = 16 * 1024 * 1024  # a recipe.yaml is a few KB; a DeepSpeed config a few hundred bytes
+MAX_YAML_VALUES = 200_000  # values after aliases are expanded (an alias bomb expands to 10**9)
+
+
+def not_a_regular_file(path) -> str:
+    """What ``path`` is when it is not a regular file ("a directory", "a FIFO", ...), else ''.
+
+    Reading a FIFO blocks until someone writes to it; a device may never end: name them, never open them.
+    """
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "missing"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    for test, what in ((stat.S_ISREG, ""), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def expanded_size(obj, limit: int = MAX_YAML_VALUES) -> int:
+    """How many values ``obj`` holds once shared (aliased) parts are counted every time they occur.
+
+    Linear in the distinct objects (memoised by identity), so a YAML alias bomb is measured, not expanded.
+    """
+    memo: dict = {}
+
+    def size(o) -> int:
+        key = id(o)
+        if key in memo:
+            return memo[key]
+        memo[key] = 1  # a self-reference counts once (and cannot loop)
+        if isinstance(o, dict):
+            n = 1 + sum(size(k) + size(v) for k, v in o.items())
+        elif isinstance(o, (list, tuple)):
+            n = 1 + sum(size(v) for v in o)
+        else:
+            n = 1
+        memo[key] = n = min(n, limit + 1)
+        return n
+
+    return size(obj)
+
+
+def load_yaml(path, what: str):
+    """A user's YAML file as plain data, or a UserError naming ``what``: never a traceback, never a hang.
+
+    Refuses a file that is not regular (a FIFO would block), larger than MAX_YAML_BYTES, unparsable,
+    or that expands (through aliases) to more than MAX_YAML_VALUES values.
+    """
+    import yaml
+
+    path = Path(path)
+    kind = not_a_regular_file(path)
+    if kind:
+        raise UserError(f"{what} {path} is {'missing' if kind == 'missing' else kind}",
+                        "pass the file vdkit wrote (or re-render the run with `vdkit render`)")
+    if path.stat().st_size > MAX_YAML_BYTES:
+        raise UserError(f"{what} {path} is {path.stat().st_size:,} bytes, too large for a config file",
+                        "pass the file vdkit wrote (or re-render the run with `vdkit render`)")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{what} {path} is not valid YAML{where}: {problem}",
+                        "restore the file (or re-render the run with `vdkit render`)") from None
+    except RecursionError:
+        raise UserError(f"{what} {path} is nested too deeply to be a config file",
+                        "restore the file (or re-render the run with `vdkit render`)") from None
+    if expanded_size(data) > MAX_YAML_VALUES:
+        raise UserError(f"{what} {path} expands (through YAML aliases) to more than {MAX_YAML_VALUES:,} values: "
+                        "an alias bomb, not a config", "restore the file (or re-render the run with `vdkit render`)")
+    return data

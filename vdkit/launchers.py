@@ -43,6 +43,9 @@ default as shown). ``plan`` is a :class:`vdkit.plan.Plan`, ``job`` the engine's
     Block until the run's latest job ends (or ``timeout`` seconds pass); its last state. The job
     succeeded when its state word is :data:`COMPLETED` (:func:`succeeded`). A launcher whose scheduler has more end states
     (Slurm's TIMEOUT, CANCELLED, ...) provides its own.
+``next_command(files) -> str``  (default: ``"sbatch {}/launch.sbatch"``)
+    What the user runs to start a rendered run directory (``{}`` stands for it), from the files
+    :func:`files` returned; ``vdkit render`` prints it.
 ``job_alive(job_id) -> bool``  (default: ``False``)
     Whether job ``job_id`` of this launcher still runs; ``vdkit status`` names the holder of a
     run directory's lock (:mod:`vdkit.runlock`) only while it does.
@@ -67,6 +70,7 @@ from vdkit.errors import UserError
 REGISTRY: Dict[str, str] = {
     "slurm": "vdkit.slurm.launcher",
     "local": "vdkit.local",
+    "kubernetes": "vdkit.k8s.launcher",
 }
 
 
@@ -138,6 +142,10 @@ class Launcher:
             raise UserError(f"cluster.launcher={self.name} does not start runs on this machine",
                             "use `vdkit submit` for it, or cluster=local here")
         return int(self.module.run(Path(run_dir), plan, [str(a) for a in command], terminal=terminal))
+
+    def next_command(self, files) -> str:
+        fn = getattr(self.module, "next_command", None)
+        return str(fn(files)) if fn else "sbatch {}/launch.sbatch"
 
     def job_alive(self, job_id: str) -> bool:
         fn = getattr(self.module, "job_alive", None)

@@ -77,6 +77,10 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
     from vdkit.launchers import COMPLETED, FAILED
 
     r = plan.recipe
+    if r.run.secrets_file:  # the ranks inherit them (as a job's shell exports them); never written anywhere
+        from vdkit.rules import read_secrets_file
+
+        os.environ.update(read_secrets_file(r.run.secrets_file))
     rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
     state = {NAME: {"state": COMPLETED if rc == 0 else FAILED, "exit_code": rc}}
     (Path(run_dir) / JOB_STATE_FILE).write_text(json.dumps(state) + "\n")

@@ -144,6 +144,8 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
     if m.num_attention_heads % tp or m.num_query_groups % tp:
         out.append(f"TP must divide the attention heads ({m.num_attention_heads}) and KV heads "
                    f"({m.num_query_groups}); tp={tp} does not")
+    if m.ffn_hidden_size % tp:
+        out.append(f"TP must divide the MLP width (model.ffn_hidden_size={m.ffn_hidden_size}); tp={tp} does not")
     if tp > c.gpus_per_node:
         out.append(f"TP must stay within one node (at most {c.gpus_per_node} GPUs); tp={tp}")
     if m.num_layers % pp:
@@ -161,14 +163,24 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
 
 
 def _divisors(n: int) -> List[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in order, in O(sqrt n) (a billion layers must not take a billion steps)."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[int], vp: int
                        ) -> Iterator[Tuple[int, int]]:
     """Valid (tp, pp), smallest TP x PP first, larger TP first within a size (TP stays in-node)."""
     tps = [pinned_tp] if pinned_tp else [d for d in _divisors(r.cluster.gpus_per_node)]
-    pps = [pinned_pp] if pinned_pp else _divisors(r.model.num_layers)
+    # PP divides both the layers and the world size: search the (few) divisors of the world size
+    pps = [pinned_pp] if pinned_pp else [d for d in _divisors(r.world_size) if r.model.num_layers % d == 0]
     layouts = [(tp, pp) for tp in tps for pp in pps if not layout_violations(r, tp, pp, vp)]
     layouts.sort(key=lambda l: (l[0] * l[1], -l[0]))
     return iter(layouts)
@@ -417,11 +429,7 @@ def make_plan(recipe: Recipe) -> Plan:
     dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
 
     if not list(_candidate_layouts(recipe, tp, pp, vp)):
-        broken = layout_violations(recipe, tp or 1, pp or 1, vp) if (tp or pp) else []
-        raise UserError(f"no valid layout for {m.name} on {recipe.world_size} GPUs"
-                        + (f" with tp={tp}" if tp else "") + (f" pp={pp}" if pp else "")
-                        + (f": {broken[0]}" if broken else ""),
-                        "change parallelism.tp / pp, train.global_batch_size or cluster.nodes")
+        _no_layout(recipe, tp, pp, vp)
     # A layout the user pinned keeps its VP (1 unless given); automatic and design-guide layouts weigh VP too.
     pinned_vp = p.vp or (1 if source == "pinned" else None)
     cands = candidate_layouts(recipe, tp, pp, pinned_vp, p.recompute, p.sequence_parallel, dist_opt)
@@ -480,6 +488,31 @@ def make_plan(recipe: Recipe) -> Plan:
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up)
+
+
+def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:
+    """Raise the 'no valid layout' line with the rule that leaves none (never without a reason)."""
+    m, p = recipe.model, recipe.parallelism
+    where = (f"no valid layout for {m.name} on {recipe.world_size} GPUs" + (" with" if tp or pp else "")
+             + (f" parallelism.tp={tp}" if tp else "") + (f" parallelism.pp={pp}" if pp else ""))
+    if vp > 1 and list(_candidate_layouts(recipe, tp, pp, 1)):
+        raise UserError(f"{where}: parallelism.vp={vp} needs parallelism.pp > 1 with PP x VP dividing the "
+                        f"{m.num_layers} layers, and no PP that fits {recipe.world_size} GPUs does",
+                        "leave parallelism.vp unset (the planner weighs interleaving), or pin a parallelism.pp with "
+                        f"{m.num_layers} divisible by pp x vp")
+    broken = layout_violations(recipe, tp or 1, pp or 1, vp)
+    if not broken:  # the simplest layout is fine except for the world size: name the first rule any breaks
+        for ltp in ([tp] if tp else _divisors(recipe.cluster.gpus_per_node)):
+            for lpp in ([pp] if pp else _divisors(recipe.world_size)):
+                broken = layout_violations(recipe, ltp, lpp, vp)
+                if broken:
+                    break
+            if broken:
+                break
+    reason = broken[0] if broken else f"TP x PP must divide the world size ({recipe.world_size} GPUs)"
+    raise UserError(f"{where}: {reason}",
+                    "change parallelism.tp / pp, train.global_batch_size (a multiple of micro batch x DP) or "
+                    "cluster.nodes")
 
 
 def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:

@@ -84,6 +84,10 @@ def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
     if r.data.data_dir:
         wanted.append(("data.data_dir", r.data.data_dir, True))
     wanted += engine.inputs(plan)
+    if r.data.tokenizer_model and not any(w == "data.tokenizer_model" for w, _, _ in wanted):
+        wanted.append(("data.tokenizer_model", r.data.tokenizer_model, False))
+    if r.run.secrets_file:  # read by the job's shell at run time; its names were checked at composition
+        wanted.append(("run.secrets_file", r.run.secrets_file, False))
     container = engine.container(plan, Path(run_dir))
     image = (container.image or "") if container is not None else ""
     if image.startswith("/") or image.startswith("./"):
@@ -105,15 +109,24 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
     if check_mounts is False:
         return
     skipped = set(unchecked_inputs(plan, run_dir, check_mounts))
+    missing = []  # every missing input in one line: three runs to find three would be two too many
     for what, path, is_dir in local_inputs(plan, run_dir):
         p = Path(path).expanduser()
         if (what, path) in skipped:
             continue
         ok = p.is_dir() if is_dir else p.exists()
         if not ok:
-            raise UserError(f"{what} {path} does not exist on this machine",
-                            f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
-                            "when rendering away from the cluster's storage")
+            missing.append((what, path))
+    if len(missing) == 1:
+        what, path = missing[0]
+        raise UserError(f"{what} {path} does not exist on this machine",
+                        f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
+                        "when rendering away from the cluster's storage")
+    if missing:
+        raise UserError(f"{len(missing)} inputs do not exist on this machine: "
+                        + "; ".join(f"{what} {path}" for what, path in missing),
+                        "create them, point the keys elsewhere, or pass --no-check-mounts when rendering away "
+                        "from the cluster's storage")
 
 
 # ----------------------------------------------------------------------------- prepare, then act
@@ -126,10 +139,23 @@ class Prepared:
     files: Dict[str, Union[str, bytes]]
 
     def write(self) -> Path:
-        """Write the run directory (whole or not at all); returns its path."""
-        from vdkit.rundir import create_run_dir
+        """Write the run directory (whole or not at all); returns its path.
 
-        return create_run_dir(self.plan, self.files, run_dir=self.run_dir)
+        When a concurrent render took the reserved name meanwhile, the cell is rendered again for the
+        next free name (its files name their own run directory) instead of failing.
+        """
+        from vdkit.rundir import RunDirTaken, create_run_dir
+
+        taken = []
+        for _ in range(100):
+            try:
+                return create_run_dir(self.plan, self.files, run_dir=self.run_dir)
+            except RunDirTaken:
+                taken.append(self.run_dir)
+                again = prepare(self.plan, self.run_dir.parent, False, taken=taken)
+                self.run_dir, self.files = again.run_dir, again.files
+        raise UserError(f"100 renders in a row took the run directory names next to {self.run_dir}",
+                        "render into another --out directory, or set run.name")
 
 
 def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None,
@@ -145,17 +171,21 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     from vdkit.plan import require_feasible
     from vdkit.rundir import reserve_run_dir
 
-    require_feasible(plan)
     engine = engine_of(plan)
-    engine.check(plan)
     launcher = launcher_of(plan)
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
     job = job_spec(plan, run_dir)
     launcher.check(plan, job)
     if launcher.executes_here:
+        from vdkit.rules import check_local_run
+
+        check_local_run(plan)  # FP8 / CPU offload without a GPU, host memory (before the GPU-memory verdict)
+    require_feasible(plan)
+    engine.check(plan)
+    # every input this machine reads must exist here (all missing ones are named in one line)
+    check_local_paths(plan, run_dir, True if launcher.executes_here else check_mounts)
+    if launcher.executes_here:
         engine.local_check(plan)
-    else:
-        check_local_paths(plan, run_dir, check_mounts)
     files = engine.files(plan, run_dir)
     files.update(launcher.files(plan, job, Path(run_dir)))
     return Prepared(plan, run_dir, files)

@@ -111,6 +111,7 @@ def safe_dir_name(name: str) -> str:
 
 
 def _base_path(recipe, out_dir) -> Path:
+    check_out_dir(out_dir if out_dir is not None else recipe.run.out_dir)
     return Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
 
 
@@ -122,6 +123,32 @@ def _base_dir(recipe, out_dir) -> Path:
         raise UserError(f"cannot create output directory {base}: {exc.strerror}",
                         "pass --out DIR (or run.out_dir=DIR) pointing at a writable directory") from None
     return base
+
+
+def check_out_dir(path) -> None:
+    """Refuse an empty ``--out`` (it would write into the current directory) and a path under a file."""
+    if str(path).strip() == "":
+        raise UserError("--out was given an empty path (the run directories would land in the current directory)",
+                        "pass --out DIR, or leave it out for run.out_dir (default ./runs)")
+
+
+def missing_parents(path: Path) -> list:
+    """``path`` and its parents that do not exist yet, deepest first (what a mkdir -p would create)."""
+    out = []
+    for p in [Path(path), *Path(path).parents]:
+        if p.exists():
+            break
+        out.append(p)
+    return out
+
+
+def remove_empty(dirs) -> None:
+    """Remove the directories of ``dirs`` (deepest first) that are still empty: a failed write leaves no trace."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
 
 
 def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None, taken=()) -> Path:
@@ -156,9 +183,14 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
     if run_dir is not None:
         run_dir = Path(run_dir).absolute()
         out_dir = run_dir.parent
+    created = missing_parents(_base_path(recipe, out_dir))
     base = _base_dir(recipe, out_dir)
     stem = safe_dir_name(recipe.run_name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=base))
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=base))
+    except BaseException:
+        remove_empty(created)
+        raise
     try:
         contents = {
             RECIPE_FILE: yaml.safe_dump(recipe.to_dict(), sort_keys=False),
@@ -190,8 +222,13 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
             except OSError:
                 if not final.exists():
                     raise
-        raise UserError(f"run directory {run_dir} appeared while rendering",
-                        "render again: a new run directory name will be chosen")
+        raise RunDirTaken(f"run directory {run_dir} appeared while rendering",
+                          "render again: a new run directory name will be chosen")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(created)
         raise
+
+
+class RunDirTaken(UserError):
+    """The reserved run directory was created by someone else (a concurrent render) in the meantime."""

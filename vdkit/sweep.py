@@ -19,6 +19,7 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
     from vdkit.plan import make_plan, require_feasible
 
     plans: List = []
+    skipped: List[tuple] = []  # (cell, error): notes only when some cell is left, else one line
     for cell in cells:
         recipe = compose(list(cell))
         try:
@@ -28,11 +29,16 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
         except UserError as exc:
             if not many:
                 raise
-            print(f"vdkit {verb}: skipped {' '.join(cell) or recipe.run_name}: {exc}", file=sys.stderr)
+            skipped.append((cell, recipe, exc))
             continue
         plans.append(plan)
     if not plans:
-        raise UserError(f"no cell of the sweep is feasible, nothing to {verb}", "see the notes above; change the sweep")
+        cell, recipe, exc = skipped[0]
+        more = f" (and {len(skipped) - 1} more cell(s))" if len(skipped) > 1 else ""
+        raise UserError(f"no cell of the sweep is feasible, nothing to {verb}: {' '.join(cell) or recipe.run_name}: "
+                        f"{exc.what}{more}", exc.fix or "change the sweep")
+    for cell, recipe, exc in skipped:
+        print(f"vdkit {verb}: skipped {' '.join(cell) or recipe.run_name}: {exc}", file=sys.stderr)
     return plans
 
 

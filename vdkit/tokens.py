@@ -68,8 +68,15 @@ def write_stats(train_file, lengths: Sequence[int], tokenizer: str) -> Path:
     doc = {"file": Path(train_file).name, "tokenizer": tokenizer, "rows": len(lengths),
            "counted": "BOS + '{input} {output}' + EOS per row", "histogram": histogram(lengths)}
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(doc) + "\n")
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(doc) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        from vdkit.errors import UserError
+
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"{path}: cannot write the token histogram ({exc.strerror})",
+                        "make the data directory writable, or copy the file somewhere writable and count it there")
     return path
 
 
@@ -107,14 +114,28 @@ def _stats_file(recipe) -> Optional[Path]:
     return path if path.is_file() else None
 
 
+def _read_stats(path: Path):
+    """(document, {length: rows}) of a histogram file; UserError for anything else."""
+    from vdkit.errors import UserError
+
+    try:
+        doc = json.loads(path.read_text())
+        hist = {int(k): int(v) for k, v in doc["histogram"].items()}
+        if not hist or min(hist) < 1 or min(hist.values()) < 1:
+            raise ValueError("empty or non-positive counts")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UserError(f"{path}: not a token histogram written by `vdkit data stats --plan` ({exc})",
+                        "rerun `vdkit data stats TRAIN.jsonl --tokenizer T --plan`, or delete the file")
+    return doc, hist
+
+
 def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTokens:
     """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring)."""
     t = recipe.train
     b, cap = t.micro_batch_size, t.seq_length
     path = _stats_file(recipe)
     if path is not None:
-        doc = json.loads(path.read_text())
-        hist = {int(k): int(v) for k, v in doc["histogram"].items()}
+        doc, hist = _read_stats(path)
         mean = sum(k * v for k, v in hist.items()) / sum(hist.values())
         return MicroBatchTokens(b, mean, expected_longest(hist, b, cap),
                                 f"{path} ({doc.get('rows')} rows, {doc.get('tokenizer')})")

@@ -78,7 +78,7 @@ def container(plan, run_dir):
 def inputs(plan):
     """A local model.hf_path directory (a hub id is fetched by the job itself)."""
     hf = plan.recipe.model.hf_path
-    return [("model.hf_path", hf, True)] if hf and hf.startswith("/") else []
+    return [("model.hf_path", hf, True)] if hf and hf.startswith("/") else []  # relative: absolute at the door
 
 
 def check(plan) -> None:

@@ -136,8 +136,8 @@ def train_files(recipe, run_dir: Path) -> List[Path]:
 def check_inputs(recipe) -> None:
     """Pre-flight checks the engine would fail on, done before a run directory is written."""
     d = recipe.data
-    if d.packed and recipe.method.name == "ptuning":
-        raise UserError("the reference engine cannot pack sequences for P-tuning (virtual tokens "
+    if d.packed and recipe.method.name == "ptuning":  # the engine that asks (megatron reads its data here too)
+        raise UserError(f"engine={recipe.engine.name} cannot pack sequences for P-tuning (virtual tokens "
                         "would cross sample boundaries)", "set data.packed=false for method=ptuning")
     if d.name == "synthetic":
         load_tokenizer(recipe)

@@ -30,7 +30,7 @@ import copy
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 from vdkit.errors import UserError
 
@@ -40,8 +40,6 @@ DEEPSPEED_SUBDIR = "deepspeed"
 # ----------------------------------------------------------------------------- DeepSpeed config
 def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
     """The mapping behind ``parallelism.deepspeed_config``: a conf/deepspeed/NAME.yaml, or a JSON / YAML path."""
-    import yaml
-
     from vdkit.config import conf_dir
 
     if not name_or_path:
@@ -53,10 +51,14 @@ def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
         choices = " | ".join(sorted(p.stem for p in (conf_dir() / "deepspeed").glob("*.yaml")))
         raise UserError(f"parallelism.deepspeed_config={name_or_path!r}: no such file ({path})",
                         f"use one of {choices}, or a path to a DeepSpeed JSON / YAML file")
-    text = path.read_text()
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
+        if path.suffix == ".json":
+            data = json.loads(path.read_text())
+        else:
+            from vdkit.files import load_yaml
+
+            data = load_yaml(path, "DeepSpeed config")
+    except (ValueError, RecursionError) as exc:
         raise UserError(f"cannot parse DeepSpeed config {path}: {str(exc).splitlines()[0]}",
                         "fix the file (DeepSpeed's JSON config format)") from None
     if not isinstance(data, dict):
@@ -306,8 +308,11 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
     from vdkit.recipes.reference.model import trainable_state
 
     if kind == "zero3":
-        fabric.engine.save_checkpoint(str(Path(ckpt_dir) / DEEPSPEED_SUBDIR), tag=f"step={step}",
-                                      client_state={"step": step, **meta})
+        where = Path(ckpt_dir) / DEEPSPEED_SUBDIR
+        fabric.engine.save_checkpoint(str(where), tag=f"step={step}", client_state={"step": step, **meta})
+        fabric.barrier()  # every rank's shards of this tag are on disk before older tags go
+        if fabric.global_rank == 0:
+            prune_deepspeed_tags(where, ckpt.KEEP)
         return
     if kind == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -318,6 +323,27 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
         model_sd, optim_sd = trainable_state(model), optimizer.state_dict()
     if fabric.global_rank == 0:
         ckpt.save(ckpt_dir, step, {"model": model_sd, "optimizer": optim_sd, "step": step, **meta})
+
+
+def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
+    """Remove all but the newest ``keep`` DeepSpeed tags (``step=N`` directories) in ``where``, never the one
+    ``latest`` names: ZeRO-3 checkpoints hold the whole optimizer state, as the other strategies' do, and
+    are pruned like theirs (vdkit.recipes.reference.checkpoint.KEEP). Returns what was removed."""
+    import re
+    import shutil
+
+    try:
+        latest = (where / "latest").read_text().strip()
+    except OSError:
+        latest = None
+    tags = sorted(((int(m.group(1)), p) for p in where.iterdir()
+                   if p.is_dir() and (m := re.fullmatch(r"step=(\d+)", p.name))), key=lambda t: t[0])
+    removed = []
+    for _, old in tags[:-keep] if keep > 0 else tags:
+        if old.name != latest:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+    return removed
 
 
 def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):

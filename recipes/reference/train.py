@@ -34,8 +34,14 @@ def check_plan(plan) -> None:
     from vdkit.recipes.reference.model import virtual_tokens
 
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        raise UserError(f"the reference engine runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}",
-                        "pin parallelism.tp=1 parallelism.pp=1, or use an engine with model parallelism")
+        from vdkit.plan import layout_violations
+
+        r = plan.recipe
+        pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to
+        why = f": with TP 1 x PP 1 on {r.world_size} GPUs, no valid layout: {pure_dp[0]}" if pure_dp else ""
+        raise UserError(f"engine={r.engine.name} runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}{why}",
+                        ("change train.global_batch_size (a multiple of micro batch x GPUs) or the GPUs" if pure_dp
+                         else "pin parallelism.tp=1 parallelism.pp=1") + ", or use an engine with model parallelism")
     t = plan.recipe.train
     if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
         raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "

@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from vdkit.args import out_path
 from vdkit.errors import UserError
 # Light (standard library only): the dataset names and defaults have one home.
 from vdkit.recipes.data import DATASETS, DEFAULT_SEED, DEFAULT_SPLIT
@@ -33,7 +34,7 @@ def register(subparsers) -> None:
                                     "(input, output) splits with a fixed prompt template.")
     pr.add_argument("dataset", choices=DATASETS)
     pr.add_argument("input", metavar="INPUT", help="databricks-dolly-15k.jsonl, alpaca_data.json or ori_pqaa.json (pubmedqa, pubmedqa_blog)")
-    pr.add_argument("out_dir", metavar="OUT_DIR", help="where training.jsonl, validation.jsonl, test.jsonl go")
+    pr.add_argument("out_dir", metavar="OUT_DIR", type=out_path, help="where training.jsonl, validation.jsonl, test.jsonl go")
     default_split = ",".join(f"{p:g}" for p in DEFAULT_SPLIT)
     pr.add_argument("--seed", type=int, default=DEFAULT_SEED, help=f"shuffle seed (default {DEFAULT_SEED})")
     pr.add_argument("--split", default=None,
@@ -61,7 +62,7 @@ def register(subparsers) -> None:
                         description="Tokenize a NeMo SFT JSONL file and pack it (first-fit-decreasing) "
                                     "into sequences of at most --max-len tokens; prints the packing efficiency.")
     pk.add_argument("file", metavar="FILE")
-    pk.add_argument("out", metavar="OUT", help="packed output: .npy (NeMo's layout) or .jsonl")
+    pk.add_argument("out", metavar="OUT", type=out_path, help="packed output: .npy (NeMo's layout) or .jsonl")
     pk.add_argument("--tokenizer", metavar="PATH", required=True)
     pk.add_argument("--max-len", type=int, default=DEFAULT_MAX_LEN, help=f"default {DEFAULT_MAX_LEN}")
     pk.add_argument("--truncate", action="store_true", help="cut samples longer than --max-len instead of failing")
@@ -112,8 +113,12 @@ def _pack(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: already exists", "pass another path, or --force to replace it")
     if args.max_len < 1:
         raise UserError(f"--max-len {args.max_len} is not a positive number of tokens", "use e.g. --max-len 4096")
-    if not Path(args.file).is_file():  # before loading a tokenizer (seconds) for nothing
-        raise UserError(f"{args.file}: no such file", "pass a JSONL file written by `vdkit data prepare`")
+    from vdkit.files import not_a_regular_file
+
+    kind = not_a_regular_file(args.file)  # before loading a tokenizer (seconds) for nothing
+    if kind:
+        raise UserError(f"{args.file}: " + ("no such file" if kind == "missing" else f"is {kind}, not a JSONL file"),
+                        "pass a JSONL file written by `vdkit data prepare`")
     tok = load_tokenizer(args.tokenizer)
     ids, masks = tokenize_sft(args.file, tok)
     if not args.truncate:

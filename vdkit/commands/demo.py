@@ -32,7 +32,9 @@ def register(sub) -> None:
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
     add_override_args(p)
-    p.add_argument("--out", metavar="DIR", default="demo", help="where runs/ and report/ go (default: ./demo)")
+    from vdkit.args import out_path
+
+    p.add_argument("--out", metavar="DIR", default="demo", type=out_path, help="where runs/ and report/ go (default: ./demo)")
     p.add_argument("--slurm", action="store_true",
                    help="run each cell as a Slurm job on the local emulated XE9680 cluster (root, slurm-wlm, "
                         "munge); falls back to local processes, saying why, when it cannot start")
@@ -40,11 +42,12 @@ def register(sub) -> None:
 
 
 def _cells(args):
-    from vdkit.config import expand_multirun, load_sweep, override_sets
+    from vdkit.config import load_sweep, override_sets
 
     if args.multirun:
         base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
-        return [base + cell for cell in expand_multirun(args.overrides)]
+        # override_sets checks the line (-m with --sweep, a key twice, the sweep's size) and expands it
+        return [base + cell for cell in override_sets(args.overrides, True, args.sweep)]
     return override_sets(args.overrides, sweep=DEMO_SWEEP if args.sweep is None else args.sweep)
 
 

@@ -116,7 +116,7 @@ def _published(plan):
 def table(plans) -> str:
     """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
-            "ckpt GB", "s/step", "minutes", "tok/s/GPU")
+            "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min")
     rows = []
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
@@ -126,9 +126,11 @@ def table(plans) -> str:
         pred = plan.prediction
         timing = ((f"{pred.step_seconds:.3g}", f"{pred.minutes:,.1f}", f"{pred.tokens_per_s_per_gpu:,.0f}")
                   if pred else ("-", "-", "-"))
+        figure = _published(plan)  # the published figure in the same minutes as the prediction, or its words
+        shown = "-" if figure is None else (f"{figure.minutes:,.1f}" if figure.minutes else figure.short or "-")
         rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
                      str(p.vp), str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
-                     f"{plan.checkpoint_gb:,.1f}", *timing))
+                     f"{plan.checkpoint_gb:,.1f}", *timing, shown))
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

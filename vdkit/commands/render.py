@@ -42,7 +42,10 @@ def run(args) -> int:
         written.append(run_dir)
         print(run_dir, flush=True)
         print(cell_lines(cell.plan), file=sys.stderr, flush=True)
-    print(closing_lines(cells, written, args.check_mounts, "sbatch {}/launch.sbatch"), file=sys.stderr)
+    from vdkit.launchers import of
+
+    start = of(cells[0].plan).next_command(cells[0].files) if cells else ""
+    print(closing_lines(cells, written, args.check_mounts, start), file=sys.stderr)
     return 0
 
 

@@ -22,7 +22,9 @@ def register(sub) -> None:
                                    "cluster.nodes x cluster.gpus_per_node local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
                                    + " ".join(LOCAL_DEFAULTS) + ". Prints the run directory.")
     add_override_args(p, sweeps=False)
-    p.add_argument("--out", metavar="DIR", help="parent directory of the run directory (default: run.out_dir)")
+    from vdkit.args import out_path
+
+    p.add_argument("--out", metavar="DIR", type=out_path, help="parent directory of the run directory (default: run.out_dir)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +42,9 @@ def run(args) -> int:
     from vdkit.plan import make_plan
     from vdkit.prepare import engine_of, launcher_of, prepare
 
+    from vdkit.rules import check_overrides
+
+    check_overrides(args.overrides)  # the command line's own: a key twice, sweep syntax (run has no -m)
     recipe = compose(with_local_defaults(args.overrides))
     plan = make_plan(recipe)
     launcher = launcher_of(plan)

@@ -9,7 +9,7 @@ import argparse
 import shutil
 import sys
 
-from vdkit.args import add_render_args
+from vdkit.args import add_render_args, finite_seconds
 
 
 def register(sub) -> None:
@@ -22,7 +22,8 @@ def register(sub) -> None:
                    help="sbatch --test-only: Slurm checks each script and says where it would start; nothing is "
                         "queued (the run directories stay, for inspection)")
     p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="with --wait: stop waiting after S seconds")
+    p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
     p.set_defaults(func=run_submit)
 
     s = sub.add_parser("status", help="the Slurm state of submitted run directories",
@@ -31,7 +32,8 @@ def register(sub) -> None:
                                    "job's own output).")
     s.add_argument("targets", nargs="+", metavar="RUN_DIR", help="run directories written by `vdkit submit` (or job ids)")
     s.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    s.add_argument("--timeout", type=float, default=None, metavar="S", help="with --wait: stop waiting after S seconds")
+    s.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
     s.set_defaults(func=run_status)
 
     c = sub.add_parser("cluster", help="an emulated six-node XE9680 Slurm on this machine (root; slurm-wlm, munge)",
@@ -72,16 +74,24 @@ def run_submit(args) -> int:
     # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
+    from vdkit.errors import KeepRunDir
+    from vdkit.rundir import missing_parents, remove_empty
+
+    created = missing_parents(cells[0].run_dir.parent) if cells else []
     submitted = []
     for cell in cells:
         launcher = launcher_of(cell.plan)
         run_dir = cell.write()
         try:
             answer = launcher.test(run_dir) if args.test_only else launcher.submit(run_dir)
+        except KeepRunDir:
+            raise  # e.g. a job may be queued: its run directory stays
         except BaseException:
             if not args.test_only:
                 # A run directory that was never submitted would look like a lost job: remove it.
                 shutil.rmtree(run_dir, ignore_errors=True)
+                if not submitted:
+                    remove_empty(created)
             if submitted:
                 print(f"vdkit submit: {len(submitted)} job(s) were submitted before the error", file=sys.stderr)
             raise
@@ -100,9 +110,47 @@ def run_submit(args) -> int:
     return 0
 
 
+def _scheduler_of(target):
+    """The launcher of a run directory rendered for a scheduler other than Slurm (e.g. kubernetes), else None."""
+    from pathlib import Path
+
+    from vdkit import launchers
+    from vdkit.rundir import RECIPE_FILE
+
+    if not (Path(target) / RECIPE_FILE).is_file():
+        return None
+    from vdkit.config import load_recipe
+
+    name = load_recipe(target).cluster.launcher
+    if name == "slurm" or name not in launchers.REGISTRY or launchers.get(name).executes_here:
+        return None
+    return launchers.get(name)
+
+
+def _last_job(run_dir) -> str:
+    from pathlib import Path
+
+    from vdkit.rundir import JOB_ID_FILE
+
+    path = Path(run_dir) / JOB_ID_FILE
+    ids = path.read_text().split() if path.is_file() else []
+    return ids[-1] if ids else "-"
+
+
 def run_status(args) -> int:
     from vdkit.slurm.submit import job_state, resolve
 
+    # Run directories of another scheduler (Kubernetes) ask their launcher; the rest is Slurm's.
+    others = [(t, launcher) for t in args.targets if (launcher := _scheduler_of(t)) is not None]
+    if others:
+        rc = 0
+        lines = [(t, launcher.wait(t, timeout=args.timeout) if args.wait else launcher.status(t)) for t, launcher in others]
+        for t, state in lines:  # all answered before any output
+            print(_line(t, _last_job(t), state), flush=True)
+            rc |= 0 if (not args.wait or state.split(" ", 1)[0] == "COMPLETED") else 1
+        args.targets = [t for t in args.targets if t not in dict(others)]
+        if not args.targets:
+            return rc
     pairs = [resolve(t) for t in args.targets]  # all checked before any output
     if args.wait:
         return _wait_all(pairs, args.timeout)

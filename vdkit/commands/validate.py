@@ -6,7 +6,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from vdkit.args import count, finite_seconds, out_path
 from vdkit.errors import UserError
+
+MAX_STEPS = 10 ** 9  # --target-steps / --val-every: far beyond any run, small enough for exact arithmetic
 
 # Light: the default's one home is the domain module (standard library + vdkit.rundir).
 from vdkit.validation.run_dir import DEFAULT_TARGET_STEPS  # noqa: E402
@@ -21,15 +24,16 @@ def register(sub) -> None:
                     "data load, validation and checkpoints are excluded unless --val-* / --checkpoint-seconds "
                     "add them.")
     v.add_argument("sources", nargs="+", metavar="RUN_DIR_OR_LOG")
-    v.add_argument("--target-steps", type=int, metavar="N",
+    v.add_argument("--target-steps", type=count(MAX_STEPS), metavar="N",
                    help=f"steps to extrapolate to (default: the run's train.target_steps, else {DEFAULT_TARGET_STEPS})")
     v.add_argument("--json", action="store_true", help="print one JSON object per run (one per line)")
     v.add_argument("--steps", action="store_true",
                    help="print the parsed per-step figures of one source as CSV (step,seconds,loss; loss empty where "
                         "the log has none) instead of an estimate; works on logs too short to extrapolate")
-    v.add_argument("--val-every", type=int, default=0, metavar="N", help="add a validation every N steps ...")
-    v.add_argument("--val-seconds", type=float, default=0.0, metavar="S", help="... taking S seconds each")
-    v.add_argument("--checkpoint-seconds", type=float, default=0.0, metavar="S",
+    v.add_argument("--val-every", type=count(MAX_STEPS), default=0, metavar="N",
+                   help="add a validation every N steps ...")
+    v.add_argument("--val-seconds", type=finite_seconds, default=0.0, metavar="S", help="... taking S seconds each")
+    v.add_argument("--checkpoint-seconds", type=finite_seconds, default=0.0, metavar="S",
                    help="add S seconds per checkpoint (every engine.checkpoint_every_n_steps of the recipe, "
                         "else one at the end)")
     v.set_defaults(func=run_validate)
@@ -42,7 +46,7 @@ def register(sub) -> None:
     r.add_argument("runs", nargs="*", metavar="RUN_DIR",
                    help="run directories (alpaca_opt / llama31_roce: optional, the planned table shows without them)")
     r.add_argument("--table", choices=("table9", "training", "alpaca_opt", "llama31_roce"), default="table9")
-    r.add_argument("--out", default="report", metavar="DIR", help="output directory (default: ./report)")
+    r.add_argument("--out", default="report", metavar="DIR", type=out_path, help="output directory (default: ./report)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.set_defaults(func=run_report)
 

@@ -1,0 +1,138 @@
+"""The prepared inputs the bad-input cases name as ``{ws}/...``: built once, copied per case.
+
+Heavy or odd inputs (3,000 symlinks, a FIFO) are ``EXTRAS``: a case lists what it ``needs`` and
+only that case's copy gets them.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+REF = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",
+       "cluster.mpi=none", "cluster.socket_ifname=lo"]
+
+
+def nemo1_log(timings, steps=None, total=None) -> str:
+    """A NeMo 1.x progress stream (``\\r``-separated updates) with one update per step."""
+    total = total or len(timings)
+    steps = steps if steps is not None else list(range(len(timings)))
+    parts = []
+    for i, (step, t) in enumerate(zip(steps, timings)):
+        parts.append(f"Epoch 0: : {100 * (i + 1) // total}%|#| {i + 1}/{total} [00:10<00:10, "
+                     f"reduced_train_loss=1.5, global_step={step}, consumed_samples={128 * (i + 1)}, "
+                     f"train_step_timing in s={t}]")
+    return "\r".join(parts) + "\n"
+
+
+ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
+                       + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
+                          for i in range(9)]) + "\n"
+
+
+def build_template(root: Path) -> Path:
+    """Write every shared input under ``root`` (returns it)."""
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.rundir import create_run_dir
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "afile").write_text("a file, not a directory\n")
+    (root / "emptydir").mkdir()
+    (root / "notes.txt").write_text("no steps here\n")
+    row = {"instruction": "q", "context": "", "response": "a", "category": "open_qa"}
+    (root / "dolly.jsonl").write_text("".join(json.dumps(row) + "\n" for _ in range(10)))
+    (root / "sft.jsonl").write_text(json.dumps({"input": "q", "output": "a"}) + "\n")
+    # data inputs that used to escape as tracebacks
+    (root / "surrogate.jsonl").write_text('{"instruction": "\\ud800", "context": "", "response": "a", '
+                                          '"category": "open_qa"}\n' * 10)
+    (root / "deep.jsonl").write_text("[" * 200_000 + "]" * 200_000 + "\n")
+    (root / "deep_obj.jsonl").write_text('{"instruction": ' + "[" * 200_000 + "]" * 200_000 + "}\n")
+    (root / "alpaca_surrogate.json").write_text('[{"instruction": "\\udfff", "input": "", "output": "a"}]\n')
+    # DeepSpeed configs
+    (root / "ds_stage2.json").write_text(json.dumps({"zero_optimization": {"stage": 2}}))
+    (root / "ds_notjson.json").write_text("{not json")
+    (root / "ds_list.json").write_text("[1, 2]")
+    # logs for validate
+    good = [5.0] * 50
+    (root / "good.out").write_text(nemo1_log(good))
+    (root / "allneg.out").write_text(nemo1_log([-1.0] * 50))
+    (root / "allzero.out").write_text(nemo1_log([0.0] * 50))
+    (root / "huge.out").write_text(nemo1_log([1e308] * 50))
+    (root / "mixhuge.out").write_text(nemo1_log([5.0] * 25 + [1e308] * 25))
+    (root / "mostlyneg.out").write_text(nemo1_log([-1.0 if i % 7 else 5.0 for i in range(50)]))
+    (root / "somenan.out").write_text(nemo1_log([float("nan") if i in (20, 30, 40) else 5.0 for i in range(50)]))
+    (root / "allnan.out").write_text(nemo1_log([float("nan")] * 50))
+    (root / "restart.out").write_text(nemo1_log(good[:30], steps=list(range(30)))
+                                      + nemo1_log(good[:30], steps=list(range(30))))
+    (root / "negstep.out").write_text(nemo1_log(good, steps=[i - 25 for i in range(50)]))
+    (root / "bigstep.out").write_text(nemo1_log(good, steps=[int("9" * 400) + i for i in range(50)]))
+    (root / "tiny.out").write_text(nemo1_log([5.0] * 3))
+    # a TensorBoard event file whose first record claims 2**40 bytes
+    (root / "tbbomb").mkdir()
+    (root / "tbbomb" / "events.out.tfevents.1.host").write_bytes((2 ** 40 + 7).to_bytes(8, "little") + b"\0" * 64)
+    (root / "tbtrunc").mkdir()
+    (root / "tbtrunc" / "events.out.tfevents.1.host").write_bytes(b"\x10\0\0\0")
+    # run directories
+    create_run_dir(make_plan(compose(REF)), {}, run_dir=root / "run")
+    for name, recipe in (("run_bomb", ALIAS_BOMB), ("run_badrecipe", "model: {name: [unclosed\n"),
+                         ("run_listrecipe", "- 1\n- 2\n"), ("run_badtypes", "train: {max_steps: many}\n")):
+        shutil.copytree(root / "run", root / name)
+        (root / name / "recipe.yaml").write_text(recipe)
+        (root / name / "local-1.out").write_text(nemo1_log(good))
+    shutil.copytree(root / "run", root / "run_badplan")
+    (root / "run_badplan" / "plan.json").write_text("{not json")
+    (root / "run_badplan" / "local-1.out").write_text(nemo1_log(good))
+    shutil.copytree(root / "run", root / "run_logs")
+    (root / "run_logs" / "local-1.out").write_text(nemo1_log(good))
+    (root / "bomb.yaml").write_text(ALIAS_BOMB)
+    # secrets files
+    (root / "secrets").mkdir()
+    for name, text in (("ok.env", "HF_TOKEN=hf_abc\n"), ("path.env", "PATH=/nowhere\n"), ("uid.env", "UID=0\n"),
+                       ("ld.env", "LD_PRELOAD=/tmp/x.so\n"), ("slurm.env", "SLURM_JOB_ID=1\n"),
+                       ("home.env", "HOME=/tmp\n"), ("badname.env", "1BAD=x\n"), ("noeq.env", "just a token\n"),
+                       ("cuda.env", "CUDA_VISIBLE_DEVICES=0\n"), ("master.env", "MASTER_ADDR=evil\n"),
+                       ("pythonpath.env", "PYTHONPATH=/tmp\n"), ("nccl.env", "NCCL_SOCKET_IFNAME=eth9\n"),
+                       ("bash.env", "BASH_ENV=/tmp/x\n"), ("shell.env", "SHELL=/bin/false\n"),
+                       ("ifs.env", "IFS=x\n"), ("rank.env", "RANK=3\n"), ("world.env", "WORLD_SIZE=99\n"),
+                       ("user.env", "USER=root\n"), ("pmix.env", "PMIX_RANK=1\n"),
+                       ("torch.env", "TORCHELASTIC_RUN_ID=x\n")):
+        (root / "secrets" / name).write_text(text)
+    os.chmod(root / "secrets", 0o700)
+    # a fake sbatch that "succeeds" without a job id, and one that cannot reach a controller
+    (root / "fakebin").mkdir()
+    (root / "fakebin" / "sbatch").write_text("#!/bin/sh\nexit 0\n")
+    (root / "fakebin" / "squeue").write_text("#!/bin/sh\nexit 0\n")
+    (root / "fakebin" / "sacct").write_text("#!/bin/sh\nexit 0\n")
+    (root / "deadbin").mkdir()
+    (root / "deadbin" / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: Batch job submission failed: "
+                                             "Unable to contact slurm controller (connect failure)' >&2\nexit 1\n")
+    for d in ("fakebin", "deadbin"):
+        for f in (root / d).iterdir():
+            f.chmod(0o755)
+    return root
+
+
+def _symfarm(ws: Path, n: int) -> None:
+    d = ws / f"links{n}"
+    d.mkdir()
+    for i in range(n):
+        os.symlink(ws / "good.out", d / f"slurm-{i}.out")
+
+
+EXTRAS = {
+    "symfarm300": lambda ws: _symfarm(ws, 300),
+    "symfarm3000": lambda ws: _symfarm(ws, 3000),
+    "fifo": lambda ws: os.mkfifo(ws / "fifo.jsonl"),
+    "fifolog": lambda ws: os.mkfifo(ws / "fifo.out"),
+    "occupied_out": lambda ws: (ws / "out").mkdir(),
+}
+
+
+def workspace(template: Path, ws: Path, needs=()) -> Path:
+    """A fresh copy of ``template`` at ``ws`` with the ``needs`` extras added."""
+    shutil.copytree(template, ws, symlinks=True)
+    for name in needs:
+        EXTRAS[name](ws)
+    return ws

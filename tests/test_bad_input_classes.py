@@ -1,0 +1,44 @@
+"""The bad-input table of issue 21 (tests/bad_inputs/cases.yaml): every defect class, >= 500 inputs.
+
+Each row runs the CLI in a forked child (tests/bad_inputs/harness.py: ``vdkit.cli.main`` with a
+fresh workspace as its working directory, captured output, a 10 s limit) and must come out
+``clean``: refused with exit 2 and one line naming what, why and the fix, no traceback, nothing
+written, or - rows marked ``outcome: warn`` - accepted with the one-line warning a user needs.
+A handful of rows run the installed ``vdkit`` script as a subprocess, as a user would.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "bad_inputs"))
+
+from harness import CLASSES, HANG_S, SECRET, classify, load_cases, run_case, why  # noqa: E402
+from workspace import build_template, workspace  # noqa: E402
+
+CASES = load_cases()
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    return build_template(tmp_path_factory.mktemp("bad-input-classes") / "template")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_is_refused_or_warned(case, template, tmp_path):
+    ws = workspace(template, tmp_path / "ws", case.needs)
+    res = run_case(case, ws)
+    outcome = classify(case, res, ws)
+    assert outcome == "clean", f"{outcome}: {why(case, res)}"
+    assert res.seconds < HANG_S
+    assert SECRET not in res.out + res.err
+
+
+def test_the_table_covers_every_class_with_500_inputs():
+    counts = Counter(c.cls for c in CASES)
+    assert sum(counts.values()) >= 500, counts
+    assert set(counts) >= set(CLASSES) - {8}, counts  # class 8 (losses) is tests/test_run_losses.py
+    assert sum(c.subprocess for c in CASES) >= 3
