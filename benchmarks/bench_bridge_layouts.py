@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from test_bridge_run import _MAKE_HF, LAYOUTS  # noqa: E402  (the tests' toy model and layouts)
+from test_bridge_run import LAYOUTS  # noqa: E402  (the tests' layouts)
 
 BASE = ["engine=bridge", "model=tiny_llama", "model.num_layers=4", "data=synthetic", "train.seq_length=64",
         "method.warmup_steps=0", "train.global_batch_size=8", "train.micro_batch_size=2", "method=sft",
@@ -57,11 +57,10 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="comma-separated layouts (" + ",".join(LAYOUTS) + ")")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_bridge_"))
-    hf, base = out / "hf", out / "base"
-    if not (base / "iter_0000000").is_dir():
-        subprocess.run([sys.executable, "-c", _MAKE_HF, str(hf)], check=True, env=_env(), capture_output=True)
-        subprocess.run([sys.executable, "-m", "vdkit.recipes.bridge.convert", str(hf), str(base)], check=True,
-                       env=_env(), capture_output=True)
+    from vdkit.config import compose
+    from vdkit.recipes.bridge.convert import make_base
+
+    base = make_base(compose(BASE), out)  # a seeded toy HF tiny_llama converted with Bridge's HF import
     layouts = ["one"] + [n for n in (args.only.split(",") if args.only else LAYOUTS) if n != "one"]
     rows, ref = [], None
     for name in layouts:

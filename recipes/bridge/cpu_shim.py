@@ -40,6 +40,10 @@ PATCHES = (
     ("bridge/training/initialize.py", 678, "if torch.cuda.device_count() > 0:",
      "the model-parallel RNG tracker is seeded only with a CUDA device; without it megatron-core's "
      "tensor_parallel/random.py raises 'cuda rng state ... is not added'"),
+    ("core/optimizer/distrib_optimizer.py", 642, "assert len(steps) == 1",
+     "on the non-Apex/TE path the distributed optimizer reads Adam's 'step' from torch's optimizer state, "
+     "which a fresh optimizer does not have yet: Bridge's resume (sharded_state_dict(is_loading=True) calls "
+     "state_dict() first, :1246) fails; that call is shown step 0 (the loaded step replaces it)"),
     ("bridge/training/setup.py", 164, 'start_time_tensor = torch.tensor([state.start_time], dtype=torch.double, device="cuda")',
      "device='cuda' literals (also gpt_step.py, train.py): the megatron-core shim's device mode maps them"),
 )
@@ -172,6 +176,32 @@ def apply() -> bool:
             ep_rank=get_pg_rank(pg_collection.ep), etp_rank=get_pg_rank(pg_collection.expt_tp))
 
     _patch(binit, "_set_random_seed", set_random_seed)
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    state_dict = DistributedOptimizer.state_dict
+
+    @functools.wraps(state_dict)
+    def fresh_state_dict(self):
+        inner = self.optimizer
+        if any("step" in st for st in inner.state.values()):
+            return state_dict(self)
+        # Not stepped yet (a resume is about to load into it): the non-TE branch only reads 'step' from
+        # the inner state dict's "state"; show it step 0 for this call, leave the real state empty (the
+        # load then allocates and fills it exactly as on a GPU).
+        plain = inner.state_dict
+
+        def with_step():
+            out = plain()
+            out["state"] = {0: {"step": torch.tensor(0.0)}}
+            return out
+
+        inner.state_dict = with_step
+        try:
+            return state_dict(self)
+        finally:
+            del inner.state_dict
+
+    _patch(DistributedOptimizer, "state_dict", fresh_state_dict)
     # CUDA streams (model_provider.py:708-722 builds DDP on a side stream): torch's CPU streams,
     # which are no-ops with the same methods; the caching allocator's calls have nothing to do.
     _patch(torch.cuda, "Stream", torch.cpu.Stream)
