@@ -16,6 +16,9 @@ default as shown). ``plan`` is a :class:`vdkit.plan.Plan`, ``job`` the engine's
 :class:`~vdkit.jobspec.JobSpec` for this run directory, ``run_dir`` the run directory's absolute
 :class:`~pathlib.Path` (when rendering it does not exist yet: files need its final path):
 
+``check_recipe(recipe) -> None``  (default: accept)
+    Refuse, at composition (every verb, ``vdkit plan`` included), what is wrong in this launcher's own
+    cluster settings (e.g. ``cluster.kubernetes``). Pure and light: :mod:`vdkit.rules` calls it.
 ``check(plan, job) -> None``  (default: accept)
     Refuse (:class:`vdkit.errors.UserError`) what this launcher cannot start: a container image it
     cannot read, a value its scripts cannot carry, an engine that does not run here. Pure (no I/O).
@@ -92,6 +95,11 @@ class Launcher:
         for fn in ("files", "submit", "status"):
             if not callable(getattr(module, fn, None)):
                 raise TypeError(f"launcher module {module.__name__} has no {fn}()")
+
+    def check_recipe(self, recipe) -> None:
+        fn = getattr(self.module, "check_recipe", None)
+        if fn:
+            fn(recipe)
 
     def check(self, plan, job) -> None:
         fn = getattr(self.module, "check", None)

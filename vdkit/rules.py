@@ -53,6 +53,7 @@ DOMAINS = {
     "model.pretrain_tp": (1, True, INF, False, "model.pretrain_tp=null"),
     "model.pretrain_pp": (1, True, INF, False, "model.pretrain_pp=null"),
     "cluster.gpu_memory_gb": (0, False, INF, False, "cluster.gpu_memory_gb=80"),
+    "cluster.inter_node_gb_s": (0, False, INF, False, "cluster.inter_node_gb_s=null (from the adapters)"),
     "cluster.memory_overhead_gb": (0, True, INF, False, "cluster.memory_overhead_gb=null (the planner's default)"),
     "cluster.min_nodes": (1, True, INF, False, "cluster.min_nodes=1"),
     "cluster.max_nodes": (1, True, INF, False, "cluster.max_nodes=6"),
@@ -287,6 +288,14 @@ def read_secrets_file(path: str) -> dict:
     return out
 
 
+def check_launcher_settings(recipe) -> None:
+    """The launcher's own cluster settings (e.g. cluster.kubernetes), through the launcher registry."""
+    from vdkit import launchers
+
+    if recipe.cluster.launcher in launchers.names():  # an unknown launcher is validate_fields' line
+        launchers.get(recipe.cluster.launcher).check_recipe(recipe)
+
+
 def check_recipe(recipe) -> None:
     """Every rule of this module on a composed recipe (called by vdkit.config.compose)."""
     check_numbers(recipe)
@@ -294,6 +303,7 @@ def check_recipe(recipe) -> None:
     check_architecture(recipe.model)
     check_cluster_env(recipe.cluster.env)
     check_files(recipe)
+    check_launcher_settings(recipe)
     check_secrets_file(recipe.run.secrets_file, required=False)
 
 
