@@ -59,8 +59,8 @@ def check(plan, job, run_dir=None) -> None:
                         "from a Secret", "kubectl create secret generic NAME --from-env-file=FILE, then "
                         "cluster.kubernetes.secret=NAME (and drop run.secrets_file)")
     if s.job_kind == "rayjob" and job.container is not None and job.container.image_key == "engine.container_image":
-        raise UserError(f"engine={plan.recipe.engine.name} runs in its own image ({job.container.image}), which has "
-                        "no Ray; a RayJob (cluster.kubernetes.job_kind=rayjob) runs the site's Ray image",
+        raise UserError(f"this engine runs in its own image ({job.container.image_key}={job.container.image}), "
+                        "which has no Ray; a RayJob (cluster.kubernetes.job_kind=rayjob) runs the site's Ray image",
                         "use a cluster whose kubernetes.job_kind is pytorchjob (e.g. cluster=k8s_h100)")
     if c.gpu_type != "cpu" and c.gpus_per_node < 1:
         raise UserError("cluster.gpus_per_node must be at least 1", "use cluster.gpus_per_node=8")

@@ -93,18 +93,10 @@ def worker_loop(config: dict) -> None:
     sys.stdout.flush()
     rc = subprocess.call(config["command"], env=env, preexec_fn=_die_with_parent)
     if rc != 0:
-        raise RuntimeError(f"rank {ctx.get_world_rank()} exited with code {rc}"
-                           + ("; it stopped cleanly after a checkpoint, the worker group restarts and resumes"
-                              if rc == config.get("continue_code") else ""))
-
-
-def continue_code() -> Optional[int]:
-    """The exit code of a rank that stopped cleanly after a checkpoint (the engines' preemption contract)."""
-    try:
-        from vdkit.recipes.preemption import EXIT_NOT_REQUEUED
-    except ImportError:
-        return None
-    return EXIT_NOT_REQUEUED
+        # A clean stop after a checkpoint (the engines' preemption exit code) or a failure: either way the
+        # worker group restarts (FailureConfig) and the ranks resume from the latest checkpoint.
+        raise RuntimeError(f"rank {ctx.get_world_rank()} exited with code {rc}; the worker group restarts from "
+                           "the latest checkpoint while restarts remain")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -119,7 +111,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     storage = os.path.abspath(args.storage)
     trainer = TorchTrainer(
         worker_loop,
-        train_loop_config={"command": args.command, "cpus": args.cpus_per_worker, "continue_code": continue_code()},
+        train_loop_config={"command": args.command, "cpus": args.cpus_per_worker},
         torch_config=TorchConfig(backend="gloo"),  # Ray's own group stays off the GPUs; the engine makes its own
         scaling_config=ScalingConfig(num_workers=args.workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=RunConfig(name="vdkit", storage_path=storage, failure_config=FailureConfig(max_failures=args.max_failures)),

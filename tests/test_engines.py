@@ -90,9 +90,10 @@ def test_engine_checks_run_before_anything_is_written(tmp_path):
 
 
 # ----------------------------------------------------------------------------- slurm/ knows no engine
-def test_slurm_never_imports_recipes_nor_branches_on_an_engine_name():
+@pytest.mark.parametrize("launcher_dir", ["slurm", "k8s"])
+def test_launchers_never_import_recipes_nor_branch_on_an_engine_name(launcher_dir):
     names = set(engines.names())
-    for path in _py("slurm"):
+    for path in _py(launcher_dir):
         tree = _tree(path)
         bad = [m for m in _imports(tree) if "recipes" in m]
         assert not bad, f"{path.name} imports {bad}: pass the engine's data in (vdkit.jobspec)"

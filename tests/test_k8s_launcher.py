@@ -139,3 +139,38 @@ def test_submit_test_only_is_a_server_dry_run(tmp_path, capsys, fake_kubectl):
     assert main(["submit", "--test-only", *TINY, vols(tmp_path), "--out", str(tmp_path / "runs")]) == 0
     assert "server dry run" in capsys.readouterr().out
     assert fake_kubectl()[0][:2] == ["apply", "--dry-run=server"]
+
+
+# ----------------------------------------------------------------------------- the RayJob entrypoint's pieces
+def test_the_ray_driver_reads_the_rendered_entrypoint(tmp_path, capsys):
+    import shlex
+
+    from vdkit.k8s.raytrain import parse
+
+    assert main(["render", *TINY, vols(tmp_path), "--out", str(tmp_path)]) == 0
+    run_dir = Path(capsys.readouterr().out.split()[-1])
+    argv = shlex.split(yaml.safe_load((run_dir / "rayjob.yaml").read_text())["spec"]["entrypoint"])
+    assert argv[:3] == ["python3", "-m", "vdkit.k8s.raytrain"]
+    args = parse(argv[3:])
+    assert (args.workers, args.cpus_per_worker, args.gpus_per_worker, args.max_failures) == (2, 1.0, 0.0, 2)
+    assert args.storage == str(run_dir / "ray")
+    assert args.command == ["python3", "-m", "vdkit.recipes.reference", str(run_dir)]
+    with pytest.raises(SystemExit):
+        parse(["--workers", "2", "--storage", "/x", "--"])  # no rank command
+
+
+def test_each_ray_worker_gives_its_rank_torchruns_variables():
+    from vdkit.k8s.raytrain import RANK_VARS, rank_env
+
+    class Ctx:  # what ray.train.get_context() answers on world rank 5 of 16 (first node)
+        def get_world_rank(self): return 5
+        def get_world_size(self): return 16
+        def get_local_rank(self): return 5
+        def get_local_world_size(self): return 8
+        def get_node_rank(self): return 0
+
+    env = rank_env(Ctx(), "10.0.0.1", 23456, 12.0, base={"NCCL_IB_HCA": "=bnxt_re0", "CUDA_VISIBLE_DEVICES": "0,1"})
+    assert {k: env[k] for k in RANK_VARS} == {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "5", "LOCAL_WORLD_SIZE": "8",
+                                              "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456"}
+    assert env["NCCL_IB_HCA"] == "=bnxt_re0" and env["CUDA_VISIBLE_DEVICES"] == "0,1"  # the pod's and Ray's kept
+    assert env["OMP_NUM_THREADS"] == "12"

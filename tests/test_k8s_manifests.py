@@ -127,6 +127,14 @@ def test_the_k8s_clusters_are_the_slurm_machines_with_another_launcher():
         assert {**vars(a), "name": 0, "launcher": 0} == {**vars(b), "name": 0, "launcher": 0}
 
 
+def test_vdkit_list_shows_the_inherited_hardware(capsys):
+    assert main(["list"]) == 0
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  k8s_")}
+    assert "1-2 nodes x 8 MI300X-192GB, kubernetes, roce" in lines["k8s_mi300x"]
+    assert "1-2 nodes x 8 MI300X-192GB, kubernetes, tcp" in lines["k8s_mi300x_noroce"]
+    assert "1-6 nodes x 8 H100-SXM5-80GB, kubernetes, ib" in lines["k8s_h100"]
+
+
 def test_a_nemo_stack_engine_on_the_h100_cluster_writes_a_checked_pytorchjob(tmp_path, capsys):
     from vdkit.rundir import load_plan
 

@@ -116,6 +116,17 @@ def test_rayjob_entrypoint_trains_resumes_and_matches_the_direct_zero3_run(tmp_p
     assert sorted(ray_losses) == sorted(direct_losses) == list(range(STEPS))  # logged as global_step 0..11
     for step in range(STEPS):
         assert ray_losses[step] == pytest.approx(direct_losses[step], rel=1e-6, abs=1e-7), (step, ray_losses, direct_losses)
+    # validate reads the Kubernetes run like any other: the engine's events on the shared run directory, and the
+    # job's stdout with Ray's worker prefixes across the restart
+    val = subprocess.run([sys.executable, "-m", "vdkit", "validate", str(run_dir)], capture_output=True, text=True,
+                         env=_env(), timeout=120)
+    assert val.returncode == 0 and f"{STEPS} timed step(s)" in val.stdout, val.stdout + val.stderr
+    logs = tmp_path / "stdout-only"
+    logs.mkdir()
+    (logs / "ray-job.out").write_text(out)
+    val = subprocess.run([sys.executable, "-m", "vdkit", "validate", str(logs / "ray-job.out")], capture_output=True,
+                         text=True, env=_env(), timeout=120)
+    assert val.returncode == 0 and f"{STEPS} timed step(s)" in val.stdout, val.stdout + val.stderr
     print(f"\nray job (cluster up + train + restart) and direct run: {ray_s:.1f} s wall; resumed at step {resumed_at}")
     for step in range(STEPS):
         print(f"step {step + 1:2d}  ray {ray_losses[step]:.6f}  direct {direct_losses[step]:.6f}")

@@ -156,8 +156,8 @@ def test_the_cluster_path_runs_as_written(tmp_path):
 
 @pytest.mark.slurm
 def test_the_cluster_paths_sbatch_line_is_accepted_by_slurm(tmp_path, local_slurm):
-    site, env = _site(tmp_path), vdkit_env()
-    env.update(local_slurm.env())
+    site = _site(tmp_path)
+    env = local_slurm.env(vdkit_env())  # keep vdkit_env's PATH (this interpreter's console scripts)
     lines = cluster_lines(site)
     prefix = lines[0]
     render = next(ln for ln in lines if ln.startswith("vdkit render"))

@@ -105,13 +105,26 @@ def _model_facts(path: Path) -> str:
     return f"{size} params, {data.get('num_layers')} layers"
 
 
+def _with_defaults(path: Path) -> dict:
+    """The file's values over those of the same-group files its ``defaults:`` list names (``_self_`` last, as
+    Hydra merges them: conf/cluster/k8s_mi300x.yaml is xe9680_mi300x.yaml with another launcher)."""
+    data = _load(path)
+    merged: dict = {}
+    for entry in data.get("defaults") or []:
+        parent = path.parent / f"{entry}.yaml" if isinstance(entry, str) and entry != "_self_" else None
+        if parent is not None and parent.is_file() and parent != path:
+            merged.update(_with_defaults(parent))
+    merged.update({k: v for k, v in data.items() if k != "defaults"})
+    return merged
+
+
 def _cluster_facts(path: Path) -> str:
     """'1-6 nodes x 8 H100-SXM5-80GB, ib' from the cluster file."""
     import dataclasses
 
     from vdkit.config import ClusterCfg
 
-    d = {**dataclasses.asdict(ClusterCfg()), **_load(path)}  # the schema's defaults under the file's values
+    d = {**dataclasses.asdict(ClusterCfg()), **_with_defaults(path)}  # the schema's defaults under the file's values
     nodes = f"{d['min_nodes']}-{d['max_nodes']}" if d["min_nodes"] != d["max_nodes"] else f"{d['min_nodes']}"
     return f"{nodes} nodes x {d['gpus_per_node']} {d['gpu_type']}, {d['launcher']}, {d['transport']}"
 
