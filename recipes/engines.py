@@ -34,12 +34,23 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     for every engine; list only what is the engine's own (e.g. the base-model file).
 ``local_check(plan) -> None``  (default: accept)
     The checks before training on this machine (``vdkit run``): data files, tokenizer, ...
-``env(plan) -> dict[str, str]``  (default ``{}``)
+``env(plan[, run_dir]) -> dict[str, str]``  (default ``{}``)
     Variables every rank needs beyond the cluster's NCCL / rendezvous set, exported before srun
-    (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism).
+    (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism; the reference engine's offline
+    Hugging Face settings, with HF_HOME under the run's results root).
 ``container(plan, run_dir) -> vdkit.jobspec.Container | None``  (default ``None``: host Python)
     The image and mounts when ranks run in a container; pyxis flags are the Slurm renderer's job.
     :func:`standard_mounts` gives the usual list (data dir, results dir, run dir).
+``CATCHES_STOP_SIGNALS: bool``  (default ``True``)
+    Whether the ranks catch USR1 / TERM and stop cleanly (the job contract, :mod:`vdkit.jobspec`;
+    the kit's engines do, through :mod:`vdkit.recipes.preemption`). ``False``: the engine stops by
+    its own clock (NeMo's ``max_time_per_run``) and the launcher never signals it.
+``finished_line(plan) -> str | None``  (default ``None``)
+    For engines whose ranks exit 0 on a clean stop too (Lightning's ``max_time``): the text rank 0
+    prints when every step is done. ``None``: exit 0 means finished, exit 75 stopped.
+``GPU_VENDORS: tuple[str, ...]``  (default ``("nvidia", "amd")``)
+    The GPU vendors the engine's image is built for; a cluster of another vendor
+    (``cluster.gpu_vendor``) is refused at the door, in one line.
 ``RUNTIME_MODULES: tuple[str, ...]`` and ``EXTRA: str``  (default ``()`` / ``""``)
     What a rank imports and the pyproject extra that installs it. Before training on this machine
     (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
@@ -50,7 +61,7 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     kit's engines read the launcher's variables instead.
 ``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
     The log format the ranks write (validation reads NeMo 1.x progress lines and TensorBoard
-    scalars named in :mod:`vdkit.logformat`).
+    scalars named in :mod:`vdkit.logformat`; ``MEGATRON``: Megatron-Bridge's ``iteration N/M`` lines).
 
 Keep an engine module's top level light (standard library, vdkit.errors / rundir / jobspec): the
 Slurm renderer and ``vdkit --help`` paths import it; import torch & co. inside the training code.
@@ -69,6 +80,7 @@ REGISTRY: Dict[str, str] = {
     "nemo": "vdkit.recipes.nemo",
     "reference": "vdkit.recipes.reference",
     "megatron": "vdkit.recipes.megatron",
+    "bridge": "vdkit.recipes.bridge",
 }
 
 
@@ -112,9 +124,27 @@ class Engine:
         return dict(fn(plan, Path(run_dir))) if fn else {}
 
     def check(self, plan) -> None:
+        vendors = self.gpu_vendors
+        c = plan.recipe.cluster
+        if c.launcher != "local" and c.gpu_vendor not in vendors:
+            raise UserError(f"engine={self.name} runs an image built for {'/'.join(vendors)} GPUs and cluster "
+                            f"{c.name} has {c.gpu_vendor} GPUs", "use an engine built for them (engine=reference runs the "
+                            "cluster's own image, cluster.container_image), or a cluster of that vendor")
         fn = getattr(self.module, "check", None)
         if fn:
             fn(plan)
+
+    @property
+    def gpu_vendors(self) -> Tuple[str, ...]:
+        return tuple(getattr(self.module, "GPU_VENDORS", ("nvidia", "amd")))
+
+    @property
+    def catches_stop_signals(self) -> bool:
+        return bool(getattr(self.module, "CATCHES_STOP_SIGNALS", True))
+
+    def finished_line(self, plan) -> Optional[str]:
+        fn = getattr(self.module, "finished_line", None)
+        return fn(plan) if fn else None
 
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = getattr(self.module, "inputs", None)
@@ -126,9 +156,15 @@ class Engine:
         if fn:
             fn(plan)
 
-    def env(self, plan) -> Dict[str, str]:
+    def env(self, plan, run_dir=None) -> Dict[str, str]:
         fn = getattr(self.module, "env", None)
-        return {str(k): str(v) for k, v in (fn(plan) if fn else {}).items()}
+        if fn is None:
+            return {}
+        import inspect
+
+        takes_dir = len(inspect.signature(fn).parameters) > 1
+        got = fn(plan, Path(run_dir)) if (takes_dir and run_dir is not None) else fn(plan)
+        return {str(k): str(v) for k, v in got.items()}
 
     def container(self, plan, run_dir):
         fn = getattr(self.module, "container", None)

@@ -74,6 +74,16 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 # ----------------------------------------------------------------------------- the engine interface
 LOG_FORMAT = NEMO1
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
+GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image: CUDA only
+# NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;
+# a USR1 would reach Lightning's SLURM handler, which runs `scontrol requeue` inside the container.
+CATCHES_STOP_SIGNALS = False
+
+
+def finished_line(plan) -> str:
+    """What Lightning's fit loop logs on rank 0 when every step is done (lightning/pytorch/loops/fit_loop.py);
+    a max_time stop exits 0 without it."""
+    return f"`Trainer.fit` stopped: `max_steps={plan.recipe.train.max_steps}` reached."
 
 
 def _base_model_dir(recipe):

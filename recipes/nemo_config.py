@@ -117,13 +117,16 @@ def _trainer(plan, max_epochs: int) -> dict:
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
 
-    r = plan.recipe
+    from vdkit import schedule
+
     root = results_root(plan, run_dir)
-    every = r.engine.checkpoint_every_n_steps
+    times = schedule.time_plan(plan)  # the cadence and the allocation's budget (pinned values win)
+    every = times.every_n_steps
     params = {
         **checkpoint,
         "dirpath": str(root / rundir.CHECKPOINT_DIR),
         "model_parallel_size": plan.tp * plan.pp,  # NeMo's CallbackParams: TP x PP
+        "save_last": True,  # the checkpoint a max_time stop writes at the end of fit (NeMo's on_train_end)
     }
     if every > 0:
         params["every_n_train_steps"] = every
@@ -137,11 +140,15 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         "create_tensorboard_logger": True,
         "log_step_timing": True,
         "step_timing_kwargs": dict(STEP_TIMING),
-        # A requeued job (Slurm --requeue) picks up its last checkpoint; a fresh one starts clean.
+        # The next allocation (or a job requeued after a node failure) picks up the last checkpoint.
         "resume_if_exists": True,
         "resume_ignore_no_checkpoint": True,
         "create_checkpoint_callback": True,
         "checkpoint_callback_params": params,
+        # Stop cleanly before the allocation ends (the job contract): NeMo's StatelessTimer counts from
+        # the start of fit in every allocation (Lightning's trainer.max_time would carry the elapsed time
+        # over in the checkpoint). The allocation less the stop's lead and the predicted start-up.
+        "max_time_per_run": schedule.hms(max(60, times.stop_after_s - times.startup_s)),
     }
 
 

@@ -1,121 +1,114 @@
-"""Preemption for every engine the kit runs itself: finish the step, checkpoint, requeue, exit.
+"""The job contract's stop, for every engine the kit runs itself: finish the step, checkpoint, exit.
 
-The rendered sbatch asks Slurm for ``--signal=USR1@<lead>`` before the time limit and sets
-``--requeue`` (``scancel --signal=USR1 JOB`` sends the same signal by hand). Without a handler
-USR1 terminates a Python process (exit 138, job FAILED, no checkpoint). With :class:`Preemption`
-installed, the signal only raises a flag; the training loop asks :meth:`Preemption.stop_now`
-after each optimizer step, so that
+What the contract asks (:mod:`vdkit.jobspec`): on USR1 (the launcher's "time limit near"), TERM
+(Slurm at the limit, ``kill``) or once the clock passes ``$VDKIT_STOP_AT`` (the launcher's budget
+for this allocation), a rank stops cleanly and exits with :data:`EXIT_STOPPED`; whether the run
+continues is the launcher's decision, taken outside the container (inside a pyxis container there
+is no ``scontrol`` to ask Slurm with, NVIDIA/pyxis#129).
+
+Without a handler USR1 and TERM end a Python process at once (no checkpoint). With
+:class:`Preemption` installed, a signal only raises a flag; the training loop asks
+:meth:`Preemption.stop_now` after each optimizer step, so that
 
 1. the step in progress finishes (no half-applied update),
 2. every rank agrees to stop at the *same* step (the signal may reach ranks at different steps:
    the flag is summed over ranks with the engine's own all-reduce),
-3. the engine saves its checkpoint for that step,
-4. rank 0 runs ``scontrol requeue $SLURM_JOB_ID`` (:meth:`Preemption.requeue`) and every rank
-   exits; the requeued job (same id, same run dir) resumes from that checkpoint: no step is lost
-   and none is repeated.
+3. the engine saves its checkpoint for that step (partial files of an earlier killed save removed),
+4. every rank raises :class:`Preempted`; :func:`rank_main` turns it into exit code
+   :data:`EXIT_STOPPED`. Started again in the same run dir, the engine resumes at the next step:
+   no step is lost and none is repeated.
 
 Engine-neutral (standard library only): the reference engine passes Fabric's all-reduce, the
 megatron engine ``torch.distributed.all_reduce`` over the whole world (every TP, PP and DP rank
 must stop after the same step, or a pipeline schedule would wait forever for a peer).
-NeMo needs none of this: Lightning's SLURMEnvironment arms the same handler on SIGUSR1
-(``auto_requeue``), see tests/test_preemption.py.
 """
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import signal
-import subprocess
 import threading
+import time
 from typing import Callable, Mapping, Optional
 
-from vdkit.jobspec import PREEMPT_SIGNAL as SIGNAL_NAME  # what the sbatch asks for (the job contract)
+from vdkit.jobspec import EXIT_STOPPED, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, STOP_SIGNALS
 
-REQUEUE_SIGNAL = getattr(signal, f"SIG{SIGNAL_NAME}")
-# Exit code of a rank that stopped for preemption but could not requeue (not a Slurm job,
-# requeue refused): the checkpoint is there, the job is not finished. EX_TEMPFAIL.
-EXIT_NOT_REQUEUED = 75
-_JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+STOP_SIGNUMS = tuple(getattr(signal, f"SIG{name}") for name in STOP_SIGNALS)
 
 
-def slurm_job_id(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
-    """The id ``scontrol requeue`` takes for this job (``ARRAYJOB_TASK`` for an array task), or None."""
+def stop_at(env: Optional[Mapping[str, str]] = None) -> Optional[float]:
+    """The launcher's budget: the epoch second ``$VDKIT_STOP_AT`` names, or None (unset or unreadable)."""
     env = os.environ if env is None else env
-    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
-        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    else:
-        job = env.get("SLURM_JOB_ID", "")
-    return job if _JOB_ID.match(job) else None
+    try:
+        value = float(env.get(STOP_AT_ENV, ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 class Preemption:
-    """A flag set by the requeue signal; see the module docstring for the protocol."""
+    """A flag set by a stop signal or by the budget's clock; see the module docstring for the protocol."""
 
-    def __init__(self, signum: int = REQUEUE_SIGNAL):
-        self.signum = signum
-        self.received = False
-        self._previous = None
+    def __init__(self, signums=STOP_SIGNUMS, deadline: Optional[float] = None):
+        self.signums = tuple(signums)
+        self.deadline = deadline  # epoch seconds (time.time()), or None
+        self.received: Optional[str] = None  # what asked for the stop (a signal name, "time budget")
+        self._previous = {}
 
     def install(self) -> "Preemption":
-        """Catch the signal from now on (main thread only; elsewhere this is a no-op)."""
+        """Catch the signals from now on (main thread only; elsewhere this is a no-op)."""
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(self.signum, self._handle)
+            for signum in self.signums:
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def uninstall(self) -> None:
-        if self._previous is not None:
-            signal.signal(self.signum, self._previous)
-            self._previous = None
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def _handle(self, signum, frame) -> None:  # async-signal context: set the flag, nothing else
-        self.received = True
+        self.received = self.received or signal.Signals(signum).name[3:]
+
+    def _local_flag(self) -> bool:
+        if self.received is None and self.deadline is not None and time.time() >= self.deadline:
+            self.received = "time budget"
+        return self.received is not None
 
     def stop_now(self, sum_over_ranks: Optional[Callable[[int], float]] = None) -> bool:
-        """True on every rank when any rank got the signal. Call it at the same point on every rank
+        """True on every rank when any rank was asked to stop. Call it at the same point on every rank
         (after each step): with ``sum_over_ranks`` it is a collective."""
-        flag = 1 if self.received else 0
+        flag = 1 if self._local_flag() else 0
         if sum_over_ranks is not None:
             flag = sum_over_ranks(flag)
         return flag > 0
 
-    def requeue(self, env: Optional[Mapping[str, str]] = None, timeout_s: float = 60) -> tuple:
-        """Rank 0: ask Slurm to requeue this job. Returns (ok, one line saying what happened)."""
-        job = slurm_job_id(env)
-        if job is None:
-            return False, "not a Slurm job: nothing to requeue; run the same command again to resume"
-        scontrol = shutil.which("scontrol") or "scontrol"
-        try:
-            proc = subprocess.run([scontrol, "requeue", job], capture_output=True, text=True, timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return False, f"scontrol requeue {job} failed ({exc}); resubmit the run dir's launch.sbatch to resume"
-        if proc.returncode != 0:
-            why = (proc.stderr or proc.stdout).strip().splitlines()
-            return False, (f"scontrol requeue {job} failed ({why[-1] if why else 'exit ' + str(proc.returncode)}); "
-                           "resubmit the run dir's launch.sbatch to resume")
-        return True, f"requeued Slurm job {job}; it resumes from the checkpoint"
+    def why(self) -> str:
+        """What asked for the stop, for the log line ('USR1', 'TERM', 'time budget', or another rank)."""
+        return self.received or "another rank's signal"
 
 
 class Preempted(Exception):
-    """Raised by an engine's loop once it has checkpointed ``step`` and (rank 0) asked for the requeue.
+    """Raised by an engine's loop once it has checkpointed ``step``; the rank exits with EXIT_STOPPED."""
 
-    The rank's entry point returns :attr:`exit_code`: 0 when the job was requeued (Slurm restarts
-    it), EXIT_NOT_REQUEUED otherwise (the work is saved, the job must be started again).
-    """
+    exit_code = EXIT_STOPPED
 
-    def __init__(self, step: int, requeued: bool):
+    def __init__(self, step: int):
         self.step = step
-        self.requeued = requeued
-        self.exit_code = 0 if requeued else EXIT_NOT_REQUEUED
-        super().__init__(f"preempted after step {step} ({'requeued' if requeued else 'not requeued'})")
+        super().__init__(f"stopped cleanly after step {step}")
+
+
+def stop_message(preempt: "Preemption", step: int, ckpt_dir) -> str:
+    """Rank 0's line when it stops (validation and the tests read 'stopped after global_step N')."""
+    return (f"[vdkit I] {preempt.why()}: stopped after global_step {step}, checkpoint in {ckpt_dir}; "
+            f"exit {EXIT_STOPPED} (the launcher continues the run)")
 
 
 def rank_main(engine: str, train: Callable, argv=None, require: Optional[Callable[[], None]] = None) -> int:
     """``python -m vdkit.recipes.<engine> RUN_DIR`` for every engine the kit runs itself.
 
-    Installs the preemption handler first (a USR1 that arrives while torch loads must not kill the
-    rank), runs ``require`` (the engine's runtime check) and ``train(run_dir, preempt=...)``; a
-    UserError is one line and its exit code (2), a preemption stop is :attr:`Preempted.exit_code`.
+    Installs the stop handler first (a USR1 that arrives while torch loads must not kill the rank),
+    runs ``require`` (the engine's runtime check) and ``train(run_dir, preempt=...)``; a UserError
+    is one line and its exit code (2), a clean stop is :data:`EXIT_STOPPED`.
     """
     import sys
 
@@ -125,7 +118,7 @@ def rank_main(engine: str, train: Callable, argv=None, require: Optional[Callabl
     if len(argv) != 1 or argv[0].startswith("-"):
         print(f"usage: python -m vdkit.recipes.{engine} RUN_DIR", file=sys.stderr)
         return 2
-    preempt = Preemption().install()
+    preempt = Preemption(deadline=stop_at()).install()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         if require is not None:

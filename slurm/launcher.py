@@ -2,8 +2,10 @@
 
 The interface is :mod:`vdkit.launchers`'. The script is :mod:`vdkit.slurm.render`'s, submission
 and state :mod:`vdkit.slurm.submit`'s; this module is the seam the rest of the kit sees.
-Continuation across allocations today: ``--signal`` / ``--requeue`` in the script and the engines'
-own requeue (vdkit.recipes.preemption).
+Continuation across allocations (the job contract, :mod:`vdkit.jobspec`): the script's batch
+shell, outside any container, passes Slurm's ``--signal=B:USR1`` to the ranks, and when they stop
+cleanly (exit 75) submits the next allocation with ``--dependency=afterany``; a finished run writes
+``finished`` and never starts again (:func:`vdkit.slurm.render.continuation_lines`).
 """
 from __future__ import annotations
 

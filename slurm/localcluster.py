@@ -15,6 +15,13 @@ Clients (sbatch, srun, squeue, scontrol, sinfo) reach it through ``SLURM_CONF=<d
 
 (``vdkit cluster up|status|down`` does the same.) Node names do not resolve: a job reaches its
 first node through that node's NodeAddr (127.0.0.1), e.g. from ``scontrol show node``.
+
+A container stand-in: on a real XE9680 site the ranks run in a pyxis/enroot container, where no
+Slurm client command exists (NVIDIA/pyxis#129). Here the job steps get the same: a TaskProlog
+replaces every directory of PATH that holds a Slurm client (sbatch, srun, scontrol, ...) by a mirror
+of it without them, for every task of every job step; the batch shell, which on a real site runs on
+the node outside the container, keeps them. So a rank that calls ``scontrol`` fails here as it
+would under pyxis, and continuation has to happen in the batch shell.
 """
 from __future__ import annotations
 
@@ -49,6 +56,10 @@ REQUEUE_WAIT_S = 10  # Slurm's cred_expire: a requeued job's earliest restart (S
 
 SERVER_BINARIES = ("slurmctld", "slurmd", "munged", "munge", "unmunge")
 CLIENT_BINARIES = ("sbatch", "srun", "squeue", "scontrol", "sinfo", "scancel")
+# What a pyxis container lacks: every Slurm client command (hidden from job steps, see the docstring).
+HIDDEN_IN_STEPS = CLIENT_BINARIES + ("salloc", "sacct", "sattach", "sbcast", "scrontab", "sdiag", "sprio",
+                                     "sreport", "sshare", "sstat", "strigger", "sview", "sacctmgr")
+BATCH_STEP_ID = "4294967294"  # SLURM_BATCH_SCRIPT: the step id Slurm gives the batch shell
 APT_HINT = "install them with `apt-get install -y slurm-wlm munge` (Debian/Ubuntu)"
 
 
@@ -226,6 +237,7 @@ class LocalCluster:
             f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
             f"SlurmdLogFile={r / 'log'}/slurmd-%n.log",
             f"PlugStackConfig={r / 'plugstack.conf'}",
+            f"TaskProlog={r / 'container' / 'task_prolog.sh'}",  # the container stand-in (module docstring)
             # The nodes claim more than this machine has (that is the point of the emulation).
             "SlurmdParameters=config_overrides",
             # No cgroups: processes are tracked by process group, no task binding.
@@ -270,6 +282,36 @@ class LocalCluster:
         (r / "gres.conf").write_text("\n".join(gres) + "\n")
         # An empty SPANK stack: a site's plugins (pyxis in /etc/slurm) are not ours to load.
         (r / "plugstack.conf").write_text("")
+        self.write_container_stand_in()
+
+    def write_container_stand_in(self) -> None:
+        """The TaskProlog that hides the Slurm clients from job steps (the container stand-in)."""
+        r = self.root / "container"
+        mirrors = {}
+        for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]:
+            if not d or not os.path.isdir(d) or d in mirrors:
+                continue
+            if not any(os.path.exists(os.path.join(d, b)) for b in HIDDEN_IN_STEPS):
+                continue
+            mirror = r / ("bin" + d.replace("/", "_"))
+            mirror.mkdir(parents=True, exist_ok=True)
+            for name in os.listdir(d):
+                link = mirror / name
+                if name not in HIDDEN_IN_STEPS and not link.exists() and not link.is_symlink():
+                    link.symlink_to(os.path.join(d, name))
+            mirrors[d] = str(mirror)
+        lines = ["#!/bin/sh",
+                 "# vdkit's container stand-in: job steps see no Slurm client command, as under pyxis.",
+                 # The batch shell runs outside the container: its task prolog has no step id (Slurm 22.05).
+                 f'case "${{SLURM_STEP_ID:-batch}}" in batch|{BATCH_STEP_ID}) exit 0 ;; esac',
+                 'NEW=""', 'IFS=:', "for d in $PATH; do", '  case "$d" in']
+        for d, mirror in mirrors.items():
+            lines.append(f'    {d}|{d}/) d="{mirror}" ;;')
+        lines += ["  esac", '  NEW="${NEW:+$NEW:}$d"', "done", 'echo "export PATH=$NEW"',
+                  f'echo "export VDKIT_CONTAINER_STAND_IN=1"']
+        prolog = r / "task_prolog.sh"
+        prolog.write_text("\n".join(lines) + "\n")
+        prolog.chmod(0o755)
 
     def _start_munge(self) -> None:
         mdir = self.root / "munge"

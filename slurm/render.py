@@ -6,9 +6,19 @@ imports an engine and never branches on an engine's name.
 
 ``#SBATCH`` directives come from submitit's (private, pinned 1.5.4) renderer
 ``submitit.slurm.slurm._make_sbatch_string``; only its defaults that would hurt are overridden
-through its own ``additional_parameters`` (no ``--wckey``, ``--signal=USR1`` instead of
-submitit's USR2, ``--requeue``, our log paths). The body is ours: strict shell, NCCL/IB
-environment, rendezvous, secrets read at run time, one ``srun`` of the engine's command.
+through its own ``additional_parameters`` (no ``--wckey``, ``--signal=B:USR1@<lead>`` instead of
+submitit's USR2, ``--requeue`` for node failures, our log paths). ``--time`` and the lead come from
+the plan (:mod:`vdkit.schedule`). The body is ours: strict shell, the run dir's lock, the job's id
+recorded, a finished run refused, NCCL/IB environment, rendezvous, secrets read at run time, one
+``srun`` of the engine's command and the continuation (:func:`continuation_lines`).
+
+Continuation happens here, in the batch shell, outside any container (the job contract in
+:mod:`vdkit.jobspec`): Slurm signals the batch shell only (``B:``); the shell passes USR1 to the
+step when the engine catches it; the ranks stop cleanly and exit 75; the shell then submits the
+next allocation with ``sbatch --dependency=afterany:$SLURM_JOB_ID`` (it starts when this job has
+ended, and resumes from the checkpoint). On exit 0 it writes the run dir's ``finished`` file, and
+a job that finds that file does nothing. Why this and not ``scontrol requeue`` or an up-front
+singleton chain: docs/cluster-guide.md "Runs longer than one allocation".
 
 Every interpolated value is shell-quoted. ``#SBATCH`` values are read by sbatch's own parser,
 which treats single quotes like bash but also honours backslash escapes inside them, so values
@@ -22,12 +32,11 @@ from typing import Dict, List, Union
 
 from vdkit import fabric
 from vdkit.errors import UserError
-from vdkit.jobspec import PREEMPT_SIGNAL as SIGNAL_NAME, JobSpec
+from vdkit.jobspec import EXIT_STOPPED, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
 from vdkit.slurm import env as slurm_env
 
-# SIGNAL_NAME: Lightning's SLURM requeue signal (NeMo trains with Lightning; USR2 would kill it), and
-# what the kit's own engines catch to checkpoint and requeue (vdkit.recipes.preemption).
-SIGNAL_LEAD_S = 300  # seconds before the time limit: enough for a checkpoint save
+# SIGNAL_NAME goes to the batch shell only (B:): the shell forwards it to engines that catch it
+# (vdkit.recipes.preemption); NeMo's ranks never get it (Lightning's handler would run scontrol).
 OUTPUT_PATTERN = "slurm-%j.out"
 ERROR_PATTERN = "slurm-%j.err"
 
@@ -41,23 +50,27 @@ def _directive(what: str, value) -> str:
     return text
 
 
-def signal_lead_s(time_limit_min: int) -> int:
-    """Seconds before the time limit at which the job's steps get the requeue signal."""
-    return max(1, min(SIGNAL_LEAD_S, time_limit_min * 60 // 4))
+def time_plan(plan):
+    """The plan's time figures (vdkit.schedule.TimePlan): --time, the stop's lead, the budget."""
+    from vdkit.schedule import time_plan as plan_times
+
+    return plan_times(plan)
 
 
 def sbatch_parameters(plan, run_dir) -> dict:
     """The keyword arguments for submitit's renderer (resources, names, log paths)."""
     r = plan.recipe
     c = r.cluster
+    times = time_plan(plan)
     run_dir = str(run_dir)
     # sbatch expands %j, %x, %u, ... anywhere in --output: a '%' of the directory name is written '%%'.
     escaped = run_dir.replace("%", "%%")
     extra: Dict[str, object] = {
         "output": _directive("run directory", f"{escaped}/{OUTPUT_PATTERN}"),
         "error": _directive("run directory", f"{escaped}/{ERROR_PATTERN}"),
-        "signal": f"{SIGNAL_NAME}@{signal_lead_s(c.time_limit_min)}",
-        "requeue": True,
+        # To the batch shell only: it decides what the step gets (continuation_lines).
+        "signal": f"B:{SIGNAL_NAME}@{times.lead_s}",
+        "requeue": True,  # Slurm requeues on a node failure; the job resumes from its checkpoint
     }
     if c.reservation:
         extra["reservation"] = _directive("cluster.reservation", c.reservation)
@@ -71,7 +84,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
         cpus_per_task=c.cpus_per_task,
         exclusive=True,
         mem="0",  # all of each node's memory; submitit's mem_gb=0 would render "0GB"
-        time=c.time_limit_min,
+        time=times.time_limit_min,
         wckey=None,  # submitit forces --wckey=submitit otherwise; sites that enforce wckeys reject it
         additional_parameters=extra,
     )
@@ -93,7 +106,21 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     q = shlex.quote
     from vdkit.runlock import lock_lines
 
-    lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [""]
+    run = q(str(run_dir))
+    from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE
+
+    times = time_plan(plan)
+    lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [
+        f"export {STOP_AT_ENV}=$(( $(date +%s) + {times.stop_after_s} ))  # the ranks' own budget: stop cleanly by then",
+        "# This job in the run's record (`vdkit status RUN_DIR` after a plain sbatch too)",
+        f'grep -qx "$SLURM_JOB_ID" {run}/{JOB_ID_FILE} 2>/dev/null || echo "$SLURM_JOB_ID" >> {run}/{JOB_ID_FILE}',
+        "# A finished run never starts again",
+        f"if [ -e {run}/{FINISHED_FILE} ]; then",
+        f'  echo "vdkit: the run in {_echo(run_dir)} has finished (its file {FINISHED_FILE} says so); job $SLURM_JOB_ID '
+        'has nothing to do"',
+        "  exit 0",
+        "fi",
+        ""]
     lines.append(fabric.fabric_comment(r.cluster))
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan, job.env).items()]
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()
@@ -124,7 +151,7 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
     if job.pmi and r.cluster.mpi != "none":
         argv.append(f"--mpi={r.cluster.mpi}")
     if job.container is not None:
-        names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS)
+        names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [STOP_AT_ENV]
         argv += slurm_env.pyxis_args(job.container, str(run_dir), names)
     return argv + [str(a) for a in job.argv]
 
@@ -139,11 +166,78 @@ def _srun_text(argv: List[str]) -> str:
     return " \\\n".join(parts)
 
 
+def _echo(text) -> str:
+    """Text for inside a double-quoted echo (the run dir in messages): no $, `, \\ or " expansion."""
+    return "".join("\\" + ch if ch in '$`"\\' else ch for ch in str(text))
+
+
+def _on_signal(plan, job: JobSpec) -> str:
+    """The batch shell's trap for Slurm's USR1: pass it to the step when the engine catches it."""
+    lead = time_plan(plan).lead_s
+    if job.stop_signal:
+        return (f'echo "vdkit: {SIGNAL_NAME} from Slurm ({lead} s before the time limit): the ranks stop after their '
+                f'step and checkpoint" >&2; kill -{job.stop_signal} "$STEP_PID" 2>/dev/null || true')
+    return f'echo "vdkit: {SIGNAL_NAME} from Slurm ({lead} s before the time limit): the engine stops by its own max_time" >&2'
+
+
+def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
+    """The batch shell after starting the step (``srun ... &``): wait, then finish or continue the run.
+
+    USR1 (``--signal=B:USR1@lead``) interrupts ``wait``: the shell forwards it to the step when the
+    engine catches it (``job.stop_signal``) and waits again. Exit 0 (and, for engines that exit 0 on
+    a stop too, ``job.finished_line`` in this job's output) finishes the run; exit 75 submits the next
+    allocation; anything else is the job's failure.
+    """
+    q = shlex.quote
+    run = q(str(run_dir))
+    from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE, SBATCH_FILE
+
+    lines = [
+        "STEP_PID=$!",
+        "rc=0",
+        "while :; do  # a trapped signal interrupts `wait`: wait for the step again",
+        "  TRAPPED=0",
+        '  wait "$STEP_PID" && rc=0 || rc=$?',
+        '  [ "$TRAPPED" = 1 ] && [ "$rc" -gt 128 ] || break',
+        "done",
+    ]
+    if job.finished_line:
+        out = " ".join(f'{run}/{pattern.replace("%j", chr(34) + "$SLURM_JOB_ID" + chr(34))}'
+                       for pattern in (OUTPUT_PATTERN, ERROR_PATTERN))
+        lines += [f"# Exit 0 is a stop too unless rank 0 said the run is finished:",
+                  f"if [ \"$rc\" = 0 ] && ! grep -qsF -- {q(job.finished_line)} {out}; then rc={EXIT_STOPPED}; fi"]
+    lines += [
+        'case "$rc" in',
+        "  0)",
+        f"    touch {run}/{FINISHED_FILE}",
+        '    echo "vdkit: the run has finished (job $SLURM_JOB_ID)" ;;',
+        f"  {EXIT_STOPPED})",
+        "    # Stopped cleanly with a checkpoint before the limit: the next allocation resumes from it.",
+        f'    if next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {run}/{SBATCH_FILE}); then',
+        f'      echo "${{next%%;*}}" >> {run}/{JOB_ID_FILE}',
+        '      echo "vdkit: stopped before the time limit; job ${next%%;*} continues the run after job $SLURM_JOB_ID"',
+        "    else",
+        f'      echo "vdkit: stopped before the time limit, but the next allocation could not be submitted; '
+        f'continue by hand: sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
+        f"      exit {EXIT_STOPPED}",
+        "    fi ;;",
+        "  *)",
+        '    echo "vdkit: the job step failed (exit $rc); the run does not continue by itself" >&2',
+        '    exit "$rc" ;;',
+        "esac",
+    ]
+    return lines
+
+
 def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     """The launch.sbatch text for ``plan`` running ``job`` in ``run_dir`` (a pure function of the three)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     run_dir = str(run_dir)
     params = sbatch_parameters(plan, run_dir)
-    return _make_sbatch_string(command=_srun_text(srun_argv(plan, run_dir, job)), folder=run_dir,
+    command = "\n".join(["# The step runs in the background so that this shell can take Slurm's signal",
+                         f"STEP_PID=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
+                         _srun_text(srun_argv(plan, run_dir, job)) + " &"]
+                        + continuation_lines(plan, run_dir, job))
+    return _make_sbatch_string(command=command, folder=run_dir,
                                setup=body_lines(plan, run_dir, job), use_srun=False, **params)

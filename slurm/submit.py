@@ -143,8 +143,9 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
                       f"the job may be queued, so {run_dir} is kept",
                       f"look for it with `squeue --me`; if it is queued, write its id into {run_dir / JOB_ID_FILE}") \
             from None
-    with open(run_dir / JOB_ID_FILE, "a") as f:
-        f.write(f"{job_id}\n")
+    if job_id not in job_ids(run_dir):  # the job itself may have started and recorded it already
+        with open(run_dir / JOB_ID_FILE, "a") as f:
+            f.write(f"{job_id}\n")
     return Submission(run_dir, job_id, output.strip())
 
 
@@ -165,14 +166,36 @@ def job_ids(run_dir: Union[str, Path]) -> List[str]:
     return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()]
 
 
+def _found_job(run_dir: Path) -> Optional[str]:
+    """A job of ``run_dir`` that no job_id.txt line names yet (a plain ``sbatch launch.sbatch``).
+
+    The job script records its id when it starts, and holds the run dir's lock (run.lock names it);
+    a job still pending is found in ``squeue`` by its command, the run dir's launch.sbatch."""
+    from vdkit.runlock import read_holder
+
+    held = read_holder(run_dir)
+    if held is not None and held[0] == "slurm" and re.fullmatch(r"\d+(_\d+)?", held[1]):
+        return held[1]
+    proc = _run(["squeue", "-h", "-o", "%i|%o"])
+    if proc is None or proc.returncode != 0:
+        return None
+    script = str((run_dir / SBATCH_FILE).absolute())
+    found = [line.split("|", 1)[0] for line in proc.stdout.splitlines() if line.partition("|")[2].strip() == script]
+    return found[-1] if found else None
+
+
 def resolve(target: RunOrJob) -> tuple:
     """(run_dir or None, job id) for a run directory (its latest job) or a bare job id."""
     path = Path(target)
     if path.is_dir():
         ids = job_ids(path)
         if not ids:
-            raise UserError(f"no job was submitted from {path} ({JOB_ID_FILE} is missing)",
-                            "submit it with `vdkit submit` (or record sbatch's job id in job_id.txt)")
+            found = _found_job(path)
+            if found is None:
+                raise UserError(f"no job was submitted from {path} ({JOB_ID_FILE} is missing, no job holds "
+                                "its run.lock and squeue lists none running its launch.sbatch)",
+                                "submit it with `vdkit submit` or `sbatch launch.sbatch`")
+            return path.absolute(), found
         return path.absolute(), ids[-1]
     text = str(target).strip()
     if re.fullmatch(r"[0-9]{1,12}(_[0-9]{1,9})?", text):
@@ -301,13 +324,20 @@ def job_state(target: RunOrJob) -> JobState:
 
 
 def wait(target: RunOrJob, timeout: Optional[float] = None, poll_s: float = 2.0) -> JobState:
-    """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state."""
+    """Poll :func:`job_state` until the job ends (or ``timeout`` seconds pass); returns the last state.
+
+    For a run directory this follows the run: when its job ends having submitted the next allocation
+    (a new last line in job_id.txt, vdkit.slurm.render's continuation), the wait goes on with that one."""
     deadline = None if timeout is None else time.time() + timeout
     lost = 0  # consecutive answers from outside Slurm: a busy controller must not end the wait early
+    is_run = Path(target).is_dir()
     while True:
         st = job_state(target)
         lost = lost + 1 if st.source in ("log", "none", "saved") else 0
         if st.done or lost >= 3:
+            if is_run and job_ids(target) and job_ids(target)[-1] != st.job_id:
+                lost = 0  # the next allocation of the same run
+                continue
             return st
         if deadline is not None and time.time() >= deadline:
             return st

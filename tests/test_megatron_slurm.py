@@ -47,32 +47,4 @@ def test_two_node_megatron_job_completes_on_the_local_slurm(local_slurm, tmp_pat
     assert [r["stage"] for r in report["ranks"]] == [0, 1]
 
 
-@pytest.mark.slow
-def test_usr1_requeues_the_megatron_job_and_it_completes_unbroken(local_slurm, tmp_path, capsys):
-    """Issue 12 item 1 on Slurm: `scancel --signal=USR1` mid-run; both pipeline stages stop after the
-    same step, checkpoint it, rank 0 requeues, and the requeued job (same id) finishes 1..N unbroken."""
-    import subprocess
-    import time
-
-    from test_slurm_requeue import _check_unbroken, _log, _restarts, _steps
-
-    from vdkit.slurm import submit as sub
-
-    pytest.importorskip("megatron.core")
-    max_steps = 30
-    job = [o for o in MEGATRON_JOB if not o.startswith("train.max_steps=")]
-    assert main(["submit", *job, f"train.max_steps={max_steps}", "--out", str(tmp_path)]) == 0
-    run_dir, job_id = capsys.readouterr().out.strip().splitlines()[-1].split("\t")[:2]
-    run_dir = Path(run_dir)
-    t0 = time.monotonic()
-    while not (_steps(_log(run_dir, job_id)) and _steps(_log(run_dir, job_id))[-1] >= 2):
-        assert time.monotonic() < t0 + 240 and not sub.job_state(run_dir).done, _log(run_dir, job_id)[-2000:]
-        time.sleep(0.2)
-    signalled_at = _steps(_log(run_dir, job_id))[-1]
-    subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
-    st = sub.wait(run_dir, timeout=400, poll_s=1)
-    assert st.state == "COMPLETED", (st, _log(run_dir, job_id)[-3000:])
-    (stop,) = _check_unbroken(run_dir, job_id, max_steps, checkpoint=f"step={max_steps}.ckpt/rank00001.pt")
-    assert signalled_at <= stop < max_steps and _restarts(job_id) == 1
-    print(f"\nmegatron USR1 figures: job {job_id}, USR1 sent after step {signalled_at}, stopped after step {stop}, "
-          f"restarts 1, steps 1..{max_steps} unbroken, {time.monotonic() - t0:.0f} s to COMPLETED")
+# The megatron job across allocations (a real time limit, the container stand-in): tests/test_slurm_continuation.py

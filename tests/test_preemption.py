@@ -1,7 +1,8 @@
-"""Preemption (issue 12 items 1-2): USR1 -> finish the step, checkpoint, requeue, exit; no *.tmp left.
+"""The job contract's stop (vdkit.jobspec): USR1 / TERM / the budget -> finish the step, checkpoint, exit 75.
 
-The Slurm end-to-end checks (scancel --signal=USR1 and a real one-minute time limit) are in
-tests/test_slurm_requeue.py; these run without Slurm: a fake ``scontrol`` records the requeue.
+Without Slurm and without any Slurm client on PATH (as inside a container). The Slurm end-to-end
+checks (a real one-minute time limit over several allocations, USR1 to the batch shell) are in
+tests/test_slurm_continuation.py; `vdkit run --resume` in tests/test_local_resume.py.
 """
 from __future__ import annotations
 
@@ -48,45 +49,36 @@ def _fake_scontrol(tmp_path: Path, rc: int = 0) -> Path:
 
 
 # ----------------------------------------------------------------------------- the shared mechanism
-def test_flag_is_set_by_the_signal_and_summed_over_ranks():
-    p = preemption.Preemption().install()
-    try:
-        assert not p.stop_now() and not p.stop_now(lambda f: f + 0)
-        assert p.stop_now(lambda f: f + 1)  # another rank got it: this one stops too
-        os.kill(os.getpid(), signal.SIGUSR1)  # would end the process without the handler
-        time.sleep(0.05)
-        assert p.received and p.stop_now()
-    finally:
-        p.uninstall()
-    assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
+def test_flag_is_set_by_a_stop_signal_and_summed_over_ranks():
+    for sig in (signal.SIGUSR1, signal.SIGTERM):
+        p = preemption.Preemption().install()
+        try:
+            assert not p.stop_now() and not p.stop_now(lambda f: f + 0)
+            assert p.stop_now(lambda f: f + 1)  # another rank got it: this one stops too
+            os.kill(os.getpid(), sig)  # would end the process without the handler
+            time.sleep(0.05)
+            assert p.received == sig.name[3:] and p.stop_now()
+        finally:
+            p.uninstall()
+        assert signal.getsignal(sig) == signal.SIG_DFL
 
 
-def test_signal_is_the_one_the_sbatch_asks_for():
+def test_the_budget_stops_by_the_clock():
+    assert preemption.stop_at({"VDKIT_STOP_AT": "1700000000"}) == 1700000000.0
+    assert preemption.stop_at({}) is None and preemption.stop_at({"VDKIT_STOP_AT": "soon"}) is None
+    assert not preemption.Preemption(signums=(), deadline=time.time() + 60).stop_now()
+    late = preemption.Preemption(signums=(), deadline=time.time() - 1)
+    assert late.stop_now() and late.why() == "time budget"
+
+
+def test_the_contract_is_one_set_of_constants():
+    from vdkit import jobspec
     from vdkit.slurm import render
 
-    assert preemption.REQUEUE_SIGNAL == signal.SIGUSR1 and render.SIGNAL_NAME == preemption.SIGNAL_NAME
-
-
-def test_requeue_calls_scontrol_with_the_job_id(tmp_path, monkeypatch):
-    bin_dir = _fake_scontrol(tmp_path)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    ok, line = preemption.Preemption().requeue({"SLURM_JOB_ID": "4242"})
-    assert ok and "requeued Slurm job 4242" in line
-    ok, _ = preemption.Preemption().requeue({"SLURM_JOB_ID": "10", "SLURM_ARRAY_JOB_ID": "9", "SLURM_ARRAY_TASK_ID": "3"})
-    assert (bin_dir / "calls.txt").read_text().splitlines() == ["requeue 4242", "requeue 9_3"]
-    ok, line = preemption.Preemption().requeue({})
-    assert not ok and "not a Slurm job" in line
-    ok, line = preemption.Preemption().requeue({"SLURM_JOB_ID": "1; rm -rf /"})
-    assert not ok  # never passed to scontrol
-
-
-def test_refused_requeue_says_so_and_how_to_resume(tmp_path, monkeypatch):
-    bin_dir = _fake_scontrol(tmp_path, rc=1)
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    ok, line = preemption.Preemption().requeue({"SLURM_JOB_ID": "7"})
-    assert not ok and "disabled" in line and "resubmit" in line
-    assert preemption.Preempted(3, False).exit_code == preemption.EXIT_NOT_REQUEUED
-    assert preemption.Preempted(3, True).exit_code == 0
+    assert preemption.STOP_SIGNUMS == (signal.SIGUSR1, signal.SIGTERM) and render.SIGNAL_NAME == jobspec.PREEMPT_SIGNAL
+    assert preemption.Preempted(3).exit_code == jobspec.EXIT_STOPPED == 75
+    code = Path(preemption.__file__).read_text().split('"""', 2)[2]  # the code, not the docstring
+    assert "scontrol" not in code and "subprocess" not in code  # nothing asks Slurm from inside a rank
 
 
 # ----------------------------------------------------------------------------- checkpoint *.tmp (item 2)
@@ -122,7 +114,15 @@ def _run_until_step(cmd, env, cwd, at_step: int, timeout: float = 150):
     return proc, chunks, reader
 
 
-def test_usr1_checkpoints_the_step_requeues_and_the_rerun_loses_and_repeats_nothing(tmp_path):
+def _no_slurm_path(tmp_path: Path) -> str:
+    """PATH as inside a pyxis container: this Python, no Slurm client command."""
+    bin_dir = tmp_path / "container-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    return f"{bin_dir}{os.pathsep}/bin"
+
+
+def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
     from vdkit.config import compose
     from vdkit.plan import make_plan
     from vdkit.recipes.reference.checkpoint import latest
@@ -135,8 +135,8 @@ def test_usr1_checkpoints_the_step_requeues_and_the_rerun_loses_and_repeats_noth
     ckpts = run_dir / "checkpoints"
     ckpts.mkdir()
     (ckpts / ".step=1.ckpt.1.tmp").write_bytes(b"left by a kill mid-save")
-    bin_dir = _fake_scontrol(tmp_path)
-    env = _env(SLURM_JOB_ID="4242", PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    # A Slurm job inside a container: SLURM_JOB_ID set, no scontrol anywhere on PATH.
+    env = _env(SLURM_JOB_ID="4242", PATH=_no_slurm_path(tmp_path))
 
     proc, chunks, reader = _run_until_step(reference_command(run_dir), env, run_dir, at_step=3)
     proc.send_signal(signal.SIGUSR1)
@@ -145,24 +145,39 @@ def test_usr1_checkpoints_the_step_requeues_and_the_rerun_loses_and_repeats_noth
     out = b"".join(chunks).decode()
     first = _steps(out)
     stopped = first[-1]
-    assert rc == 0, out[-2000:]  # requeued: a clean exit, Slurm starts the job again
+    assert rc == preemption.EXIT_STOPPED, out[-2000:]  # the launcher, outside, decides what comes next
     assert stopped < max_steps and first == list(range(1, stopped + 1))
-    assert f"USR1 received: stopped after global_step {stopped}" in out and "requeued Slurm job 4242" in out
+    assert f"USR1: stopped after global_step {stopped}" in out and "Traceback" not in out
     assert latest(ckpts).name == f"step={stopped}.ckpt"  # the checkpoint of the very step it stopped at
     assert not list(ckpts.glob("*.tmp"))
-    assert (bin_dir / "calls.txt").read_text() == "requeue 4242\n"
 
-    # The requeued job: resumes at stopped + 1; signal it again, this time without Slurm (exit 75).
+    # Started again: resumes at stopped + 1; this time TERM (Slurm at the limit, `kill`) stops it the same way.
     proc, chunks, reader = _run_until_step(reference_command(run_dir), _env(), run_dir, at_step=stopped + 2)
-    proc.send_signal(signal.SIGUSR1)
+    proc.send_signal(signal.SIGTERM)
     rc = proc.wait(timeout=60)
     reader.join()
     out = b"".join(chunks).decode()
     second = _steps(out)
     assert f"resuming from {ckpts / f'step={stopped}.ckpt'}" in out
     assert second == list(range(stopped + 1, second[-1] + 1))
-    assert rc == preemption.EXIT_NOT_REQUEUED and "not a Slurm job" in out
+    assert rc == preemption.EXIT_STOPPED and f"TERM: stopped after global_step {second[-1]}" in out
     assert latest(ckpts).name == f"step={second[-1]}.ckpt"
+
+
+def test_the_budget_stops_a_rank_without_any_signal(tmp_path):
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.rundir import create_run_dir
+
+    recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
+                      "train.max_steps=100000", "train.global_batch_size=2", *TINY])
+    run_dir = create_run_dir(make_plan(recipe), {}, tmp_path / "runs")
+    env = _env(VDKIT_STOP_AT=str(int(time.time()) + 20))  # torch loads in ~5-10 s here; then ~10 s of steps
+    proc = subprocess.run(reference_command(run_dir), env=env, cwd=run_dir, capture_output=True, text=True,
+                          timeout=240)
+    stops = re.findall(r"time budget: stopped after global_step (\d+)", proc.stdout)
+    assert proc.returncode == preemption.EXIT_STOPPED and len(stops) == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert (run_dir / "checkpoints" / f"step={stops[0]}.ckpt").is_file()
 
 
 def test_usr1_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
@@ -185,7 +200,7 @@ def test_usr1_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
         env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         ranks[int(next(e for e in env if e.startswith(b"RANK=")).split(b"=")[1])] = int(pid)
     os.kill(ranks[1], signal.SIGUSR1)
-    launcher.wait(timeout=60)
+    assert launcher.wait(timeout=60) == preemption.EXIT_STOPPED
     reader.join()
     out = b"".join(chunks).decode()
     run_dir = tmp_path / "tiny_llama_lora_1n2g"
@@ -196,43 +211,40 @@ def test_usr1_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     assert "Traceback" not in out and "Traceback" not in (run_dir / "logs" / "rank1.out").read_text()
 
 
-# ----------------------------------------------------------------------------- NeMo: Lightning's own requeue
-def test_nemo_jobs_arm_lightnings_slurm_requeue_on_the_same_signal(tmp_path):
-    """NeMo trains with Lightning: its SLURMEnvironment (auto_requeue) catches USR1, saves an HPC
-    checkpoint and runs `scontrol requeue`. Show the rendered job arms exactly that."""
+# ----------------------------------------------------------------------------- NeMo: by contract
+def test_nemo_stops_by_its_own_clock_and_never_gets_the_signal(tmp_path):
+    """NeMo is not signalled (Lightning's SLURM handler would run `scontrol requeue` inside the container):
+    its exp_manager.max_time_per_run ends fit below the allocation less the stop's lead; resume is on;
+    checkpoints come at the plan's cadence; exit 0 counts as finished only with Lightning's max_steps line."""
     import yaml
-    from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from vdkit.config import compose
     from vdkit.plan import make_plan
     from vdkit.prepare import prepare
+    from vdkit.schedule import time_plan
 
-    plan = make_plan(compose(["model=llama2_7b", "method=lora", "engine.container_image='nvcr.io#nvidia/nemo:24.01'"]))
-    files = prepare(plan, tmp_path, check_mounts=False).files
-    sbatch = files["launch.sbatch"]
+    plan = make_plan(compose(["model=llama2_70b", "method=lora", "train.max_steps=1000",
+                              "engine.container_image='nvcr.io#nvidia/nemo:24.01'"]))
+    cell = prepare(plan, tmp_path, check_mounts=False)
+    sbatch, cfg = cell.files["launch.sbatch"], yaml.safe_load(cell.files["nemo.yaml"])
+    times = time_plan(plan)
+    limit = int(re.search(r"^#SBATCH --time=(\d+)$", sbatch, re.M).group(1))
     sig = re.search(r"^#SBATCH --signal=(\S+)$", sbatch, re.M).group(1)
-    # No "B:" prefix: the signal goes to the srun tasks (the Python processes), not the batch shell.
-    name, _, lead = sig.partition("@")
-    assert name == preemption.SIGNAL_NAME and int(lead) > 0
-    assert re.search(r"^#SBATCH --requeue$", sbatch, re.M)
-    job_name = re.search(r"^#SBATCH --job-name=(\S+)$", sbatch, re.M).group(1)
-    per_node = re.search(r"^#SBATCH --ntasks-per-node=(\d+)$", sbatch, re.M).group(1)
-    env = {"SLURM_NTASKS": per_node, "SLURM_NTASKS_PER_NODE": per_node, "SLURM_JOB_NAME": job_name,
-           "SLURM_JOB_ID": "1"}
-    old = dict(os.environ)
-    try:
-        os.environ.update(env)
-        assert SLURMEnvironment.detect()  # Lightning sees a SLURM-managed job (not "bash"/"interactive")
-        lightning_env = SLURMEnvironment()
-    finally:
-        os.environ.clear()
-        os.environ.update(old)
-    assert lightning_env.auto_requeue and lightning_env.requeue_signal == getattr(signal, "SIG" + name)
-    cfg = yaml.safe_load(files["nemo.yaml"])
-    # Nothing replaces Lightning's SLURM environment (NeMo does for cluster_type=BCP), and the
-    # requeued job picks up where it stopped.
+    assert sig == f"B:USR1@{times.lead_s}"  # B: the batch shell only, never the ranks
+    assert "kill -USR1" not in sbatch and "scontrol requeue" not in sbatch
+    d, h, m, s_ = (int(x) for x in cfg["exp_manager"]["max_time_per_run"].split(":"))
+    per_run = ((d * 24 + h) * 60 + m) * 60 + s_
+    assert 0 < per_run < limit * 60 - times.lead_s, (per_run, limit, times.lead_s)
+    em = cfg["exp_manager"]
+    assert em["resume_if_exists"] and em["resume_ignore_no_checkpoint"]
+    every = em["checkpoint_callback_params"]["every_n_train_steps"]
+    assert every == times.every_n_steps > 0 and em["checkpoint_callback_params"]["save_last"] is True
+    assert "`Trainer.fit` stopped: `max_steps=1000` reached." in sbatch  # how exit 0 is told from a stop
+    # Lightning really logs that line (and another one for a max_time stop) in the version installed here.
+    import lightning.pytorch.loops.fit_loop as fit_loop
+
+    assert "`Trainer.fit` stopped: `max_steps={self.max_steps!r}` reached." in Path(fit_loop.__file__).read_text()
     assert "cluster_type" not in cfg and "plugins" not in cfg["trainer"]
-    assert cfg["exp_manager"]["resume_if_exists"] and cfg["exp_manager"]["resume_ignore_no_checkpoint"]
 
 
 # ----------------------------------------------------------------------------- one job per run dir (item 3)

@@ -39,19 +39,23 @@ def exports(text: str) -> dict:
     ["model=llama2_70b", "method=pretrain", "cluster.nodes=6", "cluster=xe9680_4nic"],
 ])
 def test_resources_come_from_the_recipe(overrides):
+    from vdkit.schedule import time_plan
+
     plan, text = text_for(overrides)
     c = plan.recipe.cluster
+    times = time_plan(plan)
     d = directives(text)
     assert d["--nodes"] == str(c.nodes)
     assert d["--ntasks-per-node"] == d["--gpus-per-node"] == str(c.gpus_per_node)
     assert d["--cpus-per-task"] == str(c.cpus_per_task)
-    assert d["--time"] == str(c.time_limit_min)
+    assert d["--time"] == str(times.time_limit_min) and 0 < times.time_limit_min <= c.max_time_min
     assert d["--mem"] == "0"
     assert d["--exclusive"] is True and d["--requeue"] is True
     assert d["--open-mode"] == "append"
     assert d["--job-name"] == plan.recipe.run_name
     assert d["--output"] == f"{RUN_DIR}/slurm-%j.out" and d["--error"] == f"{RUN_DIR}/slurm-%j.err"
-    assert d["--signal"] == f"USR1@{render.signal_lead_s(c.time_limit_min)}"
+    # To the batch shell only (B:), which passes it to ranks that catch it (the job contract).
+    assert d["--signal"] == f"B:USR1@{times.lead_s}" and 0 < times.lead_s < times.time_limit_min * 60
     # Nothing site-hostile or unasked: no wckey, no per-task GPU binding, no --ntasks.
     assert not {"--wckey", "--gpus-per-task", "--ntasks", "--partition", "--account", "--qos", "--reservation",
                 "--dependency"} & set(d)
@@ -75,7 +79,23 @@ def test_dependency_singleton_for_chained_runs():
 
 def test_signal_stays_inside_a_short_time_limit():
     _, text = text_for(["cluster.time_limit_min=2"])
-    assert directives(text)["--signal"] == "USR1@30"
+    assert directives(text)["--time"] == "2" and directives(text)["--signal"] == "B:USR1@30"  # a quarter of it
+
+
+def test_time_limit_from_the_plan_capped_at_the_partition_maximum():
+    """Issue 17's example: 70B LoRA at 1000 steps predicts ~762 min; a 240-min partition needs 4 allocations."""
+    from vdkit.schedule import time_plan
+
+    plan, text = text_for(["model=llama2_70b", "method=lora", "train.max_steps=1000"])
+    times = time_plan(plan)
+    assert directives(text)["--time"] == "240" and times.allocations == 4 and "not enough" in times.note
+    assert times.wall_s / 60 > plan.prediction.step_seconds * 1000 / 60  # steps + start-ups + checkpoints
+    plan, text = text_for(["model=llama2_70b", "method=lora", "train.max_steps=1000", "cluster.max_time_min=2880"])
+    times = time_plan(plan)
+    assert times.allocations == 1 and int(directives(text)["--time"]) == times.time_limit_min
+    assert times.wall_s / 60 * 1.25 < times.time_limit_min <= 2880  # the stated margin, under the maximum
+    with pytest.raises(UserError, match="exceeds the partition's maximum"):
+        compose(["cluster.time_limit_min=300"])
 
 
 @pytest.mark.parametrize("cluster,hcas", [
@@ -126,7 +146,8 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     assert flags["--container-workdir"] == RUN_DIR
     assert "--no-container-mount-home" in argv
     env_names = flags["--container-env"].split(",")
-    assert set(slurm_env.job_env(plan, job_spec(plan, RUN_DIR).env)) | {"MASTER_ADDR", "MASTER_PORT"} == set(env_names)
+    assert set(slurm_env.job_env(plan, job_spec(plan, RUN_DIR).env)) | {"MASTER_ADDR", "MASTER_PORT",
+                                                                        "VDKIT_STOP_AT"} == set(env_names)
     text = sbatch_text(plan, RUN_DIR)
     assert "mkdir -p /shared/results" in text
     assert text.count("\nsrun ") == 1

@@ -67,7 +67,9 @@ def test_validate_tensorboard_dir_and_overheads(tmp_path, capsys):
     assert main(["validate", str(run), "--json", "--target-steps", "1000", "--val-every", "250", "--val-seconds",
                  "60", "--checkpoint-seconds", "120"]) == 0
     extra = json.loads(capsys.readouterr().out)
-    every = load_recipe(run).engine.checkpoint_every_n_steps  # checkpoints as often as the recipe says
+    from vdkit.validation.run_dir import checkpoint_every
+
+    every = checkpoint_every(run)  # checkpoints as often as the run does (the plan's cadence or the fallback)
     ckpts = 1000 // every if every else 1
     assert extra["extrapolated_minutes"] == pytest.approx(plain["extrapolated_minutes"] + (4 * 60 + ckpts * 120) / 60)
     assert "validation" not in extra["excludes"]

@@ -355,6 +355,7 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
     files = event_files(directory)
     rewritten: Dict[str, List[int]] = {}
     megatron_tags = nemo_timing = False
+    starts: List[Tuple[str, int]] = []  # (file, its first step): a resumed run writes a new event file
     for path in files:
         seen_here: set = set()
         for body in _tfrecords(path, warnings):
@@ -373,6 +374,8 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
                 warnings.append(f"{path}: an event record failed its CRC check and was skipped")
                 continue
             step = int(event.step)
+            if not seen_here:
+                starts.append((str(path), step))
             if step in steps and step not in seen_here:
                 rewritten.setdefault(str(path), []).append(step)
                 steps[step] = StepRecord(step)  # a later file rewrites the step: its values win whole
@@ -401,6 +404,11 @@ def parse_tensorboard(directory: PathLike) -> StepLog:
     for path, again in rewritten.items():
         warnings.append(f"{path} logs steps {_ranges(again)} again (a restarted run resuming from a checkpoint?): "
                         "its values replace the earlier ones")
+    resumed = [(Path(f).name, first) for f, first in starts[1:] if str(f) not in rewritten]
+    if resumed:
+        warnings.append(f"restart: the run continued in {len(starts)} segments (resumed at step "
+                        + ", ".join(str(first) for _, first in resumed)
+                        + "); each segment's first steps include its start-up")
     return StepLog(str(directory), fmt, [steps[k] for k in sorted(steps)], warnings, [str(p) for p in files],
                    timing_source=timing)
 

@@ -21,7 +21,12 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
         return 0
     from vdkit.config import load_recipe
 
-    return load_recipe(run_dir).engine.checkpoint_every_n_steps
+    every = load_recipe(run_dir).engine.checkpoint_every_n_steps
+    if every is None:  # written without the plan's cadence: the engines' fallback (vdkit.schedule)
+        from vdkit.schedule import FALLBACK_EVERY_N_STEPS
+
+        return FALLBACK_EVERY_N_STEPS
+    return every
 
 
 def target_steps_of(source) -> int:

@@ -48,6 +48,7 @@ class ModelCfg:
     embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
     pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
     hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
+    megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
 
 
 @dataclass
@@ -78,7 +79,9 @@ class ClusterCfg:
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
-    time_limit_min: int = 240  # the job's time limit in minutes (sbatch --time)
+    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
+    max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
+    storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
@@ -114,7 +117,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: int = 0  # save a checkpoint every N steps; 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
 
 
 @dataclass
@@ -342,7 +345,8 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
 # runs elsewhere (a rank's cwd is the run dir, srun's a compute node's), and a relative path would
 # be read against a different directory at run time than at render time.
 PATH_FIELDS = (("run", "out_dir"), ("run", "results_dir"), ("run", "secrets_file"), ("data", "data_dir"),
-               ("data", "tokenizer_model"), ("model", "nemo_path"))
+               ("data", "tokenizer_model"), ("model", "nemo_path"),
+               ("model", "megatron_path"))
 
 
 def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
@@ -419,7 +423,19 @@ def validate_fields(r: Recipe) -> None:
     _check(c.gpus_per_node >= 1, f"cluster.gpus_per_node={c.gpus_per_node} must be at least 1",
            "use cluster.gpus_per_node=8 (or 4 for half a node)")
     _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
-    _check(c.time_limit_min > 0, "cluster.time_limit_min must be positive", "use e.g. cluster.time_limit_min=240")
+    _check(c.time_limit_min is None or c.time_limit_min > 0, "cluster.time_limit_min must be positive",
+           "use e.g. cluster.time_limit_min=240, or leave it unset: the plan derives it")
+    _check(c.max_time_min > 0, "cluster.max_time_min must be positive",
+           "set it to your partition's maximum time in minutes (`sinfo -o \"%P %l\"`)")
+    _check(c.time_limit_min is None or c.time_limit_min <= c.max_time_min,
+           f"cluster.time_limit_min={c.time_limit_min} exceeds the partition's maximum cluster.max_time_min="
+           f"{c.max_time_min}", "lower cluster.time_limit_min (the run continues over several allocations), or "
+           "set cluster.max_time_min to your partition's real limit")
+    _check(c.storage_write_gbps_per_node > 0, "cluster.storage_write_gbps_per_node must be positive",
+           "measure the checkpoint storage's write rate per node (GB/s), e.g. 0.67 for PowerScale F710")
+    _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
+           f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
+           "use 0 (only at the end), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",

@@ -79,7 +79,8 @@ REGISTRY: Dict[str, str] = {
 
 COMPLETED = "COMPLETED"  # the state every launcher reports for a run that ended successfully
 FAILED = "FAILED"  # ... and for one that ended otherwise (a scheduler's launcher has more words: its own wait)
-ENDED = frozenset({COMPLETED, FAILED})
+STOPPED = "STOPPED"  # stopped cleanly before its end (the job contract's exit 75) and not continued yet
+ENDED = frozenset({COMPLETED, FAILED, STOPPED})
 
 
 def names() -> Tuple[str, ...]:

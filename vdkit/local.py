@@ -5,8 +5,15 @@ and ``vdkit demo`` train through it, ``vdkit render cluster=local`` writes the r
 script (``python -m vdkit.local RUN_DIR`` trains a rendered one). One process per rank, each running the engine's ``command(plan, run_dir)`` with the
 torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT). Rank 0's stdout and stderr go to ``<run_dir>/local-1.out`` and to the terminal, as
-a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``.
-When one rank fails the others are stopped (a collective would otherwise wait forever).
+a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``; a
+resumed run appends to them. When one rank fails the others are stopped (a collective would
+otherwise wait forever).
+
+The local side of the job contract (:mod:`vdkit.jobspec`): USR1 or TERM to this launcher (``kill``,
+``timeout``, a batch system, ``kill -USR1`` to the whole process group) is passed to every rank,
+and the launcher waits for them: they finish their step, checkpoint and exit 75; the launcher
+returns 75 and the run continues with ``vdkit run --resume RUN_DIR``. When every rank exits 0 the
+run is finished: the launcher writes the run dir's ``finished`` file, and ``--resume`` does nothing.
 """
 from __future__ import annotations
 
@@ -20,10 +27,11 @@ from pathlib import Path
 from typing import BinaryIO, List, Optional
 
 from vdkit.errors import UserError
-from vdkit.jobspec import JobSpec
+from vdkit.jobspec import EXIT_STOPPED, STOP_SIGNALS, JobSpec
 from vdkit.rundir import JOB_STATE_FILE, LOCAL_OUT_FILE as LOCAL_OUT
 
 STOP_GRACE_S = 10.0
+STOPPING_WAIT_S = 120.0  # after one rank stopped cleanly (exit 75), how long the others may take to follow
 NAME = "local"  # this launcher's registry name (the run-dir lock names its holder by it)
 
 
@@ -74,7 +82,7 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
     Saves the outcome for :func:`status` (COMPLETED or FAILED)."""
     import json
 
-    from vdkit.launchers import COMPLETED, FAILED
+    from vdkit.launchers import COMPLETED, FAILED, STOPPED
 
     r = plan.recipe
     if r.run.secrets_file:  # the ranks inherit them (as a job's shell exports them); never written anywhere
@@ -82,7 +90,8 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
 
         os.environ.update(read_secrets_file(r.run.secrets_file))
     rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
-    state = {NAME: {"state": COMPLETED if rc == 0 else FAILED, "exit_code": rc}}
+    word = COMPLETED if rc == 0 else (STOPPED if rc == EXIT_STOPPED else FAILED)  # STOPPED: `vdkit run --resume`
+    state = {NAME: {"state": word, "exit_code": rc}}
     (Path(run_dir) / JOB_STATE_FILE).write_text(json.dumps(state) + "\n")
     return rc
 
@@ -128,12 +137,26 @@ def _stop(procs: List[subprocess.Popen]) -> None:
             p.wait()
 
 
+def _await_stop(procs: List[subprocess.Popen]):
+    """One rank exited 75: wait for the others to follow; (rank, code) of one that did not, else None."""
+    deadline = time.monotonic() + STOPPING_WAIT_S
+    for rank, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            return rank, -1
+        if p.returncode != EXIT_STOPPED:
+            return rank, p.returncode
+    return None
+
+
 def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None,
                  command: Optional[List[str]] = None) -> int:
-    """Run ``world`` ranks of ``command`` on this machine; 0 when all succeed.
+    """Run ``world`` ranks of ``command`` on this machine; 0 when all succeed (the run is finished).
 
     ``command`` defaults to the command of the run directory's engine (from its recipe.yaml and
-    plan.json). Returns the first failing rank's exit code otherwise (and names the rank on stderr)."""
+    plan.json). Returns :data:`EXIT_STOPPED` when the ranks stopped cleanly (a stop signal; resume
+    with ``vdkit run --resume``), else the first failing rank's exit code (naming the rank on stderr)."""
     from vdkit.ports import free_port
     from vdkit.rundir import LOG_DIR
     from vdkit.runlock import acquire_local
@@ -154,14 +177,20 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     files = []
     pump = None
 
-    def _terminated(signum, frame):  # `kill`, `timeout` or a batch system: stop the ranks too
-        raise SystemExit(128 + signum)
+    def _forward(signum, frame):  # a stop signal: every rank finishes its step and checkpoints; wait for them
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
 
-    old_term = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    old = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in STOP_SIGNALS:
+            signum = getattr(signal, f"SIG{name}")
+            old[signum] = signal.signal(signum, _forward)
     try:
         for rank in range(world):
             out_path = run_dir / LOCAL_OUT if rank == 0 else run_dir / LOG_DIR / f"rank{rank}.out"
-            fh = open(out_path, "wb")
+            fh = open(out_path, "ab")  # a resumed run appends, as a Slurm job's output does
             files.append(fh)
             if rank == 0:
                 p = subprocess.Popen(cmd, env=rank_env(rank, world, per_node, port), stdout=subprocess.PIPE,
@@ -176,23 +205,30 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
         while failed is None and any(p.poll() is None for p in procs):
             for rank, p in enumerate(procs):
                 rc = p.poll()
-                if rc not in (None, 0):
+                if rc not in (None, 0, EXIT_STOPPED):
                     failed = (rank, rc)
                     break
+            if failed is None and any(p.poll() == EXIT_STOPPED for p in procs):
+                failed = _await_stop(procs)  # the others are leaving after the same step
             time.sleep(0.1)
         if failed is None:
             failed = next(((r, p.returncode) for r, p in enumerate(procs) if p.returncode), None)
+        if failed is not None and all(p.returncode == EXIT_STOPPED for p in procs):
+            return EXIT_STOPPED
         if failed is not None:
             _stop(procs)
             rank, rc = failed
             where = run_dir / (LOCAL_OUT if rank == 0 else f"{LOG_DIR}/rank{rank}.out")
             print(f"vdkit run: rank {rank} exited with code {rc}; see {where}", file=sys.stderr)
             return rc if rc > 0 else 1
+        from vdkit.rundir import FINISHED_FILE
+
+        (run_dir / FINISHED_FILE).touch()  # the job contract: a finished run never starts again
         return 0
     finally:
-        _stop(procs)  # Ctrl-C, SIGTERM or an error here: no orphaned ranks
-        if old_term is not None:
-            signal.signal(signal.SIGTERM, old_term)
+        _stop(procs)  # Ctrl-C or an error here: no orphaned ranks
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
         if pump is not None:
             pump.join(timeout=5)
         for fh in files:

@@ -40,11 +40,16 @@ def launcher_of(plan):
 
 
 def job_spec(plan, run_dir: PathLike) -> JobSpec:
-    """What a launcher needs from the engine: rank argv, engine env, container (or None), PMI, runs here."""
+    """What a launcher needs from the engine: rank argv, engine env, container (or None), PMI, runs here,
+    and its side of the job contract (whether it catches the stop signals; its finished line)."""
+    from vdkit.jobspec import PREEMPT_SIGNAL
+
     engine = engine_of(plan)
     run_dir = Path(run_dir)
-    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan), container=engine.container(plan, run_dir),
-                   pmi=engine.needs_pmi, runs_locally=engine.runs_locally)
+    return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan, run_dir),
+                   container=engine.container(plan, run_dir), pmi=engine.needs_pmi, runs_locally=engine.runs_locally,
+                   stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
+                   finished_line=engine.finished_line(plan))
 
 
 def launcher_files(plan, run_dir: PathLike) -> Dict[str, Union[str, bytes]]:
@@ -69,11 +74,9 @@ def sbatch_text(plan, run_dir: PathLike) -> str:
 # ----------------------------------------------------------------------------- local inputs
 def _is_local(path: Path) -> bool:
     """Auto mode: a path is on this machine when its top-level directory exists here."""
-    path = Path(path).expanduser()
-    if not path.is_absolute():
-        return True
-    parts = path.parts
-    return len(parts) > 1 and Path(parts[0], parts[1]).exists()
+    from vdkit.files import on_this_machine
+
+    return on_this_machine(path)
 
 
 def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
@@ -168,9 +171,14 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     infeasible plan, a plan the engine or the launcher cannot run, a missing local input, an image
     the launcher cannot read, or a value a script cannot carry.
     """
+    from vdkit import schedule
     from vdkit.plan import require_feasible
-    from vdkit.rundir import reserve_run_dir
+    from vdkit.rundir import PLAN_FILE, plan_json, reserve_run_dir
 
+    # Time is part of the plan: --time and the checkpoint cadence are decided here, once, and written
+    # into the recipe every engine and launcher reads (vdkit.schedule).
+    times = schedule.time_plan(plan)
+    plan = schedule.resolve(plan)
     engine = engine_of(plan)
     launcher = launcher_of(plan)
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
@@ -188,6 +196,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
         engine.local_check(plan)
     files = engine.files(plan, run_dir)
     files.update(launcher.files(plan, job, Path(run_dir)))
+    files[PLAN_FILE] = plan_json(plan, schedule=times.to_dict())
     return Prepared(plan, run_dir, files)
 
 

@@ -176,8 +176,11 @@ def check_files(recipe) -> None:
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
     hf = recipe.model.hf_path
     if hf and looks_like_path(hf):
+        from vdkit.files import on_this_machine
+
         path = Path(os.path.expanduser(hf))
-        if not path.is_dir():
+        # Checked where it can be, as render checks mount sources: /shared/models on a laptop is cluster storage.
+        if on_this_machine(path) and not path.is_dir():
             raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
                                                           "not a directory on this machine"),
                             "point it at a directory with config.json and the weights, or a hub id like "

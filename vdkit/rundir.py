@@ -6,11 +6,13 @@ directory (every engine, every launcher):
     launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
     nemo.yaml          NeMo's config (engine=nemo)
+    bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py, import_hf.sbatch (engine=bridge)
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
     job_id.txt         every job id submitted from it (vdkit submit)
     run.lock           held (flock) by the one job running in the dir; names it (vdkit.runlock)
+    finished           the run's last step is done (the launcher writes it; no job starts again)
 
 Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
 :func:`load_plan`; nothing re-plans from overrides after render.
@@ -32,11 +34,16 @@ PLAN_FILE = "plan.json"
 OVERRIDES_FILE = "overrides.txt"
 SBATCH_FILE = "launch.sbatch"
 NEMO_CONFIG_FILE = "nemo.yaml"
+BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigContainer (what the ranks load)
+BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
+BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
+BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"
 JOB_ID_FILE = "job_id.txt"
 JOB_STATE_FILE = "job_state.json"
+FINISHED_FILE = "finished"  # written by the launcher when the run's last step is done: it never starts again
 LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
 MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
 INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
@@ -73,6 +80,19 @@ def plan_record(plan) -> dict:
     import dataclasses
 
     return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb}
+
+
+def plan_json(plan, **extra) -> str:
+    """plan.json's text: :func:`plan_record` plus named sections (e.g. ``schedule``: the time plan)."""
+    return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
+
+
+def load_schedule(run_dir) -> dict:
+    """The time plan recorded in a run directory's plan.json ({} when it has none)."""
+    try:
+        return dict(json.loads((Path(run_dir) / PLAN_FILE).read_text()).get("schedule") or {})
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def load_plan(run_dir):

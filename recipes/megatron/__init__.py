@@ -6,9 +6,9 @@ runs locally (CPU over gloo, or GPUs), or on a cluster on the host's Python or i
 (``engine.container_image``: an NGC PyTorch image with megatron-core 0.16 and vdkit installed),
 NCCL on GPUs; NeMo 1.x logs.
 
-Modules: ``cpu_shim`` (what megatron-core 0.16.1 needs on a CPU; pinned), ``model`` (Llama as
+Modules (plus the shared megatron-core CPU shim ``vdkit.recipes.mcore_cpu``): ``model`` (Llama as
 GPTModel chunks, LoRA, P-tuning, layout-independent initial weights), ``data`` (micro batches from
-the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume), ``memory``
+the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume); the shared ``vdkit.recipes.mcore_memory``
 (measured vs planned bytes per rank: memory.json). Logs are the reference engine's NeMo-style
 progress lines and TensorBoard scalars (vdkit.recipes.progress).
 """
@@ -32,6 +32,7 @@ def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) ->
 RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vdkit.recipes.engines)
 EXTRA = "megatron"
 RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
+GPU_VENDORS = ("nvidia",)  # the image is NGC PyTorch (CUDA); the host's Python runs on a CPU anywhere
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 
 

@@ -4,18 +4,35 @@
 inner state (Adam moments and step counters; fp32 master copies under mixed precision) and the step.
 Each rank writes its file under a hidden ``.step=<N>.ckpt.tmp`` directory (write, fsync, rename);
 after a barrier rank 0 renames the directory into place, so a job killed while saving leaves the
-previous step as the latest. The location and the name pattern are the reference engine's
+previous step as the latest. What a killed save leaves (the hidden directory, a rank's
+``.rank<R>.pt.<pid>.tmp``) is removed before every save and on resume (:func:`remove_partial`), so a
+published ``step=<N>.ckpt`` holds exactly one ``rank<R>.pt`` per rank and nothing else. The location and the name pattern are the reference engine's
 (``checkpoint_dir``, ``latest``, ``KEEP``): resume finds either engine's checkpoints the same way.
 A checkpoint resumes only the layout that wrote it (same TP, PP, VP, DP, method).
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
 from vdkit.errors import UserError
 from vdkit.recipes.reference.checkpoint import KEEP, _NAME, checkpoint_dir, latest  # noqa: F401  (re-exported)
+
+
+_PARTIAL_DIR = re.compile(r"^\.step=\d+\.ckpt\.tmp$")
+
+
+def remove_partial(ckpt_dir: Path) -> list:
+    """Rank 0, while no save is in flight: delete what killed saves left; returns the removed paths."""
+    removed = []
+    if Path(ckpt_dir).is_dir():
+        for p in Path(ckpt_dir).iterdir():
+            if _PARTIAL_DIR.match(p.name):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    return removed
 
 
 def _tmp_dir(ckpt_dir: Path, step: int) -> Path:
@@ -48,6 +65,10 @@ def publish(ckpt_dir: Path, step: int, world: int) -> Path:
     missing = [r for r in range(world) if not rank_file(tmp_dir, r).is_file()]
     if missing:
         raise RuntimeError(f"checkpoint step {step}: ranks {missing[:4]} wrote nothing")
+    expected = {rank_file(tmp_dir, r).name for r in range(world)}
+    for stray in tmp_dir.iterdir():  # nothing but this save's rank files is published
+        if stray.name not in expected:
+            shutil.rmtree(stray, ignore_errors=True) if stray.is_dir() else stray.unlink(missing_ok=True)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp_dir, final)

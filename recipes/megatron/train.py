@@ -8,7 +8,7 @@ NeMo's betas and clipping, optionally distributed (ZeRO-1). One iteration is one
 GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
 is NeMo's: the mean over the global batch's micro batches of each micro batch's masked token mean.
 
-On a CPU the pinned shim (cpu_shim.py) is applied first and the process group is gloo, fp32; on GPUs
+On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first and the process group is gloo, fp32; on GPUs
 NCCL, bf16, no shim.
 """
 from __future__ import annotations
@@ -187,30 +187,24 @@ def _flag_sum(flag: int, cuda: bool) -> float:
 
 
 def _stop_for_preemption(preempt, rank: int, progress, step: int, ckpt_dir) -> None:
-    """After the checkpoint of ``step``: rank 0 requeues the job; every rank leaves (raises Preempted)."""
+    """After the checkpoint of ``step``: rank 0 says so; every rank leaves (raises Preempted, exit 75)."""
     import torch
 
     from vdkit.recipes import preemption
 
-    ok, line = True, ""
     if rank == 0:
-        # Said before asking: `scontrol requeue` ends this running job at once, so a line written after
-        # it may never reach the log.
-        progress.message(f"[vdkit I] {preemption.SIGNAL_NAME} received: stopped after global_step {step}, "
-                         f"checkpoint in {ckpt_dir}; requeueing")
-        ok, line = preempt.requeue()
-        progress.message(f"[vdkit I] {line}")
+        progress.message(preemption.stop_message(preempt, step, ckpt_dir))
         progress.close()
-    torch.distributed.barrier()  # rank 0 has asked for the requeue before anyone exits
-    raise preemption.Preempted(step, ok if rank == 0 else True)
+    torch.distributed.barrier()  # the line is written before any rank exits
+    raise preemption.Preempted(step)
 
 
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` on this rank; returns the final global step count.
 
-    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when its signal comes
-    (to any rank), every rank finishes the step, the checkpoint of that step is written, rank 0
-    requeues the Slurm job and every rank raises ``Preempted``.
+    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when a stop signal
+    comes (to any rank) or its time budget runs out, every rank finishes the step, the checkpoint of
+    that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
     """
     from vdkit.recipes.reference import data as rdata
     from vdkit.recipes.reference.distributed import resolve_dist_env
@@ -237,7 +231,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
     import torch
 
     from vdkit.recipes.megatron import checkpoint as ckpt
-    from vdkit.recipes.megatron import cpu_shim, memory
+    from vdkit.recipes import mcore_cpu as cpu_shim
+    from vdkit.recipes import mcore_memory as memory
     from vdkit.recipes.megatron.data import step_micro_batches
 
     cuda = torch.cuda.is_available()
@@ -261,6 +256,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
     forward_backward = get_forward_backward_func()
 
     ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    if dist.rank == 0:
+        ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
+    torch.distributed.barrier()
     step = 0
     found = ckpt.latest(ckpt_dir)
     if found is not None:
@@ -283,6 +281,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                              f"consumed_samples {step * t.global_batch_size})")
 
     every = recipe.engine.checkpoint_every_n_steps
+    if every is None:  # a run dir written without the plan's cadence (vdkit.schedule.resolve)
+        from vdkit.schedule import FALLBACK_EVERY_N_STEPS as every
     for c in chunks:
         c.train()
     n_chunks = len(chunks)
@@ -313,6 +313,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(lambda f: _flag_sum(f, cuda))
         if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
+            if dist.rank == 0:
+                ckpt.remove_partial(ckpt_dir)  # a stale hidden directory must not be published with this one
+            torch.distributed.barrier()
             ckpt.write_rank(ckpt_dir, step, dist.rank, _state(chunks, optimizer, step))
             torch.distributed.barrier()
             if dist.rank == 0:

@@ -83,14 +83,46 @@ def inputs(plan):
 
 def check(plan) -> None:
     """What the ranks would refuse, decided from the plan alone (pure): data parallel only (no tensor or
-    pipeline parallelism), GBS a multiple of MBS x DP, room for a sample in train.seq_length.
+    pipeline parallelism), GBS a multiple of MBS x DP, room for a sample in train.seq_length; on a
+    cluster, weights from shared storage, never a hub download per rank.
 
     The one home of these rules: render, submit, run and the training loop ask it, so a plan the
     ranks cannot train fails before a run directory exists.
     """
     from vdkit.recipes.reference.train import check_plan
 
-    check_plan(plan)
+    check_plan(plan)  # the layout rule first: it needs nothing but the layout
+    check_hf_path(plan.recipe)
+
+
+def check_hf_path(recipe) -> None:
+    """On a cluster, ``model.hf_path`` must be a directory on shared storage, staged once (not a hub id):
+    every rank would download the weights into its container, and compute nodes often have no internet."""
+    hf = recipe.model.hf_path
+    if not hf or recipe.cluster.launcher == "local" or str(hf).startswith("/"):
+        return
+    name = str(hf).rstrip("/").split("/")[-1]
+    raise UserError(f"model.hf_path={hf} is a Hugging Face hub id: on cluster {recipe.cluster.name} every rank "
+                    "would download the weights at job start (compute nodes often have no internet)",
+                    f"stage them once on a login node: huggingface-cli download {hf} --local-dir /shared/models/{name} "
+                    f"(gated models: HF_TOKEN), then model.hf_path=/shared/models/{name} (docs/cluster-guide.md)")
+
+
+def env(plan, run_dir=None) -> dict:
+    """On a cluster the job runs offline (weights and tokenizer are local paths); Hugging Face's cache
+    (HF_HOME) on the shared results storage, never in the container's temporary space."""
+    r = plan.recipe
+    if r.cluster.launcher == "local":
+        return {}
+    out = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    if run_dir is not None:
+        from vdkit.rundir import results_root
+
+        out["HF_HOME"] = str(results_root(r, run_dir) / HF_HOME_DIR)
+    return out
+
+
+HF_HOME_DIR = "hf_home"  # under the run's results root (shared storage every node mounts)
 
 
 def local_check(plan) -> None:

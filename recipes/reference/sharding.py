@@ -325,6 +325,26 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
         ckpt.save(ckpt_dir, step, {"model": model_sd, "optimizer": optim_sd, "step": step, **meta})
 
 
+def remove_partial_deepspeed(where: Path) -> list:
+    """DeepSpeed writes a tag's directory, then ``latest``: a tag directory that ``latest`` does not name
+    and whose step is past it is what a killed save left. Removed on resume; returns what was removed."""
+    import re
+    import shutil
+
+    latest_file = Path(where) / "latest"
+    if not Path(where).is_dir():
+        return []
+    named = latest_file.read_text().strip() if latest_file.is_file() else ""
+    done = int(m.group(1)) if (m := re.fullmatch(r"step=(\d+)", named)) else -1
+    removed = []
+    for p in Path(where).iterdir():
+        m = re.fullmatch(r"step=(\d+)", p.name)
+        if p.is_dir() and m and p.name != named and int(m.group(1)) > done:
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+    return removed
+
+
 def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
     """Remove all but the newest ``keep`` DeepSpeed tags (``step=N`` directories) in ``where``, never the one
     ``latest`` names: ZeRO-3 checkpoints hold the whole optimizer state, as the other strategies' do, and
@@ -353,6 +373,9 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
 
     if kind == "zero3":
         where = Path(ckpt_dir) / DEEPSPEED_SUBDIR
+        if fabric.global_rank == 0:
+            remove_partial_deepspeed(where)
+        fabric.barrier()
         if not (where / "latest").is_file():
             return None, 0
         path, client = fabric.engine.load_checkpoint(str(where))

@@ -75,27 +75,21 @@ def make_fabric(plan, dist):
 
 
 def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None:
-    """After the checkpoint of ``step``: rank 0 requeues the job; every rank leaves (raises Preempted)."""
+    """After the checkpoint of ``step``: rank 0 says so; every rank leaves (raises Preempted, exit 75)."""
     from vdkit.recipes import preemption
 
-    ok, line = True, ""
     if fabric.global_rank == 0:
-        # Said before asking: `scontrol requeue` ends this running job at once, so a line written after
-        # it may never reach the log.
-        progress.message(f"[vdkit I] {preemption.SIGNAL_NAME} received: stopped after global_step {step}, "
-                         f"checkpoint in {ckpt_dir}; requeueing")
-        ok, line = preempt.requeue()
-        progress.message(f"[vdkit I] {line}")
+        progress.message(preemption.stop_message(preempt, step, ckpt_dir))
         progress.close()
-    fabric.barrier()  # rank 0 has asked for the requeue before anyone exits
-    raise preemption.Preempted(step, ok if fabric.global_rank == 0 else True)
+    fabric.barrier()  # the line is written before any rank exits
+    raise preemption.Preempted(step)
 
 
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
 
-    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when its signal comes,
-    the loop finishes the step, checkpoints, requeues the Slurm job and raises ``Preempted``.
+    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when a stop signal comes
+    or its time budget runs out, the loop finishes the step, checkpoints and raises ``Preempted``.
     """
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference import data as rdata
@@ -149,6 +143,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                              f"consumed_samples {step * t.global_batch_size})")
 
     every = recipe.engine.checkpoint_every_n_steps
+    if every is None:  # a run dir written without the plan's cadence (vdkit.schedule.resolve)
+        from vdkit.schedule import FALLBACK_EVERY_N_STEPS as every
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()

@@ -52,11 +52,15 @@ def run(args) -> int:
     many = bool(args.multirun or args.sweep is not None)
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
     if args.json:
+        from vdkit.schedule import time_plan
+
         for plan in plans:
             figure = _published(plan)
             extra = {"published": None if figure is None else {
                 "table": figure.table, "figure": figure.text,
                 "minutes_for_target_steps": None if figure.minutes is None else round(figure.minutes, 2)}}
+            if plan.feasible:
+                extra["schedule"] = time_plan(plan).to_dict()
             print(json.dumps({**plan.to_dict(), **extra}))
     elif len(plans) == 1:
         print(describe(plans[0]))
@@ -102,6 +106,10 @@ def describe(plan) -> str:
         lines.append(f"  published   {figure.line(pred)}")
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
+    if plan.feasible:
+        from vdkit.schedule import describe as describe_time, time_plan
+
+        lines += describe_time(time_plan(plan))
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
 
@@ -116,7 +124,10 @@ def _published(plan):
 def table(plans) -> str:
     """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
-            "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min")
+            "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min", "--time", "allocs", "ckpt every",
+            "ckpt cost min")
+    from vdkit.schedule import time_plan
+
     rows = []
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
@@ -128,9 +139,13 @@ def table(plans) -> str:
                   if pred else ("-", "-", "-"))
         figure = _published(plan)  # the published figure in the same minutes as the prediction, or its words
         shown = "-" if figure is None else (f"{figure.minutes:,.1f}" if figure.minutes else figure.short or "-")
+        times = time_plan(plan) if plan.feasible else None
+        when = (f"{times.time_limit_min}", str(times.allocations or "?"),
+                str(times.every_n_steps) if times.every_n_steps else "end", f"{times.checkpoint_cost_s / 60:,.1f}"
+                ) if times is not None else ("-", "-", "-", "-")
         rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
                      str(p.vp), str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
-                     f"{plan.checkpoint_gb:,.1f}", *timing, shown))
+                     f"{plan.checkpoint_gb:,.1f}", *timing, shown, *when))
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]

@@ -50,7 +50,8 @@ def run(args) -> int:
 
 
 def cell_lines(plan) -> str:
-    """Two indented lines: the layout with its memory, and the predicted time (or why there is none)."""
+    """Three indented lines: the layout with its memory, the predicted time (or why there is none), and
+    the allocation (--time, how many, the checkpoint cadence)."""
     r, p = plan.recipe, plan.recipe.parallelism
     if plan.layout_source in ("none", "fsdp", "zero3"):  # the transformers engine: sharded data parallel
         layout = f"DP {plan.dp} ({plan.layout_source})"
@@ -66,7 +67,14 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    return f"  layout     {layout}\n  predicted  {timing}"
+    from vdkit.schedule import time_plan
+
+    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.schedule.resolve)
+    every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
+    allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
+              if t.allocations else "allocations unknown")
+    times = f"--time={t.time_limit_min} min, {allocs}; checkpoint {every}"
+    return f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
 
 
 def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:

@@ -25,6 +25,9 @@ def register(sub) -> None:
     from vdkit.args import out_path
 
     p.add_argument("--out", metavar="DIR", type=out_path, help="parent directory of the run directory (default: run.out_dir)")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a stopped run in its own run directory (from its latest checkpoint; logs "
+                        "append); a finished run is left alone. Takes no overrides.")
     p.set_defaults(func=run)
 
 
@@ -36,11 +39,59 @@ def with_local_defaults(overrides) -> list:
     return extra + list(overrides)
 
 
+def _finish(run_dir, rc: int) -> int:
+    """Print the run dir (stdout) and, for a clean stop, how to continue; the verb's exit code."""
+    from vdkit.jobspec import EXIT_STOPPED
+
+    if rc == EXIT_STOPPED:
+        print(f"vdkit run: stopped cleanly after a checkpoint; continue with: vdkit run --resume {run_dir}",
+              file=sys.stderr, flush=True)
+    print(run_dir, flush=True)
+    return 0 if rc == 0 else (EXIT_STOPPED if rc == EXIT_STOPPED else 1)
+
+
+def resume(args) -> int:
+    """`vdkit run --resume RUN_DIR`: the same ranks again in the same run dir, from its latest checkpoint."""
+    from pathlib import Path
+
+    from vdkit.errors import UserError
+    from vdkit.prepare import engine_of, launcher_of
+    from vdkit.rundir import FINISHED_FILE, RECIPE_FILE, load_plan
+
+    run_dir = Path(args.resume).absolute()
+    if args.overrides or args.out:
+        raise UserError("--resume continues a run with the recipe in its run directory; it takes no overrides "
+                        "or --out", f"drop {' '.join(args.overrides) or '--out'}, or start a new run without --resume")
+    if not (run_dir / RECIPE_FILE).is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE})",
+                        "pass a run directory written by `vdkit run`")
+    if (run_dir / FINISHED_FILE).exists():
+        print(f"vdkit run: {run_dir} has finished already (its file {FINISHED_FILE} says so); nothing to do",
+              file=sys.stderr)
+        print(run_dir, flush=True)
+        return 0
+    plan = load_plan(run_dir)
+    r = plan.recipe
+    launcher = launcher_of(plan)
+    if not launcher.executes_here:
+        raise UserError(f"{run_dir} was rendered for cluster={r.cluster.name} ({r.cluster.launcher}); `vdkit run` "
+                        "resumes runs on this machine", f"submit it again (`vdkit status {run_dir}` shows its jobs): "
+                        f"sbatch {run_dir}/launch.sbatch")
+    engine = engine_of(plan)
+    engine.local_check(plan)
+    print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
+    rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
+    return _finish(run_dir, rc)
+
+
 def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
     from vdkit.plan import make_plan
     from vdkit.prepare import engine_of, launcher_of, prepare
+
+    if args.resume:
+        return resume(args)
 
     from vdkit.rules import check_overrides
 
@@ -56,6 +107,6 @@ def run(args) -> int:
     cell = prepare(plan, args.out)
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
+    plan = cell.plan  # with the plan's time and cadence (vdkit.schedule)
     rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir))
-    print(run_dir, flush=True)
-    return 0 if rc == 0 else 1
+    return _finish(run_dir, rc)

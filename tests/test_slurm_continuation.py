@@ -1,0 +1,248 @@
+"""Runs that outlive their allocation, on the local Slurm with the container stand-in (issue 17).
+
+Job steps here see no Slurm client command (vdkit.slurm.localcluster's TaskProlog, as under pyxis),
+so continuation can only come from the batch shell: the ranks stop cleanly before the limit and
+exit 75, the batch shell submits the next allocation (``--dependency=afterany``), the next job
+resumes from the checkpoint; a finished run never starts again.
+
+- A real two-minute time limit, for the reference and the megatron engines: every step 1..N done
+  across several allocations, none lost or repeated, and the losses equal an uninterrupted run's.
+- ``scancel --signal=USR1`` to the batch shell mid-run: the same path, on demand.
+- ``sbatch launch.sbatch`` twice: the second job stops at the run dir's lock; `vdkit status` names
+  the holder, and finds a plainly sbatch'ed job.
+- A ``%`` in the out dir reaches neither Slurm's pattern expansion nor a lost log.
+
+Each test prints its figures for the note.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vdkit.cli import main
+from vdkit.slurm import submit as sub
+
+CELL = ["engine=reference", "model=tiny_llama", "data=synthetic", "method=lora", "cluster.gpus_per_node=1",
+        "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
+        "method.warmup_steps=0", "train.global_batch_size=4"]
+MEGATRON_CELL = ["engine=megatron", "engine.container_image=null", "model=tiny_llama", "model.num_layers=4",
+                 "data=synthetic", "method=sft", "cluster.nodes=2", "cluster.gpus_per_node=1", "parallelism.pp=2",
+                 "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
+                 "train.micro_batch_size=2", "train.global_batch_size=4", "method.warmup_steps=0", "method.lr=1e-3"]
+STEP = re.compile(r"\| (\d+)/(\d+) \[")
+STOPPED = re.compile(r"stopped after global_step (\d+)")
+
+
+def _submit(out_dir, capsys, *overrides) -> tuple:
+    assert main(["submit", *overrides, "--out", str(out_dir)]) == 0
+    run_dir, job_id = capsys.readouterr().out.strip().splitlines()[-1].split("\t")[:2]
+    return Path(run_dir), job_id
+
+
+def _log(run_dir, job_id) -> str:
+    path = Path(run_dir) / f"slurm-{job_id}.out"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _steps(text: str):
+    return [int(m.group(1)) for u in re.split(r"[\r\n]", text) if (m := STEP.search(u))]
+
+
+def wait_run(run_dir: Path, timeout: float) -> list:
+    """Wait until the run's latest job has ended and no successor is pending; the run's job ids."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ids = sub.job_ids(run_dir)
+        if ids and sub.job_state(ids[-1]).done:
+            time.sleep(1)
+            if sub.job_ids(run_dir) == ids:  # no successor was submitted meanwhile
+                return ids
+        assert time.monotonic() < deadline, (ids, [_log(run_dir, j)[-1500:] for j in ids[-2:]])
+        time.sleep(1)
+
+
+def check_unbroken(run_dir: Path, max_steps: int) -> dict:
+    """Across the run's jobs: steps 1..max_steps once each; each job resumed where the last stopped."""
+    ids = sub.job_ids(run_dir)
+    logs = [_log(run_dir, j) for j in ids]
+    steps = [s for text in logs for s in _steps(text)]
+    stops = [int(s) for text in logs for s in STOPPED.findall(text)]
+    resumes = [int(s) for text in logs for s in re.findall(r"resuming from \S+step=(\d+)\.ckpt", text)]
+    assert steps == list(range(1, max_steps + 1)), [s for i, s in enumerate(steps) if i and s != steps[i - 1] + 1]
+    assert resumes == stops, (stops, resumes)
+    assert (run_dir / "finished").is_file() and sub.job_state(ids[-1]).state == "COMPLETED"
+    assert not [p for p in (run_dir / "checkpoints").rglob("*") if ".tmp" in p.name]
+    errors = "".join((run_dir / f"slurm-{j}.err").read_text(errors="replace") for j in ids
+                     if (run_dir / f"slurm-{j}.err").exists())
+    assert "Traceback" not in errors and "scontrol" not in errors, errors[-2000:]
+    trained = [j for j, text in zip(ids, logs) if _steps(text)]
+    return {"jobs": ids, "allocations": len(trained), "stops": stops, "restarts": len(resumes)}
+
+
+def tb_losses(run_dir: Path) -> dict:
+    """step -> reduced_train_loss from the run's TensorBoard events (a later segment's value wins)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "logs"))
+    acc.Reload()
+    return {e.step: e.value for e in acc.Scalars("reduced_train_loss")}
+
+
+def start_local_run(overrides, out_dir: Path) -> subprocess.Popen:
+    """The uninterrupted run of the same recipe on local processes (`vdkit run`), started; its output
+    goes to files (a pipe nobody reads while the Slurm job runs would fill and stall it)."""
+    out_dir.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "vdkit", "run", *overrides, "--out", str(out_dir)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["OMP_NUM_THREADS"] = "1"
+    with open(out_dir / "vdkit-run.out", "wb") as out, open(out_dir / "vdkit-run.err", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
+    proc.out_dir = out_dir
+    return proc
+
+
+def finish_local_run(proc: subprocess.Popen) -> Path:
+    proc.wait(timeout=1200)
+    out, err = ((proc.out_dir / f"vdkit-run.{x}").read_text(errors="replace") for x in ("out", "err"))
+    assert proc.returncode == 0, err[-3000:]
+    return Path(out.strip().splitlines()[-1])
+
+
+def local_run(overrides, out_dir: Path) -> Path:
+    return finish_local_run(start_local_run(overrides, out_dir))
+
+
+def seconds_per_step(overrides, out_dir: Path) -> float:
+    """This machine's speed now for the cell (a 20-step local run; the first three steps excluded)."""
+    from vdkit.validation.logs import read_source
+
+    run_dir = local_run([*overrides, "train.max_steps=20"], out_dir)
+    timings = read_source(run_dir).timings[3:]
+    return sum(timings) / len(timings)
+
+
+def local_overrides(cell):
+    """The cell on local processes: the same world size and layout, cluster=local."""
+    nodes = next((o.split("=")[1] for o in cell if o.startswith("cluster.nodes=")), "1")
+    per_node = next(o.split("=")[1] for o in cell if o.startswith("cluster.gpus_per_node="))
+    keep = [o for o in cell if not o.startswith("cluster.")]
+    return [*keep, "cluster=local", f"cluster.gpus_per_node={int(nodes) * int(per_node)}"]
+
+
+@pytest.mark.parametrize("engine", ["reference", "megatron"])
+def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, local_slurm, tmp_path, capsys,
+                                                                      monkeypatch):
+    """A real 2-minute limit (stop lead 30 s): Slurm's USR1 reaches the batch shell 30-90 s in (it may come
+    up to 60 s early), the budget ends at 90 s; the ranks stop, the batch shell submits the next
+    allocation; N steps in all, 0 lost, losses equal to an uninterrupted run's (run alongside)."""
+    if engine == "megatron":
+        pytest.importorskip("megatron.core")
+    cell = CELL if engine == "reference" else MEGATRON_CELL
+    local = local_overrides(cell)
+    # The job's ranks (sbatch exports this environment) use as many threads as the local ranks: the
+    # same arithmetic, so the same losses to the last bit (more threads sum in another order).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    per_step = seconds_per_step(local, tmp_path / "calibrate")
+    # ~180 s of training: an allocation trains for at most ~75 s (the budget ends 90 s in, start-up
+    # included), so at least two even on a machine twice as fast as at calibration; bounded above.
+    max_steps = min(2000, max(60, int(180 / per_step)))
+    whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
+    t0 = time.monotonic()
+    run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2")
+    wait_run(run_dir, timeout=1800)
+    whole = finish_local_run(whole_proc)
+    figures = check_unbroken(run_dir, max_steps)
+    assert figures["allocations"] >= 2 and figures["restarts"] == figures["allocations"] - 1
+    got, want = tb_losses(run_dir), tb_losses(whole)
+    assert sorted(got) == sorted(want) == list(range(max_steps))  # none lost, none twice
+    assert [got[s] for s in sorted(got)] == pytest.approx([want[s] for s in sorted(want)], rel=1e-5, abs=1e-6)
+    text = (run_dir / "launch.sbatch").read_text()
+    lead = re.search(r"--signal=B:USR1@(\d+)", text).group(1)
+    print(f"\n{engine} time-limit figures: --time=2 min, stop lead {lead} s, {per_step:.3f} s/step calibrated, "
+          f"{max_steps} steps done 1..{max_steps} (0 lost, 0 repeated) in {figures['allocations']} allocations "
+          f"(jobs {', '.join(figures['jobs'])}), {figures['restarts']} restarts, stopped after steps "
+          f"{figures['stops']}; final loss {got[max_steps - 1]:.6f} vs uninterrupted {want[max_steps - 1]:.6f}; "
+          f"{time.monotonic() - t0:.0f} s to finish")
+    # Finished: a job submitted again does nothing.
+    again = sub.submit_run(run_dir).job_id
+    assert sub.wait(again, timeout=120, poll_s=1).state == "COMPLETED"
+    assert "has finished" in _log(run_dir, again) and not _steps(_log(run_dir, again))
+
+
+def test_usr1_to_the_batch_shell_stops_the_step_and_the_next_job_finishes(local_slurm, tmp_path, capsys):
+    max_steps = 120
+    run_dir, job_id = _submit(tmp_path, capsys, *CELL, f"train.max_steps={max_steps}", "cluster.time_limit_min=10")
+    t0 = time.monotonic()
+    deadline = t0 + 180
+    while not (_steps(_log(run_dir, job_id)) and _steps(_log(run_dir, job_id))[-1] >= 10):
+        assert time.monotonic() < deadline and not sub.job_state(job_id).done, _log(run_dir, job_id)[-2000:]
+        time.sleep(0.2)
+    signalled_at = _steps(_log(run_dir, job_id))[-1]
+    # What Slurm's --signal=B:USR1@lead does: the batch shell gets it and passes it to the step.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True)
+    wait_run(run_dir, timeout=400)
+    figures = check_unbroken(run_dir, max_steps)
+    assert figures["allocations"] == 2 and signalled_at <= figures["stops"][0] < max_steps
+    assert "USR1 from Slurm" in (run_dir / f"slurm-{job_id}.err").read_text()
+    print(f"\nUSR1 figures: job {job_id}, USR1 to the batch shell after step {signalled_at}, stopped after step "
+          f"{figures['stops'][0]}, next job {figures['jobs'][1]} finished 1..{max_steps} unbroken, "
+          f"{time.monotonic() - t0:.0f} s")
+
+
+def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_slurm, tmp_path, capsys):
+    assert main(["render", *CELL, "train.max_steps=2000", "cluster.time_limit_min=10", "--out", str(tmp_path)]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    # The README's cluster path: plain sbatch, no `vdkit submit` (no job_id.txt until the job starts).
+    first = subprocess.run(["sbatch", "--parsable", str(run_dir / "launch.sbatch")], capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert main(["status", str(run_dir)]) == 0  # found in squeue (pending) or through run.lock (running)
+    assert f"\t{first}\t" in capsys.readouterr().out
+    try:
+        deadline = time.monotonic() + 120
+        while sub.job_state(first).state != "RUNNING" or not (run_dir / "run.lock").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.5)
+        second = sub.submit_run(run_dir).job_id  # `sbatch launch.sbatch` again, same directory
+        st = sub.wait(second, timeout=120, poll_s=1)
+        err = (run_dir / f"slurm-{second}.err").read_text()
+        assert (st.state, st.exit_code) == ("FAILED", "1:0")
+        assert f"held by slurm {first}; job {second} did not start" in err and len(err.strip().splitlines()) == 1
+        assert sub.job_ids(run_dir)[0] == first  # the plainly submitted job recorded itself
+        assert main(["status", str(run_dir)]) == 0
+        line = capsys.readouterr().out
+        assert f"held by slurm job {first}" in line, line
+    finally:
+        subprocess.run(["scancel", first], check=True)  # never leave the nodes busy for the next test
+    assert sub.wait(first, timeout=120, poll_s=1).done
+    assert _steps(_log(run_dir, second)) == []  # the refused job trained nothing
+
+
+def test_percent_in_the_out_dir_is_not_expanded_by_slurm(local_slurm, tmp_path, capsys):
+    out = tmp_path / "100%_done %j %x"
+    run_dir, job_id = _submit(out, capsys, *CELL, "train.max_steps=2", "cluster.time_limit_min=5")
+    assert "%%" in (run_dir / "launch.sbatch").read_text()
+    st = sub.wait(run_dir, timeout=180, poll_s=1)
+    assert st.state == "COMPLETED" and _steps(_log(run_dir, job_id))[-1] == 2
+    assert (run_dir / "finished").is_file()
+
+
+def test_job_steps_see_no_slurm_client_the_batch_shell_does(local_slurm, tmp_path):
+    script = tmp_path / "probe.sbatch"
+    script.write_text("#!/bin/bash\n#SBATCH --nodes=1 --ntasks-per-node=2 --time=1\n"
+                      f"#SBATCH --output={tmp_path}/probe-%j.out\n"
+                      'echo "batch: $(command -v scontrol) $(command -v sbatch)"\n'
+                      "srun bash -c 'echo \"task $SLURM_PROCID: $(command -v scontrol || echo none) "
+                      "$(command -v srun || echo none) $(command -v python3 || echo nopython)\"'\n")
+    job = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert sub.wait(job, timeout=120, poll_s=1).state == "COMPLETED"
+    out = (tmp_path / f"probe-{job}.out").read_text()
+    assert re.search(r"^batch: \S*/scontrol \S*/sbatch$", out, re.M), out
+    assert sorted(re.findall(r"^task \d: none none (\S+)$", out, re.M)) and len(re.findall("none none", out)) == 2
+    assert "nopython" not in out
