@@ -23,7 +23,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Optional, Sequence
 
 from vdkit.errors import UserError
 
@@ -396,12 +396,6 @@ def check_cell_count(n: int, what: str, limit: int = MAX_CELLS) -> None:
     if n > limit:
         raise UserError(f"{what} has {n:,} cells, more than the {limit} vdkit plans in one command",
                         "narrow the comma lists / range() you added, or run several smaller sweeps")
-
-
-def iter_keys(overrides: Iterable[str]) -> List[str]:
-    """The keys (or groups) the overrides set, in order."""
-    parsed = _parse(list(overrides)) or []
-    return [o.get_key_element().lstrip("+~") for o in parsed]
 
 
 # ----------------------------------------------------------------------------- a run on this machine
