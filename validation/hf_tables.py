@@ -23,6 +23,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from vdkit.errors import UserError
 
 TABLES = ("alpaca_opt", "llama31_roce")
+# Planning a published cell needs no weights: the sweeps name the cluster's staged copies
+# (model.hf_path=/shared/models/...), which the door refuses on a machine without them.
+PLAN_ONLY = ["model.hf_path=null"]
 
 
 @dataclass
@@ -131,7 +134,7 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
         recipe = recipes[path] = load_recipe(path)
         by_key.setdefault(_key(recipe.model.name, recipe.cluster.nodes, recipe.cluster.transport), []).append(path)
     rows: List[Row] = []
-    for cell in sweep_cells(name):
+    for cell in sweep_cells(name, PLAN_ONLY):
         r = compose(cell)
         key = _key(r.model.name, r.cluster.nodes, r.cluster.transport)
         ran = by_key.pop(key, [])

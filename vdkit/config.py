@@ -151,7 +151,8 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
 # runs elsewhere (a rank's cwd is the run dir, srun's a compute node's), and a relative path would
 # be read against a different directory at run time than at render time.
 PATH_FIELDS = (("run", "out_dir"), ("run", "results_dir"), ("run", "secrets_file"), ("data", "data_dir"),
-               ("data", "tokenizer_model"), ("model", "nemo_path"))
+               ("data", "tokenizer_model"), ("model", "nemo_path"),
+               ("model", "megatron_path"))
 
 
 def absolute_paths(cfg, cwd: Optional[str] = None) -> None:

@@ -23,7 +23,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Optional, Sequence
 
 from vdkit.errors import UserError
 
@@ -176,11 +176,11 @@ def check_files(recipe) -> None:
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
     hf = recipe.model.hf_path
     if hf and looks_like_path(hf):
-        path = Path(os.path.expanduser(hf)).absolute()
-        # Cluster storage (/shared/models/...) need not exist where the recipe is rendered: checked here only
-        # when its top-level directory does (the mount-source rule of vdkit.prepare).
-        here = len(path.parts) > 1 and Path(path.parts[0], path.parts[1]).exists()
-        if here and not path.is_dir():
+        from vdkit.files import on_this_machine
+
+        path = Path(os.path.expanduser(hf))
+        # Checked where it can be, as render checks mount sources: /shared/models on a laptop is cluster storage.
+        if on_this_machine(path) and not path.is_dir():
             raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
                                                           "not a directory on this machine"),
                             "point it at a directory with config.json and the weights, or a hub id like "
@@ -396,12 +396,6 @@ def check_cell_count(n: int, what: str, limit: int = MAX_CELLS) -> None:
     if n > limit:
         raise UserError(f"{what} has {n:,} cells, more than the {limit} vdkit plans in one command",
                         "narrow the comma lists / range() you added, or run several smaller sweeps")
-
-
-def iter_keys(overrides: Iterable[str]) -> List[str]:
-    """The keys (or groups) the overrides set, in order."""
-    parsed = _parse(list(overrides)) or []
-    return [o.get_key_element().lstrip("+~") for o in parsed]
 
 
 # ----------------------------------------------------------------------------- a run on this machine

@@ -51,6 +51,7 @@ class ModelCfg:
     embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
     pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
     hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
+    megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
 
 
 @dataclass
