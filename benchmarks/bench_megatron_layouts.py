@@ -35,9 +35,12 @@ LAYOUTS = {
 def step_times(run_dir: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    acc = EventAccumulator(str(run_dir / "logs"))
+    from vdkit.logformat import TIMING_KEY
+    from vdkit.rundir import LOG_DIR
+
+    acc = EventAccumulator(str(run_dir / LOG_DIR))
     acc.Reload()
-    return [e.value for e in acc.Scalars("train_step_timing in s")]
+    return [e.value for e in acc.Scalars(TIMING_KEY)]
 
 
 def main() -> int:

@@ -19,6 +19,7 @@ import tempfile
 import time
 import tracemalloc
 
+from vdkit.logformat import CONSUMED_SAMPLES_KEY, GLOBAL_STEP_KEY, LOSS_KEY, TIMING_KEY  # the metric names' home
 from vdkit.recipes.progress import tqdm_num  # the engine's NeMo-format numbers
 
 
@@ -31,9 +32,9 @@ def write_log(path: str, steps: int) -> None:
             n = i + 1
             if prev is not None:
                 fh.write(prev.replace(f"| {n - 1}/", f"| {n}/", 1) + "\r")
-            body = (f"v_num=0, reduced_train_loss={tqdm_num(2.0 - i * 1e-5)}, global_step={tqdm_num(float(i))}, "
-                    f"consumed_samples={tqdm_num(float(n * 128))}, "
-                    f"train_step_timing in s={tqdm_num(9.0 + rng.gauss(0, 0.1))}")
+            body = (f"v_num=0, {LOSS_KEY}={tqdm_num(2.0 - i * 1e-5)}, {GLOBAL_STEP_KEY}={tqdm_num(float(i))}, "
+                    f"{CONSUMED_SAMPLES_KEY}={tqdm_num(float(n * 128))}, "
+                    f"{TIMING_KEY}={tqdm_num(9.0 + rng.gauss(0, 0.1))}")
             upd = f"Epoch 0: : {100 * n // steps:3d}%|███▏      | {n}/{steps} [03:10<04:23, 0.11it/s, {body}]"
             if i % 100 == 0:
                 upd += f"[NeMo I 2024-01-01 12:00:00 nemo_logging:349] step {i}\n"
@@ -47,8 +48,8 @@ def write_nemo2_log(path: str, steps: int) -> None:
     with open(path, "w") as fh:
         for i in range(steps):
             fh.write(f"(pretraining, pid=4112) Training epoch {i // 1000}, iteration {i % 1000}/999 | lr: 1.2e-05 | "
-                     f"global_batch_size: 128 | global_step: {i} | reduced_train_loss: {2.0 - i * 1e-5:.4g} | "
-                     f"train_step_timing in s: {9.0 + rng.gauss(0, 0.1):.4g} | consumed_samples: {(i + 1) * 128}\n")
+                     f"global_batch_size: 128 | {GLOBAL_STEP_KEY}: {i} | {LOSS_KEY}: {2.0 - i * 1e-5:.4g} | "
+                     f"{TIMING_KEY}: {9.0 + rng.gauss(0, 0.1):.4g} | {CONSUMED_SAMPLES_KEY}: {(i + 1) * 128}\n")
 
 
 def write_megatron_log(path: str, steps: int) -> None:

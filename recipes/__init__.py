@@ -1,1 +1,8 @@
-"""What a job runs: the NeMo engine's config (nemo.py), the reference engine (reference/), data (data.py)."""
+"""What a job runs: the engines and what they share.
+
+The engine registry (engines.py) names each engine: ``nemo`` (nemo.py, NeMo 1.x's config:
+nemo_config.py, nemo_contract.py), ``reference`` (reference/: Lightning + transformers + peft),
+``megatron`` (megatron/: megatron-core). What they share: common/ (data reading, rank discovery,
+LR schedule, checkpoint naming), preemption.py, progress.py, training_constants.py. Data
+preparation: data.py, data_stats.py, packing.py.
+"""

@@ -160,11 +160,6 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _bad_json(path: Path, text: str, exc: json.JSONDecodeError, what: str) -> UserError:
-    return UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno}) in {what}",
-                     "fix or re-download the file; it must be the dataset's original format")
-
-
 def _iter_jsonl(path: Path, text: str) -> Iterator[Tuple[int, str, object]]:
     """(line number, label, value) for every non-blank line of a JSONL file."""
     # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters that

@@ -177,14 +177,14 @@ class Engine:
         return bool(getattr(self.module, "RUNS_LOCALLY", False))
 
     @property
-    def needs_pmi(self) -> bool:
-        return bool(getattr(self.module, "NEEDS_PMI", False))
-
-    @property
     def log_format(self) -> str:
         from vdkit.logformat import NEMO1
 
         return getattr(self.module, "LOG_FORMAT", NEMO1)
+
+    @property
+    def needs_pmi(self) -> bool:
+        return bool(getattr(self.module, "NEEDS_PMI", False))
 
 
 def get(name: str) -> Engine:

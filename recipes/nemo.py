@@ -17,26 +17,12 @@ from pathlib import Path, PurePosixPath
 from typing import List, Union
 
 from vdkit.jobspec import Container
-from vdkit.logformat import NEMO1
 from vdkit.recipes.nemo_config import build_config
-from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
-
-__all__ = ["nemo_config", "nemo_script", "nemo_command", "check_nemo_config", "render_nemo_yaml",
-           "DELIBERATE_ADDITIONS", "WIDENED_TYPES", "FINETUNE_SCRIPT", "PRETRAIN_SCRIPT"]
+from vdkit.recipes.nemo_contract import check_nemo_config
 
 # Under engine.nemo_root inside the container (NeMo 1.x layout; also in 24.05+ images).
 FINETUNE_SCRIPT = "examples/nlp/language_modeling/tuning/megatron_gpt_finetuning.py"
 PRETRAIN_SCRIPT = "examples/nlp/language_modeling/megatron_gpt_pretraining.py"
-
-
-def nemo_config(plan, run_dir: Union[str, Path]) -> dict:
-    """The full NeMo config (plain dict) for ``plan``: logs, checkpoints and index files under ``run_dir``.
-
-    Fine-tuning methods get megatron_gpt_finetuning_config.yaml's shape, pretrain
-    megatron_llama_config.yaml's. Raises UserError for recipe values NeMo cannot take (missing data
-    dir, relative container paths); :func:`check_nemo_config` adds the layout traps.
-    """
-    return build_config(plan, run_dir)
 
 
 def nemo_script(recipe) -> str:
@@ -62,7 +48,7 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
     """
     import yaml
 
-    cfg = nemo_config(plan, run_dir)
+    cfg = build_config(plan, run_dir)  # Fine-tuning: finetuning_config's shape; pretrain: llama_config's
     check_nemo_config(cfg, plan)
     r = plan.recipe
     header = (f"# NeMo 1.x config rendered by vdkit for {r.run_name}: {r.model.name} {r.method.name}, "
@@ -72,7 +58,6 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 
 
 # ----------------------------------------------------------------------------- the engine interface
-LOG_FORMAT = NEMO1
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
 GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image: CUDA only
 # NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;

@@ -74,3 +74,49 @@ def test_a_throwaway_model_family_renders(conf_copy, tmp_path, capsys):
     assert param_counts(m).total == L * per_layer + v * h + p * h + 2 * h  # tied output, final LayerNorm
     assert plan["model"] == "toy_family" and plan["params_b"] == round(param_counts(m).total / 1e9, 3)
     assert plan["trainable_params"] == L * 32 * (4 * h + 2 * h)  # peft: LoRA on q, k and v (A and B each), rank 32
+
+
+TOY_TABLE = """\
+# A made-up published table: the tiny Llama's minutes for 100 steps, arranged as Table 9 is.
+table: toy_grid
+title: "A throwaway table: tiny Llama, 100 steps (minutes)"
+source: "made up by tests/test_architecture.py"
+steps: 100
+units: minutes
+layout: grid
+sweep: demo
+models: {tiny_llama: "Tiny Llama"}
+methods: {lora: LoRA, sft: SFT}
+cells:
+  - {model: tiny_llama, gpus: 2, method: lora, minutes: 1.5}
+"""
+
+
+def test_a_throwaway_published_table_reports(tmp_path, monkeypatch, capsys):
+    import json
+
+    from helpers import make_run, series
+    from vdkit.validation import tables
+
+    published = tmp_path / "published"
+    shutil.copytree(tables.PUBLISHED_DIR, published)
+    (published / "toy_grid.yaml").write_text(TOY_TABLE)
+    monkeypatch.setattr(tables, "PUBLISHED_DIR", published)
+    assert "toy_grid" in tables.table_names()
+    run = make_run(tmp_path / "runs", ["model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic",
+                                       "cluster.gpus_per_node=2", "method=lora"], series(0.6))
+    out = tmp_path / "report"
+    assert main(["report", str(run), "--table", "toy_grid", "--out", str(out), "--no-plots"]) == 0
+    md = capsys.readouterr().out
+    assert "A throwaway table" in md and "| Tiny Llama | 2 |" in md
+    cell = next(c for c in json.loads((out / "toy_grid.json").read_text())["cells"] if c["method"] == "lora")
+    assert cell["published_minutes"] == 1.5 and cell["runs"] == [str(run)]
+    assert cell["minutes"] == pytest.approx((12.0 + 0.6 * 99) / 60, rel=0.05)  # warm-up once + 99 steady steps
+    assert cell["ratio"] == pytest.approx(cell["minutes"] / 1.5, rel=1e-3)
+
+
+def test_an_unknown_table_is_one_line_and_exit_2(tmp_path, capsys):
+    rc = main(["report", "--table", "table99", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "no published table named 'table99'" in err[0] and "table9" in err[0]
+    assert not (tmp_path / "r").exists()

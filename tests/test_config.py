@@ -23,7 +23,17 @@ def test_every_group_option_composes_and_validates(group):
         r = compose([f"{group}={option}", *extra])
         if group != "parallelism":  # parallelism options are layouts, not named sections
             assert getattr(r, group).name == option
-        make_plan(r)
+        _assert_consistent(make_plan(r))
+
+
+def _assert_consistent(plan) -> None:
+    """A plan fits exactly when its memory is within the GPU's, and an infeasible one says by how much."""
+    cap = plan.recipe.cluster.gpu_memory_gb
+    assert plan.feasible == (plan.memory.total_gb <= cap), (plan.memory.total_gb, cap, plan.reason)
+    if plan.feasible:
+        assert plan.reason is None and plan.recipe.world_size == plan.dp * plan.tp * plan.pp
+    else:
+        assert plan.reason and "GB" in plan.reason and f"{cap:g} GB" in plan.reason, plan.reason
 
 
 def test_defaults_are_the_design_guide_ones():
@@ -102,9 +112,14 @@ def test_multirun_is_a_cartesian_product_and_extra_overrides_reach_every_sweep_c
 
 
 def test_every_sweep_cell_composes_and_plans():
+    verdicts = {}
     for sweep in group_options("sweep"):
         for cell in sweep_cells(sweep):
-            make_plan(compose(cell))
+            plan = make_plan(compose(cell))
+            _assert_consistent(plan)
+            verdicts.setdefault(sweep, []).append(plan.feasible)
+    assert all(verdicts["table9"]) is False and any(verdicts["table9"])  # some cells (70B SFT) do not fit
+    assert verdicts["alpaca_opt"].count(False) == 1  # OPT-30B, as the white paper found
 
 
 def test_unknown_sweep_is_an_error():

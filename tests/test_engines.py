@@ -149,10 +149,10 @@ def test_run_dir_file_names_live_only_in_rundir():
 
 
 def test_training_constants_are_shared_by_nemo_and_reference():
-    from vdkit.recipes.nemo import nemo_config
+    from vdkit.recipes.nemo_config import build_config
     from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
 
-    cfg = nemo_config(make_plan(compose([])), "/runs/x")
+    cfg = build_config(make_plan(compose([])), "/runs/x")
     assert cfg["model"]["optim"]["betas"] == list(ADAM_BETAS)
     assert cfg["trainer"]["gradient_clip_val"] == GRAD_CLIP and cfg["trainer"]["precision"] == GPU_PRECISION
     for path in _py("recipes"):
@@ -211,3 +211,15 @@ def test_cells_sharing_a_run_name_get_their_own_run_dirs(tmp_path, capsys):
     assert [d.name for d in dirs] == ["same", "same-2"]
     for d in dirs:  # each script points at its own directory, reserved before either was written
         assert f"#SBATCH --output={d}/slurm-%j.out" in (d / SBATCH_FILE).read_text()
+
+
+def test_every_engine_trains_with_the_adam_betas_nemo_renders():
+    """One home for Adam's betas: NeMo renders them (fine-tuning: NeMo's; pretraining: NVIDIA's) and the
+    kit's own engines take the same pair from vdkit.recipes.training_constants.adam_betas."""
+    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.training_constants import ADAM_BETAS, adam_betas
+
+    pre = make_plan(compose(["method=pretrain", "data.data_dir=/data/pile"]))
+    assert tuple(build_config(pre, "/runs/x")["model"]["optim"]["betas"]) == adam_betas(pre.recipe) == (0.9, 0.95)
+    sft = make_plan(compose(["method=sft"]))
+    assert tuple(build_config(sft, "/runs/x")["model"]["optim"]["betas"]) == adam_betas(sft.recipe) == ADAM_BETAS

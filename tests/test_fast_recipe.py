@@ -6,14 +6,14 @@ from omegaconf import OmegaConf
 
 from vdkit.config import compose, load_sweep, sweep_cells
 from vdkit.plan import make_plan
-from vdkit.validation import tables
+from vdkit.validation import report, tables
 
 GUIDE_SAMPLES = 1000 * 128  # Table 9: 1000 steps of GBS 128, one Dolly sample per sequence
 
 
 @pytest.fixture(scope="module")
 def predictions():
-    return tables.table9_predictions(1000)
+    return tables.grid_predictions("table9", "table9_fast", 1000)
 
 
 def test_fast_recipe_trains_on_the_guides_samples():
@@ -72,7 +72,7 @@ def test_table9_fast_renders(cell, tmp_path):
 
 def test_report_shows_published_predicted_guide_and_fast_side_by_side():
     # The planned table (no run directories) plans the published cells, the guide's recipe and the fast one.
-    table = tables.table9([])
+    table = report.build("table9")
     cell = next(c for c in table.cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
     assert cell.published == 102 and cell.predicted and cell.predicted_fast
     assert cell.predicted_fast * 10 <= cell.published
@@ -83,7 +83,8 @@ def test_report_shows_published_predicted_guide_and_fast_side_by_side():
     assert d["predicted_minutes"] and d["predicted_fast_minutes"]
     # With run directories, a cell's prediction is its run's plan.json's: nothing is planned at report time.
     run = tables.RunResult("runs/x", "llama2_7b", "lora", 4, 1, True, predicted_minutes=12.5)
-    ran = next(c for c in tables.table9([run]).cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
+    ran = next(c for c in tables.grid_table(tables.spec("table9"), [run]).cells
+               if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
     assert (ran.predicted, ran.predicted_fast) == (12.5, None)
 
 

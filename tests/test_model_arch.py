@@ -44,21 +44,21 @@ def test_rope_scaling_is_a_mapping():
 
 
 def test_nemo_pretrain_config_reads_the_model_fields():
-    from vdkit.recipes.nemo import nemo_config
+    from vdkit.recipes.nemo_config import build_config
 
     plan = make_plan(compose(PRETRAIN + ["model.norm_eps=1e-6", "model.rope_base=500000",
                                           "model.tied_embeddings=true", "model.tokenizer=huggingface"]))
-    m = nemo_config(plan, RUN_DIR)["model"]
+    m = build_config(plan, RUN_DIR)["model"]
     assert m["layernorm_epsilon"] == 1e-6 and m["rotary_base"] == 500000
     assert m["share_embeddings_and_output_weights"] is True and m["tokenizer"]["library"] == "huggingface"
-    default = nemo_config(make_plan(compose(PRETRAIN)), RUN_DIR)["model"]
+    default = build_config(make_plan(compose(PRETRAIN)), RUN_DIR)["model"]
     assert "rotary_base" not in default  # NeMo's own default: the Llama 2 YAML stays as NeMo ships it
     assert (default["normalization"], default["activation"], default["position_embedding_type"]) == \
         ("rmsnorm", "fast-swiglu", "rope")
 
 
 def test_nemo_refuses_what_it_cannot_express():
-    from vdkit.recipes.nemo import nemo_config
+    from vdkit.recipes.nemo_config import build_config
 
     with pytest.raises(UserError, match="model.activation='relu' does not exist in the llama architecture"):
         compose(PRETRAIN + ["model.activation=relu"])  # the door (vdkit.rules) refuses it first
@@ -68,7 +68,7 @@ def test_nemo_refuses_what_it_cannot_express():
     relu = dataclasses.replace(plan, recipe=dataclasses.replace(
         plan.recipe, model=dataclasses.replace(plan.recipe.model, activation="relu")))
     with pytest.raises(UserError, match="activation=relu"):  # and the engine still would
-        nemo_config(relu, RUN_DIR)
+        build_config(relu, RUN_DIR)
 
 
 def test_reference_llama_config_reads_the_model_fields():

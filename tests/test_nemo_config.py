@@ -8,7 +8,8 @@ import yaml
 
 from vdkit.config import compose
 from vdkit.plan import make_plan
-from vdkit.recipes.nemo import nemo_command, nemo_config, nemo_script, render_nemo_yaml
+from vdkit.recipes.nemo import nemo_command, nemo_script, render_nemo_yaml
+from vdkit.recipes.nemo_config import build_config
 from vdkit.rundir import LOG_DIR, NEMO_CONFIG_FILE
 
 RUN_DIR = Path("/cluster/runs/llama2_7b_lora_1n8g")
@@ -20,7 +21,7 @@ def _plan(*overrides):
 
 def _cfg(*overrides, run_dir=RUN_DIR):
     plan = _plan(*overrides)
-    return plan, nemo_config(plan, run_dir)
+    return plan, build_config(plan, run_dir)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -193,7 +194,7 @@ def test_script_and_command():
 def test_render_is_yaml_of_the_config_headed_by_its_command():
     plan = _plan("method=lora")
     text = render_nemo_yaml(plan, RUN_DIR)
-    assert yaml.safe_load(text) == nemo_config(plan, RUN_DIR)
+    assert yaml.safe_load(text) == build_config(plan, RUN_DIR)
     assert " ".join(nemo_command(plan, RUN_DIR)) in text.splitlines()[1]
     assert render_nemo_yaml(plan, RUN_DIR) == text  # deterministic
 
@@ -216,4 +217,4 @@ def test_nemo_scripts_hydra_can_load_the_rendered_file(tmp_path):
             cfg = hydra_compose(config_name=config_name)
     finally:
         GlobalHydra.instance().clear()
-    assert OmegaConf.to_container(cfg, resolve=True) == nemo_config(plan, tmp_path)
+    assert OmegaConf.to_container(cfg, resolve=True) == build_config(plan, tmp_path)

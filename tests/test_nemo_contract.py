@@ -16,8 +16,9 @@ from omegaconf import OmegaConf
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.plan import make_plan
-from vdkit.recipes.nemo import (DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config, nemo_config,
-                                render_nemo_yaml)
+from vdkit.recipes.nemo import render_nemo_yaml
+from vdkit.recipes.nemo_config import build_config
+from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
 
 
 def _reference_dir() -> Path:
@@ -128,7 +129,7 @@ def test_rendered_config_honours_nemo_contract(model, method, overrides):
     text = render_nemo_yaml(plan, RUN_DIR)  # runs check_nemo_config too
     # Read back the way NeMo's Hydra reads it, so YAML typing (1e-05, null, bools) is part of the test.
     cfg = OmegaConf.to_container(OmegaConf.create(text), resolve=True)
-    assert cfg == nemo_config(plan, RUN_DIR)
+    assert cfg == build_config(plan, RUN_DIR)
     template = _template(method)
     assert contract_violations(cfg, template) == []
     missing = set(_leaves(template)) - set(_leaves(cfg))
@@ -139,7 +140,7 @@ def test_rendered_config_honours_nemo_contract(model, method, overrides):
 def test_contract_checker_catches_unknown_keys_and_wrong_types():
     """The checker itself must be able to fail (else the contract test above proves nothing)."""
     plan = _plan("llama2_7b", "lora", [])
-    cfg = nemo_config(plan, RUN_DIR)
+    cfg = build_config(plan, RUN_DIR)
     template = _template("lora")
     bad = copy.deepcopy(cfg)
     bad["trainer"]["val_check_interval"] = float(bad["trainer"]["val_check_interval"])  # epoch fraction in NeMo
@@ -163,7 +164,7 @@ def test_every_deliberate_addition_is_really_absent_from_nemo_and_explained():
 # ----------------------------------------------------------------------------- traps
 def _lora_cfg():
     plan = _plan("llama2_7b", "lora", [])
-    return plan, nemo_config(plan, RUN_DIR)
+    return plan, build_config(plan, RUN_DIR)
 
 
 def _refused(cfg, plan, match):
@@ -196,7 +197,7 @@ def test_trap_probabilities_must_match_files_and_sum_to_one():
 
 def test_trap_packed_needs_micro_batch_one():
     plan = _plan("llama2_7b", "lora", ["data.packed=true"])
-    cfg = nemo_config(plan, RUN_DIR)
+    cfg = build_config(plan, RUN_DIR)
     check_nemo_config(cfg, plan)  # MBS 1: fine
     cfg["model"]["micro_batch_size"] = 2
     _refused(cfg, plan, "packed sequences need micro batch size 1")
@@ -261,7 +262,7 @@ def test_trap_optimizer_disagrees_with_distributed_optimizer():
 
 def test_trap_interleaved_pipeline_needs_micro_batches_multiple_of_pp():
     plan = _plan("llama2_13b", "sft", ["parallelism.tp=1", "parallelism.pp=4", "parallelism.vp=10"])
-    cfg = nemo_config(plan, RUN_DIR)
+    cfg = build_config(plan, RUN_DIR)
     check_nemo_config(cfg, plan)
     cfg["model"]["global_batch_size"] = 2 * 6  # DP 2: 6 micro batches, not a multiple of PP 4
     _refused(cfg, plan, "multiple of PP=4")
@@ -269,10 +270,10 @@ def test_trap_interleaved_pipeline_needs_micro_batches_multiple_of_pp():
 
 def test_trap_pretrain_data_prefix_and_tokenizer():
     plan = _plan("llama2_7b", "pretrain", [])
-    cfg = nemo_config(plan, RUN_DIR)
+    cfg = build_config(plan, RUN_DIR)
     cfg["model"]["data"]["data_prefix"] = ["/data/pile/my-llama_00_text_document"]
     _refused(cfg, plan, r"\[weight, path")
-    cfg = nemo_config(plan, RUN_DIR)
+    cfg = build_config(plan, RUN_DIR)
     cfg["model"]["tokenizer"]["model"] = None
     _refused(cfg, plan, "tokenizer.model is not set")
 
@@ -354,12 +355,12 @@ def test_every_departure_names_a_reason_and_a_real_nvidia_key():
 
 
 def test_fine_tuning_keeps_the_design_guides_settings_unless_the_fast_recipe_asks():
-    guide = nemo_config(_plan("llama2_7b", "sft", []), RUN_DIR)["model"]
+    guide = build_config(_plan("llama2_7b", "sft", []), RUN_DIR)["model"]
     assert guide["optim"]["betas"] == [0.9, 0.98]  # NeMo's default, as the design guide ran
     assert "gradient_accumulation_fusion" not in guide and "gc_interval" not in guide
-    fast = nemo_config(_plan("llama2_7b", "sft", ["train.fused_kernels=true"]), RUN_DIR)["model"]
+    fast = build_config(_plan("llama2_7b", "sft", ["train.fused_kernels=true"]), RUN_DIR)["model"]
     assert fast["gradient_accumulation_fusion"] is True and fast["use_flash_attention"] is True
-    lora = nemo_config(_plan("llama2_7b", "lora", ["train.fused_kernels=true"]), RUN_DIR)["model"]
+    lora = build_config(_plan("llama2_7b", "lora", ["train.fused_kernels=true"]), RUN_DIR)["model"]
     assert "gradient_accumulation_fusion" not in lora  # needs O2 main gradients: full-parameter only
 
 

@@ -123,17 +123,17 @@ def test_report_table9_without_runs_is_the_planned_table(tmp_path, capsys):
     """`vdkit report --table table9` with no run dirs: every published cell, predicted next to published,
     and the scaling plot draws the predictions."""
     from vdkit.cli import main
-    from vdkit.validation import plots, tables
-    from vdkit.validation.tables import table9_predictions
+    from vdkit.validation import plots, report
+    from vdkit.validation.tables import grid_predictions
 
     assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "the planned table9" in captured.err
     md = (tmp_path / "table9.md").read_text()
-    predicted = table9_predictions(1000)[("llama2_7b", 4, "lora")][0]
+    predicted = grid_predictions("table9", "table9_fast", 1000)[("llama2_7b", 4, "lora")][0]
     assert f"| Llama 2 7B | 4 | 102 / {predicted:.3g} /" in md and "| Llama 2 70B | 16 |" in md
     assert (tmp_path / "table9_scaling.png").is_file()
-    fig = plots.scaling_figure(tables.table9([]))
+    fig = plots.scaling_figure(report.build("table9"))
     drawn = [(tuple(line.get_xdata()), tuple(line.get_ydata())) for ax in fig.axes for line in ax.get_lines()
              if line.get_linestyle() == ":" and line.get_marker() == "+"]
     assert any(abs(y[0] - predicted) < 1e-6 for _, y in drawn)  # the prediction for 7B LoRA, 4 GPUs

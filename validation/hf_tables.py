@@ -1,5 +1,8 @@
-"""The transformers-engine documents' tables: ``alpaca_opt`` (the fine-tuning white paper's Figure 6)
-and ``llama31_roce`` (the multi-node blog's train time per epoch), next to the published figures.
+"""The ``rows`` layout of published tables: one row per sweep cell, with its plan, memory and fit.
+
+The transformers-engine documents' tables are arranged so: the fine-tuning white paper's Figure 6
+(``alpaca_opt``) and the multi-node blog's train time per epoch (``llama31_roce``), next to the
+published figures. Built through :func:`vdkit.validation.tables.build`, like every published table.
 
 Rows come from the sweep of the same name (conf/sweep/NAME.yaml). With run directories, a row that
 was run shows the plan it was rendered with (its ``plan.json``: memory, verdict, prediction, never
@@ -22,10 +25,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
 
-TABLES = ("alpaca_opt", "llama31_roce")
 # Planning a published cell needs no weights: the sweeps name the cluster's staged copies
 # (model.hf_path=/shared/models/...), which the door refuses on a machine without them.
 PLAN_ONLY = ["model.hf_path=null"]
+ROW_LABELS = ("model", "size_nodes_transport")  # a spec's row_label: how a row is named in the bar plot
 
 
 @dataclass
@@ -69,6 +72,8 @@ class Row:
 
 @dataclass
 class HFTable:
+    """A ``rows`` table: its rows in the sweep's order, the published source and units."""
+
     name: str
     title: str
     source: str
@@ -76,6 +81,8 @@ class HFTable:
     rows: List[Row]
     labels: Dict[str, str]
     warnings: List[str] = field(default_factory=list)
+    layout: str = "rows"
+    row_label: str = "model"
 
     def to_dict(self) -> dict:
         return {"table": self.name, "title": self.title, "published_source": self.source, "unit": self.unit,
@@ -112,16 +119,25 @@ def _key(model: str, nodes: int, transport: str) -> tuple:
 
 
 def build(name: str, runs: Sequence = ()) -> HFTable:
-    """The table ``name`` from the run directories ``runs`` (their plans, never re-planned), or, with no
-    runs, the planned table of its sweep."""
+    """The ``rows`` table ``name`` (see :func:`build_rows`)."""
+    from vdkit.validation.tables import spec
+
+    pub = spec(name)
+    if pub["layout"] != "rows":
+        raise UserError(f"published table {name!r} is a {pub['layout']} table, not rows",
+                        "build it with vdkit.validation.tables.build")
+    return build_rows(pub, runs)
+
+
+def build_rows(pub: dict, runs: Sequence = ()) -> HFTable:
+    """The table ``pub`` (a spec) from the run directories ``runs`` (their plans, never re-planned), or,
+    with no runs, the planned table of its sweep."""
     from vdkit.arch import param_counts
     from vdkit.config import compose, sweep_cells
     from vdkit.rundir import RECIPE_FILE, load_plan, load_recipe
-    from vdkit.validation.tables import collect_run, load_published
+    from vdkit.validation.tables import collect_run
 
-    if name not in TABLES:
-        raise UserError(f"no table named {name!r} here", "use " + " or ".join(TABLES))
-    pub = load_published(name)
+    name = pub["table"]
     seconds = "second" in pub["units"]
     warnings: List[str] = []
     by_key: Dict[tuple, List[Path]] = {}
@@ -134,7 +150,7 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
         recipe = recipes[path] = load_recipe(path)
         by_key.setdefault(_key(recipe.model.name, recipe.cluster.nodes, recipe.cluster.transport), []).append(path)
     rows: List[Row] = []
-    for cell in sweep_cells(name, PLAN_ONLY):
+    for cell in sweep_cells(pub["sweep"], PLAN_ONLY):
         r = compose(cell)
         key = _key(r.model.name, r.cluster.nodes, r.cluster.transport)
         ran = by_key.pop(key, [])
@@ -160,7 +176,11 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
             recipe = recipes[path]
             warnings.append(f"{path}: {recipe.model.name} on {recipe.cluster.nodes} node(s) "
                             f"({recipe.cluster.transport}) is not a cell of {name}; skipped")
-    return HFTable(name, pub["title"], pub["source"].strip(), pub["units"], rows, dict(pub["models"]), warnings)
+    label = pub.get("row_label", "model")
+    if label not in ROW_LABELS:
+        raise UserError(f"published table {name!r} has row_label={label!r}", "use one of " + ", ".join(ROW_LABELS))
+    return HFTable(name, pub["title"], pub["source"].strip(), pub["units"], rows, dict(pub["models"]), warnings,
+                   row_label=label)
 
 
 def _add_run(row: Row, path: Path, recipe, seconds: bool, warnings: List[str], collect_run) -> None:
@@ -239,7 +259,7 @@ def bars_png(t: HFTable) -> bytes:
     size = {r.model: t.labels.get(r.model, r.model).split()[-2] if len(t.labels.get(r.model, r.model).split()) > 1
             else r.model for r in t.rows}  # "Llama 3.1 70B Instruct" -> "70B"
     labels = [f"{size[r.model]}, {r.nodes} node" + (f"s\n{short[r.transport]}" if r.nodes > 1 else "")
-              if t.name == "llama31_roce" else t.labels.get(r.model, r.model) for r in t.rows]
+              if t.row_label == "size_nodes_transport" else t.labels.get(r.model, r.model) for r in t.rows]
     series = [("predicted", [r.predicted for r in t.rows]), ("this kit", [r.ours for r in t.rows]),
               ("published", [r.published for r in t.rows])]
     notes = {j: "does not fit" for j, r in enumerate(t.rows) if r.feasible is False}

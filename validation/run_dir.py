@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Optional
 
 from vdkit.rundir import find_run_dir
+from vdkit.schema import TrainCfg
 
-DEFAULT_TARGET_STEPS = 1000  # used only when no recipe.yaml says train.target_steps
+DEFAULT_TARGET_STEPS = TrainCfg.target_steps  # the schema's default: used only when no recipe.yaml says one
 
 __all__ = ["DEFAULT_TARGET_STEPS", "find_run_dir", "checkpoint_every", "target_steps_of", "validate_one"]
 

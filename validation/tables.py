@@ -1,8 +1,19 @@
-"""The design guides' tables rebuilt from run directories, next to the published figures.
+"""Published tables as data, and the one builder that rebuilds any of them from run directories.
 
-``collect_runs`` reads each run directory once (recipe, plan, logs, estimate); ``table9`` and
-``training_table`` arrange the results in the guide's shape; ``write_table`` writes Markdown,
-CSV and JSON. Published figures come only from ``validation/published/*.yaml``.
+A published table is one YAML, ``validation/published/<name>.yaml``: its source, its figures as cells,
+and how it is arranged (``layout``) and planned (``sweep``: the cells' recipes, conf/sweep/<sweep>.yaml).
+The file is the registration: :func:`table_names` lists them, :func:`spec` reads one (an unknown name
+is one line, exit 2); :func:`vdkit.validation.report.build` arranges run directories into any of them
+and :func:`vdkit.validation.report.markdown` renders it. Layouts (``LAYOUTS``):
+
+- ``grid``: rows model x GPUs, one column per method (Table 9);
+- ``nodes``: one row per model and node count, time and checkpoint size (Table 4);
+- ``rows``: one row per sweep cell with its plan, memory and fit (the Alpaca OPT and MI300X Llama 3.1
+  tables, :mod:`vdkit.validation.hf_tables`).
+
+``collect_runs`` reads each run directory once (recipe, plan, logs, estimate). Run directories bring
+their own plan (``plan.json``, the prediction included); only a table built without runs (the planned
+table) plans its sweep's cells.
 """
 from __future__ import annotations
 
@@ -20,18 +31,33 @@ from vdkit.errors import UserError
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 NOT_PUBLISHED = "not published"  # a cell the guide has no figure for (not its "N/A")
 NOT_PUBLISHED_MARK = "n/p"  # how the Markdown table shows it
-TABLE9_METHODS = ("lora", "ptuning", "sft")
+LAYOUTS = ("grid", "nodes", "rows")
+DEFAULT_TABLE = "table9"  # what `vdkit report` and `vdkit demo` rebuild unless told otherwise
 
 
-def load_published(name: str) -> dict:
-    """A published table (``table9`` or ``training``) from validation/published/NAME.yaml."""
+def table_names(folder: Optional[Path] = None) -> Tuple[str, ...]:
+    """Every published table: the stems of validation/published/*.yaml."""
+    return tuple(sorted(p.stem for p in (folder or PUBLISHED_DIR).glob("*.yaml")))
+
+
+def load_published(name: str, folder: Optional[Path] = None) -> dict:
+    """The published table ``name`` (validation/published/NAME.yaml) as data; UserError for an unknown name."""
     import yaml
 
-    path = PUBLISHED_DIR / f"{name}.yaml"
+    folder = folder or PUBLISHED_DIR
+    path = folder / f"{name}.yaml"
     if not path.is_file():
-        choices = ", ".join(sorted(p.stem for p in PUBLISHED_DIR.glob("*.yaml")))
-        raise UserError(f"no published table named {name!r}", f"use one of: {choices}")
+        raise UserError(f"no published table named {name!r}", f"use one of: {', '.join(table_names(folder))}")
     return yaml.safe_load(path.read_text())
+
+
+def spec(name: str, folder: Optional[Path] = None) -> dict:
+    """:func:`load_published`, checked as a table spec: a known ``layout`` and a ``sweep``."""
+    data = load_published(name, folder)
+    if data.get("layout") not in LAYOUTS or not data.get("sweep"):
+        raise UserError(f"published table {name!r} has layout={data.get('layout')!r} sweep={data.get('sweep')!r}",
+                        f"give it layout: one of {', '.join(LAYOUTS)}, and sweep: the conf/sweep/ file of its cells")
+    return data
 
 
 @dataclass
@@ -195,6 +221,8 @@ class Table:
     columns: List[str]  # methods (table9) or ["time"] (training)
     labels: Dict[str, str]
     warnings: List[str] = field(default_factory=list)
+    layout: str = "grid"  # how it is arranged and rendered (LAYOUTS)
+    results: List[RunResult] = field(default_factory=list, repr=False)  # the run directories read (for plots)
 
     def to_dict(self) -> dict:
         return {"table": self.name, "title": self.title, "published_source": self.source,
@@ -207,44 +235,56 @@ def _model_order(published_models: Dict[str, str], names) -> List[str]:
     return known + sorted(n for n in names if n not in published_models)
 
 
-@lru_cache(maxsize=4)
-def table9_predictions(steps: int) -> Dict[tuple, Tuple[Optional[float], Optional[float]]]:
-    """(model, GPUs, method) -> (predicted minutes of the guide's recipe for ``steps`` steps, predicted
-    minutes of the fast recipe for the same samples), from the table9 and table9_fast sweeps."""
+@lru_cache(maxsize=8)
+def _world_sizes(sweep: str) -> Dict[tuple, int]:
+    """(model, nodes) -> GPUs of every cell of ``sweep`` (composed only)."""
     from vdkit.config import compose, sweep_cells
-    from vdkit.plan import make_plan
 
-    def by_cell(sweep):
-        out = {}
-        for overrides in sweep_cells(sweep):
-            plan = make_plan(compose(overrides))
-            r = plan.recipe
-            out[(r.model.name, r.world_size, r.method.name)] = plan.prediction
-        return out
+    return {(r.model.name, r.cluster.nodes): r.world_size for r in (compose(c) for c in sweep_cells(sweep))}
 
-    guide, fast = by_cell("table9"), by_cell("table9_fast")
+
+def _planned(sweep: str) -> Dict[tuple, object]:
+    """(model, GPUs, method, nodes) -> the plan's prediction of every cell of ``sweep`` (the planned table)."""
+    from vdkit.config import compose, sweep_cells
+    from vdkit.plan import make_plan  # only the planned table plans: run directories bring their plan.json
+
+    out = {}
+    for overrides in sweep_cells(sweep):
+        plan = make_plan(compose(overrides))
+        r = plan.recipe
+        out[(r.model.name, r.world_size, r.method.name, r.cluster.nodes)] = plan.prediction
+    return out
+
+
+@lru_cache(maxsize=8)
+def grid_predictions(sweep: str, alternative: Optional[str], steps: int) -> Dict[tuple, Tuple[Optional[float], Optional[float]]]:
+    """(model, GPUs, method) -> (predicted minutes of ``sweep``'s recipe for ``steps`` steps, predicted
+    minutes of the ``alternative`` sweep's recipe for the same samples)."""
+    guide = {k[:3]: v for k, v in _planned(sweep).items()}
+    other = {k[:3]: v for k, v in _planned(alternative).items()} if alternative else {}
     out = {}
     for key, g in guide.items():
         samples = g.step.samples_per_step * steps if g else None
-        f = fast.get(key)
+        f = other.get(key)
         out[key] = (g.step.total_s * steps / 60.0 if g else None,
                     f.minutes_for_samples(samples) if (f and samples) else None)
     return out
 
 
-def table9(results: List[RunResult]) -> Table:
-    """Table 9 (model x GPUs x LoRA / P-tuning / SFT minutes for 1000 steps) from run results.
+def grid_table(pub: dict, results: List[RunResult]) -> Table:
+    """A ``grid`` table (Table 9: model x GPUs rows, one column per method of ``pub["methods"]``).
 
     Rows: every published row of a model that appears among the runs, plus every run's own row
-    (models outside the guide, such as tiny_llama, get rows with N/A published figures); with no runs,
+    (models outside the source, such as tiny_llama, get rows with N/A published figures); with no runs,
     every published row (the planned table: predictions next to the published figures).
     """
-    pub = load_published("table9")
+    methods = tuple(pub["methods"])
     warnings: List[str] = []
     by_cell: Dict[tuple, List[RunResult]] = {}
     for r in results:
-        if r.method not in TABLE9_METHODS:
-            warnings.append(f"{r.path}: method {r.method} is not in Table 9 (LoRA, P-tuning, SFT); skipped")
+        if r.method not in methods:
+            warnings.append(f"{r.path}: method {r.method} is not a column of {pub['table']} "
+                            f"({', '.join(pub['methods'].values())}); skipped")
             continue
         by_cell.setdefault((r.model, r.gpus, r.method), []).append(r)
     published = {(c["model"], int(c["gpus"]), c["method"]): c for c in pub["cells"]}
@@ -255,10 +295,11 @@ def table9(results: List[RunResult]) -> Table:
     rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
     # Predictions of cells that were run come from their plan.json (_fill); only the planned table (no
     # runs) plans the published cells themselves.
-    predictions = table9_predictions(int(pub["steps"])) if not results else {}
+    predictions = (grid_predictions(pub["sweep"], pub.get("alternative_sweep"), int(pub["steps"]))
+                   if not results else {})
     cells = []
     for model, gpus in rows:
-        for method in TABLE9_METHODS:
+        for method in methods:
             cell = Cell(model, gpus, method)
             cell.predicted, cell.predicted_fast = predictions.get((model, gpus, method), (None, None))
             p = published.get((model, gpus, method))
@@ -270,27 +311,14 @@ def table9(results: List[RunResult]) -> Table:
             cells.append(cell)
     for r in results:
         warnings.extend(r.warnings)
-    return Table("table9", pub["title"], pub["source"].strip(), int(pub["steps"]), cells, list(TABLE9_METHODS),
-                 {**pub["methods"], **pub["models"], **{f"footnote {k}": v for k, v in pub["footnotes"].items()}},
-                 warnings)
+    return Table(pub["table"], pub["title"], pub["source"].strip(), int(pub["steps"]), cells, list(methods),
+                 {**pub["methods"], **pub["models"],
+                  **{f"footnote {k}": v for k, v in (pub.get("footnotes") or {}).items()}},
+                 warnings, layout="grid", results=list(results))
 
 
-def training_predictions(steps: int) -> Dict[tuple, Optional[float]]:
-    """(model, nodes) -> the step-time model's minutes for ``steps`` steps of the training sweep's cells."""
-    from vdkit.config import compose, sweep_cells
-    from vdkit.plan import make_plan
-
-    out = {}
-    for overrides in sweep_cells("training"):
-        plan = make_plan(compose(overrides))
-        r = plan.recipe
-        out[(r.model.name, r.cluster.nodes)] = plan.prediction.step_seconds * steps / 60 if plan.prediction else None
-    return out
-
-
-def training_table(results: List[RunResult]) -> Table:
-    """The training guide's Table 4: time for 40 steps per model and node count, checkpoint size."""
-    pub = load_published("training")
+def nodes_table(pub: dict, results: List[RunResult]) -> Table:
+    """A ``nodes`` table (Table 4): time for the table's steps per model and node count, checkpoint size."""
     warnings: List[str] = []
     by_cell: Dict[tuple, List[RunResult]] = {}
     for r in results:
@@ -299,13 +327,16 @@ def training_table(results: List[RunResult]) -> Table:
     models = {m for m, _, _ in by_cell} if results else set(pub["models"])  # no runs: the planned table
     keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
     order = _model_order(pub["models"], {k[0] for k in keys})
-    predicted = training_predictions(int(pub["steps"])) if not results else {}  # runs: their plan.json
+    planned = {} if results else _planned(pub["sweep"])  # runs: their own plan.json
+    steps = int(pub["steps"])
+    gpus_of = _world_sizes(pub["sweep"])  # composed, not planned: a published row's GPUs
     cells = []
     for model, nodes, method in sorted(keys, key=lambda k: (order.index(k[0]), k[1], k[2])):
         runs = by_cell.get((model, nodes, method), [])
-        gpus = runs[0].gpus if runs else nodes * 8  # published rows are whole XE9680s (8 GPUs each)
+        gpus = runs[0].gpus if runs else gpus_of.get((model, nodes))
         cell = Cell(model, gpus, method, nodes=nodes)
-        cell.predicted = predicted.get((model, nodes)) if method == "pretrain" else None
+        pred = next((v for k, v in planned.items() if (k[0], k[3], k[2]) == (model, nodes, method)), None)
+        cell.predicted = pred.step_seconds * steps / 60 if pred else None
         p = published.get((model, nodes)) if method == "pretrain" else None
         if p is not None:
             cell.published, cell.published_checkpoint_gb = p["minutes"], p["checkpoint_gb"]
@@ -313,8 +344,8 @@ def training_table(results: List[RunResult]) -> Table:
         cells.append(cell)
     for r in results:
         warnings.extend(r.warnings)
-    return Table("training", pub["title"], pub["source"].strip(), int(pub["steps"]), cells, ["time"],
-                 dict(pub["models"]), warnings)
+    return Table(pub["table"], pub["title"], pub["source"].strip(), int(pub["steps"]), cells, ["time"],
+                 dict(pub["models"]), warnings, layout="nodes", results=list(results))
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -358,7 +389,7 @@ def _cell_md(cell: Cell) -> str:
 def to_markdown(table: Table) -> str:
     """The table as Markdown: each cell 'ours / published (ratio)', footnotes under it."""
     out = [f"## {table.title} — this kit next to the published figures", ""]
-    if table.name == "table9":
+    if table.layout == "grid":
         out.append("| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |")
         out.append("| --- | ---: |" + " ---: |" * len(table.columns))
         rows: Dict[tuple, Dict[str, Cell]] = {}
@@ -391,7 +422,7 @@ def to_markdown(table: Table) -> str:
             "such as the demo's tiny_llama)."]
     out += [f"- [{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items()
             if k.startswith("footnote ")]
-    if table.name == "table9" and any(c.predicted is not None for c in table.cells):
+    if table.layout == "grid" and any(c.predicted_fast is not None for c in table.cells):
         out += ["", "### Published, predicted (the guide's recipe) and predicted (the fast recipe, same samples)", "",
                 "| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |",
                 "| --- | ---: |" + " ---: |" * len(table.columns)]
@@ -403,7 +434,7 @@ def to_markdown(table: Table) -> str:
                        + " | ".join(_predicted_md(by_method[m]) for m in table.columns) + " |")
         out += ["", "Each cell: published / predicted for the guide's recipe / predicted for the fast recipe "
                 "(`recipe=fast`: packed sequences, fused kernels, the model's layout) on the same samples, minutes "
-                "(`vdkit plan --sweep table9` and `--sweep table9_fast`; the model: `benchmarks/bench_prediction.py`)."]
+                "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
     reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
     for c in reasons:
         out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")

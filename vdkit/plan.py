@@ -1,10 +1,13 @@
-"""The planner: parallelism rules, the per-GPU memory model, checkpoint size.
+"""The planner: parallelism rules, the per-GPU memory model and the layout search.
 
 ``make_plan(recipe)`` checks a pinned layout against the rules (and names the rule it breaks), or
-picks one when ``parallelism.tp`` / ``parallelism.pp`` are unset: the smallest model-parallel size
-(TP x PP) that fits memory, preferring tensor parallelism within a node, then the cheapest
-recomputation that fits. It never raises for a layout that merely does not fit memory: the plan
-says ``feasible: false`` and why, with the arithmetic.
+picks one when ``parallelism.tp`` / ``parallelism.pp`` are unset: among every valid TP x PP (x VP,
+x recomputation) that fits memory with the headroom (:data:`vdkit.calibration.HEADROOM`), the one
+with the lowest predicted step time (:mod:`vdkit.predict`; near-ties go to the simpler layout), and
+it names the runner-up and why it lost. It never raises for a layout that merely does not fit
+memory: the plan says ``feasible: false`` and why, with the arithmetic. Sharded data parallelism
+(FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.sharded`); the result is a
+:class:`vdkit.schema.Plan` either way.
 
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
 ``megatron_amp_O2``:
@@ -45,7 +48,7 @@ from typing import Iterator, List, Optional, Tuple
 from vdkit.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
 from vdkit.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
-from vdkit.predict import predict_step, predicts_for, regime
+from vdkit.predict import calibration as predict_calibration, predict_step, predicts_for, regime
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
@@ -363,7 +366,8 @@ def make_plan(recipe: Recipe) -> Plan:
             notes.append(f"step time predicted for NVIDIA's fused stack (engine={recipe.engine.name}: Transformer Engine, "
                          "fused kernels, gradient-accumulation fusion), not NeMo 1.x defaults")
     elif feasible:
-        notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
+        described = ", ".join(predict_calibration()["hardware"]["gpu_types"])
+        notes.append(f"no time prediction: the step-time model describes {described}, not {recipe.cluster.gpu_type}"
                      " (the layout is still the one it predicts fastest)")
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),

@@ -54,7 +54,7 @@ def calibration() -> dict:
 
 
 def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
-    """Whether the model describes the recipe's GPU (its constants are H100 SXM5 figures)."""
+    """Whether the model describes the recipe's GPU (step_time.yaml's ``hardware.gpu_types``)."""
     calib = calib or calibration()
     return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
 

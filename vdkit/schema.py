@@ -139,11 +139,11 @@ class ParallelismCfg:
 
 @dataclass
 class TrainCfg:
-    micro_batch_size: int = 1  # samples per rank per forward pass (MBS)
-    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation)
-    max_steps: int = 50  # steps the job runs (the measured run)
+    micro_batch_size: int = 1  # samples per rank per forward pass (MBS; the design guide's 1)
+    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation; the guide's 128)
+    max_steps: int = 50  # steps the job runs (the measured run: Table 9 extrapolates 50 -> 1000 steps)
     target_steps: int = 1000  # steps validation extrapolates to
-    seq_length: int = 2048  # tokens per sample (padded / packed to it)
+    seq_length: int = 2048  # tokens per sample (padded / packed to it; NeMo's SFT default, pretraining 4096)
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
+from vdkit.recipes.data import SPLIT_FILES
 
 IGNORE = -100  # label value the loss skips (Hugging Face / PyTorch convention)
 SYNTHETIC_ROWS = 2048
 SYNTHETIC_DIR = "data/synthetic"  # inside the run directory
-TRAIN_FILE = "training.jsonl"  # `vdkit data prepare` names
+TRAIN_FILE = SPLIT_FILES["train"]  # what `vdkit data prepare` writes (vdkit.recipes.data)
 
 
 # ----------------------------------------------------------------------------- tokenizers

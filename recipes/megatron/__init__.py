@@ -18,9 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
-from vdkit.logformat import NEMO1
 
-LOG_FORMAT = NEMO1
 MODULE = "vdkit.recipes.megatron"
 
 

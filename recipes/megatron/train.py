@@ -4,8 +4,8 @@ One process per rank. ``parallel_state`` lays out TP x PP (x VP) x DP; ``get_for
 picks the schedule (no pipelining, 1F1B, or interleaved 1F1B with VP); megatron's
 ``DistributedDataParallel`` keeps fp32 gradients in contiguous buffers and ``finalize_model_grads``
 reduces them (and the sequence-parallel norm gradients); ``get_megatron_optimizer`` builds Adam with
-NeMo's betas and clipping, optionally distributed (ZeRO-1). One iteration is one optimizer step over
-GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
+the method's betas and NeMo's clipping (vdkit.recipes.training_constants), optionally distributed
+(ZeRO-1). One iteration is one optimizer step over GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
 is NeMo's: the mean over the global batch's micro batches of each micro batch's masked token mean.
 
 On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first and the process group is gloo, fp32; on GPUs
@@ -78,7 +78,7 @@ def build(plan, cuda: bool):
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     from vdkit.recipes.megatron.model import Layout, build_chunks
-    from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
+    from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
 
     recipe = plan.recipe
     layout = Layout.from_plan(plan)
@@ -95,7 +95,7 @@ def build(plan, cuda: bool):
     config.finalize_model_grads_func = finalize_model_grads
     m = recipe.method
     opt_config = OptimizerConfig(optimizer="adam", lr=m.lr, min_lr=m.min_lr, weight_decay=m.weight_decay,
-                                 adam_beta1=ADAM_BETAS[0], adam_beta2=ADAM_BETAS[1], adam_eps=ADAM_EPS, clip_grad=GRAD_CLIP,
+                                 adam_beta1=adam_betas(recipe)[0], adam_beta2=adam_betas(recipe)[1], adam_eps=ADAM_EPS, clip_grad=GRAD_CLIP,
                                  bf16=cuda, params_dtype=torch.bfloat16 if cuda else torch.float32,
                                  use_distributed_optimizer=layout.distributed_optimizer)
     optimizer = get_megatron_optimizer(opt_config, wrapped)

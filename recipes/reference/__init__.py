@@ -19,9 +19,7 @@ from pathlib import Path
 from typing import List, Union
 
 from vdkit.errors import UserError
-from vdkit.logformat import NEMO1
 
-LOG_FORMAT = NEMO1
 RUNS_LOCALLY = True
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
+from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
 
 
 def check_layout(plan, dist) -> None:
@@ -32,7 +32,7 @@ def make_fabric(plan, dist):
     """The rank's runtime for ``parallelism.sharding``: Fabric DDP / FSDP2, or DeepSpeed ZeRO-3 (see sharding)."""
     from vdkit.recipes.reference.sharding import make_fabric as make
 
-    return make(plan, dist, GRAD_CLIP, ADAM_BETAS)
+    return make(plan, dist, GRAD_CLIP, adam_betas(plan.recipe))
 
 
 def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None:
@@ -85,7 +85,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     optimizer = None
     if sharding_kind != "zero3":  # ZeRO-3: DeepSpeed builds its optimizer from its config
         optimizer = torch.optim.AdamW([p for p in wrapped.parameters() if p.requires_grad], lr=recipe.method.lr,
-                                      betas=ADAM_BETAS, weight_decay=recipe.method.weight_decay)
+                                      betas=adam_betas(recipe), weight_decay=recipe.method.weight_decay)
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
 

@@ -120,11 +120,11 @@ def _pipeline(args, out: Path, slurm_env) -> int:
           flush=True)
 
     from vdkit.validation import tables
-    from vdkit.validation.report import write_report
+    from vdkit.validation.report import markdown, write_report
 
     report_dir = out / "report"
-    table, written = write_report(run_dirs, "table9", report_dir)
-    print(tables.to_markdown(table))
+    table, written = write_report(run_dirs, tables.DEFAULT_TABLE, report_dir)
+    print(markdown(table))
     for w in table.warnings:
         print(f"demo: warning: {w}", file=sys.stderr)
     print(f"\ndemo: runs in {out / 'runs'}; table, CSV, JSON and plots ({len(written)} files) in {report_dir}")
