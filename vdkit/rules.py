@@ -177,7 +177,13 @@ def check_files(recipe) -> None:
     hf = recipe.model.hf_path
     if hf and looks_like_path(hf):
         path = Path(os.path.expanduser(hf))
-        if not path.is_dir():
+        here = recipe.cluster.launcher == "local"
+        # On a cluster the weights live on its shared storage (staged once, docs/cluster-guide.md): checked
+        # here only where that storage is mounted (its top-level directory exists), as render's
+        # --check-mounts auto rule does; `vdkit render --check-mounts` requires it.
+        parts = path.absolute().parts
+        mounted = len(parts) > 1 and Path(parts[0], parts[1]).exists()
+        if not path.is_dir() and (here or mounted):
             raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
                                                           "not a directory on this machine"),
                             "point it at a directory with config.json and the weights, or a hub id like "
