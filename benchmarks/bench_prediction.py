@@ -193,8 +193,39 @@ def main() -> int:
               + ("  met" if ok else "  NOT met")
               + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
     print()
+    print_bridge_rows()
+    print()
     print_seed_systems()
     return 0
+
+
+PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name the cluster's staged copies)
+
+
+def print_bridge_rows() -> None:
+    """NVIDIA's published Llama 2 rows planned for engine=bridge (Megatron-Bridge in nemo:26.02.01): the
+    plan predicts with the fused-stack constants (vdkit.predict regime "fused") for every method."""
+    from vdkit.plan import make_plan
+
+    print("engine=bridge (NVIDIA's fused stack) vs NVIDIA's published rows (the same recipes, planned for Bridge)")
+    print(f"  {'row':<28} {'published':<34} {'bridge layout':<22} {'pub s/step':>10} {'pred':>8} {'error':>7}")
+    for run in P.calibration()["anchors"]["runs"]:
+        r = compose([*run["overrides"], "engine=bridge"])
+        plan = make_plan(r)
+        if plan.prediction is None:
+            print(f"  {run['name']:<28} no prediction ({plan.reason or 'not feasible'})")
+            continue
+        tokens = r.train.global_batch_size * P.tokens_per_sample(r)
+        if "tokens_per_s_per_gpu" in run:
+            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        else:
+            fpt = P.flops_per_token(r) if r.method.name == "pretrain" else _nvidia_flops_per_token(r)
+            tps, text = run["tflops"] * 1e12 / fpt, f"{run['tflops']} TFLOP/s"
+        pub = tokens / (tps * r.world_size)
+        pred = plan.prediction.step_seconds
+        p = plan.recipe.parallelism
+        layout = f"TP{p.tp} PP{p.pp}" + (f" VP{p.vp}" if (p.vp or 1) > 1 else "") + f" DP{plan.dp}"
+        print(f"  {run['name']:<28} {text:<34} {layout:<22} {pub:>10.3f} {pred:>8.3f} {pred / pub - 1:>+7.0%}")
 
 
 def _hf_cells(table: str, tcp_gb_s=None):
@@ -204,7 +235,7 @@ def _hf_cells(table: str, tcp_gb_s=None):
 
     pub = load_published(table)
     out = []
-    for cell, c in zip(sweep_cells(table), pub["cells"]):
+    for cell, c in zip(sweep_cells(table, PLAN_ONLY), pub["cells"]):
         extra = [f"cluster.inter_node_gb_s={tcp_gb_s:.6g}"] if tcp_gb_s and "cluster=xe9680_mi300x_noroce" in cell else []
         out.append((cell, c, make_plan(compose(list(cell) + extra))))
     return out

@@ -61,7 +61,7 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     kit's engines read the launcher's variables instead.
 ``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
     The log format the ranks write (validation reads NeMo 1.x progress lines and TensorBoard
-    scalars named in :mod:`vdkit.logformat`).
+    scalars named in :mod:`vdkit.logformat`; ``MEGATRON``: Megatron-Bridge's ``iteration N/M`` lines).
 
 Keep an engine module's top level light (standard library, vdkit.errors / rundir / jobspec): the
 Slurm renderer and ``vdkit --help`` paths import it; import torch & co. inside the training code.
@@ -80,6 +80,7 @@ REGISTRY: Dict[str, str] = {
     "nemo": "vdkit.recipes.nemo",
     "reference": "vdkit.recipes.reference",
     "megatron": "vdkit.recipes.megatron",
+    "bridge": "vdkit.recipes.bridge",
 }
 
 

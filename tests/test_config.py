@@ -123,12 +123,12 @@ def test_every_path_is_made_absolute_once_at_composition(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = compose(["engine=reference", "model=tiny_llama", "data=dolly", "run.results_dir=results",
                  "run.secrets_file=conf/../secrets.env", "data.data_dir=data/dolly", "run.out_dir='~/runs'",
-                 "data.tokenizer_model=tok.model", "model.nemo_path=m.nemo",
+                 "data.tokenizer_model=tok.model", "model.nemo_path=m.nemo", "model.megatron_path=base",
                  "engine.container_image=./nemo.sqsh"])
     assert r.run.results_dir == str(tmp_path / "results") and r.run.secrets_file == str(tmp_path / "secrets.env")
     assert r.data.data_dir == str(tmp_path / "data/dolly") and r.run.out_dir == os.path.expanduser("~/runs")
     assert r.data.tokenizer_model == str(tmp_path / "tok.model") and r.model.nemo_path == str(tmp_path / "m.nemo")
-    assert r.engine.container_image == str(tmp_path / "nemo.sqsh")
+    assert r.engine.container_image == str(tmp_path / "nemo.sqsh") and r.model.megatron_path == str(tmp_path / "base")
     assert all(os.path.isabs(getattr(getattr(r, s), k)) for s, k in PATH_FIELDS)
     assert compose(["engine.container_image='nvcr.io#nvidia/nemo:24.01'"]).engine.container_image == \
         "nvcr.io#nvidia/nemo:24.01"  # an image name is not a path

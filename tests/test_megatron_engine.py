@@ -87,7 +87,7 @@ def runs(tmp_path_factory):
 
 
 def _assert_memory_agrees(run_dir: Path, world: int):
-    from vdkit.recipes.megatron.memory import disagreements
+    from vdkit.recipes.mcore_memory import disagreements
 
     report = json.loads((run_dir / "memory.json").read_text())
     assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))

@@ -10,6 +10,7 @@ import random
 import pytest
 
 from vdkit.config import compose, sweep_cells
+from vdkit.validation.hf_tables import PLAN_ONLY
 from vdkit.plan import make_plan
 from vdkit.predict_hf import constants, predict_hf_step
 from vdkit.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
@@ -111,7 +112,7 @@ def test_mi300x_constants_are_datasheet_and_measured_figures():
 
 def test_every_seed_cell_gets_a_prediction_and_opt_30b_none():
     for table in ("alpaca_opt", "llama31_roce"):
-        for cell in sweep_cells(table):
+        for cell in sweep_cells(table, PLAN_ONLY):
             plan = make_plan(compose(cell))
             if plan.recipe.model.name == "opt_30b":
                 assert not plan.feasible and plan.prediction is None
@@ -130,10 +131,10 @@ def test_plan_prints_the_published_figure_of_its_cell(capsys):
     plan = make_plan(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]))
     mine = plan.prediction.minutes
     assert f"published   Table 9: 102 min for 1000 steps; predicted {mine:,.1f} min ({mine / 102:.2f}x the published)" in out
-    blog = sweep_cells("llama31_roce")[2]  # 8B, 2 nodes, RoCE
+    blog = sweep_cells("llama31_roce", PLAN_ONLY)[2]  # 8B, 2 nodes, RoCE
     fig = published_for(compose(blog))
     assert fig.text == "1071.2 s per epoch" and fig.minutes == pytest.approx(1071.2 / 60)
-    assert published_for(compose(sweep_cells("alpaca_opt")[-1])).text == "out of memory"
+    assert published_for(compose(sweep_cells("alpaca_opt", PLAN_ONLY)[-1])).text == "out of memory"
     # not a published configuration (packed data, the fast recipe): no figure printed
     assert published_for(compose(["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4", "recipe=fast"])) is None
 

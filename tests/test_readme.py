@@ -59,6 +59,9 @@ def test_fresh_machine_commands_are_the_ci_ones():
     assert tests.endswith("&& .venv/bin/python -m pytest -q") and "test]" in tests
     ci = [ln.strip() for ln in (README.parent / ".ci" / "run").read_text().splitlines()]
     assert tests in ci, ".ci/run must run the README's test command as written"
+    # Megatron-Bridge (engine=bridge) and two of its packages without their declared (CUDA-only) dependencies
+    assert "&& .venv/bin/pip install --no-deps megatron-bridge==0.3.1 nvidia-resiliency-ext==0.4.1 triton==3.9.0 &&" in tests
+    assert "bridge," in tests.split("&&")[1]
 
 
 def test_the_readme_names_where_the_data_comes_from():

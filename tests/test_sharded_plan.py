@@ -9,6 +9,7 @@ import pytest
 
 from vdkit.arch import param_counts
 from vdkit.config import compose, sweep_cells
+from vdkit.validation.hf_tables import PLAN_ONLY
 from vdkit.plan import make_plan
 from vdkit.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes
 
@@ -17,7 +18,7 @@ OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpa
 
 
 def test_alpaca_opt_sweep_13b_fits_30b_does_not_with_the_arithmetic():
-    plans = {p.recipe.model.name: p for p in (make_plan(compose(c)) for c in sweep_cells("alpaca_opt"))}
+    plans = {p.recipe.model.name: p for p in (make_plan(compose(c)) for c in sweep_cells("alpaca_opt", PLAN_ONLY))}
     assert list(plans) == ["opt_125m", "opt_350m", "opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "opt_30b"]
     assert all(plans[m].feasible for m in list(plans)[:-1])
     big = plans["opt_30b"]
@@ -72,7 +73,7 @@ def test_lora_keeps_only_frozen_weights_sharded():
 
 
 def test_llama31_roce_plans_all_six_cells():
-    plans = [make_plan(compose(c)) for c in sweep_cells("llama31_roce")]
+    plans = [make_plan(compose(c)) for c in sweep_cells("llama31_roce", PLAN_ONLY)]
     assert len(plans) == 6 and all(p.feasible for p in plans)
     assert [(p.recipe.model.name, p.recipe.cluster.nodes, p.recipe.cluster.transport) for p in plans] == [
         ("llama3_1_8b", 1, "roce"), ("llama3_1_8b", 2, "tcp"), ("llama3_1_8b", 2, "roce"),
@@ -88,7 +89,7 @@ def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     from vdkit.rundir import create_run_dir
     from vdkit.validation import hf_tables
 
-    cell = next(c for c in sweep_cells("alpaca_opt") if "model=opt_6_7b" in c)
+    cell = next(c for c in sweep_cells("alpaca_opt", PLAN_ONLY) if "model=opt_6_7b" in c)
     run = create_run_dir(make_plan(compose(cell)), {}, out_dir=tmp_path)
     write_nemo1_log(run / "slurm-1.out", [9.0] + [1.5] * 49)  # 50 measured steps, 1.5 s each after warm-up
     t = hf_tables.build("alpaca_opt", [run])
@@ -156,7 +157,7 @@ def test_one_borderline_rule_for_sharded_and_unsharded_plans():
     band = memory()["borderline_fraction"]
     assert is_borderline(80 * (1 - band), 80) and is_borderline(80 * (1 + band), 80)
     assert not is_borderline(80 * (1 - band) - 0.01, 80)
-    for cell in sweep_cells("alpaca_opt")[:6]:
+    for cell in sweep_cells("alpaca_opt", PLAN_ONLY)[:6]:
         plan = make_plan(compose(cell))
         assert plan.borderline == is_borderline(plan.memory.total_gb, plan.recipe.cluster.gpu_memory_gb)
     plan = make_plan(compose(["model=llama2_70b", "method=lora", "cluster.nodes=2"]))

@@ -22,6 +22,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from vdkit.errors import UserError
 
 TABLES = ("alpaca_opt", "llama31_roce")
+# Planning a published cell needs no weights: the sweeps name the cluster's staged copies
+# (model.hf_path=/shared/models/...), which the door refuses on a machine without them.
+PLAN_ONLY = ["model.hf_path=null"]
 
 
 @dataclass
@@ -120,7 +123,7 @@ def build(name: str, runs: Sequence = ()) -> HFTable:
     pub = load_published(name)
     seconds = "second" in pub["units"]
     rows: List[Row] = []
-    for cell in sweep_cells(name):
+    for cell in sweep_cells(name, PLAN_ONLY):
         plan = make_plan(compose(cell))
         r = plan.recipe
         row = Row(model=r.model.name, nodes=r.cluster.nodes, gpus=r.world_size, transport=r.cluster.transport,

@@ -48,6 +48,7 @@ class ModelCfg:
     embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
     pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
     hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
+    megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
 
 
 @dataclass
@@ -344,7 +345,8 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
 # runs elsewhere (a rank's cwd is the run dir, srun's a compute node's), and a relative path would
 # be read against a different directory at run time than at render time.
 PATH_FIELDS = (("run", "out_dir"), ("run", "results_dir"), ("run", "secrets_file"), ("data", "data_dir"),
-               ("data", "tokenizer_model"), ("model", "nemo_path"))
+               ("data", "tokenizer_model"), ("model", "nemo_path"),
+               ("model", "megatron_path"))
 
 
 def absolute_paths(cfg, cwd: Optional[str] = None) -> None:

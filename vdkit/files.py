@@ -13,6 +13,19 @@ from pathlib import Path
 from vdkit.errors import UserError
 
 
+def on_this_machine(path) -> bool:
+    """Whether ``path`` can be checked here: relative, or its top-level directory exists on this machine.
+
+    An absolute path whose top-level directory is absent here (``/shared/models`` on a laptop) is the
+    cluster's storage: checking it here would refuse every cluster recipe rendered away from the cluster.
+    """
+    path = Path(path).expanduser()
+    if not path.is_absolute():
+        return True
+    parts = path.parts
+    return len(parts) > 1 and Path(parts[0], parts[1]).exists()
+
+
 def current_umask() -> int:
     """The process umask (read by setting and restoring it: there is no read-only call)."""
     mask = os.umask(0o022)

@@ -479,6 +479,9 @@ def make_plan(recipe: Recipe) -> Plan:
                          f"{recipe.cluster.gpu_type}")
     elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
+        if regime(recipe) == "fused":
+            notes.append(f"step time predicted for NVIDIA's fused stack (engine={recipe.engine.name}: Transformer Engine, "
+                         "fused kernels, gradient-accumulation fusion), not NeMo 1.x defaults")
     elif feasible:
         notes.append(f"no time prediction: the step-time model describes H100 SXM5 GPUs, not {recipe.cluster.gpu_type}"
                      " (the layout is still the one it predicts fastest)")

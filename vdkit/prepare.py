@@ -74,11 +74,9 @@ def sbatch_text(plan, run_dir: PathLike) -> str:
 # ----------------------------------------------------------------------------- local inputs
 def _is_local(path: Path) -> bool:
     """Auto mode: a path is on this machine when its top-level directory exists here."""
-    path = Path(path).expanduser()
-    if not path.is_absolute():
-        return True
-    parts = path.parts
-    return len(parts) > 1 and Path(parts[0], parts[1]).exists()
+    from vdkit.files import on_this_machine
+
+    return on_this_machine(path)
 
 
 def local_inputs(plan, run_dir: PathLike) -> List[tuple]:

@@ -23,7 +23,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence
+from typing import Optional, Sequence
 
 from vdkit.errors import UserError
 
@@ -176,14 +176,11 @@ def check_files(recipe) -> None:
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
     hf = recipe.model.hf_path
     if hf and looks_like_path(hf):
+        from vdkit.files import on_this_machine
+
         path = Path(os.path.expanduser(hf))
-        here = recipe.cluster.launcher == "local"
-        # On a cluster the weights live on its shared storage (staged once, docs/cluster-guide.md): checked
-        # here only where that storage is mounted (its top-level directory exists), as render's
-        # --check-mounts auto rule does; `vdkit render --check-mounts` requires it.
-        parts = path.absolute().parts
-        mounted = len(parts) > 1 and Path(parts[0], parts[1]).exists()
-        if not path.is_dir() and (here or mounted):
+        # Checked where it can be, as render checks mount sources: /shared/models on a laptop is cluster storage.
+        if on_this_machine(path) and not path.is_dir():
             raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
                                                           "not a directory on this machine"),
                             "point it at a directory with config.json and the weights, or a hub id like "
@@ -399,12 +396,6 @@ def check_cell_count(n: int, what: str, limit: int = MAX_CELLS) -> None:
     if n > limit:
         raise UserError(f"{what} has {n:,} cells, more than the {limit} vdkit plans in one command",
                         "narrow the comma lists / range() you added, or run several smaller sweeps")
-
-
-def iter_keys(overrides: Iterable[str]) -> List[str]:
-    """The keys (or groups) the overrides set, in order."""
-    parsed = _parse(list(overrides)) or []
-    return [o.get_key_element().lstrip("+~") for o in parsed]
 
 
 # ----------------------------------------------------------------------------- a run on this machine

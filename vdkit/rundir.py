@@ -6,6 +6,7 @@ directory (every engine, every launcher):
     launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
     nemo.yaml          NeMo's config (engine=nemo)
+    bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py, import_hf.sbatch (engine=bridge)
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
@@ -33,6 +34,10 @@ PLAN_FILE = "plan.json"
 OVERRIDES_FILE = "overrides.txt"
 SBATCH_FILE = "launch.sbatch"
 NEMO_CONFIG_FILE = "nemo.yaml"
+BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigContainer (what the ranks load)
+BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
+BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
+BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"

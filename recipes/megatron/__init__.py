@@ -6,9 +6,9 @@ runs locally (CPU over gloo, or GPUs), or on a cluster on the host's Python or i
 (``engine.container_image``: an NGC PyTorch image with megatron-core 0.16 and vdkit installed),
 NCCL on GPUs; NeMo 1.x logs.
 
-Modules: ``cpu_shim`` (what megatron-core 0.16.1 needs on a CPU; pinned), ``model`` (Llama as
+Modules (plus the shared megatron-core CPU shim ``vdkit.recipes.mcore_cpu``): ``model`` (Llama as
 GPTModel chunks, LoRA, P-tuning, layout-independent initial weights), ``data`` (micro batches from
-the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume), ``memory``
+the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume); the shared ``vdkit.recipes.mcore_memory``
 (measured vs planned bytes per rank: memory.json). Logs are the reference engine's NeMo-style
 progress lines and TensorBoard scalars (vdkit.recipes.progress).
 """

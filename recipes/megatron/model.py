@@ -88,28 +88,11 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
 
 # ----------------------------------------------------------------------------- layer spec
 def layer_specs(config, vp_stage):
-    """megatron-core's local GPT layer spec with torch norms that work under sequence parallelism.
+    """megatron-core's local GPT layer spec with sequence-parallel-capable torch norms (shared with the
+    bridge engine: :func:`vdkit.recipes.mcore_cpu.local_block_spec`)."""
+    from vdkit.recipes.mcore_cpu import local_block_spec
 
-    Without Apex / Transformer Engine the local spec uses torch's norm, which megatron refuses under
-    sequence parallelism; torch's RMSNorm / LayerNorm are right there too once their parameters are
-    marked ``sequence_parallel`` (then ``finalize_model_grads`` all-reduces their gradients over TP)."""
-    import torch
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
-
-    base = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
-
-    class Norm(base):
-        def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_unused):
-            super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
-            for p in self.parameters():
-                setattr(p, "sequence_parallel", config.sequence_parallel)
-
-    layer = get_gpt_layer_local_spec(normalization=config.normalization)
-    layer.submodules.input_layernorm = Norm
-    layer.submodules.pre_mlp_layernorm = Norm
-    n = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=Norm)
+    return local_block_spec(config, vp_stage)
 
 
 # ----------------------------------------------------------------------------- adapters

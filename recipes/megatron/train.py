@@ -8,7 +8,7 @@ NeMo's betas and clipping, optionally distributed (ZeRO-1). One iteration is one
 GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
 is NeMo's: the mean over the global batch's micro batches of each micro batch's masked token mean.
 
-On a CPU the pinned shim (cpu_shim.py) is applied first and the process group is gloo, fp32; on GPUs
+On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first and the process group is gloo, fp32; on GPUs
 NCCL, bf16, no shim.
 """
 from __future__ import annotations
@@ -231,7 +231,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
     import torch
 
     from vdkit.recipes.megatron import checkpoint as ckpt
-    from vdkit.recipes.megatron import cpu_shim, memory
+    from vdkit.recipes import mcore_cpu as cpu_shim
+    from vdkit.recipes import mcore_memory as memory
     from vdkit.recipes.megatron.data import step_micro_batches
 
     cuda = torch.cuda.is_available()

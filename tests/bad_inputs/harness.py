@@ -15,7 +15,9 @@ Outcomes:
 - ``traceback``: an exception escaped (or a traceback was printed);
 - ``accepted``: exit 0 without the refusal or the warning the row wants (silently wrong);
 - ``failed-in-rank``: any other exit status (a training rank or a tool failed after the door);
-- ``hang``: still running after the limit (10 s).
+- ``reached-rank``: still running after the limit, with a rank's log written (`vdkit run` / `demo`
+  went past the door and trained on the input: checked too late, fate unknown);
+- ``hang``: still running after the limit (10 s) otherwise.
 """
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 CASES_FILE = HERE / "cases.yaml"
 HANG_S = 10.0
 SECRET = "hf_never_shown_in_any_output_0123456789"  # HF_TOKEN in every case's environment
-OUTCOMES = ("clean", "vague", "traceback", "accepted", "failed-in-rank", "hang")
+OUTCOMES = ("clean", "vague", "traceback", "accepted", "failed-in-rank", "reached-rank", "hang")
 CLASSES = {1: "checked too late", 2: "Hydra syntax", 3: "tracebacks", 4: "silently wrong", 5: "hangs",
            6: "secrets", 7: "vague lines", 8: "smaller losses"}
 # The verbs that take --out (a refused case must not even create it).
@@ -52,7 +54,7 @@ class Case:
     cls: int
     argv: List[str]
     expect: str
-    outcome: str = "refuse"  # refuse | warn
+    outcome: str = "refuse"  # refuse | warn | accept (exit 0, ``expect`` on stdout: nothing lost, nothing refused)
     needs: List[str] = field(default_factory=list)  # workspace extras (workspace.EXTRAS)
     env: Dict[str, str] = field(default_factory=dict)
     fsize: Optional[int] = None  # RLIMIT_FSIZE bytes in the child: a full disk for the files it writes
@@ -259,10 +261,15 @@ def classify(case: Case, res: Result, ws: Optional[Path] = None) -> str:
     text = res.out + res.err
     expects = [_subst(e, ws) if ws else e for e in case.expects]
     if res.rc == "hang":
-        return "hang"
+        ranks = any(c.endswith(".out") and ("local-" in c or "/rank" in c or "slurm-" in c) for c in res.changed)
+        return "reached-rank" if ranks else "hang"
     if res.rc == "exception" or "Traceback (most recent call last)" in text:
         return "traceback"
     lines = [ln for ln in res.err.strip().splitlines() if ln.strip()]
+    if case.outcome == "accept":
+        if res.rc == 0:
+            return "clean" if all(e in res.out for e in expects) else "accepted"
+        return "vague" if res.rc == 2 else "failed-in-rank"
     if case.outcome == "warn":  # a warning line on stderr, or in the report block a verb prints (validate)
         shown = lines + [ln for ln in res.out.splitlines() if ln.strip()]
         warned = any("warning" in ln and all(e in ln for e in expects) for ln in shown)

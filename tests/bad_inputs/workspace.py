@@ -127,6 +127,8 @@ EXTRAS = {
     "fifo": lambda ws: os.mkfifo(ws / "fifo.jsonl"),
     "fifolog": lambda ws: os.mkfifo(ws / "fifo.out"),
     "occupied_out": lambda ws: (ws / "out").mkdir(),
+    "taken_run": lambda ws: ((ws / "out" / "tiny_llama_lora_1n1g").mkdir(parents=True),
+                             (ws / "out" / "tiny_llama_lora_1n1g" / "launch.sbatch").write_text("an earlier run\n")),
 }
 
 

@@ -84,7 +84,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     from vdkit.prepare import prepare_all
     from vdkit.sweep import plan_cells
 
-    cells = _cells(args)
+    cells = _with_bridge_base(_cells(args), out)
     if slurm_env is not None:
         cells = [c + list(SLURM_CELL_OVERRIDES) for c in cells]
     # Plan, check and render every cell before training any: a bad override fails in seconds, not
@@ -131,6 +131,32 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     print(f"demo: next: `vdkit validate {run_dirs[0]}` for one run's estimate, "
           f"`vdkit plan --sweep table9` for the real cluster's layouts")
     return 0
+
+
+def _with_bridge_base(cells, out: Path):
+    """Bridge fine-tunes from a Megatron-Bridge checkpoint (model.megatron_path): for the demo's bridge
+    cells that have none, make one once - a seeded toy HF model of the cell's size, converted with
+    Bridge's HF import (what a site does once with its Llama 2 weights) - and point the cells at it."""
+    from vdkit.config import compose
+
+    done = {}
+    result = []
+    for cell in cells:
+        r = compose(cell)
+        if r.engine.name == "bridge" and r.method.name != "pretrain" and not r.model.megatron_path:
+            key = (r.model.name, r.model.num_layers, r.model.hidden_size)
+            if key not in done:
+                from vdkit.recipes.bridge.convert import make_base
+
+                print(f"demo: converting a seeded toy HF {r.model.name} into a Megatron-Bridge checkpoint "
+                      "(the base the bridge cells fine-tune; a site converts its Llama 2 weights once) ...",
+                      end="", flush=True)
+                t0 = time.monotonic()
+                done[key] = make_base(r, out / "base" / f"{r.model.name}_{r.model.num_layers}l")
+                print(f" done in {time.monotonic() - t0:.0f} s", flush=True)
+            cell = [*cell, f"model.megatron_path={done[key]}"]
+        result.append(cell)
+    return result
 
 
 def _train(cell, env):

@@ -89,7 +89,7 @@ def _check_version() -> None:
         raise ShimVersionError(
             f"vdkit's CPU shim for megatron-core was written for {TESTED_VERSION}, found {have}: it patches "
             f"private names that may have changed; install megatron-core=={TESTED_VERSION} or re-validate "
-            "recipes/megatron/cpu_shim.py (tests/test_megatron_shim.py) against the new version")
+            "recipes/mcore_cpu.py (tests/test_megatron_shim.py) against the new version")
 
 
 def apply() -> bool:
@@ -143,3 +143,30 @@ def apply() -> bool:
     _make_mode().__enter__()  # stays on the mode stack for the life of the process
     _APPLIED = True
     return True
+
+
+def local_block_spec(config, vp_stage=None):
+    """megatron-core's local GPT layer spec with torch norms that work under sequence parallelism.
+
+    Without Apex / Transformer Engine the local spec uses torch's norm through ``WrappedTorchNorm``,
+    which megatron refuses under sequence parallelism; torch's RMSNorm / LayerNorm are right there too
+    once their parameters are marked ``sequence_parallel`` (then ``finalize_model_grads`` all-reduces
+    their gradients over TP). Returns the block's submodules for this (virtual) pipeline stage; the
+    signature is the one Bridge's providers call a ``transformer_layer_spec`` with."""
+    import torch
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+
+    base = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
+
+    class Norm(base):
+        def __init__(self, config, hidden_size: int, eps: float = 1e-5, **_unused):
+            super().__init__(hidden_size, eps=eps, dtype=config.params_dtype)
+            for p in self.parameters():
+                setattr(p, "sequence_parallel", config.sequence_parallel)
+
+    layer = get_gpt_layer_local_spec(normalization=config.normalization)
+    layer.submodules.input_layernorm = Norm
+    layer.submodules.pre_mlp_layernorm = Norm
+    n = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=Norm)

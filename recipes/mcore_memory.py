@@ -1,4 +1,5 @@
-"""What each rank really holds for weights, gradients and optimizer states, next to the plan.
+"""What each rank of a megatron-core model really holds for weights, gradients and optimizer states, next to
+the plan (shared by the engines on megatron-core: megatron and bridge).
 
 Counted from the live objects, by storage (a tensor that is a view of a buffer counts the buffer
 once, padding included):

@@ -1,0 +1,153 @@
+"""The bridge engine: NVIDIA's current stack, Megatron-Bridge 0.3.1 (``nvcr.io/nvidia/nemo:26.02.01``).
+
+From the plan it writes Bridge's own ``ConfigContainer`` as ``bridge.yaml`` into the run directory
+(:mod:`.config`), and the job every rank runs, ``bridge_job.py`` (:mod:`.job`: Bridge's
+``ConfigContainer.from_yaml`` and its own ``pretrain()`` / ``finetune()`` loop, nothing of vdkit):
+on the cluster one srun task per GPU in the NeMo container. SFT, LoRA (Bridge's PEFT) and pretraining;
+TP / PP / VP / SP / DP, the distributed optimizer; torch_dist checkpoints; fine-tuning from
+``model.megatron_path``, a Bridge checkpoint converted once from the site's HF weights
+(``import_hf.sbatch``, :mod:`.convert`). P-tuning does not exist in Bridge.
+
+Here (``vdkit run``) the same YAML trains with Bridge's loop on CPU over gloo
+(``python -m vdkit.recipes.bridge.rank RUN_DIR``, :mod:`.rank`, :mod:`.train`) under a pinned run-time shim
+(:mod:`.cpu_shim`); logs are Bridge's Megatron ``iteration N/M | ...`` lines and TensorBoard scalars.
+This ``__init__`` is the engine interface (:mod:`vdkit.recipes.engines`): standard library only.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path, PurePosixPath
+from typing import List
+
+from vdkit.errors import UserError
+from vdkit.logformat import MEGATRON
+from vdkit.rundir import BRIDGE_IMPORT_FILE as IMPORT_FILE, BRIDGE_JOB_FILE as JOB_FILE
+
+MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
+BRIDGE_VERSION = "0.3.1"
+IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
+RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
+EXTRA = "bridge"
+RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
+LOG_FORMAT = MEGATRON  # Bridge's `iteration N/M | ... elapsed time per iteration (ms)` lines + TensorBoard
+CONTAINER_PYTHON = "python"
+PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
+
+
+def in_container(plan) -> bool:
+    """Ranks run in engine.container_image under Slurm; local processes use this Python."""
+    return bool(plan.recipe.engine.container_image) and plan.recipe.cluster.launcher == "slurm"
+
+
+def command(plan, run_dir) -> List[str]:
+    """In the container: ``python RUN_DIR/bridge_job.py RUN_DIR/bridge.yaml`` (Bridge only, no vdkit);
+    on this machine: ``python -m vdkit.recipes.bridge.rank RUN_DIR`` (the CPU shim, memory.json, then the same)."""
+    from vdkit.recipes.bridge.config import CONFIG_FILE
+
+    if in_container(plan):
+        return [CONTAINER_PYTHON, str(PurePosixPath(run_dir) / JOB_FILE), str(PurePosixPath(run_dir) / CONFIG_FILE)]
+    return [sys.executable, "-m", MODULE, str(run_dir)]
+
+
+def check(plan) -> None:
+    """What Bridge cannot run: P-tuning, non-Llama models, interleaving without a multiple of PP micro batches."""
+    from vdkit.recipes.bridge.config import check_model
+    from vdkit.recipes.bridge.data import dataset_root
+
+    r = plan.recipe
+    if r.method.name == "ptuning" or r.method.peft_scheme == "ptuning":
+        raise UserError("Megatron-Bridge has no P-tuning (its PEFT: LoRA, DoRA, canonical LoRA)",
+                        "use engine=" + " or engine=".join(PTUNING_ENGINES) + " for method=ptuning")
+    check_model(r)
+    p = r.parallelism
+    if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
+        raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
+                        f"to be a multiple of pp={p.pp} (megatron-core 0.16)",
+                        "raise train.global_batch_size or unset parallelism.vp")
+    if r.method.name != "pretrain":
+        dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
+        if not r.model.megatron_path and r.cluster.launcher == "slurm":
+            raise UserError(f"model.megatron_path is not set: {r.method.name} fine-tunes a base model from a "
+                            "Megatron-Bridge checkpoint", f"convert the HF weights once (the run dir's {IMPORT_FILE}) "
+                            f"and set model.megatron_path=/path/to/{r.model.name}-bridge")
+
+
+def local_check(plan) -> None:
+    """Before a local run: packed sequences need TE's attention (GPU); the base checkpoint exists."""
+    r = plan.recipe
+    if r.data.packed:
+        raise UserError("packed sequences cannot train on this CPU: megatron-core's attention without "
+                        "Transformer Engine refuses packed (THD) batches",
+                        "set data.packed=false here (packing works in the NeMo container on GPUs)")
+    if r.method.name != "pretrain":
+        if not r.model.megatron_path:
+            raise UserError(f"model.megatron_path is not set: {r.method.name} fine-tunes a Megatron-Bridge checkpoint",
+                            "make one: `python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR` (or a pretraining "
+                            "run's checkpoints dir), then set model.megatron_path=OUT_DIR")
+        if not Path(r.model.megatron_path).is_dir():
+            raise UserError(f"model.megatron_path={r.model.megatron_path} is not a directory",
+                            "point it at a Megatron-Bridge checkpoint directory (the one holding iter_*/)")
+        if r.data.name != "synthetic":
+            from vdkit.recipes.bridge.data import TRAIN_FILE, dataset_root
+
+            f = Path(str(dataset_root(r, "/run"))) / TRAIN_FILE
+            if not f.is_file():
+                raise UserError(f"{f} does not exist", "prepare the data: vdkit data prepare NAME SOURCE DATA_DIR")
+
+
+def files(plan, run_dir) -> dict:
+    """bridge.yaml (Bridge's ConfigContainer), bridge_job.py, the one-time import job, data and tokenizer."""
+    from vdkit.recipes.bridge import convert
+    from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR, bridge_config, to_yaml
+    from vdkit.recipes.bridge.data import byte_tokenizer_files, synthetic_files
+    from vdkit.rundir import checkpoint_dir
+
+    r = plan.recipe
+    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir))
+    header = (f"# Megatron-Bridge {BRIDGE_VERSION} ConfigContainer rendered by vdkit for {r.run_name}: {r.model.name} "
+              f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
+              f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
+              f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
+              f"rerun; each rank runs:\n#   {' '.join(command(plan, run_dir))}\n")
+    out = {CONFIG_FILE: to_yaml(cfg, header), JOB_FILE: (Path(__file__).parent / "job.py").read_text()}
+    if r.data.name == "synthetic" and r.method.name != "pretrain":
+        out.update(synthetic_files(r))
+    if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):
+        out.update(byte_tokenizer_files(TOKENIZER_DIR))
+    if in_container(plan) and r.method.name != "pretrain":
+        out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir)
+    return out
+
+
+def inputs(plan) -> list:
+    """The base model's Bridge checkpoint a fine-tuning job starts from."""
+    r = plan.recipe
+    if r.method.name == "pretrain" or not r.model.megatron_path:
+        return []
+    return [("model.megatron_path", r.model.megatron_path, True)]
+
+
+def env(plan) -> dict:
+    """NVIDIA's environment for this stack (Bridge's NeMo-Run executors and PerfEnvPlugin).
+
+    CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
+    (megatron/bridge/recipes/run_plugins.py:573-594)."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 else "8",
+            "TORCH_NCCL_HIGH_PRIORITY": "1", "NVTE_NORM_FWD_USE_CUDNN": "1", "NVTE_NORM_BWD_USE_CUDNN": "1",
+            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def container(plan, run_dir):
+    """The NeMo container (engine.container_image) with data, base checkpoint, results and run dir mounted."""
+    if not in_container(plan):
+        return None
+    from vdkit.jobspec import Container
+    from vdkit.recipes.engines import standard_mounts
+
+    r = plan.recipe
+    extra = [("model.megatron_path", r.model.megatron_path)] if (r.model.megatron_path and r.method.name != "pretrain") else []
+    for what, path in (("data.tokenizer_model", r.data.tokenizer_model), ("model.hf_path", r.model.hf_path)):
+        if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
+            extra.append((what, path))
+    return Container(image=r.engine.container_image, mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))

@@ -1,0 +1,211 @@
+"""The plan as Megatron-Bridge's own configuration: a ``ConfigContainer`` in Bridge's YAML form.
+
+``bridge_config(plan, run_dir)`` returns the dict a rank loads with Bridge's own
+``ConfigContainer.from_yaml`` (``megatron/bridge/training/utils/config_utils.py``): every section a
+``_target_`` (Bridge's dataclass) plus the values the plan sets; every field not written keeps
+Bridge's default. It is written into the run dir as ``bridge.yaml`` - a site engineer reads and edits
+it, and the job runs what the file says (the rank reads the file, not the plan). Pure Python: render
+needs no Bridge install.
+
+What comes from where:
+
+- model: Bridge's Llama 2 providers (``Llama2ModelProvider7B/13B/70B``; other Llama-architecture
+  models: ``LlamaModelProvider`` with their sizes), the planned TP / PP / VP / SP, recompute,
+  sequence length; NVIDIA's fusions on (the step time is predicted for this fused stack);
+- train / optimizer / scheduler / ddp: GBS, MBS, steps; Adam with the kit's betas and clipping
+  (vdkit.recipes.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
+  decay; distributed optimizer as planned (grad reduce / param gather overlapped on GPUs);
+- dataset: the kit's prepared JSONL (``input`` / ``output``; NeMo's prompt template, answer-only
+  loss) through Bridge's ``FinetuningDatasetConfig``; packed sequences (``data.packed``, on with
+  ``recipe=fast``) through its ``PackedSequenceSpecs``; pretraining: Megatron indexed prefixes
+  (``GPTDatasetConfig``), or Bridge's mock data for ``data=synthetic``;
+- peft: Bridge's LoRA on the fused QKV projection, the method's adapter dim (NeMo 1.23's targets,
+  what the planner counts); SFT and pretraining: none;
+- checkpoint: torch_dist under the run's checkpoint dir (resumes from it), fine-tuning from
+  ``model.megatron_path`` (``pretrained_checkpoint``: a Bridge checkpoint, made once from HF
+  weights by ``AutoBridge.import_ckpt``; see :mod:`vdkit.recipes.bridge.convert`).
+"""
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import Dict, Optional
+
+from vdkit.errors import UserError
+from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
+from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
+
+TOKENIZER_DIR = "tokenizer"  # in the run dir for the byte-level tokenizer of CPU models
+
+_T = "_target_"
+_CFG = "megatron.bridge.training.config."
+PROVIDERS = {  # model.name -> Bridge's provider class (its dimensions are the model card's)
+    "llama2_7b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider7B",
+    "llama2_13b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider13B",
+    "llama2_70b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider70B",
+}
+GENERIC_PROVIDER = "megatron.bridge.models.llama.llama_provider.LlamaModelProvider"
+HF_IDS = {"llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Llama-2-13b-hf",
+          "llama2_70b": "meta-llama/Llama-2-70b-hf"}  # what AutoBridge maps to the providers above
+PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # Bridge's recipe names
+FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
+           "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
+PRETRAIN_SPLIT = "99990,8,2"  # NVIDIA's Llama 2 launcher (../shared/reference/nvidia-recipes.md)
+SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
+                      "answer_only_loss": True}  # NeMo's SFT conventions, as the kit's other engines
+
+
+def provider_target(model) -> str:
+    """Bridge's provider class for ``model`` (a Llama-architecture ModelCfg)."""
+    return PROVIDERS.get(model.name, GENERIC_PROVIDER)
+
+
+def check_model(recipe) -> None:
+    """Refuse models Bridge's Llama providers cannot express."""
+    m = recipe.model
+    if m.arch != "llama" or m.position_embedding != "rope" or m.bias or m.activation != "swiglu":
+        raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama providers; "
+                        f"model={m.name} is {m.arch}", "use a Llama model (llama2_7b/13b/70b, tiny_llama) "
+                        "or engine=reference for other architectures")
+
+
+def _model(plan) -> dict:
+    r, p = plan.recipe, plan.recipe.parallelism
+    m = r.model
+    out = {_T: provider_target(m)}
+    if m.name not in PROVIDERS:  # the provider carries no sizes of its own: say them
+        out.update(num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
+                   num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
+                   vocab_size=m.vocab_size, layernorm_epsilon=m.norm_eps, rotary_base=m.rope_base,
+                   share_embeddings_and_output_weights=bool(m.tied_embeddings))
+    out.update(tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
+               virtual_pipeline_model_parallel_size=(p.vp if (p.vp or 1) > 1 else None),
+               sequence_parallel=bool(p.sequence_parallel), context_parallel_size=1,
+               seq_length=r.train.seq_length)
+    rc = p.recompute or "none"
+    if rc == "none":
+        out.update(recompute_granularity=None)
+    elif rc == "selective":
+        out.update(recompute_granularity="selective")
+    else:
+        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.predict "fused")
+    return out
+
+
+def _optimizer_scheduler(plan):
+    from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
+
+    r = plan.recipe
+    m, p = r.method, r.parallelism
+    opt = {_T: _CFG + "OptimizerConfig", "optimizer": "adam", "lr": m.lr, "min_lr": m.min_lr,
+           "weight_decay": m.weight_decay, "adam_beta1": ADAM_BETAS[0], "adam_beta2": ADAM_BETAS[1],
+           "adam_eps": 1e-8, "clip_grad": GRAD_CLIP, "use_distributed_optimizer": bool(p.distributed_optimizer),
+           "bf16": True}
+    steps = r.train.max_steps
+    sched = {_T: _CFG + "SchedulerConfig", "lr_decay_style": "cosine",
+             "lr_warmup_iters": min(m.warmup_steps, max(steps - 1, 0)), "lr_warmup_init": 0.0,
+             "lr_decay_iters": steps, "start_weight_decay": m.weight_decay, "end_weight_decay": m.weight_decay,
+             "weight_decay_incr_style": "constant"}
+    return opt, sched
+
+
+def _dataset(plan, run_dir) -> dict:
+    r = plan.recipe
+    d, t = r.data, r.train
+    if r.method.name == "pretrain" and d.kind == "pretrain":
+        base = PurePosixPath(d.data_dir)
+        return {_T: _CFG + "GPTDatasetConfig", "random_seed": t.seed, "seq_length": t.seq_length,
+                "blend": [[str(base / f) for f in d.train_files], None], "split": PRETRAIN_SPLIT,
+                "reset_attention_mask": False, "reset_position_ids": False, "eod_mask_loss": False,
+                "num_dataset_builder_threads": 1, "dataloader_type": "single", "num_workers": 2,
+                "data_sharding": True}
+    if r.method.name == "pretrain":  # data=synthetic: Bridge's own mock data (learnable sequences)
+        return {_T: _CFG + "MockGPTDatasetConfig", "random_seed": t.seed, "seq_length": t.seq_length,
+                "reset_attention_mask": False, "reset_position_ids": False, "eod_mask_loss": False,
+                "num_dataset_builder_threads": 1, "dataloader_type": "single", "num_workers": 0,
+                "data_sharding": True}
+    from vdkit.recipes.bridge.data import dataset_root
+
+    out = {_T: _CFG + "FinetuningDatasetConfig", "dataset_root": str(dataset_root(r, run_dir)),
+           "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch", "num_workers": 0,
+           "do_validation": False, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+    if d.packed:
+        out["packed_sequence_specs"] = {
+            _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
+            "packed_sequence_size": t.seq_length, "pad_cu_seqlens": False}
+        out["dataset_kwargs"]["pad_to_max_length"] = True
+    return out
+
+
+def tokenizer_model(recipe, run_dir) -> str:
+    """The HF tokenizer the data is tokenized with, the first of: data.tokenizer_model; model.hf_path;
+    the kit's byte-level tokenizer written into the run dir (CPU models); for fine-tuning, the copy
+    AutoBridge.import_ckpt keeps in the base checkpoint (``<model.megatron_path>/iter_0000000/tokenizer``);
+    the model's HF id (needs the HF cache: the job runs with TRANSFORMERS_OFFLINE=1)."""
+    if recipe.data.tokenizer_model:
+        return recipe.data.tokenizer_model
+    if recipe.model.hf_path:
+        return recipe.model.hf_path
+    if recipe.model.tokenizer == "byte-level":
+        return str(PurePosixPath(run_dir) / TOKENIZER_DIR)
+    if recipe.method.name != "pretrain" and recipe.model.megatron_path:
+        return str(PurePosixPath(recipe.model.megatron_path) / "iter_0000000" / "tokenizer")
+    return HF_IDS.get(recipe.model.name, recipe.model.name)
+
+
+def _peft(plan) -> Optional[dict]:
+    m = plan.recipe.method
+    if m.peft_scheme != "lora":
+        return None
+    return {_T: "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"], "dim": m.lora_adapter_dim,
+            "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
+
+
+def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
+    """Megatron-Bridge's ConfigContainer for ``plan`` as a ``_target_`` dict (see the module docstring).
+
+    ``run_dir`` is the run directory's final path, ``ckpt_dir`` the run's checkpoint directory."""
+    r = plan.recipe
+    check_model(r)
+    opt, sched = _optimizer_scheduler(plan)
+    t, e = r.train, r.engine
+    every = e.checkpoint_every_n_steps or t.max_steps
+    from vdkit.rundir import LOG_DIR
+
+    logs = str(PurePosixPath(run_dir) / LOG_DIR)
+    cfg = {
+        _T: _CFG + "ConfigContainer",
+        "model": _model(plan),
+        "train": {_T: _CFG + "TrainingConfig", "global_batch_size": t.global_batch_size,
+                  "micro_batch_size": t.micro_batch_size, "train_iters": t.max_steps,
+                  "eval_iters": 0, "eval_interval": t.max_steps,  # no validation: measured training steps only
+                  "exit_signal_handler": True},  # SIGTERM: finish the step, checkpoint, leave
+        "optimizer": opt,
+        "scheduler": sched,
+        "ddp": {_T: _CFG + "DistributedDataParallelConfig", "check_for_nan_in_grad": True,
+                "grad_reduce_in_fp32": True, "use_distributed_optimizer": bool(r.parallelism.distributed_optimizer),
+                "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
+                "overlap_param_gather": bool(r.parallelism.distributed_optimizer), "average_in_collective": True},
+        "dataset": _dataset(plan, run_dir),
+        "logger": {_T: _CFG + "LoggerConfig", "log_interval": e.log_every_n_steps, "tensorboard_dir": logs,
+                   "log_timers_to_tensorboard": True, "log_throughput": True},
+        "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
+                      "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
+        "checkpoint": {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
+                       "save_interval": every, "ckpt_format": "torch_dist", "fully_parallel_save": True,
+                       "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)},
+        "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
+        "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
+        "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),
+    }
+    peft = _peft(plan)
+    if peft is not None:
+        cfg["peft"] = peft
+    return cfg
+
+
+def to_yaml(cfg: Dict, header: str = "") -> str:
+    """The config as YAML text (keys in the order built), with a comment header."""
+    import yaml
+
+    return header + yaml.safe_dump(cfg, sort_keys=False, default_flow_style=False)

@@ -1,0 +1,172 @@
+"""HF weights -> a Megatron-Bridge checkpoint, once per model: what ``model.megatron_path`` points at.
+
+On the cluster, inside the NeMo container, this is Bridge's own one-liner,
+``AutoBridge.import_ckpt(HF_DIR, OUT_DIR)`` (``models/conversion/auto_bridge.py:688``): the run dir's
+``import_hf.sbatch`` runs it on one node. It writes ``OUT_DIR/iter_0000000`` (torch_dist weights,
+the tokenizer, ``run_config.yaml``); every fine-tuning run then loads it as
+``checkpoint.pretrained_checkpoint`` and Bridge reshards it to the run's TP / PP.
+
+Here (no CUDA) ``python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR`` does the same conversion
+the way it works on a CPU (import_ckpt as shipped forces ``apply_rope_fusion`` in
+``llama_bridge.py:66-70`` and an NCCL process group in ``model_provider.py:170``): the pinned shim,
+a gloo process group, ``to_megatron_provider(load_weights=True)`` with fusions off and the local
+layer spec, ``provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)``,
+``save_megatron_model``.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path, PurePosixPath
+
+from vdkit.errors import UserError
+
+IMPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
+             "AutoBridge.import_ckpt(sys.argv[1], sys.argv[2])")
+
+
+def hf_source(recipe) -> str:
+    """The HF weights to convert: model.hf_path (the site's local copy), else the model's hub id."""
+    from vdkit.recipes.bridge.config import HF_IDS
+
+    return recipe.model.hf_path or HF_IDS.get(recipe.model.name, recipe.model.name)
+
+
+def import_sbatch(plan, run_dir) -> str:
+    """The one-time conversion job (one node, one task, in the run's container), as sbatch text."""
+    r = plan.recipe
+    out = r.model.megatron_path or f"/models/{r.model.name}-bridge"
+    src = hf_source(r)
+    image = r.engine.container_image or ""
+    mounts = sorted({str(PurePosixPath(out).parent)} | ({src} if src.startswith("/") else set()))
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# One-time step before fine-tuning {r.model.name} with engine=bridge: convert the HF weights to a",
+        "# Megatron-Bridge checkpoint with Bridge's own AutoBridge.import_ckpt, inside the same container.",
+        "# Run it once per site and model (not per job):   sbatch import_hf.sbatch",
+        f"# It writes {out}/iter_0000000; launch.sbatch loads it as checkpoint.pretrained_checkpoint",
+        "# (model.megatron_path) and Bridge reshards it to the run's TP / PP. A hub id needs HF_TOKEN",
+        "# (run.secrets_file) or a local copy: set model.hf_path=/path/to/Llama-2-hf.",
+        f"#SBATCH --job-name={q('import-' + r.model.name)}",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=1",
+        f"#SBATCH --cpus-per-task={r.cluster.cpus_per_task}",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --time=02:00:00",
+    ]
+    if r.cluster.partition:
+        lines.append(f"#SBATCH --partition={q(r.cluster.partition)}")
+    if r.cluster.account:
+        lines.append(f"#SBATCH --account={q(r.cluster.account)}")
+    lines += [
+        "set -euo pipefail",
+        f"mkdir -p {q(str(PurePosixPath(out).parent))}",
+        f"srun --container-image={q(image)} --container-mounts={q(','.join(f'{m}:{m}' for m in mounts))} "
+        f"--no-container-mount-home python -c {q(IMPORT_PY)} {q(src)} {q(out)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def convert_on_cpu(hf_dir: str, out_dir: str) -> None:
+    """Bridge's HF import on this CPU (see the module docstring)."""
+    from vdkit.recipes.bridge import cpu_shim
+
+    cpu_shim.apply()
+    import torch
+    from megatron.bridge import AutoBridge
+
+    from vdkit.recipes.bridge.config import FUSIONS
+    from vdkit.recipes.mcore_cpu import local_block_spec
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    if "MASTER_PORT" not in os.environ:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    bridge = AutoBridge.from_hf_pretrained(hf_dir, torch_dtype=torch.float32)
+    provider = bridge.to_megatron_provider(load_weights=True)
+    for k in FUSIONS:
+        setattr(provider, k, False)
+    provider.transformer_layer_spec = local_block_spec
+    provider.bf16, provider.params_dtype = False, torch.float32
+    provider.finalize()
+    model = provider.provide_distributed_model(wrap_with_ddp=False, use_cpu_initialization=True)
+    bridge.save_megatron_model(model, out_dir, hf_tokenizer_path=hf_dir)
+    torch.distributed.destroy_process_group()
+
+
+def toy_hf_checkpoint(model, out_dir, seed: int) -> Path:
+    """A seeded, randomly initialised HF Llama with ``model``'s sizes (a ModelCfg), saved to ``out_dir`` with
+    the kit's byte-level tokenizer: the stand-in for a site's HF weights on a CPU (tests, the demo)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vdkit.recipes.bridge.data import byte_tokenizer_files
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=model.vocab_size, hidden_size=model.hidden_size,
+                      intermediate_size=model.ffn_hidden_size, num_hidden_layers=model.num_layers,
+                      num_attention_heads=model.num_attention_heads, num_key_value_heads=model.num_query_groups,
+                      rms_norm_eps=model.norm_eps, rope_theta=model.rope_base,
+                      max_position_embeddings=model.max_position_embeddings,
+                      tie_word_embeddings=bool(model.tied_embeddings), bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    out = Path(out_dir)
+    LlamaForCausalLM(cfg).save_pretrained(str(out))
+    for name, text in byte_tokenizer_files(".").items():
+        (out / name).write_text(text)
+    return out
+
+
+def make_base(recipe, root) -> Path:
+    """``root/base``: a Bridge checkpoint of a seeded toy HF model with the recipe's sizes, converted by
+    :func:`main` in a child process (the CPU shim changes the process it runs in). Made once."""
+    import subprocess
+
+    root = Path(root)
+    base = root / "base"
+    if (base / "iter_0000000").is_dir():
+        return base
+    hf = toy_hf_checkpoint(recipe.model, root / "hf", recipe.train.seed)
+    done = subprocess.run([sys.executable, "-m", "vdkit.recipes.bridge.convert", str(hf), str(base)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"converting {hf} failed: {(done.stderr or done.stdout).strip()[-2000:]}")
+    return base
+
+
+def main(argv=None) -> int:
+    """``python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR``: GPU: AutoBridge.import_ckpt; CPU: the same steps."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR", file=sys.stderr)
+        return 2
+    hf_dir, out_dir = args
+    try:
+        if not os.path.isdir(hf_dir):
+            raise UserError(f"{hf_dir} is not a directory", "pass a local Hugging Face checkpoint directory")
+        if os.path.exists(os.path.join(out_dir, "iter_0000000")):
+            raise UserError(f"{out_dir} already holds a converted checkpoint", "choose a new OUT_DIR")
+        import torch
+
+        if torch.cuda.is_available():
+            from megatron.bridge import AutoBridge
+
+            AutoBridge.import_ckpt(hf_dir, out_dir)
+        else:
+            convert_on_cpu(hf_dir, out_dir)
+    except UserError as exc:
+        print(f"vdkit: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"converted {hf_dir} -> {out_dir} (model.megatron_path={out_dir})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

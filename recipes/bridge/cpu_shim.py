@@ -1,0 +1,226 @@
+"""What Megatron-Bridge 0.3.1 needs to run its own loop on a CPU (gloo): applied only without CUDA.
+
+Bridge is written for GPUs with Transformer Engine; on this machine (no CUDA, no TE) it needs a few
+run-time patches, each answering one upstream line (../shared/reference/megatron-bridge.md). Nothing
+in site-packages is edited; on a GPU none of this runs. The megatron-core part (CUDA devices, RNG
+state, CUDA type checks) is the megatron-core CPU shim both megatron engines share
+(:mod:`vdkit.recipes.mcore_cpu`); the Bridge part is :data:`PATCHES`, each with the upstream
+``file:line`` it answers. Pinned: :data:`TESTED` versions exactly, anything else is refused, and
+``tests/test_bridge_shim.py`` fails loudly when an answered upstream line moves or changes.
+
+The torch_dist async checkpoint writer starts a ``multiprocessing`` Manager with *spawn*
+(mcore ``dist_checkpointing/strategies/filesystem_async.py:55``): a spawned child re-imports the
+rank's main module (``vdkit.recipes.bridge.rank``), which applies this shim at import, so the
+children run patched too.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import types
+
+TESTED = {"megatron-bridge": "0.3.1", "megatron-core": "0.16.1"}
+
+# (upstream file under site-packages/megatron, line, text that line holds, why we patch) - the test
+# reads each line and fails when it no longer says this.
+PATCHES = (
+    ("bridge/peft/lora_layers.py", 20, "import transformer_engine.pytorch as te",
+     "hard TE import (class TELinearAdapter(te.Linear)), reached from `import megatron.bridge`: a stub "
+     "module while bridge.peft imports, removed afterwards so megatron-core still sees no TE"),
+    ("bridge/peft/lora.py", 21, "import transformer_engine.pytorch as te", "the same hard import"),
+    ("bridge/peft/utils.py", 37, 'TEColumnParallelLinear, HAVE_TE_COL_LINEAR = safe_import_from(',
+     "safe_import_from 'succeeds' on megatron-core's MagicMock placeholders, then isinstance(m, MagicMock) "
+     "raises TypeError (peft/utils.py:129): HAVE_TE forced False"),
+    ("bridge/peft/module_matcher.py", 26, 'TEColumnParallelLinear, HAVE_TE_COL_LINEAR = safe_import_from(',
+     "the same placeholders: HAVE_TE forced False"),
+    ("bridge/training/initialize.py", 83, 'assert torch.cuda.is_available(), "Megatron requires CUDA."',
+     "initialize_megatron asserts CUDA unless allow_no_cuda=True, which setup.py:136 never passes"),
+    ("bridge/training/initialize.py", 139, "compile_helpers()",
+     "runs `make` in megatron/core/datasets; the wheel ships helpers_cpp*.so and no Makefile: sys.exit(1)"),
+    ("bridge/training/initialize.py", 678, "if torch.cuda.device_count() > 0:",
+     "the model-parallel RNG tracker is seeded only with a CUDA device; without it megatron-core's "
+     "tensor_parallel/random.py raises 'cuda rng state ... is not added'"),
+    ("core/optimizer/distrib_optimizer.py", 642, "assert len(steps) == 1",
+     "on the non-Apex/TE path the distributed optimizer reads Adam's 'step' from torch's optimizer state, "
+     "which a fresh optimizer does not have yet: Bridge's resume (sharded_state_dict(is_loading=True) calls "
+     "state_dict() first, :1246) fails; that call is shown step 0 (the loaded step replaces it)"),
+    ("bridge/training/setup.py", 164, 'start_time_tensor = torch.tensor([state.start_time], dtype=torch.double, device="cuda")',
+     "device='cuda' literals (also gpt_step.py, train.py): the megatron-core shim's device mode maps them"),
+)
+
+
+class ShimVersionError(RuntimeError):
+    """The installed Megatron-Bridge / megatron-core are not the versions this shim was tested with."""
+
+
+_APPLIED = False
+
+
+def needed() -> bool:
+    """True without CUDA: the only case the shim applies."""
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def check_versions() -> None:
+    """Refuse any version other than :data:`TESTED` (the patches use private names)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist, want in TESTED.items():
+        try:
+            have = version(dist)
+        except PackageNotFoundError:
+            have = "nothing"
+        if have != want:
+            raise ShimVersionError(
+                f"vdkit's CPU shim for Megatron-Bridge was tested with {dist}=={want}, found {have}; install "
+                f"{dist}=={want} or re-validate recipes/bridge/cpu_shim.py (tests/test_bridge_shim.py)")
+
+
+def _te_stub() -> types.ModuleType:
+    """A ``transformer_engine`` package whose classes nothing is an instance of and that cannot be built."""
+
+    class _Absent:
+        def __init__(self, *a, **k):
+            raise RuntimeError("Transformer Engine is not installed (vdkit's CPU stub)")
+
+    te = types.ModuleType("transformer_engine")
+    te.__path__ = []  # a package, so `import transformer_engine.pytorch` resolves
+    pt = types.ModuleType("transformer_engine.pytorch")
+    pt.Linear = type("Linear", (_Absent,), {})
+    pt.LayerNormLinear = type("LayerNormLinear", (_Absent,), {})
+    pt.ops = types.SimpleNamespace(Sequential=_Absent)
+    te.pytorch = pt
+    return te
+
+
+_STUBBED_IMPORTERS = ("megatron.bridge.peft.lora_layers", "megatron.bridge.peft.lora")
+
+
+def _import_bridge_peft() -> None:
+    """Import ``megatron.bridge`` with a TE stub handed to the two bridge.peft modules that need one.
+
+    Only their ``import transformer_engine.pytorch`` gets the stub (never put in sys.modules): every
+    other module, megatron-core's included, still finds no Transformer Engine and takes its non-TE path."""
+    if "megatron.bridge.peft.lora" in sys.modules:
+        return
+    import builtins
+
+    stub, real_import = _te_stub(), builtins.__import__
+
+    def importer(name, globals=None, locals=None, fromlist=(), level=0):
+        if (name == "transformer_engine" or name.startswith("transformer_engine.")) and level == 0 \
+                and (globals or {}).get("__name__") in _STUBBED_IMPORTERS:
+            return stub
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = importer
+    try:
+        import megatron.bridge  # noqa: F401  (reaches peft via models/conversion/peft_bridge.py)
+        import megatron.bridge.peft.lora  # noqa: F401
+    finally:
+        builtins.__import__ = real_import
+
+
+def _patch(obj, name, value):
+    getattr(obj, name)  # AttributeError: the name this shim replaces is gone (a new version)
+    setattr(obj, name, value)
+
+
+def apply() -> bool:
+    """Apply once in this process when there is no CUDA; returns whether the shim is active.
+
+    ShimVersionError for other versions; AttributeError when a patched name is gone."""
+    global _APPLIED
+    if _APPLIED:
+        return True
+    if not needed():
+        return False
+    check_versions()
+    from vdkit.recipes import mcore_cpu
+
+    mcore_cpu.apply()  # CUDA devices -> CPU, RNG state, CUDA type checks (megatron-core 0.16.1)
+    _quiet()
+    _import_bridge_peft()
+    import torch
+    from megatron.bridge.peft import module_matcher as pmatch
+    from megatron.bridge.peft import utils as putils
+    from megatron.bridge.training import initialize as binit
+    from megatron.bridge.training import setup as bsetup
+
+    _patch(putils, "HAVE_TE", False)
+    _patch(pmatch, "HAVE_TE", False)
+    _patch(bsetup, "initialize_megatron", functools.partial(binit.initialize_megatron, allow_no_cuda=True))
+
+    def compile_helpers():  # the shipped extension is what `make` would build
+        import megatron.core.datasets.helpers_cpp  # noqa: F401  (ImportError: really missing)
+
+    _patch(binit, "compile_helpers", compile_helpers)
+    seed = binit._set_random_seed
+
+    @functools.wraps(seed)
+    def set_random_seed(seed_, data_parallel_random_init=False, te_rng_tracker=False, inference_rng_tracker=False,
+                        use_cudagraphable_rng=False, *, pg_collection):
+        seed(seed_, data_parallel_random_init, te_rng_tracker, inference_rng_tracker, use_cudagraphable_rng,
+             pg_collection=pg_collection)
+        # what initialize.py:678-693 does with a CUDA device (the tracker runs on the CPU generator here)
+        from megatron.core import tensor_parallel
+        from megatron.core.utils import get_pg_rank
+
+        s = seed_ + 100 * torch.distributed.get_group_rank(pg_collection.pp, torch.distributed.get_rank())
+        if data_parallel_random_init:
+            s += 10 * torch.distributed.get_group_rank(pg_collection.dp, torch.distributed.get_rank())
+        tensor_parallel.model_parallel_cuda_manual_seed(
+            s, te_rng_tracker, inference_rng_tracker, use_cudagraphable_rng, tp_rank=get_pg_rank(pg_collection.tp),
+            ep_rank=get_pg_rank(pg_collection.ep), etp_rank=get_pg_rank(pg_collection.expt_tp))
+
+    _patch(binit, "_set_random_seed", set_random_seed)
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    state_dict = DistributedOptimizer.state_dict
+
+    @functools.wraps(state_dict)
+    def fresh_state_dict(self):
+        inner = self.optimizer
+        if any("step" in st for st in inner.state.values()):
+            return state_dict(self)
+        # Not stepped yet (a resume is about to load into it): the non-TE branch only reads 'step' from
+        # the inner state dict's "state"; show it step 0 for this call, leave the real state empty (the
+        # load then allocates and fills it exactly as on a GPU).
+        plain = inner.state_dict
+
+        def with_step():
+            out = plain()
+            out["state"] = {0: {"step": torch.tensor(0.0)}}
+            return out
+
+        inner.state_dict = with_step
+        try:
+            return state_dict(self)
+        finally:
+            del inner.state_dict
+
+    _patch(DistributedOptimizer, "state_dict", fresh_state_dict)
+    # CUDA streams (model_provider.py:708-722 builds DDP on a side stream): torch's CPU streams,
+    # which are no-ops with the same methods; the caching allocator's calls have nothing to do.
+    _patch(torch.cuda, "Stream", torch.cpu.Stream)
+    _patch(torch.cuda, "current_stream", lambda device=None: torch.cpu.current_stream())
+    _patch(torch.cuda, "stream", torch.cpu.stream)
+    _patch(torch.cuda, "empty_cache", lambda: None)
+    # The CPU generator doubles as the "CUDA" one (mcore_cpu), so the tracker's fork sees the CPU
+    # state change and says so at every fork (mcore tensor_parallel/random.py:265): expected here.
+    import logging
+
+    logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
+    _APPLIED = True
+    return True
+
+
+def _quiet() -> None:
+    """Drop warnings that only say optional GPU kernels (TE, Apex, ...) are absent on this CPU."""
+    import warnings
+
+    for msg in (".*Transformer Engine.*", ".*Apex is not installed.*", ".*apex.*", ".*full scope is deprecated.*",
+                ".*is deprecated. Please use `torch.distributed.*", ".*CUDA.*not available.*"):
+        warnings.filterwarnings("ignore", message=msg)

@@ -1,0 +1,111 @@
+"""A Megatron-Bridge training job from a ConfigContainer YAML: what every rank runs in the container.
+
+This file is copied into each run directory (``bridge_job.py``) and runs in NVIDIA's
+``nvcr.io/nvidia/nemo:26.02.01`` image as it is (Megatron-Bridge 0.3.1): it imports nothing from
+vdkit. One process per GPU (srun task); Bridge finds its rank from torchrun's or Slurm's variables.
+
+    python bridge_job.py bridge.yaml
+
+It loads the file with Bridge's own ``ConfigContainer.from_yaml`` and runs Bridge's own loop
+(``pretrain()``; ``finetune()`` is the same call after checking there is a base model), with
+Bridge's GPT ``forward_step``. vdkit's local runner (``python -m vdkit.recipes.bridge.rank``) calls
+:func:`load` and :func:`run` the same way, after its CPU shim.
+
+The job contract (vdkit's, for every engine): USR1 (the launcher, before the time limit) or TERM,
+or the clock passing ``VDKIT_STOP_AT`` (epoch seconds): finish the step, checkpoint, exit
+:data:`EXIT_STOPPED`; exit 0 only when every step is done; started again, resume from the latest
+complete checkpoint. Bridge does the stopping itself - ``train.exit_signal_handler`` with
+``exit_signal`` USR1 (TERM is forwarded to it) and ``train.exit_duration_in_mins`` - and exits 0
+either way; this wrapper tells the two apart by the checkpointed iteration.
+"""
+import os
+import shutil
+import signal
+import sys
+import time
+
+EXIT_STOPPED = 75  # the contract's "stopped cleanly, continue me" (vdkit.jobspec; tests check they agree)
+STOP_AT_ENV = "VDKIT_STOP_AT"
+TRACKER = "latest_checkpointed_iteration.txt"  # Bridge's / Megatron's "latest complete checkpoint" file
+
+
+def load(path):
+    """Bridge's ConfigContainer from its YAML (unknown keys refused, so a typo cannot pass silently)."""
+    from megatron.bridge.training.config import ConfigContainer
+    from megatron.bridge.training.utils.config_utils import InstantiationMode
+
+    return ConfigContainer.from_yaml(str(path), mode=InstantiationMode.STRICT)
+
+
+def checkpointed_iteration(save_dir):
+    """The iteration of the latest complete checkpoint in ``save_dir`` (0: none)."""
+    try:
+        with open(os.path.join(str(save_dir), TRACKER)) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def remove_partial_checkpoints(save_dir) -> list:
+    """Remove ``iter_*`` directories newer than the latest complete one (a save cut off by a kill)."""
+    done = checkpointed_iteration(save_dir)
+    removed = []
+    if not save_dir or not os.path.isdir(str(save_dir)):
+        return removed
+    for name in sorted(os.listdir(str(save_dir))):
+        if name.startswith("iter_") and name[5:].isdigit() and int(name[5:]) > done:
+            shutil.rmtree(os.path.join(str(save_dir), name), ignore_errors=True)
+            removed.append(name)
+    return removed
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
+
+
+def arm_stop(cfg) -> None:
+    """The contract's stop conditions on Bridge's own mechanisms (see the module docstring)."""
+    cfg.train.exit_signal_handler = True
+    cfg.train.exit_signal = signal.SIGUSR1
+    # TERM (Slurm at the limit, `kill`, the local launcher) asks for the same clean stop.
+    signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(os.getpid(), signal.SIGUSR1))
+    stop_at = os.environ.get(STOP_AT_ENV)
+    if stop_at:
+        minutes = int((float(stop_at) - time.time()) // 60)
+        cfg.train.exit_duration_in_mins = max(minutes, 1)
+
+
+def run(cfg, callbacks=None) -> int:
+    """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop."""
+    from megatron.bridge.training.gpt_step import forward_step
+    from megatron.bridge.training.pretrain import pretrain
+
+    if cfg.peft is not None and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
+        raise SystemExit("bridge_job: LoRA needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model)")
+    save = cfg.checkpoint.save
+    if save and _rank() == 0:
+        for name in remove_partial_checkpoints(save):
+            print(f"bridge_job: removed partial checkpoint {name}", flush=True)
+    arm_stop(cfg)
+    try:
+        pretrain(cfg, forward_step, callbacks=callbacks)
+    except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0)
+        if exc.code not in (0, None):
+            raise
+    if save and checkpointed_iteration(save) < cfg.train.train_iters:
+        print(f"bridge_job: stopped after iteration {checkpointed_iteration(save)} of {cfg.train.train_iters} "
+              f"(checkpoint written); exit {EXIT_STOPPED}: continue the run", flush=True)
+        return EXIT_STOPPED
+    return 0
+
+
+def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python bridge_job.py BRIDGE_YAML", file=sys.stderr)
+        return 2
+    return run(load(args[0]))
+
+
+if __name__ == "__main__":  # the torch_dist writer spawns children that re-import this file
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""``python -m vdkit.recipes.bridge.rank RUN_DIR``: what each rank runs on this machine.
+
+The CPU shim is applied at import (without CUDA), before the ``__main__`` guard: torch_dist's
+checkpoint writer spawns children (multiprocessing's *spawn*), which re-import the parent's main module
+by name - and so apply the shim too. (Not a package ``__main__``: multiprocessing does not re-import a
+main module named ``*.__main__`` in its children, ``multiprocessing/spawn.py`` ``_fixup_main_from_name``.)
+"""
+import os
+import sys
+
+from vdkit.recipes.bridge import cpu_shim
+
+if cpu_shim.needed():
+    cpu_shim.apply()
+
+if __name__ == "__main__":
+    from vdkit.recipes.bridge.train import main
+
+    code = main()
+    # torch_dist's checkpoint writer leaves a multiprocessing Manager (spawned child) behind; os._exit
+    # below skips multiprocessing's atexit clean-up, so end the children here or they outlive the rank.
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+        child.join(5)
+    # As the other engines: leave without C++ static destructors (gloo threads can abort a finished
+    # rank at exit); logs, TensorBoard, checkpoints and memory.json are closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

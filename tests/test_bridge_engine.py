@@ -1,0 +1,223 @@
+"""engine=bridge rendered for the cluster: Megatron-Bridge's own ConfigContainer and the job around it.
+
+Fast (no training): the sbatch and bridge.yaml of `vdkit render engine=bridge model=llama2_70b
+method=lora cluster.nodes=2` against golden files; bridge.yaml loaded by Bridge's own
+``ConfigContainer.from_yaml`` in strict mode (every key a real field) and checked value by value against
+the plan; packed sequences with recipe=fast (the GPU configuration, by contract); NVIDIA's env
+(CUDA_DEVICE_MAX_CONNECTIONS by its rule); one srun task per GPU running the job file, which imports
+nothing from vdkit; P-tuning and CPU-packed refused in one line. Regenerate goldens after a deliberate
+change: ``VDKIT_UPDATE_GOLDEN=1 python -m pytest tests/test_bridge_engine.py -q`` and review the diff.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vdkit.config import compose
+from vdkit.errors import UserError
+from vdkit.plan import make_plan
+from vdkit.prepare import render_run
+from vdkit.rundir import SBATCH_FILE
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+ISSUE_CELL = ["engine=bridge", "model=llama2_70b", "method=lora", "cluster.nodes=2"]
+
+
+def _have_bridge() -> bool:
+    try:
+        return importlib.util.find_spec("megatron.bridge") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _render(overrides, tmp_path) -> Path:
+    return render_run(make_plan(compose(overrides)), tmp_path, check_mounts=False)
+
+
+def _check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("VDKIT_UPDATE_GOLDEN") == "1":
+        path.write_text(text)
+    assert path.is_file(), f"{path} missing: regenerate with VDKIT_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{name} differs from the golden file (regenerate and review the diff)"
+
+
+def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
+    run_dir = _render(ISSUE_CELL, tmp_path)
+    names = sorted(p.name for p in run_dir.iterdir())
+    assert names == ["bridge.yaml", "bridge_job.py", "import_hf.sbatch", "launch.sbatch", "overrides.txt",
+                     "plan.json", "recipe.yaml"]
+    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch"):
+        _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
+
+
+def test_the_job_runs_in_the_nemo_image_one_task_per_gpu(tmp_path):
+    run_dir = _render(ISSUE_CELL, tmp_path)
+    sbatch = (run_dir / SBATCH_FILE).read_text()
+    assert "--container-image=/shared/containers/nemo-26.02.01.sqsh" in sbatch
+    assert "#SBATCH --ntasks-per-node=8" in sbatch and "#SBATCH --nodes=2" in sbatch
+    assert "torchrun" not in sbatch  # Bridge reads SLURM_PROCID / SLURM_NTASKS itself: one srun task per GPU
+    assert f"python {run_dir}/bridge_job.py {run_dir}/bridge.yaml" in sbatch
+    assert "--container-mounts=/data/dolly:/data/dolly,/models/llama2-70b-bridge:/models/llama2-70b-bridge," in sbatch
+    # the job file is Bridge-only: it runs in the stock image without vdkit installed
+    tree = ast.parse((run_dir / "bridge_job.py").read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"os", "shutil", "signal", "sys", "time", "megatron"}  # the standard library and Bridge
+
+
+def test_image_is_a_setting(tmp_path):
+    run_dir = _render([*ISSUE_CELL, "engine.container_image='nvcr.io#nvidia/nemo:26.02.01'"], tmp_path)
+    assert "--container-image=nvcr.io#nvidia/nemo:26.02.01" in (run_dir / SBATCH_FILE).read_text()
+
+
+@pytest.mark.parametrize("tp, want", [(1, "8"), (2, "1"), (4, "1")])
+def test_cuda_device_max_connections_follows_nvidias_rule(tp, want, tmp_path):
+    from vdkit.recipes import bridge
+
+    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=sft", f"parallelism.tp={tp}"]))
+    env = bridge.env(plan)
+    assert env["CUDA_DEVICE_MAX_CONNECTIONS"] == want
+    assert env["TORCH_NCCL_HIGH_PRIORITY"] == "1" and env["NVTE_NORM_FWD_USE_CUDNN"] == "1"
+
+
+def _config(overrides, tmp_path) -> tuple:
+    run_dir = _render(overrides, tmp_path)
+    return run_dir, yaml.safe_load((run_dir / "bridge.yaml").read_text()), make_plan(compose(overrides))
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=llama2_7b", "method=sft", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=4"],
+    ["model=llama2_13b", "method=pretrain", "cluster.nodes=2"],
+    ISSUE_CELL[1:],
+], ids=["7b-sft-tp2pp2vp4", "13b-pretrain", "70b-lora-2node"])
+def test_config_carries_the_plan(overrides, tmp_path):
+    run_dir, cfg, plan = _config(["engine=bridge", *overrides], tmp_path)
+    r, m = plan.recipe, cfg["model"]
+    provider = {"llama2_7b": "Llama2ModelProvider7B", "llama2_13b": "Llama2ModelProvider13B",
+                "llama2_70b": "Llama2ModelProvider70B"}[r.model.name]
+    assert m["_target_"].endswith(provider)
+    assert (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"]) == (plan.tp, plan.pp)
+    assert m["virtual_pipeline_model_parallel_size"] == (r.parallelism.vp if (r.parallelism.vp or 1) > 1 else None)
+    assert m["sequence_parallel"] == bool(r.parallelism.sequence_parallel)
+    t = cfg["train"]
+    assert (t["global_batch_size"], t["micro_batch_size"], t["train_iters"]) == (
+        r.train.global_batch_size, r.train.micro_batch_size, r.train.max_steps)
+    assert cfg["optimizer"]["use_distributed_optimizer"] == bool(r.parallelism.distributed_optimizer)
+    assert cfg["optimizer"]["lr"] == r.method.lr and cfg["scheduler"]["lr_decay_iters"] == r.train.max_steps
+    ck = cfg["checkpoint"]
+    assert ck["ckpt_format"] == "torch_dist" and ck["save"] == ck["load"] == str(run_dir / "checkpoints")
+    if r.method.name == "pretrain":
+        assert ck["pretrained_checkpoint"] is None and "peft" not in cfg
+        assert cfg["dataset"]["_target_"].endswith("GPTDatasetConfig")
+        assert cfg["dataset"]["blend"][0] == [f"/data/pile/{f}" for f in r.data.train_files]
+    else:
+        assert ck["pretrained_checkpoint"] == r.model.megatron_path
+        assert cfg["dataset"]["_target_"].endswith("FinetuningDatasetConfig")
+        assert cfg["dataset"]["dataset_root"] == r.data.data_dir
+    if r.method.name == "lora":
+        assert cfg["peft"] == {"_target_": "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"],
+                               "dim": r.method.lora_adapter_dim, "alpha": r.method.lora_adapter_dim, "dropout": 0.0}
+    if _have_bridge():  # Bridge's own loader accepts every key (strict) and builds the container
+        _load_with_bridge(run_dir / "bridge.yaml")
+
+
+_LOAD = r"""
+import sys
+from vdkit.recipes.bridge import cpu_shim
+cpu_shim.apply()
+from vdkit.recipes.bridge import job
+cfg = job.load(sys.argv[1])
+m = cfg.model
+print(type(m).__name__, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+      type(cfg.peft).__name__ if cfg.peft else None,
+      getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None))
+"""
+
+
+def _load_with_bridge(path: Path) -> str:
+    out = subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path):
+    """recipe=fast: Bridge's PackedSequenceSpecs at the sequence length, MBS 1 (the GPU configuration;
+    packed attention needs TE, so it is tested by contract here and refused on this CPU)."""
+    run_dir, cfg, plan = _config(["engine=bridge", "model=llama2_7b", "method=lora", "recipe=fast"], tmp_path)
+    spec = cfg["dataset"]["packed_sequence_specs"]
+    assert spec["_target_"] == "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
+    assert spec["packed_sequence_size"] == plan.recipe.train.seq_length == 4096
+    assert cfg["train"]["micro_batch_size"] == 1 and cfg["dataset"]["dataset_kwargs"]["pad_to_max_length"] is True
+    assert all(cfg["model"][k] for k in ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion"))
+    if _have_bridge():
+        assert _load_with_bridge(run_dir / "bridge.yaml").split()[-1] == "4096"
+
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "vdkit", *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def test_ptuning_is_refused_naming_the_engines_that_do_it(tmp_path):
+    out = _cli("render", "engine=bridge", "method=ptuning", "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "no P-tuning" in lines[0] and "engine=nemo or engine=megatron" in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_packed_sequences_are_refused_on_this_cpu_in_one_line(tmp_path):
+    out = _cli("run", "engine=bridge", "model=tiny_llama", "data=synthetic", "method=sft", "data.packed=true", "train.seq_length=64",
+               "train.micro_batch_size=1", "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = [l for l in out.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "packed sequences cannot train on this CPU" in lines[0]
+
+
+def test_fine_tuning_without_a_base_checkpoint_is_refused(tmp_path):
+    from vdkit.recipes import bridge
+
+    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=sft", "model.megatron_path=null"]))
+    with pytest.raises(UserError, match="model.megatron_path is not set"):
+        bridge.check(plan)
+
+
+def test_byte_tokenizer_gives_the_kits_ids(tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from vdkit.recipes.bridge.data import byte_tokenizer_files
+
+    for name, text in byte_tokenizer_files("tok").items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "tok"))
+    text = "upper: héllo World"
+    assert tok(text, add_special_tokens=False)["input_ids"] == [b + 3 for b in text.encode()]
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+
+
+def test_the_job_exit_code_is_the_contracts():
+    """bridge_job.py cannot import vdkit (it runs in the stock image): its stop code must equal the contract's."""
+    from vdkit import jobspec
+    from vdkit.recipes.bridge import job
+
+    assert job.EXIT_STOPPED == getattr(jobspec, "EXIT_STOPPED", 75)
+    assert job.STOP_AT_ENV == getattr(jobspec, "STOP_AT_ENV", "VDKIT_STOP_AT")
+
+
+def test_partial_checkpoints_are_removed(tmp_path):
+    from vdkit.recipes.bridge import job
+
+    for n in (2, 4, 6):
+        (tmp_path / f"iter_{n:07d}").mkdir()
+    (tmp_path / job.TRACKER).write_text("4")
+    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000006"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["iter_0000002", "iter_0000004"]

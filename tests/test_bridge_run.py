@@ -1,0 +1,255 @@
+"""engine=bridge executed for real: Megatron-Bridge 0.3.1's own loop on CPU over gloo (`vdkit run`).
+
+One shared starting checkpoint - a toy HF Llama converted with Bridge's import path
+(``python -m vdkit.recipes.bridge.convert``) - so that every layout starts from the same weights
+(Bridge seeds its initialisation per pipeline rank; its load reshards to any TP / PP). Then:
+SFT in one rank, TP2 + SP, PP2, DP2 + distributed optimizer (losses equal to one rank's), PP2 x VP2
+(trains; see its test), LoRA (only the adapters train), pretraining on Bridge's mock data; the loss
+falls against an lr = 0 control; ``memory.json`` agrees with the plan per rank within 2 %; a run
+SIGKILLed after a checkpoint resumes with the uninterrupted losses; ``validate --steps`` parses
+Bridge's own log lines. A tiny model and 4 steps: ~40 s per run on an idle 2-core machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+try:  # not imported here: `import megatron.bridge` needs the shim on a CPU
+    import importlib.util
+
+    _HAVE_BRIDGE = importlib.util.find_spec("megatron.bridge") is not None
+except (ImportError, ValueError):
+    _HAVE_BRIDGE = False
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _HAVE_BRIDGE, reason="megatron-bridge not installed (extra [bridge])")]
+
+STEPS = 4
+BASE = ["engine=bridge", "model=tiny_llama", "model.num_layers=4", "data=synthetic", "train.seq_length=64",
+        "method.warmup_steps=0", "train.global_batch_size=8", "train.micro_batch_size=2", f"train.max_steps={STEPS}",
+        "engine.checkpoint_every_n_steps=2"]
+LR = {"sft": ["method.lr=1e-3"], "lora": ["method.lr=1e-2"], "pretrain": ["method.lr=1e-3", "method.min_lr=1e-4"]}
+LAYOUTS = {
+    "one": ["cluster.gpus_per_node=1"],
+    "tp2sp": ["cluster.gpus_per_node=2", "parallelism.tp=2", "parallelism.sequence_parallel=true"],
+    "pp2": ["cluster.gpus_per_node=2", "parallelism.pp=2"],
+    "pp2vp2": ["cluster.gpus_per_node=2", "parallelism.pp=2", "parallelism.vp=2"],
+    "dp2": ["cluster.gpus_per_node=2", "parallelism.tp=1", "parallelism.pp=1", "parallelism.distributed_optimizer=true"],
+}
+WORLD = {"one": 1, "tp2sp": 2, "pp2": 2, "pp2vp2": 2, "dp2": 2}
+
+def _env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("SLURM_") and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def _vdkit_run(out: Path, overrides) -> Path:
+    proc = subprocess.run([sys.executable, "-m", "vdkit", "run", *overrides, "--out", str(out)], capture_output=True,
+                          text=True, env=_env(), timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _losses(run_dir: Path):
+    """Per-step losses as `vdkit validate --steps` reads them (Bridge's own log lines / TensorBoard)."""
+    from vdkit.validation.logs import read_source
+
+    return [r.loss for r in read_source(run_dir).steps]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """The shared starting checkpoint: a seeded toy HF Llama of the runs' size, converted to a Bridge
+    checkpoint by ``python -m vdkit.recipes.bridge.convert`` (what the demo does too)."""
+    from vdkit.config import compose
+    from vdkit.recipes.bridge.convert import make_base
+
+    out = make_base(compose(BASE), tmp_path_factory.mktemp("bridge_base"))
+    assert (out / "iter_0000000" / "metadata.json").is_file() and (out / "iter_0000000" / "tokenizer").is_dir()
+    return out
+
+
+class Runs:
+    """Each (method, layout, lr0) trained once per module, on first use."""
+
+    def __init__(self, root: Path, base: Path):
+        self.root, self.base, self.done = root, base, {}
+
+    def get(self, method: str, layout: str, lr0: bool = False) -> Path:
+        key = (method, layout, lr0)
+        if key not in self.done:
+            lr = ["method.lr=0.0", "method.min_lr=0.0"] if lr0 else LR[method]
+            start = [] if method == "pretrain" else [f"model.megatron_path={self.base}"]
+            self.done[key] = _vdkit_run(self.root / f"{method}_{layout}{'_lr0' if lr0 else ''}",
+                                        [*BASE, f"method={method}", *lr, *start, *LAYOUTS[layout]])
+        return self.done[key]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, base):
+    return Runs(tmp_path_factory.mktemp("bridge"), base)
+
+
+def _assert_memory_agrees(run_dir: Path, world: int) -> dict:
+    from vdkit.recipes.mcore_memory import disagreements
+
+    report = json.loads((run_dir / "memory.json").read_text())
+    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
+    for r in report["ranks"]:
+        assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
+        assert r["measured"]["weights"] > 0
+    assert disagreements(report) == [], report
+    return report
+
+
+@pytest.mark.parametrize("layout", ["tp2sp", "pp2", "dp2"])
+def test_parallel_layout_trains_like_one_rank(runs, layout):
+    one, par = runs.get("sft", "one"), runs.get("sft", layout)
+    a, b = _losses(one), _losses(par)
+    assert len(a) == len(b) == STEPS
+    assert b == pytest.approx(a, rel=2e-3), (a, b)
+    _assert_memory_agrees(par, WORLD[layout])
+    _assert_memory_agrees(one, 1)
+    out = (par / "local-1.out").read_text()
+    assert "bridge engine on CPU (Megatron-Bridge 0.3.1, megatron-core 0.16.1, pinned shim)" in out
+
+
+@pytest.mark.xfail(strict=True, reason="Bridge 0.3.1 PP2 x VP2 from a pretrained checkpoint on CPU: same data and "
+                                       "layer placement as one rank, yet losses differ by ~0.5 % from step 1 (open)")
+def test_interleaved_pipeline_trains_like_one_rank(runs):
+    a, b = _losses(runs.get("sft", "one")), _losses(runs.get("sft", "pp2vp2"))
+    assert b == pytest.approx(a, rel=2e-3), (a, b)
+
+
+def test_interleaved_pipeline_trains_with_bridges_loop(runs):
+    par = runs.get("sft", "pp2vp2")
+    losses, control = _losses(par), _losses(runs.get("sft", "one", lr0=True))
+    assert len(losses) == STEPS and losses[-1] < control[-1] - 0.05, (losses, control)
+    _assert_memory_agrees(par, 2)
+
+
+@pytest.mark.parametrize("method", ["sft", "lora"])
+def test_loss_falls_against_an_lr0_control(runs, method):
+    # LoRA starts as the base model (B = 0): SFT's lr = 0 run is its control too
+    trained, control = _losses(runs.get(method, "one")), _losses(runs.get("sft", "one", lr0=True))
+    assert trained[0] == pytest.approx(control[0], rel=1e-5)  # same weights, same first batch
+    assert trained[-1] < control[-1] - 0.05, (trained, control)
+
+
+def test_lora_trains_only_the_adapters(runs):
+    """memory.json: gradients (and Adam states) exist for the adapters only - the plan's LoRA count."""
+    from vdkit.plan import trainable_params
+    from vdkit.rundir import load_plan
+
+    run = runs.get("lora", "one")
+    report = _assert_memory_agrees(run, 1)
+    plan = load_plan(run)
+    lora_params = trainable_params(plan.recipe)
+    measured = report["ranks"][0]["measured"]
+    assert measured["gradients"] == 4 * lora_params  # fp32 gradients: the adapters' and nothing else
+    assert measured["weights"] - 4 * lora_params > 4 * lora_params  # the frozen base weights, without gradients
+    out = (run / "local-1.out").read_text()
+    assert "Adding lora to: decoder.layers.0.self_attention.linear_qkv" in out
+
+
+def test_pretraining_from_scratch(runs):
+    run = runs.get("pretrain", "one")
+    losses = _losses(run)
+    assert len(losses) == STEPS and losses[-1] < losses[0]
+    _assert_memory_agrees(run, 1)
+    assert "MockGPTDataset" in (run / "local-1.out").read_text() or "mock" in (run / "bridge.yaml").read_text().lower()
+
+
+def test_validate_steps_parses_bridges_own_lines(runs):
+    """`vdkit validate --steps RUN_DIR` on a Bridge run: the per-step CSV from Bridge's log lines."""
+    run = runs.get("sft", "one")
+    text = (run / "local-1.out").read_text()
+    lines = [l for l in text.splitlines() if "iteration" in l and "elapsed time per iteration (ms)" in l]
+    assert len(lines) == STEPS and "lm loss:" in lines[0]
+    out = subprocess.run([sys.executable, "-m", "vdkit", "validate", "--steps", str(run / "local-1.out")],
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [r.split(",") for r in out.stdout.strip().splitlines()[1:]]
+    assert len(rows) == STEPS
+    for row, line in zip(rows, lines):
+        ms = float(line.split("elapsed time per iteration (ms):")[1].split("|")[0])
+        loss = float(line.split("lm loss:")[1].split("|")[0])
+        assert float(row[1]) == pytest.approx(ms / 1000, rel=1e-6) and float(row[2]) == pytest.approx(loss, rel=1e-6)
+
+
+def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
+    """SIGKILL a one-rank SFT run after its step-2 checkpoint; the restart loads it (Bridge's own
+    resume: checkpoint.load) and every loss equals the uninterrupted run's. (With the distributed
+    optimizer the resumed run restores the weights - step 3 equal - but on this CPU not Adam's moments
+    exactly - step 4 differs by ~0.1 %: open; the plain optimizer's resume is exact.)"""
+    from vdkit.commands.run import with_local_defaults
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.prepare import prepare
+
+    recipe = compose(with_local_defaults([*BASE, "method=sft", *LR["sft"], f"model.megatron_path={runs.base}",
+                                          *LAYOUTS["one"], "parallelism.distributed_optimizer=false"]))
+    run_dir = prepare(make_plan(recipe), tmp_path / "runs").write()
+    launch = ("import sys; from vdkit.local import launch_local; "
+              "sys.exit(launch_local(sys.argv[1], 1, 1, terminal=open('/dev/null', 'wb')))")
+    proc = subprocess.Popen([sys.executable, "-c", launch, str(run_dir)], env=_env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if marker.is_file() and marker.read_text().strip() == "2":
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the rank and its checkpoint-writer children
+    proc.wait(60)
+    from vdkit.runlock import is_held
+
+    deadline = time.monotonic() + 60
+    while is_held(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    done = subprocess.run([sys.executable, "-c", launch, str(run_dir)], env=_env(), capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = (run_dir / "local-1.out").read_text()
+    assert "iteration        3/       4" in out and "iteration        1/       4" not in out  # resumed at 3
+    resumed = [float(l.split("lm loss:")[1].split("|")[0]) for l in out.splitlines() if "lm loss:" in l]
+    assert resumed == pytest.approx(_losses(runs.get("sft", "one"))[2:], rel=1e-5)
+
+
+BRIDGE_SLURM_JOB = [
+    "engine=bridge", "model=tiny_llama", "model.num_layers=4", "method=pretrain", "data=synthetic",
+    "engine.container_image=null", "cluster=xe9680", "cluster.nodes=2", "cluster.gpus_per_node=1",
+    "parallelism.pp=2", "train.max_steps=3", "train.micro_batch_size=2", "train.global_batch_size=4",
+    "train.seq_length=64", "method.warmup_steps=0", "cluster.mpi=none", "cluster.socket_ifname=lo",
+    "cluster.cpus_per_task=1",
+]
+
+
+def test_two_node_bridge_job_completes_on_the_local_slurm(local_slurm, tmp_path, capsys):
+    """Two emulated nodes, one srun task each (no torchrun): Bridge finds its ranks from Slurm's
+    variables and meets over gloo at the first node's address; one pipeline stage per node."""
+    from vdkit.cli import main
+
+    rc = main(["submit", *BRIDGE_SLURM_JOB, "--out", str(tmp_path), "--wait", "--timeout", "600"])
+    out = capsys.readouterr().out.splitlines()
+    run_dir, job_id = Path(out[0].split("\t")[0]), out[0].split("\t")[1]
+    log = "".join((run_dir / f"slurm-{job_id}.{ext}").read_text() for ext in ("out", "err")
+                  if (run_dir / f"slurm-{job_id}.{ext}").exists())
+    assert rc == 0, log[-4000:]
+    assert out[-1].split("\t")[:3] == [str(run_dir), job_id, "COMPLETED exit=0:0"]
+    assert "-m vdkit.recipes.bridge.rank" in (run_dir / "launch.sbatch").read_text()
+    assert "torchrun" not in (run_dir / "launch.sbatch").read_text()
+    assert "iteration        3/       3 |" in log and "lm loss:" in log, log[-4000:]
+    nodes = local_slurm.run("scontrol", "-o", "show", "job", job_id, check=True).stdout
+    assert "NumNodes=2 " in nodes
+    report = json.loads((run_dir / "memory.json").read_text())
+    assert [r["stage"] for r in report["ranks"]] == [0, 1]
+    _assert_memory_agrees(run_dir, 2)
