@@ -28,7 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 from vdkit import predict as P  # noqa: E402
 from vdkit.config import compose, conf_dir, sweep_cells  # noqa: E402
-from vdkit.plan import TIE, candidate_layouts, param_counts  # noqa: E402
+from vdkit.arch import param_counts  # noqa: E402
+from vdkit.plan import TIE, candidate_layouts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402
 
 # Physical ranges the fit must stay in (else it trades compute for overhead): GEMM-bound steps reach

@@ -26,7 +26,7 @@ import subprocess
 import sys
 from typing import List, Optional
 
-# Which variables a rank gets (torchrun's names; vdkit.recipes.reference.distributed reads them).
+# Which variables a rank gets (torchrun's names; vdkit.recipes.common.distributed reads them).
 RANK_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 

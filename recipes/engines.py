@@ -17,7 +17,7 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``command(plan, run_dir) -> list[str]``  (required)
     The argv every rank runs (under ``srun``, or as a local process under ``vdkit run``). Ranks
     find their rank / world size from Slurm's or torchrun's variables
-    (``vdkit.recipes.reference.distributed.resolve_dist_env`` reads both).
+    (``vdkit.recipes.common.distributed.resolve_dist_env`` reads both).
 ``files(plan, run_dir) -> dict[str, str | bytes]``  (default ``{}``)
     Extra files for the run directory, name -> content (names from :mod:`vdkit.rundir`, e.g.
     ``NEMO_CONFIG_FILE``). Rendered in memory for every cell before anything is written; raise
@@ -126,7 +126,9 @@ class Engine:
     def check(self, plan) -> None:
         vendors = self.gpu_vendors
         c = plan.recipe.cluster
-        if c.launcher != "local" and c.gpu_vendor not in vendors:
+        from vdkit import launchers
+
+        if not launchers.executes_here(c.launcher) and c.gpu_vendor not in vendors:
             raise UserError(f"engine={self.name} runs an image built for {'/'.join(vendors)} GPUs and cluster "
                             f"{c.name} has {c.gpu_vendor} GPUs", "use an engine built for them (engine=reference runs the "
                             "cluster's own image, cluster.container_image), or a cluster of that vendor")

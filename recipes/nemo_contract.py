@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Dict, NamedTuple, Tuple
 
+from vdkit.config import nvidia_pretrain_settings as _settings_for, nvidia_pretrain_tables
 from vdkit.errors import UserError
 
 
@@ -207,45 +208,12 @@ def check_nemo_config(cfg: dict, plan) -> None:
 
 
 # ----------------------------------------------------------------------------- NVIDIA's Llama 2 recipes
-NVIDIA_SOURCE = ("NeMo-Framework-Launcher conf/training/llama/llama2_{7b,13b,70b}.yaml "
-                 "(github.com/NVIDIA/NeMo-Framework-Launcher)")
-
-# Settings NVIDIA's launcher uses for Llama 2 pretraining on H100, as dotted keys of the NeMo config.
-NVIDIA_PRETRAIN: Dict[str, Any] = {
-    "model.optim.name": DISTRIBUTED_ADAM,
-    "model.optim.betas": [0.9, 0.95],
-    "model.optim.weight_decay": 0.1,
-    "model.optim.bucket_cap_mb": 125,
-    "model.optim.overlap_grad_sync": True,
-    "model.optim.overlap_param_sync": True,
-    "model.optim.contiguous_grad_buffer": True,
-    "model.optim.sched.min_lr": 1e-5,
-    "model.megatron_amp_O2": True,
-    "model.gradient_accumulation_fusion": True,
-    "model.bias_activation_fusion": True,
-    "model.bias_dropout_add_fusion": True,
-    "model.masked_softmax_fusion": True,
-    "model.use_flash_attention": True,
-    "model.transformer_engine": True,
-    "model.mcore_gpt": True,
-    "model.gc_interval": 100,
-    "model.overlap_p2p_comm": True,  # with the interleaved pipeline (VP > 1), which NVIDIA uses wherever PP > 1
-    "model.batch_p2p_comm": False,
-    "model.activations_checkpoint_granularity": None,
-    "model.data.splits_string": "99990,8,2",
-    "model.global_batch_size": 2048,
-    "model.ub_tp_comm_overlap": True,  # TP > 1
-    "exp_manager.step_timing_kwargs.buffer_size": 5,
-    "exp_manager.resume_if_exists": False,
-}
-NVIDIA_PRETRAIN_BY_SIZE: Dict[str, Dict[str, Any]] = {
-    "llama2_7b": {"model.init_method_std": 0.01, "model.optim.lr": 1e-4, "model.tensor_model_parallel_size": 1,
-                  "model.pipeline_model_parallel_size": 1},
-    "llama2_13b": {"model.init_method_std": 0.01, "model.optim.lr": 1e-4, "model.tensor_model_parallel_size": 2,
-                   "model.pipeline_model_parallel_size": 1},
-    "llama2_70b": {"model.init_method_std": 0.008944, "model.optim.lr": 1.5e-4, "model.tensor_model_parallel_size": 4,
-                   "model.pipeline_model_parallel_size": 4, "model.virtual_pipeline_model_parallel_size": 5},
-}
+# NVIDIA's settings are data (conf/nvidia/llama2_pretrain.yaml, read by vdkit.config): the common
+# ones, the per-size ones, and NeMo's llama defaults for models without an NVIDIA recipe.
+_NVIDIA = nvidia_pretrain_tables()
+NVIDIA_SOURCE: str = _NVIDIA["source"]
+NVIDIA_PRETRAIN: Dict[str, Any] = dict(_NVIDIA["common"])
+NVIDIA_PRETRAIN_BY_SIZE: Dict[str, Dict[str, Any]] = {k: dict(v) for k, v in _NVIDIA["by_size"].items()}
 
 # Where vdkit's pretraining config departs from NVIDIA's, and why. Everything else is NVIDIA's.
 PRETRAIN_DEPARTURES: Dict[str, str] = {
@@ -274,13 +242,9 @@ NOT_IN_NEMO_1_23: Dict[str, str] = {
 }
 
 
-# NeMo's megatron_llama_config.yaml values for models without an NVIDIA recipe (e.g. tiny_llama).
-NEMO_LLAMA_DEFAULTS: Dict[str, Any] = {"model.optim.lr": 2e-4, "model.optim.sched.min_lr": 2e-5,
-                                       "model.init_method_std": 0.02}
+NEMO_LLAMA_DEFAULTS: Dict[str, Any] = dict(_NVIDIA["nemo_llama_defaults"])
 
 
 def nvidia_pretrain_settings(model_name: str) -> Dict[str, Any]:
     """NVIDIA's pretraining settings for one Llama 2 size (common + per size); {} for other models."""
-    if model_name not in NVIDIA_PRETRAIN_BY_SIZE:
-        return {}
-    return {**NVIDIA_PRETRAIN, **NVIDIA_PRETRAIN_BY_SIZE[model_name]}
+    return _settings_for(model_name)

@@ -31,10 +31,13 @@ def template(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_refused_or_warned(case, template, tmp_path):
     ws = workspace(template, tmp_path / "ws", case.needs)
-    res = run_case(case, ws)
+    # The hang class must end within HANG_S; the others get slack for a loaded CI machine (a slow
+    # refusal is still a refusal), and are killed long before the suite would notice.
+    res = run_case(case, ws, limit=HANG_S if case.cls == 5 else 6 * HANG_S)
     outcome = classify(case, res, ws)
     assert outcome == "clean", f"{outcome}: {why(case, res)}"
-    assert res.seconds < HANG_S
+    if case.cls == 5:
+        assert res.seconds < HANG_S
     assert SECRET not in res.out + res.err
 
 

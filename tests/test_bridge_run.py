@@ -145,7 +145,7 @@ def test_loss_falls_against_an_lr0_control(runs, method):
 
 def test_lora_trains_only_the_adapters(runs):
     """memory.json: gradients (and Adam states) exist for the adapters only - the plan's LoRA count."""
-    from vdkit.plan import trainable_params
+    from vdkit.arch import trainable_params
     from vdkit.rundir import load_plan
 
     run = runs.get("lora", "one")

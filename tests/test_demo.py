@@ -6,7 +6,7 @@ import pytest
 
 from vdkit.cli import main
 from vdkit.validation.run_dir import validate_one
-from vdkit.config import load_recipe
+from vdkit.rundir import load_recipe
 
 
 @pytest.mark.slow

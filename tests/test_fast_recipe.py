@@ -71,8 +71,8 @@ def test_table9_fast_renders(cell, tmp_path):
 
 
 def test_report_shows_published_predicted_guide_and_fast_side_by_side():
-    run = tables.RunResult("runs/x", "llama2_7b", "lora", 4, 1, True)
-    table = tables.table9([run])
+    # The planned table (no run directories) plans the published cells, the guide's recipe and the fast one.
+    table = tables.table9([])
     cell = next(c for c in table.cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
     assert cell.published == 102 and cell.predicted and cell.predicted_fast
     assert cell.predicted_fast * 10 <= cell.published
@@ -81,6 +81,10 @@ def test_report_shows_published_predicted_guide_and_fast_side_by_side():
     assert f"102 / {cell.predicted:.3g} / {cell.predicted_fast:.3g}" in md
     d = cell.to_dict()
     assert d["predicted_minutes"] and d["predicted_fast_minutes"]
+    # With run directories, a cell's prediction is its run's plan.json's: nothing is planned at report time.
+    run = tables.RunResult("runs/x", "llama2_7b", "lora", 4, 1, True, predicted_minutes=12.5)
+    ran = next(c for c in tables.table9([run]).cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
+    assert (ran.predicted, ran.predicted_fast) == (12.5, None)
 
 
 @pytest.mark.parametrize("sweep", ["table9", "table9_fast"])

@@ -6,7 +6,7 @@ import re
 import pytest
 import yaml
 
-from vdkit import config, keys
+from vdkit import config, keys, schema
 from vdkit.cli import main
 from vdkit.errors import UserError
 
@@ -17,14 +17,14 @@ def test_every_schema_field_says_what_it_means():
 
 
 def test_every_schema_field_is_a_key():
-    sections = {f.name: f.default_factory for f in dataclasses.fields(config.VdkitConfig)}
+    sections = {f.name: f.default_factory for f in dataclasses.fields(schema.VdkitConfig)}
     expected = {f"{s}.{f.name}" for s, cls in sections.items() for f in dataclasses.fields(cls)}
     assert {d.key for d in keys.all_keys()} == expected
 
 
 def test_the_meaning_is_the_comment_on_the_fields_line():
     # read independently of keys.py: the line `    nodes: int = ...  # ...` of ClusterCfg's source
-    source = inspect.getsource(config.ClusterCfg)
+    source = inspect.getsource(schema.ClusterCfg)
     line = next(ln for ln in source.splitlines() if re.match(r"\s+nodes: int\b", ln))
     comment = line.split("  # ", 1)[1].strip()
     assert keys.lookup("cluster.nodes")[0].meaning == comment

@@ -123,9 +123,3 @@ def test_run_lock_names_its_launcher(tmp_path):
         os.close(fd)
     assert holder_note(tmp_path) is None  # released: the lock file's text outlives it, the note does not
 
-
-def test_python_m_vdkit_local_needs_one_run_dir(tmp_path, capsys):
-    from vdkit.local import main as local_main
-
-    assert local_main([]) == 2 and "usage: python -m vdkit.local RUN_DIR" in capsys.readouterr().err
-    assert local_main([str(tmp_path)]) == 2 and "error:" in capsys.readouterr().err  # not a run directory

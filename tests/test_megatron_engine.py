@@ -182,7 +182,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     from vdkit.config import compose
     from vdkit.plan import make_plan
     from vdkit.local import launch_local, rank_env
-    from vdkit.recipes.megatron import checkpoint as ckpt
+    from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.megatron import megatron_command
     from vdkit.ports import free_port
     from vdkit.commands.run import with_local_defaults
@@ -223,7 +223,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     assert "Traceback" not in (tmp_path / "rank1.out").read_text()
     # checkpoint_every_n_steps=0: the only checkpoint is the one the signal asked for
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step={stopped}.ckpt"]
-    assert ckpt.latest(run_dir / "checkpoints").name == f"step={stopped}.ckpt"
+    assert latest(run_dir / "checkpoints").name == f"step={stopped}.ckpt"
 
     with open(os.devnull, "wb") as sink:  # the requeued job: same command, same run dir
         old = dict(os.environ)

@@ -72,7 +72,7 @@ def test_nemo_refuses_what_it_cannot_express():
 
 
 def test_reference_llama_config_reads_the_model_fields():
-    from vdkit.recipes.reference.data import ByteTokenizer
+    from vdkit.recipes.common.data import ByteTokenizer
     from vdkit.recipes.reference.model import llama_config
 
     m = compose(["model=tiny_llama", "model.norm_eps=1e-6", "model.rope_base=500000",
@@ -87,7 +87,7 @@ def test_reference_llama_config_reads_the_model_fields():
 
 
 def test_param_counts_follow_the_architecture_fields():
-    from vdkit.plan import param_counts
+    from vdkit.arch import param_counts
 
     llama = compose(["model=tiny_llama"]).model
     base = param_counts(llama)
@@ -109,8 +109,8 @@ def test_param_counts_follow_the_architecture_fields():
 def test_param_counts_match_transformers_llama():
     import torch  # noqa: F401  (transformers builds on it)
 
-    from vdkit.plan import param_counts
-    from vdkit.recipes.reference.data import ByteTokenizer
+    from vdkit.arch import param_counts
+    from vdkit.recipes.common.data import ByteTokenizer
     from vdkit.recipes.reference.model import llama_config
     from transformers import LlamaForCausalLM
 

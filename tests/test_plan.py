@@ -3,7 +3,8 @@ import pytest
 
 from vdkit.config import compose, sweep_cells
 from vdkit.errors import UserError
-from vdkit.plan import make_plan, param_counts, require_feasible
+from vdkit.arch import param_counts
+from vdkit.plan import make_plan, require_feasible
 
 
 def plan(*overrides):

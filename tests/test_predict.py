@@ -7,7 +7,8 @@ import pytest
 
 from vdkit import predict as P
 from vdkit.config import compose, sweep_cells
-from vdkit.plan import HEADROOM, TIE, candidate_layouts, make_plan
+from vdkit.calibration import HEADROOM
+from vdkit.plan import TIE, candidate_layouts, make_plan
 
 
 def recipe(*overrides):

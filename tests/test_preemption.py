@@ -83,6 +83,7 @@ def test_the_contract_is_one_set_of_constants():
 
 # ----------------------------------------------------------------------------- checkpoint *.tmp (item 2)
 def test_save_and_resume_remove_partial_checkpoint_files(tmp_path):
+    from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference import checkpoint as ckpt
 
     d = tmp_path / "checkpoints"
@@ -96,7 +97,7 @@ def test_save_and_resume_remove_partial_checkpoint_files(tmp_path):
     stale[0].write_bytes(b"again")
     ckpt.save(d, 6, {"step": 6})
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "step=6.ckpt"]
-    assert ckpt.latest(d).name == "step=6.ckpt"
+    assert latest(d).name == "step=6.ckpt"
 
 
 # ----------------------------------------------------------------------------- the reference engine
@@ -125,7 +126,7 @@ def _no_slurm_path(tmp_path: Path) -> str:
 def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.recipes.reference.checkpoint import latest
+    from vdkit.recipes.common.checkpoint import latest
     from vdkit.rundir import create_run_dir
 
     max_steps = 400  # far more than the test lets it run before the signal
@@ -182,7 +183,7 @@ def test_the_budget_stops_a_rank_without_any_signal(tmp_path):
 
 def test_usr1_to_one_rank_stops_every_rank_at_the_same_step(tmp_path):
     """Two ranks (gloo); only rank 1 gets the signal: both stop after the same step, rank 0 saves it."""
-    from vdkit.recipes.reference.checkpoint import latest
+    from vdkit.recipes.common.checkpoint import latest
 
     cmd = [sys.executable, "-m", "vdkit", "run", "method=lora", "cluster.gpus_per_node=2", "train.max_steps=400",
            "train.global_batch_size=4", *TINY, "--out", str(tmp_path)]

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from vdkit.errors import UserError
-from vdkit.recipes.reference import data as rdata
-from vdkit.recipes.reference.distributed import resolve_dist_env
+from vdkit.recipes.common import data as rdata
+from vdkit.recipes.common.distributed import resolve_dist_env
 from vdkit.recipes.progress import progress_line, tqdm_num
 
 BASE = ["model=tiny_llama", "data=synthetic", "engine=reference", "cluster=local", "train.seq_length=128",
@@ -167,7 +167,7 @@ def test_method_really_trains(tmp_path, method, lr, extra):
 def test_pretrain_logs_and_checkpoints(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from vdkit.recipes.reference.checkpoint import latest
+    from vdkit.recipes.common.checkpoint import latest
 
     run_dir, losses, text = _train(tmp_path, ["method=pretrain", "train.micro_batch_size=1",
                                               "train.global_batch_size=4", "train.max_steps=12",
@@ -184,11 +184,12 @@ def test_pretrain_logs_and_checkpoints(tmp_path):
 
 
 def test_engine_refuses_a_model_parallel_plan(tmp_path):
-    from types import SimpleNamespace
-
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
     from vdkit.recipes.reference.train import check_layout
 
-    plan = SimpleNamespace(tp=2, pp=1, dp=1, grad_accum=1, recipe=None)
+    plan = make_plan(compose(BASE + ["cluster.gpus_per_node=2", "parallelism.tp=2", "train.global_batch_size=2"]))
+    assert (plan.tp, plan.pp) == (2, 1)
     with pytest.raises(UserError, match="data parallel only"):
         check_layout(plan, resolve_dist_env({}))
 
@@ -213,3 +214,22 @@ def test_a_configured_sentencepiece_tokenizer_is_used_and_checked(tmp_path):
     assert len(s.ids) < len(rdata.encode_sample(rdata.ByteTokenizer(), "upper: abc", "ABC", 64, True).ids)
     with pytest.raises(UserError, match="needs a vocabulary of"):
         rdata.load_tokenizer(trained(600))  # more ids than tiny_llama's 512 embeddings
+
+
+def test_the_planner_counts_the_lora_parameters_the_engine_trains():
+    """peft puts LoRA on q, k and v separately: the plan's trainable count is the peft model's own."""
+    pytest.importorskip("peft")
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.recipes.common.data import load_tokenizer
+    from vdkit.recipes.reference.model import build_model
+    from vdkit.recipes.reference.train import check_layout
+
+    recipe = compose(BASE + ["method=lora"])
+    assert recipe.engine.lora_qkv == "separate"
+    model = build_model(recipe, load_tokenizer(recipe))
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    plan = make_plan(recipe)
+    assert plan.trainable_params == trained
+    with pytest.raises(UserError, match="engine.lora_qkv=separate"):
+        check_layout(make_plan(compose(BASE + ["method=lora", "engine.lora_qkv=fused"])), resolve_dist_env({}))

@@ -80,7 +80,7 @@ def test_a_failing_rank_fails_the_run(tmp_path, capsys):
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])
     run_dir = create_run_dir(make_plan(recipe), {}, tmp_path)
-    rc = launch_local(run_dir, world=2, per_node=2, terminal=open(os.devnull, "wb"))
+    rc = launch_local(run_dir, world=2, per_node=2, terminal=open(os.devnull, "wb"), command=reference_command(run_dir))
     assert rc == 2
     assert re.search(r"rank [01] exited with code 2; see ", capsys.readouterr().err)
     assert "2 processes were started" in (run_dir / "local-1.out").read_text()
@@ -92,7 +92,8 @@ def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
 
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.recipes.reference.checkpoint import latest, load
+    from vdkit.recipes.common.checkpoint import latest
+    from vdkit.recipes.reference.checkpoint import load
     from vdkit.recipes.reference.train import train
     from vdkit.rundir import create_run_dir
 

@@ -5,7 +5,7 @@ import json
 import re
 from pathlib import Path
 
-from test_validation_cli import TINY, make_run, series
+from helpers import TINY, make_run, series
 from vdkit.cli import main
 from vdkit.validation.extrapolate import estimate
 from vdkit.validation.tables import NOT_PUBLISHED, NOT_PUBLISHED_MARK

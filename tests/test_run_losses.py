@@ -44,7 +44,7 @@ def test_concurrent_renders_into_one_out_dir_all_succeed(tmp_path):
 
 
 def test_zero3_keeps_the_newest_checkpoints_and_the_latest(tmp_path):
-    from vdkit.recipes.reference.checkpoint import KEEP
+    from vdkit.recipes.common.checkpoint import KEEP
     from vdkit.recipes.reference.sharding import prune_deepspeed_tags
 
     for step in (5, 10, 15, 20, 25):

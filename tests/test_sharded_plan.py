@@ -85,7 +85,7 @@ def test_llama31_roce_plans_all_six_cells():
 
 
 def test_tables_from_sweeps_and_a_measured_run(tmp_path):
-    from test_validation_logs import write_nemo1_log
+    from helpers import write_nemo1_log
     from vdkit.rundir import create_run_dir
     from vdkit.validation import hf_tables
 
@@ -97,8 +97,11 @@ def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     assert row.ours == pytest.approx((9.0 + 1.5 * 608) / 60, rel=0.02)  # 609 steps = 3 epochs
     assert row.published == 15 and row.ratio == pytest.approx(row.ours / 15)
     assert [r.published_text for r in t.rows] == ["< 10"] * 4 + ["15", "42", "out of memory"]
+    assert row.memory_gb == pytest.approx(make_plan(compose(cell)).memory.total_gb)  # the run's plan.json
     md = hf_tables.to_markdown(t)
-    assert "DOES NOT FIT" in md and "short by" in md and "| OPT-6.7B |" in md
+    assert "| OPT-6.7B |" in md and "not run" in md and "DOES NOT FIT" not in md  # rows not run are not planned
+    planned = hf_tables.to_markdown(hf_tables.build("alpaca_opt"))  # no runs: the planned table
+    assert "DOES NOT FIT" in planned and "short by" in planned
     files = hf_tables.write(t, tmp_path / "report")
     assert sorted(f.name for f in files) == ["alpaca_opt.csv", "alpaca_opt.json", "alpaca_opt.md", "alpaca_opt.png"]
     blog = hf_tables.build("llama31_roce")

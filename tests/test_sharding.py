@@ -28,7 +28,7 @@ def _losses(run_dir: Path):
 
 
 def _render(tmp_path, sharding: str, extra=()) -> Path:
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
     from vdkit.rundir import create_run_dir
 
     plan = make_plan(compose(RUN + [f"parallelism.sharding={sharding}", f"run.name=s_{sharding}", *extra]))
@@ -106,7 +106,8 @@ def test_fsdp_and_zero3_track_ddp_in_bf16_on_two_gpus(tmp_path):
 
 
 def test_blog_deepspeed_settings_resolve_like_transformers():
-    from vdkit.recipes.reference.sharding import deepspeed_config_source, resolve_deepspeed_config
+    from vdkit.conftree import deepspeed_config_source
+    from vdkit.recipes.reference.sharding import resolve_deepspeed_config
 
     base = ["model=llama3_1_70b", "engine=reference", "parallelism.sharding=zero3", "cluster=xe9680_mi300x",
             "cluster.nodes=2", "method=sft", "data=pubmedqa", "train.micro_batch_size=2",

@@ -3,35 +3,14 @@ from __future__ import annotations
 
 import csv
 import json
-import random
 
 import pytest
 
-from test_validation_logs import write_events, write_nemo1_log
+from helpers import TINY, make_run, series, write_nemo1_log
 from vdkit.cli import main
-from vdkit.config import compose, load_recipe
+from vdkit.config import compose
+from vdkit.rundir import load_recipe
 from vdkit.plan import make_plan
-from vdkit.rundir import create_run_dir
-
-
-def make_run(base, overrides, timings=None, kind="out"):
-    """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
-    run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)
-    if timings is not None:
-        if kind == "out":
-            write_nemo1_log(run / "slurm-1.out", timings)
-        else:
-            (run / "logs").mkdir()
-            write_events(run / "logs", timings)
-    return run
-
-
-def series(mean, n=50, warm=12.0, seed=0, cv=0.01):
-    rng = random.Random(seed)
-    return [warm] + [rng.gauss(mean, cv * mean) for _ in range(n - 1)]
-
-
-TINY = ["model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic"]
 
 
 # ----------------------------------------------------------------------------- validate

@@ -7,74 +7,12 @@ from __future__ import annotations
 
 import os
 import struct
-from pathlib import Path
 
 import pytest
 
+from helpers import bar_update, nemo2_line, tqdm_num, write_events, write_nemo1_log
 from vdkit.errors import UserError
 from vdkit.validation.logs import (StepLog, merge_logs, parse_tensorboard, parse_text_log, read_source)
-
-
-# ----------------------------------------------------------------------------- NeMo-format writers
-def tqdm_num(x) -> str:
-    """TQDM's format_num with Lightning's padding (lightning.pytorch...tqdm_progress.Tqdm.format_num)."""
-    f = "{0:.3g}".format(x).replace("e+0", "e+").replace("e-0", "e-")
-    n = str(x)
-    s = f if len(f) < len(n) else n
-    if isinstance(x, float) and "e" not in s:
-        if "." not in s and len(s) < 5:
-            s += "."
-        s += "0" * (5 - len(s))
-    return s
-
-
-def bar_update(n, total, step, timing, loss=1.5, gbs=128, epoch=0, v_num="0", empty=False) -> str:
-    """One NeMo 1.x progress-bar update as Lightning's TQDMProgressBar prints it."""
-    tot = "?" if total is None else str(total)
-    pct = "" if total is None else f"{int(100 * n / total):3d}%"
-    metrics = {"v_num": v_num, "reduced_train_loss": loss, "global_step": float(step),
-               "consumed_samples": float((step + 1) * gbs), "train_step_timing in s": timing}
-    body = ", ".join(f"{k}={'' if empty and k != 'v_num' else (v if isinstance(v, str) else tqdm_num(v))}"
-                     for k, v in metrics.items())
-    return f"Epoch {epoch}: {pct}|███▏      | {n}/{tot} [03:10<04:23, 0.11it/s, {body}]"
-
-
-def write_nemo1_log(path: Path, timings, total=None, stale_prints=True, glue_every=0, start_step=0,
-                    epoch=0, tail="\n") -> Path:
-    """A Slurm .out with one '\\r'-separated TQDM update per step (and Lightning's stale re-prints)."""
-    total = len(timings) if total is None else total
-    parts = []
-    prev = None
-    for i, t in enumerate(timings):
-        step = start_step + i
-        n = step + 1
-        if stale_prints and prev is not None:
-            parts.append(prev.replace(f"| {n - 1}/", f"| {n}/", 1))  # bar moved, metrics not yet updated
-        upd = bar_update(n, total, step, t, loss=2.0 - 0.001 * step, epoch=epoch)
-        if glue_every and i % glue_every == 0:
-            upd += f"[NeMo I 2024-01-01 12:00:{i % 60:02d} nemo_logging:349] Saving checkpoint step={step}"
-        parts.append(upd)
-        prev = upd
-    head = "[NeMo I 2024-01-01 11:59:00 megatron_init:263] Rank 0 has data parallel group : [0]\n"
-    path.write_text(head + "\r".join(parts) + tail)
-    return path
-
-
-def nemo2_line(it, total, step, timing) -> str:
-    return (f"Training epoch 0, iteration {it}/{total} | lr: 1.2e-05 | global_step: {step} | reduced_train_loss: 2.1"
-            f" | train_step_timing in s: {timing} | consumed_samples: {(step + 1) * 128}")
-
-
-def write_events(logdir: Path, values, tag="train_step_timing in s", start=0):
-    """TensorBoard events the way Lightning's TensorBoardLogger writes them (torch's SummaryWriter)."""
-    from torch.utils.tensorboard import SummaryWriter
-
-    w = SummaryWriter(str(logdir))
-    for i, v in enumerate(values):
-        w.add_scalar(tag, v, start + i)
-        w.add_scalar("reduced_train_loss", 2.0 - 0.01 * i, start + i)
-    w.close()
-    return sorted(logdir.glob("events.out.tfevents.*"))[-1]
 
 
 def _record_offset(raw: bytes, k: int) -> int:

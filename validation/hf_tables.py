@@ -1,12 +1,13 @@
 """The transformers-engine documents' tables: ``alpaca_opt`` (the fine-tuning white paper's Figure 6)
 and ``llama31_roce`` (the multi-node blog's train time per epoch), next to the published figures.
 
-Rows come from the sweep of the same name (conf/sweep/NAME.yaml): every cell is planned, so the
-table shows the planner's verdict and memory even for cells never run (OPT-30B: out of memory, by
-how much). Run directories fill in what was measured: the step times, extrapolated to the cell's
-``train.target_steps`` (the whole 3-epoch run for Alpaca, one epoch for PubMedQA) by
-:mod:`vdkit.validation.extrapolate`. A prediction column is filled when the planner carries a
-step-time prediction (``plan.prediction``, :mod:`vdkit.predict`); it stays empty otherwise.
+Rows come from the sweep of the same name (conf/sweep/NAME.yaml). With run directories, a row that
+was run shows the plan it was rendered with (its ``plan.json``: memory, verdict, prediction, never
+re-planned) and what was measured: the step times, extrapolated to the cell's ``train.target_steps``
+(the whole 3-epoch run for Alpaca, one epoch for PubMedQA) by :mod:`vdkit.validation.extrapolate`;
+rows not run show the published figure only. Without run directories the table is the planned one:
+every cell is planned, so it shows the planner's verdict, memory and prediction (OPT-30B: out of
+memory, by how much).
 
 Units follow the documents: minutes for the whole run (white paper), seconds per epoch (blog).
 """
@@ -36,8 +37,8 @@ class Row:
     gpus: int
     transport: str
     params_b: float
-    feasible: bool
-    memory_gb: float
+    feasible: Optional[bool]  # None: not planned (a row not run in a report of run directories)
+    memory_gb: Optional[float]
     gpu_memory_gb: float
     reason: str = ""
     target_steps: int = 0
@@ -111,52 +112,69 @@ def _key(model: str, nodes: int, transport: str) -> tuple:
 
 
 def build(name: str, runs: Sequence = ()) -> HFTable:
-    """The table ``name`` from its sweep's plans and the run directories ``runs``."""
+    """The table ``name`` from the run directories ``runs`` (their plans, never re-planned), or, with no
+    runs, the planned table of its sweep."""
     from vdkit.arch import param_counts
-    from vdkit.config import compose, load_recipe, sweep_cells
-    from vdkit.plan import make_plan
-    from vdkit.rundir import RECIPE_FILE
+    from vdkit.config import compose, sweep_cells
+    from vdkit.rundir import RECIPE_FILE, load_plan, load_recipe
     from vdkit.validation.tables import collect_run, load_published
 
     if name not in TABLES:
         raise UserError(f"no table named {name!r} here", "use " + " or ".join(TABLES))
     pub = load_published(name)
     seconds = "second" in pub["units"]
-    rows: List[Row] = []
-    for cell in sweep_cells(name, PLAN_ONLY):
-        plan = make_plan(compose(cell))
-        r = plan.recipe
-        row = Row(model=r.model.name, nodes=r.cluster.nodes, gpus=r.world_size, transport=r.cluster.transport,
-                  params_b=param_counts(r.model).total / 1e9, feasible=plan.feasible,
-                  memory_gb=plan.memory.total_gb, gpu_memory_gb=r.cluster.gpu_memory_gb, reason=plan.reason or "",
-                  target_steps=r.train.target_steps, predicted=_prediction(plan, seconds))
-        row.published, row.published_text = _published_cell(pub, row)
-        rows.append(row)
-    index = {_key(row.model, row.nodes, row.transport): row for row in rows}
     warnings: List[str] = []
+    by_key: Dict[tuple, List[Path]] = {}
+    recipes = {}
     for path in runs:
         path = Path(path)
         if not (path / RECIPE_FILE).is_file():
             raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
                             "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
-        recipe = load_recipe(path)
-        key = _key(recipe.model.name, recipe.cluster.nodes, recipe.cluster.transport)
-        row = index.get(key)
-        if row is None:
+        recipe = recipes[path] = load_recipe(path)
+        by_key.setdefault(_key(recipe.model.name, recipe.cluster.nodes, recipe.cluster.transport), []).append(path)
+    rows: List[Row] = []
+    for cell in sweep_cells(name, PLAN_ONLY):
+        r = compose(cell)
+        key = _key(r.model.name, r.cluster.nodes, r.cluster.transport)
+        ran = by_key.pop(key, [])
+        if ran:
+            plan = load_plan(ran[0])
+        elif not runs:
+            from vdkit.plan import make_plan  # the planned table: no run directory to read a plan from
+
+            plan = make_plan(r)
+        else:
+            plan = None
+        row = Row(model=r.model.name, nodes=r.cluster.nodes, gpus=r.world_size, transport=r.cluster.transport,
+                  params_b=param_counts(r.model).total / 1e9, feasible=plan.feasible if plan else None,
+                  memory_gb=plan.memory.total_gb if plan else None, gpu_memory_gb=r.cluster.gpu_memory_gb,
+                  reason=(plan.reason or "") if plan else "", target_steps=r.train.target_steps,
+                  predicted=_prediction(plan, seconds) if plan else None)
+        row.published, row.published_text = _published_cell(pub, row)
+        rows.append(row)
+        for path in ran:
+            _add_run(row, path, recipes[path], seconds, warnings, collect_run)
+    for key, paths in by_key.items():
+        for path in paths:
+            recipe = recipes[path]
             warnings.append(f"{path}: {recipe.model.name} on {recipe.cluster.nodes} node(s) "
                             f"({recipe.cluster.transport}) is not a cell of {name}; skipped")
-            continue
-        res = collect_run(path, recipe.train.target_steps)
-        warnings.extend(res.warnings)
-        row.runs.append(str(path))
-        if res.estimate is None:
-            row.ours_status = "no timing" if row.ours is None else row.ours_status
-            continue
-        e = res.estimate
-        value = e.extrapolated_minutes * (60.0 if seconds else 1.0)
-        if row.ours is None or e.steps_measured > 0:
-            row.ours, row.ours_status = value, ("extrapolated" if e.extrapolated else "measured")
     return HFTable(name, pub["title"], pub["source"].strip(), pub["units"], rows, dict(pub["models"]), warnings)
+
+
+def _add_run(row: Row, path: Path, recipe, seconds: bool, warnings: List[str], collect_run) -> None:
+    """A run directory's measured (or extrapolated) figure into its row."""
+    res = collect_run(path, recipe.train.target_steps)
+    warnings.extend(res.warnings)
+    row.runs.append(str(path))
+    if res.estimate is None:
+        row.ours_status = "no timing" if row.ours is None else row.ours_status
+        return
+    e = res.estimate
+    value = e.extrapolated_minutes * (60.0 if seconds else 1.0)
+    if row.ours is None or e.steps_measured > 0:
+        row.ours, row.ours_status = value, ("extrapolated" if e.extrapolated else "measured")
 
 
 # ----------------------------------------------------------------------------- rendering
@@ -178,9 +196,10 @@ def to_markdown(t: HFTable) -> str:
                f"predicted ({unit}) | this kit ({unit}) | published ({unit}) | ratio |")
     out.append("| --- | ---: | ---: | ---: | --- | --- | ---: | ---: | ---: | ---: |")
     for r in t.rows:
-        fit = f"{r.memory_gb:.1f} of {r.gpu_memory_gb:g}" + ("" if r.feasible else " — DOES NOT FIT")
+        fit = ("not run" if r.memory_gb is None else
+               f"{r.memory_gb:.1f} of {r.gpu_memory_gb:g}" + ("" if r.feasible else " — DOES NOT FIT"))
         ours = _fmt(r.ours) + (" [e]" if r.ours_status == "extrapolated" else "")
-        if not r.feasible:
+        if r.feasible is False:
             ours = "N/A"
         ratio = f"{r.ratio:.2f}×" if r.ratio is not None else (
             f"pred. {r.predicted_ratio:.2f}×" if r.predicted_ratio is not None else "—")
@@ -190,7 +209,7 @@ def to_markdown(t: HFTable) -> str:
             "[e]: extrapolated by this kit from the measured steps to the cell's steps (`vdkit validate`). "
             "Predicted: the kit's step-time model (— when it gives none). Ratio: this kit ÷ published.", ""]
     for r in t.rows:
-        if not r.feasible:
+        if r.feasible is False:
             out.append(f"- {t.labels.get(r.model, r.model)}, {r.nodes} node(s): {r.reason}")
     out += ["", f"Published source: {t.source}", ""]
     return "\n".join(out)
@@ -223,7 +242,7 @@ def bars_png(t: HFTable) -> bytes:
               if t.name == "llama31_roce" else t.labels.get(r.model, r.model) for r in t.rows]
     series = [("predicted", [r.predicted for r in t.rows]), ("this kit", [r.ours for r in t.rows]),
               ("published", [r.published for r in t.rows])]
-    notes = {j: "does not fit" for j, r in enumerate(t.rows) if not r.feasible}
+    notes = {j: "does not fit" for j, r in enumerate(t.rows) if r.feasible is False}
     return grouped_bars_png(t.title, "minutes (3 epochs)" if t.unit == "minutes" else "seconds per epoch", labels,
                             series, notes)
 

@@ -19,7 +19,7 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
     """The run's engine.checkpoint_every_n_steps (0 without a run directory: one checkpoint at the end)."""
     if run_dir is None:
         return 0
-    from vdkit.config import load_recipe
+    from vdkit.rundir import load_recipe
 
     every = load_recipe(run_dir).engine.checkpoint_every_n_steps
     if every is None:  # written without the plan's cadence: the engines' fallback (vdkit.schedule)
@@ -34,7 +34,7 @@ def target_steps_of(source) -> int:
     run_dir = find_run_dir(Path(source))
     if run_dir is None:
         return DEFAULT_TARGET_STEPS
-    from vdkit.config import load_recipe
+    from vdkit.rundir import load_recipe
 
     return load_recipe(run_dir).train.target_steps
 

@@ -55,7 +55,7 @@ class RunResult:
 
 def collect_run(path, target_steps: int) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
-    from vdkit.config import load_recipe
+    from vdkit.rundir import load_recipe
     from vdkit.rundir import RECIPE_FILE, load_plan
     from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
@@ -69,8 +69,8 @@ def collect_run(path, target_steps: int) -> RunResult:
     try:
         plan = load_plan(path)  # the plan the run was rendered with, never re-planned
         res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
-        if plan.feasible:
-            res.predicted_minutes = _predicted_minutes(plan, target_steps)
+        if plan.prediction is not None:  # plan.json's own prediction, for the table's steps
+            res.predicted_minutes = plan.prediction.step_seconds * target_steps / 60.0
     except UserError as exc:
         # An unreadable plan.json says nothing about fitting ("N/A" would claim it does not fit): the
         # run's measured steps still count; only the predicted column stays blank.
@@ -86,17 +86,6 @@ def collect_run(path, target_steps: int) -> RunResult:
         res.error = str(exc)
         res.warnings.append(f"{path}: no steps to report yet ({exc.what})")
     return res
-
-
-def _predicted_minutes(plan, steps: int) -> Optional[float]:
-    """The step-time model's minutes for ``steps`` steps of the plan's own layout (None off H100s)."""
-    from vdkit.predict import predict, predicts_for
-
-    r, p = plan.recipe, plan.recipe.parallelism
-    if not predicts_for(r):
-        return None
-    pred = predict(r, plan.tp, plan.pp, p.vp or 1, p.recompute or "none", bool(p.distributed_optimizer))
-    return pred.step_seconds * steps / 60.0
 
 
 def collect_runs(paths, target_steps: int) -> List[RunResult]:
@@ -264,7 +253,9 @@ def table9(results: List[RunResult]) -> Table:
     rows = sorted({(m, g) for m, g, _ in published if m in models} | {(m, g) for m, g, _ in by_cell})
     order = _model_order(pub["models"], models)
     rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
-    predictions = table9_predictions(int(pub["steps"])) if any(m in pub["models"] for m in models) else {}
+    # Predictions of cells that were run come from their plan.json (_fill); only the planned table (no
+    # runs) plans the published cells themselves.
+    predictions = table9_predictions(int(pub["steps"])) if not results else {}
     cells = []
     for model, gpus in rows:
         for method in TABLE9_METHODS:
@@ -308,7 +299,7 @@ def training_table(results: List[RunResult]) -> Table:
     models = {m for m, _, _ in by_cell} if results else set(pub["models"])  # no runs: the planned table
     keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
     order = _model_order(pub["models"], {k[0] for k in keys})
-    predicted = training_predictions(int(pub["steps"])) if published else {}
+    predicted = training_predictions(int(pub["steps"])) if not results else {}  # runs: their plan.json
     cells = []
     for model, nodes, method in sorted(keys, key=lambda k: (order.index(k[0]), k[1], k[2])):
         runs = by_cell.get((model, nodes, method), [])

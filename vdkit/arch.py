@@ -1,4 +1,4 @@
-"""Parameter counts per architecture, from ModelCfg's fields (Llama 2 / 3.1, OPT).
+"""Parameter counts per architecture, from ModelCfg's fields (Llama 2 / 3.1, OPT), and per method.
 
 One formula for every decoder the kit knows, driven by the architecture fields rather than the
 model's name, and checked against transformers' own model classes (tests/test_arch.py builds each
@@ -71,3 +71,47 @@ def param_counts(m) -> ParamCounts:
     output = 0 if getattr(m, "tied_embeddings", False) else V * h
     return ParamCounts(per_layer=per_layer, embedding=V * e, final_norm=final_norm, num_layers=m.num_layers,
                        output=output, extra=extra)
+
+
+# ----------------------------------------------------------------------------- per method
+LORA_QKV = ("fused", "separate")  # engine.lora_qkv: where an engine puts LoRA on the attention projections
+
+
+def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused") -> int:
+    """LoRA parameters of one layer's attention projections, as the engine places them (``engine.lora_qkv``).
+
+    ``fused``: NeMo 1.23 and the megatron engine adapt the fused QKV projection (A is h x r, B is
+    r x (h + 2 kv)). ``separate``: peft adapts q, k and v, each with its own A (h x r) and B (r x h,
+    r x kv, r x kv)."""
+    h = m.hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    if qkv == "separate":
+        return adapter_dim * (3 * h + h + 2 * kv)
+    return adapter_dim * (h + h + 2 * kv)
+
+
+def ptuning_params(method, m, tp: int = 1) -> float:
+    """P-tuning's prompt encoder (NeMo's PromptEncoderAdapter): a virtual-token embedding (v x e), then
+    e -> bottleneck -> h. ``tp`` > 1: what one tensor-parallel rank holds (the linear layers sharded,
+    the embedding and the second layer's bias replicated)."""
+    v, b, e, h = method.ptuning_virtual_tokens, method.ptuning_bottleneck_dim, method.ptuning_embedding_dim, m.hidden_size
+    return v * e + (e * b + b) / tp + b * h / tp + h
+
+
+def trainable_params(r) -> int:
+    """Parameters the method trains: all (sft, pretrain), LoRA where the engine puts it, or the prompt encoder."""
+    m = r.model
+    if r.method.name == "lora":
+        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim, r.engine.lora_qkv)
+    if r.method.name == "ptuning":
+        return int(ptuning_params(r.method, m))
+    return param_counts(m).total
+
+
+def checkpoint_gb(r) -> float:
+    """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params
+    (bytes per parameter: conf/calibration/memory.yaml)."""
+    from vdkit.calibration import memory
+    from vdkit.schema import GB
+
+    return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB

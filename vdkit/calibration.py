@@ -13,13 +13,21 @@ from vdkit.errors import UserError
 
 CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a wheel)
 
+# Headroom: the memory model already counts the per-GPU overhead (memory.yaml overhead_gb: CUDA context and
+# cuBLAS / Transformer Engine workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the
+# rest for slack). What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what
+# is reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
+# co-scheduled monitoring process - needs a reserve of its own: an automatic layout (vdkit.plan) and the
+# largest micro batch of a sharded plan (vdkit.sharded) leave HEADROOM of the GPU unused.
+HEADROOM = 0.10
+
 
 @lru_cache(maxsize=None)
 def load(name: str) -> dict:
     """``conf/calibration/<name>.yaml`` as a dict (UserError when the file is missing)."""
     import yaml
 
-    from vdkit.config import conf_dir
+    from vdkit.conftree import conf_dir
 
     path = conf_dir() / CALIBRATION_DIR / f"{name}.yaml"
     if not path.is_file():

@@ -84,7 +84,7 @@ def _load(path: Path) -> dict:
 
 # ----------------------------------------------------------------------------- config groups
 def _group_files(group: str) -> List[Path]:
-    from vdkit.config import conf_dir
+    from vdkit.conftree import conf_dir
 
     return sorted((conf_dir() / group).glob("*.yaml"))
 
@@ -92,7 +92,7 @@ def _group_files(group: str) -> List[Path]:
 def _model_facts(path: Path) -> str:
     """'6.74B params, 32 layers, hidden 4096' from the model file's own sizes."""
     from vdkit.arch import param_counts
-    from vdkit.config import ModelCfg
+    from vdkit.schema import ModelCfg
 
     data = _load(path)
     known = {k: v for k, v in data.items() if k in ModelCfg.__dataclass_fields__}
@@ -122,7 +122,7 @@ def _cluster_facts(path: Path) -> str:
     """'1-6 nodes x 8 H100-SXM5-80GB, ib' from the cluster file."""
     import dataclasses
 
-    from vdkit.config import ClusterCfg
+    from vdkit.schema import ClusterCfg
 
     d = {**dataclasses.asdict(ClusterCfg()), **_with_defaults(path)}  # the schema's defaults under the file's values
     nodes = f"{d['min_nodes']}-{d['max_nodes']}" if d["min_nodes"] != d["max_nodes"] else f"{d['min_nodes']}"

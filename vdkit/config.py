@@ -1,7 +1,8 @@
-"""The recipe schema, Hydra composition and validation.
+"""Composition and rules: Hydra composes conf/ with the overrides into a validated Recipe.
 
-Overrides -> Hydra compose (schema from the ConfigStore) -> re-merge into the schema (so that a
-``+key=...`` cannot smuggle an unknown key past it) -> a frozen :class:`Recipe`.
+Overrides -> Hydra compose (the schema, :mod:`vdkit.schema`, from the ConfigStore) -> re-merge into
+the schema (so that a ``+key=...`` cannot smuggle an unknown key past it) -> field rules -> a frozen
+:class:`~vdkit.schema.Recipe`.
 
 Everything downstream takes a ``Recipe``; nothing re-reads overrides.
 """
@@ -10,160 +11,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+from functools import lru_cache
 from typing import Any, Dict, List, Optional
 
+from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
-
-# ----------------------------------------------------------------------------- the schema
-# Plain dataclasses registered in Hydra's ConfigStore. Each field's trailing comment is its documentation,
-# the only one: `vdkit plan --explain KEY` and `vdkit plan --cfg` print it (vdkit/keys.py); a test requires one.
-
-
-@dataclass
-class ModelCfg:
-    name: str = "llama2_7b"  # the model's name (conf/model/<name>.yaml; `model=NAME` picks one); in run names
-    num_layers: int = 32  # transformer layers (blocks)
-    hidden_size: int = 4096  # model width (d_model)
-    ffn_hidden_size: int = 11008  # MLP inner width
-    num_attention_heads: int = 32  # attention heads (hidden_size must divide by it)
-    num_query_groups: int = 32  # KV heads (grouped-query attention when < num_attention_heads)
-    vocab_size: int = 32000  # tokenizer vocabulary (embedding and output-layer rows)
-    max_position_embeddings: int = 4096  # the longest sequence the model was trained for
-    pretrain_tp: Optional[int] = None  # the training guide's tensor parallelism for method=pretrain
-    pretrain_pp: Optional[int] = None  # the training guide's pipeline stages for method=pretrain
-    nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
-    # Architecture: every engine builds its model from these (defaults are Llama 2's).
-    arch: str = "llama"  # model family: llama | opt
-    norm: str = "rmsnorm"  # rmsnorm | layernorm
-    norm_eps: float = 1e-5  # epsilon of every norm layer
-    activation: str = "swiglu"  # MLP: swiglu (gated, 3 matrices) | relu | gelu (2 matrices)
-    bias: bool = False  # bias terms in the linear layers (OPT: true)
-    position_embedding: str = "rope"  # rope | learned (absolute, OPT)
-    rope_base: float = 10000.0  # RoPE theta (Llama 3.1: 500000)
-    rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
-    tied_embeddings: bool = False  # output layer shares the input embedding (Llama 2: untied)
-    tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
-    embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
-    pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
-    hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
-    megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
-
-
-@dataclass
-class MethodCfg:
-    name: str = "lora"  # sft | lora | ptuning | pretrain
-    peft_scheme: str = "lora"  # NeMo's model.peft.peft_scheme: none | lora | ptuning
-    optimizer: str = "fused_adam"  # NeMo's optimizer name: fused_adam | distributed_fused_adam (with parallelism.distributed_optimizer)
-    lr: float = 1e-4  # peak learning rate
-    min_lr: float = 0.0  # learning rate at the end of the cosine decay
-    warmup_steps: int = 50  # linear learning-rate warm-up steps
-    weight_decay: float = 0.01  # AdamW weight decay
-    lora_adapter_dim: int = 32  # LoRA rank (method=lora)
-    lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
-    ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
-    ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
-    ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)
-
-
-@dataclass
-class ClusterCfg:
-    name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
-    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
-    nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
-    min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
-    max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
-    gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
-    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
-    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
-    gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
-    cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
-    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
-    max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
-    storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
-    ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
-    socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
-    partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
-    account: Optional[str] = None  # sbatch --account (site option)
-    qos: Optional[str] = None  # sbatch --qos (site option)
-    reservation: Optional[str] = None  # sbatch --reservation (site option)
-    dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
-    nccl_debug: Optional[str] = None  # e.g. INFO; off by default
-    gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
-    transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
-    inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
-    container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
-    env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
-    kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
-
-
-@dataclass
-class DataCfg:
-    name: str = "dolly"  # the data set's name (conf/data/<name>.yaml; `data=NAME` picks one)
-    kind: str = "sft"  # sft (JSONL input/output) | pretrain (Megatron indexed prefixes)
-    data_dir: Optional[str] = None  # mounted into the container at the same path
-    train_files: List[str] = field(default_factory=list)  # relative to data_dir
-    validation_files: List[str] = field(default_factory=list)  # relative to data_dir
-    test_files: List[str] = field(default_factory=list)  # relative to data_dir
-    packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
-    tokenizer_model: Optional[str] = None  # SentencePiece .model or HF tokenizer dir; None: engine default
-
-
-@dataclass
-class EngineCfg:
-    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
-    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
-    nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
-    log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
-
-
-@dataclass
-class ParallelismCfg:
-    sharding: str = "none"  # data-parallel sharding (engine=reference): none (DDP) | fsdp (torch FSDP full-shard) | zero3 (DeepSpeed)
-    cpu_offload: bool = False  # fsdp / zero3: keep parameters and optimizer states in host memory
-    deepspeed_config: Optional[str] = None  # zero3: a file in conf/deepspeed/ (name) or a JSON/YAML path; None: plain ZeRO-3
-    tp: Optional[int] = None  # None: chosen by the planner
-    pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
-    vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
-    sequence_parallel: Optional[bool] = None  # None: on when tp > 1
-    recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
-    distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
-
-
-@dataclass
-class TrainCfg:
-    micro_batch_size: int = 1  # samples per rank per forward pass (MBS)
-    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation)
-    max_steps: int = 50  # steps the job runs (the measured run)
-    target_steps: int = 1000  # steps validation extrapolates to
-    seq_length: int = 2048  # tokens per sample (padded / packed to it)
-    precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
-    fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
-    seed: int = 1234  # random seed (data order, initialisation)
-
-
-@dataclass
-class RunCfg:
-    name: Optional[str] = None  # job and run-directory name; default <model>_<method>_<N>n<G>g
-    out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
-    results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
-    secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
-
-
-@dataclass
-class VdkitConfig:
-    model: ModelCfg = field(default_factory=ModelCfg)
-    method: MethodCfg = field(default_factory=MethodCfg)
-    cluster: ClusterCfg = field(default_factory=ClusterCfg)
-    data: DataCfg = field(default_factory=DataCfg)
-    engine: EngineCfg = field(default_factory=EngineCfg)
-    parallelism: ParallelismCfg = field(default_factory=ParallelismCfg)
-    train: TrainCfg = field(default_factory=TrainCfg)
-    run: RunCfg = field(default_factory=RunCfg)
-
+from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
 def _engine_names() -> tuple:
@@ -177,7 +31,6 @@ PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain":
 PRECISIONS = ("bf16", "fp8")
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
-ENGINES = _engine_names()  # from the engine registry (vdkit.recipes.engines, standard library only)
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
@@ -189,71 +42,7 @@ POSITION_EMBEDDINGS = ("rope", "learned")
 TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A composed, validated recipe: the single input of everything downstream.
-
-    The sections are the schema dataclasses; treat them as read-only. ``overrides`` are the
-    command-line overrides it was composed from (kept for ``overrides.txt``).
-    """
-
-    model: ModelCfg
-    method: MethodCfg
-    cluster: ClusterCfg
-    data: DataCfg
-    engine: EngineCfg
-    parallelism: ParallelismCfg
-    train: TrainCfg
-    run: RunCfg
-    overrides: tuple = ()
-
-    # Derived values: computed here once, never typed twice.
-    @property
-    def world_size(self) -> int:
-        return self.cluster.nodes * self.cluster.gpus_per_node
-
-    @property
-    def run_name(self) -> str:
-        if self.run.name:
-            return self.run.name
-        return f"{self.model.name}_{self.method.name}_{self.cluster.nodes}n{self.cluster.gpus_per_node}g"
-
-    @property
-    def is_peft(self) -> bool:
-        return self.method.name in ("lora", "ptuning")
-
-    def to_dict(self) -> dict:
-        """The resolved config as plain data (what ``recipe.yaml`` holds)."""
-        out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(VdkitConfig)}
-        return out
-
-    def with_parallelism(self, **changes) -> "Recipe":
-        """A copy with parallelism fields replaced (the planner fills in what auto left open)."""
-        return dataclasses.replace(self, parallelism=dataclasses.replace(self.parallelism, **changes))
-
-
 # ----------------------------------------------------------------------------- conf/ location
-def conf_dir() -> Path:
-    """The Hydra config tree: $VDKIT_CONF_DIR, a checkout's conf/, or the installed copy."""
-    env = os.environ.get("VDKIT_CONF_DIR")
-    if env:
-        return Path(env).resolve()
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "conf", here / "conf"):
-        if (candidate / "config.yaml").is_file():
-            return candidate
-    try:  # an installed wheel: conf/ is the package data of vdkit.conf
-        import importlib.resources as resources
-
-        installed = Path(str(resources.files("vdkit.conf")))
-        if (installed / "config.yaml").is_file():
-            return installed
-    except (ModuleNotFoundError, TypeError):
-        pass
-    raise UserError("cannot find the vdkit config tree (conf/config.yaml)",
-                    "reinstall vdkit or set VDKIT_CONF_DIR to a conf/ directory")
-
-
 def group_options(group: str) -> List[str]:
     """The options of one config group (file stems under conf/<group>/)."""
     return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
@@ -277,13 +66,30 @@ def _register_schema() -> None:
     _STORED = True
 
 
+NVIDIA_PRETRAIN_FILE = Path("nvidia") / "llama2_pretrain.yaml"  # under conf/: NVIDIA's Llama 2 settings (data)
+
+
+@lru_cache(maxsize=1)
+def nvidia_pretrain_tables() -> dict:
+    """conf/nvidia/llama2_pretrain.yaml: NVIDIA's common and per-size settings, NeMo's llama defaults."""
+    import yaml
+
+    return yaml.safe_load((conf_dir() / NVIDIA_PRETRAIN_FILE).read_text())
+
+
+def nvidia_pretrain_settings(model_name: str) -> Dict[str, Any]:
+    """NVIDIA's pretraining settings for one Llama 2 size (common + per size); {} for other models."""
+    tables = nvidia_pretrain_tables()
+    if model_name not in tables["by_size"]:
+        return {}
+    return {**tables["common"], **tables["by_size"][model_name]}
+
+
 def _nvidia_pretrain(model: str, key: str):
     """NVIDIA's launcher value of ``model.optim.KEY`` / ``model.optim.sched.KEY`` for a Llama 2 size.
 
     Sizes NVIDIA publishes no recipe for get NeMo's llama YAML defaults (lr 2e-4, min_lr 2e-5)."""
-    from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS, nvidia_pretrain_settings
-
-    settings = {**NEMO_LLAMA_DEFAULTS, **nvidia_pretrain_settings(model)}
+    settings = {**nvidia_pretrain_tables()["nemo_llama_defaults"], **nvidia_pretrain_settings(model)}
     for dotted in (f"model.optim.{key}", f"model.optim.sched.{key}"):
         if dotted in settings:
             return settings[dotted]
@@ -469,6 +275,10 @@ def validate_fields(r: Recipe) -> None:
     _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
+    from vdkit.arch import LORA_QKV
+
+    _check(r.engine.lora_qkv in LORA_QKV, f"engine.lora_qkv={r.engine.lora_qkv!r} is not a LoRA placement",
+           "use " + " or ".join(f"engine.lora_qkv={v}" for v in LORA_QKV))
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
            "use " + ", ".join(SHARDINGS))
     _check(r.parallelism.sharding == "none" or r.engine.name == "reference",
@@ -596,21 +406,3 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
     except OmegaConfBaseException as exc:
         raise UserError(f"invalid recipe.yaml: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
     return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
-
-
-def load_recipe(path) -> Recipe:
-    """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
-    from vdkit.rundir import RECIPE_FILE
-
-    path = Path(path)
-    if path.is_dir():
-        path = path / RECIPE_FILE
-    if not path.is_file():
-        raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
-    from vdkit.files import load_yaml
-
-    data = load_yaml(path, "recipe")  # a UserError for a bad file, never a hang on an alias bomb
-    if not isinstance(data, dict):
-        raise UserError(f"recipe {path} is not a mapping of sections (model, method, ...)",
-                        "restore recipe.yaml (or re-render the run with `vdkit render`)")
-    return recipe_from_dict(data)

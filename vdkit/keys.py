@@ -1,6 +1,6 @@
 """What each recipe key means, read from the one place it is written: the schema's field comments.
 
-Every field of the schema dataclasses (:class:`vdkit.config.VdkitConfig` and its sections) carries
+Every field of the schema dataclasses (:class:`vdkit.schema.VdkitConfig` and its sections) carries
 its meaning as a trailing comment on its own line::
 
     nodes: int = 1  # XE9680s (or hosts) in the job: sbatch --nodes; world size = nodes x gpus_per_node
@@ -38,7 +38,7 @@ class KeyDoc:
 
 def _sections() -> Dict[str, type]:
     """Section name -> its dataclass, in the schema's order (model, method, cluster, ...)."""
-    from vdkit.config import VdkitConfig
+    from vdkit.schema import VdkitConfig
 
     out = {}
     for f in dataclasses.fields(VdkitConfig):

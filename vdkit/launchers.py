@@ -174,6 +174,11 @@ def get(name: str) -> Launcher:
     return Launcher(name, importlib.import_module(REGISTRY[name]))
 
 
+def executes_here(name: str) -> bool:
+    """Whether launcher ``name`` starts the ranks on this machine (local processes), not on a cluster."""
+    return get(name).executes_here
+
+
 def of(plan) -> Launcher:
     """The launcher that starts ``plan`` (its ``cluster.launcher``)."""
     return get(plan.recipe.cluster.launcher)

@@ -1,8 +1,8 @@
 """The local launcher (``cluster.launcher=local``): local processes stand in for a job's ranks, any engine.
 
-The interface is :mod:`vdkit.launchers'`; this launcher *executes here* (:func:`run`): ``vdkit run``
+The interface is :mod:`vdkit.launchers`'; this launcher *executes here* (:func:`run`): ``vdkit run``
 and ``vdkit demo`` train through it, ``vdkit render cluster=local`` writes the run directory and no
-script (``python -m vdkit.local RUN_DIR`` trains a rendered one). One process per rank, each running the engine's ``command(plan, run_dir)`` with the
+script. One process per rank, each running the engine's ``command(plan, run_dir)`` with the
 torchrun-style variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR,
 MASTER_PORT). Rank 0's stdout and stderr go to ``<run_dir>/local-1.out`` and to the terminal, as
 a Slurm job's go to ``slurm-<jobid>.out``; the other ranks' to ``<run_dir>/logs/rank<R>.out``; a
@@ -52,8 +52,7 @@ def files(plan, job: JobSpec, run_dir: Path) -> dict:
 def require() -> None:
     """There is no scheduler to hand a run to: one line saying how to train here instead."""
     raise UserError("cluster.launcher=local has no scheduler to submit to",
-                    "train here with `vdkit run ...` (or `python -m vdkit.local RUN_DIR` for a rendered run "
-                    "directory), or submit to a Slurm cluster (e.g. cluster=xe9680)")
+                    "train here with `vdkit run ...`, or submit to a Slurm cluster (e.g. cluster=xe9680)")
 
 
 def submit(run_dir: Path) -> str:
@@ -151,12 +150,10 @@ def _await_stop(procs: List[subprocess.Popen]):
 
 
 def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None,
-                 command: Optional[List[str]] = None) -> int:
-    """Run ``world`` ranks of ``command`` on this machine; 0 when all succeed (the run is finished).
-
-    ``command`` defaults to the command of the run directory's engine (from its recipe.yaml and
-    plan.json). Returns :data:`EXIT_STOPPED` when the ranks stopped cleanly (a stop signal; resume
-    with ``vdkit run --resume``), else the first failing rank's exit code (naming the rank on stderr)."""
+                 command: List[str] = ()) -> int:
+    """Run ``world`` ranks of ``command`` (the engine's rank argv) on this machine; 0 when all succeed
+    (the run is finished). Returns :data:`EXIT_STOPPED` when the ranks stopped cleanly (a stop signal;
+    resume with ``vdkit run --resume``), else the first failing rank's exit code (naming the rank on stderr)."""
     from vdkit.ports import free_port
     from vdkit.rundir import LOG_DIR
     from vdkit.runlock import acquire_local
@@ -166,12 +163,6 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
     lock_fd = acquire_local(run_dir, NAME)  # one job at a time in a run dir, as a scheduler's script does
     (run_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
     port = free_port()
-    if command is None:
-        from vdkit.recipes import engines
-        from vdkit.rundir import load_plan
-
-        plan = load_plan(run_dir)
-        command = engines.get(plan.recipe.engine.name).command(plan, run_dir.absolute())
     cmd = list(command)
     procs: List[subprocess.Popen] = []
     files = []
@@ -235,26 +226,3 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
             fh.close()
         os.close(lock_fd)
 
-
-def main(argv=None) -> int:
-    """``python -m vdkit.local RUN_DIR``: train a run directory rendered for cluster=local."""
-    from vdkit.recipes import engines
-    from vdkit.rundir import load_plan
-
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("usage: python -m vdkit.local RUN_DIR", file=sys.stderr)
-        return 2
-    try:
-        run_dir = Path(argv[0]).absolute()
-        plan = load_plan(run_dir)
-        engine = engines.get(plan.recipe.engine.name)
-        engine.local_check(plan)
-        return run(run_dir, plan, engine.command(plan, run_dir))
-    except UserError as exc:
-        print(f"vdkit: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -40,100 +40,16 @@ per trainable parameter (a PEFT checkpoint holds only the adapter's).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-from vdkit.calibration import is_borderline, overhead_gb
-from vdkit.config import ModelCfg, Recipe
+from vdkit.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
+from vdkit.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
+from vdkit.predict import predict_step, predicts_for, regime
+from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
-GB = 1e9
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
 # conf/calibration/memory.yaml, read through vdkit.calibration.
-
-
-# ----------------------------------------------------------------------------- parameter counts
-# Parameter counts live in vdkit.arch (one formula per architecture); re-exported here.
-from vdkit.arch import ParamCounts, param_counts  # noqa: E402,F401
-
-
-def trainable_params(r: Recipe) -> int:
-    """Parameters the method trains: all (sft, pretrain), LoRA on fused QKV, or the prompt encoder."""
-    m, counts = r.model, param_counts(r.model)
-    if r.method.name == "lora":
-        kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
-        # NeMo 1.23 adds LoRA to the fused QKV projection: A is h x r, B is r x (h + 2 kv).
-        return m.num_layers * r.method.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv)
-    if r.method.name == "ptuning":
-        v, b, e, h = (r.method.ptuning_virtual_tokens, r.method.ptuning_bottleneck_dim,
-                      r.method.ptuning_embedding_dim, m.hidden_size)
-        # NeMo's PromptEncoderAdapter: a virtual-token embedding (v x e), then e -> bottleneck -> h.
-        return v * e + (e * b + b) + (b * h + h)
-    return counts.total
-
-
-# ----------------------------------------------------------------------------- the plan
-@dataclass(frozen=True)
-class Memory:
-    """Per-GPU memory of the worst pipeline stage, in GB (1e9 bytes)."""
-
-    weights_gb: float
-    gradients_gb: float
-    optimizer_gb: float
-    activations_gb: float
-    overhead_gb: float
-
-    @property
-    def total_gb(self) -> float:
-        return self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb + self.overhead_gb
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A recipe with its layout decided, the memory it needs, and whether it fits."""
-
-    recipe: Recipe  # parallelism filled in (tp, pp, vp, sequence_parallel, recompute, distributed_optimizer)
-    dp: int
-    grad_accum: int
-    memory: Memory
-    feasible: bool
-    borderline: bool
-    reason: Optional[str]
-    checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
-    notes: Tuple[str, ...] = ()
-    prediction: object = None  # vdkit.predict.Prediction (feasible plans)
-    runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
-
-    @property
-    def tp(self) -> int:
-        return self.recipe.parallelism.tp
-
-    @property
-    def pp(self) -> int:
-        return self.recipe.parallelism.pp
-
-    def to_dict(self) -> dict:
-        r, p = self.recipe, self.recipe.parallelism
-        return {
-            "model": r.model.name, "method": r.method.name, "engine": r.engine.name, "cluster": r.cluster.name,
-            "nodes": r.cluster.nodes, "gpus_per_node": r.cluster.gpus_per_node, "gpus": r.world_size,
-            "tp": p.tp, "pp": p.pp, "vp": p.vp, "dp": self.dp, "grad_accum": self.grad_accum,
-            "sequence_parallel": p.sequence_parallel, "recompute": p.recompute,
-            "distributed_optimizer": p.distributed_optimizer, "precision": r.train.precision,
-            "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
-            "seq_length": r.train.seq_length, "layout_source": self.layout_source,
-            "params_b": round(param_counts(r.model).total / 1e9, 3),
-            "trainable_params": trainable_params(r),
-            "memory": {k: round(v, 2) for k, v in dataclasses.asdict(self.memory).items()},
-            "memory_per_gpu_gb": round(self.memory.total_gb, 2), "gpu_memory_gb": r.cluster.gpu_memory_gb,
-            "feasible": self.feasible, "borderline": self.borderline, "reason": self.reason,
-            "checkpoint_gb": round(self.checkpoint_gb, 1), "notes": list(self.notes),
-            "runner_up": self.runner_up,
-            **(self.prediction.to_dict() if self.prediction else
-               dict.fromkeys(("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",
-                              "predicted_gpu_hours"))),
-        }
 
 
 # ----------------------------------------------------------------------------- rules
@@ -224,12 +140,10 @@ def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float,
     held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
             + ((output + counts.final_norm) if stage == pp - 1 else 0))
     if meth.name == "lora":
-        kv = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
-        trainable = layers * meth.lora_adapter_dim * (m.hidden_size + m.hidden_size + 2 * kv) / tp
+        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv) / tp
         held += trainable
     elif meth.name == "ptuning":
-        v, b, e, h = meth.ptuning_virtual_tokens, meth.ptuning_bottleneck_dim, meth.ptuning_embedding_dim, m.hidden_size
-        trainable = (v * e + (e * b + b) / tp + b * h / tp + h) if stage == 0 else 0.0
+        trainable = ptuning_params(meth, m, tp) if stage == 0 else 0.0
         held += trainable
     else:
         trainable = held
@@ -286,41 +200,10 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
                   overhead_gb=overhead_gb(r.cluster))
 
 
-def checkpoint_gb(r: Recipe) -> float:
-    """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params."""
-    from vdkit.calibration import memory
-
-    return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB
-
-
 # ----------------------------------------------------------------------------- layout search
-# Headroom: the memory model already counts the per-GPU overhead (memory.yaml overhead_gb: CUDA context and cuBLAS / Transformer Engine
-# workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the rest for slack).
-# What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what is
-# reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
-# co-scheduled monitoring process - needs a reserve of its own: an automatic layout must leave
-# HEADROOM of the GPU unused. Pinned layouts are only checked against the whole GPU.
-HEADROOM = 0.10
+# HEADROOM (vdkit.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
+# are only checked against the whole GPU.
 TIE = 0.01  # predicted step times within 1 % are a tie (the model is not that precise)
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One layout the planner weighs: its memory, whether it fits (with headroom) and its step time."""
-
-    tp: int
-    pp: int
-    vp: int
-    recompute: str
-    memory: Memory
-    fits: bool  # within the GPU's memory
-    roomy: bool  # within the GPU's memory less HEADROOM
-    step: object = None  # vdkit.predict.StepTime (filled by rank_candidates)
-
-    @property
-    def label(self) -> str:
-        return f"TP {self.tp} x PP {self.pp}" + (f" (VP {self.vp})" if self.vp > 1 else "") + \
-               (f", recompute {self.recompute}" if self.recompute != "none" else "")
 
 
 def _vp_options(r: Recipe, pp: int, pinned_vp: Optional[int], dp: int) -> List[int]:
@@ -355,8 +238,6 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
 def rank_candidates(r: Recipe, candidates: List[Candidate], distributed_optimizer: bool,
                     constants: Optional[dict] = None) -> List[Candidate]:
     """The candidates that fit, fastest first (predicted step time; ties: less memory)."""
-    from vdkit.predict import predict_step
-
     ranked = [dataclasses.replace(c, step=predict_step(r, c.tp, c.pp, c.vp, c.recompute, distributed_optimizer,
                                                        constants))
               for c in candidates if c.fits]
@@ -412,7 +293,6 @@ def make_plan(recipe: Recipe) -> Plan:
         from vdkit.sharded import make_sharded_plan
 
         return make_sharded_plan(recipe)
-    from vdkit.predict import Prediction, predicts_for, regime
 
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
@@ -487,7 +367,8 @@ def make_plan(recipe: Recipe) -> Plan:
                      " (the layout is still the one it predicts fastest)")
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
-                layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up)
+                layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
+                params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
 
 
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:

@@ -35,11 +35,11 @@ against each.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.arch import param_counts, trainable_params
+from vdkit.schema import Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
@@ -112,8 +112,6 @@ def _matmul_per_layer(m, counts) -> int:
 
 def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None) -> float:
     """Model FLOPs per token for one training step (forward, backward and recomputation)."""
-    from vdkit.plan import param_counts
-
     m = recipe.model
     counts = param_counts(m)
     matmul_per_layer = _matmul_per_layer(m, counts)
@@ -125,33 +123,6 @@ def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
 
 # ----------------------------------------------------------------------------- the prediction
-@dataclass(frozen=True)
-class StepTime:
-    """A predicted training step, in seconds, by term (per GPU; all GPUs take the same time)."""
-
-    compute_s: float  # ideal GEMM time of the step's micro batches
-    overhead_s: float  # per-micro-batch overhead (small micro batches, unfused gradient accumulation)
-    communication_s: float  # TP collectives + PP sends + DP all-reduce (not overlapped)
-    bubble_s: float  # pipeline fill and drain
-    optimizer_s: float
-    tokens_per_step: float  # tokens the step trains on (all GPUs)
-    samples_per_step: float  # training samples per step (packed: samples per sequence x GBS)
-    parts: Dict[str, float] = field(default_factory=dict)  # finer communication split
-
-    @property
-    def total_s(self) -> float:
-        return self.compute_s + self.overhead_s + self.communication_s + self.bubble_s + self.optimizer_s
-
-    def terms(self) -> Dict[str, float]:
-        return {"compute": self.compute_s, "per-micro-batch overhead": self.overhead_s,
-                "communication": self.communication_s, "pipeline bubble": self.bubble_s,
-                "optimizer": self.optimizer_s}
-
-    def dominant(self, k: int = 2):
-        """The k largest terms as (name, seconds), largest first."""
-        return sorted(self.terms().items(), key=lambda kv: -kv[1])[:k]
-
-
 def _ring_s(bytes_per_gpu: float, ranks: int, gb_s: float, latency_s: float) -> float:
     """A ring all-reduce of ``bytes_per_gpu`` over ``ranks`` GPUs at ``gb_s`` GB/s per GPU."""
     if ranks <= 1:
@@ -167,8 +138,6 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     ``constants`` overrides the calibrated ones (the benchmark refits them); the layout must be
     valid (see vdkit.plan.layout_violations).
     """
-    from vdkit.plan import param_counts, trainable_params
-
     calib = calib or calibration()
     k = constants or fitted(calib)
     hw = calib["hardware"]
@@ -272,43 +241,6 @@ def _fused_path(recipe) -> bool:
     are on (then vdkit renders NVIDIA's performance settings: recipes/nemo_config.PERFORMANCE_SETTINGS).
     """
     return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels) or regime(recipe) == "fused"
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """What `vdkit plan` reports: the step and what it adds up to."""
-
-    step: StepTime
-    target_steps: int
-    gpus: int
-
-    @property
-    def step_seconds(self) -> float:
-        return self.step.total_s
-
-    @property
-    def minutes(self) -> float:
-        return self.step.total_s * self.target_steps / 60.0
-
-    @property
-    def tokens_per_s_per_gpu(self) -> float:
-        return self.step.tokens_per_step / self.step.total_s / self.gpus
-
-    @property
-    def gpu_hours(self) -> float:
-        return self.minutes / 60.0 * self.gpus
-
-    def minutes_for_samples(self, samples: float) -> float:
-        """Minutes to train on ``samples`` training samples (whole steps)."""
-        return math.ceil(samples / self.step.samples_per_step) * self.step.total_s / 60.0
-
-    def to_dict(self) -> dict:
-        return {"predicted_step_seconds": round(self.step_seconds, 4),
-                "predicted_minutes": round(self.minutes, 2),
-                "predicted_tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
-                "predicted_gpu_hours": round(self.gpu_hours, 3),
-                "predicted_terms_s": {k: round(v, 4) for k, v in self.step.terms().items()},
-                "samples_per_step": round(self.step.samples_per_step, 2)}
 
 
 def predict(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none", distributed_optimizer: bool = False,

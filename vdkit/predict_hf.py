@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.predict import StepTime
+from vdkit.schema import StepTime
 
 
 def constants() -> dict:
@@ -116,9 +116,8 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     """Predicted seconds per step of a transformers-engine recipe (DDP / FSDP / ZeRO-3), by term.
 
     None when the GPU is not described or a multi-node TCP cluster states no ``inter_node_gb_s``."""
-    from vdkit.arch import param_counts
+    from vdkit.arch import param_counts, trainable_params
     from vdkit.calibration import memory
-    from vdkit.plan import trainable_params
     from vdkit.tokens import micro_batch_tokens
 
     calib = calib or constants()

@@ -166,7 +166,7 @@ def check_files(recipe) -> None:
     p = recipe.parallelism
     if p.deepspeed_config:
         # The reader lives with the engine that uses it; it refuses a missing file, a non-mapping, stage != 3.
-        from vdkit.recipes.reference.sharding import deepspeed_config_source
+        from vdkit.conftree import deepspeed_config_source
 
         try:
             deepspeed_config_source(p.deepspeed_config)
@@ -435,7 +435,7 @@ def check_local_run(plan) -> None:
     if r.parallelism.cpu_offload:
         raise UserError("parallelism.cpu_offload=true moves GPU memory to the host; this machine has no GPU, so "
                         "there is nothing to offload", "drop parallelism.cpu_offload (or set it false) here")
-    from vdkit.plan import param_counts, trainable_params
+    from vdkit.arch import param_counts, trainable_params
 
     total, trainable = param_counts(r.model).total, trainable_params(r)
     per_rank = CPU_BYTES_WEIGHT * total + CPU_BYTES_TRAINABLE * trainable

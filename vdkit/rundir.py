@@ -15,7 +15,9 @@ directory (every engine, every launcher):
     finished           the run's last step is done (the launcher writes it; no job starts again)
 
 Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
-:func:`load_plan`; nothing re-plans from overrides after render.
+:func:`load_plan` (the prediction included); nothing re-plans from overrides after render. This
+module depends on the types (:mod:`vdkit.schema`) and the recipe reader (:mod:`vdkit.config`), never
+on the planner.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Dict, Optional, Union
 
 from vdkit.errors import UserError
+from vdkit.schema import Memory, Plan, Prediction, Recipe, StepTime
 
 RECIPE_FILE = "recipe.yaml"
 PLAN_FILE = "plan.json"
@@ -76,10 +79,41 @@ def find_run_dir(source) -> Optional[Path]:
 
 
 def plan_record(plan) -> dict:
-    """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded."""
+    """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded.
+
+    ``prediction`` (the step time by term, the target steps and GPUs) lets validation and reports
+    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning.
+    """
     import dataclasses
 
-    return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb}
+    pred = plan.prediction
+    return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb,
+            "params": plan.params,
+            "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
+                                                     "target_steps": pred.target_steps, "gpus": pred.gpus}}
+
+
+def load_recipe(path) -> Recipe:
+    """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
+    from vdkit.config import recipe_from_dict
+    from vdkit.files import load_yaml
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECIPE_FILE
+    if not path.is_file():
+        raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
+    data = load_yaml(path, "recipe")  # a UserError for a bad file, never a hang on an alias bomb
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {path} is not a mapping of sections (model, method, ...)",
+                        "restore recipe.yaml (or re-render the run with `vdkit render`)")
+    return recipe_from_dict(data)
+
+
+def _prediction(data) -> Optional[Prediction]:
+    if not data:
+        return None
+    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]))
 
 
 def plan_json(plan, **extra) -> str:
@@ -95,14 +129,11 @@ def load_schedule(run_dir) -> dict:
         return {}
 
 
-def load_plan(run_dir):
+def load_plan(run_dir) -> Plan:
     """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
 
     Raises UserError when either file is missing or unreadable.
     """
-    from vdkit.config import load_recipe
-    from vdkit.plan import Memory, Plan
-
     run_dir = Path(run_dir)
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE
@@ -113,7 +144,9 @@ def load_plan(run_dir):
                     memory=Memory(**{f: float(mem[f]) for f in Memory.__dataclass_fields__}),
                     feasible=bool(data["feasible"]), borderline=bool(data["borderline"]), reason=data.get("reason"),
                     checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
-                    notes=tuple(data.get("notes") or ()))
+                    notes=tuple(data.get("notes") or ()), prediction=_prediction(data.get("prediction")),
+                    runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
+                    trainable_params=int(data.get("trainable_params") or 0))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {exc})",
                         "pass a run directory written by `vdkit render` / `vdkit run`") from None

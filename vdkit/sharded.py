@@ -34,9 +34,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.arch import param_counts
-from vdkit.calibration import is_borderline, memory, overhead_gb
-from vdkit.config import Recipe
+from vdkit.arch import checkpoint_gb, param_counts, trainable_params
+from vdkit.calibration import HEADROOM, is_borderline, memory, overhead_gb
+from vdkit.errors import UserError
+from vdkit.schema import GB, Memory, Plan, Prediction, Recipe
 
 # The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
 # conf/calibration/memory.yaml, read here through vdkit.calibration.
@@ -58,8 +59,6 @@ def state_bytes(kind: str):
 
 def accumulation_gradient_bytes(r: Recipe) -> float:
     """Bytes of unsharded gradients a rank keeps while it accumulates (0 without accumulation)."""
-    from vdkit.plan import trainable_params
-
     t = r.train
     if t.global_batch_size // (t.micro_batch_size * r.world_size) <= 1:
         return 0.0
@@ -68,9 +67,7 @@ def accumulation_gradient_bytes(r: Recipe) -> float:
 
 
 def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[bool] = None):
-    """Per-GPU memory (a vdkit.plan.Memory) of sharded data parallelism, and host GB per node."""
-    from vdkit.plan import GB, Memory, trainable_params
-
+    """Per-GPU memory (a vdkit.schema.Memory) of sharded data parallelism, and host GB per node."""
     kind = r.parallelism.sharding
     offload = r.parallelism.cpu_offload if cpu_offload is None else cpu_offload
     m, t = r.model, r.train
@@ -111,16 +108,13 @@ def _breakdown(mem, r: Recipe, recompute: str) -> str:
             f"{'<=' if mem.total_gb <= cap else '>'} {cap:g} GB")
 
 
-def make_sharded_plan(recipe: Recipe):
+def make_sharded_plan(recipe: Recipe) -> Plan:
     """The plan of a sharded data-parallel recipe: TP = PP = 1, DP = world size, the memory above.
 
     Recomputation: the pinned ``parallelism.recompute``, else none, else full (gradient
     checkpointing) when none does not fit. An infeasible plan says by how much it misses and what
     would fit (gradient checkpointing, CPU offload, more nodes).
     """
-    from vdkit.errors import UserError
-    from vdkit.plan import Plan, checkpoint_gb
-
     p, t = recipe.parallelism, recipe.train
     if (p.tp or 1) != 1 or (p.pp or 1) != 1 or (p.vp or 1) != 1:
         raise UserError(f"parallelism.sharding={p.sharding} is data parallel only; tp={p.tp} pp={p.pp} vp={p.vp}",
@@ -163,7 +157,8 @@ def make_sharded_plan(recipe: Recipe):
         notes.append(_why_no_prediction(recipe))
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
-                layout_source=p.sharding, notes=tuple(notes), prediction=prediction)
+                layout_source=p.sharding, notes=tuple(notes), prediction=prediction,
+                params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
 
 
 def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
@@ -185,8 +180,6 @@ def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int =
 
 def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
     """Memory decides the micro batch: the largest that leaves the planner's headroom."""
-    from vdkit.plan import HEADROOM
-
     b = largest_micro_batch(r, recompute, 1 - HEADROOM)
     return (f"micro batch: the largest that leaves {HEADROOM:.0%} of the GPU free at recompute {recompute} is "
             f"{b} (train.micro_batch_size={r.train.micro_batch_size}; activations counted at the full "
@@ -203,9 +196,8 @@ def _why_no_prediction(r: Recipe) -> str:
             "cluster.inter_node_gb_s and has no RDMA adapters to derive it from")
 
 
-def _prediction(r: Recipe, recompute: str):
+def _prediction(r: Recipe, recompute: str) -> Optional[Prediction]:
     """The transformers-engine regime of the step-time model (vdkit.predict_hf), where it knows the GPU."""
-    from vdkit.predict import Prediction
     from vdkit.predict_hf import predict_hf_step
 
     step = predict_hf_step(r, recompute)

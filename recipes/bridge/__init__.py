@@ -36,7 +36,9 @@ PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 
 def in_container(plan) -> bool:
     """Ranks run in engine.container_image under Slurm; local processes use this Python."""
-    return bool(plan.recipe.engine.container_image) and plan.recipe.cluster.launcher == "slurm"
+    from vdkit import launchers
+
+    return bool(plan.recipe.engine.container_image) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
 
 def command(plan, run_dir) -> List[str]:
@@ -66,7 +68,9 @@ def check(plan) -> None:
                         "raise train.global_batch_size or unset parallelism.vp")
     if r.method.name != "pretrain":
         dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
-        if not r.model.megatron_path and r.cluster.launcher == "slurm":
+        from vdkit import launchers
+
+        if not r.model.megatron_path and not launchers.executes_here(r.cluster.launcher):
             raise UserError(f"model.megatron_path is not set: {r.method.name} fine-tunes a base model from a "
                             "Megatron-Bridge checkpoint", f"convert the HF weights once (the run dir's {IMPORT_FILE}) "
                             f"and set model.megatron_path=/path/to/{r.model.name}-bridge")

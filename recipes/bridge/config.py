@@ -49,7 +49,7 @@ HF_IDS = {"llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Lla
 PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # Bridge's recipe names
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
-PRETRAIN_SPLIT = "99990,8,2"  # NVIDIA's Llama 2 launcher (../shared/reference/nvidia-recipes.md)
+PRETRAIN_SPLIT = "99990,8,2"  # NVIDIA's Llama 2 launcher (NeMo-Framework-Launcher's llama2 configs)
 SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
                       "answer_only_loss": True}  # NeMo's SFT conventions, as the kit's other engines
 

@@ -1,7 +1,7 @@
 """What Megatron-Bridge 0.3.1 needs to run its own loop on a CPU (gloo): applied only without CUDA.
 
 Bridge is written for GPUs with Transformer Engine; on this machine (no CUDA, no TE) it needs a few
-run-time patches, each answering one upstream line (../shared/reference/megatron-bridge.md). Nothing
+run-time patches, each answering one upstream line (named at each patch). Nothing
 in site-packages is edited; on a GPU none of this runs. The megatron-core part (CUDA devices, RNG
 state, CUDA type checks) is the megatron-core CPU shim both megatron engines share
 (:mod:`vdkit.recipes.mcore_cpu`); the Bridge part is :data:`PATCHES`, each with the upstream

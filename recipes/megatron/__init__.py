@@ -44,7 +44,7 @@ def in_container(plan) -> bool:
     (local processes) uses this Python."""
     from vdkit import launchers
 
-    return bool(plan.recipe.engine.container_image) and not launchers.of(plan).executes_here
+    return bool(plan.recipe.engine.container_image) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
 
 def command(plan, run_dir) -> List[str]:
@@ -58,6 +58,10 @@ def check(plan) -> None:
     from vdkit.errors import UserError
 
     p = plan.recipe.parallelism
+    if plan.recipe.method.name == "lora" and plan.recipe.engine.lora_qkv != "fused":
+        raise UserError("the megatron engine puts LoRA on the fused QKV projection (NeMo's split); "
+                        f"engine.lora_qkv={plan.recipe.engine.lora_qkv} would plan another parameter count",
+                        "set engine.lora_qkv=fused")
     if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core {MCORE_SERIES})",
@@ -70,7 +74,7 @@ def check(plan) -> None:
 
 def local_check(plan) -> None:
     """Data files and tokenizer exist and fit (the reference engine's data rules), before a local run."""
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
 
     check_inputs(plan.recipe)
 

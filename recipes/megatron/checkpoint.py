@@ -6,8 +6,9 @@ Each rank writes its file under a hidden ``.step=<N>.ckpt.tmp`` directory (write
 after a barrier rank 0 renames the directory into place, so a job killed while saving leaves the
 previous step as the latest. What a killed save leaves (the hidden directory, a rank's
 ``.rank<R>.pt.<pid>.tmp``) is removed before every save and on resume (:func:`remove_partial`), so a
-published ``step=<N>.ckpt`` holds exactly one ``rank<R>.pt`` per rank and nothing else. The location and the name pattern are the reference engine's
-(``checkpoint_dir``, ``latest``, ``KEEP``): resume finds either engine's checkpoints the same way.
+published ``step=<N>.ckpt`` holds exactly one ``rank<R>.pt`` per rank and nothing else. The location and
+the name pattern are every engine's (:mod:`vdkit.recipes.common.checkpoint`): resume finds either
+engine's checkpoints the same way.
 A checkpoint resumes only the layout that wrote it (same TP, PP, VP, DP, method).
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ import shutil
 from pathlib import Path
 
 from vdkit.errors import UserError
-from vdkit.recipes.reference.checkpoint import KEEP, _NAME, checkpoint_dir, latest  # noqa: F401  (re-exported)
+from vdkit.recipes.common.checkpoint import checkpoint_name, superseded
 
 
 _PARTIAL_DIR = re.compile(r"^\.step=\d+\.ckpt\.tmp$")
@@ -61,7 +62,7 @@ def write_rank(ckpt_dir: Path, step: int, rank: int, state: dict) -> None:
 def publish(ckpt_dir: Path, step: int, world: int) -> Path:
     """Rank 0, after every rank wrote: rename the step's directory into place; keep the last KEEP."""
     ckpt_dir = Path(ckpt_dir)
-    tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / f"step={step}.ckpt"
+    tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / checkpoint_name(step)
     missing = [r for r in range(world) if not rank_file(tmp_dir, r).is_file()]
     if missing:
         raise RuntimeError(f"checkpoint step {step}: ranks {missing[:4]} wrote nothing")
@@ -72,8 +73,7 @@ def publish(ckpt_dir: Path, step: int, world: int) -> Path:
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp_dir, final)
-    steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
-    for _, old in steps[:-KEEP]:
+    for old in superseded(ckpt_dir):
         shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink(missing_ok=True)
     return final
 

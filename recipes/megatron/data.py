@@ -35,7 +35,7 @@ def micro_batch(samples: Sequence, length: int, pad_id: int, virtual: int) -> Di
     """One micro batch as megatron tensors (CPU): tokens, labels, loss_mask, position_ids, attention_mask."""
     import torch
 
-    from vdkit.recipes.reference.data import IGNORE
+    from vdkit.recipes.common.data import IGNORE
 
     b = len(samples)
     tokens = torch.full((b, length), pad_id, dtype=torch.long)

@@ -206,11 +206,12 @@ def train(run_dir, stream=None, preempt=None) -> int:
     comes (to any rank) or its time budget runs out, every rank finishes the step, the checkpoint of
     that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
     """
-    from vdkit.recipes.reference import data as rdata
-    from vdkit.recipes.reference.distributed import resolve_dist_env
-    from vdkit.recipes.reference.model import virtual_tokens
-    from vdkit.recipes.reference.train import lr_at
-    from vdkit.rundir import LOG_DIR, load_plan
+    from vdkit.recipes.common import data as rdata
+    from vdkit.recipes.common.checkpoint import latest
+    from vdkit.recipes.common.data import virtual_tokens
+    from vdkit.recipes.common.distributed import resolve_dist_env
+    from vdkit.recipes.common.schedule import lr_at
+    from vdkit.rundir import LOG_DIR, checkpoint_dir, load_plan
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
@@ -255,12 +256,12 @@ def train(run_dir, stream=None, preempt=None) -> int:
     dp_rank = ps.get_data_parallel_rank()
     forward_backward = get_forward_backward_func()
 
-    ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    ckpt_dir = checkpoint_dir(recipe, run_dir)
     if dist.rank == 0:
         ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
     torch.distributed.barrier()
     step = 0
-    found = ckpt.latest(ckpt_dir)
+    found = latest(ckpt_dir)
     if found is not None:
         step = _restore(chunks, optimizer, ckpt.load_rank(found, dist.rank))
     progress = None

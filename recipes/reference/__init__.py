@@ -81,6 +81,39 @@ def inputs(plan):
     return [("model.hf_path", hf, True)] if hf and hf.startswith("/") else []  # relative: absolute at the door
 
 
+MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
+
+
+def check_plan(plan) -> None:
+    """What the ranks would refuse, decided from the plan alone (see :func:`check`)."""
+    from vdkit.recipes.common.data import virtual_tokens
+
+    if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
+        from vdkit.plan import layout_violations
+
+        r = plan.recipe
+        pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to
+        why = f": with TP 1 x PP 1 on {r.world_size} GPUs, no valid layout: {pure_dp[0]}" if pure_dp else ""
+        raise UserError(f"engine={r.engine.name} runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}{why}",
+                        ("change train.global_batch_size (a multiple of micro batch x GPUs) or the GPUs" if pure_dp
+                         else "pin parallelism.tp=1 parallelism.pp=1") + ", or use an engine with model parallelism")
+    r = plan.recipe
+    if r.method.name == "lora" and r.engine.lora_qkv != "separate":  # the planner counts what is trained
+        raise UserError(f"the reference engine puts LoRA on q, k and v separately (peft); engine.lora_qkv="
+                        f"{r.engine.lora_qkv} would plan another parameter count", "set engine.lora_qkv=separate")
+    t = plan.recipe.train
+    if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
+        raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
+                        f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
+    room = t.seq_length - virtual_tokens(plan.recipe)
+    if room < MIN_ROOM:
+        extra = f" next to {virtual_tokens(plan.recipe)} virtual tokens" if virtual_tokens(plan.recipe) else ""
+        raise UserError(f"train.seq_length={t.seq_length} leaves {max(room, 0)} token(s) per sample{extra}; "
+                        f"the reference engine needs at least {MIN_ROOM}",
+                        "raise train.seq_length (e.g. train.seq_length=128)"
+                        + (" or lower method.ptuning_virtual_tokens" if extra else ""))
+
+
 def check(plan) -> None:
     """What the ranks would refuse, decided from the plan alone (pure): data parallel only (no tensor or
     pipeline parallelism), GBS a multiple of MBS x DP, room for a sample in train.seq_length; on a
@@ -89,8 +122,6 @@ def check(plan) -> None:
     The one home of these rules: render, submit, run and the training loop ask it, so a plan the
     ranks cannot train fails before a run directory exists.
     """
-    from vdkit.recipes.reference.train import check_plan
-
     check_plan(plan)  # the layout rule first: it needs nothing but the layout
     check_hf_path(plan.recipe)
 
@@ -99,7 +130,9 @@ def check_hf_path(recipe) -> None:
     """On a cluster, ``model.hf_path`` must be a directory on shared storage, staged once (not a hub id):
     every rank would download the weights into its container, and compute nodes often have no internet."""
     hf = recipe.model.hf_path
-    if not hf or recipe.cluster.launcher == "local" or str(hf).startswith("/"):
+    from vdkit import launchers
+
+    if not hf or launchers.executes_here(recipe.cluster.launcher) or str(hf).startswith("/"):
         return
     name = str(hf).rstrip("/").split("/")[-1]
     raise UserError(f"model.hf_path={hf} is a Hugging Face hub id: on cluster {recipe.cluster.name} every rank "
@@ -111,8 +144,10 @@ def check_hf_path(recipe) -> None:
 def env(plan, run_dir=None) -> dict:
     """On a cluster the job runs offline (weights and tokenizer are local paths); Hugging Face's cache
     (HF_HOME) on the shared results storage, never in the container's temporary space."""
+    from vdkit import launchers
+
     r = plan.recipe
-    if r.cluster.launcher == "local":
+    if launchers.executes_here(r.cluster.launcher):
         return {}
     out = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if run_dir is not None:
@@ -128,6 +163,6 @@ HF_HOME_DIR = "hf_home"  # under the run's results root (shared storage every no
 def local_check(plan) -> None:
     """Before training here: the engine's libraries (torch & co., one line naming the extra when
     missing), then data files and tokenizer exist and fit, before a local run directory is written."""
-    from vdkit.recipes.reference.data import check_inputs
+    from vdkit.recipes.common.data import check_inputs
 
     check_inputs(plan.recipe)  # the libraries (RUNTIME_MODULES) were checked by the engine registry

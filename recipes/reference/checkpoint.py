@@ -1,9 +1,10 @@
 """Checkpoints: written atomically, found again after a restart.
 
-A checkpoint is ``step=<N>.ckpt`` (torch.save of a dict): the trainable parameters, the
-optimizer state, the step and the consumed samples. It is written to a hidden temporary file and
-renamed into place, so a job killed while saving leaves the previous checkpoint as the latest.
-The last ``KEEP`` checkpoints are kept. The temporary file a killed save leaves behind is removed
+A checkpoint is ``step=<N>.ckpt`` (torch.save of a dict; the naming and :func:`latest` are every
+engine's, :mod:`vdkit.recipes.common.checkpoint`): the trainable parameters, the optimizer state,
+the step and the consumed samples. It is written to a hidden temporary file and renamed into place,
+so a job killed while saving leaves the previous checkpoint as the latest. The last ``KEEP``
+checkpoints are kept. The temporary file a killed save leaves behind is removed
 by the next save (pruning) and on resume (:func:`remove_partial`), so none lingers.
 """
 from __future__ import annotations
@@ -11,12 +12,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Optional
 
 from vdkit.errors import UserError
+from vdkit.recipes.common.checkpoint import checkpoint_name, superseded
 
-KEEP = 2
-_NAME = re.compile(r"^step=(\d+)\.ckpt$")
 _PARTIAL = re.compile(r"^\.step=\d+\.ckpt\.\d+\.tmp$")  # what save() writes before the rename
 
 
@@ -39,39 +38,20 @@ def remove_partial(ckpt_dir: Path) -> list:
     return removed
 
 
-def checkpoint_dir(recipe, run_dir: Path) -> Path:
-    """The run's checkpoint directory (the results-root rule lives in :func:`vdkit.rundir.checkpoint_dir`)."""
-    from vdkit.rundir import checkpoint_dir as run_checkpoint_dir
-
-    return run_checkpoint_dir(recipe, run_dir)
-
-
-def latest(ckpt_dir: Path) -> Optional[Path]:
-    """The checkpoint with the highest step in ``ckpt_dir``, or None."""
-    best, best_step = None, -1
-    if Path(ckpt_dir).is_dir():
-        for p in Path(ckpt_dir).iterdir():
-            m = _NAME.match(p.name)
-            if m and int(m.group(1)) > best_step:
-                best, best_step = p, int(m.group(1))
-    return best
-
-
 def save(ckpt_dir: Path, step: int, state: dict) -> Path:
     """Write ``state`` as ``step=<step>.ckpt`` atomically and prune old checkpoints. Rank 0 only."""
     import torch
 
     ckpt_dir = Path(ckpt_dir)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    final = ckpt_dir / f"step={step}.ckpt"
+    final = ckpt_dir / checkpoint_name(step)
     tmp = ckpt_dir / _tmp_name(step)
     with open(tmp, "wb") as fh:
         torch.save(state, fh)
         fh.flush()
         os.fsync(fh.fileno())  # the data is on disk before the name says it is complete
     os.replace(tmp, final)
-    steps = sorted((int(m.group(1)), p) for p in ckpt_dir.iterdir() if (m := _NAME.match(p.name)))
-    for _, old in steps[:-KEEP]:
+    for old in superseded(ckpt_dir):
         old.unlink(missing_ok=True)
     remove_partial(ckpt_dir)
     return final

@@ -120,11 +120,6 @@ def build_model(recipe, tok, fabric=None):
     return model
 
 
-def virtual_tokens(recipe) -> int:
-    """Positions the prompt encoder adds in front of every sample (0 unless ptuning)."""
-    return recipe.method.ptuning_virtual_tokens if recipe.method.name == "ptuning" else 0
-
-
 def trainable_state(model) -> dict:
     """The trainable parameters by name (what a checkpoint must hold to resume)."""
     return {n: p.detach().cpu().clone() for n, p in model.named_parameters() if p.requires_grad}

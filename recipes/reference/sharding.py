@@ -27,49 +27,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
 from pathlib import Path
 from typing import List, Optional
 
+from vdkit.conftree import deepspeed_config_source
+from vdkit.recipes.common.checkpoint import KEEP
 from vdkit.errors import UserError
 
 DEEPSPEED_SUBDIR = "deepspeed"
 
 
 # ----------------------------------------------------------------------------- DeepSpeed config
-def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
-    """The mapping behind ``parallelism.deepspeed_config``: a conf/deepspeed/NAME.yaml, or a JSON / YAML path."""
-    from vdkit.config import conf_dir
-
-    if not name_or_path:
-        return {"zero_optimization": {"stage": 3}}
-    path = Path(name_or_path).expanduser()
-    if not path.suffix and "/" not in str(name_or_path):
-        path = conf_dir() / "deepspeed" / f"{name_or_path}.yaml"
-    if not path.is_file():
-        choices = " | ".join(sorted(p.stem for p in (conf_dir() / "deepspeed").glob("*.yaml")))
-        raise UserError(f"parallelism.deepspeed_config={name_or_path!r}: no such file ({path})",
-                        f"use one of {choices}, or a path to a DeepSpeed JSON / YAML file")
-    try:
-        if path.suffix == ".json":
-            data = json.loads(path.read_text())
-        else:
-            from vdkit.files import load_yaml
-
-            data = load_yaml(path, "DeepSpeed config")
-    except (ValueError, RecursionError) as exc:
-        raise UserError(f"cannot parse DeepSpeed config {path}: {str(exc).splitlines()[0]}",
-                        "fix the file (DeepSpeed's JSON config format)") from None
-    if not isinstance(data, dict):
-        raise UserError(f"DeepSpeed config {path} is not a mapping", "write DeepSpeed's JSON config format")
-    stage = (data.get("zero_optimization") or {}).get("stage")
-    if stage != 3:
-        raise UserError(f"DeepSpeed config {path} has zero_optimization.stage={stage!r}, not 3",
-                        "parallelism.sharding=zero3 needs stage 3")
-    return data
-
-
 def resolve_deepspeed_config(plan, cuda: bool, grad_clip: float, betas, source: Optional[dict] = None) -> dict:
     """The DeepSpeed config for ``plan``: the source's settings, ``"auto"`` filled from the recipe.
 
@@ -174,7 +143,6 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     from lightning.fabric import Fabric
     from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
 
-    from vdkit.recipes.reference.distributed import make_cluster_environment
     from vdkit.recipes.training_constants import CPU_PRECISION, GPU_PRECISION
 
     kind = plan.recipe.parallelism.sharding
@@ -312,7 +280,7 @@ def save_state(kind: str, fabric, model, optimizer, ckpt_dir: Path, step: int, m
         fabric.engine.save_checkpoint(str(where), tag=f"step={step}", client_state={"step": step, **meta})
         fabric.barrier()  # every rank's shards of this tag are on disk before older tags go
         if fabric.global_rank == 0:
-            prune_deepspeed_tags(where, ckpt.KEEP)
+            prune_deepspeed_tags(where, KEEP)
         return
     if kind == "fsdp":
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
@@ -348,7 +316,7 @@ def remove_partial_deepspeed(where: Path) -> list:
 def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
     """Remove all but the newest ``keep`` DeepSpeed tags (``step=N`` directories) in ``where``, never the one
     ``latest`` names: ZeRO-3 checkpoints hold the whole optimizer state, as the other strategies' do, and
-    are pruned like theirs (vdkit.recipes.reference.checkpoint.KEEP). Returns what was removed."""
+    are pruned like theirs (vdkit.recipes.common.checkpoint.KEEP). Returns what was removed."""
     import re
     import shutil
 
@@ -368,6 +336,7 @@ def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
 
 def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
     """Resume from the latest checkpoint in ``ckpt_dir``: (its path, its step), or (None, 0)."""
+    from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference.model import load_trainable_state
 
@@ -383,7 +352,7 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
             raise UserError(f"DeepSpeed could not load the checkpoint in {where}",
                             "move the damaged checkpoint directory away; the run restarts from step 0")
         return Path(path), int(client["step"])
-    found = ckpt.latest(ckpt_dir)
+    found = latest(ckpt_dir)
     if found is None:
         return None, 0
     state = ckpt.load(found)
@@ -396,3 +365,50 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
         load_trainable_state(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
     return found, int(state["step"])
+
+
+def make_cluster_environment(d):
+    """A Lightning ClusterEnvironment that reports exactly ``d`` (a vdkit.recipes.common.distributed.DistEnv;
+    processes are created outside)."""
+    from lightning.fabric.plugins.environments import ClusterEnvironment
+
+    class VdkitEnvironment(ClusterEnvironment):
+        """Ranks from vdkit's own resolution; Lightning must not launch or renumber processes."""
+
+        @property
+        def creates_processes_externally(self) -> bool:
+            return True
+
+        @property
+        def main_address(self) -> str:
+            return d.master_addr
+
+        @property
+        def main_port(self) -> int:
+            return d.master_port
+
+        @staticmethod
+        def detect() -> bool:
+            return True
+
+        def world_size(self) -> int:
+            return d.world_size
+
+        def set_world_size(self, size: int) -> None:
+            if size != d.world_size:
+                raise UserError(f"Lightning computed world size {size}, the environment says {d.world_size}",
+                                "make cluster.nodes x cluster.gpus_per_node match the tasks started")
+
+        def global_rank(self) -> int:
+            return d.rank
+
+        def set_global_rank(self, rank: int) -> None:
+            pass  # ours is authoritative (checked against world size above)
+
+        def local_rank(self) -> int:
+            return d.local_rank
+
+        def node_rank(self) -> int:
+            return d.node_rank
+
+    return VdkitEnvironment()

@@ -16,51 +16,12 @@ from vdkit.errors import UserError
 from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
 
 
-def lr_at(step: int, method, max_steps: int) -> float:
-    """NeMo's CosineAnnealing: linear warm-up, then cosine from method.lr down to method.min_lr."""
-    warm = method.warmup_steps
-    if step < warm:
-        return method.lr * (step + 1) / (warm + 1)
-    span = max(max_steps - warm, 1)
-    frac = min((step - warm) / span, 1.0)
-    return method.min_lr + 0.5 * (method.lr - method.min_lr) * (1 + math.cos(math.pi * frac))
-
-
-MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
-
-
-def check_plan(plan) -> None:
-    """What the ranks would refuse, decided from the plan alone (see vdkit.recipes.reference.check)."""
-    from vdkit.recipes.reference.model import virtual_tokens
-
-    if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        from vdkit.plan import layout_violations
-
-        r = plan.recipe
-        pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to
-        why = f": with TP 1 x PP 1 on {r.world_size} GPUs, no valid layout: {pure_dp[0]}" if pure_dp else ""
-        raise UserError(f"engine={r.engine.name} runs data parallel only; the plan uses tp={plan.tp} pp={plan.pp}{why}",
-                        ("change train.global_batch_size (a multiple of micro batch x GPUs) or the GPUs" if pure_dp
-                         else "pin parallelism.tp=1 parallelism.pp=1") + ", or use an engine with model parallelism")
-    t = plan.recipe.train
-    if plan.grad_accum * plan.dp * t.micro_batch_size != t.global_batch_size:
-        raise UserError(f"train.global_batch_size={t.global_batch_size} is not a multiple of MBS x DP "
-                        f"= {t.micro_batch_size * plan.dp}", "adjust train.global_batch_size")
-    room = t.seq_length - virtual_tokens(plan.recipe)
-    if room < MIN_ROOM:
-        extra = f" next to {virtual_tokens(plan.recipe)} virtual tokens" if virtual_tokens(plan.recipe) else ""
-        raise UserError(f"train.seq_length={t.seq_length} leaves {max(room, 0)} token(s) per sample{extra}; "
-                        f"the reference engine needs at least {MIN_ROOM}",
-                        "raise train.seq_length (e.g. train.seq_length=128)"
-                        + (" or lower method.ptuning_virtual_tokens" if extra else ""))
-
-
 def check_layout(plan, dist) -> None:
     """The plan's checks (the engine interface's check), and the ranks this process was started with."""
-    from vdkit.recipes.reference import check
+    from vdkit.recipes.reference import check_plan
 
     r = plan.recipe
-    check(plan)
+    check_plan(plan)
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
                         f"{r.world_size} (cluster.nodes x cluster.gpus_per_node)",
@@ -92,10 +53,13 @@ def train(run_dir, stream=None, preempt=None) -> int:
     or its time budget runs out, the loop finishes the step, checkpoints and raises ``Preempted``.
     """
     from vdkit.recipes.reference import checkpoint as ckpt
-    from vdkit.recipes.reference import data as rdata
-    from vdkit.recipes.reference.distributed import resolve_dist_env
+    from vdkit.recipes.common import data as rdata
+    from vdkit.recipes.common.distributed import resolve_dist_env
+    from vdkit.rundir import checkpoint_dir
     from vdkit.recipes.reference import sharding
-    from vdkit.recipes.reference.model import build_model, virtual_tokens
+    from vdkit.recipes.common.data import virtual_tokens
+    from vdkit.recipes.common.schedule import lr_at
+    from vdkit.recipes.reference.model import build_model
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan
 
@@ -104,7 +68,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
-    room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM: check_layout said so
+    room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM (vdkit.recipes.reference): check_layout said so
 
     import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
 
@@ -125,7 +89,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
 
-    ckpt_dir = ckpt.checkpoint_dir(recipe, run_dir)
+    ckpt_dir = checkpoint_dir(recipe, run_dir)
     if fabric.global_rank == 0:
         ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
     fabric.barrier()

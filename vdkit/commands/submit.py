@@ -119,7 +119,7 @@ def _scheduler_of(target):
 
     if not (Path(target) / RECIPE_FILE).is_file():
         return None
-    from vdkit.config import load_recipe
+    from vdkit.rundir import load_recipe
 
     name = load_recipe(target).cluster.launcher
     if name == "slurm" or name not in launchers.REGISTRY or launchers.get(name).executes_here:

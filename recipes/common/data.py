@@ -54,6 +54,11 @@ class _Wrapped:
         return list(self.tok.encode([text])[0])
 
 
+def virtual_tokens(recipe) -> int:
+    """Positions the prompt encoder adds in front of every sample (0 unless ptuning)."""
+    return recipe.method.ptuning_virtual_tokens if recipe.method.name == "ptuning" else 0
+
+
 def tokenizer_path(recipe) -> Optional[Path]:
     """The configured tokenizer: data.tokenizer_model, else a ``tokenizer/`` directory, ``tokenizer.model``
     or ``tokenizer.json`` in data.data_dir; None means the byte-level fallback."""

@@ -1,0 +1,100 @@
+"""Shared test helpers: logs written in NeMo's exact formats, run directories as `vdkit render` writes them.
+
+The logs follow NeMo's formats (see docs/reproducing.md and validation/nemo1.py); tests import these
+from here, never from another test module.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+# ----------------------------------------------------------------------------- NeMo-format writers
+def tqdm_num(x) -> str:
+    """TQDM's format_num with Lightning's padding (lightning.pytorch...tqdm_progress.Tqdm.format_num)."""
+    f = "{0:.3g}".format(x).replace("e+0", "e+").replace("e-0", "e-")
+    n = str(x)
+    s = f if len(f) < len(n) else n
+    if isinstance(x, float) and "e" not in s:
+        if "." not in s and len(s) < 5:
+            s += "."
+        s += "0" * (5 - len(s))
+    return s
+
+
+def bar_update(n, total, step, timing, loss=1.5, gbs=128, epoch=0, v_num="0", empty=False) -> str:
+    """One NeMo 1.x progress-bar update as Lightning's TQDMProgressBar prints it."""
+    tot = "?" if total is None else str(total)
+    pct = "" if total is None else f"{int(100 * n / total):3d}%"
+    metrics = {"v_num": v_num, "reduced_train_loss": loss, "global_step": float(step),
+               "consumed_samples": float((step + 1) * gbs), "train_step_timing in s": timing}
+    body = ", ".join(f"{k}={'' if empty and k != 'v_num' else (v if isinstance(v, str) else tqdm_num(v))}"
+                     for k, v in metrics.items())
+    return f"Epoch {epoch}: {pct}|███▏      | {n}/{tot} [03:10<04:23, 0.11it/s, {body}]"
+
+
+def write_nemo1_log(path: Path, timings, total=None, stale_prints=True, glue_every=0, start_step=0,
+                    epoch=0, tail="\n") -> Path:
+    """A Slurm .out with one '\\r'-separated TQDM update per step (and Lightning's stale re-prints)."""
+    total = len(timings) if total is None else total
+    parts = []
+    prev = None
+    for i, t in enumerate(timings):
+        step = start_step + i
+        n = step + 1
+        if stale_prints and prev is not None:
+            parts.append(prev.replace(f"| {n - 1}/", f"| {n}/", 1))  # bar moved, metrics not yet updated
+        upd = bar_update(n, total, step, t, loss=2.0 - 0.001 * step, epoch=epoch)
+        if glue_every and i % glue_every == 0:
+            upd += f"[NeMo I 2024-01-01 12:00:{i % 60:02d} nemo_logging:349] Saving checkpoint step={step}"
+        parts.append(upd)
+        prev = upd
+    head = "[NeMo I 2024-01-01 11:59:00 megatron_init:263] Rank 0 has data parallel group : [0]\n"
+    path.write_text(head + "\r".join(parts) + tail)
+    return path
+
+
+def nemo2_line(it, total, step, timing) -> str:
+    return (f"Training epoch 0, iteration {it}/{total} | lr: 1.2e-05 | global_step: {step} | reduced_train_loss: 2.1"
+            f" | train_step_timing in s: {timing} | consumed_samples: {(step + 1) * 128}")
+
+
+def write_events(logdir: Path, values, tag="train_step_timing in s", start=0):
+    """TensorBoard events the way Lightning's TensorBoardLogger writes them (torch's SummaryWriter)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(str(logdir))
+    for i, v in enumerate(values):
+        w.add_scalar(tag, v, start + i)
+        w.add_scalar("reduced_train_loss", 2.0 - 0.01 * i, start + i)
+    w.close()
+    return sorted(logdir.glob("events.out.tfevents.*"))[-1]
+
+
+
+
+# ----------------------------------------------------------------------------- run directories
+def make_run(base, overrides, timings=None, kind="out"):
+    """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
+    from vdkit.config import compose
+    from vdkit.plan import make_plan
+    from vdkit.rundir import create_run_dir
+
+    run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)
+    if timings is not None:
+        if kind == "out":
+            write_nemo1_log(run / "slurm-1.out", timings)
+        else:
+            (run / "logs").mkdir()
+            write_events(run / "logs", timings)
+    return run
+
+
+def series(mean, n=50, warm=12.0, seed=0, cv=0.01):
+    """Step times: a warm-up step, then ``n - 1`` steps around ``mean`` (coefficient of variation ``cv``)."""
+    import random
+
+    rng = random.Random(seed)
+    return [warm] + [rng.gauss(mean, cv * mean) for _ in range(n - 1)]
+
+
+TINY = ["model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic"]  # the CPU recipe

@@ -1,0 +1,166 @@
+"""Imports go one way: no import circle anywhere in the package, engines and launchers kept apart.
+
+Read from the source (AST), not by importing: module-level *and* function-level imports count, in
+every folder pyproject.toml maps into ``vdkit`` (its setuptools ``package-dir``), so a new package
+is covered the day it is mapped.
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+from typing import Dict, Iterator, List, Set, Tuple
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+
+def package_dirs() -> Dict[str, Path]:
+    """``{package: folder}`` from pyproject.toml's ``[tool.setuptools] package-dir``."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return {pkg: ROOT / folder for pkg, folder in data["tool"]["setuptools"]["package-dir"].items()}
+
+
+def modules() -> Dict[str, Path]:
+    """Every module of the package: dotted name -> file (the most specific package-dir mapping wins)."""
+    mapping = package_dirs()
+    found: Dict[str, Path] = {}
+    for pkg, folder in sorted(mapping.items(), key=lambda kv: len(kv[0])):  # deeper mappings override
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            if any(not p.isidentifier() for p in parts):
+                continue
+            found[".".join([pkg, *parts])] = path
+    return found
+
+
+def _imported(tree: ast.AST, name: str, is_package: bool) -> Iterator[Tuple[str, int]]:
+    """(imported module or name, line) for every import statement, at any depth."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            for alias in node.names:
+                yield f"{base}.{alias.name}", node.lineno  # a submodule, else (resolved upward) ``base``
+
+
+def graph() -> Dict[str, Dict[str, int]]:
+    """``{module: {imported module: line}}`` over the package's own modules."""
+    mods = modules()
+    edges: Dict[str, Dict[str, int]] = {m: {} for m in mods}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        for target, line in _imported(tree, name, path.name == "__init__.py"):
+            while target and target not in mods:  # ``from pkg import name``: the module is pkg
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                edges[name].setdefault(target, line)
+    return edges
+
+
+def cycles(edges: Dict[str, Dict[str, int]]) -> List[List[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on: Set[str] = set()
+    out: List[List[str]] = []
+    sys.setrecursionlimit(max(10000, sys.getrecursionlimit()))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, {}):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _describe(comp: List[str], edges) -> str:
+    inside = set(comp)
+    return "; ".join(f"{a} -> {b} (line {edges[a][b]})" for a in comp for b in sorted(edges[a]) if b in inside)
+
+
+def test_the_mapping_covers_every_package_folder():
+    mods = modules()
+    for pkg, folder in package_dirs().items():
+        assert folder.is_dir(), f"{pkg} -> {folder} is not a folder"
+    assert {"vdkit.plan", "vdkit.recipes.engines", "vdkit.slurm.render", "vdkit.validation.report",
+            "vdkit.recipes.megatron.train", "vdkit.launchers"} <= set(mods)
+
+
+def test_no_import_circle():
+    edges = graph()
+    found = cycles(edges)
+    assert not found, "import circles:\n" + "\n".join(_describe(c, edges) for c in found)
+
+
+def test_the_circle_finder_finds_a_circle():
+    """The finder itself: a circle through a function-level import is reported."""
+    tree = ast.parse("import os\ndef f():\n    from pkg.b import x\n")
+    assert ("pkg.b.x", 3) in list(_imported(tree, "pkg.a", False))
+    assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b": 1}, "b": {}}) == []
+
+
+def _engine_packages() -> Dict[str, str]:
+    from vdkit.recipes import engines
+
+    return dict(engines.REGISTRY)
+
+
+def _owner(module: str, owners: Dict[str, str]):
+    for name, root in owners.items():
+        if module == root or module.startswith(root + "."):
+            return name
+    return None
+
+
+def test_no_engine_imports_another_engine():
+    edges, owners = graph(), _engine_packages()
+    bad = [f"{a} -> {b} (line {line})" for a, targets in edges.items() for b, line in targets.items()
+           if _owner(a, owners) and _owner(b, owners) and _owner(a, owners) != _owner(b, owners)]
+    assert not bad, "engines importing each other (share through vdkit.recipes.common):\n" + "\n".join(bad)
+
+
+def test_launchers_import_no_engine():
+    """slurm/ (and every launcher module) gets the engine's request as data: nothing from recipes/."""
+    from vdkit import launchers
+
+    edges = graph()
+    roots = {"vdkit.slurm"} | set(launchers.REGISTRY.values())
+    bad = [f"{a} -> {b} (line {line})" for a, targets in edges.items() for b, line in targets.items()
+           if any(a == r or a.startswith(r + ".") for r in roots) and b.startswith("vdkit.recipes")]
+    assert not bad, "launchers importing engine code:\n" + "\n".join(bad)

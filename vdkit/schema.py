@@ -1,0 +1,364 @@
+"""The kit's types: the recipe schema and what the planner returns. Dataclasses only.
+
+The bottom layer: it imports nothing from the kit, and every layer above takes these types.
+
+- The recipe: the sections Hydra composes (registered in its ConfigStore by :mod:`vdkit.config`)
+  and the frozen :class:`Recipe` built from them.
+- The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
+  :class:`Plan`, filled in by the planner (:mod:`vdkit.plan`, :mod:`vdkit.sharded`, predictions by
+  :mod:`vdkit.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
+  without the planner.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
+
+
+# ----------------------------------------------------------------------------- the recipe
+# Plain dataclasses registered in Hydra's ConfigStore. Each field's trailing comment is its documentation,
+# the only one: `vdkit plan --explain KEY` and `vdkit plan --cfg` print it (vdkit/keys.py); a test requires one.
+
+
+@dataclass
+class ModelCfg:
+    name: str = "llama2_7b"  # the model's name (conf/model/<name>.yaml; `model=NAME` picks one); in run names
+    num_layers: int = 32  # transformer layers (blocks)
+    hidden_size: int = 4096  # model width (d_model)
+    ffn_hidden_size: int = 11008  # MLP inner width
+    num_attention_heads: int = 32  # attention heads (hidden_size must divide by it)
+    num_query_groups: int = 32  # KV heads (grouped-query attention when < num_attention_heads)
+    vocab_size: int = 32000  # tokenizer vocabulary (embedding and output-layer rows)
+    max_position_embeddings: int = 4096  # the longest sequence the model was trained for
+    pretrain_tp: Optional[int] = None  # the training guide's tensor parallelism for method=pretrain
+    pretrain_pp: Optional[int] = None  # the training guide's pipeline stages for method=pretrain
+    nemo_path: Optional[str] = None  # base model .nemo file (engine=nemo restore_from_path)
+    # Architecture: every engine builds its model from these (defaults are Llama 2's).
+    arch: str = "llama"  # model family: llama | opt
+    norm: str = "rmsnorm"  # rmsnorm | layernorm
+    norm_eps: float = 1e-5  # epsilon of every norm layer
+    activation: str = "swiglu"  # MLP: swiglu (gated, 3 matrices) | relu | gelu (2 matrices)
+    bias: bool = False  # bias terms in the linear layers (OPT: true)
+    position_embedding: str = "rope"  # rope | learned (absolute, OPT)
+    rope_base: float = 10000.0  # RoPE theta (Llama 3.1: 500000)
+    rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
+    tied_embeddings: bool = False  # output layer shares the input embedding (Llama 2: untied)
+    tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
+    embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
+    pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
+    hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
+    megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
+
+
+@dataclass
+class MethodCfg:
+    name: str = "lora"  # sft | lora | ptuning | pretrain
+    peft_scheme: str = "lora"  # NeMo's model.peft.peft_scheme: none | lora | ptuning
+    optimizer: str = "fused_adam"  # NeMo's optimizer name: fused_adam | distributed_fused_adam (with parallelism.distributed_optimizer)
+    lr: float = 1e-4  # peak learning rate
+    min_lr: float = 0.0  # learning rate at the end of the cosine decay
+    warmup_steps: int = 50  # linear learning-rate warm-up steps
+    weight_decay: float = 0.01  # AdamW weight decay
+    lora_adapter_dim: int = 32  # LoRA rank (method=lora)
+    lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
+    ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
+    ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
+    ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)
+
+
+@dataclass
+class ClusterCfg:
+    name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
+    nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
+    min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
+    max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
+    gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
+    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into (H100 SXM5: 80)
+    memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
+    gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
+    cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
+    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
+    max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
+    storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
+    ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
+    socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
+    partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
+    account: Optional[str] = None  # sbatch --account (site option)
+    qos: Optional[str] = None  # sbatch --qos (site option)
+    reservation: Optional[str] = None  # sbatch --reservation (site option)
+    dependency: Optional[str] = None  # sbatch --dependency, e.g. singleton for chained continuation
+    nccl_debug: Optional[str] = None  # e.g. INFO; off by default
+    gpu_vendor: str = "nvidia"  # nvidia (CUDA, NCCL) | amd (ROCm, RCCL)
+    transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
+    inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
+    container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
+    env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
+    kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+
+
+@dataclass
+class DataCfg:
+    name: str = "dolly"  # the data set's name (conf/data/<name>.yaml; `data=NAME` picks one)
+    kind: str = "sft"  # sft (JSONL input/output) | pretrain (Megatron indexed prefixes)
+    data_dir: Optional[str] = None  # mounted into the container at the same path
+    train_files: List[str] = field(default_factory=list)  # relative to data_dir
+    validation_files: List[str] = field(default_factory=list)  # relative to data_dir
+    test_files: List[str] = field(default_factory=list)  # relative to data_dir
+    packed: bool = False  # packed sequences (NeMo: requires micro_batch_size 1)
+    tokenizer_model: Optional[str] = None  # SentencePiece .model or HF tokenizer dir; None: engine default
+
+
+@dataclass
+class EngineCfg:
+    name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
+    container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
+    nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
+    log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
+    lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
+
+
+@dataclass
+class ParallelismCfg:
+    sharding: str = "none"  # data-parallel sharding (engine=reference): none (DDP) | fsdp (torch FSDP full-shard) | zero3 (DeepSpeed)
+    cpu_offload: bool = False  # fsdp / zero3: keep parameters and optimizer states in host memory
+    deepspeed_config: Optional[str] = None  # zero3: a file in conf/deepspeed/ (name) or a JSON/YAML path; None: plain ZeRO-3
+    tp: Optional[int] = None  # None: chosen by the planner
+    pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
+    vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
+    sequence_parallel: Optional[bool] = None  # None: on when tp > 1
+    recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
+    distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
+
+
+@dataclass
+class TrainCfg:
+    micro_batch_size: int = 1  # samples per rank per forward pass (MBS)
+    global_batch_size: int = 128  # samples per optimizer step (GBS = MBS x DP x gradient accumulation)
+    max_steps: int = 50  # steps the job runs (the measured run)
+    target_steps: int = 1000  # steps validation extrapolates to
+    seq_length: int = 2048  # tokens per sample (padded / packed to it)
+    precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
+    seed: int = 1234  # random seed (data order, initialisation)
+
+
+@dataclass
+class RunCfg:
+    name: Optional[str] = None  # job and run-directory name; default <model>_<method>_<N>n<G>g
+    out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
+    results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
+    secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
+
+
+@dataclass
+class VdkitConfig:
+    model: ModelCfg = field(default_factory=ModelCfg)
+    method: MethodCfg = field(default_factory=MethodCfg)
+    cluster: ClusterCfg = field(default_factory=ClusterCfg)
+    data: DataCfg = field(default_factory=DataCfg)
+    engine: EngineCfg = field(default_factory=EngineCfg)
+    parallelism: ParallelismCfg = field(default_factory=ParallelismCfg)
+    train: TrainCfg = field(default_factory=TrainCfg)
+    run: RunCfg = field(default_factory=RunCfg)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A composed, validated recipe: the single input of everything downstream.
+
+    The sections are the schema dataclasses; treat them as read-only. ``overrides`` are the
+    command-line overrides it was composed from (kept for ``overrides.txt``).
+    """
+
+    model: ModelCfg
+    method: MethodCfg
+    cluster: ClusterCfg
+    data: DataCfg
+    engine: EngineCfg
+    parallelism: ParallelismCfg
+    train: TrainCfg
+    run: RunCfg
+    overrides: tuple = ()
+
+    # Derived values: computed here once, never typed twice.
+    @property
+    def world_size(self) -> int:
+        return self.cluster.nodes * self.cluster.gpus_per_node
+
+    @property
+    def run_name(self) -> str:
+        if self.run.name:
+            return self.run.name
+        return f"{self.model.name}_{self.method.name}_{self.cluster.nodes}n{self.cluster.gpus_per_node}g"
+
+    @property
+    def is_peft(self) -> bool:
+        return self.method.name in ("lora", "ptuning")
+
+    def to_dict(self) -> dict:
+        """The resolved config as plain data (what ``recipe.yaml`` holds)."""
+        out = {f.name: dataclasses.asdict(getattr(self, f.name)) for f in dataclasses.fields(VdkitConfig)}
+        return out
+
+    def with_parallelism(self, **changes) -> "Recipe":
+        """A copy with parallelism fields replaced (the planner fills in what auto left open)."""
+        return dataclasses.replace(self, parallelism=dataclasses.replace(self.parallelism, **changes))
+
+
+# ----------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class Memory:
+    """Per-GPU memory of the worst pipeline stage, in GB (1e9 bytes)."""
+
+    weights_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    overhead_gb: float
+
+    @property
+    def total_gb(self) -> float:
+        return self.weights_gb + self.gradients_gb + self.optimizer_gb + self.activations_gb + self.overhead_gb
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """A predicted training step, in seconds, by term (per GPU; all GPUs take the same time)."""
+
+    compute_s: float  # ideal GEMM time of the step's micro batches
+    overhead_s: float  # per-micro-batch overhead (small micro batches, unfused gradient accumulation)
+    communication_s: float  # TP collectives + PP sends + DP all-reduce (not overlapped)
+    bubble_s: float  # pipeline fill and drain
+    optimizer_s: float
+    tokens_per_step: float  # tokens the step trains on (all GPUs)
+    samples_per_step: float  # training samples per step (packed: samples per sequence x GBS)
+    parts: Dict[str, float] = field(default_factory=dict)  # finer communication split
+
+    @property
+    def total_s(self) -> float:
+        return self.compute_s + self.overhead_s + self.communication_s + self.bubble_s + self.optimizer_s
+
+    def terms(self) -> Dict[str, float]:
+        return {"compute": self.compute_s, "per-micro-batch overhead": self.overhead_s,
+                "communication": self.communication_s, "pipeline bubble": self.bubble_s,
+                "optimizer": self.optimizer_s}
+
+    def dominant(self, k: int = 2):
+        """The k largest terms as (name, seconds), largest first."""
+        return sorted(self.terms().items(), key=lambda kv: -kv[1])[:k]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What `vdkit plan` reports: the step and what it adds up to."""
+
+    step: StepTime
+    target_steps: int
+    gpus: int
+
+    @property
+    def step_seconds(self) -> float:
+        return self.step.total_s
+
+    @property
+    def minutes(self) -> float:
+        return self.step.total_s * self.target_steps / 60.0
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.step.tokens_per_step / self.step.total_s / self.gpus
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.minutes / 60.0 * self.gpus
+
+    def minutes_for_samples(self, samples: float) -> float:
+        """Minutes to train on ``samples`` training samples (whole steps)."""
+        return math.ceil(samples / self.step.samples_per_step) * self.step.total_s / 60.0
+
+    def to_dict(self) -> dict:
+        return {"predicted_step_seconds": round(self.step_seconds, 4),
+                "predicted_minutes": round(self.minutes, 2),
+                "predicted_tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
+                "predicted_gpu_hours": round(self.gpu_hours, 3),
+                "predicted_terms_s": {k: round(v, 4) for k, v in self.step.terms().items()},
+                "samples_per_step": round(self.step.samples_per_step, 2)}
+
+
+PREDICTION_KEYS = ("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",
+                   "predicted_gpu_hours")  # what Prediction.to_dict adds to a plan's summary (None without one)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One layout the planner weighs: its memory, whether it fits (with headroom) and its step time."""
+
+    tp: int
+    pp: int
+    vp: int
+    recompute: str
+    memory: Memory
+    fits: bool  # within the GPU's memory
+    roomy: bool  # within the GPU's memory less the planner's headroom
+    step: Optional[StepTime] = None  # filled by vdkit.plan.rank_candidates
+
+    @property
+    def label(self) -> str:
+        return f"TP {self.tp} x PP {self.pp}" + (f" (VP {self.vp})" if self.vp > 1 else "") + \
+               (f", recompute {self.recompute}" if self.recompute != "none" else "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A recipe with its layout decided, the memory it needs, whether it fits, and its prediction."""
+
+    recipe: Recipe  # parallelism filled in (tp, pp, vp, sequence_parallel, recompute, distributed_optimizer)
+    dp: int
+    grad_accum: int
+    memory: Memory
+    feasible: bool
+    borderline: bool
+    reason: Optional[str]
+    checkpoint_gb: float
+    layout_source: str  # "pinned", "auto" or "design guide"
+    notes: Tuple[str, ...] = ()
+    prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
+    runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
+    params: int = 0  # the model's parameters (vdkit.arch.param_counts(...).total)
+    trainable_params: int = 0  # what the method trains (vdkit.arch.trainable_params)
+
+    @property
+    def tp(self) -> int:
+        return self.recipe.parallelism.tp
+
+    @property
+    def pp(self) -> int:
+        return self.recipe.parallelism.pp
+
+    def to_dict(self) -> dict:
+        """The plan's summary as plain data (``vdkit plan --json``; rounded figures)."""
+        r, p = self.recipe, self.recipe.parallelism
+        return {
+            "model": r.model.name, "method": r.method.name, "engine": r.engine.name, "cluster": r.cluster.name,
+            "nodes": r.cluster.nodes, "gpus_per_node": r.cluster.gpus_per_node, "gpus": r.world_size,
+            "tp": p.tp, "pp": p.pp, "vp": p.vp, "dp": self.dp, "grad_accum": self.grad_accum,
+            "sequence_parallel": p.sequence_parallel, "recompute": p.recompute,
+            "distributed_optimizer": p.distributed_optimizer, "precision": r.train.precision,
+            "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
+            "seq_length": r.train.seq_length, "layout_source": self.layout_source,
+            "params_b": round(self.params / 1e9, 3),
+            "trainable_params": self.trainable_params,
+            "memory": {k: round(v, 2) for k, v in dataclasses.asdict(self.memory).items()},
+            "memory_per_gpu_gb": round(self.memory.total_gb, 2), "gpu_memory_gb": r.cluster.gpu_memory_gb,
+            "feasible": self.feasible, "borderline": self.borderline, "reason": self.reason,
+            "checkpoint_gb": round(self.checkpoint_gb, 1), "notes": list(self.notes),
+            "runner_up": self.runner_up,
+            **(self.prediction.to_dict() if self.prediction else dict.fromkeys(PREDICTION_KEYS)),
+        }
