@@ -72,7 +72,9 @@ def blog(tmp_path_factory):
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        rc = main(["render", "--sweep", "llama31_roce", "cluster.launcher=kubernetes", storage(tmp), "--out", str(tmp / "runs")])
+        # the sweep's weights are staged on the site's shared storage (/shared/models): the pods mount it too
+        rc = main(["render", "--sweep", "llama31_roce", "cluster.launcher=kubernetes",
+                   storage(tmp, "{mount_path:/shared/models,claim:vdkit-models}"), "--out", str(tmp / "runs")])
     assert rc == 0
     return tmp, [Path(p) for p in out.getvalue().split()]
 
