@@ -146,6 +146,12 @@ def _with_bridge_base(cells, out: Path):
         if r.engine.name == "bridge" and r.method.name != "pretrain" and not r.model.megatron_path:
             key = (r.model.name, r.model.num_layers, r.model.hidden_size)
             if key not in done:
+                from vdkit.recipes import engines
+
+                # the conversion runs Bridge here: a missing torch / Bridge is the engine's one line, first
+                bridge = engines.get(r.engine.name)
+                engines.require_modules(getattr(bridge.module, "RUNTIME_MODULES", ()),
+                                        getattr(bridge.module, "EXTRA", ""), bridge.name)
                 from vdkit.recipes.bridge.convert import make_base
 
                 print(f"demo: converting a seeded toy HF {r.model.name} into a Megatron-Bridge checkpoint "
