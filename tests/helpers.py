@@ -5,6 +5,10 @@ from here, never from another test module.
 """
 from __future__ import annotations
 
+import json
+import os
+import random
+import sys
 from pathlib import Path
 
 
@@ -98,3 +102,92 @@ def series(mean, n=50, warm=12.0, seed=0, cv=0.01):
 
 
 TINY = ["model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic"]  # the CPU recipe
+
+
+# ----------------------------------------------------------------------------- sbatch's reading of #SBATCH lines
+def sbatch_parse(line: str) -> list:
+    """Arguments sbatch reads from one '#SBATCH' line (a port of slurm's _get_argument loop)."""
+    assert line.startswith("#SBATCH")
+    s, i, args = line[len("#SBATCH"):], 0, []
+    while True:
+        while i < len(s) and s[i].isspace():
+            i += 1
+        if i >= len(s):
+            return args
+        buf, quoted, q, esc, comment = [], False, "", False, False
+        while i < len(s) and (quoted or not s[i].isspace()) and s[i] != "\n":
+            ch = s[i]
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc, i = True, i + 1
+                continue
+            elif quoted:
+                if ch == q:
+                    quoted, i = False, i + 1
+                    continue
+            elif ch in "'\"":
+                quoted, q, i = True, ch, i + 1
+                continue
+            elif ch == "#":
+                comment = True
+                break
+            buf.append(ch)
+            i += 1
+        assert not quoted, f"sbatch would refuse an unmatched quote in {line!r}"
+        if buf:
+            args.append("".join(buf))
+        if comment or not buf:
+            return args
+
+
+def directives(text: str) -> dict:
+    """{'--key': value or True} from the script's #SBATCH lines, as sbatch reads them."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("#SBATCH"):
+            (arg,) = sbatch_parse(line)
+            key, _, value = arg.partition("=")
+            out[key] = value if _ else True
+    return out
+
+
+# ----------------------------------------------------------------------------- a pyxis container's PATH
+def no_slurm_path(tmp_path: Path) -> str:
+    """PATH as inside a pyxis container: this Python, no Slurm client command."""
+    bin_dir = tmp_path / "container-bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    return f"{bin_dir}{os.pathsep}/bin"
+
+
+# ----------------------------------------------------------------------------- JSONL rows and a word-level tokenizer
+WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
+
+
+def make_rows(n=60, seed=0):
+    """Rows with known word counts: input has 1 + i % 7 words, output 1 + i % 5 words."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        inp = " ".join(rng.choice(WORDS) for _ in range(1 + i % 7))
+        out = " ".join(rng.choice(WORDS) for _ in range(1 + i % 5))
+        rows.append({"input": inp, "output": out})
+    rows += [dict(rows[0]), dict(rows[1]), dict(rows[1])]  # three duplicates
+    return rows
+
+
+def write_rows(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def word_level_tokenizer(path: Path) -> Path:
+    """A tokenizer.json whose tokens are exactly the whitespace-separated words (trained on WORDS)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.train_from_iterator([" ".join(WORDS)] * 3, trainers.WordLevelTrainer(special_tokens=["[UNK]", "</s>"]))
+    tok.save(str(path))
+    return path

@@ -4,42 +4,13 @@ from __future__ import annotations
 import io
 import json
 import random
-from pathlib import Path
 
 import pytest
 
 from vdkit.cli import main
 from vdkit.recipes.data_stats import WHITESPACE, dataset_stats, load_tokenizer
 
-WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"]
-
-
-def make_rows(n=60, seed=0):
-    """Rows with known word counts: input has 1 + i % 7 words, output 1 + i % 5 words."""
-    rng = random.Random(seed)
-    rows = []
-    for i in range(n):
-        inp = " ".join(rng.choice(WORDS) for _ in range(1 + i % 7))
-        out = " ".join(rng.choice(WORDS) for _ in range(1 + i % 5))
-        rows.append({"input": inp, "output": out})
-    rows += [dict(rows[0]), dict(rows[1]), dict(rows[1])]  # three duplicates
-    return rows
-
-
-def write_rows(path: Path, rows) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    return path
-
-
-def word_level_tokenizer(path: Path) -> Path:
-    """A tokenizer.json whose tokens are exactly the whitespace-separated words (trained on WORDS)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.train_from_iterator([" ".join(WORDS)] * 3, trainers.WordLevelTrainer(special_tokens=["[UNK]", "</s>"]))
-    tok.save(str(path))
-    return path
+from helpers import WORDS, make_rows, word_level_tokenizer, write_rows
 
 
 @pytest.fixture(scope="module")

@@ -187,7 +187,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     from vdkit.ports import free_port
     from vdkit.commands.run import with_local_defaults
     from vdkit.rundir import create_run_dir
-    from test_preemption import _no_slurm_path
+    from helpers import no_slurm_path as _no_slurm_path
 
     whole = runs.get("sft", "dp2")
     overrides = [*BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"], "engine.checkpoint_every_n_steps=0"]

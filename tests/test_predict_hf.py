@@ -54,7 +54,7 @@ def test_tokens_per_micro_batch_come_from_the_data_stats_file_when_there_is_one(
 
 
 def test_data_stats_plan_writes_the_histogram_the_planner_reads(tmp_path, capsys):
-    from tests.test_data_stats import make_rows, word_level_tokenizer, write_rows
+    from helpers import make_rows, word_level_tokenizer, write_rows
     from vdkit.cli import main
 
     rows = make_rows()

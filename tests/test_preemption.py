@@ -20,6 +20,8 @@ import pytest
 from vdkit.recipes import preemption
 from vdkit.recipes.reference import reference_command
 
+from helpers import no_slurm_path
+
 TINY = ["train.seq_length=128", "method.warmup_steps=0"]
 STEP = re.compile(r"\| (\d+)/(\d+) \[[^,]*, reduced_train_loss=([^,]+), global_step=([^,]+), ")
 
@@ -115,14 +117,6 @@ def _run_until_step(cmd, env, cwd, at_step: int, timeout: float = 150):
     return proc, chunks, reader
 
 
-def _no_slurm_path(tmp_path: Path) -> str:
-    """PATH as inside a pyxis container: this Python, no Slurm client command."""
-    bin_dir = tmp_path / "container-bin"
-    bin_dir.mkdir()
-    (bin_dir / "python").symlink_to(sys.executable)
-    return f"{bin_dir}{os.pathsep}/bin"
-
-
 def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
     from vdkit.config import compose
     from vdkit.plan import make_plan
@@ -137,7 +131,7 @@ def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_noth
     ckpts.mkdir()
     (ckpts / ".step=1.ckpt.1.tmp").write_bytes(b"left by a kill mid-save")
     # A Slurm job inside a container: SLURM_JOB_ID set, no scontrol anywhere on PATH.
-    env = _env(SLURM_JOB_ID="4242", PATH=_no_slurm_path(tmp_path))
+    env = _env(SLURM_JOB_ID="4242", PATH=no_slurm_path(tmp_path))
 
     proc, chunks, reader = _run_until_step(reference_command(run_dir), env, run_dir, at_step=3)
     proc.send_signal(signal.SIGUSR1)

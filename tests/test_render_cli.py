@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_render_quoting import directives
+from helpers import directives  # sbatch's own reading of the #SBATCH lines
 from vdkit.cli import main
 from vdkit.rundir import NEMO_CONFIG_FILE, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
 

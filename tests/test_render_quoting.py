@@ -23,6 +23,8 @@ from vdkit.recipes import engines
 from vdkit.ports import PORT_BASE, job_port
 from vdkit.slurm import render
 
+from helpers import directives, sbatch_parse
+
 JOB_ID = "1234567"  # what Slurm sets in the batch script (its rendezvous port: vdkit.ports.job_port)
 HOSTILE = "we ird'$(touch PWNED);`touch PWNED2` \"q\" #x &&|<>*?~!"
 
@@ -69,53 +71,6 @@ def run_script(text: str, tmp: Path, job_id: str = JOB_ID) -> dict:
     argv = (out / "argv").read_bytes().split(b"\0")[:-1]
     return {"argv": [a.decode() for a in argv], "pwd": (out / "pwd").read_text().rstrip("\n"),
             "env": (out / "env").read_text().split("\n")[:4], "stderr": proc.stderr}
-
-
-def sbatch_parse(line: str) -> list:
-    """Arguments sbatch reads from one '#SBATCH' line (a port of slurm's _get_argument loop)."""
-    assert line.startswith("#SBATCH")
-    s, i, args = line[len("#SBATCH"):], 0, []
-    while True:
-        while i < len(s) and s[i].isspace():
-            i += 1
-        if i >= len(s):
-            return args
-        buf, quoted, q, esc, comment = [], False, "", False, False
-        while i < len(s) and (quoted or not s[i].isspace()) and s[i] != "\n":
-            ch = s[i]
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc, i = True, i + 1
-                continue
-            elif quoted:
-                if ch == q:
-                    quoted, i = False, i + 1
-                    continue
-            elif ch in "'\"":
-                quoted, q, i = True, ch, i + 1
-                continue
-            elif ch == "#":
-                comment = True
-                break
-            buf.append(ch)
-            i += 1
-        assert not quoted, f"sbatch would refuse an unmatched quote in {line!r}"
-        if buf:
-            args.append("".join(buf))
-        if comment or not buf:
-            return args
-
-
-def directives(text: str) -> dict:
-    """{'--key': value or True} from the script's #SBATCH lines, as sbatch reads them."""
-    out = {}
-    for line in text.splitlines():
-        if line.startswith("#SBATCH"):
-            (arg,) = sbatch_parse(line)
-            key, _, value = arg.partition("=")
-            out[key] = value if _ else True
-    return out
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from test_render_quoting import directives  # sbatch's own reading of the #SBATCH lines
+from helpers import directives  # sbatch's own reading of the #SBATCH lines
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.plan import make_plan
