@@ -44,7 +44,18 @@ from vdkit.errors import UserError
 # The emulated hardware: one Dell PowerEdge XE9680 per node (what `slurmd -C` would report on one).
 NODE_PREFIX = "xe9680"
 NUM_NODES = 6
-GPUS_PER_NODE = 8
+
+
+def _xe9680_gpus_per_node() -> int:
+    """The XE9680's GPU count from its one home, conf/cluster/xe9680.yaml."""
+    import yaml
+
+    from vdkit.conftree import conf_dir
+
+    return int(yaml.safe_load((conf_dir() / "cluster" / "xe9680.yaml").read_text())["gpus_per_node"])
+
+
+GPUS_PER_NODE = _xe9680_gpus_per_node()
 SOCKETS = 2
 CORES_PER_SOCKET = 48
 THREADS_PER_CORE = 2
