@@ -218,6 +218,18 @@ def test_partial_checkpoints_are_removed(tmp_path):
 
     for n in (2, 4, 6):
         (tmp_path / f"iter_{n:07d}").mkdir()
+        (tmp_path / f"iter_{n:07d}" / "train_state.pt").write_text(f"state {n}")
+        if n < 6:
+            (tmp_path / f"iter_{n:07d}" / job.COMPLETE_MARKER).write_text("{}")
     (tmp_path / job.TRACKER).write_text("4")
     assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000006"]
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["iter_0000002", "iter_0000004"]
+    # A kill after the tracker, before the checkpoint's run_config.yaml: 4 cannot load; back to 2.
+    (tmp_path / "iter_0000004" / job.COMPLETE_MARKER).unlink()
+    (tmp_path / "latest_train_state.pt").write_text("state 4")
+    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000004"]
+    assert job.checkpointed_iteration(tmp_path) == 2 and (tmp_path / "latest_train_state.pt").read_text() == "state 2"
+    # ... and with none complete left, no tracker: the run starts over (from its pretrained checkpoint).
+    (tmp_path / "iter_0000002" / job.COMPLETE_MARKER).unlink()
+    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000002"]
+    assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())

@@ -196,15 +196,20 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
 
     recipe = compose(with_local_defaults([*BASE, "method=sft", *LR["sft"], f"model.megatron_path={runs.base}",
                                           *LAYOUTS["one"], "parallelism.distributed_optimizer=false"]))
-    run_dir = prepare(make_plan(recipe), tmp_path / "runs").write()
+    plan = make_plan(recipe)
+    run_dir = prepare(plan, tmp_path / "runs").write()
+    from vdkit.recipes import engines
+
+    rank_argv = engines.get("bridge").command(plan, run_dir)  # what `vdkit run` starts per rank
     launch = ("import sys; from vdkit.local import launch_local; "
-              "sys.exit(launch_local(sys.argv[1], 1, 1, terminal=open('/dev/null', 'wb')))")
-    proc = subprocess.Popen([sys.executable, "-c", launch, str(run_dir)], env=_env(), start_new_session=True,
+              "sys.exit(launch_local(sys.argv[1], 1, 1, terminal=open('/dev/null', 'wb'), command=sys.argv[2:]))")
+    proc = subprocess.Popen([sys.executable, "-c", launch, str(run_dir), *rank_argv], env=_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if marker.is_file() and marker.read_text().strip() == "2":
+        # published and complete (Bridge writes the tracker before the checkpoint's run_config.yaml)
+        if marker.is_file() and marker.read_text().strip() == "2" and (marker.parent / "iter_0000002" / "run_config.yaml").is_file():
             break
         time.sleep(0.2)
     assert proc.poll() is None, "the run ended before it could be killed"
@@ -215,10 +220,11 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
     deadline = time.monotonic() + 60
     while is_held(run_dir) and time.monotonic() < deadline:
         time.sleep(0.2)
-    done = subprocess.run([sys.executable, "-c", launch, str(run_dir)], env=_env(), capture_output=True, text=True,
+    first = (run_dir / "local-1.out").stat().st_size  # the log appends across segments: read the resumed one
+    done = subprocess.run([sys.executable, "-c", launch, str(run_dir), *rank_argv], env=_env(), capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    out = (run_dir / "local-1.out").read_text()
+    out = (run_dir / "local-1.out").read_bytes()[first:].decode(errors="replace")
     assert "iteration        3/       4" in out and "iteration        1/       4" not in out  # resumed at 3
     resumed = [float(l.split("lm loss:")[1].split("|")[0]) for l in out.splitlines() if "lm loss:" in l]
     assert resumed == pytest.approx(_losses(runs.get("sft", "one"))[2:], rel=1e-5)

@@ -46,12 +46,48 @@ def checkpointed_iteration(save_dir):
         return 0
 
 
-def remove_partial_checkpoints(save_dir) -> list:
-    """Remove ``iter_*`` directories newer than the latest complete one (a save cut off by a kill)."""
+# Bridge writes the tracker file before the checkpoint's run_config.yaml, which its load requires ("Legacy
+# checkpoint missing 'args'" without it): a kill between the two publishes a checkpoint that cannot load.
+COMPLETE_MARKER = "run_config.yaml"
+
+
+def _complete(save_dir, iteration: int) -> bool:
+    return os.path.isfile(os.path.join(str(save_dir), f"iter_{iteration:07d}", COMPLETE_MARKER))
+
+
+def _unpublish_incomplete(save_dir) -> list:
+    """Point the tracker back at the newest complete ``iter_*`` (or remove it when there is none) while the
+    one it names lacks :data:`COMPLETE_MARKER`; the names of the directories dropped."""
+    dropped = []
     done = checkpointed_iteration(save_dir)
+    while done and not _complete(save_dir, done):
+        shutil.rmtree(os.path.join(str(save_dir), f"iter_{done:07d}"), ignore_errors=True)
+        dropped.append(f"iter_{done:07d}")
+        older = sorted(int(n[5:]) for n in os.listdir(str(save_dir))
+                       if n.startswith("iter_") and n[5:].isdigit() and int(n[5:]) < done)
+        done = older[-1] if older else 0
+        state = os.path.join(str(save_dir), "latest_train_state.pt")
+        if done:
+            with open(os.path.join(str(save_dir), TRACKER), "w") as fh:
+                fh.write(str(done))
+            shutil.copyfile(os.path.join(str(save_dir), f"iter_{done:07d}", "train_state.pt"), state)
+        else:
+            for name in (TRACKER, "latest_train_state.pt"):
+                try:
+                    os.unlink(os.path.join(str(save_dir), name))
+                except FileNotFoundError:
+                    pass
+    return dropped
+
+
+def remove_partial_checkpoints(save_dir) -> list:
+    """Remove ``iter_*`` directories newer than the latest complete one (a save cut off by a kill), and a
+    published one that lacks :data:`COMPLETE_MARKER` (the kill came after the tracker, before the config)."""
     removed = []
     if not save_dir or not os.path.isdir(str(save_dir)):
         return removed
+    removed += _unpublish_incomplete(save_dir)
+    done = checkpointed_iteration(save_dir)
     for name in sorted(os.listdir(str(save_dir))):
         if name.startswith("iter_") and name[5:].isdigit() and int(name[5:]) > done:
             shutil.rmtree(os.path.join(str(save_dir), name), ignore_errors=True)
