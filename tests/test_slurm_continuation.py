@@ -149,9 +149,9 @@ def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, lo
     # same arithmetic, so the same losses to the last bit (more threads sum in another order).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     per_step = seconds_per_step(local, tmp_path / "calibrate")
-    # ~180 s of training: an allocation trains for at most ~75 s (the budget ends 90 s in, start-up
+    # ~300 s of training (margin for a machine whose load drops after calibration): an allocation trains for at most ~75 s (the budget ends 90 s in, start-up
     # included), so at least two even on a machine twice as fast as at calibration; bounded above.
-    max_steps = min(2000, max(60, int(180 / per_step)))
+    max_steps = min(2000, max(60, int(300 / per_step)))
     whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
     t0 = time.monotonic()
     run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2")
@@ -205,7 +205,9 @@ def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_
     assert f"\t{first}\t" in capsys.readouterr().out
     try:
         deadline = time.monotonic() + 120
-        while sub.job_state(first).state != "RUNNING" or not (run_dir / "run.lock").exists():
+        # running, holding the lock, and recorded in job_id.txt (the job records itself as it starts)
+        while (sub.job_state(first).state != "RUNNING" or not (run_dir / "run.lock").exists()
+               or first not in sub.job_ids(run_dir)):
             assert time.monotonic() < deadline
             time.sleep(0.5)
         second = sub.submit_run(run_dir).job_id  # `sbatch launch.sbatch` again, same directory
