@@ -11,31 +11,16 @@ Standard library only (render runs without Bridge).
 from __future__ import annotations
 
 import json
-import random
 from pathlib import PurePosixPath
-from typing import Dict, List
+from typing import Dict
 
 from vdkit.errors import UserError
+from vdkit.recipes.common.data import synthetic_rows  # the kit's synthetic task: same rows for the same seed
 
 TRAIN_FILE = "training.jsonl"  # Bridge's name (data/builders/finetuning_dataset.py:229), the kit's too
 SYNTHETIC_DIR = "data/synthetic"  # in the run dir
-# The kit's synthetic task (a local twin of the other engines' generator until the engines' shared
-# data module exists, issue 16): same rows for the same seed.
-SYNTHETIC_ROWS = 2048
 SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2
 BYTE_OFFSET = len(SPECIALS)
-
-
-def synthetic_rows(seed: int, n: int = SYNTHETIC_ROWS) -> List[Dict[str, str]]:
-    """A learnable instruction -> response task: upper-case, reverse or repeat a random word."""
-    rng = random.Random(seed)
-    rows = []
-    for _ in range(n):
-        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 8)))
-        task = rng.choice(("upper", "reverse", "repeat"))
-        out = {"upper": word.upper(), "reverse": word[::-1], "repeat": f"{word} {word}"}[task]
-        rows.append({"input": f"{task}: {word}", "output": out})
-    return rows
 
 
 def dataset_root(recipe, run_dir) -> PurePosixPath:
