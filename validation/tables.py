@@ -433,7 +433,7 @@ def to_markdown(table: Table) -> str:
             out.append(f"| {table.labels.get(model, model)} | {gpus} | "
                        + " | ".join(_predicted_md(by_method[m]) for m in table.columns) + " |")
         out += ["", "Each cell: published / predicted for the guide's recipe / predicted for the fast recipe "
-                "(`recipe=fast`: packed sequences, fused kernels, the model's layout) on the same samples, minutes "
+                "(`recipe=fast`: packed sequences - P-tuning unpacked, NeMo cannot pack it -, fused kernels, the model's layout) on the same samples, minutes "
                 "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
     reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
     for c in reasons:
