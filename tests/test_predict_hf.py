@@ -10,7 +10,7 @@ import random
 import pytest
 
 from vdkit.config import compose, sweep_cells
-from vdkit.validation.hf_tables import PLAN_ONLY
+from vdkit.validation.tables import PLAN_ONLY
 from vdkit.plan import make_plan
 from vdkit.predict_hf import constants, predict_hf_step
 from vdkit.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
@@ -127,7 +127,7 @@ def test_every_seed_cell_gets_a_prediction_and_opt_30b_none():
 
 def test_plan_prints_the_published_figure_of_its_cell(capsys):
     from vdkit.cli import main
-    from vdkit.validation.published_cell import published_for
+    from vdkit.validation.tables import published_for
 
     assert main(["plan", "model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]) == 0
     out = capsys.readouterr().out
