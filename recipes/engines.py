@@ -59,9 +59,6 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``NEEDS_PMI: bool``  (default ``False``)
     Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
     kit's engines read the launcher's variables instead.
-``LOG_FORMAT: str``  (default :data:`vdkit.logformat.NEMO1`)
-    The log format the ranks write (validation reads NeMo 1.x progress lines and TensorBoard
-    scalars named in :mod:`vdkit.logformat`; ``MEGATRON``: Megatron-Bridge's ``iteration N/M`` lines).
 
 Keep an engine module's top level light (standard library, vdkit.errors / rundir / jobspec): the
 Slurm renderer and ``vdkit --help`` paths import it; import torch & co. inside the training code.
@@ -175,12 +172,6 @@ class Engine:
     @property
     def runs_locally(self) -> bool:
         return bool(getattr(self.module, "RUNS_LOCALLY", False))
-
-    @property
-    def log_format(self) -> str:
-        from vdkit.logformat import NEMO1
-
-        return getattr(self.module, "LOG_FORMAT", NEMO1)
 
     @property
     def needs_pmi(self) -> bool:

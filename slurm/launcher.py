@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.errors import UserError
 from vdkit.jobspec import JobSpec
 from vdkit.rundir import SBATCH_FILE
 
@@ -63,10 +64,25 @@ def describe(st) -> str:
 
 
 def status(run_dir: Path) -> str:
-    """The Slurm state of the run directory's latest job (works without accounting), with its details."""
+    """The Slurm state of the run directory's latest job, or of a bare job id (works without accounting),
+    with its details. One-line UserError for a job id Slurm does not know."""
     from vdkit.slurm.submit import job_state
 
-    return describe(job_state(run_dir))
+    st = job_state(run_dir)
+    if st.source == "none" and not Path(run_dir).is_dir():
+        raise UserError(f"Slurm does not know job {st.job_id} (not queued, running or recently ended; "
+                        "accounting is off or has no record)",
+                        "pass a job id that `squeue` or `scontrol show job` lists, or a run directory "
+                        "written by `vdkit submit`")
+    return describe(st)
+
+
+def job(run_dir: Path) -> str:
+    """The Slurm job id of the run directory's latest job: job_id.txt's last line, else the job that holds
+    its lock or that squeue lists running its launch.sbatch (a plain ``sbatch``); the id itself for a job id."""
+    from vdkit.slurm.submit import resolve
+
+    return resolve(run_dir)[1]
 
 
 def wait(run_dir: Path, timeout: Optional[float] = None) -> str:

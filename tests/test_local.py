@@ -62,7 +62,7 @@ def test_vdkit_run_two_ranks_end_to_end(tmp_path):
     (["engine=nemo"], "engine=nemo does not run on this machine"),
     (["cluster=xe9680"], "slurm cluster"),
     (["data=dolly", "data.data_dir=/nonexistent/dolly"], "does not exist"),
-    (["method=ptuning", "data.packed=true", "train.micro_batch_size=1"], "cannot pack"),
+    (["method=ptuning", "data.packed=true", "train.micro_batch_size=1"], "data.packed=true with method=ptuning"),
 ])
 def test_vdkit_run_refuses_with_one_line_and_writes_nothing(tmp_path, capsys, overrides, message):
     assert main(["run", *overrides, "--out", str(tmp_path)]) == 2

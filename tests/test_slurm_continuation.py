@@ -35,6 +35,11 @@ MEGATRON_CELL = ["engine=megatron", "engine.container_image=null", "model=tiny_l
                  "data=synthetic", "method=sft", "cluster.nodes=2", "cluster.gpus_per_node=1", "parallelism.pp=2",
                  "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
                  "train.micro_batch_size=2", "train.global_batch_size=4", "method.warmup_steps=0", "method.lr=1e-3"]
+# The time-limit cell: heavier than CELL so that ~200 s of steps stays a few thousand even on an idle
+# machine (tiny CELL steps take ~12 ms there: the step cap, not the limit, would end the run in one allocation).
+TIME_LIMIT_CELL = [*(o for o in CELL if not o.startswith(("train.seq_length=", "train.global_batch_size="))),
+                   "model.hidden_size=256", "model.ffn_hidden_size=688", "model.num_layers=4",
+                   "train.seq_length=256", "train.global_batch_size=8"]
 STEP = re.compile(r"\| (\d+)/(\d+) \[")
 STOPPED = re.compile(r"stopped after global_step (\d+)")
 
@@ -143,15 +148,16 @@ def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, lo
     allocation; N steps in all, 0 lost, losses equal to an uninterrupted run's (run alongside)."""
     if engine == "megatron":
         pytest.importorskip("megatron.core")
-    cell = CELL if engine == "reference" else MEGATRON_CELL
+    cell = TIME_LIMIT_CELL if engine == "reference" else MEGATRON_CELL
     local = local_overrides(cell)
     # The job's ranks (sbatch exports this environment) use as many threads as the local ranks: the
     # same arithmetic, so the same losses to the last bit (more threads sum in another order).
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     per_step = seconds_per_step(local, tmp_path / "calibrate")
-    # ~300 s of training (margin for a machine whose load drops after calibration): an allocation trains for at most ~75 s (the budget ends 90 s in, start-up
-    # included), so at least two even on a machine twice as fast as at calibration; bounded above.
-    max_steps = min(2000, max(60, int(300 / per_step)))
+    # ~200 s of calibrated training: an allocation trains for at most ~75 s (the budget ends 90 s in,
+    # start-up included), so at least two allocations even on a machine twice as fast as at calibration.
+    max_steps = min(3000, max(60, int(200 / per_step)))
+    assert max_steps * per_step > 150, f"{per_step:.3f} s/step: the cell is too light for a 2-minute limit test"
     whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
     t0 = time.monotonic()
     run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2")

@@ -6,8 +6,6 @@ names, so a writer and the parser cannot drift apart.
 """
 from __future__ import annotations
 
-NEMO1 = "nemo1"  # an engine's LOG_FORMAT: NeMo 1.x progress lines + TensorBoard scalars
-MEGATRON = "megatron"  # Megatron-LM / Megatron-Bridge `iteration N/M | ...` lines + their TensorBoard scalars
 
 TIMING_KEY = "train_step_timing in s"  # seconds of one optimizer step (NeMo's TimingCallback)
 LOSS_KEY = "reduced_train_loss"  # the step's loss, averaged over data-parallel ranks

@@ -20,7 +20,6 @@ from pathlib import Path, PurePosixPath
 from typing import List
 
 from vdkit.errors import UserError
-from vdkit.logformat import MEGATRON
 from vdkit.rundir import BRIDGE_IMPORT_FILE as IMPORT_FILE, BRIDGE_JOB_FILE as JOB_FILE
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
@@ -29,7 +28,6 @@ IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
-LOG_FORMAT = MEGATRON  # Bridge's `iteration N/M | ... elapsed time per iteration (ms)` lines + TensorBoard
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 

@@ -1,7 +1,8 @@
 """`vdkit submit` (render + hand each run to its launcher), `vdkit status` and `vdkit cluster up|down|status`.
 
-``submit`` goes through the launcher registry (:mod:`vdkit.launchers`); ``status`` and ``cluster``
-are the Slurm launcher's own verbs (job ids, the local emulated Slurm).
+``submit`` and ``status`` go through the launcher registry (:mod:`vdkit.launchers`): each run
+directory's launcher submits it, names its job and reports its state. ``cluster`` is the Slurm
+launcher's own verb (the local emulated Slurm).
 """
 from __future__ import annotations
 
@@ -13,24 +14,27 @@ from vdkit.args import add_render_args, finite_seconds
 
 
 def register(sub) -> None:
-    p = sub.add_parser("submit", help="render each recipe and submit it with sbatch (through submitit)",
-                       description="Render a run directory per recipe (as `vdkit render`) and submit its "
-                                   "launch.sbatch with sbatch through submitit. Prints one line per job: the run "
-                                   "directory and the Slurm job id (recorded in the run directory's job_id.txt).")
+    p = sub.add_parser("submit", help="render each recipe and hand it to its launcher's scheduler",
+                       description="Render a run directory per recipe (as `vdkit render`) and submit it through "
+                                   "its launcher (cluster.launcher: Slurm's sbatch through submitit, Kubernetes' "
+                                   "kubectl apply). Prints one line per job: the run directory and the job as the "
+                                   "launcher names it (recorded in the run directory's job_id.txt).")
     add_render_args(p)
     p.add_argument("--test-only", action="store_true",
-                   help="sbatch --test-only: Slurm checks each script and says where it would start; nothing is "
-                        "queued (the run directories stay, for inspection)")
+                   help="the scheduler checks each run and says what it would do (Slurm: sbatch --test-only; "
+                        "Kubernetes: a server-side dry run); nothing is queued (the run directories stay)")
     p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
     p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
                    help="with --wait: stop waiting after S seconds")
     p.set_defaults(func=run_submit)
 
-    s = sub.add_parser("status", help="the Slurm state of submitted run directories",
-                       description="For each run directory (or job id): run directory, latest job id and its Slurm "
-                                   "state. Works without Slurm accounting (sacct, then scontrol/squeue, then the "
-                                   "job's own output).")
-    s.add_argument("targets", nargs="+", metavar="RUN_DIR", help="run directories written by `vdkit submit` (or job ids)")
+    s = sub.add_parser("status", help="the state of submitted run directories, from their launchers",
+                       description="For each run directory: the run directory, its latest job as its launcher names "
+                                   "it (a Slurm job id, a Kubernetes job name) and the job's state in the "
+                                   "scheduler's words. A bare Slurm job id works too. (Slurm needs no accounting: "
+                                   "sacct, then scontrol/squeue, then the job's own output.)")
+    s.add_argument("targets", nargs="+", metavar="RUN_DIR",
+                   help="run directories written by `vdkit submit` (or Slurm job ids)")
     s.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
     s.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
                    help="with --wait: stop waiting after S seconds")
@@ -48,19 +52,6 @@ def register(sub) -> None:
 
 def _line(run_dir, job_id, state: str = None) -> str:
     return "\t".join([str(run_dir), str(job_id)] + ([state] if state is not None else []))
-
-
-def _wait_all(pairs, timeout) -> int:
-    """Wait for every (run_dir, job_id) of Slurm; print the final line of each; 0 when all COMPLETED."""
-    from vdkit.slurm.launcher import describe
-    from vdkit.slurm.submit import wait
-
-    rc = 0
-    for run_dir, job_id in pairs:
-        st = wait(run_dir if run_dir is not None else job_id, timeout=timeout)
-        print(_line(run_dir if run_dir is not None else "-", job_id, describe(st)), flush=True)
-        rc |= 0 if st.ok else 1
-    return rc
 
 
 def run_submit(args) -> int:
@@ -110,65 +101,44 @@ def run_submit(args) -> int:
     return 0
 
 
-def _scheduler_of(target):
-    """The launcher of a run directory rendered for a scheduler other than Slurm (e.g. kubernetes), else None."""
+def _target(target):
+    """(launcher, run directory or None, job) of a ``vdkit status`` target.
+
+    A run directory asks the launcher it was rendered for (``cluster.launcher`` in its recipe), which
+    names its own job. Anything else is a Slurm job id (or a run directory without a recipe, found by its
+    job_id.txt): Slurm's are the one kind of job id that names a job without its run directory."""
     from pathlib import Path
 
     from vdkit import launchers
-    from vdkit.rundir import RECIPE_FILE
+    from vdkit.rundir import RECIPE_FILE, load_recipe
 
-    if not (Path(target) / RECIPE_FILE).is_file():
-        return None
-    from vdkit.rundir import load_recipe
+    path = Path(target)
+    if (path / RECIPE_FILE).is_file():
+        launcher = launchers.get(load_recipe(path).cluster.launcher)
+        return launcher, path.absolute(), launcher.job(path)
+    from vdkit.slurm.submit import resolve
 
-    name = load_recipe(target).cluster.launcher
-    if name == "slurm" or name not in launchers.REGISTRY or launchers.get(name).executes_here:
-        return None
-    return launchers.get(name)
-
-
-def _last_job(run_dir) -> str:
-    from pathlib import Path
-
-    from vdkit.rundir import JOB_ID_FILE
-
-    path = Path(run_dir) / JOB_ID_FILE
-    ids = path.read_text().split() if path.is_file() else []
-    return ids[-1] if ids else "-"
+    run_dir, job_id = resolve(target)
+    return launchers.get("slurm"), run_dir, job_id
 
 
 def run_status(args) -> int:
-    from vdkit.slurm.submit import job_state, resolve
-
-    # Run directories of another scheduler (Kubernetes) ask their launcher; the rest is Slurm's.
-    others = [(t, launcher) for t in args.targets if (launcher := _scheduler_of(t)) is not None]
-    if others:
-        rc = 0
-        lines = [(t, launcher.wait(t, timeout=args.timeout) if args.wait else launcher.status(t)) for t, launcher in others]
-        for t, state in lines:  # all answered before any output
-            print(_line(t, _last_job(t), state), flush=True)
-            rc |= 0 if (not args.wait or state.split(" ", 1)[0] == "COMPLETED") else 1
-        args.targets = [t for t in args.targets if t not in dict(others)]
-        if not args.targets:
-            return rc
-    pairs = [resolve(t) for t in args.targets]  # all checked before any output
-    if args.wait:
-        return _wait_all(pairs, args.timeout)
-    from vdkit.errors import UserError
+    from vdkit.launchers import succeeded
     from vdkit.runlock import holder_note
-    from vdkit.slurm.launcher import describe
 
-    states = [job_state(run_dir if run_dir is not None else job_id) for run_dir, job_id in pairs]
-    for (run_dir, job_id), st in zip(pairs, states):  # all checked before any output
-        if run_dir is None and st.source == "none":
-            raise UserError(f"Slurm does not know job {job_id} (not queued, running or recently ended; "
-                            "accounting is off or has no record)",
-                            "pass a job id that `squeue` or `scontrol show job` lists, or a run directory "
-                            "written by `vdkit submit`")
-    for (run_dir, job_id), st in zip(pairs, states):
-        line = _line(run_dir if run_dir is not None else "-", job_id, describe(st))
+    targets = [_target(t) for t in args.targets]  # all checked before any output
+    if args.wait:  # each line as its job ends
+        rc = 0
+        for launcher, run_dir, job in targets:
+            state = launcher.wait(run_dir if run_dir is not None else job, timeout=args.timeout)
+            print(_line(run_dir if run_dir is not None else "-", launcher.job(run_dir) if run_dir else job, state),
+                  flush=True)
+            rc |= 0 if succeeded(state) else 1
+        return rc
+    states = [launcher.status(run_dir if run_dir is not None else job) for launcher, run_dir, job in targets]
+    for (launcher, run_dir, job), state in zip(targets, states):  # all answered before any output
         note = holder_note(run_dir) if run_dir is not None else None
-        print(line + (f"\t{note}" if note else ""))
+        print(_line(run_dir if run_dir is not None else "-", job, state) + (f"\t{note}" if note else ""))
     return 0
 
 
