@@ -253,3 +253,15 @@ def test_partial_checkpoints_are_removed(tmp_path):
     (tmp_path / "iter_0000002" / job.COMPLETE_MARKER).unlink()
     assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000002"]
     assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())
+
+
+def test_a_base_dir_without_a_bridge_checkpoint_is_refused_before_the_run(tmp_path, capsys):
+    """Bridge itself would fine-tune fresh random weights from a directory without its tracker files."""
+    from vdkit.cli import main
+
+    (tmp_path / "notabase" / "base" / "iter_0000000").mkdir(parents=True)  # one level too high
+    rc = main(["run", "engine=bridge", "model=tiny_llama", "data=synthetic", "method=sft",
+               f"model.megatron_path={tmp_path / 'notabase'}", "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds no Megatron-Bridge checkpoint" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
