@@ -224,3 +224,25 @@ def test_plans_near_the_gpus_memory_say_the_allocator_cost_is_left_out():
     # the two runs whose published times are superlinear against their neighbours (OPT-13B vs 6.7B: 2.8x the
     # time for 1.9x the parameters; 70B on 1 node vs 2: 2.5x) are the two near the card's memory
     assert flagged == [("opt_13b", 1), ("llama3_1_70b", 1)]
+
+
+@pytest.mark.parametrize("table", ["table9", "training", "alpaca_opt", "llama31_roce"])
+def test_a_plan_that_departs_from_the_published_run_is_not_cited_as_it(table):
+    """Every sweep cell of a published table is cited with its figure; the same cell with another
+    sequence length or batch is a different run, and gets no published figure."""
+    from vdkit.validation.tables import load_published, published_for
+
+    pub = load_published(table)
+    cited = 0
+    for cell in sweep_cells(table, PLAN_ONLY):
+        recipe = compose(cell)
+        fig = published_for(recipe)
+        if fig is None:  # a sweep cell the source has no figure for
+            continue
+        cited += 1
+        assert fig.table == pub["cited_as"]
+        seq, mbs = recipe.train.seq_length, recipe.train.micro_batch_size
+        for change in (f"train.seq_length={seq // 2}", f"train.micro_batch_size={mbs * 2}"):
+            other = [o for o in cell if not o.startswith(change.split("=")[0] + "=")]
+            assert published_for(compose([*other, change])) is None, (cell, change)
+    assert cited >= len(pub["cells"]) - 1

@@ -7,12 +7,14 @@ spec has the same parts:
 - ``key``: the recipe fields that name a cell (:data:`KEY_FIELDS`: model, gpus, nodes, method, inter_node);
 - ``cells``: the published figures, each with its key fields and one of ``minutes`` / ``seconds`` (the
   spec's ``units``; ``null``: the source printed N/A), ``below`` (an upper bound), ``oom`` (out of memory),
-  optionally ``footnote`` and ``checkpoint_gb``;
+  optionally ``footnote``, ``checkpoint_gb`` and ``recipe`` (settings of that cell alone, as below);
 - ``sweep``: conf/sweep/<sweep>.yaml, the cells' recipes (planned for the table without runs);
   ``alternative_sweep``: the same cells with another recipe (its predictions beside them);
 - ``steps``: the step count the figures are for (none: each cell's ``train.target_steps``);
 - ``recipe``: which recipes are cells of the table (``vdkit plan`` prints their published figure,
-  :func:`published_for`), ``cited_as`` and ``figure_unit``: how that line names it;
+  :func:`published_for`): the engine and data, and every setting the published runs fixed (sequence
+  length, batch sizes, ...), so a plan that departs from the published run is not cited as it;
+  ``cited_as`` and ``figure_unit``: how that line names it;
 - ``layout``: how :mod:`vdkit.validation.table_output` arranges it (:data:`LAYOUTS`: ``grid`` model x GPUs
   rows with a column per ``methods`` entry, Table 9; ``nodes`` one row per cell with time and checkpoint
   size, Table 4; ``rows`` one row per cell with its plan, memory and fit, the Alpaca OPT and MI300X
@@ -167,7 +169,7 @@ def published_for(recipe, folder: Optional[Path] = None) -> Optional[PublishedFi
         if not pub.get("recipe") or not _matches(recipe, pub["recipe"]):
             continue
         cell = published_cells(pub).get(key_of(pub, recipe))
-        if cell is None:
+        if cell is None or not _matches(recipe, cell.get("recipe")):
             continue
         where, unit = pub["cited_as"], pub["figure_unit"]
         value, text = figure(pub, cell)
