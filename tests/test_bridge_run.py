@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import assert_memory_agrees
+
 try:  # not imported here: `import megatron.bridge` needs the shim on a CPU
     import importlib.util
 
@@ -130,26 +132,14 @@ def yaml_model(run_dir: Path) -> dict:
     return yaml.safe_load((run_dir / "bridge.yaml").read_text())["model"]
 
 
-def _assert_memory_agrees(run_dir: Path, world: int) -> dict:
-    from vdkit.recipes.mcore_memory import disagreements
-
-    report = json.loads((run_dir / "memory.json").read_text())
-    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
-    for r in report["ranks"]:
-        assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
-        assert r["measured"]["weights"] > 0
-    assert disagreements(report) == [], report
-    return report
-
-
 @pytest.mark.parametrize("layout", ["tp2sp", "pp2", "dp2"])
 def test_parallel_layout_trains_like_one_rank(runs, layout):
     one, par = runs.get("sft", "one"), runs.get("sft", layout)
     a, b = _losses(one), _losses(par)
     assert len(a) == len(b) == STEPS
     assert b == pytest.approx(a, rel=2e-3), (a, b)
-    _assert_memory_agrees(par, WORLD[layout])
-    _assert_memory_agrees(one, 1)
+    assert_memory_agrees(par, WORLD[layout])
+    assert_memory_agrees(one, 1)
     out = (par / "local-1.out").read_text()
     assert "bridge engine on CPU (Megatron-Bridge 0.3.1, megatron-core 0.16.1, pinned shim)" in out
 
@@ -169,7 +159,7 @@ def test_interleaved_pipeline_trains_with_bridges_loop(runs):
     par = runs.get("sft", "pp2vp2")
     losses, control = _losses(par), _losses(runs.get("sft", "one", lr0=True))
     assert len(losses) == STEPS and losses[-1] < control[-1] - 0.05, (losses, control)
-    _assert_memory_agrees(par, 2)
+    assert_memory_agrees(par, 2)
 
 
 @pytest.mark.parametrize("method", ["sft", "lora"])
@@ -186,7 +176,7 @@ def test_lora_trains_only_the_adapters(runs):
     from vdkit.rundir import load_plan
 
     run = runs.get("lora", "one")
-    report = _assert_memory_agrees(run, 1)
+    report = assert_memory_agrees(run, 1)
     plan = load_plan(run)
     lora_params = trainable_params(plan.recipe)
     measured = report["ranks"][0]["measured"]
@@ -200,7 +190,7 @@ def test_pretraining_from_scratch(runs):
     run = runs.get("pretrain", "one")
     losses = _losses(run)
     assert len(losses) == STEPS and losses[-1] < losses[0]
-    _assert_memory_agrees(run, 1)
+    assert_memory_agrees(run, 1)
     assert "MockGPTDataset" in (run / "local-1.out").read_text() or "mock" in (run / "bridge.yaml").read_text().lower()
 
 
@@ -297,4 +287,4 @@ def test_two_node_bridge_job_completes_on_the_local_slurm(local_slurm, tmp_path,
     assert "NumNodes=2 " in nodes
     report = json.loads((run_dir / "memory.json").read_text())
     assert [r["stage"] for r in report["ranks"]] == [0, 1]
-    _assert_memory_agrees(run_dir, 2)
+    assert_memory_agrees(run_dir, 2)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vdkit import files
 from vdkit.cli import main
 from vdkit.files import DirLock
 from vdkit.recipes import data
@@ -342,7 +343,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real_fsync(fd)
 
-    monkeypatch.setattr(data.os, "fsync", flaky_fsync)
+    monkeypatch.setattr(files.os, "fsync", flaky_fsync)  # vdkit.files.replace_all writes every output
     out = tmp_path / "new" / "o"
     with pytest.raises(OSError):
         data.prepare("dolly", src, out)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -247,9 +246,7 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
     The list lives in a hidden manifest per ``report`` (the table's name: ``.<report>.files``), so two
     tables' reports can share a directory; files the kit did not write are never touched.
     """
-    import tempfile
-
-    from vdkit.files import file_mode
+    from vdkit.files import replace_all
     from vdkit.rundir import missing_parents, remove_empty
 
     out = Path(out_dir)
@@ -264,23 +261,12 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
         before = set(json.loads(manifest.read_text()))
     except (OSError, ValueError):
         before = set()
-    # All or nothing: every file (and the manifest) goes to a temporary name first; the renames happen
-    # only when all are complete, so a full disk leaves the previous report (or nothing) behind.
+    # All or nothing: every file and the manifest are complete before any is renamed into place, so a
+    # full disk leaves the previous report (or nothing) behind.
     contents = {**files, manifest.name: (json.dumps(sorted(files)) + "\n").encode()}
-    temps: Dict[str, str] = {}
     try:
-        for name, data in contents.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
-            temps[name] = tmp
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, file_mode())
-        for name, tmp in temps.items():
-            os.replace(tmp, out / name)
+        replace_all(out, contents)
     except BaseException:
-        for tmp in temps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         if created:
             remove_empty(created)
         raise
