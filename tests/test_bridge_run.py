@@ -137,7 +137,9 @@ def test_parallel_layout_trains_like_one_rank(runs, layout):
     one, par = runs.get("sft", "one"), runs.get("sft", layout)
     a, b = _losses(one), _losses(par)
     assert len(a) == len(b) == STEPS
-    assert b == pytest.approx(a, rel=2e-3), (a, b)
+    # equal, not close: the same model, data and gradient in every layout (fine-tuning's per-token loss,
+    # config.per_token_loss); measured: at most 1.6e-7 apart over 10 steps (benchmarks/bench_bridge_layouts.py)
+    assert b == pytest.approx(a, rel=1e-5), (a, b)
     assert_memory_agrees(par, WORLD[layout])
     assert_memory_agrees(one, 1)
     out = (par / "local-1.out").read_text()
