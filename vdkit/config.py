@@ -35,6 +35,7 @@ DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 TRANSPORTS = ("ib", "roce", "tcp")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's environment docs
 ARCHS = ("llama", "opt")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "relu", "gelu")
@@ -194,6 +195,8 @@ def _fix_hint(msg: str) -> str:
             return f"choose one of {group}=" + "|".join(group_options(group))
     if "not in '" in msg:
         return "check the key's spelling; `vdkit plan --cfg` prints every key and its default"
+    if "Could not override 'cluster.env'" in msg:
+        return "add one variable at a time: +cluster.env.NAME=VALUE (secrets: run.secrets_file=PATH)"
     if "converted to" in msg:
         return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
     return "write overrides as key=value (group=option for model, method, cluster, data, engine)"
@@ -264,6 +267,9 @@ def validate_fields(r: Recipe) -> None:
     _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
            f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
            "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
+    _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
+           f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
+           "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),
