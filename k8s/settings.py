@@ -35,7 +35,7 @@ _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # An extended resource name: a domain prefix and a name (amd.com/gpu, rdma/hca_shared_devices_a).
 _RESOURCE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 # An image reference as a pod spec takes it: no whitespace, no scheme ("https://" is a URL, not an image).
-_IMAGE = re.compile(r"^(?![a-z]+://)[A-Za-z0-9][^\s]*$")
+_IMAGE = re.compile(r"^(?![a-z]+://)\S+$")  # (a squashfs path is refused later, naming what a pod needs)
 # A Kubernetes quantity such as 64Gi or 512Mi.
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 

@@ -232,15 +232,14 @@ def grouped_bars_figure(title: str, ylabel: str, labels: Sequence[str],
         xs = [j + (i - (len(drawn) - 1) / 2) * width for j in range(len(values))]
         ax.bar([x for x, v in zip(xs, values) if v is not None], [v for v in values if v is not None], width,
                color=SERIES_COLORS.get(name, f"C{i}"), label=name)
-        for j, (x, v) in enumerate(zip(xs, values)):
+        for x, v in zip(xs, values):
             if v is None:
-                if j not in (notes or {}):  # a noted row says why instead
-                    ax.text(x, 0, "–", ha="center", va="bottom", color="0.55", fontsize=9)
+                ax.text(x, 0, "–", ha="center", va="bottom", color="0.55", fontsize=9)
             else:
                 ax.text(x, v + top * 0.01, f"{v:,.0f}" if v >= 100 else f"{v:.3g}", ha="center", va="bottom",
                         fontsize=7)
-    for j, text in (notes or {}).items():  # across the row's own slot, level, above the axis
-        ax.text(j, top * 0.04, text, ha="center", va="bottom", fontsize=8, color="0.3")
+    for j, text in (notes or {}).items():  # across the row's own slot, level, above its dashes
+        ax.text(j, top * 0.1, text, ha="center", va="bottom", fontsize=8, color="0.3")
     ax.set_xlim(-0.5, len(labels) - 0.5)  # every row's slot, also a last row without bars
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)

@@ -73,7 +73,7 @@ class MethodCfg:
 @dataclass
 class ClusterCfg:
     name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
-    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local | kubernetes (`vdkit list launchers`)
     nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
     min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
