@@ -13,7 +13,8 @@ GUIDE_SAMPLES = 1000 * 128  # Table 9: 1000 steps of GBS 128, one Dolly sample p
 
 @pytest.fixture(scope="module")
 def predictions():
-    return tables.grid_predictions("table9", "table9_fast", 1000)
+    """(model, GPUs, method) -> (predicted minutes, guide's recipe; fast recipe, same samples): the planned table."""
+    return {(c.model, c.gpus, c.method): (c.predicted, c.predicted_fast) for c in report.build("table9").cells}
 
 
 def test_fast_recipe_trains_on_the_guides_samples():
@@ -105,16 +106,29 @@ def test_report_shows_published_predicted_guide_and_fast_side_by_side():
     cell = next(c for c in table.cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
     assert cell.published == 102 and cell.predicted and cell.predicted_fast
     assert cell.predicted_fast * 10 <= cell.published
-    md = tables.to_markdown(table)
+    from vdkit.validation.table_output import cell_dict, to_markdown
+
+    md = to_markdown(table)
     assert "predicted for the fast recipe" in md
     assert f"102 / {cell.predicted:.3g} / {cell.predicted_fast:.3g}" in md
-    d = cell.to_dict()
+    d = cell_dict(table, cell)
     assert d["predicted_minutes"] and d["predicted_fast_minutes"]
-    # With run directories, a cell's prediction is its run's plan.json's: nothing is planned at report time.
-    run = tables.RunResult("runs/x", "llama2_7b", "lora", 4, 1, True, predicted_minutes=12.5)
-    ran = next(c for c in tables.grid_table(tables.spec("table9"), [run]).cells
-               if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
-    assert (ran.predicted, ran.predicted_fast) == (12.5, None)
+
+
+def test_a_reported_cell_is_predicted_by_its_runs_plan_json(tmp_path):
+    """With run directories, a cell's prediction is its run's plan.json's: nothing is planned at report time."""
+    import json
+
+    from helpers import make_run
+    from vdkit.rundir import PLAN_FILE
+
+    run = make_run(tmp_path, ["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"])
+    data = json.loads((run / PLAN_FILE).read_text())
+    step = data["prediction"]["step"]  # what the run was rendered with, whatever the planner says today
+    step.update(compute_s=0.75, overhead_s=0.0, communication_s=0.0, bubble_s=0.0, optimizer_s=0.0)
+    (run / PLAN_FILE).write_text(json.dumps(data))
+    ran = next(c for c in report.build("table9", [run]).cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
+    assert ran.predicted == pytest.approx(0.75 * 1000 / 60) and ran.predicted_fast is None
 
 
 @pytest.mark.parametrize("sweep", ["table9", "table9_fast"])
