@@ -233,3 +233,17 @@ def test_partial_checkpoints_are_removed(tmp_path):
     (tmp_path / "iter_0000002" / job.COMPLETE_MARKER).unlink()
     assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000002"]
     assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())
+
+
+def test_a_stop_during_start_up_is_kept_not_fatal():
+    """USR1 (and TERM, passed on as USR1) before Bridge's handler exists: noted for it, the rank lives on;
+    in a checkpoint writer's child (``forward_term=False``) TERM still ends the process."""
+    import subprocess
+    import sys
+
+    probe = ("import os, signal, sys; from vdkit.recipes.bridge import job; job.hold_stops(forward_term=sys.argv[1] == '1');"
+             "os.kill(os.getpid(), signal.SIGUSR1); os.kill(os.getpid(), signal.SIGTERM); print(len(job._EARLY_STOPS))")
+    rank = subprocess.run([sys.executable, "-c", probe, "1"], capture_output=True, text=True, timeout=60)
+    assert (rank.returncode, rank.stdout.strip()) == (0, "2")  # both kept, for Bridge's handler
+    child = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -15 and child.stdout == ""  # USR1 ignored, TERM ends it
