@@ -272,6 +272,7 @@ def print_seed_systems() -> None:
             print(f"  alpaca_opt   {name:<10} published {pub['minutes']:5.1f} min        predicted {pred:6.1f} min"
                   f"  {err:+.0%}" + (f"  target within {lim:.0%}: {'met' if abs(err) <= lim else 'NOT met'}" if lim else "")
                   + f"  ({plan.memory.total_gb:.1f} of 80 GB)")
+    _print_implied_bus(rows)
     cells = _hf_cells("llama31_roce")
     by_model = {}
     for cell, pub, plan in cells:
@@ -300,6 +301,36 @@ def print_seed_systems() -> None:
         pred_r = _epoch_s(moved[1][2]) / _epoch_s(moved[0][2])
         print(f"  TCP bandwidth fitted on {fit_on}'s 1 node : 2 nodes TCP ratio: {gb_s:.3g} GB/s per node; leave-one-out "
               f"{other} 1 : TCP = 1 : {pred_r:.2f} vs published 1 : {pub_r:.2f} ({pred_r / pub_r - 1:+.0%})")
+
+
+def _print_implied_bus(rows) -> None:
+    """Diagnostic, not used by any prediction: the NCCL bus bandwidth inside the node at which each timed OPT
+    cell would match its published minutes, and what that bandwidth predicts for the other cell (leave-one-out).
+    One bandwidth explaining both would point at the gathers; two far apart point elsewhere."""
+    import copy
+
+    from vdkit import predict_hf
+
+    base = predict_hf.constants()
+    timed = {plan.recipe.model.name: (plan, pub["minutes"]) for _, pub, plan in rows if pub.get("minutes")}
+    gpu = next(iter(timed.values()))[0].recipe.cluster.gpu_type
+
+    def minutes(plan, gb_s):
+        calib = copy.deepcopy(base)
+        calib["gpus"][gpu]["intra_node_gb_s"] = gb_s
+        step = predict_hf.predict_hf_step(plan.recipe, plan.recipe.parallelism.recompute or "none", calib)
+        return step.total_s * plan.recipe.train.target_steps / 60
+
+    for name, (plan, pub) in timed.items():
+        lo, hi = 1.0, 2000.0
+        for _ in range(40):  # minutes fall as the bandwidth grows: bisect in log space
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if minutes(plan, mid) > pub else (lo, mid)
+        gb_s = math.sqrt(lo * hi)
+        others = ", ".join(f"{o} {minutes(op, gb_s):.1f} min vs {opub:g} ({minutes(op, gb_s) / opub - 1:+.0%})"
+                           for o, (op, opub) in timed.items() if o != name)
+        print(f"  diagnostic (unused): {name} matches its {pub:g} min at an intra-node bus of {gb_s:.0f} GB/s "
+              f"(the file: {base['gpus'][gpu]['intra_node_gb_s']}); leave-one-out at it: {others}")
 
 
 def _fit_tcp(model: str) -> float:

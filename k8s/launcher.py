@@ -118,6 +118,15 @@ def test(run_dir) -> str:
     return dry_run(Path(run_dir))
 
 
+def job(run_dir) -> str:
+    """The run's latest job as ``vdkit submit`` recorded it (namespace/kind/name), else ``-``."""
+    from vdkit.rundir import JOB_ID_FILE
+
+    path = Path(run_dir) / JOB_ID_FILE
+    ids = path.read_text().split() if path.is_file() else []
+    return ids[-1] if ids else "-"
+
+
 def status(run_dir) -> str:
     """COMPLETED / FAILED when the job ended, else the operator's word; its own spelling in parentheses."""
     from vdkit.k8s.kubectl import job_state

@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import json
 import re
-import os
 import random
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
-from vdkit.files import DirLock, file_mode
+from vdkit.files import DirLock, replace_all
 
 DATASETS = ("dolly", "alpaca", "pubmedqa", "pubmedqa_blog")
 
@@ -266,38 +264,42 @@ def _field(path: Path, lineno: int, label: str, rec: object, name: str, kind=str
 # ---------------------------------------------------------------------------- formats
 # Each converter returns (row, None) or (None, reason the row is dropped).
 
-def _dolly(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+def _instruction_row(path: Path, lineno: int, label: str, rec: object, extra: str, answer: str,
+                     template: str, template_without: str) -> Tuple[Optional[Row], Optional[str]]:
+    """An instruction record (``instruction``, an optional ``extra`` field, the ``answer`` field) as a row:
+    the prompt from ``template`` (``template_without`` when ``extra`` is empty), the answer as output."""
     instruction = _field(path, lineno, label, rec, "instruction").strip()
-    context = _field(path, lineno, label, rec, "context").strip()
-    response = _field(path, lineno, label, rec, "response").strip()
-    if not instruction:
-        return None, "empty instruction"
-    if not response:
-        return None, "empty response"
-    prompt = (DOLLY_TEMPLATE.format(context=context, instruction=instruction) if context
-              else DOLLY_TEMPLATE_NO_CONTEXT.format(instruction=instruction))
-    return {"input": prompt, "output": response}, None
-
-
-def _alpaca(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
-    instruction = _field(path, lineno, label, rec, "instruction").strip()
-    extra = _field(path, lineno, label, rec, "input").strip()
-    output = _field(path, lineno, label, rec, "output").strip()
+    more = _field(path, lineno, label, rec, extra).strip()
+    output = _field(path, lineno, label, rec, answer).strip()
     if not instruction:
         return None, "empty instruction"
     if not output:
-        return None, "empty output"
-    prompt = (ALPACA_TEMPLATE.format(instruction=instruction, input=extra) if extra
-              else ALPACA_TEMPLATE_NO_INPUT.format(instruction=instruction))
+        return None, f"empty {answer}"
+    prompt = (template.format(instruction=instruction, **{extra: more}) if more
+              else template_without.format(instruction=instruction))
     return {"input": prompt, "output": output}, None
 
 
-def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
-    question = _field(path, lineno, label, rec, "QUESTION").strip()
+def _dolly(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    return _instruction_row(path, lineno, label, rec, "context", "response", DOLLY_TEMPLATE, DOLLY_TEMPLATE_NO_CONTEXT)
+
+
+def _alpaca(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    return _instruction_row(path, lineno, label, rec, "input", "output", ALPACA_TEMPLATE, ALPACA_TEMPLATE_NO_INPUT)
+
+
+def _contexts(path: Path, lineno: int, label: str, rec: object) -> List[str]:
+    """A PubMedQA record's CONTEXTS (the abstract's sections): a list of strings, else one UserError."""
     contexts = _field(path, lineno, label, rec, "CONTEXTS", list)
     if not all(isinstance(c, str) for c in contexts):
         raise UserError(f"{path}:{lineno}: {label} field 'CONTEXTS' holds a non-string",
                         "fix that record or pass the dataset's original file")
+    return contexts
+
+
+def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
+    question = _field(path, lineno, label, rec, "QUESTION").strip()
+    contexts = _contexts(path, lineno, label, rec)
     long_answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
     decision = _field(path, lineno, label, rec, "final_decision").strip().lower()
     if not question:
@@ -316,10 +318,7 @@ def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optiona
 def _pubmedqa_blog(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
     """ori_pqaa.json -> the blog's fields: question, context (abstract sections joined), answer (LONG_ANSWER)."""
     question = _field(path, lineno, label, rec, "QUESTION").strip()
-    contexts = _field(path, lineno, label, rec, "CONTEXTS", list)
-    if not all(isinstance(c, str) for c in contexts):
-        raise UserError(f"{path}:{lineno}: {label} field 'CONTEXTS' holds a non-string",
-                        "fix that record or pass the dataset's original file")
+    contexts = _contexts(path, lineno, label, rec)
     answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
     context = " ".join(c.strip() for c in contexts if c.strip())
     if not question:
@@ -413,26 +412,14 @@ def shuffle_split(rows: Sequence[Row], seed: int, split: Sequence[float]) -> Dic
 # ---------------------------------------------------------------------------- writing
 
 def write_files_atomically(out_dir: Path, contents: Dict[str, str]) -> None:
-    """Write {file name: text} into out_dir: every file goes to a temp file first, and the renames
-    happen only after all temp files are complete, so a failure leaves no partial output."""
+    """Write {file name: text} into out_dir (:func:`vdkit.files.replace_all`: all or nothing); a directory
+    it created is removed again on failure."""
+
     created_dir = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    temps: Dict[str, str] = {}
     try:
-        for name, text in contents.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
-            temps[name] = tmp
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, file_mode())  # mkstemp made it 0600; shared data follows the umask
-        for name, tmp in temps.items():
-            os.replace(tmp, out_dir / name)
+        replace_all(out_dir, {name: text.encode("utf-8") for name, text in contents.items()})
     except BaseException:
-        for tmp in temps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         if created_dir:
             try:
                 out_dir.rmdir()

@@ -191,3 +191,28 @@ def word_level_tokenizer(path: Path) -> Path:
     tok.train_from_iterator([" ".join(WORDS)] * 3, trainers.WordLevelTrainer(special_tokens=["[UNK]", "</s>"]))
     tok.save(str(path))
     return path
+
+
+def assert_memory_agrees(run_dir: Path, world: int) -> dict:
+    """The run's memory.json: every rank measured weights, gradients and optimizer, and none disagrees with
+    the plan beyond the engine's tolerance (vdkit.recipes.mcore_memory). Returns the report."""
+    from vdkit.recipes.mcore_memory import disagreements
+
+    report = json.loads((run_dir / "memory.json").read_text())
+    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
+    for r in report["ranks"]:
+        assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
+        assert r["measured"]["weights"] > 0
+    assert disagreements(report) == [], report
+    return report
+
+
+def submit_and_wait(main, capsys, overrides, out_dir: Path, timeout_s: int):
+    """`vdkit submit OVERRIDES --wait` of one job on the local Slurm: (exit code, run dir, job id, the
+    job's .out and .err, the last status line's first three fields)."""
+    rc = main(["submit", *overrides, "--out", str(out_dir), "--wait", "--timeout", str(timeout_s)])
+    out = capsys.readouterr().out.splitlines()
+    run_dir = Path(out[0].split("\t")[0])
+    job_id = out[0].split("\t")[1]
+    log = "".join((run_dir / f"slurm-{job_id}.{ext}").read_text() for ext in ("out", "err"))
+    return rc, run_dir, job_id, log, out[-1].split("\t")[:3]

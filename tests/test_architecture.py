@@ -83,8 +83,12 @@ title: "A throwaway table: tiny Llama, 100 steps (minutes)"
 source: "made up by tests/test_architecture.py"
 steps: 100
 units: minutes
+key: [model, gpus, method]
 layout: grid
 sweep: demo
+recipe: {model.name: tiny_llama, engine.name: reference}
+cited_as: the toy table
+figure_unit: min for 100 steps
 models: {tiny_llama: "Tiny Llama"}
 methods: {lora: LoRA, sft: SFT}
 cells:
@@ -113,6 +117,10 @@ def test_a_throwaway_published_table_reports(tmp_path, monkeypatch, capsys):
     assert cell["published_minutes"] == 1.5 and cell["runs"] == [str(run)]
     assert cell["minutes"] == pytest.approx((12.0 + 0.6 * 99) / 60, rel=0.05)  # warm-up once + 99 steady steps
     assert cell["ratio"] == pytest.approx(cell["minutes"] / 1.5, rel=1e-3)
+    # and `vdkit plan` of one of its cells cites it (the spec's recipe conditions and key, no code)
+    assert main(["plan", "model=tiny_llama", "engine=reference", "cluster=local", "data=synthetic",
+                 "cluster.gpus_per_node=2", "method=lora"]) == 0
+    assert "  published   the toy table: 1.5 min for 100 steps\n" in capsys.readouterr().out  # (no CPU prediction)
 
 
 def test_an_unknown_table_is_one_line_and_exit_2(tmp_path, capsys):

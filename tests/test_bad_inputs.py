@@ -136,7 +136,7 @@ for name, argv, expect in [
     ("run-data-missing", ["run", "data=dolly", "data.data_dir={ws}/nodata"], "does not exist"),
     ("run-pretrain-data", ["run", "data=pile", "method=pretrain", "train.seq_length=128", "data.data_dir={ws}"],
      "pretrain data"),
-    ("run-ptuning-packed", ["run", "method=ptuning", "data.packed=true"], "cannot pack"),
+    ("run-ptuning-packed", ["run", "method=ptuning", "data.packed=true"], "data.packed=true with method=ptuning"),
     ("run-seq-2", ["run", "train.seq_length=2"], "train.seq_length=2"),
     ("run-seq-ptuning", ["run", "method=ptuning", "train.seq_length=12"], "virtual tokens"),
     ("run-tp", ["run", "parallelism.tp=2", "cluster.gpus_per_node=2"], "data parallel"),

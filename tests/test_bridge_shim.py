@@ -37,14 +37,15 @@ def test_installed_versions_are_the_pinned_ones():
         assert version(dist) == want, f"{dist} changed: re-validate recipes/bridge/cpu_shim.py against it"
 
 
-@pytest.mark.parametrize("patch", __import__("vdkit.recipes.bridge.cpu_shim", fromlist=["PATCHES"]).PATCHES,
+@pytest.mark.parametrize("patch", __import__("vdkit.recipes.bridge.cpu_shim", fromlist=["PATCHES"]).PATCHES
+                         + __import__("vdkit.recipes.bridge.config", fromlist=["UPSTREAM"]).UPSTREAM,
                          ids=lambda p: f"{p[0]}:{p[1]}")
 def test_each_patch_answers_the_upstream_line_it_names(patch):
     rel, line, text, _why = patch
     lines = (_site_megatron() / rel).read_text().splitlines()
     assert line <= len(lines), f"{rel} is shorter than line {line}: upstream moved; re-validate the shim"
     assert text in lines[line - 1], (f"{rel}:{line} no longer says {text!r} (it says {lines[line - 1].strip()!r}): "
-                                     "upstream moved; re-validate recipes/bridge/cpu_shim.py")
+                                     "upstream moved; re-validate recipes/bridge/cpu_shim.py and config.py (UPSTREAM)")
 
 
 def test_other_versions_are_refused(monkeypatch):

@@ -164,3 +164,19 @@ def test_launchers_import_no_engine():
     bad = [f"{a} -> {b} (line {line})" for a, targets in edges.items() for b, line in targets.items()
            if any(a == r or a.startswith(r + ".") for r in roots) and b.startswith("vdkit.recipes")]
     assert not bad, "launchers importing engine code:\n" + "\n".join(bad)
+
+
+def test_no_test_module_imports_another():
+    """Shared test code lives in tests/helpers.py (or conftest.py fixtures), never in a test module another
+    one imports: a test file can be renamed, split or deleted without breaking the others."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")} | {"conftest"}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for name in names:
+                if name.split(".")[-1] in test_modules or name.startswith("tests."):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert not found, "test modules importing test modules:\n" + "\n".join(found)

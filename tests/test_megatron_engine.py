@@ -12,7 +12,6 @@ shared by the tests of this module (each is started once, on first use).
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -22,6 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from helpers import assert_memory_agrees
 
 pytest.importorskip("megatron.core")
 pytestmark = pytest.mark.slow  # a dozen real multi-rank runs: minutes on 2 cores
@@ -86,15 +87,20 @@ def runs(tmp_path_factory):
     return Runs(tmp_path_factory.mktemp("megatron"))
 
 
-def _assert_memory_agrees(run_dir: Path, world: int):
-    from vdkit.recipes.mcore_memory import disagreements
+def _run_again(run_dir: Path) -> None:
+    """The job started again (a requeue, a resume): the same command on the same run directory, 2 x 2 ranks
+    of one thread each; it must succeed."""
+    from vdkit.local import launch_local
+    from vdkit.recipes.megatron import megatron_command
 
-    report = json.loads((run_dir / "memory.json").read_text())
-    assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
-    for r in report["ranks"]:
-        assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
-        assert r["measured"]["weights"] > 0
-    assert disagreements(report) == [], report
+    with open(os.devnull, "wb") as sink:
+        old = dict(os.environ)
+        os.environ.update(OMP_NUM_THREADS="1")
+        try:
+            assert launch_local(run_dir, 2, 2, terminal=sink, command=megatron_command(run_dir)) == 0
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
 
 
 @pytest.mark.parametrize("method,layout,world", [
@@ -108,8 +114,8 @@ def test_parallel_layout_trains_exactly_like_one_rank(runs, method, layout, worl
     assert f"{world} rank(s) (local, cpu)" in out
     # megatron-core's known-harmless CPU warnings are silenced at their source (vdkit.recipes.known_warnings)
     assert "Warning:" not in out, out[-2000:]
-    _assert_memory_agrees(par, world)
-    _assert_memory_agrees(one, 1)
+    assert_memory_agrees(par, world)
+    assert_memory_agrees(one, 1)
 
 
 # LoRA starts as the base model (B = 0), so SFT's lr = 0 run is its control too; the equal first
@@ -122,7 +128,7 @@ def test_loss_falls_against_an_lr0_control(runs, method, layout):
     trained, control = _losses(runs.get(method, layout)), _losses(runs.get(CONTROL[method], "one", lr0=True))
     assert trained[0] == pytest.approx(control[0], rel=1e-4)  # same model, same first batch
     assert trained[-1] < control[-1] - 0.05, (trained, control)
-    _assert_memory_agrees(runs.get(CONTROL[method], "one", lr0=True), 1)
+    assert_memory_agrees(runs.get(CONTROL[method], "one", lr0=True), 1)
 
 
 def test_layout_line_names_what_megatron_runs(runs):
@@ -134,9 +140,6 @@ def test_layout_line_names_what_megatron_runs(runs):
 def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     """SIGKILL a DP2 distributed-optimizer run after a checkpoint; the restart redoes the lost steps
     and every loss equals the uninterrupted run's."""
-    from vdkit.recipes.megatron import megatron_command
-    from vdkit.local import launch_local
-
     whole = runs.get("sft", "dp2")
     cmd = [sys.executable, "-m", "vdkit", "run", *BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"],
            "--out", str(tmp_path)]
@@ -161,14 +164,7 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
         assert time.monotonic() < deadline, "the killed ranks still hold the run directory"
         time.sleep(0.05)
     assert not (run_dir / "checkpoints" / "step=6.ckpt").exists()
-    with open(os.devnull, "wb") as sink:
-        old = dict(os.environ)
-        os.environ.update(OMP_NUM_THREADS="1")
-        try:
-            assert launch_local(run_dir, 2, 2, terminal=sink, command=megatron_command(run_dir)) == 0
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
+    _run_again(run_dir)
     text = (run_dir / "local-1.out").read_text()
     assert "resuming from" in text and "global_step" in text
     assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
@@ -181,7 +177,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     both exit 75. The resumed run goes on at the next step, and every loss equals the uninterrupted run's."""
     from vdkit.config import compose
     from vdkit.plan import make_plan
-    from vdkit.local import launch_local, rank_env
+    from vdkit.local import rank_env
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.megatron import megatron_command
     from vdkit.ports import free_port
@@ -225,14 +221,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"step={stopped}.ckpt"]
     assert latest(run_dir / "checkpoints").name == f"step={stopped}.ckpt"
 
-    with open(os.devnull, "wb") as sink:  # the requeued job: same command, same run dir
-        old = dict(os.environ)
-        os.environ.update(OMP_NUM_THREADS="1")
-        try:
-            assert launch_local(run_dir, 2, 2, terminal=sink, command=megatron_command(run_dir)) == 0
-        finally:
-            os.environ.clear()
-            os.environ.update(old)
+    _run_again(run_dir)  # the requeued job: same command, same run dir
     text = (run_dir / "local-1.out").read_text()
     assert f"resuming from {run_dir / 'checkpoints' / f'step={stopped}.ckpt'} (global_step {stopped}" in text
     assert [int(m.group(1)) for m in STEP.finditer(text)] == list(range(stopped + 1, 7))

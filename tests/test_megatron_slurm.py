@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from helpers import submit_and_wait
 from vdkit.cli import main
 
 MEGATRON_JOB = [
@@ -32,13 +32,9 @@ def test_render_runs_megatron_in_the_container_with_nccl(tmp_path, capsys):
 @pytest.mark.slow
 def test_two_node_megatron_job_completes_on_the_local_slurm(local_slurm, tmp_path, capsys):
     pytest.importorskip("megatron.core")
-    rc = main(["submit", *MEGATRON_JOB, "--out", str(tmp_path), "--wait", "--timeout", "400"])
-    out = capsys.readouterr().out.splitlines()
-    run_dir = Path(out[0].split("\t")[0])
-    job_id = out[0].split("\t")[1]
-    log = "".join((run_dir / f"slurm-{job_id}.{ext}").read_text() for ext in ("out", "err"))
+    rc, run_dir, job_id, log, last = submit_and_wait(main, capsys, MEGATRON_JOB, tmp_path, 400)
     assert rc == 0, log
-    assert out[-1].split("\t")[:3] == [str(run_dir), job_id, "COMPLETED exit=0:0"]
+    assert last == [str(run_dir), job_id, "COMPLETED exit=0:0"]
     # one pipeline stage per emulated node, met over gloo at the first node's address
     assert "2 rank(s) (slurm, cpu), tp=1 pp=2" in log and "done: global_step 3" in log, log
     nodes = local_slurm.run("scontrol", "-o", "show", "job", job_id, check=True).stdout

@@ -2,7 +2,7 @@
 
 Without Slurm and without any Slurm client on PATH (as inside a container). The Slurm end-to-end
 checks (a real one-minute time limit over several allocations, USR1 to the batch shell) are in
-tests/test_slurm_continuation.py; `vdkit run --resume` in tests/test_local_resume.py.
+tests/test_slurm_continuation.py; `vdkit run --resume` in tests/test_local.py.
 """
 from __future__ import annotations
 

@@ -24,9 +24,14 @@ def test_missing_torch_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatc
     (["train.seq_length=1"], "train.seq_length=1 leaves 1 token(s)"),
     (["method=ptuning", "train.seq_length=12"], "next to 10 virtual tokens"),
     (["cluster.gpus_per_node=3", "train.global_batch_size=4", "train.micro_batch_size=1"], "no valid layout"),
+    (["engine=nemo"], "engine=nemo does not run on this machine"),
+    (["cluster=xe9680"], "slurm cluster"),
+    (["data=dolly", "data.data_dir=/nonexistent/dolly"], "does not exist"),
+    (["method=ptuning", "data.packed=true", "train.micro_batch_size=1"], "data.packed=true with method=ptuning"),
 ])
 def test_vdkit_run_refuses_before_the_run_dir_exists(tmp_path, capsys, overrides, message):
+    """Refused at the door, one line (what, why, fix), no traceback, nothing written."""
     assert main(["run", *overrides, "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and message in err and "fix:" in err
+    assert len(err.splitlines()) == 1 and message in err and "fix:" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []

@@ -9,7 +9,7 @@ import pytest
 
 from vdkit.arch import param_counts
 from vdkit.config import compose, sweep_cells
-from vdkit.validation.hf_tables import PLAN_ONLY
+from vdkit.validation.tables import PLAN_ONLY
 from vdkit.plan import make_plan
 from vdkit.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes
 
@@ -87,25 +87,25 @@ def test_llama31_roce_plans_all_six_cells():
 def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     from helpers import write_nemo1_log
     from vdkit.rundir import create_run_dir
-    from vdkit.validation import hf_tables
+    from vdkit.validation import table_output, tables
 
     cell = next(c for c in sweep_cells("alpaca_opt", PLAN_ONLY) if "model=opt_6_7b" in c)
     run = create_run_dir(make_plan(compose(cell)), {}, out_dir=tmp_path)
     write_nemo1_log(run / "slurm-1.out", [9.0] + [1.5] * 49)  # 50 measured steps, 1.5 s each after warm-up
-    t = hf_tables.build("alpaca_opt", [run])
-    row = next(r for r in t.rows if r.model == "opt_6_7b")
+    t = tables.build("alpaca_opt", [run])
+    row = next(r for r in t.cells if r.model == "opt_6_7b")
     assert row.ours == pytest.approx((9.0 + 1.5 * 608) / 60, rel=0.02)  # 609 steps = 3 epochs
     assert row.published == 15 and row.ratio == pytest.approx(row.ours / 15)
-    assert [r.published_text for r in t.rows] == ["< 10"] * 4 + ["15", "42", "out of memory"]
+    assert [r.published_text for r in t.cells] == ["< 10"] * 4 + ["15", "42", "out of memory"]
     assert row.memory_gb == pytest.approx(make_plan(compose(cell)).memory.total_gb)  # the run's plan.json
-    md = hf_tables.to_markdown(t)
+    md = table_output.to_markdown(t)
     assert "| OPT-6.7B |" in md and "not run" in md and "DOES NOT FIT" not in md  # rows not run are not planned
-    planned = hf_tables.to_markdown(hf_tables.build("alpaca_opt"))  # no runs: the planned table
+    planned = table_output.to_markdown(tables.build("alpaca_opt"))  # no runs: the planned table
     assert "DOES NOT FIT" in planned and "short by" in planned
-    files = hf_tables.write(t, tmp_path / "report")
+    files = table_output.write(t, tmp_path / "report")
     assert sorted(f.name for f in files) == ["alpaca_opt.csv", "alpaca_opt.json", "alpaca_opt.md", "alpaca_opt.png"]
-    blog = hf_tables.build("llama31_roce")
-    assert [r.published for r in blog.rows] == [1980, 1220, 1071.2, 20420, 17160, 8120]
+    blog = tables.build("llama31_roce")
+    assert [r.published for r in blog.cells] == [1980, 1220, 1071.2, 20420, 17160, 8120]
 
 
 def test_report_cli_for_both_tables(tmp_path, capsys):
@@ -124,13 +124,12 @@ def test_report_table9_without_runs_is_the_planned_table(tmp_path, capsys):
     and the scaling plot draws the predictions."""
     from vdkit.cli import main
     from vdkit.validation import plots, report
-    from vdkit.validation.tables import grid_predictions
 
     assert main(["report", "--table", "table9", "--out", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "the planned table9" in captured.err
     md = (tmp_path / "table9.md").read_text()
-    predicted = grid_predictions("table9", "table9_fast", 1000)[("llama2_7b", 4, "lora")][0]
+    predicted = next(c.predicted for c in report.build("table9").cells if (c.model, c.gpus, c.method) == ("llama2_7b", 4, "lora"))
     assert f"| Llama 2 7B | 4 | 102 / {predicted:.3g} /" in md and "| Llama 2 70B | 16 |" in md
     assert (tmp_path / "table9_scaling.png").is_file()
     fig = plots.scaling_figure(report.build("table9"))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import submit_and_wait
 from vdkit.cli import main
 from vdkit.errors import UserError
 
@@ -46,13 +47,9 @@ REFERENCE_JOB = [
 
 def test_reference_engine_two_node_job_runs_to_completion(local_slurm, tmp_path, capsys):
     pytest.importorskip("lightning", reason="the reference engine needs the [reference] extra")
-    rc = main(["submit", *REFERENCE_JOB, "--out", str(tmp_path), "--wait", "--timeout", "240"])
-    out = capsys.readouterr().out.splitlines()
-    run_dir = Path(out[0].split("\t")[0])
-    job_id = out[0].split("\t")[1]
-    log = "".join((run_dir / f"slurm-{job_id}.{ext}").read_text() for ext in ("out", "err"))
+    rc, run_dir, job_id, log, last = submit_and_wait(main, capsys, REFERENCE_JOB, tmp_path, 240)
     assert rc == 0, log
-    assert out[-1].split("\t")[:3] == [str(run_dir), job_id, "COMPLETED exit=0:0"]
+    assert last == [str(run_dir), job_id, "COMPLETED exit=0:0"]
     assert (run_dir / "job_id.txt").read_text().split() == [job_id]
 
     assert main(["status", str(run_dir)]) == 0

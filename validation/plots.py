@@ -143,16 +143,16 @@ def scaling_figure(table):
                 ax.plot([c.gpus * nudge for c in pred], [c.predicted for c in pred], color=color, **STYLE["predicted"])
                 drawn_kinds.add("predicted")
                 values += [c.predicted for c in pred]
-            ours = [c for c in mc if c.minutes is not None]
+            ours = [c for c in mc if c.ours is not None]
             if ours:
-                ax.plot([c.gpus * nudge for c in ours], [c.minutes for c in ours], color=color, linestyle="-",
+                ax.plot([c.gpus * nudge for c in ours], [c.ours for c in ours], color=color, linestyle="-",
                         linewidth=STYLE["measured"]["linewidth"], zorder=STYLE["measured"]["zorder"])
                 for c in ours:
                     kind = "extrapolated" if c.status == "extrapolated" else "measured"
                     style = {k: v for k, v in STYLE[kind].items() if k not in ("linestyle", "linewidth")}
-                    ax.plot([c.gpus * nudge], [c.minutes], color=color, linestyle="none", **style)
+                    ax.plot([c.gpus * nudge], [c.ours], color=color, linestyle="none", **style)
                     drawn_kinds.add(kind)
-                    values.append(c.minutes)
+                    values.append(c.ours)
                     if c.interval and c.interval[1] > c.interval[0]:
                         ax.vlines(c.gpus * nudge, c.interval[0], c.interval[1], color=color, **STYLE["interval"])
                         drawn_kinds.add("interval")
@@ -206,6 +206,20 @@ def trace_figure(log, est, title: Optional[str] = None):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=4, frameon=False)
     return fig
+
+
+def bars_png(t) -> bytes:
+    """A ``rows`` table as grouped bars per row: predicted, this kit, published (the document's figure, side by side)."""
+    short = {"roce": "RoCE", "tcp": "TCP", "ib": "IB"}
+    size = {r.model: t.labels.get(r.model, r.model).split()[-2] if len(t.labels.get(r.model, r.model).split()) > 1
+            else r.model for r in t.cells}  # "Llama 3.1 70B Instruct" -> "70B"
+    labels = [f"{size[r.model]}, {r.nodes} node" + (f"s\n{short[r.transport]}" if r.nodes > 1 else "")
+              if t.row_label == "size_nodes_transport" else t.labels.get(r.model, r.model) for r in t.cells]
+    series = [("predicted", [r.predicted for r in t.cells]), ("this kit", [r.ours for r in t.cells]),
+              ("published", [r.published for r in t.cells])]
+    notes = {j: "does not fit" for j, r in enumerate(t.cells) if r.feasible is False}
+    return grouped_bars_png(t.title, "minutes (3 epochs)" if t.unit == "minutes" else "seconds per epoch", labels,
+                            series, notes)
 
 
 def grouped_bars_png(title: str, ylabel: str, labels: Sequence[str],

@@ -22,12 +22,9 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
         return 0
     from vdkit.rundir import load_recipe
 
-    every = load_recipe(run_dir).engine.checkpoint_every_n_steps
-    if every is None:  # written without the plan's cadence: the engines' fallback (vdkit.schedule)
-        from vdkit.schedule import FALLBACK_EVERY_N_STEPS
+    from vdkit.schedule import every_n_steps
 
-        return FALLBACK_EVERY_N_STEPS
-    return every
+    return every_n_steps(load_recipe(run_dir))
 
 
 def target_steps_of(source) -> int:

@@ -1,40 +1,63 @@
 """Published tables as data, and the one builder that rebuilds any of them from run directories.
 
-A published table is one YAML, ``validation/published/<name>.yaml``: its source, its figures as cells,
-and how it is arranged (``layout``) and planned (``sweep``: the cells' recipes, conf/sweep/<sweep>.yaml).
-The file is the registration: :func:`table_names` lists them, :func:`spec` reads one (an unknown name
-is one line, exit 2); :func:`vdkit.validation.report.build` arranges run directories into any of them
-and :func:`vdkit.validation.report.markdown` renders it. Layouts (``LAYOUTS``):
+A published table is one YAML, ``validation/published/<name>.yaml`` (the file is the registration:
+:func:`table_names` lists them, :func:`spec` reads one; an unknown name is one line, exit 2). Every
+spec has the same parts:
 
-- ``grid``: rows model x GPUs, one column per method (Table 9);
-- ``nodes``: one row per model and node count, time and checkpoint size (Table 4);
-- ``rows``: one row per sweep cell with its plan, memory and fit (the Alpaca OPT and MI300X Llama 3.1
-  tables, :mod:`vdkit.validation.hf_tables`).
+- ``key``: the recipe fields that name a cell (:data:`KEY_FIELDS`: model, gpus, nodes, method, inter_node);
+- ``cells``: the published figures, each with its key fields and one of ``minutes`` / ``seconds`` (the
+  spec's ``units``; ``null``: the source printed N/A), ``below`` (an upper bound), ``oom`` (out of memory),
+  optionally ``footnote``, ``checkpoint_gb`` and ``recipe`` (settings of that cell alone, as below);
+- ``sweep``: conf/sweep/<sweep>.yaml, the cells' recipes (planned for the table without runs);
+  ``alternative_sweep``: the same cells with another recipe (its predictions beside them);
+- ``steps``: the step count the figures are for (none: each cell's ``train.target_steps``);
+- ``recipe``: which recipes are cells of the table (``vdkit plan`` prints their published figure,
+  :func:`published_for`): the engine and data, and every setting the published runs fixed (sequence
+  length, batch sizes, ...), so a plan that departs from the published run is not cited as it;
+  ``cited_as`` and ``figure_unit``: how that line names it;
+- ``layout``: how :mod:`vdkit.validation.table_output` arranges it (:data:`LAYOUTS`: ``grid`` model x GPUs
+  rows with a column per ``methods`` entry, Table 9; ``nodes`` one row per cell with time and checkpoint
+  size, Table 4; ``rows`` one row per cell with its plan, memory and fit, the Alpaca OPT and MI300X
+  Llama 3.1 tables), ``report_rows`` (``models_run``: a report of runs shows the published cells of
+  the models it ran; ``all``: every published cell).
 
-``collect_runs`` reads each run directory once (recipe, plan, logs, estimate). Run directories bring
-their own plan (``plan.json``, the prediction included); only a table built without runs (the planned
-table) plans its sweep's cells.
+:func:`build` is the builder: one :class:`Cell` per key, for every table. Run directories bring their
+own plan (``plan.json``, the prediction included); only a table built without runs (the planned table)
+plans its sweep's cells.
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
-import os
+import fnmatch
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
 
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
-NOT_PUBLISHED = "not published"  # a cell the guide has no figure for (not its "N/A")
+NOT_PUBLISHED = "not published"  # a cell the source has no figure for (not its "N/A")
 NOT_PUBLISHED_MARK = "n/p"  # how the Markdown table shows it
 LAYOUTS = ("grid", "nodes", "rows")
+REPORT_ROWS = ("models_run", "all")
+ROW_LABELS = ("model", "size_nodes_transport")  # a rows spec's row_label: how a row is named in the bar plot
 DEFAULT_TABLE = "table9"  # what `vdkit report` and `vdkit demo` rebuild unless told otherwise
+# Planning a published cell needs no weights: the sweeps name the cluster's staged copies
+# (model.hf_path=/shared/models/...), which the door refuses on a machine without them.
+PLAN_ONLY = ["model.hf_path=null"]
+
+# What a spec's ``key`` may name: a cell's identity, read off a recipe. inter_node is the fabric between
+# nodes ("-" on one node, where there is none).
+KEY_FIELDS: Dict[str, Callable] = {
+    "model": lambda r: r.model.name,
+    "gpus": lambda r: r.world_size,
+    "nodes": lambda r: r.cluster.nodes,
+    "method": lambda r: r.method.name,
+    "inter_node": lambda r: r.cluster.transport if r.cluster.nodes > 1 else "-",
+}
 
 
+# ----------------------------------------------------------------------------- specs
 def table_names(folder: Optional[Path] = None) -> Tuple[str, ...]:
     """Every published table: the stems of validation/published/*.yaml."""
     return tuple(sorted(p.stem for p in (folder or PUBLISHED_DIR).glob("*.yaml")))
@@ -52,37 +75,139 @@ def load_published(name: str, folder: Optional[Path] = None) -> dict:
 
 
 def spec(name: str, folder: Optional[Path] = None) -> dict:
-    """:func:`load_published`, checked as a table spec: a known ``layout`` and a ``sweep``."""
+    """:func:`load_published`, checked as a table spec (layout, key, sweep, row options)."""
     data = load_published(name, folder)
     if data.get("layout") not in LAYOUTS or not data.get("sweep"):
         raise UserError(f"published table {name!r} has layout={data.get('layout')!r} sweep={data.get('sweep')!r}",
                         f"give it layout: one of {', '.join(LAYOUTS)}, and sweep: the conf/sweep/ file of its cells")
+    bad = [k for k in data.get("key") or () if k not in KEY_FIELDS]
+    if not data.get("key") or bad:
+        raise UserError(f"published table {name!r} has key={data.get('key')!r}",
+                        f"name its cells by some of: {', '.join(KEY_FIELDS)}")
+    if data.get("report_rows", "models_run") not in REPORT_ROWS or data.get("row_label", "model") not in ROW_LABELS:
+        raise UserError(f"published table {name!r} has report_rows={data.get('report_rows')!r} "
+                        f"row_label={data.get('row_label')!r}",
+                        f"use report_rows: {' or '.join(REPORT_ROWS)}; row_label: {' or '.join(ROW_LABELS)}")
+    if data.get("recipe") and not (data.get("cited_as") and data.get("figure_unit")):
+        raise UserError(f"published table {name!r} names its recipes but not how `vdkit plan` cites them",
+                        "give it cited_as (e.g. Table 9) and figure_unit (e.g. min for 1000 steps)")
     return data
 
 
+def _matches(recipe, conditions: dict) -> bool:
+    """Whether ``recipe`` has every ``{dotted.field: value}`` of ``conditions`` (a list: any of them; a
+    string may be a glob, e.g. ``MI300X*``)."""
+    for path, want in (conditions or {}).items():
+        value = recipe
+        for part in path.split("."):
+            value = getattr(value, part)
+        options = want if isinstance(want, list) else [want]
+        if not any(value == w or (isinstance(w, str) and isinstance(value, str) and fnmatch.fnmatchcase(value, w))
+                   for w in options):
+            return False
+    return True
+
+
+def key_of(pub: dict, recipe) -> tuple:
+    """The cell of ``pub`` that ``recipe`` would be (its key fields' values)."""
+    return tuple(KEY_FIELDS[f](recipe) for f in pub["key"])
+
+
+def published_cells(pub: dict) -> Dict[tuple, dict]:
+    """key -> the published cell, in the source's order."""
+    return {tuple(c[f] for f in pub["key"]): c for c in pub["cells"]}
+
+
+def figure(pub: dict, cell: Optional[dict]) -> Tuple[Optional[float], str]:
+    """(the published value in the table's unit or None, the figure as the source prints it) of ``cell``:
+    "N/A" (printed N/A, or no such cell), "out of memory", "< 10", or the number."""
+    if cell is None:
+        return None, "N/A"
+    if cell.get("oom"):
+        return None, "out of memory"
+    if "below" in cell:
+        return None, f"< {cell['below']:g}"
+    value = cell.get("seconds" if "second" in pub["units"] else "minutes")
+    return (None, "N/A") if value is None else (value, f"{value:g}")  # the number as the YAML has it
+
+
+# ----------------------------------------------------------------------------- vdkit plan's published line
+@dataclass(frozen=True)
+class PublishedFigure:
+    """The published figure of a planned recipe, when the recipe is a cell of a published table."""
+
+    table: str  # how the table is cited (a spec's cited_as)
+    text: str  # the figure as the source prints it, with its unit
+    minutes: Optional[float]  # in minutes for `steps` steps (None: an upper bound, out of memory or N/A)
+    steps: int  # the steps the minutes are for (the table's steps, else the recipe's train.target_steps)
+    short: str = ""  # for a table cell when there are no minutes: "< 10", "OOM", "N/A"
+    rate: bool = False  # the figure is for a step count (the table's steps): the same rate holds for others
+
+    def minutes_for(self, steps: int) -> Optional[float]:
+        """The published minutes for ``steps`` steps (a figure for a whole run or an epoch: as it is)."""
+        if self.minutes is None or not self.rate:
+            return self.minutes
+        return self.minutes * steps / self.steps
+
+    def line(self, prediction) -> str:
+        """'<table>: <figure>; predicted <minutes> (<ratio>)' for `vdkit plan`."""
+        out = f"{self.table}: {self.text}"
+        if prediction is not None:
+            mine = prediction.step_seconds * self.steps / 60.0
+            out += f"; predicted {mine:,.1f} min"
+            if self.minutes:
+                out += f" ({mine / self.minutes:.2f}x the published)"
+        return out
+
+
+def published_for(recipe, folder: Optional[Path] = None) -> Optional[PublishedFigure]:
+    """The published figure of which ``recipe`` is a cell (the first table whose ``recipe`` conditions it
+    meets and that has its key), in minutes (:meth:`PublishedFigure.minutes_for` other step counts); else None."""
+    steps = recipe.train.target_steps
+    for name in table_names(folder):
+        pub = spec(name, folder)
+        if not pub.get("recipe") or not _matches(recipe, pub["recipe"]):
+            continue
+        cell = published_cells(pub).get(key_of(pub, recipe))
+        if cell is None or not _matches(recipe, cell.get("recipe")):
+            continue
+        where, unit = pub["cited_as"], pub["figure_unit"]
+        value, text = figure(pub, cell)
+        if cell.get("oom"):
+            return PublishedFigure(where, "out of memory", None, steps, "OOM")
+        if "below" in cell:
+            return PublishedFigure(where, f"under {cell['below']:g} {unit}", None, steps, text)
+        if value is None:
+            return PublishedFigure(where, "N/A (not published)", None, steps, "N/A")
+        note = (pub.get("footnotes") or {}).get(str(cell.get("footnote"))) if cell.get("footnote") else None
+        minutes = value / 60.0 if "second" in pub["units"] else value
+        return PublishedFigure(where, f"{text} {unit}" + (f" ({note})" if note else ""), minutes,
+                               int(pub.get("steps") or steps), rate=bool(pub.get("steps")))
+    return None
+
+
+# ----------------------------------------------------------------------------- run directories
 @dataclass
 class RunResult:
     """What one run directory contributes to a table."""
 
     path: str
-    model: str
-    method: str
-    gpus: int
-    nodes: int
-    feasible: bool
-    reason: str = ""
-    checkpoint_gb: Optional[float] = None
+    recipe: object  # vdkit.schema.Recipe
+    plan: object = None  # vdkit.plan.Plan from its plan.json (None: unreadable)
     log: object = None  # validation.logs.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)
-    predicted_minutes: Optional[float] = None  # the step-time model's minutes for the table's steps
     warnings: List[str] = field(default_factory=list)
 
+    @property
+    def feasible(self) -> bool:
+        return self.plan is None or self.plan.feasible
 
-def collect_run(path, target_steps: int) -> RunResult:
-    """Recipe, plan, step log and estimate of one run directory (for ``target_steps``)."""
-    from vdkit.rundir import load_recipe
-    from vdkit.rundir import RECIPE_FILE, load_plan
+
+def collect_run(path, target_steps: Optional[int] = None) -> RunResult:
+    """Recipe, plan, step log and estimate of one run directory, for ``target_steps`` (None: its recipe's
+    ``train.target_steps``)."""
+    from vdkit.rundir import RECIPE_FILE, load_plan, load_recipe
     from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 
@@ -90,13 +215,9 @@ def collect_run(path, target_steps: int) -> RunResult:
     if not (path / RECIPE_FILE).is_file():
         raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
                         "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
-    recipe = load_recipe(path)
-    res = RunResult(str(path), recipe.model.name, recipe.method.name, recipe.world_size, recipe.cluster.nodes, True)
+    res = RunResult(str(path), load_recipe(path))
     try:
-        plan = load_plan(path)  # the plan the run was rendered with, never re-planned
-        res.feasible, res.reason, res.checkpoint_gb = plan.feasible, plan.reason or "", plan.checkpoint_gb
-        if plan.prediction is not None:  # plan.json's own prediction, for the table's steps
-            res.predicted_minutes = plan.prediction.step_seconds * target_steps / 60.0
+        res.plan = load_plan(path)  # the plan the run was rendered with, never re-planned
     except UserError as exc:
         # An unreadable plan.json says nothing about fitting ("N/A" would claim it does not fit): the
         # run's measured steps still count; only the predicted column stays blank.
@@ -106,7 +227,7 @@ def collect_run(path, target_steps: int) -> RunResult:
     try:
         res.log = read_source(path)
         res.warnings += list(res.log.warnings)
-        res.estimate = estimate_log(res.log, target_steps)
+        res.estimate = estimate_log(res.log, target_steps or res.recipe.train.target_steps)
         res.warnings += res.estimate.data_warnings
     except UserError as exc:
         res.error = str(exc)
@@ -114,7 +235,7 @@ def collect_run(path, target_steps: int) -> RunResult:
     return res
 
 
-def collect_runs(paths, target_steps: int) -> List[RunResult]:
+def collect_runs(paths, target_steps: Optional[int] = None) -> List[RunResult]:
     """:func:`collect_run` for each run directory, each read once (a directory given twice, however spelled,
     would count its steps twice in a cell)."""
     seen: Dict[Path, str] = {}
@@ -134,71 +255,210 @@ def collect_runs(paths, target_steps: int) -> List[RunResult]:
 # ----------------------------------------------------------------------------- cells
 @dataclass
 class Cell:
-    """One (model, GPUs, method) cell: ours next to the published figure."""
+    """One cell of a published table: its recipe's facts, its plan, what was measured, what was published.
+
+    ``ours``, ``interval``, ``published`` and ``predicted`` are in the table's unit (``Table.unit``)."""
 
     model: str
-    gpus: int
-    method: str
+    gpus: Optional[int] = None
+    method: str = ""
     nodes: Optional[int] = None
+    inter_node: str = "-"
+    transport: str = ""
+    params_b: Optional[float] = None
+    target_steps: Optional[int] = None
     status: str = "not run"  # measured | extrapolated | infeasible | no timing | not run
-    minutes: Optional[float] = None
+    ours: Optional[float] = None
     interval: Optional[Tuple[float, float]] = None
     fluctuating: bool = False
     published: Optional[float] = None
+    published_text: str = "N/A"  # the figure as printed: "102", "< 10", "out of memory", "N/A"
     published_footnote: str = ""
-    published_na: bool = False  # the guide printed N/A
+    published_na: bool = False  # the source printed N/A
+    feasible: Optional[bool] = None  # the plan's verdict (None: not planned, a cell not run in a report of runs)
+    memory_gb: Optional[float] = None  # the plan's memory per GPU
+    gpu_memory_gb: Optional[float] = None
     reason: str = ""
     runs: List[str] = field(default_factory=list)
     checkpoint_gb: Optional[float] = None
     published_checkpoint_gb: Optional[float] = None
-    predicted: Optional[float] = None  # minutes the step-time model predicts for the cell as run (guide recipe)
-    predicted_fast: Optional[float] = None  # minutes for the same samples with the fast recipe (table9_fast)
+    predicted: Optional[float] = None  # the step-time model for the cell as run (or planned)
+    predicted_fast: Optional[float] = None  # ... for the same samples with the alternative sweep's recipe
 
     @property
     def published_status(self) -> str:
-        """'figure', 'N/A' (the guide printed N/A) or 'not published' (the guide has no such cell)."""
+        """'figure', 'N/A' (the source printed N/A) or 'not published' (the source has no such cell)."""
         if self.published is not None:
             return "figure"
         return "N/A" if self.published_na else NOT_PUBLISHED
 
     @property
     def ratio(self) -> Optional[float]:
-        if self.minutes is None or not self.published:
-            return None
-        return self.minutes / self.published
+        """This kit ÷ published."""
+        return self.ours / self.published if self.ours is not None and self.published else None
 
-    def to_dict(self) -> dict:
-        return {"model": self.model, "gpus": self.gpus, "nodes": self.nodes, "method": self.method,
-                "status": self.status, "minutes": _r(self.minutes),
-                "interval_minutes": [_r(x) for x in self.interval] if self.interval else None,
-                "fluctuating": self.fluctuating, "published_minutes": self.published,
-                "published_footnote": self.published_footnote or None, "published_na": self.published_na,
-                "published_status": self.published_status,
-                "ratio": _r(self.ratio, 3), "checkpoint_gb": _r(self.checkpoint_gb),
-                "published_checkpoint_gb": self.published_checkpoint_gb, "reason": self.reason or None,
-                "predicted_minutes": _r(self.predicted), "predicted_fast_minutes": _r(self.predicted_fast),
-                "runs": self.runs}
+    @property
+    def predicted_ratio(self) -> Optional[float]:
+        """Predicted ÷ published."""
+        return self.predicted / self.published if self.predicted is not None and self.published else None
 
 
-def _r(x, nd=2):
-    return None if x is None else round(float(x), nd)
+@dataclass
+class Table:
+    """A rebuilt table: its cells in row order, the published source, labels and footnotes."""
+
+    name: str
+    title: str
+    source: str
+    layout: str  # how it is arranged and rendered (LAYOUTS)
+    unit: str  # "minutes" | "seconds per epoch"
+    target_steps: Optional[int]  # the spec's steps (None: each cell's own)
+    cells: List[Cell]
+    columns: List[str]  # grid: the methods; else ["time"]
+    labels: Dict[str, str]
+    warnings: List[str] = field(default_factory=list)
+    row_label: str = "model"
+    results: List[RunResult] = field(default_factory=list, repr=False)  # the run directories read (for plots)
 
 
-def _fill(cell: Cell, runs: List[RunResult], warnings: List[str]) -> None:
-    """Put the best run of a cell into it: the one with the most timed steps."""
+# ----------------------------------------------------------------------------- the builder
+@lru_cache(maxsize=16)
+def _sweep_recipes(sweep: str) -> Tuple[object, ...]:
+    """The composed recipes of every cell of ``sweep`` (not planned)."""
+    from vdkit.config import compose, sweep_cells
+
+    return tuple(compose(c) for c in sweep_cells(sweep, PLAN_ONLY))
+
+
+@lru_cache(maxsize=16)
+def _sweep_plans(sweep: str) -> Tuple[object, ...]:
+    """Every cell of ``sweep`` planned (only the planned table plans: run directories bring plan.json)."""
+    from vdkit.plan import make_plan
+
+    return tuple(make_plan(r) for r in _sweep_recipes(sweep))
+
+
+def _order(pub: dict, keys) -> List[tuple]:
+    """Keys in the source's order: models as the spec lists them (others after, by name), numbers
+    ascending, other values as the published cells (or the ``methods`` columns) first name them."""
+    fields = pub["key"]
+    seen: Dict[str, List] = {f: [] for f in fields}
+    for k in published_cells(pub):
+        for f, v in zip(fields, k):
+            if v not in seen[f]:
+                seen[f].append(v)
+    seen["model"] = list(pub["models"]) + [m for m in seen.get("model", []) if m not in pub["models"]]
+    if "methods" in pub:
+        seen["method"] = list(pub["methods"])
+
+    def rank(f, v):
+        if isinstance(v, (int, float)) and f != "model":
+            return (0, v, "")
+        return (0, seen[f].index(v), "") if v in seen.get(f, []) else (1, 0, str(v))
+
+    return sorted(keys, key=lambda k: tuple(rank(f, v) for f, v in zip(fields, k)))
+
+
+def build(name: str, runs: Sequence = (), folder: Optional[Path] = None) -> Table:
+    """The published table ``name`` rebuilt from the run directories ``runs`` (their plans, never
+    re-planned), or with no runs the planned table: every cell of its sweep planned and predicted.
+
+    Cells: with no runs, every published (and sweep) cell; with runs, the published cells of the models
+    that ran (``report_rows: all``: every one) and every run's own cell. A grid table's rows are completed
+    across its ``methods`` columns; a run of another method is skipped with a warning. UserError for an
+    unknown name or a path that is not a run directory."""
+    pub = spec(name, folder)
+    fields = pub["key"]
+    steps = int(pub["steps"]) if pub.get("steps") else None
+    per_s = 1.0 if "second" in pub["units"] else 1 / 60.0  # seconds -> the table's unit
+    published = published_cells(pub)
+    methods = list(pub.get("methods") or ())
+    results = collect_runs(list(runs), steps)
+    warnings: List[str] = []
+    by_key: Dict[tuple, List[RunResult]] = {}
+    for r in results:
+        if methods and r.recipe.method.name not in methods:
+            warnings.append(f"{r.path}: method {r.recipe.method.name} is not a column of {name} "
+                            f"({', '.join(pub['methods'].values())}); skipped")
+            continue
+        by_key.setdefault(key_of(pub, r.recipe), []).append(r)
+    recipes = {key_of(pub, r): r for r in _sweep_recipes(pub["sweep"])}
+    if results:
+        plans: Dict[tuple, object] = {}
+        ran = {k[fields.index("model")] for k in by_key}
+        keys = {k for k in published if pub.get("report_rows") == "all" or k[fields.index("model")] in ran}
+        keys |= set(by_key)
+    else:
+        plans = {key_of(pub, p.recipe): p for p in _sweep_plans(pub["sweep"])}
+        keys = set(published) | set(recipes)
+    if methods:  # a grid row has every column
+        at = fields.index("method")
+        keys = {k[:at] + (m,) + k[at + 1:] for k in keys for m in methods}
+    fast = _fast_predictions(pub) if not results and pub.get("alternative_sweep") else {}
+    cells = []
+    for key in _order(pub, keys):
+        cell = Cell(**dict(zip(fields, key)))
+        ran = by_key.get(key, [])
+        recipe = ran[0].recipe if ran else recipes.get(key)
+        plan = ran[0].plan if ran else plans.get(key)
+        if recipe is not None:
+            cell.gpus, cell.nodes, cell.method = recipe.world_size, recipe.cluster.nodes, recipe.method.name
+            cell.inter_node, cell.transport = KEY_FIELDS["inter_node"](recipe), recipe.cluster.transport
+            from vdkit.arch import param_counts
+
+            cell.params_b = param_counts(recipe.model).total / 1e9
+            cell.gpu_memory_gb, cell.target_steps = recipe.cluster.gpu_memory_gb, steps or recipe.train.target_steps
+        if plan is not None:
+            cell.feasible, cell.memory_gb = plan.feasible, plan.memory.total_gb
+            cell.reason = plan.reason or "" if not plan.feasible else ""
+            if plan.prediction is not None and cell.target_steps:
+                cell.predicted = plan.prediction.step_seconds * cell.target_steps * per_s
+        if key in fast:
+            cell.predicted_fast = fast[key]
+        p = published.get(key)
+        cell.published, cell.published_text = figure(pub, p)
+        if p is not None:
+            cell.published_na = cell.published is None and not p.get("oom") and "below" not in p
+            cell.published_footnote = str(p.get("footnote") or "")
+            cell.published_checkpoint_gb = p.get("checkpoint_gb")
+        _fill(cell, ran, per_s * 60.0, warnings)
+        cells.append(cell)
+    for r in results:
+        warnings.extend(r.warnings)
+    labels = {**pub.get("methods", {}), **pub["models"],
+              **{f"footnote {k}": v for k, v in (pub.get("footnotes") or {}).items()}}
+    return Table(pub["table"], pub["title"], pub["source"].strip(), pub["layout"], pub["units"], steps, cells,
+                 methods or ["time"], labels, warnings, pub.get("row_label", "model"), list(results))
+
+
+def _fast_predictions(pub: dict) -> Dict[tuple, float]:
+    """key -> the alternative sweep's predicted time (table unit) for the samples of the sweep's cell."""
+    per_s = 1.0 if "second" in pub["units"] else 1 / 60.0
+    other = {key_of(pub, p.recipe): p.prediction for p in _sweep_plans(pub["alternative_sweep"])}
+    out = {}
+    for p in _sweep_plans(pub["sweep"]):
+        key, g = key_of(pub, p.recipe), p.prediction
+        f = other.get(key)
+        steps = int(pub["steps"]) if pub.get("steps") else p.recipe.train.target_steps
+        if g is not None and f is not None:
+            out[key] = f.minutes_for_samples(g.step.samples_per_step * steps) * 60.0 * per_s
+    return out
+
+
+def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[str]) -> None:
+    """Put the best run of a cell into it (the one with the most timed steps); ``per_minute``: the table's
+    unit per minute."""
     if not runs:
         return
     cell.runs = [r.path for r in runs]
-    cell.nodes = runs[0].nodes
-    if runs[0].predicted_minutes is not None:
-        cell.predicted = runs[0].predicted_minutes
-    cell.checkpoint_gb = runs[0].checkpoint_gb
-    if not runs[0].feasible:
-        cell.status, cell.reason = "infeasible", runs[0].reason
+    first = runs[0]
+    cell.checkpoint_gb = first.plan.checkpoint_gb if first.plan is not None else None
+    if not first.feasible:
+        cell.status, cell.reason = "infeasible", first.plan.reason or ""
         return
     timed = [r for r in runs if r.estimate is not None]
     if not timed:
-        cell.status, cell.reason = "no timing", runs[0].error
+        cell.status, cell.reason = "no timing", first.error
         return
     best = max(timed, key=lambda r: r.estimate.steps_measured)
     if len(timed) > 1:
@@ -206,318 +466,5 @@ def _fill(cell: Cell, runs: List[RunResult], warnings: List[str]) -> None:
                         f"using {best.path} (most measured steps)")
     e = best.estimate
     cell.status = "extrapolated" if e.extrapolated else "measured"
-    cell.minutes, cell.interval, cell.fluctuating = e.extrapolated_minutes, tuple(e.interval_minutes), e.fluctuating
-
-
-@dataclass
-class Table:
-    """A rebuilt table: its cells in row order, the published source and footnotes."""
-
-    name: str
-    title: str
-    source: str
-    target_steps: int
-    cells: List[Cell]
-    columns: List[str]  # methods (table9) or ["time"] (training)
-    labels: Dict[str, str]
-    warnings: List[str] = field(default_factory=list)
-    layout: str = "grid"  # how it is arranged and rendered (LAYOUTS)
-    results: List[RunResult] = field(default_factory=list, repr=False)  # the run directories read (for plots)
-
-    def to_dict(self) -> dict:
-        return {"table": self.name, "title": self.title, "published_source": self.source,
-                "target_steps": self.target_steps, "cells": [c.to_dict() for c in self.cells],
-                "warnings": self.warnings}
-
-
-def _model_order(published_models: Dict[str, str], names) -> List[str]:
-    known = [m for m in published_models if m in names]
-    return known + sorted(n for n in names if n not in published_models)
-
-
-@lru_cache(maxsize=8)
-def _world_sizes(sweep: str) -> Dict[tuple, int]:
-    """(model, nodes) -> GPUs of every cell of ``sweep`` (composed only)."""
-    from vdkit.config import compose, sweep_cells
-
-    return {(r.model.name, r.cluster.nodes): r.world_size for r in (compose(c) for c in sweep_cells(sweep))}
-
-
-def _planned(sweep: str) -> Dict[tuple, object]:
-    """(model, GPUs, method, nodes) -> the plan's prediction of every cell of ``sweep`` (the planned table)."""
-    from vdkit.config import compose, sweep_cells
-    from vdkit.plan import make_plan  # only the planned table plans: run directories bring their plan.json
-
-    out = {}
-    for overrides in sweep_cells(sweep):
-        plan = make_plan(compose(overrides))
-        r = plan.recipe
-        out[(r.model.name, r.world_size, r.method.name, r.cluster.nodes)] = plan.prediction
-    return out
-
-
-@lru_cache(maxsize=8)
-def grid_predictions(sweep: str, alternative: Optional[str], steps: int) -> Dict[tuple, Tuple[Optional[float], Optional[float]]]:
-    """(model, GPUs, method) -> (predicted minutes of ``sweep``'s recipe for ``steps`` steps, predicted
-    minutes of the ``alternative`` sweep's recipe for the same samples)."""
-    guide = {k[:3]: v for k, v in _planned(sweep).items()}
-    other = {k[:3]: v for k, v in _planned(alternative).items()} if alternative else {}
-    out = {}
-    for key, g in guide.items():
-        samples = g.step.samples_per_step * steps if g else None
-        f = other.get(key)
-        out[key] = (g.step.total_s * steps / 60.0 if g else None,
-                    f.minutes_for_samples(samples) if (f and samples) else None)
-    return out
-
-
-def grid_table(pub: dict, results: List[RunResult]) -> Table:
-    """A ``grid`` table (Table 9: model x GPUs rows, one column per method of ``pub["methods"]``).
-
-    Rows: every published row of a model that appears among the runs, plus every run's own row
-    (models outside the source, such as tiny_llama, get rows with N/A published figures); with no runs,
-    every published row (the planned table: predictions next to the published figures).
-    """
-    methods = tuple(pub["methods"])
-    warnings: List[str] = []
-    by_cell: Dict[tuple, List[RunResult]] = {}
-    for r in results:
-        if r.method not in methods:
-            warnings.append(f"{r.path}: method {r.method} is not a column of {pub['table']} "
-                            f"({', '.join(pub['methods'].values())}); skipped")
-            continue
-        by_cell.setdefault((r.model, r.gpus, r.method), []).append(r)
-    published = {(c["model"], int(c["gpus"]), c["method"]): c for c in pub["cells"]}
-    # No runs at all: the planned table (every published row, predicted next to published).
-    models = {m for m, _, _ in by_cell} if results else set(pub["models"])
-    rows = sorted({(m, g) for m, g, _ in published if m in models} | {(m, g) for m, g, _ in by_cell})
-    order = _model_order(pub["models"], models)
-    rows.sort(key=lambda mg: (order.index(mg[0]), mg[1]))
-    # Predictions of cells that were run come from their plan.json (_fill); only the planned table (no
-    # runs) plans the published cells themselves.
-    predictions = (grid_predictions(pub["sweep"], pub.get("alternative_sweep"), int(pub["steps"]))
-                   if not results else {})
-    cells = []
-    for model, gpus in rows:
-        for method in methods:
-            cell = Cell(model, gpus, method)
-            cell.predicted, cell.predicted_fast = predictions.get((model, gpus, method), (None, None))
-            p = published.get((model, gpus, method))
-            if p is not None:
-                cell.published = p.get("minutes")
-                cell.published_na = p.get("minutes") is None
-                cell.published_footnote = str(p.get("footnote") or "")
-            _fill(cell, by_cell.get((model, gpus, method), []), warnings)
-            cells.append(cell)
-    for r in results:
-        warnings.extend(r.warnings)
-    return Table(pub["table"], pub["title"], pub["source"].strip(), int(pub["steps"]), cells, list(methods),
-                 {**pub["methods"], **pub["models"],
-                  **{f"footnote {k}": v for k, v in (pub.get("footnotes") or {}).items()}},
-                 warnings, layout="grid", results=list(results))
-
-
-def nodes_table(pub: dict, results: List[RunResult]) -> Table:
-    """A ``nodes`` table (Table 4): time for the table's steps per model and node count, checkpoint size."""
-    warnings: List[str] = []
-    by_cell: Dict[tuple, List[RunResult]] = {}
-    for r in results:
-        by_cell.setdefault((r.model, r.nodes, r.method), []).append(r)
-    published = {(c["model"], int(c["nodes"])): c for c in pub["cells"]}
-    models = {m for m, _, _ in by_cell} if results else set(pub["models"])  # no runs: the planned table
-    keys = {(m, n, "pretrain") for (m, n) in published if m in models} | set(by_cell)
-    order = _model_order(pub["models"], {k[0] for k in keys})
-    planned = {} if results else _planned(pub["sweep"])  # runs: their own plan.json
-    steps = int(pub["steps"])
-    gpus_of = _world_sizes(pub["sweep"])  # composed, not planned: a published row's GPUs
-    cells = []
-    for model, nodes, method in sorted(keys, key=lambda k: (order.index(k[0]), k[1], k[2])):
-        runs = by_cell.get((model, nodes, method), [])
-        gpus = runs[0].gpus if runs else gpus_of.get((model, nodes))
-        cell = Cell(model, gpus, method, nodes=nodes)
-        pred = next((v for k, v in planned.items() if (k[0], k[3], k[2]) == (model, nodes, method)), None)
-        cell.predicted = pred.step_seconds * steps / 60 if pred else None
-        p = published.get((model, nodes)) if method == "pretrain" else None
-        if p is not None:
-            cell.published, cell.published_checkpoint_gb = p["minutes"], p["checkpoint_gb"]
-        _fill(cell, runs, warnings)
-        cells.append(cell)
-    for r in results:
-        warnings.extend(r.warnings)
-    return Table(pub["table"], pub["title"], pub["source"].strip(), int(pub["steps"]), cells, ["time"],
-                 dict(pub["models"]), warnings, layout="nodes", results=list(results))
-
-
-# ----------------------------------------------------------------------------- rendering
-def _ours(cell: Cell) -> str:
-    if cell.status == "infeasible":
-        return "N/A"
-    if cell.minutes is None:
-        return "—" if cell.status == "not run" else "no timing"
-    text = f"{cell.minutes:.3g}" if cell.minutes < 100 else f"{cell.minutes:.0f}"
-    if cell.status == "extrapolated":
-        text += " [e]"
-    if cell.fluctuating:
-        text += " [f]"
-    return text
-
-
-def _pub(cell: Cell) -> str:
-    if cell.published is None:
-        return "N/A" if cell.published_na else NOT_PUBLISHED_MARK
-    text = f"{cell.published:g}"
-    return text + (f" [{cell.published_footnote}]" if cell.published_footnote else "")
-
-
-def _minutes(x: Optional[float]) -> str:
-    if x is None:
-        return "N/A"
-    return f"{x:.3g}" if x < 100 else f"{x:.0f}"
-
-
-def _predicted_md(cell: Cell) -> str:
-    speedup = (f" ({cell.published / cell.predicted_fast:.0f}×)"
-               if cell.published and cell.predicted_fast else "")
-    return f"{_pub(cell)} / {_minutes(cell.predicted)} / {_minutes(cell.predicted_fast)}{speedup}"
-
-
-def _cell_md(cell: Cell) -> str:
-    ratio = f" ({cell.ratio:.2f}×)" if cell.ratio is not None else ""
-    return f"{_ours(cell)} / {_pub(cell)}{ratio}"
-
-
-def to_markdown(table: Table) -> str:
-    """The table as Markdown: each cell 'ours / published (ratio)', footnotes under it."""
-    out = [f"## {table.title} — this kit next to the published figures", ""]
-    if table.layout == "grid":
-        out.append("| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |")
-        out.append("| --- | ---: |" + " ---: |" * len(table.columns))
-        rows: Dict[tuple, Dict[str, Cell]] = {}
-        for c in table.cells:
-            rows.setdefault((c.model, c.gpus), {})[c.method] = c
-        for (model, gpus), by_method in rows.items():
-            out.append(f"| {table.labels.get(model, model)} | {gpus} | "
-                       + " | ".join(_cell_md(by_method[m]) for m in table.columns) + " |")
-    else:
-        out.append(f"| model | method | XE9680 nodes | GPUs | time for {table.target_steps} steps (min) "
-                   "| predicted (min) | checkpoint size (GB) |")
-        out.append("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-        for c in table.cells:
-            ck = "—" if c.checkpoint_gb is None else (f"{c.checkpoint_gb:,.0f}" if c.checkpoint_gb >= 10
-                                                      else f"{c.checkpoint_gb:.3g}")
-            pub_ck = NOT_PUBLISHED_MARK if c.published_checkpoint_gb is None else f"{c.published_checkpoint_gb:,g}"
-            ck_ratio = (f" ({c.checkpoint_gb / c.published_checkpoint_gb:.2f}×)"
-                        if c.checkpoint_gb is not None and c.published_checkpoint_gb else "")
-            out.append(f"| {table.labels.get(c.model, c.model)} | {c.method} | {c.nodes} | {c.gpus} | {_cell_md(c)} "
-                       f"| {_minutes(c.predicted)} | {ck} / {pub_ck}{ck_ratio} |")
-    out += ["", "Each cell: this kit / published (ratio this kit ÷ published). "
-            f"Minutes for {table.target_steps} steps of `train_step_timing` only: model load, data load, "
-            "validation and checkpoint saving excluded.", "",
-            f"- [e] extrapolated by this kit from the measured steps to {table.target_steps} "
-            "(warm-up once + steady mean; see `vdkit validate`).",
-            "- [f] fluctuating step times (CV over 10 % or a significant drift).",
-            "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
-            "—: not run.",
-            f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "
-            "such as the demo's tiny_llama)."]
-    out += [f"- [{k.split(' ', 1)[1]}] {v} (published)." for k, v in table.labels.items()
-            if k.startswith("footnote ")]
-    if table.layout == "grid" and any(c.predicted_fast is not None for c in table.cells):
-        out += ["", "### Published, predicted (the guide's recipe) and predicted (the fast recipe, same samples)", "",
-                "| model | GPUs | " + " | ".join(table.labels.get(m, m) for m in table.columns) + " |",
-                "| --- | ---: |" + " ---: |" * len(table.columns)]
-        rows9: Dict[tuple, Dict[str, Cell]] = {}
-        for c in table.cells:
-            rows9.setdefault((c.model, c.gpus), {})[c.method] = c
-        for (model, gpus), by_method in rows9.items():
-            out.append(f"| {table.labels.get(model, model)} | {gpus} | "
-                       + " | ".join(_predicted_md(by_method[m]) for m in table.columns) + " |")
-        out += ["", "Each cell: published / predicted for the guide's recipe / predicted for the fast recipe "
-                "(`recipe=fast`: packed sequences, fused kernels, the model's layout) on the same samples, minutes "
-                "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
-    reasons = [c for c in table.cells if c.status in ("infeasible", "no timing") and c.reason]
-    for c in reasons:
-        out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
-    out += ["", f"Published source: {table.source}", ""]
-    return "\n".join(out)
-
-
-CSV_FIELDS = ("model", "gpus", "nodes", "method", "status", "minutes", "interval_lo", "interval_hi", "fluctuating",
-              "published_minutes", "published_status", "published_footnote", "ratio", "checkpoint_gb",
-              "published_checkpoint_gb", "predicted_minutes", "predicted_fast_minutes", "reason", "runs")
-
-
-def to_csv(table: Table) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
-    w.writeheader()
-    for c in table.cells:
-        d = c.to_dict()
-        lo, hi = d.pop("interval_minutes") or (None, None)
-        d.pop("published_na")
-        d.update(interval_lo=lo, interval_hi=hi, runs=";".join(d["runs"]))
-        w.writerow(d)
-    return buf.getvalue()
-
-
-def write_table(table: Table, out_dir, extra_files: Optional[Dict[str, bytes]] = None) -> List[Path]:
-    """Write NAME.md, NAME.csv, NAME.json (and ``extra_files``) into ``out_dir``; returns the paths."""
-    from vdkit.validation.plots import markdown_links
-
-    markdown = to_markdown(table) + markdown_links(list(extra_files or {}))  # the plots, linked from the table
-    files = {f"{table.name}.md": markdown.encode(), f"{table.name}.csv": to_csv(table).encode(),
-             f"{table.name}.json": (json.dumps(table.to_dict(), indent=2) + "\n").encode(), **(extra_files or {})}
-    return write_files(out_dir, files, report=table.name)
-
-
-def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> List[Path]:
-    """Write ``files`` (name -> bytes) into ``out_dir``; returns the paths.
-
-    Each file is written to a temporary name and renamed, so a failure leaves no half-written file.
-    The files an earlier report of the same table wrote there and this one does not (trace plots of
-    runs no longer in it, e.g. a re-run `vdkit demo`) are removed: the directory shows one report.
-    The list lives in a hidden manifest per ``report`` (the table's name: ``.<report>.files``), so two
-    tables' reports can share a directory; files the kit did not write are never touched.
-    """
-    from vdkit.files import file_mode
-    from vdkit.rundir import missing_parents, remove_empty
-
-    out = Path(out_dir)
-    created = missing_parents(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"cannot create report directory {out}: {exc.strerror}",
-                        "pass --out DIR pointing at a writable directory") from None
-    manifest = out / f".{report}.files"
-    try:
-        before = set(json.loads(manifest.read_text()))
-    except (OSError, ValueError):
-        before = set()
-    # All or nothing: every file (and the manifest) goes to a temporary name first; the renames happen
-    # only when all are complete, so a full disk leaves the previous report (or nothing) behind.
-    import tempfile
-
-    contents = {**files, manifest.name: (json.dumps(sorted(files)) + "\n").encode()}
-    temps: Dict[str, str] = {}
-    try:
-        for name, data in contents.items():
-            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out)
-            temps[name] = tmp
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.chmod(tmp, file_mode())
-        for name, tmp in temps.items():
-            os.replace(tmp, out / name)
-    except BaseException:
-        for tmp in temps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        if created:
-            remove_empty(created)
-        raise
-    written = [out / name for name in files]
-    for stale in sorted(before - set(files)):
-        if "/" not in stale and not stale.startswith("."):  # a name we wrote, inside out_dir
-            (out / stale).unlink(missing_ok=True)
-    return written
+    cell.ours, cell.fluctuating = e.extrapolated_minutes * per_minute, e.fluctuating
+    cell.interval = tuple(x * per_minute for x in e.interval_minutes)

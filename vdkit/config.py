@@ -305,6 +305,13 @@ def validate_fields(r: Recipe) -> None:
     _check(not (r.data.packed and m.name == "pretrain"),
            "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",
            "drop data.packed (and recipe=fast) for method=pretrain")
+    # NeMo 1.23 swaps the first virtual_tokens embeddings of a sequence for the prompt encoder's: in a
+    # packed row they overwrite the first sample's first tokens and the other samples get no prompt (later
+    # NeMo asserts "P-Tuning with packed sequence is not supported"); the kit's engines cannot either.
+    _check(not (r.data.packed and m.name == "ptuning"),
+           "data.packed=true with method=ptuning: P-tuning's virtual tokens prefix one sequence, and a packed "
+           "row holds many samples (NeMo would overwrite the row's first tokens and prompt no other sample)",
+           "set data.packed=false for method=ptuning (recipe=fast already leaves P-tuning unpacked)")
     _check(not (r.data.packed and t.micro_batch_size != 1),
            "data.packed=true needs train.micro_batch_size=1 (NeMo's packed sequences)",
            "set train.micro_batch_size=1 or data.packed=false")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import Dict
 
 from vdkit.errors import UserError
 
@@ -93,6 +94,33 @@ class DirLock:
 # ----------------------------------------------------------------------------- reading user files safely
 MAX_YAML_BYTES = 16 * 1024 * 1024  # a recipe.yaml is a few KB; a DeepSpeed config a few hundred bytes
 MAX_YAML_VALUES = 200_000  # values after aliases are expanded (an alias bomb expands to 10**9)
+
+
+def replace_all(out_dir: Path, files: Dict[str, bytes]) -> None:
+    """Write ``files`` ({name: bytes}) into the existing directory ``out_dir``, all or nothing.
+
+    Every file goes to a temporary name first (synced, with the umask's mode); the renames happen only
+    when all are complete, so a failure (a full disk, an interrupt) leaves the previous files, or none,
+    and no temporary one."""
+    import tempfile
+
+    temps: Dict[str, str] = {}
+    try:
+        for name, data in files.items():
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=out_dir)
+            temps[name] = tmp
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, file_mode())  # mkstemp made it 0600; what the kit writes follows the umask
+        for name, tmp in temps.items():
+            os.replace(tmp, Path(out_dir) / name)
+    except BaseException:
+        for tmp in temps.values():
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
 
 
 def not_a_regular_file(path) -> str:

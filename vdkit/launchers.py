@@ -37,9 +37,9 @@ default as shown). ``plan`` is a :class:`vdkit.plan.Plan`, ``job`` the engine's
 ``status(run_dir) -> str``  (required)
     The run's latest job state: a state word in the scheduler's spelling (``RUNNING``,
     ``COMPLETED``, ``FAILED``, ...), optionally followed by details (``COMPLETED exit=0:0``).
-``job(run_dir) -> str``  (default: the last line of the run directory's ``job_id.txt``, else ``-``)
-    The run's latest job as this launcher names it (a Slurm job id, a Kubernetes job name);
-    ``vdkit status`` prints it beside the state. One-line UserError when no job was started from it.
+``job(run_dir) -> str``  (default: ``-``, a launcher whose jobs have no name of their own)
+    The run's latest job as this launcher names it (a Slurm job id, a Kubernetes namespace/kind/name);
+    ``vdkit status`` prints it beside the state.
 ``run(run_dir, plan, command, terminal=None) -> int``  (optional: launchers that execute here)
     Start the ranks on this machine now and wait for them; the exit code (0 when all succeeded).
     A launcher with ``run`` *executes here*: :mod:`vdkit.prepare` then runs the engine's local
@@ -133,13 +133,7 @@ class Launcher:
 
     def job(self, run_dir) -> str:
         fn = getattr(self.module, "job", None)
-        if fn:
-            return str(fn(Path(run_dir)))
-        from vdkit.rundir import JOB_ID_FILE
-
-        path = Path(run_dir) / JOB_ID_FILE
-        ids = path.read_text().split() if path.is_file() else []
-        return ids[-1] if ids else "-"
+        return str(fn(Path(run_dir))) if fn else "-"
 
     def wait(self, run_dir, timeout: Optional[float] = None) -> str:
         fn = getattr(self.module, "wait", None)

@@ -12,7 +12,9 @@ vdkit.tokens) on one GPU:
   on the roofline ``max(FLOPs / MAMF, bytes / HBM)`` - MAMF the GPU's *measured* maximum achievable matmul
   rate, less what tile and wave quantization of the GEMM's output cost on the GPU's compute units, so a
   small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
-  stored activations. Full recomputation repeats the forward.
+  stored activations. Full recomputation repeats the forward. The gradient's own HBM traffic: the stack's
+  copy of every gradient (FSDP's flat-parameter concatenation, ZeRO-3's contiguous reduce bucket) and the
+  in-place accumulation into a resident gradient on a step's later micro batches (FSDP under ``no_sync``, DDP).
 - **communication** (sharded): FSDP / ZeRO-3 gather each decoder layer's parameters in bf16 before its
   forward and again before its backward (all-gather, ``(p-1)/p`` of the layer per GPU), and
   reduce-scatter its bf16 gradients - ZeRO-3 on every micro batch, the HF Trainer's FSDP once per step
@@ -22,8 +24,9 @@ vdkit.tokens) on one GPU:
   ``inter_node_gb_s`` - TCP); ``collective_latency_us`` per ring step.
 - **overlap**: the next layer's gather is prefetched while this layer computes, so each layer exposes
   only ``max(0, comm - compute)``, plus the first gather of each pass: overlap is a function of the
-  tokens per micro batch, not a fraction. Where the stack does not prefetch in backward (the HF
-  Trainer's FSDP: ``backward_prefetch`` None), the backward gathers are not hidden at all.
+  tokens per micro batch, not a fraction. Where a stack does not prefetch in backward
+  (``backward_prefetch`` false in the file), the backward gathers are not hidden at all; torch FSDP's
+  default (BACKWARD_PRE) and DeepSpeed ZeRO-3 both prefetch.
 - **fixed cost**: eager PyTorch is launch-bound when the GPU work is short: the CPU issues every operation
   (``ops_per_layer_forward`` x layers, backward ``backward_ops_factor`` times as many, the sharding
   library's hooks per wrapped unit) at ``op_overhead_us`` each; a micro batch takes at least that long.
@@ -152,13 +155,20 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     attn_fwd = max(attn_flops / mamf, attn_bytes / hbm)
     elementwise = float(stack["elementwise_passes"]) * _stored_activation_bytes(m, n) / hbm
     recomputed = 1.0 if recompute == "full" else 0.0
+    # The gradient's own HBM traffic outside the GEMMs: the stack's copy of each gradient (FSDP's flat-parameter
+    # concatenation, ZeRO-3's contiguous bucket) and the in-place accumulation into a resident gradient on
+    # every micro batch of a step but its first; averaged over the step's micro batches.
+    grad_bytes = float(stack["gradient_copy_bytes_per_param"][kind]) + \
+        float(stack["accumulate_gradient_bytes_per_param"][kind]) * (grad_accum - 1) / grad_accum
+    train_frac = min(trainable_params(r), counts.total) / counts.total
+    layer_grad = grad_bytes * counts.per_layer * train_frac / hbm
     layer_fwd = fwd + attn_fwd + elementwise / 3.0
-    layer_bwd = dgrad + wgrad + 2.0 * attn_fwd + 2.0 * elementwise / 3.0 + recomputed * layer_fwd
+    layer_bwd = dgrad + wgrad + 2.0 * attn_fwd + 2.0 * elementwise / 3.0 + recomputed * layer_fwd + layer_grad
     V, h = m.vocab_size, m.hidden_size
     # the output layer's GEMMs, and the loss: the logits' bf16 + fp32 upcast + fp32 gradient, written and read
     logits = (_gemm_s(n, h, V, mamf, hbm, **q) * (3.0 if full else 2.0)
               + float(memory()["logit_bytes"]) * n * V * 2 / hbm)
-    compute = L * (layer_fwd + layer_bwd) + logits
+    compute = L * (layer_fwd + layer_bwd) + logits + grad_bytes * counts.outside_layers * train_frac / hbm
 
     # Communication: bf16 gathers of every layer forward and backward, gradient reduce-scatters.
     latency = float(prof["collective_latency_us"]) * 1e-6
@@ -205,4 +215,5 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
         parts={"regime": "hf", "tokens_per_micro_batch": n, "padded_row": row, "mean_row": mb.mean_row,
                "tokens_source": mb.source, "bus_gb_s": bus, "cpu_micro_batch_s": cpu_mb,
                "gpu_micro_batch_s": gpu_mb, "exposed_comm_micro_batch_s": comm_mb,
-               "gather_per_layer_s": layer_gather, "layer_compute_s": layer_fwd + layer_bwd})
+               "gather_per_layer_s": layer_gather, "layer_compute_s": layer_fwd + layer_bwd,
+               "gradient_traffic_micro_batch_s": grad_bytes * counts.total * train_frac / hbm})

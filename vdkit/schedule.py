@@ -217,3 +217,10 @@ def describe(tp: TimePlan) -> list:
     if tp.note:
         lines.append(f"  note        {tp.note}")
     return lines
+
+
+def every_n_steps(recipe) -> int:
+    """How often a run checkpoints: ``engine.checkpoint_every_n_steps`` as :func:`resolve` set it when
+    the run was planned, else (a run directory written without the plan's cadence) the fallback."""
+    every = recipe.engine.checkpoint_every_n_steps
+    return FALLBACK_EVERY_N_STEPS if every is None else every

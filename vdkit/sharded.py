@@ -153,12 +153,23 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
                      f"tokens per micro batch (rows padded to {parts['padded_row']:.0f}, {parts['mean_row']:.0f} "
                      f"on average), collectives at {parts['bus_gb_s']:.0f} GB/s bus bandwidth")
         notes.append(f"tokens: {parts['tokens_source']}")
+        if borderline:
+            notes.append(MEMORY_PRESSURE_NOTE)
     if feasible and prediction is None:
         notes.append(_why_no_prediction(recipe))
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=p.sharding, notes=tuple(notes), prediction=prediction,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
+
+
+# Near the card's memory the caching allocator runs out of free cached blocks and frees and retries
+# (torch.cuda.memory_stats "num_alloc_retries"; torch 2.0's FSDP has limit_all_gathers=False, so the CPU issues
+# all-gathers ahead of the GPU and over-allocates); DeepSpeed ZeRO-3 warns of "allocator cache flushes ... when
+# there is high memory pressure and is detrimental to performance". The step-time model has no term for it.
+MEMORY_PRESSURE_NOTE = ("prediction: near the GPU's memory the caching allocator frees and retries (num_alloc_retries; "
+                        "DeepSpeed's 'allocator cache flushes ... detrimental to performance'), a cost the model "
+                        "leaves out: expect slower than predicted, or lower train.micro_batch_size")
 
 
 def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:

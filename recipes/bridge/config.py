@@ -49,6 +49,31 @@ HF_IDS = {"llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Lla
 PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # Bridge's recipe names
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
+# The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
+# Bridge's CommOverlapConfig (training/comm_overlap.py:451-454) and Megatron-LM (Bridge's
+# mlm_compat/arguments.py:69: batch_p2p_comm = not overlap_p2p_comm). The model's own default is
+# batch_p2p_comm=True (mcore model_parallel_config.py:302), and with PP 2 the batched sends
+# (mcore pipeline_parallel/p2p_communication.py:16-48: send_prev, recv_prev, send_next, recv_next on
+# one communicator) give the peer its activation and its gradient in the other order from the one
+# it receives them in - measured on gloo: from the third micro-batch on, a stage's input was the
+# other stage's gradient. The unbatched ops keep the two directions on two communicators (:65-76).
+INTERLEAVED_P2P = {"overlap_p2p_comm": True, "batch_p2p_comm": False}
+# (upstream file under site-packages/megatron, line, text that line holds, what it decides here): the
+# lines the configuration above and the rank's CPU changes answer; tests/test_bridge_shim.py fails when
+# one moves, as for the shim's patches.
+UPSTREAM = (
+    ("core/model_parallel_config.py", 302, "batch_p2p_comm: bool = True", "the model's default: batched p2p"),
+    ("core/pipeline_parallel/p2p_communication.py", 16, "def _batched_p2p_ops(",
+     "one communicator for both directions: with PP 2 the peer's activation and gradient cross"),
+    ("core/pipeline_parallel/p2p_communication.py", 66, "if group.size() == 2",
+     "unbatched ops: a second communicator for PP 2"),
+    ("bridge/training/comm_overlap.py", 453, "comm_overlap_cfg.overlap_p2p_comm = True", "NVIDIA's VP setting"),
+    ("bridge/training/comm_overlap.py", 454, "comm_overlap_cfg.batch_p2p_comm = False", "NVIDIA's VP setting"),
+    ("bridge/training/mlm_compat/arguments.py", 69, 'kw_args["batch_p2p_comm"] = not args.overlap_p2p_comm',
+     "Megatron-LM's rule"),
+    ("core/pipeline_parallel/schedules.py", 165, "out.data = torch.empty((1,), device=out.device, dtype=out.dtype)",
+     "a sent output freed at once: the rank keeps it on CPU (train.make_cpu_runnable)"),
+)
 PRETRAIN_SPLIT = "99990,8,2"  # NVIDIA's Llama 2 launcher (NeMo-Framework-Launcher's llama2 configs)
 SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
                       "answer_only_loss": True}  # NeMo's SFT conventions, as the kit's other engines
@@ -77,10 +102,12 @@ def _model(plan) -> dict:
                    num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
                    vocab_size=m.vocab_size, layernorm_epsilon=m.norm_eps, rotary_base=m.rope_base,
                    share_embeddings_and_output_weights=bool(m.tied_embeddings))
+    vp = p.vp if (p.vp or 1) > 1 else None
     out.update(tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
-               virtual_pipeline_model_parallel_size=(p.vp if (p.vp or 1) > 1 else None),
-               sequence_parallel=bool(p.sequence_parallel), context_parallel_size=1,
-               seq_length=r.train.seq_length)
+               virtual_pipeline_model_parallel_size=vp)
+    if vp:
+        out.update(INTERLEAVED_P2P)
+    out.update(sequence_parallel=bool(p.sequence_parallel), context_parallel_size=1, seq_length=r.train.seq_length)
     rc = p.recompute or "none"
     if rc == "none":
         out.update(recompute_granularity=None)

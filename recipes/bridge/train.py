@@ -17,7 +17,7 @@ from pathlib import Path
 from vdkit.errors import UserError
 
 CPU_CHANGES = ("distributed backend gloo", "fp32 (no bf16 mixed precision)", "local layer spec (no Transformer Engine; torch norms)",
-               "fusions off", "CPU initialisation")
+               "fusions off", "CPU initialisation", "pipeline outputs kept until their backward")
 
 
 def _rank() -> int:
@@ -43,6 +43,11 @@ def make_cpu_runnable(cfg) -> None:
     for k in FUSIONS:
         setattr(m, k, False)
     m.use_cpu_initialization = True
+    # A stage frees each output it sends once the send is posted (mcore pipeline_parallel/schedules.py:165,
+    # deallocate_output_tensor): on a GPU the stream orders the send before the memory's reuse; gloo sends
+    # from a background thread, so the interleaved schedule's overlapped sends (config.INTERLEAVED_P2P) read
+    # freed memory - measured: garbage activations from the third micro-batch on. Memory only, not the maths.
+    m.deallocate_pipeline_outputs = False
     cfg.optimizer.bf16, cfg.optimizer.fp16 = False, False
     cfg.optimizer.params_dtype = torch.float32
 

@@ -36,3 +36,8 @@ def latest(ckpt_dir: Path) -> Optional[Path]:
 def superseded(ckpt_dir: Path, keep: int = KEEP) -> List[Path]:
     """The checkpoints beyond the newest ``keep`` (what a save prunes)."""
     return [p for _, p in checkpoints(ckpt_dir)[:-keep]]
+
+
+def resume_line(found: Path, step: int, global_batch_size: int) -> str:
+    """The log line of a run resuming from checkpoint ``found`` (what validation and the tests read)."""
+    return f"[vdkit I] resuming from {found} (global_step {step}, consumed_samples {step * global_batch_size})"

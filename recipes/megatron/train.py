@@ -207,11 +207,12 @@ def train(run_dir, stream=None, preempt=None) -> int:
     that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
     """
     from vdkit.recipes.common import data as rdata
-    from vdkit.recipes.common.checkpoint import latest
+    from vdkit.recipes.common.checkpoint import latest, resume_line
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.distributed import resolve_dist_env
     from vdkit.recipes.common.schedule import lr_at
     from vdkit.rundir import LOG_DIR, checkpoint_dir, load_plan
+    from vdkit.schedule import every_n_steps
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
@@ -278,12 +279,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
             f"gbs={t.global_batch_size} grad_accum={plan.grad_accum}, {len(samples)} samples, tokenizer {tok.name}, "
             f"{n_train} trainable parameters on rank 0")
         if found is not None:
-            progress.message(f"[vdkit I] resuming from {found} (global_step {step}, "
-                             f"consumed_samples {step * t.global_batch_size})")
+            progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = recipe.engine.checkpoint_every_n_steps
-    if every is None:  # a run dir written without the plan's cadence (vdkit.schedule.resolve)
-        from vdkit.schedule import FALLBACK_EVERY_N_STEPS as every
+    every = every_n_steps(recipe)
     for c in chunks:
         c.train()
     n_chunks = len(chunks)

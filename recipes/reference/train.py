@@ -58,7 +58,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.rundir import checkpoint_dir
     from vdkit.recipes.reference import sharding
     from vdkit.recipes.common.data import virtual_tokens
+    from vdkit.recipes.common.checkpoint import resume_line
     from vdkit.recipes.common.schedule import lr_at
+    from vdkit.schedule import every_n_steps
     from vdkit.recipes.reference.model import build_model
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan
@@ -103,12 +105,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
                          f"{len(samples)} samples, tokenizer {tok.name}, {n_train} trainable parameters, "
                          f"sharding {sharding_kind}")
         if found is not None:
-            progress.message(f"[vdkit I] resuming from {found} (global_step {step}, "
-                             f"consumed_samples {step * t.global_batch_size})")
+            progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = recipe.engine.checkpoint_every_n_steps
-    if every is None:  # a run dir written without the plan's cadence (vdkit.schedule.resolve)
-        from vdkit.schedule import FALLBACK_EVERY_N_STEPS as every
+    every = every_n_steps(recipe)
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()

@@ -58,7 +58,8 @@ def run(args) -> int:
             figure = _published(plan)
             extra = {"published": None if figure is None else {
                 "table": figure.table, "figure": figure.text,
-                "minutes_for_target_steps": None if figure.minutes is None else round(figure.minutes, 2)}}
+                "minutes_for_target_steps": None if figure.minutes is None
+                else round(figure.minutes_for(plan.recipe.train.target_steps), 2)}}
             if plan.feasible:
                 extra["schedule"] = time_plan(plan).to_dict()
             print(json.dumps({**plan.to_dict(), **extra}))
@@ -115,8 +116,8 @@ def describe(plan) -> str:
 
 
 def _published(plan):
-    """The published figure of the plan's cell (vdkit.validation.published_cell), or None."""
-    from vdkit.validation.published_cell import published_for
+    """The published figure of the plan's cell (vdkit.validation.tables.published_for), or None."""
+    from vdkit.validation.tables import published_for
 
     return published_for(plan.recipe)
 
@@ -138,7 +139,8 @@ def table(plans) -> str:
         timing = ((f"{pred.step_seconds:.3g}", f"{pred.minutes:,.1f}", f"{pred.tokens_per_s_per_gpu:,.0f}")
                   if pred else ("-", "-", "-"))
         figure = _published(plan)  # the published figure in the same minutes as the prediction, or its words
-        shown = "-" if figure is None else (f"{figure.minutes:,.1f}" if figure.minutes else figure.short or "-")
+        mins = figure.minutes_for(r.train.target_steps) if figure is not None else None
+        shown = "-" if figure is None else (f"{mins:,.1f}" if mins else figure.short or "-")
         times = time_plan(plan) if plan.feasible else None
         when = (f"{times.time_limit_min}", str(times.allocations or "?"),
                 str(times.every_n_steps) if times.every_n_steps else "end", f"{times.checkpoint_cost_s / 60:,.1f}"

@@ -23,9 +23,7 @@ def register(sub) -> None:
     p.add_argument("--test-only", action="store_true",
                    help="the scheduler checks each run and says what it would do (Slurm: sbatch --test-only; "
                         "Kubernetes: a server-side dry run); nothing is queued (the run directories stay)")
-    p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
-                   help="with --wait: stop waiting after S seconds")
+    _add_wait_args(p)
     p.set_defaults(func=run_submit)
 
     s = sub.add_parser("status", help="the state of submitted run directories, from their launchers",
@@ -35,9 +33,7 @@ def register(sub) -> None:
                                    "sacct, then scontrol/squeue, then the job's own output.)")
     s.add_argument("targets", nargs="+", metavar="RUN_DIR",
                    help="run directories written by `vdkit submit` (or Slurm job ids)")
-    s.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
-    s.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
-                   help="with --wait: stop waiting after S seconds")
+    _add_wait_args(s)
     s.set_defaults(func=run_status)
 
     c = sub.add_parser("cluster", help="an emulated six-node XE9680 Slurm on this machine (root; slurm-wlm, munge)",
@@ -48,6 +44,13 @@ def register(sub) -> None:
 
     add_cluster_args(c)
     c.set_defaults(func=run_cluster)
+
+
+def _add_wait_args(p) -> None:
+    """--wait and --timeout, the same for submit and status."""
+    p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
+    p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
 
 
 def _line(run_dir, job_id, state: str = None) -> str:
