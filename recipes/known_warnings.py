@@ -47,6 +47,15 @@ KNOWN: Dict[str, Tuple[Entry, ...]] = {
          "megatron-core's grad-buffer checks read .grad of non-leaf views; the engine's gradients are in "
          "the buffers"),
     ),
+    # Megatron-Bridge 0.3.1 (engine=bridge), on top of "megatron"
+    "bridge": (
+        (UserWarning, r"transformers version \S+ is not tested with nvidia-modelopt",
+         "Bridge imports nvidia-modelopt (quantisation / distillation, which the engine does not use) at "
+         "import; its tested transformers pin lags the installed transformers 5"),
+        (UserWarning, r"The legacy GroupedMLP will be deprecated",
+         "megatron-core's TE spec provider, imported by Bridge, speaks of MoE layers; the engine's Llama "
+         "models have none"),
+    ),
     # megatron-core 0.16 on a CPU (gloo): CUDA-only advice
     "megatron-cpu": (
         (UserWarning, r"When using (async grad allreduce|sequence parallelism) it is recommended to set the "

@@ -93,13 +93,30 @@ def _config(overrides, tmp_path) -> tuple:
     return run_dir, yaml.safe_load((run_dir / "bridge.yaml").read_text()), make_plan(compose(overrides))
 
 
-@pytest.mark.parametrize("overrides", [
-    ["model=llama2_7b", "method=sft", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=4"],
-    ["model=llama2_13b", "method=pretrain", "cluster.nodes=2"],
-    ISSUE_CELL[1:],
-], ids=["7b-sft-tp2pp2vp4", "13b-pretrain", "70b-lora-2node"])
-def test_config_carries_the_plan(overrides, tmp_path):
-    run_dir, cfg, plan = _config(["engine=bridge", *overrides], tmp_path)
+CASES = {"7b-sft-tp2pp2vp4": ["model=llama2_7b", "method=sft", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=4"],
+         "13b-pretrain": ["model=llama2_13b", "method=pretrain", "cluster.nodes=2"],
+         "70b-lora-2node": ISSUE_CELL[1:],
+         "7b-lora-fast": ["model=llama2_7b", "method=lora", "recipe=fast"]}
+
+
+@pytest.fixture(scope="module")
+def bridge_loads(tmp_path_factory):
+    """Each case's bridge.yaml loaded by Bridge's own loader, all in one process (one Bridge import):
+    case id -> the line it prints (provider, TP, PP, PEFT, packed size); None without Bridge."""
+    if not _have_bridge():
+        return None
+    root = tmp_path_factory.mktemp("bridge_loads")
+    paths = {k: _render(["engine=bridge", *v], root / k) / "bridge.yaml" for k, v in CASES.items()}
+    out = subprocess.run([sys.executable, "-c", _LOAD, *map(str, paths.values())], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.strip().splitlines()[-len(paths):]
+    return dict(zip(paths, lines))
+
+
+@pytest.mark.parametrize("case", ["7b-sft-tp2pp2vp4", "13b-pretrain", "70b-lora-2node"])
+def test_config_carries_the_plan(case, tmp_path, bridge_loads):
+    run_dir, cfg, plan = _config(["engine=bridge", *CASES[case]], tmp_path)
     r, m = plan.recipe, cfg["model"]
     provider = {"llama2_7b": "Llama2ModelProvider7B", "llama2_13b": "Llama2ModelProvider13B",
                 "llama2_70b": "Llama2ModelProvider70B"}[r.model.name]
@@ -107,6 +124,12 @@ def test_config_carries_the_plan(overrides, tmp_path):
     assert (m["tensor_model_parallel_size"], m["pipeline_model_parallel_size"]) == (plan.tp, plan.pp)
     assert m["virtual_pipeline_model_parallel_size"] == (r.parallelism.vp if (r.parallelism.vp or 1) > 1 else None)
     assert m["sequence_parallel"] == bool(r.parallelism.sequence_parallel)
+    # fine-tuning: the loss per answer token of the global batch (any layout's gradient the same)
+    fine_tuning = r.method.name != "pretrain"
+    assert m.get("calculate_per_token_loss", False) is fine_tuning
+    assert cfg["ddp"]["average_in_collective"] is not fine_tuning
+    if (r.parallelism.vp or 1) > 1:  # NVIDIA's interleaved-schedule sends
+        assert (m["overlap_p2p_comm"], m["batch_p2p_comm"]) == (True, False)
     t = cfg["train"]
     assert (t["global_batch_size"], t["micro_batch_size"], t["train_iters"]) == (
         r.train.global_batch_size, r.train.micro_batch_size, r.train.max_steps)
@@ -125,8 +148,10 @@ def test_config_carries_the_plan(overrides, tmp_path):
     if r.method.name == "lora":
         assert cfg["peft"] == {"_target_": "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"],
                                "dim": r.method.lora_adapter_dim, "alpha": r.method.lora_adapter_dim, "dropout": 0.0}
-    if _have_bridge():  # Bridge's own loader accepts every key (strict) and builds the container
-        _load_with_bridge(run_dir / "bridge.yaml")
+    if bridge_loads is not None:  # Bridge's own loader accepted every key (strict) and built the container
+        provider_, tp, pp, peft, _packed = bridge_loads[case].split()
+        assert (provider_, int(tp), int(pp)) == (provider, plan.tp, plan.pp)
+        assert peft == ("LoRA" if r.method.name == "lora" else "None")
 
 
 _LOAD = r"""
@@ -134,31 +159,26 @@ import sys
 from vdkit.recipes.bridge import cpu_shim
 cpu_shim.apply()
 from vdkit.recipes.bridge import job
-cfg = job.load(sys.argv[1])
-m = cfg.model
-print(type(m).__name__, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
-      type(cfg.peft).__name__ if cfg.peft else None,
-      getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None))
+for path in sys.argv[1:]:
+    cfg = job.load(path)
+    m = cfg.model
+    print(type(m).__name__, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
+          type(cfg.peft).__name__ if cfg.peft else None,
+          getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None))
 """
 
 
-def _load_with_bridge(path: Path) -> str:
-    out = subprocess.run([sys.executable, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip().splitlines()[-1]
-
-
-def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path):
+def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path, bridge_loads):
     """recipe=fast: Bridge's PackedSequenceSpecs at the sequence length, MBS 1 (the GPU configuration;
     packed attention needs TE, so it is tested by contract here and refused on this CPU)."""
-    run_dir, cfg, plan = _config(["engine=bridge", "model=llama2_7b", "method=lora", "recipe=fast"], tmp_path)
+    run_dir, cfg, plan = _config(["engine=bridge", *CASES["7b-lora-fast"]], tmp_path)
     spec = cfg["dataset"]["packed_sequence_specs"]
     assert spec["_target_"] == "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs"
     assert spec["packed_sequence_size"] == plan.recipe.train.seq_length == 4096
     assert cfg["train"]["micro_batch_size"] == 1 and cfg["dataset"]["dataset_kwargs"]["pad_to_max_length"] is True
     assert all(cfg["model"][k] for k in ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion"))
-    if _have_bridge():
-        assert _load_with_bridge(run_dir / "bridge.yaml").split()[-1] == "4096"
+    if bridge_loads is not None:
+        assert bridge_loads["7b-lora-fast"].split()[-1] == "4096"
 
 
 def _cli(*args, cwd):
@@ -233,3 +253,29 @@ def test_partial_checkpoints_are_removed(tmp_path):
     (tmp_path / "iter_0000002" / job.COMPLETE_MARKER).unlink()
     assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000002"]
     assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())
+
+
+def test_a_stop_during_start_up_is_kept_not_fatal():
+    """USR1 (and TERM, passed on as USR1) before Bridge's handler exists: noted for it, the rank lives on;
+    in a checkpoint writer's child (``forward_term=False``) TERM still ends the process."""
+    import subprocess
+    import sys
+
+    probe = ("import os, signal, sys; from vdkit.recipes.bridge import job; job.hold_stops(forward_term=sys.argv[1] == '1');"
+             "os.kill(os.getpid(), signal.SIGUSR1); os.kill(os.getpid(), signal.SIGTERM); print(len(job._EARLY_STOPS))")
+    rank = subprocess.run([sys.executable, "-c", probe, "1"], capture_output=True, text=True, timeout=60)
+    assert (rank.returncode, rank.stdout.strip()) == (0, "2")  # both kept, for Bridge's handler
+    child = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -15 and child.stdout == ""  # USR1 ignored, TERM ends it
+
+
+def test_a_base_dir_without_a_bridge_checkpoint_is_refused_before_the_run(tmp_path, capsys):
+    """Bridge itself would fine-tune fresh random weights from a directory without its tracker files."""
+    from vdkit.cli import main
+
+    (tmp_path / "notabase" / "base" / "iter_0000000").mkdir(parents=True)  # one level too high
+    rc = main(["run", "engine=bridge", "model=tiny_llama", "data=synthetic", "method=sft",
+               f"model.megatron_path={tmp_path / 'notabase'}", "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "holds no Megatron-Bridge checkpoint" in err and "Traceback" not in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())

@@ -8,7 +8,7 @@ from vdkit.recipes import known_warnings
 from vdkit.recipes.known_warnings import KNOWN, silence
 
 # The messages as the pinned libraries print them (seen in `vdkit run` output: torch 2.13, transformers 5.23,
-# peft 0.21, DeepSpeed 0.19, megatron-core 0.16.1), one per entry.
+# peft 0.21, DeepSpeed 0.19, megatron-core 0.16.1, Megatron-Bridge 0.3.1), one per entry.
 SEEN = {
     "deepspeed": ["`torch.distributed.all_gather_into_tensor` is deprecated. Please use "
                   "`torch.distributed.all_gather_single` instead."],
@@ -23,6 +23,10 @@ SEEN = {
                  "transformer_engine and may be the fused version.",
                  "The .grad attribute of a Tensor that is not a leaf Tensor is being accessed. Its .grad attribute "
                  "won't be populated during autograd.backward()."],
+    "bridge": ["transformers version 5.23.0 is not tested with nvidia-modelopt and may cause issues. Please install "
+               "recommended version with `pip install nvidia-modelopt[hf]` if working with HF models.",
+               "The legacy GroupedMLP will be deprecated in Megatron-Core v0.12.0. Please update the "
+               "TransformerEngine to version>=1.7.0 and use TEGroupedMLP."],
     "megatron-cpu": ["When using async grad allreduce it is recommended to set the environment variable "
                      "CUDA_DEVICE_MAX_CONNECTIONS to 1 for maximum speedup"],
 }

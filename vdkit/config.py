@@ -242,6 +242,12 @@ def validate_fields(r: Recipe) -> None:
            "set cluster.max_time_min to your partition's real limit")
     _check(c.storage_write_gbps_per_node > 0, "cluster.storage_write_gbps_per_node must be positive",
            "measure the checkpoint storage's write rate per node (GB/s), e.g. 0.67 for PowerScale F710")
+    _check(c.startup_s >= 0, f"cluster.startup_s={c.startup_s} must be >= 0",
+           "set the seconds an allocation takes before its first step (read a job's log), e.g. cluster.startup_s=120")
+    _check(c.mtbf_h > 0, f"cluster.mtbf_h={c.mtbf_h} must be positive",
+           "set the mean hours between job failures on your cluster, e.g. cluster.mtbf_h=24")
+    _check(c.max_lost_work_min > 0, f"cluster.max_lost_work_min={c.max_lost_work_min} must be positive",
+           "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
     _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
            f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
            "use 0 (only at the end), N, or leave it unset: the plan derives it")

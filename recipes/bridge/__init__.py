@@ -75,6 +75,9 @@ def check(plan) -> None:
                             f"and set model.megatron_path=/path/to/{r.model.name}-bridge")
 
 
+BASE_MARKERS = ("latest_train_state.pt", "latest_checkpointed_iteration.txt")  # what Bridge checks for
+
+
 def local_check(plan) -> None:
     """Before a local run: packed sequences need TE's attention (GPU); the base checkpoint exists."""
     r = plan.recipe
@@ -90,6 +93,13 @@ def local_check(plan) -> None:
         if not Path(r.model.megatron_path).is_dir():
             raise UserError(f"model.megatron_path={r.model.megatron_path} is not a directory",
                             "point it at a Megatron-Bridge checkpoint directory (the one holding iter_*/)")
+        # Bridge's checkpoint_exists (training/utils/checkpoint_utils.py:138-161) looks for these; without
+        # either, its SFT silently starts from fresh random weights instead of the base model
+        if not any((Path(r.model.megatron_path) / n).is_file() for n in BASE_MARKERS):
+            raise UserError(f"model.megatron_path={r.model.megatron_path} holds no Megatron-Bridge checkpoint "
+                            f"(no {' or '.join(BASE_MARKERS)})",
+                            "point it at the directory `python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR` wrote "
+                            "(OUT_DIR, the one holding iter_0000000/)")
         if r.data.name != "synthetic":
             from vdkit.recipes.bridge.data import TRAIN_FILE, dataset_root
 

@@ -71,6 +71,12 @@ UPSTREAM = (
     ("bridge/training/comm_overlap.py", 454, "comm_overlap_cfg.batch_p2p_comm = False", "NVIDIA's VP setting"),
     ("bridge/training/mlm_compat/arguments.py", 69, 'kw_args["batch_p2p_comm"] = not args.overlap_p2p_comm',
      "Megatron-LM's rule"),
+    ("core/pipeline_parallel/schedules.py", 259, "if not config.calculate_per_token_loss:",
+     "the default loss: a mean per micro-batch (per_token_loss)"),
+    ("core/distributed/distributed_data_parallel.py", 256, "not self.ddp_config.average_in_collective",
+     "per-token loss: DDP sums, no averaging in the collective"),
+    ("bridge/data/samplers.py", 289, "self.data_parallel_rank,",
+     "the fine-tuning sampler deals samples to DP ranks interleaved"),
     ("core/pipeline_parallel/schedules.py", 165, "out.data = torch.empty((1,), device=out.device, dtype=out.dtype)",
      "a sent output freed at once: the rank keeps it on CPU (train.make_cpu_runnable)"),
 )
@@ -93,6 +99,20 @@ def check_model(recipe) -> None:
                         "or engine=reference for other architectures")
 
 
+def per_token_loss(recipe) -> bool:
+    """Fine-tuning averages the loss over the global batch's answer tokens, not per micro-batch.
+
+    Answer-only loss gives each sample its own token count, and Bridge's fine-tuning sampler deals a
+    global batch to the data-parallel ranks interleaved (``data/samplers.py:284-291``): with the model's
+    default per-micro-batch mean (``calculate_per_token_loss=False``, mcore ``pipeline_parallel/
+    schedules.py:259``) the gradient depends on which samples share a micro-batch, so DP2 trained a
+    different model from one rank's (grad norm 2.92 vs 3.08 at step 1, measured). Per token, the
+    gradient is the global batch's and every layout's is the same. (DDP then must not average in the
+    collective: mcore ``distributed/distributed_data_parallel.py:254-257``.) Pretraining counts every
+    token of fixed-length sequences, where the two agree: NVIDIA's default stays."""
+    return recipe.method.name != "pretrain"
+
+
 def _model(plan) -> dict:
     r, p = plan.recipe, plan.recipe.parallelism
     m = r.model
@@ -108,6 +128,8 @@ def _model(plan) -> dict:
     if vp:
         out.update(INTERLEAVED_P2P)
     out.update(sequence_parallel=bool(p.sequence_parallel), context_parallel_size=1, seq_length=r.train.seq_length)
+    if per_token_loss(r):
+        out.update(calculate_per_token_loss=True)
     rc = p.recompute or "none"
     if rc == "none":
         out.update(recompute_granularity=None)
@@ -212,7 +234,8 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
         "ddp": {_T: _CFG + "DistributedDataParallelConfig", "check_for_nan_in_grad": True,
                 "grad_reduce_in_fp32": True, "use_distributed_optimizer": bool(r.parallelism.distributed_optimizer),
                 "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
-                "overlap_param_gather": bool(r.parallelism.distributed_optimizer), "average_in_collective": True},
+                "overlap_param_gather": bool(r.parallelism.distributed_optimizer),
+                "average_in_collective": not per_token_loss(r)},
         "dataset": _dataset(plan, run_dir),
         "logger": {_T: _CFG + "LoggerConfig", "log_interval": e.log_every_n_steps, "tensorboard_dir": logs,
                    "log_timers_to_tensorboard": True, "log_throughput": True},

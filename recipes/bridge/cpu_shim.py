@@ -44,6 +44,14 @@ PATCHES = (
      "on the non-Apex/TE path the distributed optimizer reads Adam's 'step' from torch's optimizer state, "
      "which a fresh optimizer does not have yet: Bridge's resume (sharded_state_dict(is_loading=True) calls "
      "state_dict() first, :1246) fails; that call is shown step 0 (the loaded step replaces it)"),
+    ("core/optimizer/distrib_optimizer.py", 940, "dst_tensors[key].copy_(tensors[key])",
+     "the same non-Apex/TE path keeps Adam's 'step' among the per-parameter tensors, so loading the "
+     "parameter state copies the load template's step (the step 0 shown above, :642) over the step "
+     "load_state_dict just restored from the checkpoint (:823), so a resumed run's Adam restarted its bias "
+     "correction (DP2 + distributed optimizer: step 4 0.2 % off). The restored step is kept"),
+    ("core/optimizer/distrib_optimizer.py", 825, 's["step"] = step',
+     "and that restored step is one tensor shared by every parameter, which torch's Adam increments in place "
+     "once per parameter per step: each parameter gets its own copy"),
     ("bridge/training/setup.py", 164, 'start_time_tensor = torch.tensor([state.start_time], dtype=torch.double, device="cuda")',
      "device='cuda' literals (also gpt_step.py, train.py): the megatron-core shim's device mode maps them"),
 )
@@ -139,9 +147,11 @@ def apply() -> bool:
         return False
     check_versions()
     from vdkit.recipes import mcore_cpu
+    from vdkit.recipes.known_warnings import silence
 
+    # before the first megatron import: its optional-kernel notices fire at import (each with its reason there)
+    silence("megatron", "megatron-cpu", "bridge")
     mcore_cpu.apply()  # CUDA devices -> CPU, RNG state, CUDA type checks (megatron-core 0.16.1)
-    _quiet()
     _import_bridge_peft()
     import torch
     from megatron.bridge.peft import module_matcher as pmatch
@@ -202,6 +212,19 @@ def apply() -> bool:
             del inner.state_dict
 
     _patch(DistributedOptimizer, "state_dict", fresh_state_dict)
+    set_states = DistributedOptimizer._set_main_param_and_optimizer_states
+
+    @functools.wraps(set_states)
+    def keep_restored_step(self, model_param, tensors):
+        if "step" in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            group, order = self.model_param_group_index_map[model_param]
+            state = self.optimizer.state[self.optimizer.param_groups[group]["params"][order]]
+            if state.get("step") is not None:  # restored by load_state_dict from the checkpoint's param groups
+                state["step"] = state["step"].detach().clone()  # this parameter's own counter
+                tensors = {**tensors, "step": state["step"]}
+        return set_states(self, model_param, tensors)
+
+    _patch(DistributedOptimizer, "_set_main_param_and_optimizer_states", keep_restored_step)
     # CUDA streams (model_provider.py:708-722 builds DDP on a side stream): torch's CPU streams,
     # which are no-ops with the same methods; the caching allocator's calls have nothing to do.
     _patch(torch.cuda, "Stream", torch.cpu.Stream)
@@ -215,12 +238,3 @@ def apply() -> bool:
     logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
     _APPLIED = True
     return True
-
-
-def _quiet() -> None:
-    """Drop warnings that only say optional GPU kernels (TE, Apex, ...) are absent on this CPU."""
-    import warnings
-
-    for msg in (".*Transformer Engine.*", ".*Apex is not installed.*", ".*apex.*", ".*full scope is deprecated.*",
-                ".*is deprecated. Please use `torch.distributed.*", ".*CUDA.*not available.*"):
-        warnings.filterwarnings("ignore", message=msg)
