@@ -34,6 +34,8 @@ _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 # An extended resource name: a domain prefix and a name (amd.com/gpu, rdma/hca_shared_devices_a).
 _RESOURCE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# An image reference as a pod spec takes it: no whitespace, no scheme ("https://" is a URL, not an image).
+_IMAGE = re.compile(r"^(?![a-z]+://)\S+$")  # (a squashfs path is refused later, naming what a pod needs)
 # A Kubernetes quantity such as 64Gi or 512Mi.
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 
@@ -118,6 +120,9 @@ def _check(s: KubeSettings, cluster) -> None:
         value = getattr(s, key)
         if value is not None and not _RESOURCE.match(str(value)):
             _fail(key, value, "is not an extended-resource name", "write it as the device plugin names it, e.g. amd.com/gpu")
+    if s.image is not None and (not isinstance(s.image, str) or not _IMAGE.match(s.image)):
+        _fail("image", s.image, "is not a container image reference", "use REGISTRY/IMAGE:TAG, e.g. "
+              "registry.example.com/vdkit/vdkit-ngc:0.1.0, or null for engines with their own image")
     if not _QUANTITY.match(str(s.shm_size)):
         _fail("shm_size", s.shm_size, "is not a Kubernetes quantity", "use e.g. 64Gi")
     if not isinstance(s.host_network, bool):

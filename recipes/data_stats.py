@@ -108,6 +108,11 @@ def load_tokenizer(path=None) -> Tokenizer:
     fix = "pass a SentencePiece .model file, a tokenizer.json, or a Hugging Face tokenizer directory"
     if not p.exists():
         raise UserError(f"{p}: no such tokenizer file or directory", fix)
+    from vdkit.files import not_a_regular_file
+
+    kind = not_a_regular_file(p)
+    if kind and kind != "a directory":  # a FIFO would block, a device never end: name them, never open them
+        raise UserError(f"{p}: is {kind}, not a tokenizer", fix)
     if p.is_file():
         if p.suffix == ".json":
             return _HFTokenizers(p)

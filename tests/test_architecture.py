@@ -126,5 +126,5 @@ def test_a_throwaway_published_table_reports(tmp_path, monkeypatch, capsys):
 def test_an_unknown_table_is_one_line_and_exit_2(tmp_path, capsys):
     rc = main(["report", "--table", "table99", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and "no published table named 'table99'" in err[0] and "table9" in err[0]
+    assert rc == 2 and len(err) == 1 and "--table 'table99': no published table" in err[0] and "table9" in err[0]
     assert not (tmp_path / "r").exists()

@@ -255,6 +255,20 @@ def test_partial_checkpoints_are_removed(tmp_path):
     assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())
 
 
+def test_a_stop_during_start_up_is_kept_not_fatal():
+    """USR1 (and TERM, passed on as USR1) before Bridge's handler exists: noted for it, the rank lives on;
+    in a checkpoint writer's child (``forward_term=False``) TERM still ends the process."""
+    import subprocess
+    import sys
+
+    probe = ("import os, signal, sys; from vdkit.recipes.bridge import job; job.hold_stops(forward_term=sys.argv[1] == '1');"
+             "os.kill(os.getpid(), signal.SIGUSR1); os.kill(os.getpid(), signal.SIGTERM); print(len(job._EARLY_STOPS))")
+    rank = subprocess.run([sys.executable, "-c", probe, "1"], capture_output=True, text=True, timeout=60)
+    assert (rank.returncode, rank.stdout.strip()) == (0, "2")  # both kept, for Bridge's handler
+    child = subprocess.run([sys.executable, "-c", probe, "0"], capture_output=True, text=True, timeout=60)
+    assert child.returncode == -15 and child.stdout == ""  # USR1 ignored, TERM ends it
+
+
 def test_a_base_dir_without_a_bridge_checkpoint_is_refused_before_the_run(tmp_path, capsys):
     """Bridge itself would fine-tune fresh random weights from a directory without its tracker files."""
     from vdkit.cli import main

@@ -126,6 +126,11 @@ def test_bars_leave_out_series_without_figures_and_keep_the_legend_off_the_bars(
     assert legend_labels(fig) == ["predicted", "published"]
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "40" in texts and "2.5" in texts and "does not fit" in texts and texts.count("–") == 2  # predicted c, published a
+    # the note sits level inside its row's slot, even in the last row (the axes keep every row's slot)
+    ax = fig.axes[0]
+    note = next(t for t in ax.texts if t.get_text() == "does not fit")
+    lo, hi = ax.get_xlim()
+    assert note.get_rotation() == 0 and lo <= 1.5 < note.get_position()[0] < hi and hi >= 2.5
 
 
 def test_markdown_links_every_plot():

@@ -252,8 +252,9 @@ def grouped_bars_figure(title: str, ylabel: str, labels: Sequence[str],
             else:
                 ax.text(x, v + top * 0.01, f"{v:,.0f}" if v >= 100 else f"{v:.3g}", ha="center", va="bottom",
                         fontsize=7)
-    for j, text in (notes or {}).items():
-        ax.text(j, top * 0.5, text, ha="center", va="center", fontsize=8, rotation=90, color="0.3")
+    for j, text in (notes or {}).items():  # across the row's own slot, level, above its dashes
+        ax.text(j, top * 0.1, text, ha="center", va="bottom", fontsize=8, color="0.3")
+    ax.set_xlim(-0.5, len(labels) - 0.5)  # every row's slot, also a last row without bars
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylim(0, top * 1.12)

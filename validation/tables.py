@@ -27,6 +27,7 @@ plans its sweep's cells.
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -69,8 +70,12 @@ def load_published(name: str, folder: Optional[Path] = None) -> dict:
 
     folder = folder or PUBLISHED_DIR
     path = folder / f"{name}.yaml"
-    if not path.is_file():
-        raise UserError(f"no published table named {name!r}", f"use one of: {', '.join(table_names(folder))}")
+    # a name, never a path (`--table ../published/table9` would read whatever the path reaches)
+    if name not in table_names(folder) or not path.is_file():
+        close = difflib.get_close_matches(str(name).lower(), table_names(folder), n=1)
+        raise UserError(f"--table {name!r}: no published table by that name"
+                        + (f" (did you mean {close[0]}?)" if close else ""),
+                        f"use one of: {', '.join(table_names(folder))} (`vdkit list tables`)")
     return yaml.safe_load(path.read_text())
 
 

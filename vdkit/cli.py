@@ -41,11 +41,32 @@ class OneLineParser(argparse.ArgumentParser):
         (`vdkit plan model=llama2_7b --json method=sft`); the top level (with sub-commands) cannot."""
         if self._subparsers is not None or getattr(self, "_intermixing", False):
             return super().parse_known_args(args, namespace)
+        self._refuse_repeated(list(sys.argv[1:] if args is None else args))
         self._intermixing = True
         try:
             return super().parse_known_intermixed_args(args, namespace)
         finally:
             self._intermixing = False
+
+
+    def _refuse_repeated(self, args: List[str]) -> None:
+        """An option that takes one value, given twice (`--out a --out b`, `--sweep x --sweep y`): argparse
+        would keep the last and drop the first without a word."""
+        single = {opt: a for a in self._actions if isinstance(a, argparse._StoreAction)
+                  for opt in a.option_strings}
+        seen: dict = {}
+        for i, token in enumerate(args):
+            if token == "--":
+                break
+            opt = token.split("=", 1)[0] if token.startswith("--") else token
+            action = single.get(opt)
+            if action is None:
+                continue
+            given = token if "=" in token or i + 1 >= len(args) else f"{token} {args[i + 1]}"
+            if action.dest in seen:
+                self.error(f"{opt} is given twice ({seen[action.dest]} and {given}); one would be silently dropped"
+                           f" - give {opt} once")
+            seen[action.dest] = given
 
 
 def printable(line: str) -> str:

@@ -35,6 +35,7 @@ DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 TRANSPORTS = ("ib", "roce", "tcp")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's environment docs
 ARCHS = ("llama", "opt")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "relu", "gelu")
@@ -194,6 +195,8 @@ def _fix_hint(msg: str) -> str:
             return f"choose one of {group}=" + "|".join(group_options(group))
     if "not in '" in msg:
         return "check the key's spelling; `vdkit plan --cfg` prints every key and its default"
+    if "Could not override 'cluster.env'" in msg:
+        return "add one variable at a time: +cluster.env.NAME=VALUE (secrets: run.secrets_file=PATH)"
     if "converted to" in msg:
         return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
     return "write overrides as key=value (group=option for model, method, cluster, data, engine)"
@@ -239,6 +242,12 @@ def validate_fields(r: Recipe) -> None:
            "set cluster.max_time_min to your partition's real limit")
     _check(c.storage_write_gbps_per_node > 0, "cluster.storage_write_gbps_per_node must be positive",
            "measure the checkpoint storage's write rate per node (GB/s), e.g. 0.67 for PowerScale F710")
+    _check(c.startup_s >= 0, f"cluster.startup_s={c.startup_s} must be >= 0",
+           "set the seconds an allocation takes before its first step (read a job's log), e.g. cluster.startup_s=120")
+    _check(c.mtbf_h > 0, f"cluster.mtbf_h={c.mtbf_h} must be positive",
+           "set the mean hours between job failures on your cluster, e.g. cluster.mtbf_h=24")
+    _check(c.max_lost_work_min > 0, f"cluster.max_lost_work_min={c.max_lost_work_min} must be positive",
+           "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
     _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
            f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
            "use 0 (only at the end), N, or leave it unset: the plan derives it")
@@ -264,6 +273,9 @@ def validate_fields(r: Recipe) -> None:
     _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
            f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
            "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
+    _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
+           f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
+           "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),

@@ -178,6 +178,15 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     # Time is part of the plan: --time and the checkpoint cadence are decided here, once, and written
     # into the recipe every engine and launcher reads (vdkit.schedule).
     times = schedule.time_plan(plan)
+    if times.predicted and times.allocations == 0 and plan.feasible:
+        # not one step fits between start-up and the stop's lead: every allocation would end before a
+        # checkpoint, and a continued job would start over for ever
+        key = "cluster.time_limit_min" if times.time_source == "pinned" else "cluster.max_time_min"
+        raise UserError(f"{key}={times.time_limit_min}: one step ({times.step_s:.3g} s) after start-up "
+                        f"({times.startup_s:.0f} s) and before the stop's lead ({times.lead_s} s) does not fit in one "
+                        "allocation, so the job would never reach a checkpoint",
+                        "unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
+                        else "raise cluster.max_time_min to the partition's limit, or use more nodes")
     plan = schedule.resolve(plan)
     engine = engine_of(plan)
     launcher = launcher_of(plan)

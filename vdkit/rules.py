@@ -226,6 +226,37 @@ def check_cluster_env(env: dict) -> None:
                             f"put {name}=... in a file only you can read and pass run.secrets_file=PATH")
 
 
+# A token inside any other value (a path segment, a run name, a site option) or credentials in a URL or
+# image reference (user:password@host): every recipe value is written in clear into the run directory.
+EMBEDDED_SECRET = re.compile(r"((?<![A-Za-z0-9])(hf_[A-Za-z0-9]{30,}|gh[pousr]_[A-Za-z0-9]{30,}|glpat-[A-Za-z0-9_-]{20,}"
+                             r"|xox[abpr]-[A-Za-z0-9-]{10,}|(AKIA|ASIA)[A-Z0-9]{16})(?![A-Za-z0-9])"
+                             r"|-----BEGIN|^([a-z][a-z0-9+.-]*://)?[^\s/@:]+:[^\s/@]+@(?!sha256:)[^\s/@]+)")
+
+
+def _leaves(data, prefix: str = ""):
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield from _leaves(v, f"{prefix}{k}.")
+    elif isinstance(data, (list, tuple)):
+        for i, v in enumerate(data):
+            yield from _leaves(v, f"{prefix[:-1]}[{i}].")
+    else:
+        yield prefix[:-1], data
+
+
+def check_secret_values(recipe) -> None:
+    """No recipe value (outside cluster.env, checked by its own rule) may carry a token or credentials:
+    recipe.yaml, plan.json, overrides.txt and the launcher's script hold them in clear."""
+    for key, value in _leaves(recipe.to_dict()):
+        if key.startswith("cluster.env.") or not isinstance(value, str):
+            continue
+        if EMBEDDED_SECRET.search(value):
+            raise UserError(f"{key} looks like it holds a secret (a token or user:password@), and every recipe value "
+                            "is written in clear into recipe.yaml, plan.json, overrides.txt and the job script",
+                            "keep secrets out of the recipe: put NAME=value lines in a file only you can read and "
+                            "pass run.secrets_file=PATH (a registry login: the container runtime's credentials)")
+
+
 def check_secrets_file(path: Optional[str], required: bool) -> None:
     """``run.secrets_file``: a readable regular file of ``NAME=value`` lines with harmless names.
 
@@ -305,6 +336,7 @@ def check_recipe(recipe) -> None:
     check_names(recipe)
     check_architecture(recipe.model)
     check_cluster_env(recipe.cluster.env)
+    check_secret_values(recipe)
     check_files(recipe)
     check_launcher_settings(recipe)
     check_secrets_file(recipe.run.secrets_file, required=False)
@@ -347,6 +379,10 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, duplicates
                             "the schema's default, e.g. ~model became llama2_7b)",
                             "choose an option instead, e.g. model=tiny_llama, or set the key to null")
         name = key.split("@", 1)[0]
+        if name == "recipe_method":  # conf/config.yaml picks it from recipe and method
+            raise UserError(f"{raw}: recipe_method is chosen by recipe= and method= (conf/recipe_method/"
+                            "<recipe>_<method>.yaml), not on the command line",
+                            "choose recipe=NAME and method=NAME, and override single keys, e.g. data.packed=false")
         if duplicates and name in seen:
             raise UserError(f"{name} is given twice ({seen[name]} and {raw}); one would be silently dropped",
                             f"give {name} once" + (" (a comma list with -m sweeps it)" if multirun else ""))

@@ -121,11 +121,28 @@ def plan_json(plan, **extra) -> str:
     return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
 
 
+MAX_PLAN_BYTES = 4 * 1024 * 1024  # a plan.json is a few KB
+
+
+def _plan_text(run_dir) -> str:
+    """plan.json's text; OSError / ValueError for a file that is not one vdkit wrote. A FIFO or a device
+    is named, never opened (reading a FIFO blocks until someone writes to it)."""
+    from vdkit.files import not_a_regular_file
+
+    path = Path(run_dir) / PLAN_FILE
+    kind = not_a_regular_file(path)
+    if kind:
+        raise ValueError(f"it is {kind}")
+    if path.stat().st_size > MAX_PLAN_BYTES:
+        raise ValueError(f"{path.stat().st_size:,} bytes, too large for a plan")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
 def load_schedule(run_dir) -> dict:
     """The time plan recorded in a run directory's plan.json ({} when it has none)."""
     try:
-        return dict(json.loads((Path(run_dir) / PLAN_FILE).read_text()).get("schedule") or {})
-    except (OSError, ValueError, AttributeError):
+        return dict(json.loads(_plan_text(run_dir)).get("schedule") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
         return {}
 
 
@@ -138,7 +155,7 @@ def load_plan(run_dir) -> Plan:
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(_plan_text(run_dir))
         mem = data["memory"]
         return Plan(recipe=recipe, dp=int(data["dp"]), grad_accum=int(data["grad_accum"]),
                     memory=Memory(**{f: float(mem[f]) for f in Memory.__dataclass_fields__}),
@@ -148,7 +165,9 @@ def load_plan(run_dir) -> Plan:
                     runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
                     trainable_params=int(data.get("trainable_params") or 0))
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {exc})",
+        detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
+                  else "not the JSON object vdkit writes" if isinstance(exc, TypeError) else str(exc) or type(exc).__name__)
+        raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {detail})",
                         "pass a run directory written by `vdkit render` / `vdkit run`") from None
 
 

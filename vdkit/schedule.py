@@ -6,15 +6,21 @@ Input: the predicted seconds per step (:mod:`vdkit.predict`, or any figure), the
 - ``cluster.max_time_min``: the partition's maximum time limit (``sinfo -o "%P %l"``);
 - ``cluster.storage_write_gbps_per_node``: checkpoint write bandwidth per node writing (GB/s).
   Default 0.67: the PowerScale F710 figures of the training design guide (Table 4): Llama 2 7B on
-  one node wrote 100 GB in 2:30 (0.67 GB/s), 70B on six nodes 1.1 TB in 3:28 (0.88 GB/s per node).
+  one node wrote 100 GB in 2:30 (0.67 GB/s), 70B on six nodes 1.1 TB in 3:28 (0.88 GB/s per node);
+- ``cluster.startup_s``: an allocation's start before its first step, besides reading weights and
+  checkpoint (container start, imports, NCCL set-up, model build);
+- ``cluster.mtbf_h``: mean time between failures that end a job early (not the time limit);
+- ``cluster.max_lost_work_min``: the most training a failure between checkpoints may lose.
+
+(Their defaults and where they come from: the comments in :class:`vdkit.schema.ClusterCfg`.)
 
 The arithmetic (every constant below says where it comes from):
 
 - checkpoint write time C = checkpoint size / (bandwidth per node x nodes);
-- start-up of each allocation = :data:`STARTUP_BASE_S` + reading the model's bf16 weights (and, on
+- start-up of each allocation = ``cluster.startup_s`` + reading the model's bf16 weights (and, on
   a resumed allocation, the checkpoint) at the same bandwidth;
-- checkpoint interval: Young's approximation sqrt(2 C M) with M = :data:`MTBI_H` (interruptions
-  other than the time limit: a node or fabric failure), at most :data:`MAX_LOST_WORK_MIN` of work
+- checkpoint interval: Young's approximation sqrt(2 C M) with M = ``cluster.mtbf_h`` (interruptions
+  other than the time limit: a node or fabric failure), at most ``cluster.max_lost_work_min`` of work
   (what a crash may lose), at least one step;
 - the stop before the limit needs a lead = one step + one checkpoint + :data:`EXIT_S` (exit,
   container teardown, submitting the successor) + :data:`SIGNAL_SLACK_S` (Slurm checks limits
@@ -31,18 +37,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-STARTUP_BASE_S = 120.0  # container start, imports, NCCL initialisation, model build, data index (assumed)
-MTBI_H = 24.0  # assumed mean time between failures of a 1-6-node job (not the time limit); site-dependent
-MAX_LOST_WORK_MIN = 60.0  # the most training a crash between checkpoints may lose (the stated bound)
 EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, sbatch of the successor
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
 MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction error, queue noise)
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
 FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs)
 WEIGHT_BYTES = 2  # bf16 weights read at start-up
+# The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
+SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class TimePlan:
     max_time_min: int
     max_lost_work_s: Optional[float]
     note: Optional[str] = None
+    site: dict = field(default_factory=dict)  # the cluster's facts the plan used (SITE_FIELDS -> value)
 
     @property
     def stop_after_s(self) -> int:
@@ -87,9 +93,9 @@ def checkpoint_write_s(checkpoint_gb: float, cluster) -> float:
     return checkpoint_gb / (cluster.storage_write_gbps_per_node * cluster.nodes)
 
 
-def young_interval_s(write_s: float, mtbi_s: float = MTBI_H * 3600) -> float:
-    """Young's approximation of the optimal checkpoint interval: sqrt(2 C M)."""
-    return math.sqrt(2.0 * write_s * mtbi_s)
+def young_interval_s(write_s: float, mtbf_s: float) -> float:
+    """Young's approximation of the optimal checkpoint interval: sqrt(2 C M), M the mean time between failures."""
+    return math.sqrt(2.0 * write_s * mtbf_s)
 
 
 def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
@@ -115,10 +121,11 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
         step_s = plan.prediction.step_seconds
     write_s = checkpoint_write_s(plan.checkpoint_gb, c)
     bandwidth = c.storage_write_gbps_per_node * c.nodes
-    startup_s = STARTUP_BASE_S + (_weights_gb(r) + plan.checkpoint_gb) / bandwidth
+    startup_s = c.startup_s + (_weights_gb(r) + plan.checkpoint_gb) / bandwidth
     pinned_limit = c.time_limit_min
     max_min = c.max_time_min
     steps = t.max_steps
+    site = {k: getattr(c, k) for k in SITE_FIELDS}
     if step_s is None or step_s <= 0:
         every = e.checkpoint_every_n_steps
         limit = pinned_limit or max_min
@@ -128,12 +135,12 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
                         note="no step-time prediction for this cluster's GPUs: --time is "
                              + ("the pinned limit" if pinned_limit else "the partition maximum")
-                             + ", the allocations needed are unknown")
+                             + ", the allocations needed are unknown", site=site)
     # Cadence: Young's interval, bounded by the work a crash may lose, at least one step.
     if e.checkpoint_every_n_steps is not None:
         every, every_source = e.checkpoint_every_n_steps, "pinned"
     else:
-        interval = min(young_interval_s(write_s), MAX_LOST_WORK_MIN * 60)
+        interval = min(young_interval_s(write_s, c.mtbf_h * 3600), c.max_lost_work_min * 60)
         every, every_source = max(1, int(interval // step_s)), "plan"
         if every >= steps:
             every = 0  # the run is shorter than the interval: the checkpoint at the end (and at stops)
@@ -165,7 +172,7 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                 f"{lead} s before its limit, checkpoints and the next continues (docs/cluster-guide.md)")
     lost = (every * step_s) if every else steps * step_s
     return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, every_source,
-                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note)
+                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site)
 
 
 def resolve(plan):
@@ -204,6 +211,9 @@ def describe(tp: TimePlan) -> list:
     cost = f", {tp.checkpoint_write_s:,.0f} s each" if tp.checkpoint_gb else ""
     lost = f", a crash loses at most {tp.max_lost_work_s / 60:,.1f} min" if tp.max_lost_work_s is not None else ""
     lines.append(f"  cadence     checkpoint {every}{cost}{lost}")
+    if tp.site:
+        lines.append("  site        " + ", ".join(f"cluster.{k}={v:g}" for k, v in tp.site.items())
+                     + " (the site's facts: docs/cluster-guide.md)")
     if tp.note:
         lines.append(f"  note        {tp.note}")
     return lines

@@ -73,7 +73,7 @@ class MethodCfg:
 @dataclass
 class ClusterCfg:
     name: str = "xe9680"  # the cluster's name (conf/cluster/<name>.yaml; `cluster=NAME` picks one)
-    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local
+    launcher: str = "slurm"  # a name in vdkit.launchers.REGISTRY: slurm | local | kubernetes (`vdkit list launchers`)
     nodes: int = 1  # nodes in the job (sbatch --nodes); world size = nodes x gpus_per_node
     min_nodes: int = 1  # the fewest nodes this cluster offers (cluster.nodes is checked against it)
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
@@ -85,6 +85,9 @@ class ClusterCfg:
     time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
     max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
+    startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
+    mtbf_h: float = 24.0  # mean hours between failures that end a job early (node, GPU, fabric; not the time limit): Young's M for the checkpoint interval; assumed, conservative (Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s scale to ~1,000 h for 48 GPUs): use your incident history
+    max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
     mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none

@@ -16,7 +16,10 @@ or the clock passing ``VDKIT_STOP_AT`` (epoch seconds): finish the step, checkpo
 :data:`EXIT_STOPPED`; exit 0 only when every step is done; started again, resume from the latest
 complete checkpoint. Bridge does the stopping itself - ``train.exit_signal_handler`` with
 ``exit_signal`` USR1 (TERM is forwarded to it) and ``train.exit_duration_in_mins`` - and exits 0
-either way; this wrapper tells the two apart by the checkpointed iteration.
+either way; this wrapper tells the two apart by the checkpointed iteration. Bridge 0.3.1 builds its
+``DistributedSignalHandler`` but never enters it (no OS handler: USR1 killed the rank; fixed upstream in
+NVIDIA-NeMo/Megatron-Bridge#3823): :class:`_EnterSignalHandler` enters it as training starts, and a
+stop asked for during start-up (model build, checkpoint load) is noted until then and passed on.
 """
 import os
 import shutil
@@ -99,16 +102,52 @@ def _rank() -> int:
     return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
 
 
+_EARLY_STOPS = []  # stop signals that came before Bridge's handler was entered
+
+
+def hold_stops(forward_term: bool = True) -> None:
+    """From here on USR1 is noted, not fatal (its default action kills the process): until training
+    starts, when :class:`_EnterSignalHandler` passes it on to Bridge's handler. Called first thing in
+    the rank's main module, so a stop asked for during start-up (imports, model build, checkpoint load)
+    is kept; the main module runs again in the torch_dist writer's spawned children, which Slurm signals
+    with the step: they must outlive a stop (``forward_term=False`` there: TERM still ends a child).
+    ``forward_term``: TERM (Slurm at the limit, ``kill``, the local launcher) asks for the same stop."""
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _EARLY_STOPS.append(signum))
+    if forward_term:
+        signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(os.getpid(), signal.SIGUSR1))
+
+
 def arm_stop(cfg) -> None:
     """The contract's stop conditions on Bridge's own mechanisms (see the module docstring)."""
     cfg.train.exit_signal_handler = True
     cfg.train.exit_signal = signal.SIGUSR1
-    # TERM (Slurm at the limit, `kill`, the local launcher) asks for the same clean stop.
-    signal.signal(signal.SIGTERM, lambda signum, frame: os.kill(os.getpid(), signal.SIGUSR1))
+    if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
+        hold_stops()
     stop_at = os.environ.get(STOP_AT_ENV)
     if stop_at:
-        minutes = int((float(stop_at) - time.time()) // 60)
-        cfg.train.exit_duration_in_mins = max(minutes, 1)
+        # Bridge compares (now - its start time) / 60 with this; a fraction keeps a short budget exact
+        # (whole minutes would stop up to a minute late, after the launcher's lead). Never 0 (= off).
+        cfg.train.exit_duration_in_mins = max((float(stop_at) - time.time()) / 60.0, 1e-3)
+
+
+def _stop_callbacks(callbacks):
+    """``callbacks`` (None, a list or Bridge's CallbackManager) with :class:`_EnterSignalHandler` added."""
+    from megatron.bridge.training.callbacks import Callback, CallbackManager
+
+    class _EnterSignalHandler(Callback):
+        """As training starts: enter Bridge's own DistributedSignalHandler (see the module docstring)
+        and pass on a stop that came during start-up; Bridge then checkpoints after the step and leaves."""
+
+        def on_train_start(self, context):
+            context.state.signal_handler.__enter__()
+            if _EARLY_STOPS:
+                os.kill(os.getpid(), signal.SIGUSR1)
+
+    manager = callbacks if isinstance(callbacks, CallbackManager) else CallbackManager()
+    if callbacks is not None and manager is not callbacks:
+        manager.add(callbacks)
+    manager.add(_EnterSignalHandler())
+    return manager
 
 
 def run(cfg, callbacks=None) -> int:
@@ -124,7 +163,7 @@ def run(cfg, callbacks=None) -> int:
             print(f"bridge_job: removed partial checkpoint {name}", flush=True)
     arm_stop(cfg)
     try:
-        pretrain(cfg, forward_step, callbacks=callbacks)
+        pretrain(cfg, forward_step, callbacks=_stop_callbacks(callbacks))
     except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0)
         if exc.code not in (0, None):
             raise
@@ -143,5 +182,7 @@ def main(argv=None):
     return run(load(args[0]))
 
 
-if __name__ == "__main__":  # the torch_dist writer spawns children that re-import this file
+if __name__ in ("__main__", "__mp_main__"):  # __mp_main__: a torch_dist writer's child re-importing this file
+    hold_stops(forward_term=__name__ == "__main__")
+if __name__ == "__main__":
     sys.exit(main())

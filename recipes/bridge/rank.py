@@ -4,11 +4,18 @@ The CPU shim is applied at import (without CUDA), before the ``__main__`` guard:
 checkpoint writer spawns children (multiprocessing's *spawn*), which re-import the parent's main module
 by name - and so apply the shim too. (Not a package ``__main__``: multiprocessing does not re-import a
 main module named ``*.__main__`` in its children, ``multiprocessing/spawn.py`` ``_fixup_main_from_name``.)
+Before the shim (which imports torch), :func:`.job.hold_stops`: a stop signal from the first moment on is
+kept for Bridge's handler, and the writer's children outlive the USR1 Slurm sends the whole step.
 """
 import os
 import sys
 
-from vdkit.recipes.bridge import cpu_shim
+from vdkit.recipes.bridge import job  # standard library only: quick
+
+# First thing, here and in the spawned children (__mp_main__): a stop signal during start-up is kept, not fatal.
+job.hold_stops(forward_term=__name__ == "__main__")
+
+from vdkit.recipes.bridge import cpu_shim  # noqa: E402 (after the stop handlers: it imports torch)
 
 if cpu_shim.needed():
     cpu_shim.apply()

@@ -86,7 +86,10 @@ def load_tokenizer(recipe):
     else:
         from vdkit.recipes.data_stats import load_tokenizer as load_any
 
-        tok = _Wrapped(load_any(path), vocab)
+        try:
+            tok = _Wrapped(load_any(path), vocab)
+        except UserError as exc:  # name the recipe key the path came from
+            raise UserError(f"data.tokenizer_model: {exc.what}", exc.fix) from None
         need = _tokenizer_vocab(tok.tok)
     if need > vocab:
         raise UserError(f"tokenizer {tok.name} needs a vocabulary of {need}, model {recipe.model.name} has {vocab}",

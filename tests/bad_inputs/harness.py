@@ -69,7 +69,7 @@ class Case:
 
 def _argv(verb_argv: List[str]) -> List[str]:
     argv = [str(a) for a in verb_argv]
-    if argv and argv[0] in OUT_VERBS and "--out" not in argv:
+    if argv and argv[0] in OUT_VERBS and "--out" not in argv and "--resume" not in argv:  # --resume takes no --out
         argv += ["--out", "{ws}/out"]
     return argv
 

@@ -87,6 +87,29 @@ def build_template(root: Path) -> Path:
     shutil.copytree(root / "run", root / "run_logs")
     (root / "run_logs" / "local-1.out").write_text(nemo1_log(good))
     (root / "bomb.yaml").write_text(ALIAS_BOMB)
+    # data files for `data stats` / `data prepare` (the second hostile pass)
+    (root / "empty.jsonl").write_text("")
+    (root / "blank.jsonl").write_text("\n\n  \n")
+    (root / "binary.jsonl").write_bytes(bytes(range(256)) * 8)
+    (root / "latin1.jsonl").write_bytes('{"input": "caf\xe9", "output": "a"}\n'.encode("latin-1"))
+    (root / "nonobj.jsonl").write_text("[1, 2]\n")
+    (root / "nofields.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    (root / "numfields.jsonl").write_text('{"input": 1, "output": 2}\n')
+    (root / "nullfields.jsonl").write_text('{"input": null, "output": null}\n')
+    (root / "halfbad.jsonl").write_text('{"input": "q", "output": "a"}\n{not json\n')
+    (root / "dolly_array.json").write_text(json.dumps([row] * 3))
+    (root / "gz.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 40)
+    # run directories `vdkit run --resume` / `report` meet
+    for name, plan_text in (("run_planlist", "[1, 2]\n"), ("run_plantypes", '{"recipe": 5}\n'),
+                            ("run_emptyplan", "")):
+        shutil.copytree(root / "run", root / name)
+        (root / name / "plan.json").write_text(plan_text)
+    shutil.copytree(root / "run", root / "run_noplan")
+    (root / "run_noplan" / "plan.json").unlink()
+    shutil.copytree(root / "run", root / "run_finished")
+    (root / "run_finished" / "finished").write_text("")
+    create_run_dir(make_plan(compose([])), {}, run_dir=root / "run_slurm")
+    (root / "run_slurm" / "local-1.out").write_text(nemo1_log(good))
     # secrets files
     (root / "secrets").mkdir()
     for name, text in (("ok.env", "HF_TOKEN=hf_abc\n"), ("path.env", "PATH=/nowhere\n"), ("uid.env", "UID=0\n"),
@@ -127,6 +150,12 @@ EXTRAS = {
     "fifo": lambda ws: os.mkfifo(ws / "fifo.jsonl"),
     "fifolog": lambda ws: os.mkfifo(ws / "fifo.out"),
     "occupied_out": lambda ws: (ws / "out").mkdir(),
+    "fifoplan": lambda ws: (shutil.copytree(ws / "run", ws / "run_fifoplan"), (ws / "run_fifoplan" / "plan.json").unlink(),
+                            os.mkfifo(ws / "run_fifoplan" / "plan.json")),
+    "fiforecipe": lambda ws: (shutil.copytree(ws / "run", ws / "run_fiforecipe"),
+                              (ws / "run_fiforecipe" / "recipe.yaml").unlink(), os.mkfifo(ws / "run_fiforecipe" / "recipe.yaml")),
+    "fifosecret": lambda ws: os.mkfifo(ws / "secret.fifo"),
+    "report_done": lambda ws: ((ws / "rep").mkdir(), (ws / "rep" / "table9.md").write_text("an earlier report\n")),
     "taken_run": lambda ws: ((ws / "out" / "tiny_llama_lora_1n1g").mkdir(parents=True),
                              (ws / "out" / "tiny_llama_lora_1n1g" / "launch.sbatch").write_text("an earlier run\n")),
 }

@@ -31,7 +31,13 @@ EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is 
 
 def run(args) -> int:
     from vdkit.config import compose, override_sets
+    from vdkit.errors import UserError
 
+    if args.explain and (args.multirun or args.sweep is not None or args.cfg):
+        other = "--cfg" if args.cfg else ("-m" if args.multirun else "--sweep")
+        raise UserError(f"--explain describes a key of one recipe; with {other} it would show only "
+                        + ("--explain's answer" if args.cfg else "the first cell's value"),
+                        f"drop {other} (or --explain): `vdkit plan --explain KEY [overrides]`")
     sets = override_sets(args.overrides, args.multirun, args.sweep)
     if args.explain:
         from vdkit.keys import explain, lookup
@@ -51,6 +57,8 @@ def run(args) -> int:
 
     many = bool(args.multirun or args.sweep is not None)
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
+    for plan in plans:  # a plan render would refuse is no answer: the same engine and launcher checks
+        check_runnable(plan)
     if args.json:
         from vdkit.schedule import time_plan
 
@@ -70,6 +78,24 @@ def run(args) -> int:
     if args.check and (len(plans) < len(sets) or not all(p.feasible for p in plans)):
         return EXIT_DOES_NOT_FIT
     return 0
+
+
+def check_runnable(plan) -> None:
+    """Refuse (UserError) a plan that fits but that its engine or launcher cannot run - the checks
+    `render` makes before writing (vdkit.prepare), all pure: P-tuning on an engine without it, a LoRA
+    placement the engine does not plan, a Kubernetes job with a secrets file, an image its launcher cannot
+    read. A plan that does not fit is answered by its verdict instead."""
+    if not plan.feasible:
+        return
+    from pathlib import Path
+
+    from vdkit.prepare import engine_of, job_spec, launcher_of
+    from vdkit.rundir import safe_dir_name
+
+    r = plan.recipe
+    notional = Path(r.run.out_dir or ".").expanduser().absolute() / safe_dir_name(r.run_name)  # never created
+    launcher_of(plan).check(plan, job_spec(plan, notional))
+    engine_of(plan).check(plan)
 
 
 def describe(plan) -> str:

@@ -58,6 +58,8 @@ def resume(args) -> int:
     from vdkit.prepare import engine_of, launcher_of
     from vdkit.rundir import FINISHED_FILE, RECIPE_FILE, load_plan
 
+    if not str(args.resume).strip():
+        raise UserError("--resume was given an empty path", "pass the run directory to continue: vdkit run --resume RUN_DIR")
     run_dir = Path(args.resume).absolute()
     if args.overrides or args.out:
         raise UserError("--resume continues a run with the recipe in its run directory; it takes no overrides "
@@ -90,7 +92,7 @@ def run(args) -> int:
     from vdkit.plan import make_plan
     from vdkit.prepare import engine_of, launcher_of, prepare
 
-    if args.resume:
+    if args.resume is not None:
         return resume(args)
 
     from vdkit.rules import check_overrides

@@ -1,0 +1,120 @@
+"""The time plan (vdkit.schedule): the site's facts as cluster fields, and the NeMo job's contract for
+every Table 9 cell at 1000 steps (issue 17).
+
+A site sets the partition maximum, its storage's write bandwidth, an allocation's start-up, the mean
+time between failures and the work a failure may lose (conf/cluster/*.yaml or the command line); the
+plan uses them and `vdkit plan` prints them. NeMo stops by its own clock below the allocation less the
+stop's lead, resumes from its last checkpoint and checkpoints at the plan's cadence.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vdkit.cli import main
+from vdkit.config import compose, sweep_cells
+from vdkit.errors import UserError
+from vdkit.plan import make_plan
+from vdkit.schedule import SITE_FIELDS, time_plan, young_interval_s
+
+CELL = ["model=llama2_70b", "method=lora", "train.max_steps=1000"]  # issue 17's example: 4 allocations of 240 min
+
+
+def _times(*extra):
+    return time_plan(make_plan(compose([*CELL, *extra])))
+
+
+def test_the_site_facts_are_cluster_fields_with_their_defaults():
+    from vdkit.schema import ClusterCfg
+
+    c = ClusterCfg()
+    assert {k: getattr(c, k) for k in SITE_FIELDS} == {
+        "max_time_min": 240, "storage_write_gbps_per_node": 0.67, "startup_s": 120.0, "mtbf_h": 24.0,
+        "max_lost_work_min": 60.0}
+    assert _times().site == {k: getattr(c, k) for k in SITE_FIELDS}
+
+
+def test_start_up_follows_cluster_startup_s():
+    base, slow = _times(), _times("cluster.startup_s=420")
+    assert slow.startup_s - base.startup_s == pytest.approx(300)
+    assert slow.wall_s - base.wall_s == pytest.approx(300 * base.allocations, rel=0.05)
+
+
+def test_checkpoint_interval_is_youngs_with_the_sites_mtbf_and_bound():
+    base = _times()
+    # Young's sqrt(2 C M) with M from the cluster; the default's interval is under the 60-min bound.
+    assert young_interval_s(base.checkpoint_write_s, 24 * 3600) < 60 * 60
+    assert base.every_n_steps == int(young_interval_s(base.checkpoint_write_s, 24 * 3600) // base.step_s)
+    longer = _times("cluster.mtbf_h=96")  # four times the MTBF: twice the interval
+    assert longer.every_n_steps == int(young_interval_s(base.checkpoint_write_s, 96 * 3600) // base.step_s)
+    assert longer.every_n_steps == pytest.approx(2 * base.every_n_steps, abs=1)
+    # A rare failure: the interval is the work a failure may lose, the site's bound.
+    bounded = _times("cluster.mtbf_h=100000", "cluster.max_lost_work_min=10")
+    assert bounded.every_n_steps == int(10 * 60 // base.step_s)
+    assert bounded.max_lost_work_s <= 10 * 60
+
+
+def test_plan_prints_the_site_facts_it_used(capsys):
+    assert main(["plan", *CELL, "cluster.mtbf_h=48", "cluster.startup_s=300", "cluster.max_time_min=2880"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.strip().startswith("site "))
+    for part in ("cluster.max_time_min=2880", "cluster.storage_write_gbps_per_node=0.67", "cluster.startup_s=300",
+                 "cluster.mtbf_h=48", "cluster.max_lost_work_min=60"):
+        assert part in line, line
+
+
+@pytest.mark.parametrize("override,words", [
+    ("cluster.mtbf_h=0", "cluster.mtbf_h=0.0 must be positive"),
+    ("cluster.max_lost_work_min=-5", "cluster.max_lost_work_min=-5.0 must be positive"),
+    ("cluster.startup_s=-1", "cluster.startup_s=-1.0 must be >= 0"),
+])
+def test_bad_site_facts_are_one_line(override, words, capsys):
+    with pytest.raises(UserError) as err:
+        compose([override])
+    assert words in str(err.value) and "\n" not in str(err.value) and "fix:" in str(err.value)
+    assert main(["plan", override]) == 2
+    err_text = capsys.readouterr().err
+    assert words in err_text and "Traceback" not in err_text and len(err_text.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- NeMo, every Table 9 cell
+TABLE9 = sweep_cells("table9", ["train.max_steps=1000", "engine.container_image='nvcr.io#nvidia/nemo:24.01'"])
+
+
+@pytest.mark.parametrize("cell", TABLE9, ids=lambda c: "-".join(o.split("=")[1] for o in c[:4]))
+def test_table9_nemo_job_stops_before_its_limit_resumes_and_checkpoints(cell, tmp_path):
+    """The NeMo contract, per cell at 1000 steps: exp_manager.max_time_per_run ends fit below the
+    allocation less the stop's lead (and the predicted start-up); resume on; the plan's cadence set;
+    the sbatch time, signal and allocations agree with the plan."""
+    import yaml
+
+    from vdkit.prepare import prepare
+
+    plan = make_plan(compose(cell))
+    if not plan.feasible:
+        pytest.skip(f"{' '.join(cell[:4])}: does not fit (the planner says why; Table 9 marks it N/A)")
+    times = time_plan(plan)
+    files = prepare(plan, tmp_path, check_mounts=False).files
+    sbatch, cfg = files["launch.sbatch"], yaml.safe_load(files["nemo.yaml"])
+    limit = int(re.search(r"^#SBATCH --time=(\d+)$", sbatch, re.M).group(1))
+    assert limit == times.time_limit_min <= times.max_time_min
+    assert re.search(r"^#SBATCH --signal=(\S+)$", sbatch, re.M).group(1) == f"B:USR1@{times.lead_s}"
+    d, h, m, s = (int(x) for x in cfg["exp_manager"]["max_time_per_run"].split(":"))
+    per_run = ((d * 24 + h) * 60 + m) * 60 + s
+    assert 0 < per_run <= limit * 60 - times.lead_s - times.startup_s, (per_run, limit, times)
+    em = cfg["exp_manager"]
+    assert em["resume_if_exists"] is True and em["resume_ignore_no_checkpoint"] is True
+    params = em["checkpoint_callback_params"]
+    assert params["save_last"] is True  # the checkpoint NeMo writes when max_time_per_run ends fit
+    if times.every_n_steps:  # the plan's cadence
+        assert params["every_n_train_steps"] == times.every_n_steps < 1000
+    else:  # Young's interval is longer than the run: checkpoints at the end (and at a stop) only
+        assert "every_n_train_steps" not in params and times.allocations == 1
+        assert young_interval_s(times.checkpoint_write_s, plan.recipe.cluster.mtbf_h * 3600) >= 1000 * times.step_s
+    assert cfg["trainer"]["max_steps"] == 1000
+    # The allocations the plan counts hold every step: each trains for NeMo's max_time_per_run.
+    assert times.allocations >= 1 and times.allocations * per_run >= 1000 * times.step_s
+    assert (times.allocations - 1) * per_run < (1000 + times.allocations) * times.step_s + times.checkpoint_cost_s
+    print(f"\n{' '.join(o.split('=')[1] for o in cell[:4])}: {times.wall_s / 60:.0f} min predicted, --time={limit}, "
+          f"{times.allocations} allocation(s), max_time_per_run {em['max_time_per_run']} (lead {times.lead_s} s), "
+          f"checkpoint every {times.every_n_steps or 'end'} steps, {times.checkpoints} x {times.checkpoint_write_s:.0f} s")
