@@ -193,7 +193,10 @@ def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, lo
         f"{per_step:.3f} s/step: the cell is too light for a 2-minute limit test"
     whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
     t0 = time.monotonic()
-    run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2")
+    # cluster.startup_s: this machine's start-up (Bridge's CPU start-up ~30 s, the others less); the default
+    # 120 s (a GPU site's) leaves no step in 2 minutes, which submit refuses at the door
+    run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2",
+                         "cluster.startup_s=30")
     wait_run(run_dir, timeout=1800)
     whole = finish_local_run(whole_proc)
     figures = check_unbroken(run_dir, max_steps)
