@@ -231,6 +231,9 @@ def validate_fields(r: Recipe) -> None:
            f"use cluster.nodes between {c.min_nodes} and {c.max_nodes}")
     _check(c.gpus_per_node >= 1, f"cluster.gpus_per_node={c.gpus_per_node} must be at least 1",
            "use cluster.gpus_per_node=8 (or 4 for half a node)")
+    _check(c.node_gpus is None or c.gpus_per_node <= c.node_gpus,
+           f"cluster.gpus_per_node={c.gpus_per_node} is more than a node of cluster {c.name} has ({c.node_gpus} GPUs): "
+           "the scheduler would refuse the job", f"use cluster.gpus_per_node={c.node_gpus} (or fewer), and more cluster.nodes")
     _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
     _check(c.time_limit_min is None or c.time_limit_min > 0, "cluster.time_limit_min must be positive",
            "use e.g. cluster.time_limit_min=240, or leave it unset: the plan derives it")
