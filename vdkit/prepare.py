@@ -185,8 +185,9 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
         raise UserError(f"{key}={times.time_limit_min}: one step ({times.step_s:.3g} s) after start-up "
                         f"({times.startup_s:.0f} s) and before the stop's lead ({times.lead_s} s) does not fit in one "
                         "allocation, so the job would never reach a checkpoint",
-                        "unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
-                        else "raise cluster.max_time_min to the partition's limit, or use more nodes")
+                        ("unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
+                         else "raise cluster.max_time_min to the partition's limit, or use more nodes")
+                        + f", or set cluster.startup_s to your site's start-up if it is shorter than {times.startup_s:.0f} s")
     plan = schedule.resolve(plan)
     engine = engine_of(plan)
     launcher = launcher_of(plan)
