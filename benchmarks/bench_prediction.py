@@ -273,6 +273,7 @@ def print_seed_systems() -> None:
                   f"  {err:+.0%}" + (f"  target within {lim:.0%}: {'met' if abs(err) <= lim else 'NOT met'}" if lim else "")
                   + f"  ({plan.memory.total_gb:.1f} of 80 GB)")
     _print_implied_bus(rows)
+    _print_cross_checks(rows)
     cells = _hf_cells("llama31_roce")
     by_model = {}
     for cell, pub, plan in cells:
@@ -331,6 +332,54 @@ def _print_implied_bus(rows) -> None:
                            for o, (op, opub) in timed.items() if o != name)
         print(f"  diagnostic (unused): {name} matches its {pub:g} min at an intra-node bus of {gb_s:.0f} GB/s "
               f"(the file: {base['gpus'][gpu]['intra_node_gb_s']}); leave-one-out at it: {others}")
+
+
+def _cross_check_plans():
+    """(name, published minutes, plan) of hf_step_time.yaml's cross_checks: other people's runs of the seed's code,
+    each the alpaca_opt sweep's recipe with the run's own model and GPU."""
+    from vdkit import predict_hf
+    from vdkit.plan import make_plan
+
+    base = [o for o in sweep_cells("alpaca_opt", PLAN_ONLY)[0] if not o.startswith(("model=", "model.hf_path="))]
+    return [(c["name"], float(c["minutes"]), make_plan(compose(base + list(c["overrides"]))))
+            for c in predict_hf.constants()["cross_checks"]]
+
+
+def _minutes_slowed(plan, k: float) -> float:
+    """Predicted minutes with the GPU k times slower than the file says (MAMF, HBM and its fabric / k)."""
+    import copy
+
+    from vdkit import predict_hf
+
+    calib = copy.deepcopy(predict_hf.constants())
+    prof = calib["gpus"][plan.recipe.cluster.gpu_type]
+    for key in ("mamf_tflops_bf16", "hbm_gb_s", "intra_node_gb_s"):
+        prof[key] = float(prof[key]) / k
+    step = predict_hf.predict_hf_step(plan.recipe, plan.recipe.parallelism.recompute or "none", calib)
+    return step.total_s * plan.recipe.train.target_steps / 60
+
+
+def _print_cross_checks(rows) -> None:
+    """Other people's runs of the seed's own code on 8 A100s (never fitted), and a diagnostic, not used by any
+    prediction: the one stack factor k (the GPU k times slower than its measured figures) each run implies, and
+    what each k predicts for the others. A k that agreed across independent runs could be adopted (fitted on
+    runs other than the ones it predicts); k's that disagree say the stack's cost is not one constant."""
+    checks = _cross_check_plans()
+    for name, pub, plan in checks:
+        pred = plan.prediction.minutes
+        print(f"  cross-check  {name:<58} published {pub:5.0f} min  predicted {pred:6.1f} min  {pred / pub - 1:+.0%}")
+    runs = [(plan.recipe.model.name, pub["minutes"], plan) for _, pub, plan in rows if pub.get("minutes")]
+    runs += [(name.split(", ")[-1], pub, plan) for name, pub, plan in checks]
+    implied = {}
+    for label, pub, plan in runs:
+        lo, hi = 0.05, 100.0
+        for _ in range(40):  # minutes grow with k: bisect in log space
+            mid = math.sqrt(lo * hi)
+            lo, hi = (mid, hi) if _minutes_slowed(plan, mid) < pub else (lo, mid)
+        implied[label] = math.sqrt(lo * hi)
+    for label, k in implied.items():
+        others = ", ".join(f"{o} {_minutes_slowed(p, k) / pub - 1:+.0%}" for o, pub, p in runs if o != label)
+        print(f"  diagnostic (unused): stack factor k = {k:.2f} matches {label}; at it: {others}")
 
 
 def _fit_tcp(model: str) -> float:

@@ -250,3 +250,28 @@ def test_a_plan_that_departs_from_the_published_run_is_not_cited_as_it(table):
             other = [o for o in cell if not o.startswith(change.split("=")[0] + "=")]
             assert published_for(compose([*other, change])) is None, (cell, change)
     assert cited >= len(pub["cells"]) - 1
+
+
+def test_the_floor_note_holds_for_every_published_run_the_regime_is_checked_against():
+    """Every transformers-regime plan says its prediction is a floor; that is only true while the regime predicts
+    every published timed run it is checked against faster than published: the seeds' OPT and Llama 3.1 cells,
+    and hf_step_time.yaml's cross-checks (other people's runs of the seed's code on A100s)."""
+    from vdkit.sharded import FLOOR_NOTE
+    from vdkit.validation.tables import load_published
+
+    checked = []
+    for table, unit in (("alpaca_opt", "minutes"), ("llama31_roce", "seconds")):
+        for cell, pub in zip(sweep_cells(table, PLAN_ONLY), load_published(table)["cells"]):
+            plan = make_plan(compose(cell))
+            assert (FLOOR_NOTE in plan.notes) == (plan.prediction is not None), cell
+            if pub.get(unit) and plan.prediction is not None:
+                predicted = plan.prediction.step_seconds * plan.recipe.train.target_steps
+                checked.append((cell, predicted, pub[unit] * (60 if unit == "minutes" else 1)))
+    base = [o for o in sweep_cells("alpaca_opt", PLAN_ONLY)[0] if not o.startswith(("model=", "model.hf_path="))]
+    for run in constants()["cross_checks"]:
+        plan = make_plan(compose(base + list(run["overrides"])))
+        assert FLOOR_NOTE in plan.notes
+        checked.append((run["name"], plan.prediction.minutes * 60, run["minutes"] * 60))
+    assert len(checked) == 2 + 6 + 2  # OPT-6.7B and 13B, the six MI300X cells, two A100 runs
+    not_below = [(name, round(pred), pub) for name, pred, pub in checked if pred >= pub]
+    assert not not_below, f"the regime no longer predicts these below their published time: {not_below}"
