@@ -149,6 +149,15 @@ def _read_pid(path: Path) -> Optional[int]:
         return None
 
 
+def write_munge_key(path: Path) -> None:
+    """A new random munge key at ``path``, mode 0400 from its creation (owner read-only, what munged
+    requires of its key): created with that mode and O_EXCL, never written first and chmod-ed after,
+    so no other user can open it in between whatever the umask; an existing file is an error."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(1024))
+
+
 @dataclass
 class LocalCluster:
     """A local Slurm living in ``root``. Build with :func:`up`; stop with :meth:`down`."""
@@ -329,9 +338,7 @@ class LocalCluster:
         os.chmod(mdir, 0o755)  # clients of any user reach the socket; the key itself is 0400
         key = mdir / "munge.key"
         if not key.exists():
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "wb") as f:
-                f.write(os.urandom(1024))
+            write_munge_key(key)
         log = mdir / "munged.log"
         cmd = [_which("munged"), f"--socket={self.munge_socket}", f"--key-file={key}",
                f"--pid-file={self._munge_pid_file()}", f"--log-file={log}",

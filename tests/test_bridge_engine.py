@@ -70,7 +70,7 @@ def test_the_job_runs_in_the_nemo_image_one_task_per_gpu(tmp_path):
     tree = ast.parse((run_dir / "bridge_job.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"os", "shutil", "signal", "sys", "time", "megatron"}  # the standard library and Bridge
+    assert imported <= {"functools", "inspect", "os", "shutil", "signal", "sys", "time", "megatron"}  # the standard library and Bridge
 
 
 def test_image_is_a_setting(tmp_path):

@@ -1,7 +1,7 @@
 """The bridge engine's CPU shim is pinned: it fails loudly when the upstream code it answers moves.
 
-Each patch in ``recipes/bridge/cpu_shim.py`` names the upstream ``file:line`` it answers and the text
-that line holds; an upgrade of Megatron-Bridge / megatron-core that moves or changes one fails here
+Each patch in ``recipes/bridge/cpu_shim.py`` (and the job's loss-mask cache fix, ``job.LOSS_MASK_CACHE_BUG``)
+names the upstream ``file:line`` it answers and the text that line holds; an upgrade of Megatron-Bridge / megatron-core that moves or changes one fails here
 (and the shim refuses any other version at run time). Also: the TE stub never leaks into
 ``sys.modules`` (megatron-core keeps its non-TE path), and a child started with multiprocessing's
 *spawn* (torch_dist's async checkpoint writer does) runs with the shim applied.
@@ -38,14 +38,16 @@ def test_installed_versions_are_the_pinned_ones():
 
 
 @pytest.mark.parametrize("patch", __import__("vdkit.recipes.bridge.cpu_shim", fromlist=["PATCHES"]).PATCHES
-                         + __import__("vdkit.recipes.bridge.config", fromlist=["UPSTREAM"]).UPSTREAM,
+                         + __import__("vdkit.recipes.bridge.config", fromlist=["UPSTREAM"]).UPSTREAM
+                         + __import__("vdkit.recipes.bridge.job", fromlist=["LOSS_MASK_CACHE_BUG"]).LOSS_MASK_CACHE_BUG,
                          ids=lambda p: f"{p[0]}:{p[1]}")
 def test_each_patch_answers_the_upstream_line_it_names(patch):
     rel, line, text, _why = patch
     lines = (_site_megatron() / rel).read_text().splitlines()
     assert line <= len(lines), f"{rel} is shorter than line {line}: upstream moved; re-validate the shim"
     assert text in lines[line - 1], (f"{rel}:{line} no longer says {text!r} (it says {lines[line - 1].strip()!r}): "
-                                     "upstream moved; re-validate recipes/bridge/cpu_shim.py and config.py (UPSTREAM)")
+                                     "upstream moved; re-validate recipes/bridge/cpu_shim.py, config.py (UPSTREAM) "
+                                     "and job.py (LOSS_MASK_CACHE_BUG)")
 
 
 def test_other_versions_are_refused(monkeypatch):

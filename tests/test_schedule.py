@@ -118,3 +118,54 @@ def test_table9_nemo_job_stops_before_its_limit_resumes_and_checkpoints(cell, tm
     print(f"\n{' '.join(o.split('=')[1] for o in cell[:4])}: {times.wall_s / 60:.0f} min predicted, --time={limit}, "
           f"{times.allocations} allocation(s), max_time_per_run {em['max_time_per_run']} (lead {times.lead_s} s), "
           f"checkpoint every {times.every_n_steps or 'end'} steps, {times.checkpoints} x {times.checkpoint_write_s:.0f} s")
+
+
+# ----------------------------------------------------------------------------- why there is no step time
+UNDESCRIBED = "cluster.gpu_type=NO-SUCH-GPU-80GB"  # in no calibration file, whatever GPUs they add
+
+
+def _notes(*overrides):
+    """The plan's printed note lines (`vdkit plan`'s text), the time plan's first."""
+    from vdkit.commands.plan import describe
+
+    text = describe(make_plan(compose(list(overrides))))
+    return [line.split("note", 1)[1].strip() for line in text.splitlines() if line.startswith("  note ")]
+
+
+def test_a_layout_the_transformers_regime_does_not_model_is_named_not_the_gpu():
+    """engine=reference llama2_70b lora lays out TP 4 on H100 (a GPU hf_step_time.yaml describes): the
+    time plan's note said 'no step-time prediction for this cluster's GPUs'; the layout is the reason.
+    (`vdkit plan` refuses this plan for the reference engine since; the planner still makes it.)"""
+    plan = make_plan(compose(["engine=reference", "model=llama2_70b", "method=lora"]))
+    assert (plan.tp, plan.pp) == (4, 1) and plan.feasible and plan.prediction is None
+    first, *rest = _notes("engine=reference", "model=llama2_70b", "method=lora")
+    assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.predict_hf) models "
+                            "data-parallel layouts only, not TP 4 x PP 1; --time is the partition maximum")
+    assert "GPU" not in first and "H100" not in first
+    assert "no time prediction: the transformers-engine regime (vdkit.predict_hf) models data-parallel layouts " \
+           "only, not TP 4 x PP 1" in rest
+
+
+def test_a_clusters_unknown_bandwidth_is_named_not_the_gpu():
+    """Data parallel on MI300X (described) across two TCP nodes that state no inter_node_gb_s."""
+    cell = ["engine=reference", "model=llama2_7b", "method=lora", "cluster=xe9680_mi300x_noroce", "cluster.nodes=2",
+            "cluster.inter_node_gb_s=null"]
+    why = "cluster xe9680_mi300x_noroce (tcp) states no cluster.inter_node_gb_s and has no RDMA adapters to derive it from"
+    for layout in (["parallelism.tp=1", "parallelism.pp=1"], ["parallelism.sharding=fsdp"]):
+        notes = _notes(*cell, *layout)
+        assert notes[0] == f"no step-time prediction: {why}; --time is the partition maximum and the allocations " \
+                           "needed are unknown", layout
+        assert any(n.endswith(f"prediction: {why}") for n in notes[1:]), (layout, notes)
+        assert not any("GPU" in n and "prediction" in n for n in notes), (layout, notes)
+
+
+@pytest.mark.parametrize("engine, described", [("reference", "conf/calibration/hf_step_time.yaml describes "),
+                                               ("megatron", "the step-time model describes ")])
+def test_the_gpu_is_named_where_the_gpu_is_the_reason(engine, described):
+    cell = [f"engine={engine}", "model=llama2_7b", "method=lora", UNDESCRIBED, "cluster.time_limit_min=120"]
+    if engine == "reference":
+        cell += ["parallelism.tp=1", "parallelism.pp=1"]
+    first, *rest = _notes(*cell)
+    assert first.startswith(f"no step-time prediction: {described}") and ", not NO-SUCH-GPU-80GB; --time is the " \
+        "pinned limit and the allocations needed are unknown" in first
+    assert any(n.startswith(f"no time prediction: {described}") and "not NO-SUCH-GPU-80GB" in n for n in rest)

@@ -45,8 +45,8 @@ TIME_LIMIT_CELL = [*(o for o in CELL if not o.startswith(("train.seq_length=", "
                    "train.seq_length=256", "train.global_batch_size=8"]
 # Megatron-Bridge pretraining on its mock data, one rank (heavier than the others: Bridge's CPU start-up of
 # ~30 s leaves an allocation less time to train). Its resumed losses equal the uninterrupted run's only with the
-# CPU shim's GPTDataset loss-mask patch (megatron-core gpt_dataset.py:272 wrote the first sample's pad positions
-# into the cached mask, so a resumed process masked other positions; found here).
+# job's GPTDataset loss-mask cache fix (job.LOSS_MASK_CACHE_BUG: megatron-core gpt_dataset.py:272 wrote the first
+# sample's pad positions into the cached mask, so a resumed process masked other positions; found here).
 BRIDGE_CELL = ["engine=bridge", "engine.container_image=null", "model=tiny_llama", "model.num_layers=4",
                "model.hidden_size=256", "model.ffn_hidden_size=688", "method=pretrain", "data=synthetic",
                "cluster.nodes=1", "cluster.gpus_per_node=1", "parallelism.distributed_optimizer=false",
@@ -222,6 +222,10 @@ def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, lo
     assert sub.wait(again, timeout=120, poll_s=1).state == "COMPLETED"
     assert "has finished" in _log(run_dir, again) and not _steps(run_dir, again)
     assert not off, [(s + 1, got[s], want[s]) for s in off[:5]]
+    if engine == "bridge":  # every allocation's rank fixed megatron-core's loss-mask cache, once (job.py)
+        assert [_log(run_dir, j).count("patched GPTDataset's loss-mask cache") for j in figures["jobs"]
+                if _steps(run_dir, j)] \
+            == [1] * figures["allocations"]
 
 def test_usr1_to_the_batch_shell_stops_the_step_and_the_next_job_finishes(local_slurm, tmp_path, capsys):
     max_steps = 120

@@ -107,4 +107,106 @@ def test_the_local_launchers_secrets_reader(tmp_path):
 
     f = tmp_path / "s.env"
     f.write_text("# c\nexport HF_TOKEN='hf_abc'\nWANDB_API_KEY=\"k e y\"\n")
+    f.chmod(0o600)  # yours alone (an open file is refused: test_a_secrets_file_open_to_others_is_refused_at_the_door)
     assert read_secrets_file(str(f)) == {"HF_TOKEN": "hf_abc", "WANDB_API_KEY": "k e y"}
+
+
+# ----------------------------------------------------------------------------- the file's mode
+TINY = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1"]
+TOKEN = "hf_mode_test_token_never_printed_0123"
+
+
+def _secrets(tmp_path, mode: int):
+    import os
+
+    f = tmp_path / "my secrets.env"
+    f.write_text(f"HF_TOKEN={TOKEN}\n")
+    os.chmod(f, mode)
+    return f
+
+
+@pytest.mark.parametrize("mode, who", [(0o644, "its group and other users"), (0o640, "its group"),
+                                       (0o604, "other users"), (0o620, "its group"), (0o666, "its group and other users")],
+                         ids=lambda v: f"{v:04o}" if isinstance(v, int) else "")
+def test_a_secrets_file_open_to_others_is_refused_at_the_door(tmp_path, mode, who):
+    """As ssh refuses a private key that is 'too open': the file, its mode and the chmod, never the token."""
+    from vdkit.config import compose
+    from vdkit.errors import UserError
+
+    f = _secrets(tmp_path, mode)
+    with pytest.raises(UserError) as info:
+        compose([*TINY, f"run.secrets_file={f}"])
+    msg = str(info.value)
+    assert f"run.secrets_file {f} has mode {mode:04o}: it is open to {who}," in msg
+    assert msg.endswith(f"(fix: chmod 600 '{f}')")  # the path quoted as a shell would need it
+    assert "\n" not in msg and TOKEN not in msg
+
+
+@pytest.mark.parametrize("verb", ["plan", "render", "run"])
+def test_the_cli_refuses_it_in_one_line_and_writes_nothing(tmp_path, capsys, verb):
+    from vdkit.cli import main
+
+    f = _secrets(tmp_path, 0o644)
+    out = tmp_path / "out"
+    argv = [verb, *TINY, f"run.secrets_file={f}"] + ([] if verb == "plan" else ["--out", str(out)])
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and f"vdkit {verb}: error: run.secrets_file {f} has mode 0644" in err[0], captured.err
+    assert "chmod 600" in err[0] and "Traceback" not in captured.err
+    assert TOKEN not in captured.out + captured.err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("mode", [0o600, 0o400])
+def test_a_private_secrets_file_passes(tmp_path, mode):
+    from vdkit.config import compose
+    from vdkit.rules import read_secrets_file
+
+    f = _secrets(tmp_path, mode)
+    assert compose([*TINY, f"run.secrets_file={f}"]).run.secrets_file == str(f)
+    assert read_secrets_file(str(f)) == {"HF_TOKEN": TOKEN}
+
+
+def test_the_local_reader_refuses_an_open_file_too(tmp_path):
+    """`vdkit run` exports the file to its ranks: the same rule, whatever path reaches the reader."""
+    from vdkit.errors import UserError
+    from vdkit.rules import read_secrets_file
+
+    f = _secrets(tmp_path, 0o644)
+    with pytest.raises(UserError, match="chmod 600"):
+        read_secrets_file(str(f))
+
+
+def test_another_users_file_is_theirs_to_protect(tmp_path):
+    """As ssh: only a file the caller owns is checked (a team's token file kept by its owner, group-readable)."""
+    import os
+
+    from vdkit.rules import check_secrets_file
+
+    if os.getuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    f = _secrets(tmp_path, 0o640)
+    os.chown(f, 65534, -1)  # nobody
+    check_secrets_file(str(f), required=True)  # root still reads it; not refused
+    os.chown(f, os.getuid(), -1)
+    with pytest.raises(Exception, match="has mode 0640"):
+        check_secrets_file(str(f), required=True)
+
+
+def test_the_munge_key_the_kit_writes_is_owner_only_whatever_the_umask(tmp_path):
+    """The one secret the kit itself writes (the local Slurm's munge key): 0400 from creation, under umask 0."""
+    import os
+    import stat
+
+    from vdkit.slurm.localcluster import write_munge_key
+
+    old = os.umask(0)
+    try:
+        write_munge_key(tmp_path / "munge.key")
+    finally:
+        os.umask(old)
+    st = os.stat(tmp_path / "munge.key")
+    assert stat.S_IMODE(st.st_mode) == 0o400 and st.st_size == 1024
+    with pytest.raises(FileExistsError):  # never rewrites (nor re-modes) a key that is there
+        write_munge_key(tmp_path / "munge.key")

@@ -48,7 +48,7 @@ from typing import Iterator, List, Optional, Tuple
 from vdkit.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
 from vdkit.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
-from vdkit.predict import calibration as predict_calibration, predict_step, predicts_for, regime
+from vdkit.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
@@ -357,18 +357,15 @@ def make_plan(recipe: Recipe) -> Plan:
         if step is not None:
             prediction = Prediction(step, recipe.train.target_steps, recipe.world_size)
         else:
-            notes.append(f"no time prediction: the transformers-engine regime describes data-parallel layouts on "
-                         f"the GPUs in conf/calibration/hf_step_time.yaml, not TP {ltp} x PP {lpp} on "
-                         f"{recipe.cluster.gpu_type}")
+            notes.append(f"no time prediction: {why_no_prediction(resolved, ltp, lpp)}")
     elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
         if regime(recipe) == "fused":
             notes.append(f"step time predicted for NVIDIA's fused stack (engine={recipe.engine.name}: Transformer Engine, "
                          "fused kernels, gradient-accumulation fusion), not NeMo 1.x defaults")
     elif feasible:
-        described = ", ".join(predict_calibration()["hardware"]["gpu_types"])
-        notes.append(f"no time prediction: the step-time model describes {described}, not {recipe.cluster.gpu_type}"
-                     " (the layout is still the one it predicts fastest)")
+        notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
+                     "fastest)")
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,

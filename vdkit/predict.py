@@ -59,6 +59,22 @@ def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
     return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
 
 
+def why_no_prediction(recipe, tp: int = 1, pp: int = 1) -> Optional[str]:
+    """Why the step-time model predicts nothing for ``recipe`` laid out TP x PP (None: it predicts).
+
+    By the engine's regime: the transformers regime's own reasons (layout, GPU, inter-node bandwidth:
+    :func:`vdkit.predict_hf.why_not_hf`); NeMo's and the fused regime's only gap is a GPU that
+    step_time.yaml does not describe."""
+    if regime(recipe) == "hf":
+        from vdkit.predict_hf import why_not_hf
+
+        return why_not_hf(recipe, tp, pp)
+    if predicts_for(recipe):
+        return None
+    described = ", ".join(calibration()["hardware"]["gpu_types"])
+    return f"the step-time model describes {described}, not {recipe.cluster.gpu_type}"
+
+
 def fitted(calib: Optional[dict] = None) -> Dict[str, float]:
     """The calibrated constants (a dict of FITTED_KEYS)."""
     calib = calib or calibration()

@@ -59,6 +59,26 @@ def predicts_hf(recipe) -> bool:
     return gpu_profile(recipe) is not None
 
 
+def why_not_hf(recipe, tp: int = 1, pp: int = 1, calib: Optional[dict] = None) -> Optional[str]:
+    """Why this regime predicts no step time for ``recipe`` laid out TP x PP; None when it predicts one.
+
+    The layout first (the regime models data-parallel layouts only, whatever the GPU), then the GPU
+    (hf_step_time.yaml's ``gpus``), then a multi-node cluster's inter-node bandwidth (:func:`bus_gb_s`):
+    the one home of these reasons, which the plan's note and the time plan's note both quote."""
+    if (tp, pp) != (1, 1):
+        return (f"the transformers-engine regime (vdkit.predict_hf) models data-parallel layouts only, "
+                f"not TP {tp} x PP {pp}")
+    calib = calib or constants()
+    if gpu_profile(recipe, calib) is None:
+        return (f"conf/calibration/hf_step_time.yaml describes {', '.join(calib['gpus'])}, "
+                f"not {recipe.cluster.gpu_type}")
+    if bus_gb_s(recipe, calib) is None:
+        c = recipe.cluster
+        return (f"cluster {c.name} ({c.transport}) states no cluster.inter_node_gb_s and has no RDMA adapters "
+                "to derive it from")
+    return None
+
+
 def inter_node_gb_s(cluster, calib: Optional[dict] = None) -> Optional[float]:
     """Usable inter-node bandwidth per node and direction (GB/s): the cluster's figure, else adapters x
     the transport's usable rate; None when neither is known (a TCP cluster that states none)."""

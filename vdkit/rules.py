@@ -258,7 +258,8 @@ def check_secret_values(recipe) -> None:
 
 
 def check_secrets_file(path: Optional[str], required: bool) -> None:
-    """``run.secrets_file``: a readable regular file of ``NAME=value`` lines with harmless names.
+    """``run.secrets_file``: a private (:func:`check_secrets_file_mode`), readable regular file of
+    ``NAME=value`` lines with harmless names.
 
     ``required``: the file must exist here (``vdkit run``, ``--check-mounts``); otherwise a path
     that does not exist here is the cluster's and is checked by the job.
@@ -273,6 +274,7 @@ def check_secrets_file(path: Optional[str], required: bool) -> None:
         return
     if not p.is_file():
         raise UserError(f"run.secrets_file {path} is not a regular file", "point it at a file of NAME=value lines")
+    check_secrets_file_mode(path)
     try:
         text = p.read_text(errors="replace")
     except OSError as exc:
@@ -290,6 +292,29 @@ def check_secrets_file(path: Optional[str], required: bool) -> None:
             shown = name if ENV_NAME.match(name) or "=" in s and len(name) < 40 else f"line {n}"
             raise UserError(f"run.secrets_file {path} line {n}: {shown} {why}",
                             "keep only the secrets' own NAME=value lines (e.g. HF_TOKEN=..., WANDB_API_KEY=...)")
+
+
+def check_secrets_file_mode(path: str) -> None:
+    """Refuse a secrets file of yours that its group or other users can read or write (mode & 0o077).
+
+    Refused, not warned about, as ssh refuses a private key that is "too open" (it ignores the key
+    and says "Permissions 0644 for '...' are too open"): the tokens in it (HF, W&B) are as good as
+    a password, a warning scrolls past while the job runs with them anyway, and every other unsafe
+    input is refused at the door in one line with its fix (exit 2). Also as ssh, only a file you own
+    is checked: one another user owns (a team's token file kept by its owner) is theirs to protect,
+    and ``chmod`` is not yours to run on it. The line names the file and its mode, never a value.
+    """
+    import shlex
+    import stat
+
+    st = os.stat(path)
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid != os.getuid() or not mode & 0o077:
+        return
+    who = " and ".join(w for w, bits in (("its group", 0o070), ("other users", 0o007)) if mode & bits)
+    raise UserError(f"run.secrets_file {path} has mode {mode:04o}: it is open to {who}, and the tokens in it "
+                    "must be yours alone",
+                    f"chmod 600 {shlex.quote(str(path))}")
 
 
 def check_names(recipe) -> None:

@@ -44,7 +44,7 @@ EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, 
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
 MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction error, queue noise)
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
-FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs)
+FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
 WEIGHT_BYTES = 2  # bf16 weights read at start-up
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
@@ -113,6 +113,17 @@ def _weights_gb(recipe) -> float:
     return param_counts(recipe.model).total * WEIGHT_BYTES / 1e9
 
 
+def _no_prediction_note(plan, pinned_limit) -> str:
+    """The time plan without a step time: why there is none (the plan's own reason: the layout, the GPU
+    or the fabric, vdkit.predict.why_no_prediction) and what that leaves --time at."""
+    from vdkit.predict import why_no_prediction
+
+    why = why_no_prediction(plan.recipe, plan.tp, plan.pp) if plan.prediction is None else None
+    return (f"no step-time prediction{f': {why}' if why else ''}; --time is "
+            + ("the pinned limit" if pinned_limit else "the partition maximum")
+            + " and the allocations needed are unknown")
+
+
 def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     """The time plan of ``plan``: ``step_s`` (default: the plan's predicted step seconds)."""
     r = plan.recipe
@@ -133,9 +144,7 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                         FALLBACK_EVERY_N_STEPS if every is None else every,
                         "fallback" if every is None else "pinned", 0, 0.0, 0, None, limit,
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
-                        note="no step-time prediction for this cluster's GPUs: --time is "
-                             + ("the pinned limit" if pinned_limit else "the partition maximum")
-                             + ", the allocations needed are unknown", site=site)
+                        note=_no_prediction_note(plan, pinned_limit), site=site)
     # Cadence: Young's interval, bounded by the work a crash may lose, at least one step.
     if e.checkpoint_every_n_steps is not None:
         every, every_source = e.checkpoint_every_n_steps, "pinned"

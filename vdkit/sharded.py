@@ -209,13 +209,9 @@ def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
 
 
 def _why_no_prediction(r: Recipe) -> str:
-    from vdkit.predict_hf import constants, gpu_profile
+    from vdkit.predict_hf import why_not_hf
 
-    if gpu_profile(r) is None:
-        return (f"no step-time prediction: conf/calibration/hf_step_time.yaml describes "
-                f"{', '.join(constants()['gpus'])}, not {r.cluster.gpu_type}")
-    return (f"no step-time prediction: cluster {r.cluster.name} ({r.cluster.transport}) states no "
-            "cluster.inter_node_gb_s and has no RDMA adapters to derive it from")
+    return f"no step-time prediction: {why_not_hf(r)}"  # a sharded plan is data parallel: the GPU or the fabric
 
 
 def _prediction(r: Recipe, recompute: str) -> Optional[Prediction]:

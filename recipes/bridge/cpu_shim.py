@@ -7,6 +7,8 @@ state, CUDA type checks) is the megatron-core CPU shim both megatron engines sha
 (:mod:`vdkit.recipes.mcore_cpu`); the Bridge part is :data:`PATCHES`, each with the upstream
 ``file:line`` it answers. Pinned: :data:`TESTED` versions exactly, anything else is refused, and
 ``tests/test_bridge_shim.py`` fails loudly when an answered upstream line moves or changes.
+megatron-core's GPTDataset loss-mask cache bug is no CPU matter: the job fixes it on GPUs too
+(:func:`vdkit.recipes.bridge.job.keep_loss_mask_cache`).
 
 The torch_dist async checkpoint writer starts a ``multiprocessing`` Manager with *spawn*
 (mcore ``dist_checkpointing/strategies/filesystem_async.py:55``): a spawned child re-imports the
@@ -52,12 +54,6 @@ PATCHES = (
     ("core/optimizer/distrib_optimizer.py", 825, 's["step"] = step',
      "and that restored step is one tensor shared by every parameter, which torch's Adam increments in place "
      "once per parameter per step: each parameter gets its own copy"),
-    ("core/datasets/gpt_dataset.py", 272, "loss_mask[labels == self._pad_token_id] = 0.0",
-     "with cacheable masks (no reset_position_ids / reset_attention_mask / eod_mask_loss) the first sample's "
-     "loss mask IS the cached one (:263), so this in-place write leaves that sample's pad positions zeroed in "
-     "the cache, and every later sample's mask (a clone of it, :268) masks them too: the loss depends on which "
-     "sample a process read first, so a run resumed at another sample trains on other masks (PP2, resumed at "
-     "15: loss 4e-5 off from the first step on). The cache gets the all-ones mask :747 made"),
     ("bridge/training/setup.py", 164, 'start_time_tensor = torch.tensor([state.start_time], dtype=torch.double, device="cuda")',
      "device='cuda' literals (also gpt_step.py, train.py): the megatron-core shim's device mode maps them"),
 )
@@ -231,19 +227,6 @@ def apply() -> bool:
         return set_states(self, model_param, tensors)
 
     _patch(DistributedOptimizer, "_set_main_param_and_optimizer_states", keep_restored_step)
-    from megatron.core.datasets.gpt_dataset import GPTDataset
-
-    getitem = GPTDataset.__getitem__
-
-    @functools.wraps(getitem)
-    def getitem_keeping_cache(self, idx):
-        caching = self.masks_and_position_ids_are_cacheable and not self.masks_and_position_ids_are_cached
-        out = getitem(self, idx)
-        if caching:  # cacheable means eod_mask_loss is off: the mask gpt_dataset.py:747 made is all ones
-            self.cached_loss_mask = torch.ones_like(self.cached_loss_mask)
-        return out
-
-    _patch(GPTDataset, "__getitem__", getitem_keeping_cache)
     # CUDA streams (model_provider.py:708-722 builds DDP on a side stream): torch's CPU streams,
     # which are no-ops with the same methods; the caching allocator's calls have nothing to do.
     _patch(torch.cuda, "Stream", torch.cpu.Stream)

@@ -20,7 +20,13 @@ either way; this wrapper tells the two apart by the checkpointed iteration. Brid
 ``DistributedSignalHandler`` but never enters it (no OS handler: USR1 killed the rank; fixed upstream in
 NVIDIA-NeMo/Megatron-Bridge#3823): :class:`_EnterSignalHandler` enters it as training starts, and a
 stop asked for during start-up (model build, checkpoint load) is noted until then and passed on.
+
+Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask
+cache (:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's
+CPU runs alike (both call :func:`run`).
 """
+import functools
+import inspect
 import os
 import shutil
 import signal
@@ -150,6 +156,63 @@ def _stop_callbacks(callbacks):
     return manager
 
 
+# megatron-core 0.16.1's GPTDataset loss-mask cache (NVIDIA/Megatron-LM#1711; fix proposed upstream in #6981). The
+# one home of this fact: (file under site-packages/megatron, line, text that line holds, why), the lines that
+# make the bug; keep_loss_mask_cache patches only where GPTDataset.__getitem__ still holds both texts, and
+# tests/test_bridge_shim.py fails when the pinned megatron-core's line moves or changes.
+LOSS_MASK_CACHE_BUG = (
+    ("core/datasets/gpt_dataset.py", 263, "self.cached_loss_mask = loss_mask",
+     "with cacheable masks (no reset_position_ids / reset_attention_mask / eod_mask_loss) the first sample's "
+     "loss mask IS the cached one, not a copy"),
+    ("core/datasets/gpt_dataset.py", 272, "loss_mask[labels == self._pad_token_id] = 0.0",
+     "so this in-place write leaves that sample's pad positions zeroed in the cache, and every later sample's "
+     "mask (a clone of it, :268) masks them too: the loss depends on which sample a process read first, so a run "
+     "resumed at another sample trains on other masks (vdkit's Slurm continuation test: 94 of 222 resumed steps' "
+     "losses differed). The fix: after the caching call the cache holds the all-ones mask :747 made"),
+)
+
+
+def keep_loss_mask_cache() -> bool:
+    """Fix megatron-core's GPTDataset loss-mask cache (:data:`LOSS_MASK_CACHE_BUG`) in this process, where the
+    installed megatron-core has the bug; True when the fix is in place (idempotent), False where it is not needed.
+
+    Wraps ``GPTDataset.__getitem__``: after the call that fills the cache, the cache gets a fresh all-ones mask
+    (cacheable means eod_mask_loss is off, so the mask megatron-core made before the pad write was all ones); the
+    first sample keeps its own mask. Applied before Bridge builds its datasets; DataLoader workers are forked and
+    inherit it. Rank 0 says in one line whether it patched."""
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    getitem = GPTDataset.__getitem__
+    if getattr(getitem, "_keeps_loss_mask_cache", False):
+        return True
+    version = getattr(sys.modules.get("megatron.core"), "__version__", "?")
+    where = ", ".join(f"{rel}:{line}" for rel, line, _text, _why in LOSS_MASK_CACHE_BUG)
+    try:
+        lines = {line.strip() for line in inspect.getsource(getitem).splitlines()}
+        why = "GPTDataset.__getitem__ no longer has the loss-mask cache bug"
+    except (OSError, TypeError):  # no source to check: leave megatron-core as it is
+        lines, why = set(), "GPTDataset.__getitem__'s source cannot be read to check for the loss-mask cache bug"
+    if not all(text in lines for _rel, _line, text, _why in LOSS_MASK_CACHE_BUG):
+        if _rank() == 0:
+            print(f"bridge_job: megatron-core {version}: {why} ({where}): not patched", flush=True)
+        return False
+
+    @functools.wraps(getitem)
+    def getitem_keeping_cache(self, idx):
+        caching = self.masks_and_position_ids_are_cacheable and not self.masks_and_position_ids_are_cached
+        out = getitem(self, idx)
+        if caching:  # a new tensor: the one cached so far is the first sample's own mask, returned in `out`
+            self.cached_loss_mask = self.cached_loss_mask.new_ones(self.cached_loss_mask.shape)
+        return out
+
+    getitem_keeping_cache._keeps_loss_mask_cache = True
+    GPTDataset.__getitem__ = getitem_keeping_cache
+    if _rank() == 0:
+        print(f"bridge_job: megatron-core {version}: patched GPTDataset's loss-mask cache ({where}): every sample's "
+              "loss mask masks its own pad labels only", flush=True)
+    return True
+
+
 def run(cfg, callbacks=None) -> int:
     """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop."""
     from megatron.bridge.training.gpt_step import forward_step
@@ -162,6 +225,7 @@ def run(cfg, callbacks=None) -> int:
         for name in remove_partial_checkpoints(save):
             print(f"bridge_job: removed partial checkpoint {name}", flush=True)
     arm_stop(cfg)
+    keep_loss_mask_cache()  # before pretrain() builds the datasets
     try:
         pretrain(cfg, forward_step, callbacks=_stop_callbacks(callbacks))
     except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0)

@@ -120,8 +120,9 @@ def build_template(root: Path) -> Path:
                        ("bash.env", "BASH_ENV=/tmp/x\n"), ("shell.env", "SHELL=/bin/false\n"),
                        ("ifs.env", "IFS=x\n"), ("rank.env", "RANK=3\n"), ("world.env", "WORLD_SIZE=99\n"),
                        ("user.env", "USER=root\n"), ("pmix.env", "PMIX_RANK=1\n"),
-                       ("torch.env", "TORCHELASTIC_RUN_ID=x\n")):
+                       ("torch.env", "TORCHELASTIC_RUN_ID=x\n"), ("open.env", "HF_TOKEN=hf_abc\n")):
         (root / "secrets" / name).write_text(text)
+        os.chmod(root / "secrets" / name, 0o644 if name == "open.env" else 0o600)  # open.env: readable by all
     os.chmod(root / "secrets", 0o700)
     # a fake sbatch that "succeeds" without a job id, and one that cannot reach a controller
     (root / "fakebin").mkdir()
