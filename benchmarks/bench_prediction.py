@@ -304,34 +304,45 @@ def print_seed_systems() -> None:
               f"{other} 1 : TCP = 1 : {pred_r:.2f} vs published 1 : {pub_r:.2f} ({pred_r / pub_r - 1:+.0%})")
 
 
-def _print_implied_bus(rows) -> None:
-    """Diagnostic, not used by any prediction: the NCCL bus bandwidth inside the node at which each timed OPT
-    cell would match its published minutes, and what that bandwidth predicts for the other cell (leave-one-out).
-    One bandwidth explaining both would point at the gathers; two far apart point elsewhere."""
+def _minutes_with(plan, **gpu) -> float:
+    """Predicted minutes of ``plan`` with some of its GPU's figures in hf_step_time.yaml replaced (``gpu``)."""
     import copy
 
     from vdkit import predict_hf
 
-    base = predict_hf.constants()
+    calib = copy.deepcopy(predict_hf.constants())
+    calib["gpus"][plan.recipe.cluster.gpu_type].update(gpu)
+    step = predict_hf.predict_hf_step(plan.recipe, plan.recipe.parallelism.recompute or "none", calib)
+    return step.total_s * plan.recipe.train.target_steps / 60
+
+
+def _solve_log(f, target: float, lo: float, hi: float, steps: int = 40) -> float:
+    """The x in [lo, hi] where the monotonic f(x) reaches ``target``: bisection in log space."""
+    rising = f(hi) > f(lo)
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if (f(mid) < target) == rising else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def _print_implied_bus(rows) -> None:
+    """Diagnostic, not used by any prediction: the NCCL bus bandwidth inside the node at which each timed OPT
+    cell would match its published minutes, and what that bandwidth predicts for the other cell (leave-one-out).
+    One bandwidth explaining both would point at the gathers; two far apart point elsewhere."""
+    from vdkit import predict_hf
+
     timed = {plan.recipe.model.name: (plan, pub["minutes"]) for _, pub, plan in rows if pub.get("minutes")}
     gpu = next(iter(timed.values()))[0].recipe.cluster.gpu_type
 
     def minutes(plan, gb_s):
-        calib = copy.deepcopy(base)
-        calib["gpus"][gpu]["intra_node_gb_s"] = gb_s
-        step = predict_hf.predict_hf_step(plan.recipe, plan.recipe.parallelism.recompute or "none", calib)
-        return step.total_s * plan.recipe.train.target_steps / 60
+        return _minutes_with(plan, intra_node_gb_s=gb_s)
 
     for name, (plan, pub) in timed.items():
-        lo, hi = 1.0, 2000.0
-        for _ in range(40):  # minutes fall as the bandwidth grows: bisect in log space
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if minutes(plan, mid) > pub else (lo, mid)
-        gb_s = math.sqrt(lo * hi)
+        gb_s = _solve_log(lambda x: minutes(plan, x), pub, 1.0, 2000.0)
         others = ", ".join(f"{o} {minutes(op, gb_s):.1f} min vs {opub:g} ({minutes(op, gb_s) / opub - 1:+.0%})"
                            for o, (op, opub) in timed.items() if o != name)
         print(f"  diagnostic (unused): {name} matches its {pub:g} min at an intra-node bus of {gb_s:.0f} GB/s "
-              f"(the file: {base['gpus'][gpu]['intra_node_gb_s']}); leave-one-out at it: {others}")
+              f"(the file: {predict_hf.constants()['gpus'][gpu]['intra_node_gb_s']}); leave-one-out at it: {others}")
 
 
 def _cross_check_plans():
@@ -347,16 +358,10 @@ def _cross_check_plans():
 
 def _minutes_slowed(plan, k: float) -> float:
     """Predicted minutes with the GPU k times slower than the file says (MAMF, HBM and its fabric / k)."""
-    import copy
-
     from vdkit import predict_hf
 
-    calib = copy.deepcopy(predict_hf.constants())
-    prof = calib["gpus"][plan.recipe.cluster.gpu_type]
-    for key in ("mamf_tflops_bf16", "hbm_gb_s", "intra_node_gb_s"):
-        prof[key] = float(prof[key]) / k
-    step = predict_hf.predict_hf_step(plan.recipe, plan.recipe.parallelism.recompute or "none", calib)
-    return step.total_s * plan.recipe.train.target_steps / 60
+    prof = predict_hf.constants()["gpus"][plan.recipe.cluster.gpu_type]
+    return _minutes_with(plan, **{key: float(prof[key]) / k for key in ("mamf_tflops_bf16", "hbm_gb_s", "intra_node_gb_s")})
 
 
 def _print_cross_checks(rows) -> None:
@@ -370,13 +375,7 @@ def _print_cross_checks(rows) -> None:
         print(f"  cross-check  {name:<58} published {pub:5.0f} min  predicted {pred:6.1f} min  {pred / pub - 1:+.0%}")
     runs = [(plan.recipe.model.name, pub["minutes"], plan) for _, pub, plan in rows if pub.get("minutes")]
     runs += [(name.split(", ")[-1], pub, plan) for name, pub, plan in checks]
-    implied = {}
-    for label, pub, plan in runs:
-        lo, hi = 0.05, 100.0
-        for _ in range(40):  # minutes grow with k: bisect in log space
-            mid = math.sqrt(lo * hi)
-            lo, hi = (mid, hi) if _minutes_slowed(plan, mid) < pub else (lo, mid)
-        implied[label] = math.sqrt(lo * hi)
+    implied = {label: _solve_log(lambda k: _minutes_slowed(plan, k), pub, 0.05, 100.0) for label, pub, plan in runs}
     for label, k in implied.items():
         others = ", ".join(f"{o} {_minutes_slowed(p, k) / pub - 1:+.0%}" for o, pub, p in runs if o != label)
         print(f"  diagnostic (unused): stack factor k = {k:.2f} matches {label}; at it: {others}")
@@ -387,12 +386,7 @@ def _fit_tcp(model: str) -> float:
     def ratio(gb_s):
         cells = [c for c in _hf_cells("llama31_roce", gb_s) if c[2].recipe.model.name == model]
         return _epoch_s(cells[1][2]) / _epoch_s(cells[0][2]), cells[1][1]["seconds"] / cells[0][1]["seconds"]
-    lo, hi = 1.0, 400.0
-    for _ in range(20):  # the ratio falls as the bandwidth grows: bisect in log space
-        mid = math.sqrt(lo * hi)
-        pred, pub = ratio(mid)
-        lo, hi = (mid, hi) if pred > pub else (lo, mid)
-    return math.sqrt(lo * hi)
+    return _solve_log(lambda gb_s: ratio(gb_s)[0], ratio(1.0)[1], 1.0, 400.0, steps=20)
 
 
 if __name__ == "__main__":

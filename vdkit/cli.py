@@ -48,7 +48,6 @@ class OneLineParser(argparse.ArgumentParser):
         finally:
             self._intermixing = False
 
-
     def _refuse_repeated(self, args: List[str]) -> None:
         """An option that takes one value, given twice (`--out a --out b`, `--sweep x --sweep y`): argparse
         would keep the last and drop the first without a word."""

@@ -174,10 +174,9 @@ MEMORY_PRESSURE_NOTE = ("prediction: near the GPU's memory the caching allocator
                         "leaves out: expect slower than predicted, or lower train.micro_batch_size")
 
 
-# Every published run of the HF Trainer + torch FSDP stack the transformers regime is checked against took 2-12x
-# longer than it predicts (the white paper's OPT-6.7B and 13B; other people's runs of the same train.py on A100s:
-# benchmarks/bench_prediction.py), by a factor that differs between runs of one command, so no factor is applied:
-# the plan says how to read it. (DeepSpeed ZeRO-3 on MI300X: the blog's six cells within -21 % / +6 %, no note.)
+# Every published run of the HF Trainer + torch FSDP stack the transformers regime is checked against took longer
+# than it predicts, by a factor that differs between runs of one command (the figures: benchmarks/bench_prediction.py,
+# docs/prediction.md), so no factor is applied: the plan says how to read it. ZeRO-3 plans carry no such note.
 FLOOR_STACKS = ("fsdp",)
 FLOOR_NOTE = ("prediction: read it as a floor - every published run of the HF Trainer + FSDP stack it was checked "
               "against took longer, by a factor that differs between runs (docs/prediction.md)")
