@@ -89,7 +89,7 @@ def resume(args) -> int:
 def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import engine_of, launcher_of, prepare
 
     if args.resume is not None:
@@ -112,6 +112,6 @@ def run(args) -> int:
     check_results_room(cell.plan, cell.run_dir)  # a read-only or full disk now, not at the first save
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
-    plan = cell.plan  # with the plan's time and cadence (vdkit.schedule)
+    plan = cell.plan  # with the plan's time and cadence (vdkit.planner.timeplan)
     rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir))
     return _finish(run_dir, rc)
