@@ -81,6 +81,9 @@ def resume(args) -> int:
                         f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
+    from vdkit.runlock import check_lock_file
+
+    check_lock_file(run_dir)  # a directory or FIFO named run.lock: one line now, not a hang in the launcher
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
     rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
