@@ -63,8 +63,8 @@ def check_host(plan) -> None:
     if r.parallelism.cpu_offload:
         raise UserError("parallelism.cpu_offload=true moves GPU memory to the host; this machine has no GPU, so "
                         "there is nothing to offload", "drop parallelism.cpu_offload (or set it false) here")
-    from vdkit import calibration
-    from vdkit.arch import param_counts, trainable_params
+    from vdkit.planner import calibration
+    from vdkit.planner.arch import param_counts, trainable_params
 
     weight, grad, optim = (float(b) for b in calibration.memory()["megatron_bytes"]["fp32"])
     total, trainable = param_counts(r.model).total, trainable_params(r)
