@@ -137,7 +137,7 @@ def _model(plan) -> dict:
         out.update(recompute_granularity="selective")
     else:
         out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.predict "fused")
+    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     return out
 
 
