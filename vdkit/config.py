@@ -262,6 +262,13 @@ def validate_fields(r: Recipe) -> None:
     _check(t.global_batch_size >= t.micro_batch_size,
            f"train.global_batch_size={t.global_batch_size} is smaller than the micro batch",
            "use a multiple of train.micro_batch_size x DP")
+    from vdkit.schema import RUN_MODES
+
+    _check(r.run.mode in RUN_MODES, f"run.mode={r.run.mode!r} is not a run mode",
+           "use run.mode=train (validation, checkpoints, exported weights) or run.mode=timing (the guides' timing run)")
+    _check(t.val_every_n_steps is None or t.val_every_n_steps >= 1,
+           f"train.val_every_n_steps={t.val_every_n_steps} must be >= 1", "use e.g. train.val_every_n_steps=100, or leave it unset")
+    _check(t.val_batches >= 1, f"train.val_batches={t.val_batches} must be >= 1", "use e.g. train.val_batches=10")
     _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
            "use e.g. train.max_steps=50")
     _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
