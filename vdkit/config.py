@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
-from vdkit.limits import MAX_NODE_CPUS, MAX_TRAIN_STEPS
+from vdkit.limits import MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
@@ -210,20 +210,6 @@ def _check(ok: bool, what: str, fix: str) -> None:
         raise UserError(what, fix)
 
 
-def _check_node_cpus(c, here: bool) -> None:
-    """cluster.cpus_per_task against the cores a node has: this machine's for a launcher that starts the ranks
-    here, else the most any node has (MAX_NODE_CPUS) - more would pend in the queue forever."""
-    if here:
-        have = os.cpu_count() or 1
-        _check(c.cpus_per_task <= have, f"cluster.cpus_per_task={c.cpus_per_task} is more than this machine's "
-               f"{have} CPUs", f"use cluster.cpus_per_task={min(have, 12)} or fewer")
-        return
-    per_node = c.cpus_per_task * c.gpus_per_node
-    _check(per_node <= MAX_NODE_CPUS, f"cluster.cpus_per_task={c.cpus_per_task} x {c.gpus_per_node} ranks per node "
-           f"asks {per_node:,} CPUs of one node; no node has more than {MAX_NODE_CPUS} (the job would pend forever)",
-           "use the cores per GPU your nodes have, e.g. cluster.cpus_per_task=12 on an XE9680 (224 threads)")
-
-
 def validate_fields(r: Recipe) -> None:
     """Rules on single fields and their obvious pairs. Layout rules live in vdkit.planner.plan."""
     c, t, m = r.cluster, r.train, r.method
@@ -272,7 +258,7 @@ def validate_fields(r: Recipe) -> None:
            "use 0 (only at the end), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
-    _check_node_cpus(c, launchers.get(c.launcher).executes_here)
+    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,
@@ -394,27 +380,13 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
 
 
 def load_sweep(name: str) -> dict:
-    """The named sweep file conf/sweep/NAME.yaml as a mapping; a UserError for anything else.
-
-    Its size is checked before it is read, and it is read as YAML data only (tags refused): a binary
-    file, a top-level list or a 100 MB file is one line, never a traceback or minutes of parsing."""
-    from vdkit.files import load_yaml
-    from vdkit.limits import MAX_SWEEP_FILE_BYTES, check_size
+    """The named sweep file conf/sweep/NAME.yaml as a mapping (:func:`vdkit.sweepfile.read`)."""
+    from vdkit import sweepfile
 
     path = conf_dir() / "sweep" / f"{name}.yaml"
     if not path.exists():
         raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    fix = "write it as conf/sweep/table9.yaml is: a mapping with cells: [[override, ...], ...] (and base:)"
-    if path.is_file():
-        check_size(path, MAX_SWEEP_FILE_BYTES, "sweep file", fix)
-        if b"\0" in path.read_bytes()[:8192]:
-            raise UserError(f"sweep file {path} is binary (NUL bytes), not YAML text", fix)
-    data = load_yaml(path, "sweep file", fix)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"sweep file {path} holds a {type(data).__name__}, not a mapping", fix)
-    return data
+    return sweepfile.read(path)
 
 
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
@@ -422,36 +394,14 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
     A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
     put before every cell; ``extra`` (the command line's own overrides) is appended to every
-    cell, so it wins.
+    cell, so it wins. Checked and counted before any cell is expanded (:mod:`vdkit.sweepfile`).
     """
-    from vdkit.rules.overrides import MAX_CELLS, sweep_size
+    from vdkit.sweepfile import checked_cells
 
-    data = load_sweep(name)
-    cells = data.get("cells")
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    scalar = (str, int, float, bool)
-    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells) \
-            or not all(isinstance(x, scalar) for c in cells for x in c):
-        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
-    base = data.get("base") or []
-    if not isinstance(base, list) or not all(isinstance(x, scalar) for x in base):
-        raise UserError(f"sweep file {path}: 'base' is not a list of overrides", "see conf/sweep/table9.yaml")
-    base = [str(x) for x in base]
-    # Counted before anything is expanded: each cell is at least one, and its lists multiply.
-    total = len(cells)
-    if total <= MAX_CELLS:
-        total = 0
-        for cell in cells:
-            total += sweep_size(base + [str(x) for x in cell] + list(extra), MAX_CELLS + 1 - total)
-            if total > MAX_CELLS:
-                break
-    if total > MAX_CELLS:
-        raise UserError(f"--sweep {name} has {f'{total:,}' if total == len(cells) else f'{total:,}+'} cells, more "
-                        f"than the {MAX_CELLS} vdkit plans in one command", "split the sweep file into smaller ones, "
-                        "or narrow the comma lists / range() of its cells and of the command line")
+    base, cells = checked_cells(name, conf_dir() / "sweep" / f"{name}.yaml", load_sweep(name), extra)
     expanded: List[List[str]] = []
     for cell in cells:
-        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
+        expanded.extend(expand_multirun(base + cell + list(extra)))
     return expanded
 
 

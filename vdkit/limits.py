@@ -44,3 +44,21 @@ def check_readable(path, limit: int, what: str, fix: str) -> None:
 
 def _size(n: int) -> str:
     return f"{n / MB:,.1f} MB" if n < 1024 * MB else f"{n / (1024 * MB):,.1f} GB"
+
+
+def check_node_cpus(cpus_per_task: int, gpus_per_node: int, here: bool) -> None:
+    """cluster.cpus_per_task against the cores a node has: this machine's for a launcher that starts the ranks
+    here, else the most any node has (MAX_NODE_CPUS) - more would pend in the queue forever."""
+    import os
+
+    if here:
+        have = os.cpu_count() or 1
+        if cpus_per_task > have:
+            raise UserError(f"cluster.cpus_per_task={cpus_per_task} is more than this machine's {have} CPUs",
+                            f"use cluster.cpus_per_task={min(have, 12)} or fewer")
+        return
+    per_node = cpus_per_task * gpus_per_node
+    if per_node > MAX_NODE_CPUS:
+        raise UserError(f"cluster.cpus_per_task={cpus_per_task} x {gpus_per_node} ranks per node asks {per_node:,} "
+                        f"CPUs of one node; no node has more than {MAX_NODE_CPUS} (the job would pend forever)",
+                        "use the cores per GPU your nodes have, e.g. cluster.cpus_per_task=12 on an XE9680 (224 threads)")
