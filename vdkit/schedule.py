@@ -19,9 +19,10 @@ The arithmetic (every constant below says where it comes from):
 - checkpoint write time C = checkpoint size / (bandwidth per node x nodes);
 - start-up of each allocation = ``cluster.startup_s`` + reading the model's bf16 weights (and, on
   a resumed allocation, the checkpoint) at the same bandwidth;
-- checkpoint interval: Young's approximation sqrt(2 C M) with M = ``cluster.mtbf_h`` (interruptions
+- checkpoints: :mod:`vdkit.checkpoint_policy` (one policy for every engine): a timing run saves only
+  when stopped; a train run every Young interval sqrt(2 C M) with M = ``cluster.mtbf_h`` (interruptions
   other than the time limit: a node or fabric failure), at most ``cluster.max_lost_work_min`` of work
-  (what a crash may lose), at least one step;
+  (what a crash may lose), at least one step, and at its end; :data:`~vdkit.checkpoint_policy.KEEP` kept;
 - the stop before the limit needs a lead = one step + one checkpoint + :data:`EXIT_S` (exit,
   container teardown, submitting the successor) + :data:`SIGNAL_SLACK_S` (Slurm checks limits
   about every 30 s);
@@ -40,12 +41,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from vdkit import checkpoint_policy
+
 EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, sbatch of the successor
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
 MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction error, queue noise)
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
 FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
-WEIGHT_BYTES = 2  # bf16 weights read at start-up
+WEIGHT_BYTES = checkpoint_policy.WEIGHT_BYTES  # bf16 weights read at start-up
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
 
@@ -61,9 +64,9 @@ class TimePlan:
     checkpoint_write_s: float
     startup_s: float
     lead_s: int  # the stop signal comes this long before the limit; the budget ends then
-    every_n_steps: int  # checkpoint interval in steps (0: only at the end)
-    every_source: str  # "plan", "pinned" or "fallback"
-    checkpoints: int  # periodic + the stops' own + the last
+    every_n_steps: int  # checkpoint interval in steps (0: none periodic)
+    every_source: str  # "plan", "pinned", "fallback" or "timing"
+    checkpoints: int  # periodic + the stops' own + the end's
     checkpoint_cost_s: float
     allocations: int
     wall_s: Optional[float]
@@ -73,6 +76,22 @@ class TimePlan:
     max_lost_work_s: Optional[float]
     note: Optional[str] = None
     site: dict = field(default_factory=dict)  # the cluster's facts the plan used (SITE_FIELDS -> value)
+    mode: str = "train"  # run.mode: timing (saves only when stopped) | train (vdkit.checkpoint_policy)
+    keep: int = checkpoint_policy.KEEP  # checkpoints kept at most
+    async_save: bool = False  # periodic saves written in the background where the engine can
+    final: str = "full"  # the end's checkpoint: none | full | weights (vdkit.checkpoint_policy)
+    held_gb: float = 0.0  # checkpoint storage the run holds at its end
+
+    @property
+    def policy(self) -> checkpoint_policy.CheckpointPolicy:
+        """The checkpoint policy every engine renders."""
+        return checkpoint_policy.CheckpointPolicy(self.mode, self.every_n_steps, self.every_source, self.keep,
+                                                  self.async_save, self.final)
+
+    @property
+    def checkpoint_share(self) -> Optional[float]:
+        """The checkpoints' share of the run's wall time (None without a wall time)."""
+        return self.checkpoint_cost_s / self.wall_s if self.wall_s else None
 
     @property
     def stop_after_s(self) -> int:
@@ -85,6 +104,8 @@ class TimePlan:
             if isinstance(v, float):
                 d[k] = round(v, 2)
         d["stop_after_s"] = self.stop_after_s
+        share = self.checkpoint_share
+        d["checkpoint_share"] = None if share is None else round(share, 4)
         return d
 
 
@@ -93,9 +114,7 @@ def checkpoint_write_s(checkpoint_gb: float, cluster) -> float:
     return checkpoint_gb / (cluster.storage_write_gbps_per_node * cluster.nodes)
 
 
-def young_interval_s(write_s: float, mtbf_s: float) -> float:
-    """Young's approximation of the optimal checkpoint interval: sqrt(2 C M), M the mean time between failures."""
-    return math.sqrt(2.0 * write_s * mtbf_s)
+young_interval_s = checkpoint_policy.young_interval_s  # (kept importable from here)
 
 
 def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
@@ -126,33 +145,30 @@ def _no_prediction_note(plan, pinned_limit) -> str:
 
 def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     """The time plan of ``plan``: ``step_s`` (default: the plan's predicted step seconds)."""
+    from vdkit.arch import trainable_params
+
     r = plan.recipe
-    c, e, t = r.cluster, r.engine, r.train
+    c, t = r.cluster, r.train
     if step_s is None and plan.prediction is not None:
         step_s = plan.prediction.step_seconds
     write_s = checkpoint_write_s(plan.checkpoint_gb, c)
     bandwidth = c.storage_write_gbps_per_node * c.nodes
     startup_s = c.startup_s + (_weights_gb(r) + plan.checkpoint_gb) / bandwidth
+    final_gb = trainable_params(r) * WEIGHT_BYTES / 1e9  # the end's weights-only checkpoint
     pinned_limit = c.time_limit_min
     max_min = c.max_time_min
     steps = t.max_steps
     site = {k: getattr(c, k) for k in SITE_FIELDS}
     if step_s is None or step_s <= 0:
-        every = e.checkpoint_every_n_steps
+        pol = checkpoint_policy.decide(r, None, write_s, 0)
         limit = pinned_limit or max_min
         return TimePlan(False, steps, None, plan.checkpoint_gb, write_s, startup_s, lead_s(0.0, write_s, limit),
-                        FALLBACK_EVERY_N_STEPS if every is None else every,
-                        "fallback" if every is None else "pinned", 0, 0.0, 0, None, limit,
+                        pol.every_n_steps, pol.every_source, 0, 0.0, 0, None, limit,
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
-                        note=_no_prediction_note(plan, pinned_limit), site=site)
-    # Cadence: Young's interval, bounded by the work a crash may lose, at least one step.
-    if e.checkpoint_every_n_steps is not None:
-        every, every_source = e.checkpoint_every_n_steps, "pinned"
-    else:
-        interval = min(young_interval_s(write_s, c.mtbf_h * 3600), c.max_lost_work_min * 60)
-        every, every_source = max(1, int(interval // step_s)), "plan"
-        if every >= steps:
-            every = 0  # the run is shorter than the interval: the checkpoint at the end (and at stops)
+                        note=_no_prediction_note(plan, pinned_limit), site=site, mode=pol.mode, keep=pol.keep,
+                        async_save=pol.async_save, final=pol.final)
+    # Cadence first (it does not depend on the allocations), then the allocations, then what the end saves.
+    every = checkpoint_policy.decide(r, step_s, write_s, 0).every_n_steps
     per_step = step_s + (write_s / every if every else 0.0)
     limit = pinned_limit or max_min
     lead = lead_s(step_s, write_s, limit)
@@ -165,9 +181,9 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                 f"not fit in {limit} min: raise cluster.max_time_min (the partition's limit) or use more nodes")
     else:
         allocations = math.ceil(steps / per_alloc)
-    periodic = steps // every if every else 0
-    checkpoints = periodic + max(allocations - 1, 0) + (0 if every and steps % every == 0 else 1)
-    cost = checkpoints * write_s
+    pol = checkpoint_policy.decide(r, step_s, write_s, allocations)
+    spent = checkpoint_policy.cost(pol, steps, allocations, plan.checkpoint_gb, final_gb, 1.0 / bandwidth)
+    checkpoints, cost = spent.saves, spent.cost_s
     if allocations:
         wall = allocations * startup_s + steps * step_s + cost
     time_source = "pinned" if pinned_limit else "partition maximum"
@@ -180,8 +196,9 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
         note = (f"one allocation of {limit} min is not enough: {allocations} allocations; each stops "
                 f"{lead} s before its limit, checkpoints and the next continues (docs/cluster-guide.md)")
     lost = (every * step_s) if every else steps * step_s
-    return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, every_source,
-                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site)
+    return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, pol.every_source,
+                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site,
+                    mode=pol.mode, keep=pol.keep, async_save=pol.async_save, final=pol.final, held_gb=spent.held_gb)
 
 
 def resolve(plan):
@@ -206,7 +223,13 @@ def hms(seconds: float) -> str:
 
 def describe(tp: TimePlan) -> list:
     """Lines for `vdkit plan` (each starts with its label)."""
-    every = (f"every {tp.every_n_steps} steps" if tp.every_n_steps else "at the end only") + f" ({tp.every_source})"
+    if tp.every_n_steps:
+        every = f"every {tp.every_n_steps} steps ({tp.every_source})" + (", written in the background" if tp.async_save
+                                                                          else "")
+    else:
+        every = "only when stopped (a timing run)" if tp.final == "none" else "at the end only"
+    end = {"none": "", "full": "; the end's holds weights and optimizer states",
+           "weights": "; the end's holds the weights only (nothing resumes from it)"}[tp.final]
     lines = []
     if tp.predicted:
         lines.append(f"  time        {tp.wall_s / 60:,.1f} min for {tp.steps} steps: start-up {tp.startup_s:.0f} s x "
@@ -219,13 +242,21 @@ def describe(tp: TimePlan) -> list:
                  f"{tp.allocations or '?'} allocation(s); each stops {tp.lead_s} s before its limit")
     cost = f", {tp.checkpoint_write_s:,.0f} s each" if tp.checkpoint_gb else ""
     lost = f", a crash loses at most {tp.max_lost_work_s / 60:,.1f} min" if tp.max_lost_work_s is not None else ""
-    lines.append(f"  cadence     checkpoint {every}{cost}{lost}")
+    lines.append(f"  cadence     run.mode={tp.mode}: checkpoint {every}{cost}{lost}{end}")
+    if tp.predicted and tp.wall_s:
+        lines.append(f"  storage     {tp.checkpoints} checkpoint(s) = {tp.checkpoint_share:.1%} of the wall time; at most "
+                     f"{tp.keep} kept: {tp.held_gb:,.1f} GB held at the end")
     if tp.site:
         lines.append("  site        " + ", ".join(f"cluster.{k}={v:g}" for k, v in tp.site.items())
                      + " (the site's facts: docs/cluster-guide.md)")
     if tp.note:
         lines.append(f"  note        {tp.note}")
     return lines
+
+
+def saves_at_end(recipe) -> bool:
+    """Whether a run writes a checkpoint when every step is done (a timing run saves only when stopped)."""
+    return checkpoint_policy.run_mode(recipe) != "timing"
 
 
 def every_n_steps(recipe) -> int:

@@ -202,6 +202,40 @@ def tokenizer_model(recipe, run_dir) -> str:
     return HF_IDS.get(recipe.model.name, recipe.model.name)
 
 
+def _checkpoint(plan, ckpt_dir) -> dict:
+    """The plan's checkpoint policy (vdkit.checkpoint_policy) in Bridge 0.3.1's CheckpointConfig words.
+
+    ``save_interval``: the policy's cadence; 0 for a timing run - Bridge then saves neither periodically
+    (``train.py`` checkpoint_and_decide_exit: ``save_interval and ...``) nor after the last step
+    (``pretrain.py:158``: ``save_interval != 0``), while a stop still saves (its signal and duration exits
+    test ``checkpoint.save`` only); null for a train run without periodic saves (the end's only).
+    ``most_recent_k``: the policy's retention (Bridge's default -1 keeps every checkpoint).
+    ``async_save``: the periodic saves in the background (torch_dist only, persistent worker: Bridge's
+    ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
+    runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
+    state written, none read back should the run be stopped after all."""
+    from vdkit import schedule
+
+    r = plan.recipe
+    pol = schedule.time_plan(plan).policy
+    every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
+    if pol.final == "none" and not every:
+        interval = 0
+    else:
+        interval = every or None
+    out = {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
+           "save_interval": interval, "most_recent_k": pol.keep, "ckpt_format": "torch_dist",
+           "fully_parallel_save": True,
+           "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)}
+    from vdkit.recipes.bridge import in_container
+
+    if pol.async_save and in_container(plan):
+        out["async_save"] = True
+    if not pol.saves_optimizer:
+        out.update(save_optim=False, save_rng=False, load_optim=False, load_rng=False)
+    return out
+
+
 def _peft(plan) -> Optional[dict]:
     m = plan.recipe.method
     if m.peft_scheme != "lora":
@@ -218,7 +252,6 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
-    every = e.checkpoint_every_n_steps or t.max_steps
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
@@ -241,9 +274,7 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
                    "log_timers_to_tensorboard": True, "log_throughput": True},
         "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
                       "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
-        "checkpoint": {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
-                       "save_interval": every, "ckpt_format": "torch_dist", "fully_parallel_save": True,
-                       "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)},
+        "checkpoint": _checkpoint(plan, ckpt_dir),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
         "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),
