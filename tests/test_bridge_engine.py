@@ -22,7 +22,7 @@ import yaml
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.prepare import render_run
 from vdkit.rundir import SBATCH_FILE
 
@@ -52,9 +52,9 @@ def _check_golden(name: str, text: str) -> None:
 def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["bridge.yaml", "bridge_job.py", "import_hf.sbatch", "launch.sbatch", "overrides.txt",
-                     "plan.json", "recipe.yaml"]
-    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch"):
+    assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
+                     "overrides.txt", "plan.json", "recipe.yaml"]  # run.mode=train: export_hf.sbatch
+    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
         _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
 
 
@@ -99,7 +99,8 @@ CASES = {"7b-sft-tp2pp2vp4": ["model=llama2_7b", "method=sft", "parallelism.tp=2
          "7b-lora-fast": ["model=llama2_7b", "method=lora", "recipe=fast"],
          # the checkpoint policy's two train shapes: periodic async saves; the end's weights-only save
          "7b-sft-long": ["model=llama2_7b", "method=sft", "train.max_steps=100000"],
-         "7b-sft-1000": ["model=llama2_7b", "method=sft", "train.max_steps=1000"]}
+         "7b-sft-1000": ["model=llama2_7b", "method=sft", "train.max_steps=1000"],
+         "70b-lora-timing": [*ISSUE_CELL[1:], "run.mode=timing"]}
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +180,7 @@ def test_checkpoint_policy_loads_into_bridges_checkpoint_config(bridge_loads):
     a long run's periodic async saves, a short train run's weights-only end; two kept."""
     if bridge_loads is None:
         pytest.skip("megatron-bridge not installed (extra [bridge])")
-    assert bridge_loads["70b-lora-2node"].split()[5:] == ["0", "2", "False", "True"]
+    assert bridge_loads["70b-lora-timing"].split()[5:] == ["0", "2", "False", "True"]
     interval, keep, async_save, optim = bridge_loads["7b-sft-long"].split()[5:]
     assert int(interval) > 0 and (keep, async_save, optim) == ("2", "True", "True")
     assert bridge_loads["7b-sft-1000"].split()[5:] == ["None", "2", "False", "False"]

@@ -1,4 +1,4 @@
-"""The one checkpoint policy (vdkit.checkpoint_policy) as the plan decides it and the engines render it.
+"""The one checkpoint policy (vdkit.planner.checkpoint_policy) as the plan decides it and the engines render it.
 
 Plans only (no training): Young's cadence bounded by the work a crash may lose, a timing run saving only
 when stopped, bounded retention, the end's weights-only save, the plan's share and storage; Bridge's and
@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from vdkit import checkpoint_policy, schedule
+from vdkit.planner import checkpoint_policy, timeplan as schedule
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 
 ISSUE_PLAN = ["engine=bridge", "model=llama2_7b", "method=sft", "train.max_steps=1000"]
 
@@ -71,9 +71,9 @@ def test_the_sweep_table_states_the_storage_it_holds(capsys):
     assert f"holds at its end: {sum(held):,.1f} GB" in out
 
 
-def test_run_mode_defaults_from_the_steps_until_the_schema_says():
-    assert checkpoint_policy.run_mode(compose([])) == "timing"  # 50 measured steps of 1000
-    assert checkpoint_policy.run_mode(compose(["train.max_steps=1000"])) == "train"
+def test_a_timing_run_of_the_issue_plan_saves_only_when_stopped():
+    _, tp = _times(*ISSUE_PLAN, "run.mode=timing")
+    assert (tp.every_n_steps, tp.final, tp.checkpoints, tp.held_gb, tp.checkpoint_cost_s) == (0, "none", 0, 0.0, 0.0)
 
 
 def _bridge_checkpoint(*overrides):
@@ -84,7 +84,7 @@ def _bridge_checkpoint(*overrides):
 
 
 def test_bridge_timing_run_saves_only_when_stopped():
-    ck = _bridge_checkpoint("model=llama2_70b", "method=lora", "cluster.nodes=2")
+    ck = _bridge_checkpoint("model=llama2_70b", "method=lora", "cluster.nodes=2", "run.mode=timing")
     # save_interval 0: no periodic save and none after the last step (Bridge's pretrain.py), a stop still saves
     assert ck["save_interval"] == 0 and ck["most_recent_k"] == checkpoint_policy.KEEP
     assert "async_save" not in ck
@@ -105,7 +105,8 @@ def test_bridge_short_train_run_saves_the_weights_at_its_end():
 def test_nemo_timing_run_writes_no_top_k_and_no_nemo_file():
     from vdkit.recipes.nemo_config import build_config
 
-    plan = schedule.resolve(make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly"])))
+    plan = schedule.resolve(make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly",
+                                               "run.mode=timing"])))
     params = build_config(plan, "/runs/x")["exp_manager"]["checkpoint_callback_params"]
     assert params["every_n_epochs"] == 0 and "every_n_train_steps" not in params
     assert params["save_nemo_on_train_end"] is False and params["save_best_model"] is False

@@ -137,7 +137,7 @@ def _model(plan) -> dict:
         out.update(recompute_granularity="selective")
     else:
         out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.predict "fused")
+    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     return out
 
 
@@ -177,7 +177,8 @@ def _dataset(plan, run_dir) -> dict:
 
     out = {_T: _CFG + "FinetuningDatasetConfig", "dataset_root": str(dataset_root(r, run_dir)),
            "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch", "num_workers": 0,
-           "do_validation": False, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+           # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
+           "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
     if d.packed:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
@@ -203,7 +204,7 @@ def tokenizer_model(recipe, run_dir) -> str:
 
 
 def _checkpoint(plan, ckpt_dir) -> dict:
-    """The plan's checkpoint policy (vdkit.checkpoint_policy) in Bridge 0.3.1's CheckpointConfig words.
+    """The plan's checkpoint policy (vdkit.planner.checkpoint_policy) in Bridge 0.3.1's CheckpointConfig words.
 
     ``save_interval``: the policy's cadence; 0 for a timing run - Bridge then saves neither periodically
     (``train.py`` checkpoint_and_decide_exit: ``save_interval and ...``) nor after the last step
@@ -214,10 +215,10 @@ def _checkpoint(plan, ckpt_dir) -> dict:
     ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
     runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
     state written, none read back should the run be stopped after all."""
-    from vdkit import schedule
+    from vdkit.planner import timeplan
 
     r = plan.recipe
-    pol = schedule.time_plan(plan).policy
+    pol = timeplan.time_plan(plan).policy
     every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
     if pol.final == "none" and not every:
         interval = 0
@@ -260,7 +261,9 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
         "model": _model(plan),
         "train": {_T: _CFG + "TrainingConfig", "global_batch_size": t.global_batch_size,
                   "micro_batch_size": t.micro_batch_size, "train_iters": t.max_steps,
-                  "eval_iters": 0, "eval_interval": t.max_steps,  # no validation: measured training steps only
+                  # run.mode=timing: no validation (measured training steps only); train: train.val_batches
+                  # batches of the validation split every r.val_every steps
+                  "eval_iters": 0 if r.timing else t.val_batches, "eval_interval": r.val_every or t.max_steps,
                   "exit_signal_handler": True},  # SIGTERM: finish the step, checkpoint, leave
         "optimizer": opt,
         "scheduler": sched,

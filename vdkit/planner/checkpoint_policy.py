@@ -1,11 +1,11 @@
 """One checkpoint policy for every engine, decided by the plan: when to save, what to keep, how to write.
 
-The time plan (:func:`vdkit.schedule.time_plan`) decides it once from the failure model and the site's
+The time plan (:func:`vdkit.planner.timeplan.time_plan`) decides it once from the failure model and the site's
 storage; each engine renders it in its own words (Bridge: ``save_interval``, ``most_recent_k``,
 ``async_save``, ``save_optim``; NeMo 1.23: ``every_n_train_steps``, ``save_top_k``, ``save_last``,
 ``save_nemo_on_train_end``; the kit's own engines: the cadence).
 
-- ``run.mode`` (:func:`run_mode`): a **timing** run (the guides' 50 measured steps) saves only when it is
+- ``run.mode``: a **timing** run (the guides' 50 measured steps) saves only when it is
   stopped before its end (the continuation's checkpoint): no periodic save, none at the end. A **train**
   run saves periodically and at the end.
 - Cadence (train): Young's interval sqrt(2 C M) (C the write time of one checkpoint at the site's
@@ -33,12 +33,8 @@ WEIGHT_BYTES = 2  # bf16 weights: what the end's weights-only checkpoint and a s
 
 
 def run_mode(recipe) -> str:
-    """``run.mode`` (timing | train); where the schema has no such key yet: ``train`` when the run is
-    as long as the steps it is estimated for (``train.max_steps >= train.target_steps``), else ``timing``."""
-    mode = getattr(recipe.run, "mode", None)
-    if mode:
-        return str(mode)
-    return "train" if recipe.train.max_steps >= recipe.train.target_steps else "timing"
+    """``run.mode``: timing | train (vdkit.schema.RUN_MODES)."""
+    return recipe.run.mode
 
 
 def young_interval_s(write_s: float, mtbf_s: float) -> float:
@@ -74,7 +70,7 @@ def decide(recipe, step_s, write_s: float, allocations: int) -> CheckpointPolicy
     elif mode == "timing":
         every, source = 0, "timing"
     elif not step_s:
-        from vdkit.schedule import FALLBACK_EVERY_N_STEPS
+        from vdkit.planner.timeplan import FALLBACK_EVERY_N_STEPS
 
         every, source = FALLBACK_EVERY_N_STEPS, "fallback"
     else:
