@@ -80,7 +80,7 @@ def _bridge_checkpoint(*overrides):
     from vdkit.recipes.bridge.config import bridge_config
 
     plan = schedule.resolve(make_plan(compose(["engine=bridge", "model.megatron_path=/m/b", *overrides])))
-    return bridge_config(plan, "/runs/x", "/runs/x/checkpoints")["checkpoint"]
+    return bridge_config(plan, "/runs/x", "/runs/x/checkpoints", in_container=True)["checkpoint"]
 
 
 def test_bridge_timing_run_saves_only_when_stopped():

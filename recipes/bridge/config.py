@@ -203,7 +203,7 @@ def tokenizer_model(recipe, run_dir) -> str:
     return HF_IDS.get(recipe.model.name, recipe.model.name)
 
 
-def _checkpoint(plan, ckpt_dir) -> dict:
+def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     """The plan's checkpoint policy (vdkit.planner.checkpoint_policy) in Bridge 0.3.1's CheckpointConfig words.
 
     ``save_interval``: the policy's cadence; 0 for a timing run - Bridge then saves neither periodically
@@ -228,9 +228,7 @@ def _checkpoint(plan, ckpt_dir) -> dict:
            "save_interval": interval, "most_recent_k": pol.keep, "ckpt_format": "torch_dist",
            "fully_parallel_save": True,
            "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)}
-    from vdkit.recipes.bridge import in_container
-
-    if pol.async_save and in_container(plan):
+    if pol.async_save and in_container:
         out["async_save"] = True
     if not pol.saves_optimizer:
         out.update(save_optim=False, save_rng=False, load_optim=False, load_rng=False)
@@ -245,10 +243,11 @@ def _peft(plan) -> Optional[dict]:
             "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
 
 
-def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
+def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     """Megatron-Bridge's ConfigContainer for ``plan`` as a ``_target_`` dict (see the module docstring).
 
-    ``run_dir`` is the run directory's final path, ``ckpt_dir`` the run's checkpoint directory."""
+    ``run_dir`` is the run directory's final path, ``ckpt_dir`` the run's checkpoint directory;
+    ``in_container``: the ranks run in the NeMo image on GPUs (asynchronous checkpoint writes)."""
     r = plan.recipe
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
@@ -277,7 +276,7 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
                    "log_timers_to_tensorboard": True, "log_throughput": True},
         "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
                       "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
-        "checkpoint": _checkpoint(plan, ckpt_dir),
+        "checkpoint": _checkpoint(plan, ckpt_dir, in_container),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
         "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),

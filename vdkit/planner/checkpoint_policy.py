@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 MODES = ("timing", "train")
 KEEP = 2  # checkpoints a run holds at most: the newest and the fallback before it
+FALLBACK_EVERY_N_STEPS = 10  # a train run's cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
 WEIGHT_BYTES = 2  # bf16 weights: what the end's weights-only checkpoint and a start-up read hold per parameter
 
 
@@ -70,8 +71,6 @@ def decide(recipe, step_s, write_s: float, allocations: int) -> CheckpointPolicy
     elif mode == "timing":
         every, source = 0, "timing"
     elif not step_s:
-        from vdkit.planner.timeplan import FALLBACK_EVERY_N_STEPS
-
         every, source = FALLBACK_EVERY_N_STEPS, "fallback"
     else:
         interval = min(young_interval_s(write_s, c.mtbf_h * 3600), c.max_lost_work_min * 60)

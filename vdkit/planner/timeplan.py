@@ -48,7 +48,7 @@ EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, 
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
 MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction error, queue noise)
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
-FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
+FALLBACK_EVERY_N_STEPS = checkpoint_policy.FALLBACK_EVERY_N_STEPS  # (kept importable from here)
 WEIGHT_BYTES = checkpoint_policy.WEIGHT_BYTES  # bf16 weights read at start-up
 FORWARD_SHARE = 1 / 3  # a validation batch's share of a training step: forward only (backward ~ 2x forward)
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
