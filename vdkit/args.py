@@ -41,6 +41,9 @@ def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> N
     """The arguments every recipe verb shares: Hydra overrides, -m and --sweep."""
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="Hydra overrides, e.g. model=llama2_70b method=lora cluster.nodes=2")
+    parser.add_argument("--config-dir", metavar="DIR",
+                        help="your own config dir (Hydra's convention): DIR/cluster/NAME.yaml is cluster=NAME "
+                             "(what `vdkit site probe --out DIR` writes)")
     if sweeps:
         parser.add_argument("-m", "--multirun", action="store_true",
                             help="cartesian sweep over comma lists: -m model=llama2_7b,llama2_13b cluster.nodes=1,2")
