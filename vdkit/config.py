@@ -202,6 +202,9 @@ def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
         value = getattr(sec, key)
         if value:
             setattr(sec, key, os.path.normpath(os.path.join(base, os.path.expanduser(str(value)))))
+    hf = cfg.model.hf_path  # a hub id (org/name) stays; a local path is read by ranks elsewhere
+    if hf and str(hf).startswith(("./", "../", "~")):
+        cfg.model.hf_path = os.path.normpath(os.path.join(base, os.path.expanduser(str(hf))))
     image = cfg.engine.container_image
     if image and str(image).startswith("./"):  # pyxis reads "./x.sqsh" as a file relative to srun's cwd
         cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))
