@@ -52,6 +52,17 @@ def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> N
                                  "is); overrides apply to every cell")
 
 
+def run_dir_files_help() -> str:
+    """What a run directory holds, per engine (every engine of the registry named): for the verbs' --help."""
+    from vdkit.recipes.engines import names
+    from vdkit.rundir import ENGINE_FILES, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+
+    per = "; ".join(f"engine={e}: " + (", ".join(ENGINE_FILES[e]) if e in ENGINE_FILES else "no other file")
+                    for e in names())
+    return (f"Each run directory holds {RECIPE_FILE}, {PLAN_FILE}, {OVERRIDES_FILE}, the launcher's file "
+            f"({SBATCH_FILE} for Slurm, manifests for Kubernetes) and the engine's ({per}).")
+
+
 def _sweep_names() -> str:
     """The sweeps in conf/sweep/, for help text (read from the tree, never typed here)."""
     from vdkit.config import group_options

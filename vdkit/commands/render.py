@@ -14,17 +14,17 @@ import re
 import sys
 from pathlib import PurePosixPath
 
-from vdkit.args import add_render_args
+from vdkit.args import add_render_args, run_dir_files_help
 
 
 def register(sub) -> None:
     """Add the `render` verb."""
     p = sub.add_parser("render", help="write a run directory with launch.sbatch (+ NeMo config); print its path",
-                       description="Compose and plan each recipe, then write a new run directory holding "
-                                   "launch.sbatch, recipe.yaml, plan.json, overrides.txt and (engine=nemo) "
-                                   "nemo.yaml. Earlier run directories are never overwritten. Prints the paths "
-                                   "(stdout) and, under each, its layout, memory and predicted time, then the "
-                                   "inputs not checked on this machine (stderr).")
+                       description="Compose and plan each recipe, then write a new run directory (a re-render "
+                                   "writes NAME-2, never over an earlier one). " + run_dir_files_help() + " Prints "
+                                   "the paths (stdout) and, under each, its layout, memory and predicted time, then "
+                                   "the site assumptions, the inputs not checked on this machine and the exact "
+                                   "sbatch line (stderr).")
     add_render_args(p)
     p.set_defaults(func=run)
 
