@@ -1,0 +1,35 @@
+"""Paths a recipe names, at the door: the files the kit itself reads (a DeepSpeed config) and
+``run.name`` / ``run.out_dir``, which become directories."""
+from __future__ import annotations
+
+
+from vdkit.errors import UserError
+
+
+def check_files(recipe) -> None:
+    """File inputs the kit reads itself: a DeepSpeed config (parsed here)."""
+    p = recipe.parallelism
+    if p.deepspeed_config:
+        # The reader lives with the engine that uses it; it refuses a missing file, a non-mapping, stage != 3.
+        from vdkit.conftree import deepspeed_config_source
+
+        try:
+            deepspeed_config_source(p.deepspeed_config)
+        except UserError as exc:
+            if "parallelism.deepspeed_config" in exc.what:
+                raise
+            raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
+    # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
+    # rule (vdkit.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
+
+
+def check_names(recipe) -> None:
+    """run.name becomes a directory and a job name; run.out_dir a directory: neither may be empty or a path trick."""
+    name = recipe.run.name
+    if name is not None and (not str(name).strip() or str(name).strip(".") == "" or "/" in str(name)
+                             or "\0" in str(name)):
+        raise UserError(f"run.name={name!r} is not a plain name (it names the run directory and the Slurm job)",
+                        "use letters, digits, '.', '_' or '-', e.g. run.name=llama2_7b_lora_try2, or leave it unset")
+    if not str(recipe.run.out_dir or "").strip():
+        raise UserError("run.out_dir is empty (the run directories would land in the current directory)",
+                        "use run.out_dir=runs (the default) or another directory")
