@@ -2,7 +2,6 @@
 ``run.name`` / ``run.out_dir``, which become directories."""
 from __future__ import annotations
 
-
 from vdkit.errors import UserError
 
 
