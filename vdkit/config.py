@@ -46,8 +46,45 @@ TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 # ----------------------------------------------------------------------------- conf/ location
 def group_options(group: str) -> List[str]:
-    """The options of one config group (file stems under conf/<group>/)."""
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+    """The options of one config group (file stems under conf/<group>/ and the user's --config-dir)."""
+    return sorted({p.stem for p in (conf_dir() / group).glob("*.yaml")} | set(_user_options(group)))
+
+
+# ----------------------------------------------------------------------------- the user's config dir
+_USER_DIRS: List[Path] = []  # --config-dir DIR (Hydra's convention): DIR/<group>/<name>.yaml beside conf/
+
+
+def use_config_dir(path: str) -> None:
+    """Add ``path`` as a user config dir: its ``cluster/NAME.yaml`` (etc.) become ``cluster=NAME`` options."""
+    d = Path(path).expanduser().absolute()
+    if not d.is_dir():
+        raise UserError(f"--config-dir {path}: no such directory",
+                        "give the directory that holds cluster/NAME.yaml (what `vdkit site probe --out DIR` wrote)")
+    for f in sorted(d.glob("*/*.yaml")):
+        if (conf_dir() / f.parent.name / f.name).is_file():
+            raise UserError(f"{f} has the name of the kit's own {f.parent.name}={f.stem}",
+                            f"rename it (e.g. {f.parent.name}/{f.stem}_site.yaml) so cluster= says which one you mean")
+    if d not in _USER_DIRS:
+        _USER_DIRS.append(d)
+
+
+def _user_options(group: str) -> Dict[str, Path]:
+    return {f.stem: f for d in _USER_DIRS for f in sorted((d / group).glob("*.yaml"))}
+
+
+def _register_user_configs() -> None:
+    """The user's group files as ConfigStore entries (a file-system search path would wake every
+    installed Hydra search-path plugin, e.g. multistorageclient's, which prints tracebacks)."""
+    from hydra.core.config_store import ConfigStore
+
+    from vdkit.files import load_yaml
+
+    for group in sorted({f.parent.name for d in _USER_DIRS for f in d.glob("*/*.yaml")}):
+        for name, f in _user_options(group).items():
+            data = load_yaml(f, f"{group}={name}") or {}
+            if not isinstance(data, dict):
+                raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
+            ConfigStore.instance().store(group=group, name=name, node=data)
 
 
 # ----------------------------------------------------------------------------- compose
@@ -126,6 +163,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
+    _register_user_configs()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
@@ -166,6 +204,9 @@ def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
         value = getattr(sec, key)
         if value:
             setattr(sec, key, os.path.normpath(os.path.join(base, os.path.expanduser(str(value)))))
+    hf = cfg.model.hf_path  # a hub id (org/name) stays; a local path is read by ranks elsewhere
+    if hf and str(hf).startswith(("./", "../", "~")):
+        cfg.model.hf_path = os.path.normpath(os.path.join(base, os.path.expanduser(str(hf))))
     image = cfg.engine.container_image
     if image and str(image).startswith("./"):  # pyxis reads "./x.sqsh" as a file relative to srun's cwd
         cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))

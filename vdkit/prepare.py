@@ -122,6 +122,8 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
             missing.append((what, path))
     if len(missing) == 1:
         what, path = missing[0]
+        if Path(path).expanduser().exists():  # a file where a directory belongs
+            raise UserError(f"{what} {path} is a file, not a directory", f"point {what} at the directory")
         raise UserError(f"{what} {path} does not exist on this machine",
                         f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
                         "when rendering away from the cluster's storage")

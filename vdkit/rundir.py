@@ -42,6 +42,9 @@ BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigC
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
 BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
+# The files each engine adds to a run directory (engines not named add none): what `--help` says.
+ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
+                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"

@@ -16,9 +16,14 @@ LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="train a recipe here (reference or megatron engine; local processes as ranks)",
+    from vdkit.args import run_dir_files_help
+
+    p = sub.add_parser("run", help="train a recipe here (reference, megatron or bridge engine; local processes as ranks)",
                        description="Compose the recipe, plan it, write a run directory and train it on this "
-                                   "machine with an engine that runs locally (reference, megatron): "
+                                   "machine with an engine that runs locally (reference, megatron, bridge; "
+                                   "engine=nemo runs only in its container on a cluster): " + run_dir_files_help() +
+                                   " The ranks add logs/, checkpoints/, local-1.out (and engine=megatron / bridge "
+                                   "memory.json). Ranks: "
                                    "cluster.nodes x cluster.gpus_per_node local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
                                    + " ".join(LOCAL_DEFAULTS) + ". Prints the run directory.")
     add_override_args(p, sweeps=False)
