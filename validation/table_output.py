@@ -30,6 +30,8 @@ def _minutes(x: Optional[float]) -> str:
 def _ours(cell: Cell) -> str:
     if cell.status == "infeasible":
         return "N/A"
+    if cell.status == "diverged":
+        return "diverged"
     if cell.ours is None:
         return "—" if cell.status == "not run" else "no timing"
     text = _minutes(cell.ours)
@@ -94,6 +96,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
             f"- [e] extrapolated by this kit from the measured steps to {table.target_steps} "
             "(warm-up once + steady mean; see `vdkit validate`).",
             "- [f] fluctuating step times (CV over 10 % or a significant drift).",
+            "- diverged: every loss of the run is NaN or infinite; its step times are no figure.",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run.",
             f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "

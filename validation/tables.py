@@ -272,7 +272,7 @@ class Cell:
     transport: str = ""
     params_b: Optional[float] = None
     target_steps: Optional[int] = None
-    status: str = "not run"  # measured | extrapolated | infeasible | no timing | not run
+    status: str = "not run"  # measured | extrapolated | infeasible | no timing | diverged | not run
     ours: Optional[float] = None
     interval: Optional[Tuple[float, float]] = None
     fluctuating: bool = False
@@ -469,6 +469,9 @@ def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[s
     if len(timed) > 1:
         warnings.append(f"{len(timed)} runs for {cell.model} {cell.method} on {cell.gpus} GPUs; "
                         f"using {best.path} (most measured steps)")
+    if best.log is not None and best.log.diverged:  # its minutes time a run that trained nothing: not a figure
+        cell.status, cell.reason = "diverged", f"{best.path}: every loss is NaN or infinite"
+        return
     e = best.estimate
     cell.status = "extrapolated" if e.extrapolated else "measured"
     cell.ours, cell.fluctuating = e.extrapolated_minutes * per_minute, e.fluctuating
