@@ -93,8 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: parse, run the verb, turn a UserError into one line on stderr and exit 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()  # help texts list conf/'s options: a broken VDKIT_CONF_DIR is found here
+        args = parser.parse_args(argv)
+    except UserError as exc:
+        print(printable(f"vdkit: error: {exc}"), file=sys.stderr)
+        return exc.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
+from vdkit.limits import MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
@@ -298,6 +299,7 @@ def validate_fields(r: Recipe) -> None:
            "use 0 (no periodic checkpoint), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
+    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,
@@ -313,6 +315,10 @@ def validate_fields(r: Recipe) -> None:
     _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
            "use e.g. train.max_steps=50")
     _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
+    for key, steps in (("train.max_steps", t.max_steps), ("train.target_steps", t.target_steps)):
+        _check(steps <= MAX_TRAIN_STEPS, f"{key}={steps} is more than {MAX_TRAIN_STEPS:,} optimizer steps: no "
+               "training run takes that many (Llama 2's pretraining took 500,000)",
+               f"use the steps you mean to train, e.g. {key}=1000")
     _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
     _check(t.seq_length <= r.model.max_position_embeddings,
            f"train.seq_length={t.seq_length} exceeds {r.model.name}'s {r.model.max_position_embeddings}",
@@ -415,13 +421,13 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
 
 
 def load_sweep(name: str) -> dict:
-    """The named sweep file conf/sweep/NAME.yaml as data."""
-    import yaml
+    """The named sweep file conf/sweep/NAME.yaml as a mapping (:func:`vdkit.sweepfile.read`)."""
+    from vdkit import sweepfile
 
     path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    return yaml.safe_load(path.read_text()) or {}
+    return sweepfile.read(path)
 
 
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
@@ -429,17 +435,14 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
     A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
     put before every cell; ``extra`` (the command line's own overrides) is appended to every
-    cell, so it wins.
+    cell, so it wins. Checked and counted before any cell is expanded (:mod:`vdkit.sweepfile`).
     """
-    data = load_sweep(name)
-    cells = data.get("cells")
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
-        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
-    base = [str(x) for x in data.get("base") or []]
+    from vdkit.sweepfile import checked_cells
+
+    base, cells = checked_cells(name, conf_dir() / "sweep" / f"{name}.yaml", load_sweep(name), extra)
     expanded: List[List[str]] = []
     for cell in cells:
-        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
+        expanded.extend(expand_multirun(base + cell + list(extra)))
     return expanded
 
 

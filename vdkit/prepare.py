@@ -190,6 +190,12 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
                         ("unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
                          else "raise cluster.max_time_min to the partition's limit, or use more nodes")
                         + f", or set cluster.startup_s to your site's start-up if it is shorter than {times.startup_s:.0f} s")
+    from vdkit.limits import MAX_ALLOCATIONS
+
+    if times.allocations > MAX_ALLOCATIONS:  # 2**40 steps: allocations without end, each queued in turn
+        raise UserError(f"train.max_steps={plan.recipe.train.max_steps:,} needs {times.allocations:,} allocations of "
+                        f"{times.time_limit_min} min, more than the {MAX_ALLOCATIONS:,} one run may chain",
+                        "train fewer steps (train.max_steps), or use more nodes")
     plan = schedule.resolve(plan)
     engine = engine_of(plan)
     launcher = launcher_of(plan)

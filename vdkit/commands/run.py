@@ -86,6 +86,9 @@ def resume(args) -> int:
                         f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
+    from vdkit.runlock import check_lock_file
+
+    check_lock_file(run_dir)  # a directory or FIFO named run.lock: one line now, not a hang in the launcher
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
     rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
@@ -112,6 +115,9 @@ def run(args) -> int:
                         "use cluster=local here, or `vdkit submit` for that cluster")
     # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
     cell = prepare(plan, args.out)
+    from vdkit.rundir import check_results_room
+
+    check_results_room(cell.plan, cell.run_dir)  # a read-only or full disk now, not at the first save
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
     plan = cell.plan  # with the plan's time and cadence (vdkit.planner.timeplan)
