@@ -126,7 +126,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
