@@ -341,8 +341,8 @@ def _validate_model(mc: ModelCfg) -> None:
            "use e.g. model.rope_scaling={rope_type:llama3,factor:8.0} or null")
     _check(mc.rope_scaling is None or mc.position_embedding == "rope",
            "model.rope_scaling is set but model.position_embedding is not rope", "set model.rope_scaling=null")
-    _check(mc.num_attention_heads >= 1 and mc.num_query_groups >= 1
-           and mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
+    # heads and query groups are >= 1 here (vdkit.rules.numbers.DOMAINS): the remainders are defined
+    _check(mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
            f"model {mc.name}: hidden_size {mc.hidden_size}, {mc.num_attention_heads} heads and "
            f"{mc.num_query_groups} query groups do not divide evenly",
            "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
