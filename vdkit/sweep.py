@@ -34,13 +34,13 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
 
 
 def load_sweep(name: str) -> dict:
-    """The named sweep file conf/sweep/NAME.yaml as data."""
-    import yaml
+    """The named sweep file conf/sweep/NAME.yaml as a mapping (:func:`vdkit.sweepfile.read`)."""
+    from vdkit import sweepfile
 
     path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    return yaml.safe_load(path.read_text()) or {}
+    return sweepfile.read(path)
 
 
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
@@ -48,17 +48,14 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
     A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
     put before every cell; ``extra`` (the command line's own overrides) is appended to every
-    cell, so it wins.
+    cell, so it wins. Checked and counted before any cell is expanded (:mod:`vdkit.sweepfile`).
     """
-    data = load_sweep(name)
-    cells = data.get("cells")
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
-        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
-    base = [str(x) for x in data.get("base") or []]
+    from vdkit.sweepfile import checked_cells
+
+    base, cells = checked_cells(name, conf_dir() / "sweep" / f"{name}.yaml", load_sweep(name), extra)
     expanded: List[List[str]] = []
     for cell in cells:
-        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
+        expanded.extend(expand_multirun(base + cell + list(extra)))
     return expanded
 
 
