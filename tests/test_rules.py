@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 
 import pytest
 
@@ -129,29 +128,6 @@ def test_rope_scaling_llama3_with_its_keys_passes(base):
 
 
 # ----------------------------------------------------------------------------- paths
-def test_a_path_is_told_from_a_hub_id(tmp_path):
-    assert paths.looks_like_path("/models/x") and paths.looks_like_path("./x") and paths.looks_like_path("~/x")
-    assert not paths.looks_like_path("facebook/opt-125m")
-    (tmp_path / "here").mkdir()
-    cwd = os.getcwd()
-    try:
-        os.chdir(tmp_path)
-        assert paths.looks_like_path("here")
-    finally:
-        os.chdir(cwd)
-
-
-def test_a_local_hf_path_must_be_a_directory(base, tmp_path):
-    f = tmp_path / "weights.bin"
-    f.write_bytes(b"x")
-    with pytest.raises(UserError, match="a file, not a model directory"):
-        paths.check_files(changed(base, "model.hf_path", str(f)))
-    with pytest.raises(UserError, match="not a directory on this machine"):
-        paths.check_files(changed(base, "model.hf_path", str(tmp_path / "missing")))
-    paths.check_files(changed(base, "model.hf_path", str(tmp_path)))
-    paths.check_files(changed(base, "model.hf_path", "facebook/opt-125m"))  # a hub id: not checked here
-
-
 def test_a_deepspeed_config_is_read_at_the_door(base, tmp_path):
     with pytest.raises(UserError, match="parallelism.deepspeed_config"):
         paths.check_files(changed(base, "parallelism.deepspeed_config", str(tmp_path / "ds.json")))
@@ -278,6 +254,6 @@ def test_check_recipe_runs_every_module(base):
     check_recipe(base)
     for key, value, words in (("method.lr", -1.0, "method.lr"), ("model.norm", "layernorm", "llama architecture"),
                               ("run.name", "a/b", "plain name"), ("cluster.env", {"UID": "0"}, "cluster.env.UID"),
-                              ("model.hf_path", "/m/ghp_" + "c" * 36, "holds a secret")):
+                              ("engine.container_image", "ghp_" + "c" * 36, "holds a secret")):
         with pytest.raises(UserError, match=words):
             check_recipe(changed(base, key, value))
