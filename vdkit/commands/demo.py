@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 
 def _cells(args):
-    from vdkit.config import load_sweep, override_sets
+    from vdkit.sweep import load_sweep, override_sets
 
     if args.multirun:
         base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
