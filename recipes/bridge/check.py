@@ -11,7 +11,7 @@ In one process for every bridge run directory (Megatron-Bridge is imported once,
 3. the rule Megatron-LM applies at start-up that Bridge 0.3.1 does not: FP8 parameter gather needs the
    distributed optimizer (Megatron-LM ``megatron/training/arguments.py``; not in the megatron-core wheel);
 4. the model provider instantiated on the meta device at TP = PP = 1 (no memory), its parameter count
-   against the plan's (:func:`vdkit.arch.param_counts`);
+   against the plan's (:func:`vdkit.planner.arch.param_counts`);
 5. checkpoint retention (a bounded number kept: Bridge's ``most_recent_k`` defaults to keep-all);
 6. the tokenizer with Bridge's ``build_tokenizer`` under ``TRANSFORMERS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``
    (as the job runs) where the path is on this machine; a hub id is a defect, a cluster path "not
@@ -25,7 +25,6 @@ import contextlib
 import copy
 import importlib.util
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -73,14 +72,9 @@ def _start() -> None:
 
     if cpu_shim.needed():
         cpu_shim.apply()
-    import torch.distributed as dist
-    from megatron.core import parallel_state as ps
+    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
 
-    if not dist.is_initialized():
-        store = dist.FileStore(tempfile.mktemp(prefix="vdkit-check-"), 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(1, 1)
+    single_rank_model_parallel()
     _STARTED = True
 
 
@@ -173,7 +167,7 @@ def _model(cfg, plan, tok, rep: Report) -> None:
     plan's model where the tokenizer is not here."""
     import torch
     from megatron.bridge.training.setup import _validate_and_set_vocab_size
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
     from vdkit.recipes.mcore_cpu import local_block_spec
 
     m = copy.deepcopy(cfg.model)

@@ -37,10 +37,15 @@ def check_dirs(run_dirs) -> list:
         if not (path / "recipe.yaml").is_file():
             raise UserError(f"{d} is not a run directory (no recipe.yaml)", "pass a directory `vdkit render` printed")
         groups.setdefault(load_recipe(path / "recipe.yaml").engine.name, []).append(path)
+    import contextlib
+    import warnings
+
     reports = []
-    for name in engines.names():
-        if name in groups:
-            reports += engines.get(name).check_runs(groups[name])
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):  # the stacks' own chatter: stderr
+        warnings.simplefilter("ignore")
+        for name in engines.names():
+            if name in groups:
+                reports += engines.get(name).check_runs(groups[name])
     return reports
 
 
