@@ -26,7 +26,7 @@ NEMO_VERSION = "1.23.0"
 # needed here (found by importing them); the versions are the last that NeMo 1.23's code accepts.
 PINS = (f"nemo_toolkit=={NEMO_VERSION}", "pytorch-lightning==2.0.7", "hydra-core==1.3.2", "omegaconf==2.3.0",
         "huggingface_hub==0.22.2", "transformers==4.40.2", "tokenizers==0.19.1", "datasets==2.19.2",
-        "fsspec==2024.3.1", "pyarrow_hotfix==0.6", "wget==3.2", "onnx==1.17.0", "ml_dtypes==0.5.1", "pybind11==2.13.6")
+        "fsspec==2024.3.1", "pyarrow_hotfix==0.7", "wget==3.2", "onnx==1.23.2", "ml_dtypes==0.6.0", "pybind11==2.13.6")
 READY = "vdkit-nemo-ready"  # written last: a half-made venv is never used
 
 
