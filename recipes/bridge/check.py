@@ -80,7 +80,9 @@ def _start() -> None:
 
 def _job_module(run_dir: Path):
     """The run dir's own bridge_job.py, imported as a module (its __main__ block does not run)."""
-    spec = importlib.util.spec_from_file_location(f"bridge_job_check_{abs(hash(str(run_dir)))}", run_dir / "bridge_job.py")
+    from vdkit.rundir import BRIDGE_JOB_FILE
+
+    spec = importlib.util.spec_from_file_location(f"bridge_job_check_{abs(hash(str(run_dir)))}", run_dir / BRIDGE_JOB_FILE)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -246,9 +248,11 @@ def _first_batch(cfg, plan, tok, rep: Report) -> None:
         else:
             rep.not_here(f"pretraining data {what} (dataset.blend): indexed files on cluster storage")
         return
+    from vdkit.recipes.bridge.data import TRAIN_FILE
+
     root = Path(str(ds_cfg.dataset_root))
-    if not (root / "training.jsonl").is_file():
-        rep.not_here(f"{root / 'training.jsonl'} (dataset.dataset_root): cluster storage")
+    if not (root / TRAIN_FILE).is_file():
+        rep.not_here(f"{root / TRAIN_FILE} (dataset.dataset_root): cluster storage")
         return
     if ds_cfg.packed_sequence_specs is not None and (ds_cfg.packed_sequence_specs.packed_sequence_size or 0) > 0:
         rep.not_here("packed sequences: Bridge packs training.jsonl into .npy with the tokenizer at start-up; "
@@ -263,7 +267,7 @@ def _first_batch(cfg, plan, tok, rep: Report) -> None:
     tokens = batch["tokens"]
     mask = batch.get("loss_mask")
     real = int((tokens != getattr(tok, "pad", -1)).sum()) if hasattr(tok, "pad") else tokens.numel()
-    rep.checked(f"first micro-batch (Bridge's {type(train).__name__}.collate_fn on {root / 'training.jsonl'}): "
+    rep.checked(f"first micro-batch (Bridge's {type(train).__name__}.collate_fn on {root / TRAIN_FILE}): "
                 f"tokens {list(tokens.shape)} = {tokens.numel()} positions, {real} not padding"
                 + (f", {int(mask.sum())} in the loss" if mask is not None else "")
                 + f"; the plan assumes {mbs} x {plan.recipe.train.seq_length} = {mbs * plan.recipe.train.seq_length} positions")

@@ -29,14 +29,14 @@ def check_dirs(run_dirs) -> list:
     """Every run directory's :class:`vdkit.jobcheck.Report`, engines in registry order, one call each."""
     from vdkit.errors import UserError
     from vdkit.recipes import engines
-    from vdkit.rundir import load_recipe
+    from vdkit.rundir import RECIPE_FILE, load_recipe
 
     groups = {}
     for d in run_dirs:
         path = Path(d).resolve()
-        if not (path / "recipe.yaml").is_file():
-            raise UserError(f"{d} is not a run directory (no recipe.yaml)", "pass a directory `vdkit render` printed")
-        groups.setdefault(load_recipe(path / "recipe.yaml").engine.name, []).append(path)
+        if not (path / RECIPE_FILE).is_file():
+            raise UserError(f"{d} is not a run directory (no {RECIPE_FILE})", "pass a directory `vdkit render` printed")
+        groups.setdefault(load_recipe(path / RECIPE_FILE).engine.name, []).append(path)
     import contextlib
     import warnings
 
