@@ -106,6 +106,7 @@ class ClusterCfg:
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+    probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
 
 
 @dataclass
@@ -126,7 +127,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
@@ -350,7 +351,7 @@ class Plan:
     borderline: bool
     reason: Optional[str]
     checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
+    layout_source: str  # how the layout was chosen: "pinned", "auto" or "design guide" (sharded plans: "pinned")
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
