@@ -218,7 +218,7 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
-    every = e.checkpoint_every_n_steps or t.max_steps
+    every = plan.time.every_n_steps or t.max_steps  # the time plan's cadence (0: at the end)
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)

@@ -67,9 +67,7 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    from vdkit.planner.timeplan import time_plan
-
-    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.planner.timeplan.resolve)
+    t = plan.time  # the planner's --time, allocations and cadence
     every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")

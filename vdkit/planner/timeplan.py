@@ -29,16 +29,18 @@ The arithmetic (every constant below says where it comes from):
   takes; ``--time`` is the predicted wall time plus :data:`MARGIN` and the lead when one
   allocation suffices, else the partition maximum.
 
-Pure functions of the plan (no I/O). :func:`resolve` writes the derived ``--time`` and checkpoint
-interval into the recipe (``cluster.time_limit_min``, ``engine.checkpoint_every_n_steps``) unless
-the user pinned them, so that every engine and launcher reads one value.
+Pure functions of the plan (no I/O). :func:`vdkit.planner.plan.make_plan` calls :func:`time_plan` once
+and keeps the result as ``Plan.time``: launchers, engines, commands and ``plan.json`` (its ``schedule``
+section) read that one value. Nothing derived is written back into the recipe: ``recipe.yaml`` holds
+what the user set (``cluster.time_limit_min``, ``engine.checkpoint_every_n_steps`` pinned) and the
+defaults.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import dataclass, field
 from typing import Optional
+
+from vdkit.schema import TimePlan  # the type lives with the plan's other types; here for its users
 
 EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, sbatch of the successor
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
@@ -48,44 +50,6 @@ FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CP
 WEIGHT_BYTES = 2  # bf16 weights read at start-up
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
-
-
-@dataclass(frozen=True)
-class TimePlan:
-    """The plan's time figures (seconds unless named otherwise); ``predicted`` False: none were predicted."""
-
-    predicted: bool
-    steps: int  # train.max_steps: what the job runs
-    step_s: Optional[float]
-    checkpoint_gb: float
-    checkpoint_write_s: float
-    startup_s: float
-    lead_s: int  # the stop signal comes this long before the limit; the budget ends then
-    every_n_steps: int  # checkpoint interval in steps (0: only at the end)
-    every_source: str  # "plan", "pinned" or "fallback"
-    checkpoints: int  # periodic + the stops' own + the last
-    checkpoint_cost_s: float
-    allocations: int
-    wall_s: Optional[float]
-    time_limit_min: int
-    time_source: str  # "plan", "pinned" or "partition maximum"
-    max_time_min: int
-    max_lost_work_s: Optional[float]
-    note: Optional[str] = None
-    site: dict = field(default_factory=dict)  # the cluster's facts the plan used (SITE_FIELDS -> value)
-
-    @property
-    def stop_after_s(self) -> int:
-        """Seconds after the allocation starts at which a rank stops by its own clock (the budget)."""
-        return max(1, self.time_limit_min * 60 - self.lead_s)
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if isinstance(v, float):
-                d[k] = round(v, 2)
-        d["stop_after_s"] = self.stop_after_s
-        return d
 
 
 def checkpoint_write_s(checkpoint_gb: float, cluster) -> float:
@@ -184,17 +148,6 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                     checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site)
 
 
-def resolve(plan):
-    """``plan`` with its recipe's ``cluster.time_limit_min`` and ``engine.checkpoint_every_n_steps`` set
-    from :func:`time_plan` (pinned values are kept): what render, submit and run write and read."""
-    tp = time_plan(plan)
-    r = plan.recipe
-    recipe = dataclasses.replace(
-        r, cluster=dataclasses.replace(r.cluster, time_limit_min=tp.time_limit_min),
-        engine=dataclasses.replace(r.engine, checkpoint_every_n_steps=tp.every_n_steps))
-    return dataclasses.replace(plan, recipe=recipe)
-
-
 def hms(seconds: float) -> str:
     """``DD:HH:MM:SS`` (Lightning's and NeMo's ``max_time`` format)."""
     s = int(seconds)
@@ -228,8 +181,13 @@ def describe(tp: TimePlan) -> list:
     return lines
 
 
-def every_n_steps(recipe) -> int:
-    """How often a run checkpoints: ``engine.checkpoint_every_n_steps`` as :func:`resolve` set it when
-    the run was planned, else (a run directory written without the plan's cadence) the fallback."""
-    every = recipe.engine.checkpoint_every_n_steps
+def every_n_steps(plan) -> int:
+    """How often a run checkpoints: the plan's time plan (``plan.time``, from plan.json's ``schedule``),
+    else the recipe's pinned ``engine.checkpoint_every_n_steps`` (``plan`` may be a bare recipe: a run
+    directory rendered before the time plan was part of the plan carries its cadence in recipe.yaml),
+    else the fallback."""
+    times = getattr(plan, "time", None)
+    if times is not None:
+        return times.every_n_steps
+    every = getattr(plan, "recipe", plan).engine.checkpoint_every_n_steps
     return FALLBACK_EVERY_N_STEPS if every is None else every
