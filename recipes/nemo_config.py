@@ -45,7 +45,7 @@ def renders_performance_settings(recipe) -> bool:
 
 
 # vdkit's own choices (each used once; the why is next to it).
-VALIDATION_BATCHES = 1  # the single validation at the end of a timing run: one global batch
+VALIDATION_BATCHES = 1  # the single validation at the end of a timing run (run.mode=timing): one global batch
 STEP_TIMING = {"sync_cuda": True, "buffer_size": 1}  # exact per-step times; validation does the stats
 # ModelCfg's architecture words -> NeMo 1.x model config values.
 # NeMo 1.23 has no plain ReLU MLP (activation_to_func lists gelu, *glu, squared-relu).
@@ -107,9 +107,10 @@ def _trainer(plan, max_epochs: int) -> dict:
         "max_epochs": max_epochs,
         "max_steps": t.max_steps,
         "log_every_n_steps": r.engine.log_every_n_steps,
-        # Validation only after the last measured step: never inside a timing run.
-        "val_check_interval": t.max_steps,
-        "limit_val_batches": VALIDATION_BATCHES,
+        # run.mode=timing: validation only after the last measured step, never inside the timed steps;
+        # run.mode=train: every r.val_every steps on the validation split, train.val_batches batches.
+        "val_check_interval": t.max_steps if r.timing else r.val_every,
+        "limit_val_batches": VALIDATION_BATCHES if r.timing else t.val_batches,
         "num_sanity_val_steps": 0,
         "gradient_clip_val": GRAD_CLIP,
     }
@@ -325,10 +326,12 @@ def finetune_config(plan, run_dir) -> dict:
         "monitor": "validation_loss",
         "save_top_k": 1,
         "mode": "min",
-        "save_nemo_on_train_end": True,
+        # run.mode=train: the best checkpoint (lowest validation loss) restored and exported as a .nemo
+        # at the end (LoRA / P-tuning: the adapter .nemo, served with the base); a timing run exports none.
+        "save_nemo_on_train_end": not r.timing,
         "filename": f"{name}--{{validation_loss:.3f}}-{{step}}-{{consumed_samples}}",
         "always_save_nemo": False,
-        "save_best_model": True,
+        "save_best_model": not r.timing,
     }
     exp = _exp_manager(plan, run_dir, name, checkpoint)
     # A timing run must run exactly max_steps: no early stop on a validation that has not happened.
@@ -437,7 +440,8 @@ def pretrain_config(plan, run_dir) -> dict:
                     "enable_model_summary": False})
     checkpoint = {
         "monitor": "val_loss", "save_top_k": 10, "mode": "min", "always_save_nemo": False,
-        "save_nemo_on_train_end": False, "filename": "megatron_gpt--{val_loss:.2f}-{step}-{consumed_samples}",
+        "save_nemo_on_train_end": not plan.recipe.timing,  # run.mode=train: the final weights as a .nemo
+        "filename": "megatron_gpt--{val_loss:.2f}-{step}-{consumed_samples}",
     }
     return {"name": name, "restore_from_path": None, "trainer": trainer,
             "exp_manager": _exp_manager(plan, run_dir, name, checkpoint), "model": model}

@@ -52,9 +52,9 @@ def _check_golden(name: str, text: str) -> None:
 def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["bridge.yaml", "bridge_job.py", "import_hf.sbatch", "launch.sbatch", "overrides.txt",
-                     "plan.json", "recipe.yaml"]
-    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch"):
+    assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
+                     "overrides.txt", "plan.json", "recipe.yaml"]  # run.mode=train: export_hf.sbatch
+    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
         _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
+RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
+VAL_TIMES_PER_RUN = 10  # run.mode=train without train.val_every_n_steps: validations over the run (a loss curve, ~10 points)
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -151,6 +153,8 @@ class TrainCfg:
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
+    val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
+    val_batches: int = 10  # run.mode=train: global batches per validation (bounds its cost; NeMo limit_val_batches, Bridge eval_iters)
 
 
 @dataclass
@@ -159,6 +163,7 @@ class RunCfg:
     out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
     results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
     secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
+    mode: str = "train"  # train (a real fine-tune: periodic validation, best + last checkpoints, exported weights) | timing (the guides' method: no validation, no checkpoint but the stop one; the published-table sweeps set it)
 
 
 @dataclass
@@ -205,6 +210,20 @@ class Recipe:
     @property
     def is_peft(self) -> bool:
         return self.method.name in ("lora", "ptuning")
+
+    @property
+    def timing(self) -> bool:
+        """run.mode=timing: the guides' measured run (no validation, no checkpoint but the stop one)."""
+        return self.run.mode == "timing"
+
+    @property
+    def val_every(self) -> int:
+        """Steps between validations on the validation split; 0: none (run.mode=timing)."""
+        if self.timing:
+            return 0
+        if self.train.val_every_n_steps:
+            return self.train.val_every_n_steps
+        return max(1, self.train.max_steps // VAL_TIMES_PER_RUN)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (what ``recipe.yaml`` holds)."""
@@ -332,7 +351,7 @@ class TimePlan:
     startup_s: float
     lead_s: int  # the stop signal comes this long before the limit; the budget ends then
     every_n_steps: int  # checkpoint interval in steps (0: only at the end)
-    every_source: str  # "plan", "pinned" or "fallback"
+    every_source: str  # "plan", "pinned", "timing" (run.mode=timing: the stop's only) or "fallback"
     checkpoints: int  # periodic + the stops' own + the last
     checkpoint_cost_s: float
     allocations: int
@@ -343,6 +362,9 @@ class TimePlan:
     max_lost_work_s: Optional[float]
     note: Optional[str] = None
     site: dict = field(default_factory=dict)  # the cluster's facts the plan used (timeplan.SITE_FIELDS -> value)
+    mode: str = "train"  # run.mode
+    val_every: int = 0  # steps between validations (0: none, run.mode=timing)
+    validation_s: float = 0.0  # the whole run's validation time (run.mode=train)
 
     @property
     def stop_after_s(self) -> int:

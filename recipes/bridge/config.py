@@ -177,7 +177,8 @@ def _dataset(plan, run_dir) -> dict:
 
     out = {_T: _CFG + "FinetuningDatasetConfig", "dataset_root": str(dataset_root(r, run_dir)),
            "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch", "num_workers": 0,
-           "do_validation": False, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+           # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
+           "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
     if d.packed:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
@@ -218,7 +219,7 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
-    every = plan.time.every_n_steps or t.max_steps  # the time plan's cadence (0: at the end)
+    every = plan.time.every_n_steps or t.max_steps  # the time plan's cadence; 0 (run.mode=timing): the end's and the stop's only
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
@@ -227,7 +228,9 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
         "model": _model(plan),
         "train": {_T: _CFG + "TrainingConfig", "global_batch_size": t.global_batch_size,
                   "micro_batch_size": t.micro_batch_size, "train_iters": t.max_steps,
-                  "eval_iters": 0, "eval_interval": t.max_steps,  # no validation: measured training steps only
+                  # run.mode=timing: no validation (measured training steps only); train: train.val_batches
+                  # batches of the validation split every r.val_every steps
+                  "eval_iters": 0 if r.timing else t.val_batches, "eval_interval": r.val_every or t.max_steps,
                   "exit_signal_handler": True},  # SIGTERM: finish the step, checkpoint, leave
         "optimizer": opt,
         "scheduler": sched,

@@ -34,7 +34,7 @@ def register(sub) -> None:
                    help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=finite_seconds, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=finite_seconds, default=0.0, metavar="S",
-                   help="add S seconds per checkpoint (every engine.checkpoint_every_n_steps of the recipe, "
+                   help="add S seconds per checkpoint (at the run's planned cadence, plan.json's time plan, "
                         "else one at the end)")
     v.set_defaults(func=run_validate)
 
@@ -99,7 +99,8 @@ def describe(result: dict) -> str:
 
 def run_steps(args) -> int:
     """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
-    from vdkit.validation.logs import read_source, steps_csv
+    from vdkit.validation.logs import read_source
+    from vdkit.validation.steps import steps_csv
 
     if len(args.sources) != 1:
         raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",

@@ -48,6 +48,7 @@ MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction 
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
 FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
 WEIGHT_BYTES = 2  # bf16 weights read at start-up
+FORWARD_SHARE = 1 / 3  # a validation batch's share of a training step: forward only (backward ~ 2x forward)
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
 
@@ -103,21 +104,29 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     site = {k: getattr(c, k) for k in SITE_FIELDS}
     if step_s is None or step_s <= 0:
         every = e.checkpoint_every_n_steps
+        if every is None and r.timing:
+            every = 0  # a timing run: no checkpoint but the stop's (and the end's)
         limit = pinned_limit or max_min
         return TimePlan(False, steps, None, plan.checkpoint_gb, write_s, startup_s, lead_s(0.0, write_s, limit),
                         FALLBACK_EVERY_N_STEPS if every is None else every,
-                        "fallback" if every is None else "pinned", 0, 0.0, 0, None, limit,
+                        "fallback" if every is None else ("timing" if r.timing and
+                                                          e.checkpoint_every_n_steps is None else "pinned"), 0, 0.0, 0, None, limit,
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
                         note=_no_prediction_note(plan, pinned_limit), site=site)
     # Cadence: Young's interval, bounded by the work a crash may lose, at least one step.
     if e.checkpoint_every_n_steps is not None:
         every, every_source = e.checkpoint_every_n_steps, "pinned"
+    elif r.timing:
+        every, every_source = 0, "timing"  # the guides' timing run: only the stop's checkpoint
     else:
         interval = min(young_interval_s(write_s, c.mtbf_h * 3600), c.max_lost_work_min * 60)
         every, every_source = max(1, int(interval // step_s)), "plan"
         if every >= steps:
             every = 0  # the run is shorter than the interval: the checkpoint at the end (and at stops)
-    per_step = step_s + (write_s / every if every else 0.0)
+    # run.mode=train validates every r.val_every steps: val_batches global batches, forward only
+    # (about a third of a training step's forward + backward work).
+    validation_s = (t.val_batches * step_s * FORWARD_SHARE / r.val_every) if r.val_every else 0.0
+    per_step = step_s + validation_s + (write_s / every if every else 0.0)
     limit = pinned_limit or max_min
     lead = lead_s(step_s, write_s, limit)
     usable = limit * 60 - startup_s - lead
@@ -133,7 +142,7 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     checkpoints = periodic + max(allocations - 1, 0) + (0 if every and steps % every == 0 else 1)
     cost = checkpoints * write_s
     if allocations:
-        wall = allocations * startup_s + steps * step_s + cost
+        wall = allocations * startup_s + steps * (step_s + validation_s) + cost
     time_source = "pinned" if pinned_limit else "partition maximum"
     if not pinned_limit and allocations == 1:
         want = math.ceil((wall * (1 + MARGIN) + lead) / 60)
@@ -145,7 +154,8 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                 f"{lead} s before its limit, checkpoints and the next continues (docs/cluster-guide.md)")
     lost = (every * step_s) if every else steps * step_s
     return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, every_source,
-                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site)
+                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site,
+                    mode=r.run.mode, val_every=r.val_every, validation_s=steps * validation_s)
 
 
 def hms(seconds: float) -> str:
@@ -160,11 +170,15 @@ def hms(seconds: float) -> str:
 def describe(tp: TimePlan) -> list:
     """Lines for `vdkit plan` (each starts with its label)."""
     every = (f"every {tp.every_n_steps} steps" if tp.every_n_steps else "at the end only") + f" ({tp.every_source})"
-    lines = []
+    lines = [f"  mode        run.mode={tp.mode}: " + (
+        "the guides' timing run - no validation, no checkpoint but the stop one" if tp.mode == "timing" else
+        f"a real fine-tune - validation every {tp.val_every} steps, best + last checkpoints, final weights exported")]
     if tp.predicted:
+        val = f" + validation {tp.validation_s / 60:,.1f} min" if tp.val_every else ""
+        share = (f" (checkpoints {tp.checkpoint_cost_s / tp.wall_s:.0%} of the time)" if tp.wall_s else "")
         lines.append(f"  time        {tp.wall_s / 60:,.1f} min for {tp.steps} steps: start-up {tp.startup_s:.0f} s x "
-                     f"{tp.allocations} allocation(s) + steps {tp.steps * tp.step_s / 60:,.1f} min + "
-                     f"{tp.checkpoints} checkpoint(s) {tp.checkpoint_cost_s / 60:,.1f} min" if tp.wall_s else
+                     f"{tp.allocations} allocation(s) + steps {tp.steps * tp.step_s / 60:,.1f} min{val} + "
+                     f"{tp.checkpoints} checkpoint(s) {tp.checkpoint_cost_s / 60:,.1f} min{share}" if tp.wall_s else
                      "  time        does not fit one allocation")
     source = {"plan": f"predicted + {MARGIN:.0%} + the stop's lead", "pinned": "cluster.time_limit_min",
               "partition maximum": "the partition maximum"}[tp.time_source]
