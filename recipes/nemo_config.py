@@ -127,7 +127,9 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         **checkpoint,
         "dirpath": str(root / rundir.CHECKPOINT_DIR),
         "model_parallel_size": plan.tp * plan.pp,  # NeMo's CallbackParams: TP x PP
-        "save_last": True,  # the checkpoint a max_time stop writes at the end of fit (NeMo's on_train_end)
+        # the checkpoint a max_time stop writes (exp_manager.py StatelessTimer calls _save_last_checkpoint)
+        "save_last": True,
+        **_retention(times.policy),
     }
     if every > 0:
         params["every_n_train_steps"] = every
@@ -151,6 +153,18 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         # over in the checkpoint). The allocation less the stop's lead and the predicted start-up.
         "max_time_per_run": hms(max(60, times.stop_after_s - times.startup_s)),
     }
+
+
+def _retention(policy) -> dict:
+    """The plan's checkpoint policy (vdkit.planner.checkpoint_policy) in NeMo 1.23's CallbackParams words.
+
+    Kept: the best ``save_top_k`` plus the ``-last`` one (``policy.keep`` in all). A timing run saves only
+    when stopped: no top-k saves (``every_n_epochs`` 0: Lightning 2.0.7's ModelCheckpoint saves top-k at a
+    validation's end only with every_n_epochs >= 1), no ``.nemo`` at the end; its ``-last`` is the stop's
+    (NeMo 1.23 has no asynchronous checkpoint writer: ``policy.async_save`` does not apply)."""
+    if policy.final == "none":
+        return {"save_top_k": 1, "every_n_epochs": 0, "save_nemo_on_train_end": False, "always_save_nemo": False}
+    return {"save_top_k": max(policy.keep - 1, 1)}
 
 
 def _recompute(plan) -> dict:
@@ -324,7 +338,6 @@ def finetune_config(plan, run_dir) -> dict:
     }
     checkpoint = {
         "monitor": "validation_loss",
-        "save_top_k": 1,
         "mode": "min",
         # run.mode=train: the best checkpoint (lowest validation loss) restored and exported as a .nemo
         # at the end (LoRA / P-tuning: the adapter .nemo, served with the base); a timing run exports none.
@@ -439,7 +452,7 @@ def pretrain_config(plan, run_dir) -> dict:
     trainer.update({"limit_test_batches": 500, "accumulate_grad_batches": 1, "benchmark": False,
                     "enable_model_summary": False})
     checkpoint = {
-        "monitor": "val_loss", "save_top_k": 10, "mode": "min", "always_save_nemo": False,
+        "monitor": "val_loss", "mode": "min", "always_save_nemo": False,
         "save_nemo_on_train_end": not plan.recipe.timing,  # run.mode=train: the final weights as a .nemo
         "filename": "megatron_gpt--{val_loss:.2f}-{step}-{consumed_samples}",
     }

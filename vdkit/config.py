@@ -254,7 +254,7 @@ def validate_fields(r: Recipe) -> None:
            "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
     _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
            f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
-           "use 0 (only at the end), N, or leave it unset: the plan derives it")
+           "use 0 (no periodic checkpoint), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Dict, Optional, Union
 
 from vdkit.errors import UserError
-from vdkit.schema import Memory, Plan, Prediction, Recipe, StepTime, TimePlan
+from vdkit.schema import Memory, Plan, Prediction, Recipe, StepTime
 
 RECIPE_FILE = "recipe.yaml"
 PLAN_FILE = "plan.json"
@@ -155,6 +155,8 @@ def load_plan(run_dir) -> Plan:
 
     Raises UserError when either file is missing or unreadable.
     """
+    from vdkit.planner.timeplan import TimePlan  # a type and pure arithmetic: no layout search, no prediction
+
     run_dir = Path(run_dir)
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE

@@ -4,10 +4,10 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
 
 - The recipe: the sections Hydra composes (registered in its ConfigStore by :mod:`vdkit.config`)
   and the frozen :class:`Recipe` built from them.
-- The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate`, :class:`TimePlan` and
+- The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
   :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
-  :mod:`vdkit.planner.predict`, the time plan by :mod:`vdkit.planner.timeplan`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
-  without the planner.
+  :mod:`vdkit.planner.predict`, the time plan by :mod:`vdkit.planner.timeplan`) and read back from a run
+  directory's ``plan.json`` by :mod:`vdkit.rundir` without the layout search.
 """
 from __future__ import annotations
 
@@ -126,7 +126,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
@@ -339,56 +339,6 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class TimePlan:
-    """The plan's time figures (seconds unless named otherwise), decided once by
-    :func:`vdkit.planner.timeplan.time_plan`; ``predicted`` False: none were predicted."""
-
-    predicted: bool
-    steps: int  # train.max_steps: what the job runs
-    step_s: Optional[float]
-    checkpoint_gb: float
-    checkpoint_write_s: float
-    startup_s: float
-    lead_s: int  # the stop signal comes this long before the limit; the budget ends then
-    every_n_steps: int  # checkpoint interval in steps (0: only at the end)
-    every_source: str  # "plan", "pinned", "timing" (run.mode=timing: the stop's only) or "fallback"
-    checkpoints: int  # periodic + the stops' own + the last
-    checkpoint_cost_s: float
-    allocations: int
-    wall_s: Optional[float]
-    time_limit_min: int  # sbatch --time
-    time_source: str  # "plan", "pinned" or "partition maximum"
-    max_time_min: int
-    max_lost_work_s: Optional[float]
-    note: Optional[str] = None
-    site: dict = field(default_factory=dict)  # the cluster's facts the plan used (timeplan.SITE_FIELDS -> value)
-    mode: str = "train"  # run.mode
-    val_every: int = 0  # steps between validations (0: none, run.mode=timing)
-    validation_s: float = 0.0  # the whole run's validation time (run.mode=train)
-
-    @property
-    def stop_after_s(self) -> int:
-        """Seconds after the allocation starts at which a rank stops by its own clock (the budget)."""
-        return max(1, self.time_limit_min * 60 - self.lead_s)
-
-    def to_dict(self, rounded: bool = True) -> dict:
-        """As plain data (``vdkit plan --json``: floats rounded to 0.01; plan.json's ``schedule`` section
-        unrounded, which :meth:`from_dict` reads back exactly)."""
-        d = dataclasses.asdict(self)
-        for k, v in d.items():
-            if rounded and isinstance(v, float):
-                d[k] = round(v, 2)
-        d["stop_after_s"] = self.stop_after_s
-        return d
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "TimePlan":
-        """The time plan :meth:`to_dict` wrote (unknown keys, e.g. ``stop_after_s``, are derived or ignored)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@dataclass(frozen=True)
 class Plan:
     """A recipe with its layout decided, the memory it needs, whether it fits, and its prediction."""
 
@@ -406,7 +356,7 @@ class Plan:
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
     params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
     trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
-    time: Optional[TimePlan] = None  # --time, allocations, checkpoint cadence: decided once by make_plan
+    time: Optional["TimePlan"] = None  # vdkit.planner.timeplan.TimePlan: --time, allocations, checkpoints; decided once by make_plan
 
     @property
     def tp(self) -> int:

@@ -121,7 +121,7 @@ def files(plan, run_dir) -> dict:
     from vdkit.rundir import checkpoint_dir
 
     r = plan.recipe
-    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir))
+    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir), in_container(plan))
     header = (f"# Megatron-Bridge {BRIDGE_VERSION} ConfigContainer rendered by vdkit for {r.run_name}: {r.model.name} "
               f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
               f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
