@@ -106,6 +106,7 @@ class ClusterCfg:
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+    probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
 
 
 @dataclass
@@ -350,7 +351,7 @@ class Plan:
     borderline: bool
     reason: Optional[str]
     checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
+    layout_source: str  # how the layout was chosen: "pinned", "auto" or "design guide" (sharded plans: "pinned")
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
