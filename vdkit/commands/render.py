@@ -1,6 +1,6 @@
 """`vdkit render`: write one new run directory per recipe (launch.sbatch, recipe.yaml, nemo.yaml, ...).
 
-  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts]
+  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts] [--check]
 
 stdout: each run directory's path, one per line (for scripts). stderr, for the reader: under each
 path its layout, memory and predicted time, and at the end the inputs this machine did not check
@@ -26,6 +26,8 @@ def register(sub) -> None:
                                    "the site assumptions, the inputs not checked on this machine and the exact "
                                    "sbatch line (stderr).")
     add_render_args(p)
+    p.add_argument("--check", action="store_true",
+                   help="then run `vdkit check` on every run directory written (exit 2 on a defect)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +48,10 @@ def run(args) -> int:
 
     start = of(cells[0].plan).next_command(cells[0].files) if cells else ""
     print(closing_lines(cells, written, args.check_mounts, start), file=sys.stderr)
+    if getattr(args, "check", False):
+        from vdkit.commands.check import check_dirs, report
+
+        return report(check_dirs(written), out=sys.stderr)
     return 0
 
 
