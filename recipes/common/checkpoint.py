@@ -57,6 +57,7 @@ def write_best(ckpt_dir: Path, step: int, validation_loss: float) -> dict:
     import os
 
     best = {"step": int(step), "validation_loss": float(validation_loss), "checkpoint": checkpoint_name(step)}
+    Path(ckpt_dir).mkdir(parents=True, exist_ok=True)  # the first save may come right after
     tmp = Path(ckpt_dir) / f".{BEST_FILE}.tmp"
     tmp.write_text(json.dumps(best) + "\n")
     os.replace(tmp, Path(ckpt_dir) / BEST_FILE)
