@@ -304,7 +304,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if found is not None:
             progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = every_n_steps(recipe)
+    every = every_n_steps(plan)  # the time plan in plan.json
     val_every = recipe.val_every  # 0: run.mode=timing (no validation)
     if val_every:
         val_samples = rdata.load_samples(recipe, run_dir, tok, room, split="validation")
