@@ -330,7 +330,9 @@ def make_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    reason, notes = None, []
+    from vdkit.context import seq_notes
+
+    reason, notes = None, seq_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "

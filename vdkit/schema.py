@@ -122,6 +122,7 @@ class DataCfg:
 class EngineCfg:
     name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
+    rocm_image: Optional[str] = None  # the engine's ROCm image for clusters with cluster.gpu_vendor=amd (engine=megatron / bridge)
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
     checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
@@ -137,7 +138,9 @@ class ParallelismCfg:
     pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
     vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
     sequence_parallel: Optional[bool] = None  # None: on when tp > 1
+    cp: int = 1  # context-parallel ranks: each sequence split over CP GPUs (engine=bridge / nemo; seq divisible by 2 x CP)
     recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
+    recompute_num_layers: Optional[int] = None  # full recompute: layers per stage recomputed (the rest keep activations); None: all
     distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
 
 
