@@ -25,7 +25,7 @@ from vdkit.rundir import INDEX_MAPPING_DIR
 # recipe=fast renders NVIDIA's fine-tuning performance settings (NeMo-Framework-Launcher's H100 PEFT / SFT
 # examples, e.g. 70B LoRA on 2 nodes: megatron_amp_O2 True, the mcore distributed optimizer, precision bf16),
 # because the step-time model predicts the fast recipe at the efficiency of NVIDIA's published runs
-# (vdkit.predict: the fused path). tests/test_fast_recipe.py ties the rendered settings to that prediction.
+# (vdkit.planner.predict: the fused path). tests/test_fast_recipe.py ties the rendered settings to that prediction.
 MCORE_DISTRIBUTED_OPTIM = "mcore_distributed_optim"
 PERFORMANCE_SETTINGS = {"model.megatron_amp_O2": True, "trainer.precision": "bf16",
                         "model.optim.name": MCORE_DISTRIBUTED_OPTIM}
@@ -118,7 +118,7 @@ def _trainer(plan, max_epochs: int) -> dict:
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
 
-    from vdkit import schedule
+    from vdkit.planner import timeplan as schedule
 
     root = results_root(plan, run_dir)
     times = schedule.time_plan(plan)  # the cadence and the allocation's budget (pinned values win)

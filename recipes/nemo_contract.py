@@ -42,7 +42,7 @@ DELIBERATE_ADDITIONS: Dict[str, Addition] = {
     "exp_manager.checkpoint_callback_params.dirpath": Addition(
         (str,), "checkpoints in run.results_dir (shared by all nodes); resume_if_exists looks there too"),
     "exp_manager.checkpoint_callback_params.every_n_train_steps": Addition(
-        (int,), "the plan's checkpoint cadence (vdkit.schedule): periodic checkpoints the next allocation resumes from"),
+        (int,), "the plan's checkpoint cadence (vdkit.planner.timeplan): periodic checkpoints the next allocation resumes from"),
     "exp_manager.checkpoint_callback_params.save_last": Addition(
         (bool,), "explicit (NeMo's default): the -last checkpoint a max_time stop writes at the end of fit"),
     "exp_manager.max_time_per_run": Addition(
@@ -228,7 +228,7 @@ PRETRAIN_DEPARTURES: Dict[str, str] = {
     "model.ub_tp_comm_overlap": "off: userbuffers need an MPI bootstrap (srun --mpi=pmix) and a per-shape "
                                 "ub_cfg file NeMo 1.23's YAML does not carry; the design guide ran without it",
     "exp_manager.step_timing_kwargs.buffer_size": "1: validation needs every step's own time, not a 5-step mean",
-    "exp_manager.resume_if_exists": "true: the next allocation of a run longer than one (vdkit.schedule) resumes",
+    "exp_manager.resume_if_exists": "true: the next allocation of a run longer than one (vdkit.planner.timeplan) resumes",
     "model.optim.name": "follows parallelism.distributed_optimizer (on by default, as NVIDIA's)",
     "model.optim.bucket_cap_mb": "distributed Adam only",
     "model.optim.overlap_grad_sync": "distributed Adam only",

@@ -22,7 +22,7 @@ import yaml
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.prepare import render_run
 from vdkit.rundir import SBATCH_FILE
 

@@ -11,7 +11,7 @@ import pytest
 from vdkit.config import compose, group_options
 from vdkit.errors import UserError
 from vdkit.jobspec import Container
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import nemo_command, nemo_script, render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
 from vdkit.rundir import LOG_DIR, NEMO_CONFIG_FILE

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config

@@ -1,4 +1,4 @@
-"""The time plan (vdkit.schedule): the site's facts as cluster fields, and the NeMo job's contract for
+"""The time plan (vdkit.planner.timeplan): the site's facts as cluster fields, and the NeMo job's contract for
 every Table 9 cell at 1000 steps (issue 17).
 
 A site sets the partition maximum, its storage's write bandwidth, an allocation's start-up, the mean
@@ -15,8 +15,8 @@ import pytest
 from vdkit.cli import main
 from vdkit.config import compose, sweep_cells
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
-from vdkit.schedule import SITE_FIELDS, time_plan, young_interval_s
+from vdkit.planner.plan import make_plan
+from vdkit.planner.timeplan import SITE_FIELDS, time_plan, young_interval_s
 
 CELL = ["model=llama2_70b", "method=lora", "train.max_steps=1000"]  # issue 17's example: 4 allocations of 240 min
 
@@ -139,10 +139,10 @@ def test_a_layout_the_transformers_regime_does_not_model_is_named_not_the_gpu():
     plan = make_plan(compose(["engine=reference", "model=llama2_70b", "method=lora"]))
     assert (plan.tp, plan.pp) == (4, 1) and plan.feasible and plan.prediction is None
     first, *rest = _notes("engine=reference", "model=llama2_70b", "method=lora")
-    assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.predict_hf) models "
+    assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.planner.predict_hf) models "
                             "data-parallel layouts only, not TP 4 x PP 1; --time is the partition maximum")
     assert "GPU" not in first and "H100" not in first
-    assert "no time prediction: the transformers-engine regime (vdkit.predict_hf) models data-parallel layouts " \
+    assert "no time prediction: the transformers-engine regime (vdkit.planner.predict_hf) models data-parallel layouts " \
            "only, not TP 4 x PP 1" in rest
 
 

@@ -61,7 +61,7 @@ def test_unreadable_file_stops_the_job_with_one_line(tmp_path):
 
 def test_rendered_script_reads_the_file_as_data(tmp_path):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import sbatch_text
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",

@@ -209,7 +209,7 @@ def _check(ok: bool, what: str, fix: str) -> None:
 
 
 def validate_fields(r: Recipe) -> None:
-    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.plan."""
+    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.planner.plan."""
     c, t, m = r.cluster, r.train, r.method
     _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
@@ -287,7 +287,7 @@ def validate_fields(r: Recipe) -> None:
     _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
-    from vdkit.arch import LORA_QKV
+    from vdkit.planner.arch import LORA_QKV
 
     _check(r.engine.lora_qkv in LORA_QKV, f"engine.lora_qkv={r.engine.lora_qkv!r} is not a LoRA placement",
            "use " + " or ".join(f"engine.lora_qkv={v}" for v in LORA_QKV))

@@ -14,7 +14,7 @@ one line naming the key, why and the fix, exit 2, before a run directory or a ra
 
 Rules on the override *syntax* (``~key``, ``hydra.*``, a key given twice, sweep syntax without
 ``-m``, sweeps too large to plan) are :func:`check_overrides` and :func:`check_sweep_size`.
-Layout rules (TP / PP / DP) live in :mod:`vdkit.plan`; field rules on names and obvious pairs in
+Layout rules (TP / PP / DP) live in :mod:`vdkit.planner.plan`; field rules on names and obvious pairs in
 :func:`vdkit.config.validate_fields`.
 """
 from __future__ import annotations
@@ -496,7 +496,7 @@ def check_local_run(plan) -> None:
     if r.parallelism.cpu_offload:
         raise UserError("parallelism.cpu_offload=true moves GPU memory to the host; this machine has no GPU, so "
                         "there is nothing to offload", "drop parallelism.cpu_offload (or set it false) here")
-    from vdkit.arch import param_counts, trainable_params
+    from vdkit.planner.arch import param_counts, trainable_params
 
     total, trainable = param_counts(r.model).total, trainable_params(r)
     per_rank = CPU_BYTES_WEIGHT * total + CPU_BYTES_TRAINABLE * trainable

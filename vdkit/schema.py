@@ -5,8 +5,8 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
 - The recipe: the sections Hydra composes (registered in its ConfigStore by :mod:`vdkit.config`)
   and the frozen :class:`Recipe` built from them.
 - The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
-  :class:`Plan`, filled in by the planner (:mod:`vdkit.plan`, :mod:`vdkit.sharded`, predictions by
-  :mod:`vdkit.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
+  :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
+  :mod:`vdkit.planner.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
   without the planner.
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ class ClusterCfg:
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
-    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
+    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.planner.timeplan), capped at max_time_min
     max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
@@ -125,7 +125,7 @@ class EngineCfg:
     rocm_image: Optional[str] = None  # the engine's ROCm image for clusters with cluster.gpu_vendor=amd (engine=megatron / bridge)
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
@@ -314,7 +314,7 @@ class Candidate:
     memory: Memory
     fits: bool  # within the GPU's memory
     roomy: bool  # within the GPU's memory less the planner's headroom
-    step: Optional[StepTime] = None  # filled by vdkit.plan.rank_candidates
+    step: Optional[StepTime] = None  # filled by vdkit.planner.plan.rank_candidates
 
     @property
     def label(self) -> str:
@@ -338,8 +338,8 @@ class Plan:
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
-    params: int = 0  # the model's parameters (vdkit.arch.param_counts(...).total)
-    trainable_params: int = 0  # what the method trains (vdkit.arch.trainable_params)
+    params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
+    trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
 
     @property
     def tp(self) -> int:

@@ -134,7 +134,7 @@ def _model(plan) -> dict:
     if per_token_loss(r):
         out.update(calculate_per_token_loss=True)
     out.update(recompute.mcore(p))
-    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.predict "fused")
+    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     return out
 
 

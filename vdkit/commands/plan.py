@@ -60,7 +60,7 @@ def run(args) -> int:
     for plan in plans:  # a plan render would refuse is no answer: the same engine and launcher checks
         check_runnable(plan)
     if args.json:
-        from vdkit.schedule import time_plan
+        from vdkit.planner.timeplan import time_plan
 
         for plan in plans:
             figure = _published(plan)
@@ -134,7 +134,7 @@ def describe(plan) -> str:
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     if plan.feasible:
-        from vdkit.schedule import describe as describe_time, time_plan
+        from vdkit.planner.timeplan import describe as describe_time, time_plan
 
         lines += describe_time(time_plan(plan))
     lines += [f"  note        {n}" for n in plan.notes]
@@ -153,7 +153,7 @@ def table(plans) -> str:
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
             "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min", "--time", "allocs", "ckpt every",
             "ckpt cost min")
-    from vdkit.schedule import time_plan
+    from vdkit.planner.timeplan import time_plan
 
     rows = []
     for plan in plans:

@@ -1,7 +1,7 @@
 """Time as part of the plan: wall time of the whole run, allocations, ``--time``, checkpoint cadence.
 
-Input: the predicted seconds per step (:mod:`vdkit.predict`, or any figure), the checkpoint size
-(:func:`vdkit.plan.checkpoint_gb`) and the site's facts in the cluster config:
+Input: the predicted seconds per step (:mod:`vdkit.planner.predict`, or any figure), the checkpoint size
+(:func:`vdkit.planner.plan.checkpoint_gb`) and the site's facts in the cluster config:
 
 - ``cluster.max_time_min``: the partition's maximum time limit (``sinfo -o "%P %l"``);
 - ``cluster.storage_write_gbps_per_node``: checkpoint write bandwidth per node writing (GB/s).
@@ -108,15 +108,15 @@ def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
 
 
 def _weights_gb(recipe) -> float:
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
 
     return param_counts(recipe.model).total * WEIGHT_BYTES / 1e9
 
 
 def _no_prediction_note(plan, pinned_limit) -> str:
     """The time plan without a step time: why there is none (the plan's own reason: the layout, the GPU
-    or the fabric, vdkit.predict.why_no_prediction) and what that leaves --time at."""
-    from vdkit.predict import why_no_prediction
+    or the fabric, vdkit.planner.predict.why_no_prediction) and what that leaves --time at."""
+    from vdkit.planner.predict import why_no_prediction
 
     why = why_no_prediction(plan.recipe, plan.tp, plan.pp) if plan.prediction is None else None
     return (f"no step-time prediction{f': {why}' if why else ''}; --time is "
