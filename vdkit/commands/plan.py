@@ -103,12 +103,13 @@ def describe(plan) -> str:
     r, p, m = plan.recipe, plan.recipe.parallelism, plan.memory
     on = {True: "on", False: "off"}
     verdict = "fits" if plan.feasible else "DOES NOT FIT"
+    cp = f" x CP {p.cp}" if p.cp > 1 else ""
     if plan.borderline:
         verdict += " (borderline)"
     lines = [
         f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
         f" = {r.world_size} GPUs, engine {r.engine.name}",
-        f"  layout      TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source}), VP {p.vp}, sequence parallel "
+        f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
         f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "
