@@ -269,6 +269,9 @@ class Prediction:
     step: StepTime
     target_steps: int
     gpus: int
+    interval_s: Optional[Tuple[float, float]] = None  # seconds per step, low .. high (vdkit.planner.interval)
+    interval_source: str = ""  # the published figures the range comes from
+    basis: Tuple[Tuple[str, str], ...] = ()  # (term, physics or the fitted constant it rests on)
 
     @property
     def step_seconds(self) -> float:
@@ -296,7 +299,9 @@ class Prediction:
                 "predicted_tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
                 "predicted_gpu_hours": round(self.gpu_hours, 3),
                 "predicted_terms_s": {k: round(v, 4) for k, v in self.step.terms().items()},
-                "samples_per_step": round(self.step.samples_per_step, 2)}
+                "samples_per_step": round(self.step.samples_per_step, 2),
+                "predicted_step_interval_s": [round(x, 4) for x in self.interval_s] if self.interval_s else None,
+                "predicted_basis": dict(self.basis)}
 
 
 PREDICTION_KEYS = ("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",

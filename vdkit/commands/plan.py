@@ -129,6 +129,14 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+        if pred.interval_s:
+            lo, hi = pred.interval_s
+            lines.append(f"  range       {lo:.3g} .. {hi:.3g} s/step ({lo * r.train.target_steps / 60:,.0f} .. "
+                         f"{hi * r.train.target_steps / 60:,.0f} min): {pred.interval_source}")
+        if pred.basis:
+            fitted = [f"{t} ({why[len('fitted: '):]})" for t, why in pred.basis if why.startswith("fitted")]
+            physics = [t for t, why in pred.basis if not why.startswith("fitted")]
+            lines.append("  basis       physics: " + ", ".join(physics) + ("; fitted: " + "; ".join(fitted) if fitted else ""))
     figure = _published(plan)
     if figure is not None:
         lines.append(f"  published   {figure.line(pred)}")

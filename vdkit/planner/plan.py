@@ -379,6 +379,9 @@ def make_plan(recipe: Recipe) -> Plan:
     elif feasible:
         notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
                      "fastest)")
+    from vdkit.planner.interval import attach
+
+    prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,

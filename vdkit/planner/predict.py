@@ -59,6 +59,24 @@ def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
     return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
 
 
+def gpu_hardware(calib: dict, gpu_type: str) -> dict:
+    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks,
+    HBM and in-node ring bandwidth from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured
+    matmul share of peak relative to the reference GPU's (1.0 for the reference GPU)."""
+    hw = dict(calib["hardware"])
+    ref = hw.get("reference_gpu")
+    if not ref or gpu_type == ref:
+        return {**hw, "gemm_scale": 1.0}
+    from vdkit.planner.calibration import load
+
+    gpus = load("hf_step_time")["gpus"]
+    g, r = gpus[gpu_type], gpus[ref]
+    hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"], hbm_gb_s=g["hbm_gb_s"],
+              nvlink_gb_s=g["intra_node_gb_s"],
+              gemm_scale=(g["mamf_tflops_bf16"] / g["peak_tflops_bf16"]) / (r["mamf_tflops_bf16"] / r["peak_tflops_bf16"]))
+    return hw
+
+
 def why_no_prediction(recipe, tp: int = 1, pp: int = 1) -> Optional[str]:
     """Why the step-time model predicts nothing for ``recipe`` laid out TP x PP (None: it predicts).
 
@@ -169,7 +187,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     """
     calib = calib or calibration()
     k = constants or fitted(calib)
-    hw = calib["hardware"]
+    hw = gpu_hardware(calib, recipe.cluster.gpu_type)
     nb = {key: float(v) for key, v in calib["bytes"].items()}
     r, m, t, c = recipe, recipe.model, recipe.train, recipe.cluster
     vp = vp or 1
@@ -181,7 +199,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     n = t.micro_batch_size * tokens_per_sample(r, calib)  # tokens per micro batch
     fp8 = t.precision == "fp8"
     peak = float(hw["peak_tflops_fp8" if fp8 else "peak_tflops_bf16"]) * 1e12
-    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"]
+    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"] * float(hw["gemm_scale"])
     hbm = float(hw["hbm_gb_s"]) * 1e9
     full = r.method.name in ("sft", "pretrain")
     fused = _fused_path(r)
