@@ -298,6 +298,8 @@ def finetune_config(plan, run_dir) -> dict:
     model = {
         "seed": t.seed,
         **_parallel(plan),
+        # merge_cfg_with lays cfg.model over the restored .nemo config: the interpolation reaches the model
+        **({"seq_len_interpolation_factor": interpolation_factor(r.model)} if interpolation_factor(r.model) else {}),
         "global_batch_size": t.global_batch_size,
         "micro_batch_size": t.micro_batch_size,
         "restore_from_path": nemo_path,

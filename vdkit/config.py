@@ -33,6 +33,7 @@ RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 GPU_VENDORS = ("nvidia", "amd")
 TRANSPORTS = ("ib", "roce", "tcp")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's environment docs
@@ -313,6 +314,11 @@ def validate_fields(r: Recipe) -> None:
     _check(p.recompute_num_layers is None or p.recompute == "full",
            "parallelism.recompute_num_layers is set but parallelism.recompute is not full",
            "set parallelism.recompute=full (the first N layers of each stage recompute), or drop recompute_num_layers")
+    _check(r.engine.attention in ATTENTIONS, f"engine.attention={r.engine.attention!r} is not an attention implementation",
+           "use " + " or ".join(f"engine.attention={a}" for a in ATTENTIONS))
+    _check(not (t.precision == "fp8" and r.engine.name == "reference"),
+           "train.precision=fp8 with engine=reference: the transformers engine trains in bf16 (no FP8 GEMMs), so the "
+           "plan would predict a precision the run does not use", "use train.precision=bf16, or engine=bridge for FP8")
     from vdkit import context
 
     context.check(r)

@@ -126,6 +126,7 @@ class EngineCfg:
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
     checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
+    attention: str = "sdpa"  # engine=reference: sdpa (PyTorch's fused attention, flash kernels on GPU: no score matrix in HBM) | eager (scores materialized: transformers before 4.36, e.g. the white paper's 4.26)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 

@@ -343,7 +343,7 @@ def make_plan(recipe: Recipe) -> Plan:
     borderline = is_borderline(total, cap)
     from vdkit.context import seq_notes
 
-    reason, notes = None, seq_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + _data_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
@@ -386,6 +386,20 @@ def make_plan(recipe: Recipe) -> Plan:
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
+
+
+def _data_notes(recipe: Recipe) -> List[str]:
+    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
+    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
+        return []
+    from vdkit.planner.predict import avg_tokens, calibration
+    from vdkit.tokens import counted_mean
+
+    avg = avg_tokens(recipe, calibration())
+    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
+    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
+            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
+            "assumed full-length"]
 
 
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:

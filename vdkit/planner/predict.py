@@ -100,6 +100,18 @@ def fitted(calib: Optional[dict] = None) -> Dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- the work
+def avg_tokens(recipe, calib: dict) -> Optional[float]:
+    """Average tokens per fine-tuning sample of the data actually configured: its `vdkit data stats --plan`
+    histogram when the file is beside data.train_files, else the calibration's figure for data.name
+    (Dolly's, Alpaca's), else None (unknown: callers assume full-length samples)."""
+    from vdkit.tokens import counted_mean
+
+    counted = counted_mean(recipe)
+    if counted:
+        return counted[0]
+    return (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+
+
 def tokens_per_sample(recipe, calib: Optional[dict] = None) -> float:
     """Tokens one sample puts through the model (P-tuning adds its virtual tokens).
 
@@ -112,7 +124,7 @@ def tokens_per_sample(recipe, calib: Optional[dict] = None) -> float:
     if recipe.method.name == "pretrain" or recipe.data.packed:
         n = float(t.seq_length)
     else:
-        avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+        avg = avg_tokens(recipe, calib)
         n = min(float(avg), float(t.seq_length)) if avg else float(t.seq_length)
     if recipe.method.name == "ptuning":
         n += recipe.method.ptuning_virtual_tokens
@@ -124,7 +136,7 @@ def samples_per_sequence(recipe, calib: Optional[dict] = None) -> float:
     calib = calib or calibration()
     if not recipe.data.packed or recipe.method.name == "pretrain":
         return 1.0
-    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    avg = avg_tokens(recipe, calib)
     if not avg:
         return 1.0
     # with context parallelism each packed sample is padded to a multiple of 2 x CP (on average half of it)
@@ -137,7 +149,7 @@ def attention_span(recipe, calib: Optional[dict] = None) -> float:
     calib = calib or calibration()
     if recipe.method.name == "pretrain":
         return float(recipe.train.seq_length)
-    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    avg = avg_tokens(recipe, calib)
     return min(float(avg), float(recipe.train.seq_length)) if avg else float(recipe.train.seq_length)
 
 
