@@ -174,3 +174,17 @@ def test_prediction_prints_its_range_and_basis():
     plan = _plan("model=llama2_7b", "method=lora")
     lo, hi = plan.prediction.interval_s
     assert lo < plan.prediction.step_seconds < hi
+
+
+def test_megatron_cores_local_attention_refuses_context_parallelism():
+    """Why CP cannot run on this CPU (or in the megatron engine): the attention megatron-core builds
+    without Transformer Engine asserts CP == 1 when it is constructed."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    cfg = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, context_parallel_size=2,
+                            use_cpu_initialization=True)
+    with pytest.raises(AssertionError, match="only supported by TEDotProductAttention"):
+        DotProductAttention(cfg, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")

@@ -70,6 +70,8 @@ def gpu_hardware(calib: dict, gpu_type: str) -> dict:
     from vdkit.planner.calibration import load
 
     gpus = load("hf_step_time")["gpus"]
+    if gpu_type not in gpus:  # a GPU nothing describes: no prediction is shown (predicts_for), ranking only
+        return {**hw, "gemm_scale": 1.0}
     g, r = gpus[gpu_type], gpus[ref]
     hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"], hbm_gb_s=g["hbm_gb_s"],
               nvlink_gb_s=g["intra_node_gb_s"],
