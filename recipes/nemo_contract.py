@@ -26,7 +26,7 @@ class Addition(NamedTuple):
 # ExpManagerConfig, model keys by the model) — the YAMLs just do not show them.
 DELIBERATE_ADDITIONS: Dict[str, Addition] = {
     "trainer.limit_val_batches": Addition(
-        (int,), "the finetuning YAML omits it: bound the one validation at the end of a timing run"),
+        (int,), "the finetuning YAML omits it: timing runs validate once, one batch; train runs train.val_batches"),
     "trainer.num_sanity_val_steps": Addition(
         (int,), "0: no sanity validation before step 1, which would land inside the measured time"),
     "exp_manager.create_tensorboard_logger": Addition(
@@ -146,9 +146,9 @@ def check_nemo_config(cfg: dict, plan) -> None:
         _fail(f"trainer.max_steps={steps!r} must be a positive int (NeMo sizes its datasets from it; -1 hangs the ETA)",
               "use e.g. train.max_steps=50")
     interval = trainer.get("val_check_interval")
-    if not isinstance(interval, int) or isinstance(interval, bool) or interval < steps:
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < (steps if plan.recipe.timing else 1):
         _fail(f"trainer.val_check_interval={interval!r} would validate inside the measured steps (max_steps={steps})",
-              "leave trainer.val_check_interval to vdkit (it equals train.max_steps)")
+              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)")
 
     tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
     cp = model.get("context_parallel_size", 1)

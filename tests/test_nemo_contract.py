@@ -219,8 +219,12 @@ def test_trap_max_steps_must_be_positive_and_validation_outside_the_timing():
         plan, cfg = _lora_cfg()
         cfg["trainer"]["max_steps"] = bad
         _refused(cfg, plan, "max_steps")
-    plan, cfg = _lora_cfg()
+    plan = _plan("llama2_7b", "lora", ["run.mode=timing"])
+    cfg = build_config(plan, RUN_DIR)
     cfg["trainer"]["val_check_interval"] = 10
+    _refused(cfg, plan, "inside the measured steps")
+    plan, cfg = _lora_cfg()  # run.mode=train: validation every N steps is the point
+    cfg["trainer"]["val_check_interval"] = 0
     _refused(cfg, plan, "inside the measured steps")
 
 

@@ -78,7 +78,23 @@ def test_bad_site_facts_are_one_line(override, words, capsys):
 
 
 # ----------------------------------------------------------------------------- NeMo, every Table 9 cell
-TABLE9 = sweep_cells("table9", ["train.max_steps=1000", "engine.container_image='nvcr.io#nvidia/nemo:24.01'"])
+# Table 9's cells as real 1000-step fine-tunes (run.mode=train): the cadence is the plan's.
+TABLE9 = sweep_cells("table9", ["train.max_steps=1000", "engine.container_image='nvcr.io#nvidia/nemo:24.01'",
+                                "run.mode=train"])
+
+
+def test_the_timing_sweeps_checkpoint_only_at_the_stop():
+    """run.mode=timing (every published-table sweep): no periodic checkpoint, the plan says so."""
+    for name in ("table9", "table9_fast", "training", "alpaca_opt", "llama31_roce", "demo"):
+        for cell in sweep_cells(name, ["train.max_steps=1000"])[:2]:
+            recipe = compose(cell)
+            assert recipe.run.mode == "timing" and recipe.val_every == 0, (name, cell)
+            plan = make_plan(recipe)
+            if plan.feasible:
+                times = time_plan(plan)
+                assert (times.every_n_steps, times.every_source, times.validation_s) == (0, "timing", 0.0)
+    times = time_plan(make_plan(compose(sweep_cells("table9", ["train.max_steps=1000", "run.mode=train"])[0])))
+    assert times.every_source == "plan" and times.val_every == 100 and times.validation_s > 0
 
 
 @pytest.mark.parametrize("cell", TABLE9, ids=lambda c: "-".join(o.split("=")[1] for o in c[:4]))

@@ -194,10 +194,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
     job = job_spec(plan, run_dir)
     launcher.check(plan, job)
-    if launcher.executes_here:
-        from vdkit.rules import check_local_run
-
-        check_local_run(plan)  # FP8 / CPU offload without a GPU, host memory (before the GPU-memory verdict)
+    launcher.check_host(plan)  # a run here: FP8 / CPU offload without a GPU, host memory (before the GPU verdict)
     require_feasible(plan)
     engine.check(plan)
     # every input this machine reads must exist here (all missing ones are named in one line)

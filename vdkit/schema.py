@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
+RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
+VAL_TIMES_PER_RUN = 10  # run.mode=train without train.val_every_n_steps: validations over the run (a loss curve, ~10 points)
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -125,7 +127,7 @@ class EngineCfg:
     rocm_image: Optional[str] = None  # the engine's ROCm image for clusters with cluster.gpu_vendor=amd (engine=megatron / bridge)
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.planner.timeplan); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     attention: str = "sdpa"  # engine=reference: sdpa (PyTorch's fused attention, flash kernels on GPU: no score matrix in HBM) | eager (scores materialized: transformers before 4.36, e.g. the white paper's 4.26)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
@@ -155,6 +157,8 @@ class TrainCfg:
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
+    val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
+    val_batches: int = 10  # run.mode=train: global batches per validation (bounds its cost; NeMo limit_val_batches, Bridge eval_iters)
 
 
 @dataclass
@@ -163,6 +167,7 @@ class RunCfg:
     out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
     results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
     secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
+    mode: str = "train"  # train (a real fine-tune: periodic validation, best + last checkpoints, exported weights) | timing (the guides' method: no validation, no checkpoint but the stop one; the published-table sweeps set it)
 
 
 @dataclass
@@ -209,6 +214,20 @@ class Recipe:
     @property
     def is_peft(self) -> bool:
         return self.method.name in ("lora", "ptuning")
+
+    @property
+    def timing(self) -> bool:
+        """run.mode=timing: the guides' measured run (no validation, no checkpoint but the stop one)."""
+        return self.run.mode == "timing"
+
+    @property
+    def val_every(self) -> int:
+        """Steps between validations on the validation split; 0: none (run.mode=timing)."""
+        if self.timing:
+            return 0
+        if self.train.val_every_n_steps:
+            return self.train.val_every_n_steps
+        return max(1, self.train.max_steps // VAL_TIMES_PER_RUN)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (what ``recipe.yaml`` holds)."""

@@ -95,7 +95,7 @@ def run(args) -> int:
     if args.resume is not None:
         return resume(args)
 
-    from vdkit.rules import check_overrides
+    from vdkit.rules.overrides import check_overrides
 
     check_overrides(args.overrides)  # the command line's own: a key twice, sweep syntax (run has no -m)
     recipe = compose(with_local_defaults(args.overrides))
