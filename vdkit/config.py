@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
+from vdkit.limits import MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
@@ -46,8 +47,45 @@ TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 # ----------------------------------------------------------------------------- conf/ location
 def group_options(group: str) -> List[str]:
-    """The options of one config group (file stems under conf/<group>/)."""
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+    """The options of one config group (file stems under conf/<group>/ and the user's --config-dir)."""
+    return sorted({p.stem for p in (conf_dir() / group).glob("*.yaml")} | set(_user_options(group)))
+
+
+# ----------------------------------------------------------------------------- the user's config dir
+_USER_DIRS: List[Path] = []  # --config-dir DIR (Hydra's convention): DIR/<group>/<name>.yaml beside conf/
+
+
+def use_config_dir(path: str) -> None:
+    """Add ``path`` as a user config dir: its ``cluster/NAME.yaml`` (etc.) become ``cluster=NAME`` options."""
+    d = Path(path).expanduser().absolute()
+    if not d.is_dir():
+        raise UserError(f"--config-dir {path}: no such directory",
+                        "give the directory that holds cluster/NAME.yaml (what `vdkit site probe --out DIR` wrote)")
+    for f in sorted(d.glob("*/*.yaml")):
+        if (conf_dir() / f.parent.name / f.name).is_file():
+            raise UserError(f"{f} has the name of the kit's own {f.parent.name}={f.stem}",
+                            f"rename it (e.g. {f.parent.name}/{f.stem}_site.yaml) so cluster= says which one you mean")
+    if d not in _USER_DIRS:
+        _USER_DIRS.append(d)
+
+
+def _user_options(group: str) -> Dict[str, Path]:
+    return {f.stem: f for d in _USER_DIRS for f in sorted((d / group).glob("*.yaml"))}
+
+
+def _register_user_configs() -> None:
+    """The user's group files as ConfigStore entries (a file-system search path would wake every
+    installed Hydra search-path plugin, e.g. multistorageclient's, which prints tracebacks)."""
+    from hydra.core.config_store import ConfigStore
+
+    from vdkit.files import load_yaml
+
+    for group in sorted({f.parent.name for d in _USER_DIRS for f in d.glob("*/*.yaml")}):
+        for name, f in _user_options(group).items():
+            data = load_yaml(f, f"{group}={name}") or {}
+            if not isinstance(data, dict):
+                raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
+            ConfigStore.instance().store(group=group, name=name, node=data)
 
 
 # ----------------------------------------------------------------------------- compose
@@ -126,6 +164,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
+    _register_user_configs()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
@@ -166,6 +205,9 @@ def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
         value = getattr(sec, key)
         if value:
             setattr(sec, key, os.path.normpath(os.path.join(base, os.path.expanduser(str(value)))))
+    hf = cfg.model.hf_path  # a hub id (org/name) stays; a local path is read by ranks elsewhere
+    if hf and str(hf).startswith(("./", "../", "~")):
+        cfg.model.hf_path = os.path.normpath(os.path.join(base, os.path.expanduser(str(hf))))
     image = cfg.engine.container_image
     if image and str(image).startswith("./"):  # pyxis reads "./x.sqsh" as a file relative to srun's cwd
         cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))
@@ -258,6 +300,7 @@ def validate_fields(r: Recipe) -> None:
            "use 0 (no periodic checkpoint), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
+    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,
@@ -273,6 +316,10 @@ def validate_fields(r: Recipe) -> None:
     _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
            "use e.g. train.max_steps=50")
     _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
+    for key, steps in (("train.max_steps", t.max_steps), ("train.target_steps", t.target_steps)):
+        _check(steps <= MAX_TRAIN_STEPS, f"{key}={steps} is more than {MAX_TRAIN_STEPS:,} optimizer steps: no "
+               "training run takes that many (Llama 2's pretraining took 500,000)",
+               f"use the steps you mean to train, e.g. {key}=1000")
     _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
@@ -386,13 +433,13 @@ def expand_multirun(overrides: List[str]) -> List[List[str]]:
 
 
 def load_sweep(name: str) -> dict:
-    """The named sweep file conf/sweep/NAME.yaml as data."""
-    import yaml
+    """The named sweep file conf/sweep/NAME.yaml as a mapping (:func:`vdkit.sweepfile.read`)."""
+    from vdkit import sweepfile
 
     path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    return yaml.safe_load(path.read_text()) or {}
+    return sweepfile.read(path)
 
 
 def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
@@ -400,17 +447,14 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
     A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
     put before every cell; ``extra`` (the command line's own overrides) is appended to every
-    cell, so it wins.
+    cell, so it wins. Checked and counted before any cell is expanded (:mod:`vdkit.sweepfile`).
     """
-    data = load_sweep(name)
-    cells = data.get("cells")
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
-        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
-    base = [str(x) for x in data.get("base") or []]
+    from vdkit.sweepfile import checked_cells
+
+    base, cells = checked_cells(name, conf_dir() / "sweep" / f"{name}.yaml", load_sweep(name), extra)
     expanded: List[List[str]] = []
     for cell in cells:
-        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
+        expanded.extend(expand_multirun(base + cell + list(extra)))
     return expanded
 
 

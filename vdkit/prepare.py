@@ -122,6 +122,8 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
             missing.append((what, path))
     if len(missing) == 1:
         what, path = missing[0]
+        if Path(path).expanduser().exists():  # a file where a directory belongs
+            raise UserError(f"{what} {path} is a file, not a directory", f"point {what} at the directory")
         raise UserError(f"{what} {path} does not exist on this machine",
                         f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
                         "when rendering away from the cluster's storage")
@@ -188,6 +190,12 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
                         ("unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
                          else "raise cluster.max_time_min to the partition's limit, or use more nodes")
                         + f", or set cluster.startup_s to your site's start-up if it is shorter than {times.startup_s:.0f} s")
+    from vdkit.limits import MAX_ALLOCATIONS
+
+    if times.allocations > MAX_ALLOCATIONS:  # 2**40 steps: allocations without end, each queued in turn
+        raise UserError(f"train.max_steps={plan.recipe.train.max_steps:,} needs {times.allocations:,} allocations of "
+                        f"{times.time_limit_min} min, more than the {MAX_ALLOCATIONS:,} one run may chain",
+                        "train fewer steps (train.max_steps), or use more nodes")
     plan = schedule.resolve(plan)
     engine = engine_of(plan)
     launcher = launcher_of(plan)

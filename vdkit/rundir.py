@@ -42,6 +42,9 @@ BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigC
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
 BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
+# The files each engine adds to a run directory (engines not named add none): what `--help` says.
+ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
+                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"
@@ -63,6 +66,38 @@ def results_root(recipe, run_dir) -> Path:
     if not shared:
         return run_dir
     return Path(shared).expanduser() / run_dir.name
+
+
+def check_results_room(plan, run_dir) -> None:
+    """At the door of ``vdkit run`` / ``submit``, before a run dir exists or a step is computed: the directory
+    the checkpoints go to (its nearest existing parent) is writable and holds one checkpoint of the plan's
+    size. Skipped where the directory is the cluster's storage, absent here."""
+    import errno
+
+    from vdkit.files import on_this_machine
+
+    root = results_root(plan.recipe, run_dir)
+    if not on_this_machine(root):
+        return
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    key = "run.results_dir" if plan.recipe.run.results_dir else "--out"
+    fix = f"point {key} at a writable directory with room for the checkpoints"
+    if not probe.is_dir():
+        raise UserError(f"checkpoints would go to {root}, but {probe} is not a directory", fix)
+    try:  # as root, os.access says yes to /sys and /proc: only a file made and removed tells
+        fd, tmp = tempfile.mkstemp(prefix=".vdkit-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        why = "read-only" if exc.errno == errno.EROFS else f"not writable ({exc.strerror})"
+        raise UserError(f"checkpoints would go to {root}, but {probe} is {why}", fix) from None
+    st = os.statvfs(probe)
+    free, need = st.f_bavail * st.f_frsize, plan.checkpoint_gb * 1e9
+    if free < need:
+        raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, one checkpoint of this "
+                        f"plan is {need / 1e9:,.2f} GB", fix + " (or free some space)")
 
 
 def checkpoint_dir(recipe, run_dir) -> Path:

@@ -106,6 +106,7 @@ class ClusterCfg:
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+    probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
 
 
 @dataclass

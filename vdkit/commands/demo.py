@@ -27,14 +27,18 @@ SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.mpi=none", "cluster.socket_if
 def register(sub) -> None:
     p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
                        description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
-                                   "real with megatron-core as 1 and 2 'nodes' in the layouts the planner picks "
+                                   "real (engine=megatron; the 1-node LoRA cell engine=bridge; engine=reference "
+                                   "on request; engine=nemo is refused: it needs its container) as 1 and 2 'nodes' "
+                                   "in the layouts the planner picks "
                                    "(local processes, or the local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
     add_override_args(p)
     from vdkit.args import out_path
 
-    p.add_argument("--out", metavar="DIR", default="demo", type=out_path, help="where runs/ and report/ go (default: ./demo)")
+    p.add_argument("--out", metavar="DIR", default="demo", type=out_path,
+                   help="where runs/ (one run directory per cell, with logs/ and checkpoints/) and report/ "
+                        "(table9.md, .csv, .json, the PNG plots) go (default: ./demo)")
     p.add_argument("--slurm", action="store_true",
                    help="run each cell as a Slurm job on the local emulated XE9680 cluster (root, slurm-wlm, "
                         "munge); falls back to local processes, saying why, when it cannot start")

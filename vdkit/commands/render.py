@@ -14,17 +14,17 @@ import re
 import sys
 from pathlib import PurePosixPath
 
-from vdkit.args import add_render_args
+from vdkit.args import add_render_args, run_dir_files_help
 
 
 def register(sub) -> None:
     """Add the `render` verb."""
     p = sub.add_parser("render", help="write a run directory with launch.sbatch (+ NeMo config); print its path",
-                       description="Compose and plan each recipe, then write a new run directory holding "
-                                   "launch.sbatch, recipe.yaml, plan.json, overrides.txt and (engine=nemo) "
-                                   "nemo.yaml. Earlier run directories are never overwritten. Prints the paths "
-                                   "(stdout) and, under each, its layout, memory and predicted time, then the "
-                                   "inputs not checked on this machine (stderr).")
+                       description="Compose and plan each recipe, then write a new run directory (a re-render "
+                                   "writes NAME-2, never over an earlier one). " + run_dir_files_help() + " Prints "
+                                   "the paths (stdout) and, under each, its layout, memory and predicted time, then "
+                                   "the site assumptions, the inputs not checked on this machine and the exact "
+                                   "sbatch line (stderr).")
     add_render_args(p)
     p.set_defaults(func=run)
 
@@ -77,6 +77,28 @@ def cell_lines(plan) -> str:
     return f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
 
 
+def site_assumptions(cells) -> list:
+    """One block: the site facts (vdkit.site.SITE_FACTS) the rendered jobs use that nobody read on a node
+    (not in ``cluster.probed``), for clusters whose ranks run elsewhere (not the local launcher)."""
+    from vdkit import launchers
+    from vdkit.site import SITE_FACTS
+
+    seen, lines = set(), []
+    for cell in cells:
+        c = cell.plan.recipe.cluster
+        if c.name in seen or launchers.executes_here(c.launcher):
+            continue
+        seen.add(c.name)
+        assumed = [f"cluster.{k}={getattr(c, k)!r}".replace("'", "") for k in SITE_FACTS if k not in c.probed]
+        if assumed:
+            lines.append(f"site assumptions of cluster {c.name} (not read on your nodes; an adapter name that differs "
+                         "silently costs NICs or falls back to TCP):")
+            lines += [f"  {a}" for a in assumed]
+            lines.append(f"  read yours on a compute node: vdkit site probe --name mysite --out DIR, then render "
+                         f"with --config-dir DIR cluster=mysite")
+    return lines
+
+
 def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
     """What was not checked here (with the flag that checks it) and how to start the job(s)."""
     from vdkit.prepare import unchecked_inputs
@@ -88,7 +110,7 @@ def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
     # a directory listed only because a file in it is (the .nemo file's folder) says nothing new
     unchecked = [f"{what} {path}" for path, what in found.items()
                  if not any(other != path and PurePosixPath(path) in PurePosixPath(other).parents for other in found)]
-    lines = []
+    lines = site_assumptions(cells)
     if unchecked:
         why = ("--no-check-mounts" if check_mounts is False else
                "their top-level directories are not on this machine: cluster storage")

@@ -10,7 +10,7 @@ import argparse
 import shutil
 import sys
 
-from vdkit.args import add_render_args, finite_seconds
+from vdkit.args import add_render_args, finite_seconds, run_dir_files_help
 
 
 def register(sub) -> None:
@@ -18,7 +18,8 @@ def register(sub) -> None:
                        description="Render a run directory per recipe (as `vdkit render`) and submit it through "
                                    "its launcher (cluster.launcher: Slurm's sbatch through submitit, Kubernetes' "
                                    "kubectl apply). Prints one line per job: the run directory and the job as the "
-                                   "launcher names it (recorded in the run directory's job_id.txt).")
+                                   "launcher names it (recorded in the run directory's job_id.txt). "
+                                   + run_dir_files_help())
     add_render_args(p)
     p.add_argument("--test-only", action="store_true",
                    help="the scheduler checks each run and says what it would do (Slurm: sbatch --test-only; "
@@ -68,6 +69,10 @@ def run_submit(args) -> int:
     # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
+    from vdkit.rundir import check_results_room
+
+    for cell in cells:  # a read-only or full disk now, not at the job's first save
+        check_results_room(cell.plan, cell.run_dir)
     from vdkit.errors import KeepRunDir
     from vdkit.rundir import missing_parents, remove_empty
 
