@@ -92,8 +92,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
         value = getattr(c, key)
         if value:
             params[key] = _directive(f"cluster.{key}", value)
-    # Optional chaining (e.g. "singleton" with exp_manager.resume_if_exists); read defensively so
-    # that a ClusterCfg without the field renders as before.
+    # Optional chaining (cluster.dependency, e.g. "singleton": chained jobs of one name run one at a time).
     dependency = c.dependency
     if dependency:
         params["dependency"] = _directive("cluster.dependency", dependency)

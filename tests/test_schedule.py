@@ -13,7 +13,8 @@ import re
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import compose, sweep_cells
+from vdkit.config import compose
+from vdkit.sweep import sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.planner.timeplan import SITE_FIELDS, time_plan, young_interval_s

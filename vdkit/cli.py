@@ -20,6 +20,8 @@ COMMAND_MODULES = (
     "vdkit.commands.plan",
     "vdkit.commands.render",
     "vdkit.commands.submit",
+    "vdkit.commands.status",
+    "vdkit.commands.cluster",
     "vdkit.commands.run",
     "vdkit.commands.validate",
     "vdkit.commands.data",

@@ -360,7 +360,7 @@ class Plan:
     borderline: bool
     reason: Optional[str]
     checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
+    layout_source: str  # how the layout was chosen: "pinned", "auto" or "design guide" (sharded plans: "pinned")
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)

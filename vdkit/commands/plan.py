@@ -30,7 +30,8 @@ EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is 
 
 
 def run(args) -> int:
-    from vdkit.config import compose, override_sets
+    from vdkit.config import compose
+    from vdkit.sweep import override_sets
     from vdkit.errors import UserError
 
     if args.explain and (args.multirun or args.sweep is not None or args.cfg):
@@ -109,7 +110,7 @@ def describe(plan) -> str:
     lines = [
         f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
         f" = {r.world_size} GPUs, engine {r.engine.name}",
-        f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({plan.layout_source}), VP {p.vp}, sequence parallel "
+        f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
         f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "

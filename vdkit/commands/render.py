@@ -53,8 +53,8 @@ def cell_lines(plan) -> str:
     """Three indented lines: the layout with its memory, the predicted time (or why there is none), and
     the allocation (--time, how many, the checkpoint cadence)."""
     r, p = plan.recipe, plan.recipe.parallelism
-    if plan.layout_source in ("none", "fsdp", "zero3"):  # the transformers engine: sharded data parallel
-        layout = f"DP {plan.dp} ({plan.layout_source})"
+    if p.sharding != "none":  # sharded data parallel (FSDP / ZeRO-3): the layout is DP over every GPU
+        layout = f"DP {plan.dp} ({p.sharding})"
     else:
         layout = f"TP {p.tp} x PP {p.pp}" + (f" x CP {p.cp}" if p.cp > 1 else "") + f" x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
     layout += (f", gradient accumulation {plan.grad_accum}; {plan.memory.total_gb:.1f} of {r.cluster.gpu_memory_gb:g} "
