@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "vdkit.commands.list",
     "vdkit.commands.plan",
     "vdkit.commands.render",
+    "vdkit.commands.check",
     "vdkit.commands.submit",
     "vdkit.commands.status",
     "vdkit.commands.cluster",

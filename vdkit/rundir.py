@@ -118,7 +118,8 @@ def plan_record(plan) -> dict:
     """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded.
 
     ``prediction`` (the step time by term, the target steps and GPUs) lets validation and reports
-    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning.
+    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning;
+    ``schedule`` is the time plan (``Plan.time``: --time, allocations, checkpoint cadence).
     """
     import dataclasses
 
@@ -128,7 +129,8 @@ def plan_record(plan) -> dict:
             "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
                                                      "target_steps": pred.target_steps, "gpus": pred.gpus,
                                                      "interval_s": pred.interval_s, "interval_source": pred.interval_source,
-                                                     "basis": [list(b) for b in pred.basis]}}
+                                                     "basis": [list(b) for b in pred.basis]},
+            **({} if plan.time is None else {"schedule": plan.time.to_dict(rounded=False)})}
 
 
 def load_recipe(path) -> Recipe:
@@ -159,7 +161,7 @@ def _prediction(data) -> Optional[Prediction]:
 
 
 def plan_json(plan, **extra) -> str:
-    """plan.json's text: :func:`plan_record` plus named sections (e.g. ``schedule``: the time plan)."""
+    """plan.json's text: :func:`plan_record` plus named sections."""
     return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
 
 
@@ -189,10 +191,13 @@ def load_schedule(run_dir) -> dict:
 
 
 def load_plan(run_dir) -> Plan:
-    """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
+    """The plan a run directory was rendered with: recipe.yaml (its layout filled in) + plan.json (its time
+    plan too), never re-planned.
 
     Raises UserError when either file is missing or unreadable.
     """
+    from vdkit.planner.timeplan import TimePlan  # a type and pure arithmetic: no layout search, no prediction
+
     run_dir = Path(run_dir)
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE
@@ -205,7 +210,8 @@ def load_plan(run_dir) -> Plan:
                     checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
                     notes=tuple(data.get("notes") or ()), prediction=_prediction(data.get("prediction")),
                     runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
-                    trainable_params=int(data.get("trainable_params") or 0))
+                    trainable_params=int(data.get("trainable_params") or 0),
+                    time=TimePlan.from_dict(data["schedule"]) if data.get("schedule") else None)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
                   else "not the JSON object vdkit writes" if isinstance(exc, TypeError) else str(exc) or type(exc).__name__)

@@ -6,8 +6,8 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
   and the frozen :class:`Recipe` built from them.
 - The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
   :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
-  :mod:`vdkit.planner.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
-  without the planner.
+  :mod:`vdkit.planner.predict`, the time plan by :mod:`vdkit.planner.timeplan`) and read back from a run
+  directory's ``plan.json`` by :mod:`vdkit.rundir` without the layout search.
 """
 from __future__ import annotations
 
@@ -366,6 +366,7 @@ class Plan:
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
     params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
     trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
+    time: Optional["TimePlan"] = None  # vdkit.planner.timeplan.TimePlan: --time, allocations, checkpoints; decided once by make_plan
 
     @property
     def tp(self) -> int:

@@ -102,3 +102,10 @@ def env(plan) -> dict:
     from vdkit.recipes.rocm import vendor_env
 
     return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {})
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: the job's TransformerConfig and model on the meta device (:mod:`.check`)."""
+    from vdkit.recipes.megatron.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

@@ -1,6 +1,6 @@
 """`vdkit render`: write one new run directory per recipe (launch.sbatch, recipe.yaml, nemo.yaml, ...).
 
-  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts]
+  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts] [--check]
 
 stdout: each run directory's path, one per line (for scripts). stderr, for the reader: under each
 path its layout, memory and predicted time, and at the end the inputs this machine did not check
@@ -26,6 +26,8 @@ def register(sub) -> None:
                                    "the site assumptions, the inputs not checked on this machine and the exact "
                                    "sbatch line (stderr).")
     add_render_args(p)
+    p.add_argument("--check", action="store_true",
+                   help="then run `vdkit check` on every run directory written (exit 2 on a defect)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +48,10 @@ def run(args) -> int:
 
     start = of(cells[0].plan).next_command(cells[0].files) if cells else ""
     print(closing_lines(cells, written, args.check_mounts, start), file=sys.stderr)
+    if getattr(args, "check", False):
+        from vdkit.commands.check import check_dirs, report
+
+        return report(check_dirs(written), out=sys.stderr)
     return 0
 
 
@@ -67,9 +73,7 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    from vdkit.planner.timeplan import time_plan
-
-    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.planner.timeplan.resolve)
+    t = plan.time  # the planner's --time, allocations and cadence
     every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")
