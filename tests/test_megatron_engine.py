@@ -131,6 +131,19 @@ def test_loss_falls_against_an_lr0_control(runs, method, layout):
     assert_memory_agrees(runs.get(CONTROL[method], "one", lr0=True), 1)
 
 
+# Llama 3.1's blocks at toy size (conf/model/tiny_llama3.yaml): GQA, RoPE theta 500000 with llama3 scaling,
+# partial recompute (block: the first layer of each stage) under PP2.
+LLAMA3 = ["model=tiny_llama3", "parallelism.recompute_num_layers=1"]  # the pp2 layout recomputes (full)
+
+
+def test_llama3_trains_exactly_like_one_rank(runs):
+    one = _losses(runs.get("sft", "one", extra=["model=tiny_llama3"]))
+    pp2 = _losses(runs.get("sft", "pp2", extra=LLAMA3))
+    assert len(one) == len(pp2) == 6 and pp2 == pytest.approx(one, rel=1e-4, abs=1e-5), (one, pp2)
+    # (that the scaling is built as transformers builds it: tests/test_context.py)
+    assert one[-1] < one[0] - 0.05  # and it learns
+
+
 def test_layout_line_names_what_megatron_runs(runs):
     out = (runs.get("sft", "tp2pp2vp2") / "local-1.out").read_text()
     assert "tp=2 pp=2 vp=2 dp=1 sp=True" in out and "megatron-core 0.16.1" in out
