@@ -45,6 +45,7 @@ BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the tr
 # The files each engine adds to a run directory (engines not named add none): what `--help` says.
 ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
                 "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
+EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"
@@ -118,7 +119,8 @@ def plan_record(plan) -> dict:
     """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded.
 
     ``prediction`` (the step time by term, the target steps and GPUs) lets validation and reports
-    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning.
+    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning;
+    ``schedule`` is the time plan (``Plan.time``: --time, allocations, checkpoint cadence).
     """
     import dataclasses
 
@@ -126,7 +128,10 @@ def plan_record(plan) -> dict:
     return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb,
             "params": plan.params,
             "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
-                                                     "target_steps": pred.target_steps, "gpus": pred.gpus}}
+                                                     "target_steps": pred.target_steps, "gpus": pred.gpus,
+                                                     "interval_s": pred.interval_s, "interval_source": pred.interval_source,
+                                                     "basis": [list(b) for b in pred.basis]},
+            **({} if plan.time is None else {"schedule": plan.time.to_dict(rounded=False)})}
 
 
 def load_recipe(path) -> Recipe:
@@ -149,11 +154,15 @@ def load_recipe(path) -> Recipe:
 def _prediction(data) -> Optional[Prediction]:
     if not data:
         return None
-    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]))
+    interval = data.get("interval_s")
+    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]),
+                      interval_s=tuple(float(x) for x in interval) if interval else None,
+                      interval_source=str(data.get("interval_source") or ""),
+                      basis=tuple((str(a), str(b)) for a, b in data.get("basis") or ()))
 
 
 def plan_json(plan, **extra) -> str:
-    """plan.json's text: :func:`plan_record` plus named sections (e.g. ``schedule``: the time plan)."""
+    """plan.json's text: :func:`plan_record` plus named sections."""
     return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
 
 
@@ -183,10 +192,13 @@ def load_schedule(run_dir) -> dict:
 
 
 def load_plan(run_dir) -> Plan:
-    """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
+    """The plan a run directory was rendered with: recipe.yaml (its layout filled in) + plan.json (its time
+    plan too), never re-planned.
 
     Raises UserError when either file is missing or unreadable.
     """
+    from vdkit.planner.timeplan import TimePlan  # a type and pure arithmetic: no layout search, no prediction
+
     run_dir = Path(run_dir)
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE
@@ -199,7 +211,8 @@ def load_plan(run_dir) -> Plan:
                     checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
                     notes=tuple(data.get("notes") or ()), prediction=_prediction(data.get("prediction")),
                     runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
-                    trainable_params=int(data.get("trainable_params") or 0))
+                    trainable_params=int(data.get("trainable_params") or 0),
+                    time=TimePlan.from_dict(data["schedule"]) if data.get("schedule") else None)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
                   else "not the JSON object vdkit writes" if isinstance(exc, TypeError) else str(exc) or type(exc).__name__)

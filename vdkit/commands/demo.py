@@ -256,7 +256,7 @@ def _train(cell, env):
         from vdkit.launchers import succeeded
 
         launcher.submit(run_dir)
-        return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60))
+        return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.time.time_limit_min * 60))
     # The live progress bar only on a terminal; the log file gets every update either way.
     sink = sys.stdout.buffer if sys.stdout.isatty() else open(os.devnull, "wb")
     try:

@@ -62,7 +62,7 @@ def cell_lines(plan) -> str:
     if p.sharding != "none":  # sharded data parallel (FSDP / ZeRO-3): the layout is DP over every GPU
         layout = f"DP {plan.dp} ({p.sharding})"
     else:
-        layout = f"TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
+        layout = f"TP {p.tp} x PP {p.pp}" + (f" x CP {p.cp}" if p.cp > 1 else "") + f" x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
     layout += (f", gradient accumulation {plan.grad_accum}; {plan.memory.total_gb:.1f} of {r.cluster.gpu_memory_gb:g} "
                f"GB per GPU" + (" (borderline)" if plan.borderline else ""))
     pred = plan.prediction
@@ -73,9 +73,7 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    from vdkit.planner.timeplan import time_plan
-
-    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.planner.timeplan.resolve)
+    t = plan.time  # the planner's --time, allocations and cadence
     every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")

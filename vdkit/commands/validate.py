@@ -34,7 +34,7 @@ def register(sub) -> None:
                    help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=finite_seconds, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=finite_seconds, default=0.0, metavar="S",
-                   help="add S seconds per checkpoint (every engine.checkpoint_every_n_steps of the recipe, "
+                   help="add S seconds per checkpoint (at the run's planned cadence, plan.json's time plan, "
                         "else one at the end)")
     v.set_defaults(func=run_validate)
 
