@@ -244,3 +244,22 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     acc.Reload()
     assert sorted(e.step for e in acc.Scalars("reduced_train_loss")) == list(range(6))  # none lost, none twice
     assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
+
+
+def test_run_mode_train_validates_on_every_rank_and_keeps_the_best(tmp_path):
+    """run.mode=train at TP 2: the validation loss is all-reduced, every rank agrees on the best (no hang),
+    best.json names a kept checkpoint."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "vdkit", "run", "engine=megatron", "model=tiny_llama", "method=lora",
+                           "parallelism.tp=2", "cluster.gpus_per_node=2", "train.max_steps=6",
+                           "train.global_batch_size=4", "train.val_every_n_steps=3", "train.val_batches=1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "tiny_llama_lora_1n2g"
+    log = (run / "local-1.out").read_text()
+    assert log.count("validation_loss") == 2
+    best = json.loads((run / "checkpoints" / "best.json").read_text())
+    assert (run / "checkpoints" / best["checkpoint"]).is_dir()
