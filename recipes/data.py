@@ -136,16 +136,37 @@ def json_line(path, lineno: int, line: str):
     except RecursionError:
         raise UserError(f"{path}:{lineno}: JSON nested too deeply to be a record",
                         "fix or remove that line; every line must be one flat JSON object") from None
+    except ValueError as exc:  # Python's integer limit: a 5000-digit number is no field of any record
+        raise UserError(f"{path}:{lineno}: {number_too_long(exc)}", "fix or remove that line") from None
 
 
-def _read_text(path: Path) -> str:
-    """The file's text; UserError when missing, unreadable, not UTF-8 or empty."""
+def number_too_long(exc: ValueError) -> str:
+    """The line for json's ValueError on a number Python refuses to convert (over 4300 digits)."""
+    return "a number with more digits than any record field holds (" + str(exc).split(":")[0].lower() + ")"
+
+
+def check_sample_size(path, lineno: int, size: int) -> None:
+    """UserError for one record of more than MAX_SAMPLE_BYTES, before it is decoded or tokenized."""
+    from vdkit.limits import MAX_SAMPLE_BYTES
+
+    if size > MAX_SAMPLE_BYTES:
+        raise UserError(f"{path}:{lineno}: one record of {size / 2 ** 20:,.1f}+ MB, more than the "
+                        f"{MAX_SAMPLE_BYTES // 2 ** 20} MB any sample can be (a 128k-token context is about 1 MB "
+                        "of text)", "split or remove that record; a file of many records needs one per line")
+
+
+def _read_text(path: Path, one_record_a_line: bool = False) -> str:
+    """The file's text; UserError when missing, too large, unreadable, not UTF-8 or empty (or, with
+    ``one_record_a_line``, when a line is longer than any record)."""
     from vdkit.files import not_a_regular_file
+
+    from vdkit.limits import MAX_DATASET_BYTES, check_size
 
     kind = not_a_regular_file(path)
     if kind:
         raise UserError(f"{path}: " + ("no such file" if kind == "missing" else f"is {kind}, not a dataset file"),
                         "pass the path of the downloaded dataset file")
+    check_size(path, MAX_DATASET_BYTES, "dataset file", "pass the downloaded dataset file (or split a larger one)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -154,6 +175,10 @@ def _read_text(path: Path) -> str:
         raise UserError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions")
     if not text.strip():
         raise UserError(f"{path}: file is empty", "download the dataset file again")
+    if one_record_a_line:  # the longest line first: a 60 MB record is refused before it is scanned or decoded
+        lengths = [len(line) for line in text.split("\n")]
+        longest = max(range(len(lengths)), key=lengths.__getitem__)
+        check_sample_size(path, longest + 1, lengths[longest])
     refuse_lone_surrogates(path, text)
     return text
 
@@ -163,6 +188,7 @@ def _iter_jsonl(path: Path, text: str) -> Iterator[Tuple[int, str, object]]:
     # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters that
     # splitlines() treats as line breaks.
     for lineno, line in enumerate(text.split("\n"), start=1):
+        check_sample_size(path, lineno, len(line))
         if not line.strip():
             continue
         yield lineno, f"line {lineno}", json_line(path, lineno, line)
@@ -203,6 +229,10 @@ def _iter_json_container(path: Path, text: str, kind: str) -> Iterator[Tuple[int
         except RecursionError:
             raise UserError(f"{path}:{line}: JSON nested too deeply to be a record",
                             "fix or re-download the file; it must be the dataset's original format") from None
+        except ValueError as exc:
+            raise UserError(f"{path}:{line}: {number_too_long(exc)}",
+                            "fix or re-download the file; it must be the dataset's original format") from None
+        check_sample_size(path, line, end - p)
         return value, end
 
     pos = skip_ws(pos)
@@ -346,8 +376,8 @@ def read_rows(dataset: str, input_path) -> Tuple[List[Row], Counter, int]:
     if dataset not in _FORMATS:
         raise UserError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
     path = Path(input_path)
-    text = _read_text(path)
     layout, convert = _FORMATS[dataset]
+    text = _read_text(path, one_record_a_line=layout == "jsonl")
     records = _iter_jsonl(path, text) if layout == "jsonl" else _iter_json_container(path, text, layout)
     rows: List[Row] = []
     dropped: Counter = Counter()

@@ -151,3 +151,10 @@ def container(plan, run_dir) -> Container:
     extra = [("the directory of model.nemo_path", base)] if base else []
     return Container(image=plan.recipe.engine.container_image, mounts=standard_mounts(plan, run_dir, extra),
                      workdir=str(run_dir))
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: NeMo 1.23's own optimizer registry, restore merge and dataset on each nemo.yaml (:mod:`.nemo_check`)."""
+    from vdkit.recipes.nemo_check import check_runs as run_checks
+
+    return run_checks(run_dirs)

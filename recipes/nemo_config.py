@@ -97,10 +97,10 @@ def _trainer(plan, max_epochs: int) -> dict:
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
 
-    from vdkit.planner import timeplan as schedule
+    from vdkit.planner.timeplan import hms
 
     root = results_root(plan, run_dir)
-    times = schedule.time_plan(plan)  # the cadence and the allocation's budget (pinned values win)
+    times = plan.time  # the cadence and the allocation's budget (pinned values win)
     every = times.every_n_steps
     params = {
         **checkpoint,
@@ -130,7 +130,7 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         # Stop cleanly before the allocation ends (the job contract): NeMo's StatelessTimer counts from
         # the start of fit in every allocation (Lightning's trainer.max_time would carry the elapsed time
         # over in the checkpoint). The allocation less the stop's lead and the predicted start-up.
-        "max_time_per_run": schedule.hms(max(60, times.stop_after_s - times.startup_s)),
+        "max_time_per_run": hms(max(60, times.stop_after_s - times.startup_s)),
     }
 
 

@@ -50,18 +50,11 @@ def _directive(what: str, value) -> str:
     return text
 
 
-def time_plan(plan):
-    """The plan's time figures (vdkit.planner.timeplan.TimePlan): --time, the stop's lead, the budget."""
-    from vdkit.planner.timeplan import time_plan as plan_times
-
-    return plan_times(plan)
-
-
 def sbatch_parameters(plan, run_dir) -> dict:
     """The keyword arguments for submitit's renderer (resources, names, log paths)."""
     r = plan.recipe
     c = r.cluster
-    times = time_plan(plan)
+    times = plan.time  # the plan's time figures: --time, the stop's lead, the budget
     run_dir = str(run_dir)
     # sbatch expands %j, %x, %u, ... anywhere in --output: a '%' of the directory name is written '%%'.
     escaped = run_dir.replace("%", "%%")
@@ -92,8 +85,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
         value = getattr(c, key)
         if value:
             params[key] = _directive(f"cluster.{key}", value)
-    # Optional chaining (e.g. "singleton" with exp_manager.resume_if_exists); read defensively so
-    # that a ClusterCfg without the field renders as before.
+    # Optional chaining (cluster.dependency, e.g. "singleton": chained jobs of one name run one at a time).
     dependency = c.dependency
     if dependency:
         params["dependency"] = _directive("cluster.dependency", dependency)
@@ -109,7 +101,7 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     run = q(str(run_dir))
     from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE
 
-    times = time_plan(plan)
+    times = plan.time
     lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [
         f"export {STOP_AT_ENV}=$(( $(date +%s) + {times.stop_after_s} ))  # the ranks' own budget: stop cleanly by then",
         "# This job in the run's record (`vdkit status RUN_DIR` after a plain sbatch too)",
@@ -173,7 +165,7 @@ def _echo(text) -> str:
 
 def _on_signal(plan, job: JobSpec) -> str:
     """The batch shell's trap for Slurm's USR1: pass it to the step when the engine catches it."""
-    lead = time_plan(plan).lead_s
+    lead = plan.time.lead_s
     if job.stop_signal:
         return (f'echo "vdkit: {SIGNAL_NAME} from Slurm ({lead} s before the time limit): the ranks stop after their '
                 f'step and checkpoint" >&2; kill -{job.stop_signal} "$STEP_PID" 2>/dev/null || true')

@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from vdkit.config import compose, conf_dir, group_options, override_sets, sweep_cells
+from vdkit.config import compose, conf_dir, group_options
+from vdkit.sweep import override_sets, sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 

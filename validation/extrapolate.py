@@ -59,6 +59,11 @@ from vdkit.validation.steps import (EVENT_CHECKPOINT, TIMING_SOURCE_NOTES, TIMIN
 NVIDIA_WARMUP_SAMPLES = 5
 OUTLIER_SIGMAS = 3.0
 FLUCTUATION_CV = 0.10
+# A run on CPU (cluster.gpu_type cpu: the demo's tiny model, ranks as local processes) is flagged only above
+# this CV: its millisecond steps share the cores with the other ranks and every other process, so a 10-40 %
+# spread is the machine's scheduling (the demo's six cells on 2 shared cores: see docs/reproducing.md), not
+# the run; above half the mean, something on the machine did stall it.
+CPU_FLUCTUATION_CV = 0.50
 DRIFT_FRACTION = 0.05
 MIN_STEADY_SAMPLES = 3
 DISPERSION_FLOOR_CV = 0.01

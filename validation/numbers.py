@@ -29,6 +29,9 @@ def exact_int(text: Optional[str]) -> Optional[int]:
         return None
     m = re.fullmatch(r"\s*(-?\d+)(?:\.0*)?\s*", text)
     if m:  # exact, however long (a float would turn a 400-digit step into inf, hiding a corrupt line)
+        digits = m.group(1).lstrip("-")
+        if len(digits) > 100:  # past Python's int() limit (4300 digits) too: any such step is a corrupt line
+            return -(10 ** 100) if m.group(1).startswith("-") else 10 ** 100
         return int(m.group(1))
     value = number(text)
     if value is None or value != int(value):

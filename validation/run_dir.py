@@ -17,13 +17,16 @@ __all__ = ["DEFAULT_TARGET_STEPS", "find_run_dir", "checkpoint_every", "target_s
 
 
 def checkpoint_every(run_dir: Optional[Path]) -> int:
-    """The run's engine.checkpoint_every_n_steps (0 without a run directory: one checkpoint at the end)."""
+    """The run's checkpoint cadence in steps: its time plan's (plan.json), else its recipe's (a run directory
+    rendered before the time plan was part of the plan); 0 without a run directory (one checkpoint at the end)."""
     if run_dir is None:
         return 0
-    from vdkit.rundir import load_recipe
-
     from vdkit.planner.timeplan import every_n_steps
+    from vdkit.rundir import load_recipe, load_schedule
 
+    schedule = load_schedule(run_dir)
+    if "every_n_steps" in schedule:
+        return int(schedule["every_n_steps"])
     return every_n_steps(load_recipe(run_dir))
 
 

@@ -289,6 +289,8 @@ class Cell:
     published_checkpoint_gb: Optional[float] = None
     predicted: Optional[float] = None  # the step-time model for the cell as run (or planned)
     predicted_fast: Optional[float] = None  # ... for the same samples with the alternative sweep's recipe
+    engine: str = ""  # the engine of the run the cell shows (plots name it per point when they differ)
+    hardware: str = ""  # cluster.gpu_type of that run ("cpu": a run on this machine's cores)
 
     @property
     def published_status(self) -> str:
@@ -330,7 +332,8 @@ class Table:
 @lru_cache(maxsize=16)
 def _sweep_recipes(sweep: str) -> Tuple[object, ...]:
     """The composed recipes of every cell of ``sweep`` (not planned)."""
-    from vdkit.config import compose, sweep_cells
+    from vdkit.config import compose
+    from vdkit.sweep import sweep_cells
 
     return tuple(compose(c) for c in sweep_cells(sweep, PLAN_ONLY))
 
@@ -471,5 +474,12 @@ def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[s
                         f"using {best.path} (most measured steps)")
     e = best.estimate
     cell.status = "extrapolated" if e.extrapolated else "measured"
-    cell.ours, cell.fluctuating = e.extrapolated_minutes * per_minute, e.fluctuating
+    recipe = best.plan.recipe if best.plan is not None else None
+    cell.engine, cell.hardware = (recipe.engine.name, recipe.cluster.gpu_type) if recipe else ("", "")
+    # On CPU the spread is this machine's scheduler (ranks share cores with each other and with every
+    # other process), not the run: the flag is for accelerators, and a CPU run only above CPU_FLUCTUATION_CV.
+    cell.ours = e.extrapolated_minutes * per_minute
+    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
+
+    cell.fluctuating = e.fluctuating and (cell.hardware != "cpu" or e.step_time_cv > CPU_FLUCTUATION_CV)
     cell.interval = tuple(x * per_minute for x in e.interval_minutes)

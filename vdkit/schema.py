@@ -6,8 +6,8 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
   and the frozen :class:`Recipe` built from them.
 - The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
   :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
-  :mod:`vdkit.planner.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
-  without the planner.
+  :mod:`vdkit.planner.predict`, the time plan by :mod:`vdkit.planner.timeplan`) and read back from a run
+  directory's ``plan.json`` by :mod:`vdkit.rundir` without the layout search.
 """
 from __future__ import annotations
 
@@ -107,6 +107,7 @@ class ClusterCfg:
     container_writable: bool = False  # srun --container-writable (pyxis): for sites whose enroot root filesystem is read-only (Bridge's launcher adds it)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+    probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
 
 
 @dataclass
@@ -351,12 +352,13 @@ class Plan:
     borderline: bool
     reason: Optional[str]
     checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
+    layout_source: str  # how the layout was chosen: "pinned", "auto" or "design guide" (sharded plans: "pinned")
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
     params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
     trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
+    time: Optional["TimePlan"] = None  # vdkit.planner.timeplan.TimePlan: --time, allocations, checkpoints; decided once by make_plan
 
     @property
     def tp(self) -> int:

@@ -197,3 +197,10 @@ def container(plan, run_dir):
         if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
             extra.append((what, path))
     return Container(image=r.engine.container_image, mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
+    from vdkit.recipes.bridge.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

@@ -236,10 +236,8 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
     runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
     state written, none read back should the run be stopped after all."""
-    from vdkit.planner import timeplan
-
     r = plan.recipe
-    pol = timeplan.time_plan(plan).policy
+    pol = plan.time.policy
     every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
     if pol.final == "none" and not every:
         interval = 0

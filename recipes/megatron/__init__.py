@@ -91,3 +91,10 @@ def container(plan, run_dir):
 def env(plan) -> dict:
     """Megatron orders tensor-parallel communication before compute with one CUDA connection."""
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: the job's TransformerConfig and model on the meta device (:mod:`.check`)."""
+    from vdkit.recipes.megatron.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

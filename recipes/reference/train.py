@@ -107,7 +107,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if found is not None:
             progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = every_n_steps(recipe)
+    every = every_n_steps(plan)  # the time plan in plan.json
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()

@@ -285,13 +285,22 @@ def _why_lost(chosen: Candidate, other: Candidate) -> str:
 
 # ----------------------------------------------------------------------------- planning
 def make_plan(recipe: Recipe) -> Plan:
-    """Decide (or check) the layout of ``recipe``, estimate its memory and predict its step time.
+    """Decide (or check) the layout of ``recipe``, estimate its memory, predict its step time and decide
+    its time plan (``Plan.time``: --time, allocations, checkpoint cadence; computed here, once).
 
     Automatic layouts: among the valid layouts that fit with HEADROOM, the one with the lowest
     predicted step time (the plan names the runner-up and why it lost). Pinned layouts are checked,
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
+    from vdkit.planner.timeplan import time_plan
+
+    plan = layout_plan(recipe)
+    return dataclasses.replace(plan, time=time_plan(plan))
+
+
+def layout_plan(recipe: Recipe) -> Plan:
+    """:func:`make_plan` without the time plan (``Plan.time`` None): the layout, memory and prediction."""
     if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.planner.sharded)
         from vdkit.planner.sharded import make_sharded_plan
 
@@ -411,7 +420,7 @@ def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:
         bigger = dataclasses.replace(r, cluster=dataclasses.replace(c, nodes=nodes),
                                      parallelism=dataclasses.replace(r.parallelism, tp=None, pp=None))
         try:
-            if make_plan(bigger).feasible:
+            if layout_plan(bigger).feasible:
                 hints.append(f"in {r.train.precision} it fits on {nodes} nodes "
                              f"({nodes * c.gpus_per_node} GPUs): cluster.nodes={nodes}")
                 break
