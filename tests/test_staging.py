@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from vdkit.config import compose, override_sets
+from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.prepare import prepare
-from vdkit.sweep import plan_cells
+from vdkit.sweep import override_sets, plan_cells
 
 HUB_ID = re.compile(r"\b(meta-llama|facebook|mistralai|huggingface\.co|hf\.co)/")
 SWEEPS = ["table9", "table9_fast", "training", "alpaca_opt", "llama31_roce"]  # demo: this machine's local cells
