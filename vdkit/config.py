@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
 from vdkit.fabric import NCCL_DEBUG_LEVELS
-from vdkit.limits import MAX_TRAIN_STEPS, check_node_cpus
+from vdkit.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
@@ -317,6 +317,8 @@ def validate_fields(r: Recipe) -> None:
                "training run takes that many (Llama 2's pretraining took 500,000)",
                f"use the steps you mean to train, e.g. {key}=1000")
     _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
+    _check(t.seq_length <= MAX_SEQ_LENGTH, f"train.seq_length={t.seq_length:,} is more than the {MAX_SEQ_LENGTH:,} "
+           "tokens any model's context holds", "use the sequence length you mean, e.g. train.seq_length=4096")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
     _validate_model(r.model)

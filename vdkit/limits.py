@@ -18,6 +18,7 @@ MAX_DATASET_BYTES = 1024 * MB  # read whole by `data prepare` (Dolly 13 MB, Alpa
 MAX_SAMPLE_BYTES = 4 * MB  # one JSON record: a 128k-token context is ~0.5-1.5 MB of text even \\u-escaped
 MAX_LOG_BYTES = 1024 * MB  # a training log `validate` reads: a 1000-step NeMo log is a few MB
 MAX_TRAIN_STEPS = 10 ** 9  # optimizer steps; Llama 2's pretraining took 500k: a billion is a typo, not a run
+MAX_SEQ_LENGTH = 10_000_000  # tokens in one sequence: the longest published contexts are 10M (Llama 4 Scout)
 MAX_ALLOCATIONS = 10_000  # chained allocations one run may plan (10,000 x 4 h is 4.5 years on the cluster)
 MAX_NODE_CPUS = 1024  # hardware threads of one node: a 2-socket 192-core EPYC has 768, an XE9680 224
 INT32_MAX = 2 ** 31 - 1  # Kubernetes' int32 fields (backoffLimit, ttlSecondsAfterFinished)
