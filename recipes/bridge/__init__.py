@@ -29,6 +29,7 @@ IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
+STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
 GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image (Transformer Engine): CUDA only
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
