@@ -137,7 +137,7 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
     UserError naming file and line for a missing/empty file, malformed JSON or a missing field."""
     from vdkit.files import not_a_regular_file
     from vdkit.limits import MAX_SAMPLE_BYTES
-    from vdkit.recipes.data import check_sample_size, json_line, refuse_lone_surrogates
+    from vdkit.recipes.json_records import check_sample_size, json_line, refuse_lone_surrogates
 
     p = Path(path)
     kind = not_a_regular_file(p)

@@ -101,8 +101,9 @@ def inputs(plan) -> list:
 
 
 def env(plan) -> dict:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism: it orders TP communication before compute."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (NVIDIA's launcher's rule): it orders
+    their communication before compute."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else {}
 
 
 def container(plan, run_dir) -> Container:

@@ -95,7 +95,7 @@ def test_the_timing_sweeps_checkpoint_only_at_the_stop():
                 times = time_plan(plan)
                 assert (times.every_n_steps, times.every_source, times.validation_s) == (0, "timing", 0.0)
     times = time_plan(make_plan(compose(sweep_cells("table9", ["train.max_steps=1000", "run.mode=train"])[0])))
-    assert times.every_source == "plan" and times.val_every == 100 and times.validation_s > 0
+    assert times.every_source == "plan" and times.val_every == 200 and times.validation_s > 0
 
 
 @pytest.mark.parametrize("cell", TABLE9, ids=lambda c: "-".join(o.split("=")[1] for o in c[:4]))

@@ -23,6 +23,14 @@ def number(text: Optional[str]) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+def loss(text: Optional[str]) -> Optional[float]:
+    """A logged loss: like :func:`number`, but ``nan`` / ``inf`` are kept (a diverged run logs them, and a
+    diverged run must be said, not read as one without losses)."""
+    if text and text.strip().lower().lstrip("+-").startswith(("nan", "inf")):
+        return float(text.strip().split()[0].rstrip(",|"))
+    return number(text)
+
+
 def exact_int(text: Optional[str]) -> Optional[int]:
     """The integer a value shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
     if not text or "e" in text or "E" in text:

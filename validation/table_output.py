@@ -31,6 +31,8 @@ def _minutes(x: Optional[float]) -> str:
 def _ours(cell: Cell) -> str:
     if cell.status == "infeasible":
         return "N/A"
+    if cell.status == "diverged":
+        return "diverged"
     if cell.ours is None:
         return "—" if cell.status == "not run" else "no timing"
     text = _minutes(cell.ours)
@@ -96,6 +98,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
             "(warm-up once + steady mean; see `vdkit validate`).",
             "- [f] fluctuating step times (CV over 10 % or a significant drift; a run on CPU only over "
             f"{CPU_FLUCTUATION_CV:.0%}: its spread is the shared cores' scheduling, not the run).",
+            "- diverged: every loss of the run is NaN or infinite; its step times are no figure.",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run.",
             f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "
@@ -110,7 +113,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
                 "layout) on the same samples, minutes "
                 "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
     for c in table.cells:
-        if c.status in ("infeasible", "no timing") and c.reason:
+        if c.status in ("infeasible", "no timing", "diverged") and c.reason:
             out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
     out += ["", f"Published source: {table.source}", ""]
     return "\n".join(out)

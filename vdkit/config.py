@@ -35,6 +35,7 @@ RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 GPU_VENDORS = ("nvidia", "amd")
 TRANSPORTS = ("ib", "roce", "tcp")
 ARCHS = ("llama", "opt")
@@ -316,9 +317,6 @@ def validate_fields(r: Recipe) -> None:
                "training run takes that many (Llama 2's pretraining took 500,000)",
                f"use the steps you mean to train, e.g. {key}=1000")
     _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
-    _check(t.seq_length <= r.model.max_position_embeddings,
-           f"train.seq_length={t.seq_length} exceeds {r.model.name}'s {r.model.max_position_embeddings}",
-           f"use train.seq_length<={r.model.max_position_embeddings}")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
     _validate_model(r.model)
@@ -358,6 +356,20 @@ def validate_fields(r: Recipe) -> None:
     for key in ("tp", "pp", "vp"):
         v = getattr(p, key)
         _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
+    _check(p.recompute_num_layers is None or p.recompute_num_layers >= 1,
+           f"parallelism.recompute_num_layers={p.recompute_num_layers} must be >= 1",
+           "use e.g. parallelism.recompute_num_layers=4, or leave it unset (every layer)")
+    _check(p.recompute_num_layers is None or p.recompute == "full",
+           "parallelism.recompute_num_layers is set but parallelism.recompute is not full",
+           "set parallelism.recompute=full (the first N layers of each stage recompute), or drop recompute_num_layers")
+    _check(r.engine.attention in ATTENTIONS, f"engine.attention={r.engine.attention!r} is not an attention implementation",
+           "use " + " or ".join(f"engine.attention={a}" for a in ATTENTIONS))
+    _check(not (t.precision == "fp8" and r.engine.name == "reference"),
+           "train.precision=fp8 with engine=reference: the transformers engine trains in bf16 (no FP8 GEMMs), so the "
+           "plan would predict a precision the run does not use", "use train.precision=bf16, or engine=bridge for FP8")
+    from vdkit import context
+
+    context.check(r)
     _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
     _check(not (r.data.packed and m.name == "pretrain"),
            "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",

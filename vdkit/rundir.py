@@ -45,6 +45,7 @@ BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the tr
 # The files each engine adds to a run directory (engines not named add none): what `--help` says.
 ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
                 "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
+EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"
@@ -127,7 +128,9 @@ def plan_record(plan) -> dict:
     return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb,
             "params": plan.params,
             "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
-                                                     "target_steps": pred.target_steps, "gpus": pred.gpus},
+                                                     "target_steps": pred.target_steps, "gpus": pred.gpus,
+                                                     "interval_s": pred.interval_s, "interval_source": pred.interval_source,
+                                                     "basis": [list(b) for b in pred.basis]},
             **({} if plan.time is None else {"schedule": plan.time.to_dict(rounded=False)})}
 
 
@@ -151,7 +154,11 @@ def load_recipe(path) -> Recipe:
 def _prediction(data) -> Optional[Prediction]:
     if not data:
         return None
-    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]))
+    interval = data.get("interval_s")
+    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]),
+                      interval_s=tuple(float(x) for x in interval) if interval else None,
+                      interval_source=str(data.get("interval_source") or ""),
+                      basis=tuple((str(a), str(b)) for a, b in data.get("basis") or ()))
 
 
 def plan_json(plan, **extra) -> str:

@@ -26,6 +26,21 @@ def nemo1_log(timings, steps=None, total=None) -> str:
     return "\r".join(parts) + "\n"
 
 
+def megatron_log(n: int, loss: str = "2.5E+00", ms: float = 1000.0, reverse: bool = False, repeat: int = 1) -> str:
+    """Megatron-LM iteration lines, one per 10 iterations (``repeat``: each printed that many times, unlabelled)."""
+    lines = [f" [2024-01-01 00:00:00] iteration {it:8d}/{10 * n:8d} | consumed samples: {it * 8:10d} | elapsed time per "
+             f"iteration (ms): {ms} | learning rate 1.0E-04 | global batch size: 8 | lm loss: {loss} | loss scale: 1.0 |"
+             for it in range(10, 10 * n + 1, 10)]
+    return "\n".join(line for line in (lines[::-1] if reverse else lines) for _ in range(repeat)) + "\n"
+
+
+def nemo2_log(n: int, loss: str = "1.5", reverse: bool = False, repeat: int = 1) -> str:
+    """NeMo 2.x training lines (one per step)."""
+    lines = [f"Training epoch 0, iteration {i}/{n} | lr: 3e-05 | consumed_samples: {i + 1} | global_batch_size: 1 | "
+             f"global_step: {i} | reduced_train_loss: {loss} | train_step_timing in s: 5.0" for i in range(n)]
+    return "\n".join(line for line in (lines[::-1] if reverse else lines) for _ in range(repeat)) + "\n"
+
+
 ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
                        + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
                           for i in range(9)]) + "\n"
@@ -110,6 +125,22 @@ def build_template(root: Path) -> Path:
     (root / "digits_alpaca.json").write_text(f'[{{"instruction": "q", "input": "", "output": "a", "n": {digits}}}]\n')
     (root / "digits_pubmedqa.json").write_text(f'{{"1": {{"QUESTION": "q", "CONTEXTS": ["c"], "final_decision": "yes", "n": {digits}}}}}\n')
     (root / "digitstep.out").write_text(nemo1_log(good, steps=[digits[:-2] + f"{i:02d}" for i in range(50)]))
+    # adversarial logs for validate / report: diverged runs, counters going down, unlabelled repeats, odd timings
+    nan_loss = nemo1_log(good).replace("reduced_train_loss=1.5", "reduced_train_loss=nan")
+    logs = {"nanloss.out": nan_loss, "infloss.out": nan_loss.replace("=nan", "=inf"),
+            "neginfloss.out": nan_loss.replace("=nan", "=-inf"),
+            "halfnanloss.out": nemo1_log(good[:25]) + nan_loss.split("\r", 25)[-1],
+            "fast.out": nemo1_log([1e-7] * 50), "slow.out": nemo1_log([50_000.0] * 50),
+            "megnan.out": megatron_log(50, loss="nan"), "meginf.out": megatron_log(50, loss="inf"),
+            "megdown.out": megatron_log(50, reverse=True), "megdup.out": megatron_log(50, repeat=8),
+            "megdup2.out": megatron_log(50, repeat=2), "nemo2dup.out": nemo2_log(50, repeat=8),
+            "nemo2down.out": nemo2_log(50, reverse=True), "nemo2nan.out": nemo2_log(50, loss="nan"),
+            "megfast.out": megatron_log(50, ms=0.0001), "megslow.out": megatron_log(50, ms=7_200_000.0)}
+    for name, text in logs.items():
+        (root / name).write_text(text)
+    for name, log in (("run_nanloss", "nanloss.out"), ("run_megnan", "megnan.out"), ("run_megdup", "megdup.out")):
+        shutil.copytree(root / "run", root / name)
+        shutil.copy(root / log, root / name / "local-1.out")
     # run directories `vdkit run --resume` / `report` meet
     for name, plan_text in (("run_planlist", "[1, 2]\n"), ("run_plantypes", '{"recipe": 5}\n'),
                             ("run_emptyplan", "")):

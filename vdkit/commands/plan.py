@@ -102,12 +102,13 @@ def describe(plan) -> str:
     r, p, m = plan.recipe, plan.recipe.parallelism, plan.memory
     on = {True: "on", False: "off"}
     verdict = "fits" if plan.feasible else "DOES NOT FIT"
+    cp = f" x CP {p.cp}" if p.cp > 1 else ""
     if plan.borderline:
         verdict += " (borderline)"
     lines = [
         f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
         f" = {r.world_size} GPUs, engine {r.engine.name}",
-        f"  layout      TP {p.tp} x PP {p.pp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
+        f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
         f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "
@@ -127,6 +128,14 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+        if pred.interval_s:
+            lo, hi = pred.interval_s
+            lines.append(f"  range       {lo:.3g} .. {hi:.3g} s/step ({lo * r.train.target_steps / 60:,.0f} .. "
+                         f"{hi * r.train.target_steps / 60:,.0f} min): {pred.interval_source}")
+        if pred.basis:
+            fitted = [f"{t} ({why[len('fitted: '):]})" for t, why in pred.basis if why.startswith("fitted")]
+            physics = [t for t, why in pred.basis if not why.startswith("fitted")]
+            lines.append("  basis       physics: " + ", ".join(physics) + ("; fitted: " + "; ".join(fitted) if fitted else ""))
     figure = _published(plan)
     if figure is not None:
         lines.append(f"  published   {figure.line(pred)}")

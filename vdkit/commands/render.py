@@ -62,7 +62,7 @@ def cell_lines(plan) -> str:
     if p.sharding != "none":  # sharded data parallel (FSDP / ZeRO-3): the layout is DP over every GPU
         layout = f"DP {plan.dp} ({p.sharding})"
     else:
-        layout = f"TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
+        layout = f"TP {p.tp} x PP {p.pp}" + (f" x CP {p.cp}" if p.cp > 1 else "") + f" x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
     layout += (f", gradient accumulation {plan.grad_accum}; {plan.memory.total_gb:.1f} of {r.cluster.gpu_memory_gb:g} "
                f"GB per GPU" + (" (borderline)" if plan.borderline else ""))
     pred = plan.prediction

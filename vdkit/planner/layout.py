@@ -1,4 +1,4 @@
-"""The parallelism rules of Megatron / NeMo layouts: which TP x PP (x VP) a recipe allows, each rule named.
+"""The parallelism rules of Megatron / NeMo layouts: which TP x PP (x CP, x VP) a recipe allows, each rule named.
 
 Rules only (no memory, no search): the planner (:mod:`vdkit.planner.plan`) searches among
 :func:`valid_layouts`, and an engine that runs data parallel only names the rule that kept a plan
@@ -26,14 +26,22 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
         out.append(f"PP must divide the layers ({m.num_layers}); pp={pp} does not")
     if vp > 1 and (pp < 2 or m.num_layers % (pp * vp)):
         out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
-    if r.world_size % (tp * pp):
-        out.append(f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
+    cp = r.parallelism.cp
+    if r.world_size % (tp * pp * cp):
+        out.append(f"TP x PP x CP must divide the world size ({r.world_size} GPUs); {tp} x {pp} x {cp} = "
+                   f"{tp * pp * cp} does not" if cp > 1 else
+                   f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
     else:
-        dp = r.world_size // (tp * pp)
+        dp = data_parallel(r, tp, pp)
         if t.global_batch_size % (t.micro_batch_size * dp):
             out.append(f"GBS must be a multiple of MBS x DP; {t.global_batch_size} is not a multiple of "
                        f"{t.micro_batch_size} x {dp}")
     return out
+
+
+def data_parallel(r: Recipe, tp: int, pp: int) -> int:
+    """Data-parallel ranks: the world less TP x PP x CP (context-parallel ranks share a batch's samples)."""
+    return r.world_size // (tp * pp * r.parallelism.cp)
 
 
 def divisors(n: int) -> List[int]:

@@ -1,4 +1,4 @@
-"""The per-GPU memory model of Megatron / NeMo layouts (TP x PP x VP): bytes per stage and per GPU.
+"""The per-GPU memory model of Megatron / NeMo layouts (TP x PP x CP x VP): bytes per stage and per GPU.
 
 Arithmetic only (no search, no prediction): the planner (:mod:`vdkit.planner.plan`) weighs layouts with
 it, and the engines compare what their ranks really hold against it (the megatron engine's memory.json,
@@ -41,10 +41,22 @@ from typing import Optional, Tuple
 
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
+from vdkit.planner.layout import data_parallel
 from vdkit.schema import GB, Memory, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
 # conf/calibration/memory.yaml, read through vdkit.planner.calibration.
+
+
+def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
+    """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
+    partial, vdkit.recompute); 0 for none / selective."""
+    from types import SimpleNamespace
+
+    from vdkit.recompute import full_share
+
+    p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
+    return full_share(p, layers_per_stage)
 
 
 def static_bytes(precision: str) -> Tuple[float, float, float]:
@@ -105,9 +117,10 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     w, g, o = static_bytes(precision)
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
-    dp = r.world_size // (tp * pp)
+    # megatron-core's distributed optimizer shards over the data-parallel x context-parallel group
+    shards = data_parallel(r, tp, pp) * r.parallelism.cp
     return {"weights": weights, "gradients": g * trainable,
-            "optimizer": o * trainable / (dp if distributed_optimizer else 1)}
+            "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 
 
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
@@ -115,20 +128,22 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
     m, t = r.model, r.train
     precision = precision or t.precision
-    dp = r.world_size // (tp * pp)
+    dp = data_parallel(r, tp, pp)
     layers = m.num_layers // pp
     static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
                  key=lambda d: sum(d.values()))
     weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
 
-    s = t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)
+    # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
+    s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
     b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
     kv = m.num_query_groups * (h // m.num_attention_heads)
     sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
     norms = s * b * 4 * h / (tp if sequence_parallel else 1)
     per_layer = sharded + norms
-    if recompute == "full":
-        stored_per_layer = 2 * s * b * h / (tp if sequence_parallel else 1)
+    if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
+        share = recompute_share(r, recompute, layers)
+        stored_per_layer = share * 2 * s * b * h / (tp if sequence_parallel else 1) + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0
