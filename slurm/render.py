@@ -144,7 +144,7 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
         argv.append(f"--mpi={r.cluster.mpi}")
     if job.container is not None:
         names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [STOP_AT_ENV]
-        argv += slurm_env.pyxis_args(job.container, str(run_dir), names)
+        argv += slurm_env.pyxis_args(job.container, str(run_dir), names, r.cluster.container_writable)
     return argv + [str(a) for a in job.argv]
 
 
