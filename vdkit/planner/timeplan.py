@@ -266,11 +266,6 @@ def describe(tp: TimePlan) -> list:
     return lines
 
 
-def saves_at_end(recipe) -> bool:
-    """Whether a run writes a checkpoint when every step is done (a timing run saves only when stopped)."""
-    return checkpoint_policy.run_mode(recipe) != "timing"
-
-
 def every_n_steps(plan) -> int:
     """How often a run checkpoints: the plan's time plan (``plan.time``, from plan.json's ``schedule``),
     else the recipe's pinned ``engine.checkpoint_every_n_steps`` (``plan`` may be a bare recipe: a run
