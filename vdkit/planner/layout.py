@@ -28,9 +28,8 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
         out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
     cp = r.parallelism.cp
     if r.world_size % (tp * pp * cp):
-        out.append(f"TP x PP x CP must divide the world size ({r.world_size} GPUs); {tp} x {pp} x {cp} = "
-                   f"{tp * pp * cp} does not" if cp > 1 else
-                   f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
+        out.append(f"TP x PP{' x CP' * (cp > 1)} must divide the world size ({r.world_size} GPUs); {tp} x {pp}"
+                   f"{f' x {cp}' * (cp > 1)} = {tp * pp * cp} does not")
     else:
         dp = data_parallel(r, tp, pp)
         if t.global_batch_size % (t.micro_batch_size * dp):

@@ -117,8 +117,7 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     w, g, o = static_bytes(precision)
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
-    # megatron-core's distributed optimizer shards over the data-parallel x context-parallel group
-    shards = data_parallel(r, tp, pp) * r.parallelism.cp
+    shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 

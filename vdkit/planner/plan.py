@@ -17,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Tuple
 
+from vdkit.context import data_notes, seq_notes
 from vdkit.errors import UserError
 from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
+from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
 from vdkit.planner.memory import estimate_memory
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
@@ -162,9 +164,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    from vdkit.context import seq_notes
-
-    reason, notes = None, seq_notes(recipe) + _data_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + data_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
@@ -200,27 +200,11 @@ def layout_plan(recipe: Recipe) -> Plan:
     elif feasible:
         notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
                      "fastest)")
-    from vdkit.planner.interval import attach
-
     prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
-
-
-def _data_notes(recipe: Recipe) -> List[str]:
-    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
-    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
-        return []
-    from vdkit.planner.predict import avg_tokens, calibration
-    from vdkit.tokens import counted_mean
-
-    avg = avg_tokens(recipe, calibration())
-    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
-    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
-            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
-            "assumed full-length"]
 
 
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:
