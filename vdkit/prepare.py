@@ -49,7 +49,7 @@ def job_spec(plan, run_dir: PathLike) -> JobSpec:
     return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan, run_dir),
                    container=engine.container(plan, run_dir), pmi=engine.needs_pmi, runs_locally=engine.runs_locally,
                    stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
-                   finished_line=engine.finished_line(plan))
+                   finished_line=engine.finished_line(plan), heartbeat=engine.writes_heartbeat)
 
 
 def launcher_files(plan, run_dir: PathLike) -> Dict[str, Union[str, bytes]]:
