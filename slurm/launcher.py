@@ -97,4 +97,4 @@ def job_alive(job_id: str) -> bool:
     from vdkit.slurm.submit import job_state
 
     st = job_state(job_id)
-    return not st.done and st.source != "none"
+    return not st.done and st.source not in ("none", "unreachable")  # unreachable: the lock file's flock decides
