@@ -133,9 +133,11 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     again = f"sbatch {echo(run_dir)}/{SBATCH_FILE}"
     codes = " ".join(f'{code}) cause="{words}" ;;' for code, words in EXIT_WORDS.items())
     return [
-        "vdkit_failed() {  # $1: the step's exit code. Record the fault; restart while restarts are left",
+        "vdkit_failed() {  # $1: the step's exit code, $2: the cause when the shell knows it. Record; restart",
         '  local rc=$1 cause= rank= node= line= code= last= used restart=0 why= retry=1',
-        f'  if [ -s {hb}/.why ]; then',
+        '  if [ -n "${2:-}" ]; then',
+        '    cause=$2',
+        f'  elif [ -s {hb}/.why ]; then',
         f'    cause=$(cat {hb}/.why)',
         f'    [ -s {hb}/.culprit ] && read -r rank node < {hb}/.culprit',
         f'    [ -n "$node" ] && echo "$node" >> {run}/{EXCLUDED_NODES_FILE}',
@@ -160,7 +162,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         "  fi",
         '  [ -n "$cause" ] || cause="the step failed (exit $rc)"',
         '  [ "$code" = 2 ] && { retry=; why="the recipe\'s fault"; }',
-        f"  last=$(ls {ckpt} 2>/dev/null | sed -n 's/^step=\\([0-9]*\\)\\.ckpt$/\\1/p' | sort -n | tail -n1)",
+        f"  last=$(ls {ckpt} 2>/dev/null | sed -n 's/^step=\\([0-9]*\\)\\.ckpt$/\\1/p' | sort -n | tail -n1 || true)",
         f'  used=$(grep -c \'"restart": [1-9]\' {run}/{FAULTS_FILE} 2>/dev/null || true); used=${{used:-0}}',
         f'  [ "$used" -ge {max_restarts} ] && [ -n "$retry" ] && {{ retry=; why="{max_restarts} restart(s) used: '
         'cluster.max_restarts"; }',
@@ -171,11 +173,11 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         f"  printf '{{\"job\": \"%s\", \"rc\": %s, \"rank\": \"%s\", \"node\": \"%s\", \"cause\": \"%s\", "
         f"\"last_step\": \"%s\", \"restart\": %s, \"max_restarts\": {max_restarts}, \"next\": \"%s\", "
         f"\"why\": \"%s\", \"continue\": \"%s\"}}\\n' "
-        f'"$SLURM_JOB_ID" "$rc" "$rank" "$node" "${{cause//\\"/}}" "$last" "$restart" "$NEXT" "$why" '
+        f'"$SLURM_JOB_ID" "$rc" "$rank" "$node" "${{cause//\\"/}}" "$last" "$restart" "${{NEXT:-}}" "$why" '
         f'"{again}" >> {run}/{FAULTS_FILE}',
         '  local who=; [ -n "$rank" ] && who="rank $rank on $node: "',
         '  if [ "$restart" -gt 0 ]; then',
-        f'    echo "vdkit: the job step failed: ${{who}}$cause; restart $restart of {max_restarts}: job $NEXT continues '
+        f'    echo "vdkit: the job step failed: ${{who}}$cause; restart $restart of {max_restarts}: job ${{NEXT:-}} continues '
         'from the last good checkpoint (step ${last:-0})" >&2',
         "  else",
         f'    echo "vdkit: the job step failed: ${{who}}$cause; not restarted ($why); last checkpoint step '

@@ -191,8 +191,10 @@ def _on_signal(plan, job: JobSpec, name: str = SIGNAL_NAME) -> str:
     lead = time_plan(plan).lead_s
     when = f"{lead} s before the time limit" if name == SIGNAL_NAME else "at the time limit or a cancel"
     if job.stop_signal:
+        # srun itself takes a TERM as "kill the tasks now" (job_force_termination): the step gets USR1, which
+        # the ranks treat as TERM (vdkit.jobspec.STOP_SIGNALS); Slurm's own TERM reaches them directly.
         return (f'echo "vdkit: {name} from Slurm ({when}): the ranks stop after their '
-                f'step and checkpoint" >&2; kill -{name} "$STEP_PID" 2>/dev/null || true')
+                f'step and checkpoint" >&2; kill -{job.stop_signal} "$STEP_PID" 2>/dev/null || true')
     return f'echo "vdkit: {name} from Slurm ({when}): the engine stops by its own max_time" >&2'
 
 
@@ -227,6 +229,13 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
         lines += [f"# Exit 0 is a stop too unless rank 0 said the run is finished:",
                   f"if [ \"$rc\" = 0 ] && ! grep -qsF -- {q(job.finished_line)} {out}; then rc={EXIT_STOPPED}; fi"]
     lines += [
+        "# A TERM that was a cancel (scancel) ends the run here; one at the time limit hands over like a stop.",
+        'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null '
+        '| grep -q "JobState=CANCELLED"; then',
+        f'  echo "vdkit: job $SLURM_JOB_ID was cancelled: the run does not continue by itself; continue by hand: '
+        f'sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
+        '  exit "$rc"',
+        "fi",
         'case "$rc" in',
         "  0)",
         f"    touch {run}/{FINISHED_FILE}",
@@ -241,7 +250,7 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
         f"      exit {EXIT_STOPPED}",
         "    fi ;;",
         "  *)  # a dead rank or node, a hang, a failed save: recorded, restarted while restarts are left",
-        '    vdkit_failed "$rc"',
+        '    vdkit_failed "$rc" "${GOT_TERM:+killed at the time limit (TERM, then KILL)}"',
         '    exit "$rc" ;;',
         "esac",
     ]
@@ -274,7 +283,7 @@ def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     command = "\n".join(recovery_functions(plan, run_dir, job) + [
         "# The step runs in the background so that this shell can take Slurm's signals",
         f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
-        f"trap 'TRAPPED=1; {_on_signal(plan, job, 'TERM')}' TERM",
+        f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}' TERM",
         _srun_text(srun_argv(plan, run_dir, job)) + " &"] + continuation_lines(plan, run_dir, job))
     return _make_sbatch_string(command=command, folder=run_dir,
                                setup=body_lines(plan, run_dir, job), use_srun=False, **params)
