@@ -24,9 +24,9 @@ from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S
 class Heartbeat:
     """One rank's heartbeat file, refreshed by a daemon thread until :meth:`stop`."""
 
-    def __init__(self, directory, rank: int, interval: float = HEARTBEAT_S):
+    def __init__(self, directory, rank: int, interval: float = HEARTBEAT_S, node: Optional[str] = None):
         self.path = Path(directory) / f"rank{rank}"
-        self.node = (os.environ.get("SLURMD_NODENAME") or socket.gethostname()).split()[0] or "?"
+        self.node = (node or os.environ.get("SLURMD_NODENAME") or socket.gethostname() or "?").split()[0]
         self.interval = interval
         self.step, self.step_ms, self.phase = 0, 0, "start"
         self.progress_at = time.time()
@@ -41,7 +41,7 @@ class Heartbeat:
         directory = env.get(HEARTBEAT_ENV)
         if not directory:
             return None
-        return cls(directory, rank).start()
+        return cls(directory, rank, node=env.get("SLURMD_NODENAME")).start()
 
     def start(self) -> "Heartbeat":
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -66,10 +66,10 @@ class Heartbeat:
             os.replace(tmp, self.path)
 
     def progress(self, step: int, step_s: float) -> None:
-        """Step ``step`` (1-based count of steps done) finished in ``step_s`` seconds."""
+        """Step ``step`` (1-based count of steps done) finished in ``step_s`` seconds (the thread writes it
+        within ``interval``: no file write per step)."""
         self.step, self.step_ms, self.phase = step, int(step_s * 1000), "train"
         self.progress_at = time.time()
-        self.write()
 
     def saving(self, on: bool) -> None:
         """A checkpoint is being written (True) or has been (False); the latter counts as progress."""

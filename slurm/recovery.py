@@ -65,8 +65,7 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
         '      case "$beat$prog$step$ms" in ""|*[!0-9]*) continue ;; esac',
         "      n=$((n + 1))",
         f'      if [ $((now - beat)) -gt {faults.DEAD_AFTER_S} ]; then',
-        '        why="rank ${f##*/rank} on $node stopped responding (no heartbeat for $((now - beat)) s: a dead node '
-        'or a stopped process)"',
+        '        why="stopped responding (no heartbeat for $((now - beat)) s: a dead node or a stopped process)"',
         f'        echo "${{f##*/rank}} $node" > {hb}/.culprit; break',
         "      fi",
         '      [ "$prog" -gt "$newest" ] && newest=$prog',
@@ -88,7 +87,8 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
         "    fi",
         '    [ -n "$why" ] || continue',
         f'    echo "$why" > {hb}/.why',
-        '    echo "vdkit: watchdog: $why; killing the job step" >&2',
+        f'    echo "vdkit: watchdog: $(sed \'s/^\\(.*\\) \\(.*\\)$/rank \\1 on \\2: /\' {hb}/.culprit 2>/dev/null)$why; '
+        'killing the job step" >&2',
         '    for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null); do',
         '      case "$s" in *.batch|*.extern) ;; *) scancel --signal=KILL "$s" 2>/dev/null || true ;; esac',
         "    done",
@@ -106,11 +106,14 @@ def submit_lines(run_dir) -> List[str]:
     run = shlex.quote(str(run_dir))
     return [
         "vdkit_submit_next() {  # sets NEXT; retries while the controller is away (back-off 5 s .. 60 s)",
-        "  local delay=5 try out err excl=",
+        "  # $1 'later': no dependency on this job (a dead node keeps it COMPLETING until Slurm declares the node",
+        "  # down), a start 30 s from now instead, when this shell and its lock are long gone",
+        '  local delay=5 try out err excl= after="--dependency=afterany:$SLURM_JOB_ID"',
+        '  [ "${1:-}" = later ] && after="--begin=now+30"',
         f'  [ -s {run}/{EXCLUDED_NODES_FILE} ] && excl="--exclude=$(sort -u {run}/{EXCLUDED_NODES_FILE} | paste -sd, -)"',
         '  err=$(mktemp); NEXT=',
         f"  for try in $(seq 1 {faults.SUBMIT_TRIES}); do",
-        f'    if out=$(sbatch --parsable $excl --dependency=afterany:"$SLURM_JOB_ID" {run}/{SBATCH_FILE} 2>"$err"); then',
+        f'    if out=$(sbatch --parsable $excl "$after" {run}/{SBATCH_FILE} 2>"$err"); then',
         f'      NEXT=${{out%%;*}}; echo "$NEXT" >> {run}/{JOB_ID_FILE}; rm -f "$err"; return 0',
         "    fi",
         f'    echo "vdkit: submitting the next allocation failed (try $try of {faults.SUBMIT_TRIES}: '
@@ -134,13 +137,13 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     codes = " ".join(f'{code}) cause="{words}" ;;' for code, words in EXIT_WORDS.items())
     return [
         "vdkit_failed() {  # $1: the step's exit code, $2: the cause when the shell knows it. Record; restart",
-        '  local rc=$1 cause= rank= node= line= code= last= used restart=0 why= retry=1',
+        '  local rc=$1 cause= rank= node= line= code= last= used restart=0 why= retry=1 exclude=',
         '  if [ -n "${2:-}" ]; then',
         '    cause=$2',
         f'  elif [ -s {hb}/.why ]; then',
         f'    cause=$(cat {hb}/.why)',
         f'    [ -s {hb}/.culprit ] && read -r rank node < {hb}/.culprit',
-        f'    [ -n "$node" ] && echo "$node" >> {run}/{EXCLUDED_NODES_FILE}',
+        f'    [ -n "$node" ] && echo "$node" >> {run}/{EXCLUDED_NODES_FILE} && exclude=1',
         "  else  # srun names the first task that failed: 'srun: error: NODE: task N: Killed'",
         '    line=$(grep -h -m1 -E "^srun: error: [^ :]+: tasks? [0-9]+" '
         f'{run}/slurm-"$SLURM_JOB_ID".err {run}/slurm-"$SLURM_JOB_ID".out 2>/dev/null | sed -n 1p || true)',
@@ -157,7 +160,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         '        *) cause="${line#*: task* }" ;;',
         "      esac",
         '      grep -qsE "Node failure on" '
-        f'{run}/slurm-"$SLURM_JOB_ID".err && echo "$node" >> {run}/{EXCLUDED_NODES_FILE}',
+        f'{run}/slurm-"$SLURM_JOB_ID".err && echo "$node" >> {run}/{EXCLUDED_NODES_FILE} && exclude=1',
         "    fi",
         "  fi",
         '  [ -n "$cause" ] || cause="the step failed (exit $rc)"',
@@ -168,7 +171,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         'cluster.max_restarts"; }',
         '  if [ -n "$retry" ]; then',
         '    restart=$((used + 1))',
-        "    vdkit_submit_next || { restart=0; why=\"the next allocation could not be submitted\"; }",
+        "    vdkit_submit_next ${exclude:+later} || { restart=0; why=\"the next allocation could not be submitted\"; }",
         "  fi",
         f"  printf '{{\"job\": \"%s\", \"rc\": %s, \"rank\": \"%s\", \"node\": \"%s\", \"cause\": \"%s\", "
         f"\"last_step\": \"%s\", \"restart\": %s, \"max_restarts\": {max_restarts}, \"next\": \"%s\", "

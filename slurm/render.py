@@ -223,6 +223,8 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
     ]
     if job.heartbeat:
         lines += ['kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true']
+    out = " ".join(f'{run}/{pattern.replace("%j", chr(34) + "$SLURM_JOB_ID" + chr(34))}'
+                   for pattern in (OUTPUT_PATTERN, ERROR_PATTERN))
     if job.finished_line:
         out = " ".join(f'{run}/{pattern.replace("%j", chr(34) + "$SLURM_JOB_ID" + chr(34))}'
                        for pattern in (OUTPUT_PATTERN, ERROR_PATTERN))
@@ -230,8 +232,10 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
                   f"if [ \"$rc\" = 0 ] && ! grep -qsF -- {q(job.finished_line)} {out}; then rc={EXIT_STOPPED}; fi"]
     lines += [
         "# A TERM that was a cancel (scancel) ends the run here; one at the time limit hands over like a stop.",
-        'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && scontrol -o show job "$SLURM_JOB_ID" 2>/dev/null '
-        '| grep -q "JobState=CANCELLED"; then',
+        "# (slurmstepd writes '*** JOB N ON NODE CANCELLED AT TIME ***' for a cancel, '... DUE TO TIME LIMIT ***' "
+        "at the limit; both are COMPLETING to scontrol)",
+        f'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && grep -qsE "\*\*\* JOB $SLURM_JOB_ID ON [^ ]+ CANCELLED AT '
+        f'[^ ]+ \*\*\*" {out}; then',
         f'  echo "vdkit: job $SLURM_JOB_ID was cancelled: the run does not continue by itself; continue by hand: '
         f'sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
         '  exit "$rc"',

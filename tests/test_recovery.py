@@ -87,7 +87,8 @@ def test_the_watchdog_culprit_is_excluded_from_the_next_allocation(rendered, tmp
     r = _shell(run_dir, tmp_path, "vdkit_failed 137")
     assert r.returncode == 0, r.stderr
     assert (run_dir / "excluded_nodes").read_text().split() == ["xe9680-5"]
-    assert "--exclude=xe9680-5" in (tmp_path / "sbatch.args").read_text()
+    args = (tmp_path / "sbatch.args").read_text()
+    assert "--exclude=xe9680-5" in args and "--begin=now+30" in args and "--dependency" not in args
 
 
 def test_the_recipes_fault_is_not_restarted(rendered, tmp_path):
