@@ -78,7 +78,7 @@ def main() -> None:
 
 def bench(fmt: str, args) -> None:
     """Write one log of ``fmt`` and time its parse."""
-    from vdkit.validation.logs import parse_text_log
+    from vdkit.validation.text_log import parse_text_log
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "slurm-1.out")

@@ -26,10 +26,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vdkit import predict as P  # noqa: E402
+from vdkit.planner import predict as P  # noqa: E402
 from vdkit.config import compose, conf_dir, sweep_cells  # noqa: E402
-from vdkit.arch import param_counts  # noqa: E402
-from vdkit.plan import TIE, candidate_layouts  # noqa: E402
+from vdkit.planner.arch import param_counts  # noqa: E402
+from vdkit.planner.plan import TIE, candidate_layouts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402
 
 # Physical ranges the fit must stay in (else it trades compute for overhead): GEMM-bound steps reach
@@ -114,7 +114,7 @@ def _step(fig: Figure, k: Dict[str, float]):
     mult, flops, floor, touched, comm, per_step = fig.basis.T
     t = mult * (np.maximum(flops / eff, floor) + touched / k["guide_stack_gb_s"] + comm) + per_step
     pool = np.where(fig.roomy)[0] if fig.roomy.any() and not fig.pinned else np.arange(len(t))
-    near = [j for j in pool if t[j] <= t[pool].min() * (1 + TIE)]  # the planner's tie rule (vdkit.plan.choose)
+    near = [j for j in pool if t[j] <= t[pool].min() * (1 + TIE)]  # the planner's tie rule (vdkit.planner.plan.choose)
     i = min(near, key=lambda j: (fig.simplicity[j], t[j]))
     return float(t[i]), fig.labels[i]
 
@@ -205,8 +205,8 @@ PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name
 
 def print_bridge_rows() -> None:
     """NVIDIA's published Llama 2 rows planned for engine=bridge (Megatron-Bridge in nemo:26.02.01): the
-    plan predicts with the fused-stack constants (vdkit.predict regime "fused") for every method."""
-    from vdkit.plan import make_plan
+    plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method."""
+    from vdkit.planner.plan import make_plan
 
     print("engine=bridge (NVIDIA's fused stack) vs NVIDIA's published rows (the same recipes, planned for Bridge)")
     print(f"  {'row':<28} {'published':<34} {'bridge layout':<22} {'pub s/step':>10} {'pred':>8} {'error':>7}")
@@ -232,7 +232,7 @@ def print_bridge_rows() -> None:
 def _hf_cells(table: str, tcp_gb_s=None):
     """(cell, published entry, plan) for each cell of a seed table (transformers-engine regime);
     ``tcp_gb_s`` replaces the TCP clusters' inter-node bandwidth."""
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     pub = load_published(table)
     out = []
@@ -247,13 +247,13 @@ def _epoch_s(plan):
 
 
 def print_seed_systems() -> None:
-    """The seeds' Hugging Face systems (issue 20): predicted by vdkit.predict_hf vs published, with targets.
+    """The seeds' Hugging Face systems (issue 20): predicted by vdkit.planner.predict_hf vs published, with targets.
 
     The regime's constants are datasheet / measured figures (conf/calibration/hf_step_time.yaml), none fitted
     to these cells, except the 2-node TCP bandwidth (not published): fitted on the 70B 1 node : 2 nodes TCP
     ratio, so the 8B TCP cell is its leave-one-out check; the fit on the 8B cell instead is printed too.
     """
-    print("seeds' HF systems: transformers-engine regime (vdkit/predict_hf.py), not part of the fit above")
+    print("seeds' HF systems: transformers-engine regime (vdkit/planner/predict_hf.py), not part of the fit above")
     rows = _hf_cells("alpaca_opt")
     for cell, pub, plan in rows:
         name = plan.recipe.model.name
@@ -308,7 +308,7 @@ def _minutes_with(plan, **gpu) -> float:
     """Predicted minutes of ``plan`` with some of its GPU's figures in hf_step_time.yaml replaced (``gpu``)."""
     import copy
 
-    from vdkit import predict_hf
+    from vdkit.planner import predict_hf
 
     calib = copy.deepcopy(predict_hf.constants())
     calib["gpus"][plan.recipe.cluster.gpu_type].update(gpu)
@@ -329,7 +329,7 @@ def _print_implied_bus(rows) -> None:
     """Diagnostic, not used by any prediction: the NCCL bus bandwidth inside the node at which each timed OPT
     cell would match its published minutes, and what that bandwidth predicts for the other cell (leave-one-out).
     One bandwidth explaining both would point at the gathers; two far apart point elsewhere."""
-    from vdkit import predict_hf
+    from vdkit.planner import predict_hf
 
     timed = {plan.recipe.model.name: (plan, pub["minutes"]) for _, pub, plan in rows if pub.get("minutes")}
     gpu = next(iter(timed.values()))[0].recipe.cluster.gpu_type
@@ -348,8 +348,8 @@ def _print_implied_bus(rows) -> None:
 def _cross_check_plans():
     """(name, published minutes, plan) of hf_step_time.yaml's cross_checks: other people's runs of the seed's code,
     each the alpaca_opt sweep's recipe with the run's own model and GPU."""
-    from vdkit import predict_hf
-    from vdkit.plan import make_plan
+    from vdkit.planner import predict_hf
+    from vdkit.planner.plan import make_plan
 
     base = [o for o in sweep_cells("alpaca_opt", PLAN_ONLY)[0] if not o.startswith(("model=", "model.hf_path="))]
     return [(c["name"], float(c["minutes"]), make_plan(compose(base + list(c["overrides"]))))
@@ -358,7 +358,7 @@ def _cross_check_plans():
 
 def _minutes_slowed(plan, k: float) -> float:
     """Predicted minutes with the GPU k times slower than the file says (MAMF, HBM and its fabric / k)."""
-    from vdkit import predict_hf
+    from vdkit.planner import predict_hf
 
     prof = predict_hf.constants()["gpus"][plan.recipe.cluster.gpu_type]
     return _minutes_with(plan, **{key: float(prof[key]) / k for key in ("mamf_tflops_bf16", "hbm_gb_s", "intra_node_gb_s")})

@@ -11,7 +11,7 @@ Adding an engine takes three things and nothing else:
 (:mod:`vdkit.launchers`) as a :class:`vdkit.jobspec.JobSpec`: launchers never import an engine.
 
 The interface (module-level names; only ``command`` is required, the rest default as shown).
-``plan`` is a :class:`vdkit.plan.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
+``plan`` is a :class:`vdkit.planner.plan.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
 directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers need its final path):
 
 ``command(plan, run_dir) -> list[str]``  (required)

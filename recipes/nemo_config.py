@@ -24,7 +24,7 @@ from vdkit.rundir import INDEX_MAPPING_DIR
 # recipe=fast renders NVIDIA's fine-tuning performance settings (NeMo-Framework-Launcher's H100 PEFT / SFT
 # examples, e.g. 70B LoRA on 2 nodes: megatron_amp_O2 True, the mcore distributed optimizer, precision bf16),
 # because the step-time model predicts the fast recipe at the efficiency of NVIDIA's published runs
-# (vdkit.predict: the fused path). tests/test_fast_recipe.py ties the rendered settings to that prediction.
+# (vdkit.planner.predict: the fused path). tests/test_fast_recipe.py ties the rendered settings to that prediction.
 MCORE_DISTRIBUTED_OPTIM = "mcore_distributed_optim"
 PERFORMANCE_SETTINGS = {"model.megatron_amp_O2": True, "trainer.precision": "bf16",
                         "model.optim.name": MCORE_DISTRIBUTED_OPTIM}
@@ -45,7 +45,7 @@ def renders_performance_settings(recipe) -> bool:
 
 
 # vdkit's own choices (each used once; the why is next to it).
-VALIDATION_BATCHES = 1  # the single validation at the end of a timing run: one global batch
+VALIDATION_BATCHES = 1  # the single validation at the end of a timing run (run.mode=timing): one global batch
 STEP_TIMING = {"sync_cuda": True, "buffer_size": 1}  # exact per-step times; validation does the stats
 # ModelCfg's architecture words -> NeMo 1.x model config values.
 # NeMo 1.23 has no plain ReLU MLP (activation_to_func lists gelu, *glu, squared-relu).
@@ -107,9 +107,10 @@ def _trainer(plan, max_epochs: int) -> dict:
         "max_epochs": max_epochs,
         "max_steps": t.max_steps,
         "log_every_n_steps": r.engine.log_every_n_steps,
-        # Validation only after the last measured step: never inside a timing run.
-        "val_check_interval": t.max_steps,
-        "limit_val_batches": VALIDATION_BATCHES,
+        # run.mode=timing: validation only after the last measured step, never inside the timed steps;
+        # run.mode=train: every r.val_every steps on the validation split, train.val_batches batches.
+        "val_check_interval": t.max_steps if r.timing else r.val_every,
+        "limit_val_batches": VALIDATION_BATCHES if r.timing else t.val_batches,
         "num_sanity_val_steps": 0,
         "gradient_clip_val": GRAD_CLIP,
     }
@@ -117,7 +118,7 @@ def _trainer(plan, max_epochs: int) -> dict:
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
 
-    from vdkit import schedule
+    from vdkit.planner import timeplan as schedule
 
     root = results_root(plan, run_dir)
     times = schedule.time_plan(plan)  # the cadence and the allocation's budget (pinned values win)
@@ -126,7 +127,9 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         **checkpoint,
         "dirpath": str(root / rundir.CHECKPOINT_DIR),
         "model_parallel_size": plan.tp * plan.pp,  # NeMo's CallbackParams: TP x PP
-        "save_last": True,  # the checkpoint a max_time stop writes at the end of fit (NeMo's on_train_end)
+        # the checkpoint a max_time stop writes (exp_manager.py StatelessTimer calls _save_last_checkpoint)
+        "save_last": True,
+        **_retention(times.policy),
     }
     if every > 0:
         params["every_n_train_steps"] = every
@@ -150,6 +153,18 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         # over in the checkpoint). The allocation less the stop's lead and the predicted start-up.
         "max_time_per_run": schedule.hms(max(60, times.stop_after_s - times.startup_s)),
     }
+
+
+def _retention(policy) -> dict:
+    """The plan's checkpoint policy (vdkit.planner.checkpoint_policy) in NeMo 1.23's CallbackParams words.
+
+    Kept: the best ``save_top_k`` plus the ``-last`` one (``policy.keep`` in all). A timing run saves only
+    when stopped: no top-k saves (``every_n_epochs`` 0: Lightning 2.0.7's ModelCheckpoint saves top-k at a
+    validation's end only with every_n_epochs >= 1), no ``.nemo`` at the end; its ``-last`` is the stop's
+    (NeMo 1.23 has no asynchronous checkpoint writer: ``policy.async_save`` does not apply)."""
+    if policy.final == "none":
+        return {"save_top_k": 1, "every_n_epochs": 0, "save_nemo_on_train_end": False, "always_save_nemo": False}
+    return {"save_top_k": max(policy.keep - 1, 1)}
 
 
 def _recompute(plan) -> dict:
@@ -323,12 +338,13 @@ def finetune_config(plan, run_dir) -> dict:
     }
     checkpoint = {
         "monitor": "validation_loss",
-        "save_top_k": 1,
         "mode": "min",
-        "save_nemo_on_train_end": True,
+        # run.mode=train: the best checkpoint (lowest validation loss) restored and exported as a .nemo
+        # at the end (LoRA / P-tuning: the adapter .nemo, served with the base); a timing run exports none.
+        "save_nemo_on_train_end": not r.timing,
         "filename": f"{name}--{{validation_loss:.3f}}-{{step}}-{{consumed_samples}}",
         "always_save_nemo": False,
-        "save_best_model": True,
+        "save_best_model": not r.timing,
     }
     exp = _exp_manager(plan, run_dir, name, checkpoint)
     # A timing run must run exactly max_steps: no early stop on a validation that has not happened.
@@ -436,8 +452,9 @@ def pretrain_config(plan, run_dir) -> dict:
     trainer.update({"limit_test_batches": 500, "accumulate_grad_batches": 1, "benchmark": False,
                     "enable_model_summary": False})
     checkpoint = {
-        "monitor": "val_loss", "save_top_k": 10, "mode": "min", "always_save_nemo": False,
-        "save_nemo_on_train_end": False, "filename": "megatron_gpt--{val_loss:.2f}-{step}-{consumed_samples}",
+        "monitor": "val_loss", "mode": "min", "always_save_nemo": False,
+        "save_nemo_on_train_end": not plan.recipe.timing,  # run.mode=train: the final weights as a .nemo
+        "filename": "megatron_gpt--{val_loss:.2f}-{step}-{consumed_samples}",
     }
     return {"name": name, "restore_from_path": None, "trainer": trainer,
             "exp_manager": _exp_manager(plan, run_dir, name, checkpoint), "model": model}

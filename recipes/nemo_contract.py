@@ -26,7 +26,7 @@ class Addition(NamedTuple):
 # ExpManagerConfig, model keys by the model) — the YAMLs just do not show them.
 DELIBERATE_ADDITIONS: Dict[str, Addition] = {
     "trainer.limit_val_batches": Addition(
-        (int,), "the finetuning YAML omits it: bound the one validation at the end of a timing run"),
+        (int,), "the finetuning YAML omits it: timing runs validate once, one batch; train runs train.val_batches"),
     "trainer.num_sanity_val_steps": Addition(
         (int,), "0: no sanity validation before step 1, which would land inside the measured time"),
     "exp_manager.create_tensorboard_logger": Addition(
@@ -42,7 +42,7 @@ DELIBERATE_ADDITIONS: Dict[str, Addition] = {
     "exp_manager.checkpoint_callback_params.dirpath": Addition(
         (str,), "checkpoints in run.results_dir (shared by all nodes); resume_if_exists looks there too"),
     "exp_manager.checkpoint_callback_params.every_n_train_steps": Addition(
-        (int,), "the plan's checkpoint cadence (vdkit.schedule): periodic checkpoints the next allocation resumes from"),
+        (int,), "the plan's checkpoint cadence (vdkit.planner.timeplan): periodic checkpoints the next allocation resumes from"),
     "exp_manager.checkpoint_callback_params.save_last": Addition(
         (bool,), "explicit (NeMo's default): the -last checkpoint a max_time stop writes at the end of fit"),
     "exp_manager.max_time_per_run": Addition(
@@ -146,9 +146,9 @@ def check_nemo_config(cfg: dict, plan) -> None:
         _fail(f"trainer.max_steps={steps!r} must be a positive int (NeMo sizes its datasets from it; -1 hangs the ETA)",
               "use e.g. train.max_steps=50")
     interval = trainer.get("val_check_interval")
-    if not isinstance(interval, int) or isinstance(interval, bool) or interval < steps:
+    if not isinstance(interval, int) or isinstance(interval, bool) or interval < (steps if plan.recipe.timing else 1):
         _fail(f"trainer.val_check_interval={interval!r} would validate inside the measured steps (max_steps={steps})",
-              "leave trainer.val_check_interval to vdkit (it equals train.max_steps)")
+              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)")
 
     tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
     if (tp, pp) != (plan.tp, plan.pp) or tp * pp * plan.dp != c.nodes * c.gpus_per_node:
@@ -228,7 +228,7 @@ PRETRAIN_DEPARTURES: Dict[str, str] = {
     "model.ub_tp_comm_overlap": "off: userbuffers need an MPI bootstrap (srun --mpi=pmix) and a per-shape "
                                 "ub_cfg file NeMo 1.23's YAML does not carry; the design guide ran without it",
     "exp_manager.step_timing_kwargs.buffer_size": "1: validation needs every step's own time, not a 5-step mean",
-    "exp_manager.resume_if_exists": "true: the next allocation of a run longer than one (vdkit.schedule) resumes",
+    "exp_manager.resume_if_exists": "true: the next allocation of a run longer than one (vdkit.planner.timeplan) resumes",
     "model.optim.name": "follows parallelism.distributed_optimizer (on by default, as NVIDIA's)",
     "model.optim.bucket_cap_mb": "distributed Adam only",
     "model.optim.overlap_grad_sync": "distributed Adam only",

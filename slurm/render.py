@@ -8,7 +8,7 @@ imports an engine and never branches on an engine's name.
 ``submitit.slurm.slurm._make_sbatch_string``; only its defaults that would hurt are overridden
 through its own ``additional_parameters`` (no ``--wckey``, ``--signal=B:USR1@<lead>`` instead of
 submitit's USR2, ``--requeue`` for node failures, our log paths). ``--time`` and the lead come from
-the plan (:mod:`vdkit.schedule`). The body is ours: strict shell, the run dir's lock, the job's id
+the plan (:mod:`vdkit.planner.timeplan`). The body is ours: strict shell, the run dir's lock, the job's id
 recorded, a finished run refused, NCCL/IB environment, rendezvous, secrets read at run time, one
 ``srun`` of the engine's command and the continuation (:func:`continuation_lines`).
 
@@ -51,8 +51,8 @@ def _directive(what: str, value) -> str:
 
 
 def time_plan(plan):
-    """The plan's time figures (vdkit.schedule.TimePlan): --time, the stop's lead, the budget."""
-    from vdkit.schedule import time_plan as plan_times
+    """The plan's time figures (vdkit.planner.timeplan.TimePlan): --time, the stop's lead, the budget."""
+    from vdkit.planner.timeplan import time_plan as plan_times
 
     return plan_times(plan)
 

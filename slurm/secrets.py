@@ -9,7 +9,7 @@ The lines below read it with ``read -r`` instead:
   note giving the line number only;
 - VALUE is everything after the first ``=``, literally (no expansion, no command substitution);
   one pair of matching surrounding quotes (``"..."`` or ``'...'``) and a trailing CR are removed;
-- a NAME the job depends on (PATH, UID, LD_*, SLURM_*, ... : vdkit.rules' deny-list, refused when the
+- a NAME the job depends on (PATH, UID, LD_*, SLURM_*, ... : vdkit.rules.environment's deny-list, refused when the
   file is checked at render time) is skipped with a note, in case the file changed since;
 - values are exported, never printed (the notes name line numbers and variable names only).
 """
@@ -22,8 +22,8 @@ SECRETS_VAR = "VDKIT_SECRETS_FILE"
 
 
 def _denied_pattern() -> str:
-    """A bash case pattern for the variable names a secrets file must not set (vdkit.rules' deny-list)."""
-    from vdkit.rules import DENIED_NAMES, DENIED_PREFIXES
+    """A bash case pattern for the variable names a secrets file must not set (vdkit.rules.environment's deny-list)."""
+    from vdkit.rules.environment import DENIED_NAMES, DENIED_PREFIXES
 
     return "|".join(sorted(DENIED_NAMES) + [f"{p}*" for p in DENIED_PREFIXES])
 
@@ -47,7 +47,7 @@ def secrets_lines(path: str) -> List[str]:
         "  if [[ \"$vdkit_line\" =~ ^(export[[:space:]]+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$ ]]; then",
         "    vdkit_key=${BASH_REMATCH[2]}",
         "    vdkit_value=${BASH_REMATCH[3]}",
-        # the names that would break the job (vdkit.rules.DENIED_*): refused at render, skipped here too
+        # the names that would break the job (vdkit.rules.environment.DENIED_*): refused at render, skipped here too
         f"    case \"$vdkit_key\" in {_denied_pattern()})",
         f'      echo "vdkit: skipped line $vdkit_n of run.secrets_file ${SECRETS_VAR}: $vdkit_key would break the job" >&2',
         "      continue ;;",

@@ -80,7 +80,7 @@ def write_events(logdir: Path, values, tag="train_step_timing in s", start=0):
 def make_run(base, overrides, timings=None, kind="out"):
     """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.rundir import create_run_dir
 
     run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)

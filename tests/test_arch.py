@@ -1,9 +1,9 @@
-"""vdkit.arch's parameter counts against transformers' own model classes, for every conf/model/*.yaml."""
+"""vdkit.planner.arch's parameter counts against transformers' own model classes, for every conf/model/*.yaml."""
 from __future__ import annotations
 
 import pytest
 
-from vdkit.arch import param_counts
+from vdkit.planner.arch import param_counts
 from vdkit.config import compose, group_options
 
 MODELS = [m for m in group_options("model")]

@@ -43,7 +43,8 @@ tokenizer: byte-level
 @pytest.fixture
 def conf_copy(tmp_path, monkeypatch) -> Path:
     """A copy of the shipped conf/ tree that the kit reads instead (VDKIT_CONF_DIR)."""
-    from vdkit import calibration, config
+    from vdkit import config
+    from vdkit.planner import calibration
 
     copy = tmp_path / "conf"
     shutil.copytree(conf_dir(), copy)
@@ -58,7 +59,7 @@ def conf_copy(tmp_path, monkeypatch) -> Path:
 def test_a_throwaway_model_family_renders(conf_copy, tmp_path, capsys):
     import json
 
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
     from vdkit.config import compose
 
     (conf_copy / "model" / "toy_family.yaml").write_text(TOY_FAMILY)

@@ -250,7 +250,7 @@ for name, argv, expect in [
 def template(tmp_path_factory):
     """The prepared inputs, made once; each case gets a copy (composing a run dir per case is slow)."""
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.rundir import create_run_dir
 
     tmp_path = tmp_path_factory.mktemp("bad-inputs-template")

@@ -22,7 +22,7 @@ import yaml
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.prepare import render_run
 from vdkit.rundir import SBATCH_FILE
 
@@ -52,9 +52,9 @@ def _check_golden(name: str, text: str) -> None:
 def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["bridge.yaml", "bridge_job.py", "import_hf.sbatch", "launch.sbatch", "overrides.txt",
-                     "plan.json", "recipe.yaml"]
-    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch"):
+    assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
+                     "overrides.txt", "plan.json", "recipe.yaml"]  # run.mode=train: export_hf.sbatch
+    for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
         _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
 
 
@@ -96,7 +96,11 @@ def _config(overrides, tmp_path) -> tuple:
 CASES = {"7b-sft-tp2pp2vp4": ["model=llama2_7b", "method=sft", "parallelism.tp=2", "parallelism.pp=2", "parallelism.vp=4"],
          "13b-pretrain": ["model=llama2_13b", "method=pretrain", "cluster.nodes=2"],
          "70b-lora-2node": ISSUE_CELL[1:],
-         "7b-lora-fast": ["model=llama2_7b", "method=lora", "recipe=fast"]}
+         "7b-lora-fast": ["model=llama2_7b", "method=lora", "recipe=fast"],
+         # the checkpoint policy's two train shapes: periodic async saves; the end's weights-only save
+         "7b-sft-long": ["model=llama2_7b", "method=sft", "train.max_steps=100000"],
+         "7b-sft-1000": ["model=llama2_7b", "method=sft", "train.max_steps=1000"],
+         "70b-lora-timing": [*ISSUE_CELL[1:], "run.mode=timing"]}
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +153,7 @@ def test_config_carries_the_plan(case, tmp_path, bridge_loads):
         assert cfg["peft"] == {"_target_": "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"],
                                "dim": r.method.lora_adapter_dim, "alpha": r.method.lora_adapter_dim, "dropout": 0.0}
     if bridge_loads is not None:  # Bridge's own loader accepted every key (strict) and built the container
-        provider_, tp, pp, peft, _packed = bridge_loads[case].split()
+        provider_, tp, pp, peft, _packed = bridge_loads[case].split()[:5]
         assert (provider_, int(tp), int(pp)) == (provider, plan.tp, plan.pp)
         assert peft == ("LoRA" if r.method.name == "lora" else "None")
 
@@ -164,8 +168,22 @@ for path in sys.argv[1:]:
     m = cfg.model
     print(type(m).__name__, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
           type(cfg.peft).__name__ if cfg.peft else None,
-          getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None))
+          getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None),
+          cfg.checkpoint.save_interval, cfg.checkpoint.most_recent_k, cfg.checkpoint.async_save,
+          cfg.checkpoint.save_optim)
+    cfg.checkpoint.finalize()  # Bridge's own checks (async_save: a save dir and the persistent worker)
 """
+
+
+def test_checkpoint_policy_loads_into_bridges_checkpoint_config(bridge_loads):
+    """Bridge's CheckpointConfig takes the policy (vdkit.checkpoint_policy): a timing run's save_interval 0,
+    a long run's periodic async saves, a short train run's weights-only end; two kept."""
+    if bridge_loads is None:
+        pytest.skip("megatron-bridge not installed (extra [bridge])")
+    assert bridge_loads["70b-lora-timing"].split()[5:] == ["0", "2", "False", "True"]
+    interval, keep, async_save, optim = bridge_loads["7b-sft-long"].split()[5:]
+    assert int(interval) > 0 and (keep, async_save, optim) == ("2", "True", "True")
+    assert bridge_loads["7b-sft-1000"].split()[5:] == ["None", "2", "False", "False"]
 
 
 def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path, bridge_loads):
@@ -178,7 +196,7 @@ def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path, bridge_loads):
     assert cfg["train"]["micro_batch_size"] == 1 and cfg["dataset"]["dataset_kwargs"]["pad_to_max_length"] is True
     assert all(cfg["model"][k] for k in ("apply_rope_fusion", "gradient_accumulation_fusion", "bias_activation_fusion"))
     if bridge_loads is not None:
-        assert bridge_loads["7b-lora-fast"].split()[-1] == "4096"
+        assert bridge_loads["7b-lora-fast"].split()[4] == "4096"
 
 
 def _cli(*args, cwd):

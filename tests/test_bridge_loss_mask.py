@@ -108,7 +108,7 @@ def test_the_rendered_job_applies_the_fix_without_vdkit(tmp_path):
     import ast
 
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import render_run
 
     run_dir = render_run(make_plan(compose(["engine=bridge", "model=llama2_7b", "method=pretrain", "data=pile"])),

@@ -174,7 +174,7 @@ def test_loss_falls_against_an_lr0_control(runs, method):
 
 def test_lora_trains_only_the_adapters(runs):
     """memory.json: gradients (and Adam states) exist for the adapters only - the plan's LoRA count."""
-    from vdkit.arch import trainable_params
+    from vdkit.planner.arch import trainable_params
     from vdkit.rundir import load_plan
 
     run = runs.get("lora", "one")
@@ -223,7 +223,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
     distrib_optimizer.py:825 / :940 patches: without them step 4 was 0.2 % off)."""
     from vdkit.commands.run import with_local_defaults
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import prepare
 
     recipe = compose(with_local_defaults([*BASE, "method=sft", *LR["sft"], f"model.megatron_path={runs.base}",

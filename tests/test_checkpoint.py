@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.rundir import create_run_dir
 
 KILLER = r'''

@@ -5,7 +5,7 @@ import pytest
 
 from vdkit.config import compose, conf_dir, group_options, override_sets, sweep_cells
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 
 GROUPS = ("model", "method", "cluster", "data", "engine", "parallelism")
 

@@ -63,7 +63,7 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
 def test_the_demo_sweep_plans_the_layouts_its_comment_states():
     """conf/sweep/demo.yaml's header says which layout each cell gets; plan the cells (no training)."""
     from vdkit.config import compose, sweep_cells
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     got = {}
     for cell in sweep_cells("demo"):

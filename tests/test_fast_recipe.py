@@ -5,7 +5,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from vdkit.config import compose, load_sweep, sweep_cells
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.validation import report, tables
 
 GUIDE_SAMPLES = 1000 * 128  # Table 9: 1000 steps of GBS 128, one Dolly sample per sequence
@@ -136,7 +136,7 @@ def test_a_prediction_predicts_what_is_rendered(sweep, tmp_path):
     """The step-time model predicts recipe=fast on NVIDIA's fused path (its constants come from NVIDIA's
     runs); the rendered config must then carry NVIDIA's performance settings, and the guide's recipe
     (predicted on NeMo's unfused stack) must not."""
-    from vdkit.predict import _fused_path
+    from vdkit.planner.predict import _fused_path
     from vdkit.recipes.nemo import render_nemo_yaml
     from vdkit.recipes.nemo_config import MCORE_DISTRIBUTED_OPTIM, PERFORMANCE_SETTINGS
 

@@ -117,7 +117,7 @@ def test_the_mapping_covers_every_package_folder():
     mods = modules()
     for pkg, folder in package_dirs().items():
         assert folder.is_dir(), f"{pkg} -> {folder} is not a folder"
-    assert {"vdkit.plan", "vdkit.recipes.engines", "vdkit.slurm.render", "vdkit.validation.report",
+    assert {"vdkit.planner.plan", "vdkit.recipes.engines", "vdkit.slurm.render", "vdkit.validation.report",
             "vdkit.recipes.megatron.train", "vdkit.launchers"} <= set(mods)
 
 

@@ -17,7 +17,7 @@ from vdkit import launchers
 from vdkit.cli import main
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
 from vdkit.rundir import LOCK_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
 

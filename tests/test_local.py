@@ -70,7 +70,7 @@ def test_vdkit_run_two_ranks_end_to_end(tmp_path):
 def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     """Two ranks for a one-rank recipe: each rank refuses (exit 2); the launcher reports it."""
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.local import launch_local
     from vdkit.rundir import create_run_dir
 
@@ -87,7 +87,7 @@ def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
     import torch
 
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference.checkpoint import load
     from vdkit.recipes.reference.train import train

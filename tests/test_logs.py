@@ -23,7 +23,11 @@ from helpers import bar_update, nemo2_line, tqdm_num, write_events, write_nemo1_
 from vdkit.cli import main
 from vdkit.errors import UserError
 from vdkit.validation.extrapolate import MIN_STEADY_SAMPLES, estimate, estimate_log, min_samples
-from vdkit.validation.logs import StepLog, merge_logs, parse_tensorboard, parse_text_log, read_source
+from vdkit.validation.logs import read_source
+from vdkit.validation.merge import merge_logs
+from vdkit.validation.steps import StepLog
+from vdkit.validation.tensorboard_events import parse_tensorboard
+from vdkit.validation.text_log import parse_text_log
 from vdkit.validation.steps import TIMING_MEGATRON, TIMING_TQDM_RATE
 
 
@@ -145,9 +149,9 @@ def test_no_timing_is_a_user_error_naming_the_file(tmp_path):
 
 
 def test_chunk_boundaries_do_not_split_updates(tmp_path, monkeypatch):
-    import vdkit.validation.logs as logs
+    from vdkit.validation import segments
 
-    monkeypatch.setattr(logs, "CHUNK_BYTES", 37)  # updates straddle every chunk boundary
+    monkeypatch.setattr(segments, "CHUNK_BYTES", 37)  # updates straddle every chunk boundary
     ts = [1.0 + 0.001 * i for i in range(200)]
     log = parse_text_log(write_nemo1_log(tmp_path / "k.out", ts))
     assert log.timings == pytest.approx([float(tqdm_num(t)) for t in ts])

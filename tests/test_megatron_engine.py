@@ -176,7 +176,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     on PATH, as in a container); both ranks stop after the same step, that step's checkpoint is written,
     both exit 75. The resumed run goes on at the next step, and every loss equals the uninterrupted run's."""
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.local import rank_env
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.megatron import megatron_command

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import nemo_command, nemo_script, render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
 from vdkit.rundir import LOG_DIR, NEMO_CONFIG_FILE
@@ -50,7 +50,7 @@ def test_virtual_pipeline_only_when_interleaved():
 
 def test_batch_sizes_steps_and_validation_interval():
     plan, cfg = _cfg("train.global_batch_size=64", "train.micro_batch_size=2", "train.max_steps=7",
-                     "engine.log_every_n_steps=5")
+                     "engine.log_every_n_steps=5", "run.mode=timing")
     t, m = cfg["trainer"], cfg["model"]
     assert (m["global_batch_size"], m["micro_batch_size"]) == (64, 2)
     for ds in ("train_ds", "validation_ds", "test_ds"):
@@ -60,6 +60,29 @@ def test_batch_sizes_steps_and_validation_interval():
     assert t["log_every_n_steps"] == 5
     assert t["precision"] == "bf16-mixed"
     assert m["seed"] == plan.recipe.train.seed
+
+
+def test_run_mode_train_validates_periodically_keeps_best_and_last_and_exports():
+    """run.mode=train (a single render's default): validation every N steps on the validation split,
+    train.val_batches batches, best (lowest validation loss) + last checkpoints, the best exported as .nemo;
+    run.mode=timing: one validation after the last step, no periodic checkpoint, no export."""
+    plan, cfg = _cfg("train.max_steps=1000")
+    assert plan.recipe.run.mode == "train"
+    t, params = cfg["trainer"], cfg["exp_manager"]["checkpoint_callback_params"]
+    assert t["val_check_interval"] == 100 and t["limit_val_batches"] == 10
+    assert cfg["model"]["data"]["validation_ds"]["file_names"][0].endswith("validation.jsonl")
+    assert params["monitor"] == "validation_loss" and params["save_top_k"] == 1 and params["save_last"] is True
+    assert params["save_nemo_on_train_end"] is True and params["save_best_model"] is True
+    assert params["every_n_train_steps"] >= 1
+    _, cfg = _cfg("train.max_steps=1000", "train.val_every_n_steps=250", "train.val_batches=4")
+    assert (cfg["trainer"]["val_check_interval"], cfg["trainer"]["limit_val_batches"]) == (250, 4)
+    _, cfg = _cfg("train.max_steps=1000", "run.mode=timing")
+    t, params = cfg["trainer"], cfg["exp_manager"]["checkpoint_callback_params"]
+    assert t["val_check_interval"] == 1000 and t["limit_val_batches"] == 1
+    assert "every_n_train_steps" not in params and params["save_nemo_on_train_end"] is False
+    _, cfg = _cfg("method=pretrain", "data=pile", "train.max_steps=1000")
+    assert cfg["exp_manager"]["checkpoint_callback_params"]["save_nemo_on_train_end"] is True
+    assert cfg["trainer"]["val_check_interval"] == 100
 
 
 def test_logs_and_checkpoints_under_the_run_dir():

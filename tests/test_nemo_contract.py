@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
@@ -219,8 +219,12 @@ def test_trap_max_steps_must_be_positive_and_validation_outside_the_timing():
         plan, cfg = _lora_cfg()
         cfg["trainer"]["max_steps"] = bad
         _refused(cfg, plan, "max_steps")
-    plan, cfg = _lora_cfg()
+    plan = _plan("llama2_7b", "lora", ["run.mode=timing"])
+    cfg = build_config(plan, RUN_DIR)
     cfg["trainer"]["val_check_interval"] = 10
+    _refused(cfg, plan, "inside the measured steps")
+    plan, cfg = _lora_cfg()  # run.mode=train: validation every N steps is the point
+    cfg["trainer"]["val_check_interval"] = 0
     _refused(cfg, plan, "inside the measured steps")
 
 

@@ -21,7 +21,7 @@ def test_wheel_finds_conf_and_published_data_without_the_checkout(tmp_path):
             "print(vdkit.__file__); print(c.conf_dir()); "
             "print(c.compose(['model=llama2_70b', 'method=lora']).model.num_layers); "
             "print(len(c.sweep_cells('table9'))); print(bool(t.load_published('table9'))); "
-            "import vdkit.predict as p; print(sorted(p.fitted()) == sorted(p.FITTED_KEYS))")
+            "import vdkit.planner.predict as p; print(sorted(p.fitted()) == sorted(p.FITTED_KEYS))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"})
     assert out.returncode == 0, out.stderr

@@ -3,8 +3,8 @@ import pytest
 
 from vdkit.config import compose, sweep_cells
 from vdkit.errors import UserError
-from vdkit.arch import param_counts
-from vdkit.plan import make_plan, require_feasible
+from vdkit.planner.arch import param_counts
+from vdkit.planner.plan import make_plan, require_feasible
 
 
 def plan(*overrides):

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
-from vdkit import predict as P
+from vdkit.planner import predict as P
 from vdkit.config import compose, sweep_cells
-from vdkit.calibration import HEADROOM
-from vdkit.plan import TIE, candidate_layouts, make_plan
+from vdkit.planner.calibration import HEADROOM
+from vdkit.planner.plan import TIE, candidate_layouts, make_plan
 
 
 def recipe(*overrides):

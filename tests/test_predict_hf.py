@@ -1,4 +1,4 @@
-"""The step-time model's transformers-engine regime (vdkit.predict_hf) and the tokens it computes on
+"""The step-time model's transformers-engine regime (vdkit.planner.predict_hf) and the tokens it computes on
 (vdkit.tokens): collator padding counted from the data, the stack's synchronisation rules, the
 hardware constants' sources, and the seeds' published cells it predicts."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 
 from vdkit.config import compose, sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
-from vdkit.plan import make_plan
-from vdkit.predict_hf import constants, predict_hf_step
+from vdkit.planner.plan import make_plan
+from vdkit.planner.predict_hf import constants, predict_hf_step
 from vdkit.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
 
 OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpaca", "model=opt_6_7b",
@@ -143,7 +143,7 @@ def test_plan_prints_the_published_figure_of_its_cell(capsys):
 
 
 def test_each_engine_picks_its_regime_in_one_place():
-    from vdkit.predict import ENGINE_REGIMES, _fused_path, regime
+    from vdkit.planner.predict import ENGINE_REGIMES, _fused_path, regime
 
     assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "nemo"
     assert ENGINE_REGIMES["bridge"] == "fused"  # NVIDIA's current stack: the fused-path constants
@@ -156,7 +156,7 @@ def test_each_engine_picks_its_regime_in_one_place():
 
 
 def test_tile_and_wave_quantization_cost_small_gemms_only():
-    from vdkit.predict_hf import _gemm_s, _quantization
+    from vdkit.planner.predict_hf import _gemm_s, _quantization
 
     assert _quantization(128 * 11, 256 * 12, [128, 256], 132) == pytest.approx(1.0)  # 132 tiles: one full wave
     assert _quantization(128 * 19, 256 * 7, [128, 256], 132) == pytest.approx(133 / 264)  # one tile into a 2nd wave
@@ -196,7 +196,7 @@ def test_gradient_traffic_follows_each_stacks_rules():
     hbm = calib["gpus"]["H100-SXM5-80GB"]["hbm_gb_s"] * 1e9
     fsdp = compose(OPT)  # 8 micro batches per step
     one = dataclasses.replace(fsdp, train=dataclasses.replace(fsdp.train, global_batch_size=32))  # 1 micro batch
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
 
     params = param_counts(fsdp.model).total
     copy_b = stack["gradient_copy_bytes_per_param"]["fsdp"]
@@ -212,7 +212,7 @@ def test_gradient_traffic_follows_each_stacks_rules():
 
 
 def test_plans_near_the_gpus_memory_say_the_allocator_cost_is_left_out():
-    from vdkit.sharded import MEMORY_PRESSURE_NOTE
+    from vdkit.planner.sharded import MEMORY_PRESSURE_NOTE
 
     flagged = []
     for table in ("alpaca_opt", "llama31_roce"):
@@ -257,7 +257,7 @@ def test_the_floor_note_holds_for_every_published_run_of_its_stack():
     predicts every published timed FSDP run faster than published: the white paper's OPT cells and
     hf_step_time.yaml's cross-checks (other people's runs of the seed's code on A100s). ZeRO-3 plans (the MI300X
     blog, predicted within a few tens of per cent either side) carry no such note."""
-    from vdkit.sharded import FLOOR_NOTE, FLOOR_STACKS
+    from vdkit.planner.sharded import FLOOR_NOTE, FLOOR_STACKS
     from vdkit.validation.tables import load_published
 
     assert FLOOR_STACKS == ("fsdp",)

@@ -119,7 +119,7 @@ def _run_until_step(cmd, env, cwd, at_step: int, timeout: float = 150):
 
 def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.rundir import create_run_dir
 
@@ -161,7 +161,7 @@ def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_noth
 
 def test_the_budget_stops_a_rank_without_any_signal(tmp_path):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.rundir import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
@@ -214,9 +214,9 @@ def test_nemo_stops_by_its_own_clock_and_never_gets_the_signal(tmp_path):
     import yaml
 
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import prepare
-    from vdkit.schedule import time_plan
+    from vdkit.planner.timeplan import time_plan
 
     plan = make_plan(compose(["model=llama2_70b", "method=lora", "train.max_steps=1000",
                               "engine.container_image='nvcr.io#nvidia/nemo:24.01'"]))

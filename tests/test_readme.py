@@ -76,7 +76,7 @@ def test_the_readme_layout_claim_is_what_the_planner_says():
     """README: GBS 128 has no layout on 3 or 6 nodes; on 5 nodes 13B and 70B plan TP 8 x PP 5, 7B none."""
     from vdkit.config import compose
     from vdkit.errors import UserError
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     text = " ".join(README.read_text().split())
     assert "on 3 or 6 nodes no Llama 2 size has a layout" in text and "TP 8 × PP 5" in text

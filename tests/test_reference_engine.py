@@ -140,7 +140,7 @@ def test_packed_sequences_keep_samples_apart():
 # ----------------------------------------------------------------------------- training
 def _train(tmp_path, overrides):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.recipes.reference.train import train
     from vdkit.rundir import create_run_dir
 
@@ -193,7 +193,7 @@ def test_pretrain_logs_and_checkpoints(tmp_path):
 
 def test_engine_refuses_a_model_parallel_plan(tmp_path):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.recipes.reference.train import check_layout
 
     plan = make_plan(compose(BASE + ["cluster.gpus_per_node=2", "parallelism.tp=2", "train.global_batch_size=2"]))
@@ -228,7 +228,7 @@ def test_the_planner_counts_the_lora_parameters_the_engine_trains():
     """peft puts LoRA on q, k and v separately: the plan's trainable count is the peft model's own."""
     pytest.importorskip("peft")
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.data import load_tokenizer
     from vdkit.recipes.reference.model import build_model
     from vdkit.recipes.reference.train import check_layout

@@ -44,7 +44,7 @@ def test_render_writes_a_complete_run_dir(tmp_path, capsys):
 
 def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_path, capsys):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     args = ["model=llama2_70b", "method=lora", "cluster.nodes=5"]
     code, (run_dir,), err = render(capsys, *args, "--out", str(tmp_path), NO_MOUNTS)
@@ -106,7 +106,7 @@ def test_multirun_skips_cells_without_a_layout(tmp_path, capsys):
 
 def test_sweep_table9_renders_every_feasible_cell(tmp_path, capsys):
     from vdkit.config import compose, sweep_cells
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     cells = sweep_cells("table9")
     feasible = [c for c in cells if make_plan(compose(c)).feasible]

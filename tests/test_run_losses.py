@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.prepare import prepare
 
 REF = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1"]

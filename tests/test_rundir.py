@@ -10,7 +10,7 @@ import pytest
 
 from helpers import make_run, series
 from vdkit.config import compose
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.rundir import PLAN_FILE, create_run_dir, load_plan
 
 H100_LORA = ["model=llama2_7b", "method=lora"]  # a recipe the step-time model predicts
@@ -45,7 +45,7 @@ def test_a_plan_without_prediction_reads_back_as_none(tmp_path):
 
 BLOCK_THE_PLANNER = """
 import sys
-for name in ("vdkit.plan", "vdkit.sharded", "vdkit.predict", "vdkit.predict_hf"):
+for name in ("vdkit.planner.plan", "vdkit.planner.sharded", "vdkit.planner.predict", "vdkit.planner.predict_hf"):
     sys.modules[name] = None  # any import of the planner now raises ImportError
 """
 
@@ -61,7 +61,7 @@ def test_the_report_builds_with_the_planner_unimportable(tmp_path):
         assert main(["validate", {str(runs[0])!r}, "--json"]) == 0
         assert main(["report", *{[str(r) for r in runs]!r}, "--table", "table9", "--out", {str(tmp_path / "report")!r},
                      "--no-plots"]) == 0
-        assert "vdkit.plan" not in sys.modules or sys.modules["vdkit.plan"] is None
+        assert "vdkit.planner.plan" not in sys.modules or sys.modules["vdkit.planner.plan"] is None
         table = json.loads((Path({str(tmp_path / "report")!r}) / "table9.json").read_text())
         print(json.dumps(table["cells"]))
     """)

@@ -1,4 +1,4 @@
-"""The time plan (vdkit.schedule): the site's facts as cluster fields, and the NeMo job's contract for
+"""The time plan (vdkit.planner.timeplan): the site's facts as cluster fields, and the NeMo job's contract for
 every Table 9 cell at 1000 steps (issue 17).
 
 A site sets the partition maximum, its storage's write bandwidth, an allocation's start-up, the mean
@@ -15,8 +15,8 @@ import pytest
 from vdkit.cli import main
 from vdkit.config import compose, sweep_cells
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
-from vdkit.schedule import SITE_FIELDS, time_plan, young_interval_s
+from vdkit.planner.plan import make_plan
+from vdkit.planner.timeplan import SITE_FIELDS, time_plan, young_interval_s
 
 CELL = ["model=llama2_70b", "method=lora", "train.max_steps=1000"]  # issue 17's example: 4 allocations of 240 min
 
@@ -78,7 +78,23 @@ def test_bad_site_facts_are_one_line(override, words, capsys):
 
 
 # ----------------------------------------------------------------------------- NeMo, every Table 9 cell
-TABLE9 = sweep_cells("table9", ["train.max_steps=1000", "engine.container_image='nvcr.io#nvidia/nemo:24.01'"])
+# Table 9's cells as real 1000-step fine-tunes (run.mode=train): the cadence is the plan's.
+TABLE9 = sweep_cells("table9", ["train.max_steps=1000", "engine.container_image='nvcr.io#nvidia/nemo:24.01'",
+                                "run.mode=train"])
+
+
+def test_the_timing_sweeps_checkpoint_only_at_the_stop():
+    """run.mode=timing (every published-table sweep): no periodic checkpoint, the plan says so."""
+    for name in ("table9", "table9_fast", "training", "alpaca_opt", "llama31_roce", "demo"):
+        for cell in sweep_cells(name, ["train.max_steps=1000"])[:2]:
+            recipe = compose(cell)
+            assert recipe.run.mode == "timing" and recipe.val_every == 0, (name, cell)
+            plan = make_plan(recipe)
+            if plan.feasible:
+                times = time_plan(plan)
+                assert (times.every_n_steps, times.every_source, times.validation_s) == (0, "timing", 0.0)
+    times = time_plan(make_plan(compose(sweep_cells("table9", ["train.max_steps=1000", "run.mode=train"])[0])))
+    assert times.every_source == "plan" and times.val_every == 100 and times.validation_s > 0
 
 
 @pytest.mark.parametrize("cell", TABLE9, ids=lambda c: "-".join(o.split("=")[1] for o in c[:4]))
@@ -139,10 +155,10 @@ def test_a_layout_the_transformers_regime_does_not_model_is_named_not_the_gpu():
     plan = make_plan(compose(["engine=reference", "model=llama2_70b", "method=lora"]))
     assert (plan.tp, plan.pp) == (4, 1) and plan.feasible and plan.prediction is None
     first, *rest = _notes("engine=reference", "model=llama2_70b", "method=lora")
-    assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.predict_hf) models "
+    assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.planner.predict_hf) models "
                             "data-parallel layouts only, not TP 4 x PP 1; --time is the partition maximum")
     assert "GPU" not in first and "H100" not in first
-    assert "no time prediction: the transformers-engine regime (vdkit.predict_hf) models data-parallel layouts " \
+    assert "no time prediction: the transformers-engine regime (vdkit.planner.predict_hf) models data-parallel layouts " \
            "only, not TP 4 x PP 1" in rest
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 
 RUN_DIR = Path("/cluster/runs/x")
 PRETRAIN = ["method=pretrain", "data.data_dir=/data/pile"]
@@ -87,7 +87,7 @@ def test_reference_llama_config_reads_the_model_fields():
 
 
 def test_param_counts_follow_the_architecture_fields():
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
 
     llama = compose(["model=tiny_llama"]).model
     base = param_counts(llama)
@@ -109,7 +109,7 @@ def test_param_counts_follow_the_architecture_fields():
 def test_param_counts_match_transformers_llama():
     import torch  # noqa: F401  (transformers builds on it)
 
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
     from vdkit.recipes.common.data import ByteTokenizer
     from vdkit.recipes.reference.model import llama_config
     from transformers import LlamaForCausalLM

@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from vdkit.arch import param_counts
+from vdkit.planner.arch import param_counts
 from vdkit.config import compose, sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
-from vdkit.plan import make_plan
-from vdkit.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes
+from vdkit.planner.plan import make_plan
+from vdkit.planner.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes
 
 OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpaca", "train.micro_batch_size=4",
        "train.global_batch_size=256", "train.seq_length=512", "parallelism.recompute=none"]
@@ -154,7 +154,7 @@ def test_sharded_plans_honour_the_cluster_memory_overhead_as_unsharded_plans_do(
 
 
 def test_one_borderline_rule_for_sharded_and_unsharded_plans():
-    from vdkit.calibration import is_borderline, memory
+    from vdkit.planner.calibration import is_borderline, memory
 
     band = memory()["borderline_fraction"]
     assert is_borderline(80 * (1 - band), 80) and is_borderline(80 * (1 + band), 80)
@@ -169,7 +169,7 @@ def test_one_borderline_rule_for_sharded_and_unsharded_plans():
 def test_memory_decides_the_largest_micro_batch():
     import dataclasses as dc
 
-    from vdkit.sharded import largest_micro_batch
+    from vdkit.planner.sharded import largest_micro_batch
 
     r = compose(OPT + ["model=opt_13b"])
     b = largest_micro_batch(r, "none", 0.9)

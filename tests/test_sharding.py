@@ -11,7 +11,7 @@ import pytest
 
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 
 HERE = Path(__file__).resolve().parent
 RUN = ["model=tiny_opt", "method=sft", "data=synthetic", "engine=reference", "cluster=local",

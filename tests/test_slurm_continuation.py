@@ -8,7 +8,7 @@ resumes from the checkpoint; a finished run never starts again.
 - A real two-minute time limit, for the reference, megatron and bridge (Megatron-Bridge's own loop)
   engines: every step 1..N done across several allocations, none lost or repeated, and the losses
   equal an uninterrupted run's. Steps and losses are read by the kit's own parser
-  (:mod:`vdkit.validation.logs`), which knows each engine's log lines and TensorBoard tags.
+  (:mod:`vdkit.validation.logs` and its readers), which knows each engine's log lines and TensorBoard tags.
 - ``scancel --signal=USR1`` to the batch shell mid-run: the same path, on demand.
 - ``sbatch launch.sbatch`` twice: the second job stops at the run dir's lock; `vdkit status` names
   the holder, and finds a plainly sbatch'ed job.
@@ -76,7 +76,7 @@ def _log(run_dir, job_id) -> str:
 def _steps(run_dir, job_id) -> list:
     """The 1-based steps job ``job_id`` trained, in order, as the kit's log parser reads its output (the
     NeMo-style bars of the reference / megatron engines, Bridge's Megatron ``iteration N/M`` lines)."""
-    from vdkit.validation.logs import parse_text_log
+    from vdkit.validation.text_log import parse_text_log
 
     path = Path(run_dir) / f"slurm-{job_id}.out"
     if not path.exists():
@@ -124,7 +124,7 @@ def tb_losses(run_dir: Path) -> dict:
     """0-based step -> loss from the run's TensorBoard events, as the kit's parser reads them (NeMo's
     reduced_train_loss or Megatron's ``lm loss``; a later segment's value wins)."""
     from vdkit.rundir import LOG_DIR
-    from vdkit.validation.logs import parse_tensorboard
+    from vdkit.validation.tensorboard_events import parse_tensorboard
 
     return {r.step: r.loss for r in parse_tensorboard(run_dir / LOG_DIR).steps if r.loss is not None}
 

@@ -33,7 +33,7 @@ import pytest
 from helpers import directives, sbatch_parse
 from vdkit.config import compose
 from vdkit.errors import UserError
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 from vdkit.ports import PORT_BASE, job_port
 from vdkit.prepare import job_spec, sbatch_text, render_run
 from vdkit.recipes import engines
@@ -66,7 +66,7 @@ def exports(text: str) -> dict:
     ["model=llama2_70b", "method=pretrain", "cluster.nodes=6", "cluster=xe9680_4nic"],
 ])
 def test_resources_come_from_the_recipe(overrides):
-    from vdkit.schedule import time_plan
+    from vdkit.planner.timeplan import time_plan
 
     plan, text = text_for(overrides)
     c = plan.recipe.cluster
@@ -111,7 +111,7 @@ def test_signal_stays_inside_a_short_time_limit():
 
 def test_time_limit_from_the_plan_capped_at_the_partition_maximum():
     """Issue 17's example: 70B LoRA at 1000 steps predicts ~762 min; a 240-min partition needs 4 allocations."""
-    from vdkit.schedule import time_plan
+    from vdkit.planner.timeplan import time_plan
 
     plan, text = text_for(["model=llama2_70b", "method=lora", "train.max_steps=1000"])
     times = time_plan(plan)

@@ -61,7 +61,7 @@ def test_unreadable_file_stops_the_job_with_one_line(tmp_path):
 
 def test_rendered_script_reads_the_file_as_data(tmp_path):
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import sbatch_text
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",
@@ -103,7 +103,7 @@ def test_names_that_break_the_job_are_skipped_at_run_time(tmp_path):
 
 def test_the_local_launchers_secrets_reader(tmp_path):
     """What `vdkit run` exports to its ranks from run.secrets_file (it used to ignore the file)."""
-    from vdkit.rules import read_secrets_file
+    from vdkit.local import read_secrets_file
 
     f = tmp_path / "s.env"
     f.write_text("# c\nexport HF_TOKEN='hf_abc'\nWANDB_API_KEY=\"k e y\"\n")
@@ -161,7 +161,7 @@ def test_the_cli_refuses_it_in_one_line_and_writes_nothing(tmp_path, capsys, ver
 @pytest.mark.parametrize("mode", [0o600, 0o400])
 def test_a_private_secrets_file_passes(tmp_path, mode):
     from vdkit.config import compose
-    from vdkit.rules import read_secrets_file
+    from vdkit.local import read_secrets_file
 
     f = _secrets(tmp_path, mode)
     assert compose([*TINY, f"run.secrets_file={f}"]).run.secrets_file == str(f)
@@ -171,7 +171,7 @@ def test_a_private_secrets_file_passes(tmp_path, mode):
 def test_the_local_reader_refuses_an_open_file_too(tmp_path):
     """`vdkit run` exports the file to its ranks: the same rule, whatever path reaches the reader."""
     from vdkit.errors import UserError
-    from vdkit.rules import read_secrets_file
+    from vdkit.local import read_secrets_file
 
     f = _secrets(tmp_path, 0o644)
     with pytest.raises(UserError, match="chmod 600"):
@@ -182,7 +182,7 @@ def test_another_users_file_is_theirs_to_protect(tmp_path):
     """As ssh: only a file the caller owns is checked (a team's token file kept by its owner, group-readable)."""
     import os
 
-    from vdkit.rules import check_secrets_file
+    from vdkit.rules.secrets import check_secrets_file
 
     if os.getuid() != 0:
         pytest.skip("giving a file to another user needs root")

@@ -10,7 +10,7 @@ from helpers import TINY, make_run, series, write_nemo1_log
 from vdkit.cli import main
 from vdkit.config import compose
 from vdkit.rundir import load_recipe
-from vdkit.plan import make_plan
+from vdkit.planner.plan import make_plan
 
 
 # ----------------------------------------------------------------------------- validate

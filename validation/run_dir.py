@@ -22,7 +22,7 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
         return 0
     from vdkit.rundir import load_recipe
 
-    from vdkit.schedule import every_n_steps
+    from vdkit.planner.timeplan import every_n_steps
 
     return every_n_steps(load_recipe(run_dir))
 

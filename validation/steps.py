@@ -80,3 +80,22 @@ def step_ranges(steps: Iterable[int]) -> str:
         out.append(str(s[i]) if i == j else f"{s[i]}-{s[j]}")
         i = j + 1
     return ", ".join(out)
+
+
+def warn_incomplete(log: StepLog) -> None:
+    """Warn when the log stops before the run's max_steps (job killed, timed out, or still running)."""
+    if log.total_steps and log.steps:
+        last = log.steps[-1].step + 1
+        if last < log.total_steps:
+            log.warnings.append(f"{log.source}: stops at step {last} of {log.total_steps} "
+                                "(job killed, timed out or still running?)")
+
+
+def steps_csv(log: StepLog) -> str:
+    """The parsed per-step figures as CSV with a header: ``step,seconds,loss`` (empty where the log has
+    none). Values are as logged: a Megatron line is one row (its interval's mean, at the interval's
+    last step); a glitched timer's negative value is printed as it is."""
+    fmt = lambda x: "" if x is None else f"{x:.10g}"  # noqa: E731
+    rows = ["step,seconds,loss"]
+    rows += [f"{r.step},{fmt(r.timing_s)},{fmt(r.loss)}" for r in log.steps]
+    return "\n".join(rows) + "\n"

@@ -198,8 +198,8 @@ class RunResult:
 
     path: str
     recipe: object  # vdkit.schema.Recipe
-    plan: object = None  # vdkit.plan.Plan from its plan.json (None: unreadable)
-    log: object = None  # validation.logs.StepLog
+    plan: object = None  # vdkit.planner.plan.Plan from its plan.json (None: unreadable)
+    log: object = None  # validation.steps.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)
     warnings: List[str] = field(default_factory=list)
@@ -338,7 +338,7 @@ def _sweep_recipes(sweep: str) -> Tuple[object, ...]:
 @lru_cache(maxsize=16)
 def _sweep_plans(sweep: str) -> Tuple[object, ...]:
     """Every cell of ``sweep`` planned (only the planned table plans: run directories bring plan.json)."""
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
 
     return tuple(make_plan(r) for r in _sweep_recipes(sweep))
 
@@ -409,7 +409,7 @@ def build(name: str, runs: Sequence = (), folder: Optional[Path] = None) -> Tabl
         if recipe is not None:
             cell.gpus, cell.nodes, cell.method = recipe.world_size, recipe.cluster.nodes, recipe.method.name
             cell.inter_node, cell.transport = KEY_FIELDS["inter_node"](recipe), recipe.cluster.transport
-            from vdkit.arch import param_counts
+            from vdkit.planner.arch import param_counts
 
             cell.params_b = param_counts(recipe.model).total / 1e9
             cell.gpu_memory_gb, cell.target_steps = recipe.cluster.gpu_memory_gb, steps or recipe.train.target_steps

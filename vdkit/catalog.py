@@ -91,7 +91,7 @@ def _group_files(group: str) -> List[Path]:
 
 def _model_facts(path: Path) -> str:
     """'6.74B params, 32 layers, hidden 4096' from the model file's own sizes."""
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
     from vdkit.schema import ModelCfg
 
     data = _load(path)

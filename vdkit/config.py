@@ -122,11 +122,12 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from omegaconf.errors import OmegaConfBaseException
 
     from vdkit import rules
+    from vdkit.rules.overrides import check_overrides
 
     _register_schema()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
-    rules.check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
+    check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
@@ -143,7 +144,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     absolute_paths(obj)
     recipe = Recipe(overrides=tuple(overrides),
                     **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})
-    rules.check_recipe(recipe)  # numbers, architecture, cluster.env, files the kit reads (vdkit/rules.py)
+    rules.check_recipe(recipe)  # numbers, architecture, cluster.env, files the kit reads (vdkit/rules/)
     validate_fields(recipe)
     return recipe
 
@@ -209,7 +210,7 @@ def _check(ok: bool, what: str, fix: str) -> None:
 
 
 def validate_fields(r: Recipe) -> None:
-    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.plan."""
+    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.planner.plan."""
     c, t, m = r.cluster, r.train, r.method
     _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
@@ -253,7 +254,7 @@ def validate_fields(r: Recipe) -> None:
            "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
     _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
            f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
-           "use 0 (only at the end), N, or leave it unset: the plan derives it")
+           "use 0 (no periodic checkpoint), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
@@ -261,6 +262,13 @@ def validate_fields(r: Recipe) -> None:
     _check(t.global_batch_size >= t.micro_batch_size,
            f"train.global_batch_size={t.global_batch_size} is smaller than the micro batch",
            "use a multiple of train.micro_batch_size x DP")
+    from vdkit.schema import RUN_MODES
+
+    _check(r.run.mode in RUN_MODES, f"run.mode={r.run.mode!r} is not a run mode",
+           "use run.mode=train (validation, checkpoints, exported weights) or run.mode=timing (the guides' timing run)")
+    _check(t.val_every_n_steps is None or t.val_every_n_steps >= 1,
+           f"train.val_every_n_steps={t.val_every_n_steps} must be >= 1", "use e.g. train.val_every_n_steps=100, or leave it unset")
+    _check(t.val_batches >= 1, f"train.val_batches={t.val_batches} must be >= 1", "use e.g. train.val_batches=10")
     _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
            "use e.g. train.max_steps=50")
     _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
@@ -290,7 +298,7 @@ def validate_fields(r: Recipe) -> None:
     _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
-    from vdkit.arch import LORA_QKV
+    from vdkit.planner.arch import LORA_QKV
 
     _check(r.engine.lora_qkv in LORA_QKV, f"engine.lora_qkv={r.engine.lora_qkv!r} is not a LoRA placement",
            "use " + " or ".join(f"engine.lora_qkv={v}" for v in LORA_QKV))
@@ -396,7 +404,7 @@ def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
 
 def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
     """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
-    from vdkit import rules
+    from vdkit.rules.overrides import check_cell_count, check_overrides, check_sweep_size
 
     refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
     if sweep is not None and not str(sweep).strip():
@@ -404,12 +412,12 @@ def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[
     if sweep and multirun:
         raise UserError(f"--sweep {sweep} and -m do not combine (every cell would be planned twice)",
                         "drop -m: comma lists after --sweep already sweep every cell of it")
-    rules.check_overrides(overrides, multirun=bool(multirun or sweep))
+    check_overrides(overrides, multirun=bool(multirun or sweep))
     if sweep or multirun:
-        rules.check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
+        check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
     if sweep:
         cells = sweep_cells(sweep, overrides)
-        rules.check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
+        check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
         return cells
     if multirun:
         return expand_multirun(overrides)

@@ -1,7 +1,7 @@
 """Where the config tree (conf/) is, and the config files the kit reads from it besides Hydra's.
 
 A low layer (standard library, :mod:`vdkit.errors`, :mod:`vdkit.files`): composition
-(:mod:`vdkit.config`), its rules (:mod:`vdkit.rules`), the calibration data (:mod:`vdkit.calibration`)
+(:mod:`vdkit.config`), its rules (:mod:`vdkit.rules`), the calibration data (:mod:`vdkit.planner.calibration`)
 and the engines all find conf/ here, so none of them imports another to find a file.
 """
 from __future__ import annotations

@@ -92,8 +92,9 @@ def lookup(key: str) -> List[KeyDoc]:
     if key and section:
         return section
     names = [d.key for d in keys]
-    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
-    close += [n for n in names if n.endswith("." + key) and n not in close]
+    # a key named exactly as the last part (nodes -> cluster.nodes) first, then the spelling neighbours
+    close = [n for n in names if n.endswith("." + key)]
+    close += [n for n in difflib.get_close_matches(key, names, n=3, cutoff=0.6) if n not in close]
     hint = ("did you mean " + ", ".join(close[:4]) + "?") if close else (
         "the sections are " + ", ".join(_sections()) + "; `vdkit plan --cfg` prints every key")
     raise UserError(f"{key!r} is not a recipe key", hint)

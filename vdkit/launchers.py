@@ -12,16 +12,20 @@ and ``vdkit submit`` / ``vdkit status`` all go through :func:`get`; nothing else
 launcher's name. The engine never learns which launcher runs it.
 
 The interface (module-level names; ``files``, ``submit`` and ``status`` are required, the rest
-default as shown). ``plan`` is a :class:`vdkit.plan.Plan`, ``job`` the engine's
+default as shown). ``plan`` is a :class:`vdkit.planner.plan.Plan`, ``job`` the engine's
 :class:`~vdkit.jobspec.JobSpec` for this run directory, ``run_dir`` the run directory's absolute
 :class:`~pathlib.Path` (when rendering it does not exist yet: files need its final path):
 
 ``check_recipe(recipe) -> None``  (default: accept)
     Refuse, at composition (every verb, ``vdkit plan`` included), what is wrong in this launcher's own
-    cluster settings (e.g. ``cluster.kubernetes``). Pure and light: :mod:`vdkit.rules` calls it.
+    cluster settings (e.g. ``cluster.kubernetes``). Pure and light: :func:`vdkit.rules.check_recipe` calls it.
 ``check(plan, job) -> None``  (default: accept)
     Refuse (:class:`vdkit.errors.UserError`) what this launcher cannot start: a container image it
     cannot read, a value its scripts cannot carry, an engine that does not run here. Pure (no I/O).
+``check_host(plan) -> None``  (default: accept)
+    For a launcher that executes here: refuse what this machine cannot do for the run (the local
+    launcher: FP8 / CPU offload without a GPU, the host's memory). Asked when a run directory is
+    prepared (render, submit, run, demo), not by ``vdkit plan``.
 ``files(plan, job, run_dir) -> dict[str, str | bytes]``  (required)
     What the launcher writes into the run directory, rendered in memory for every cell before
     anything is written (names from :mod:`vdkit.rundir`): Slurm's ``launch.sbatch``; nothing for
@@ -109,6 +113,11 @@ class Launcher:
         fn = getattr(self.module, "check", None)
         if fn:
             fn(plan, job)
+
+    def check_host(self, plan) -> None:
+        fn = getattr(self.module, "check_host", None)
+        if fn:
+            fn(plan)
 
     def files(self, plan, job, run_dir) -> Dict[str, object]:
         return dict(self.module.files(plan, job, Path(run_dir)))

@@ -44,6 +44,58 @@ def check(plan, job: JobSpec) -> None:
                         "render` / `vdkit submit` for it, or another engine here")
 
 
+def check_host(plan) -> None:
+    """What a run on this machine cannot do, before a run dir exists (:mod:`vdkit.prepare` asks it for
+    ``vdkit run`` / ``demo`` / ``render``; ``vdkit plan`` does not: a plan is not a run).
+
+    Without a GPU the ranks are CPU processes: FP8 and CPU offload mean nothing there (the run would
+    silently train without them), and the model must fit the host's memory, not an 80 GB GPU. The
+    bytes per parameter are the memory model's plain fp32 training (``conf/calibration/memory.yaml``
+    ``megatron_bytes.fp32``: weights per parameter held, gradients + Adam states per trainable one).
+    """
+    if has_accelerator():
+        return
+    r = plan.recipe
+    if r.train.precision == "fp8":
+        raise UserError("train.precision=fp8 needs FP8 tensor cores (H100); this machine has no GPU, so the run "
+                        "would silently train without FP8", "use train.precision=bf16 here, or render the recipe "
+                        "for the cluster (vdkit render / submit)")
+    if r.parallelism.cpu_offload:
+        raise UserError("parallelism.cpu_offload=true moves GPU memory to the host; this machine has no GPU, so "
+                        "there is nothing to offload", "drop parallelism.cpu_offload (or set it false) here")
+    from vdkit.planner import calibration
+    from vdkit.planner.arch import param_counts, trainable_params
+
+    weight, grad, optim = (float(b) for b in calibration.memory()["megatron_bytes"]["fp32"])
+    total, trainable = param_counts(r.model).total, trainable_params(r)
+    per_rank = weight * total + (grad + optim) * trainable
+    if r.parallelism.sharding != "none":
+        per_rank /= r.world_size
+    need = per_rank * r.world_size / 1e9
+    have = host_memory_gb()
+    if have is not None and need > 0.9 * have:
+        raise UserError(f"{r.model.name} {r.method.name} needs about {need:,.0f} GB of host memory for "
+                        f"{r.world_size} local rank(s) on CPU (fp32 weights, gradients and Adam states); this "
+                        f"machine has {have:,.0f} GB available",
+                        "run a small model here (model=tiny_llama), or render it for the cluster with vdkit render")
+
+
+def has_accelerator() -> bool:
+    """A CUDA or ROCm device node exists here (no torch import: the door stays fast)."""
+    return any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd"))
+
+
+def host_memory_gb() -> Optional[float]:
+    """MemAvailable of this machine in GB (None where /proc/meminfo cannot be read)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024 / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def files(plan, job: JobSpec, run_dir: Path) -> dict:
     """Nothing beyond the engine's files: the ranks are started by :func:`run`, not by a script."""
     return {}
@@ -85,14 +137,32 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
 
     r = plan.recipe
     if r.run.secrets_file:  # the ranks inherit them (as a job's shell exports them); never written anywhere
-        from vdkit.rules import read_secrets_file
-
         os.environ.update(read_secrets_file(r.run.secrets_file))
     rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
     word = COMPLETED if rc == 0 else (STOPPED if rc == EXIT_STOPPED else FAILED)  # STOPPED: `vdkit run --resume`
     state = {NAME: {"state": word, "exit_code": rc}}
     (Path(run_dir) / JOB_STATE_FILE).write_text(json.dumps(state) + "\n")
     return rc
+
+
+def read_secrets_file(path: str) -> dict:
+    """NAME -> value of a checked secrets file, read as data (the job script's rules, :mod:`vdkit.slurm.secrets`:
+    an optional ``export``, one pair of surrounding quotes removed, no expansion). For runs started here."""
+    from vdkit.rules.secrets import check_secrets_file
+
+    check_secrets_file(path, required=True)
+    out = {}
+    for line in Path(path).read_text(errors="replace").splitlines():
+        s = line.rstrip("\r").strip()
+        if not s or s.startswith("#"):
+            continue
+        if s.startswith("export "):
+            s = s[len("export "):].lstrip()
+        name, value = s.split("=", 1)
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[name.strip()] = value
+    return out
 
 
 # ----------------------------------------------------------------------------- the ranks

@@ -1,7 +1,7 @@
 """The log format every engine writes and validation reads: NeMo 1.x's metric names.
 
 Engines print NeMo 1.x progress updates (Lightning's TQDM bar with these metrics) and write the
-same names as TensorBoard scalars; :mod:`vdkit.validation.logs` parses them. One home for the
+same names as TensorBoard scalars; :mod:`vdkit.validation.text_log` and :mod:`vdkit.validation.tensorboard_events` parse them. One home for the
 names, so a writer and the parser cannot drift apart.
 """
 from __future__ import annotations

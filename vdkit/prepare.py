@@ -171,12 +171,12 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     infeasible plan, a plan the engine or the launcher cannot run, a missing local input, an image
     the launcher cannot read, or a value a script cannot carry.
     """
-    from vdkit import schedule
-    from vdkit.plan import require_feasible
+    from vdkit.planner import timeplan as schedule
+    from vdkit.planner.plan import require_feasible
     from vdkit.rundir import PLAN_FILE, plan_json, reserve_run_dir
 
     # Time is part of the plan: --time and the checkpoint cadence are decided here, once, and written
-    # into the recipe every engine and launcher reads (vdkit.schedule).
+    # into the recipe every engine and launcher reads (vdkit.planner.timeplan).
     times = schedule.time_plan(plan)
     if times.predicted and times.allocations == 0 and plan.feasible:
         # not one step fits between start-up and the stop's lead: every allocation would end before a
@@ -194,10 +194,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
     job = job_spec(plan, run_dir)
     launcher.check(plan, job)
-    if launcher.executes_here:
-        from vdkit.rules import check_local_run
-
-        check_local_run(plan)  # FP8 / CPU offload without a GPU, host memory (before the GPU-memory verdict)
+    launcher.check_host(plan)  # a run here: FP8 / CPU offload without a GPU, host memory (before the GPU verdict)
     require_feasible(plan)
     engine.check(plan)
     # every input this machine reads must exist here (all missing ones are named in one line)

@@ -44,6 +44,7 @@ BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigCon
 BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
 BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
+BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"

@@ -5,8 +5,8 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
 - The recipe: the sections Hydra composes (registered in its ConfigStore by :mod:`vdkit.config`)
   and the frozen :class:`Recipe` built from them.
 - The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
-  :class:`Plan`, filled in by the planner (:mod:`vdkit.plan`, :mod:`vdkit.sharded`, predictions by
-  :mod:`vdkit.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
+  :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
+  :mod:`vdkit.planner.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
   without the planner.
 """
 from __future__ import annotations
@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
+RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
+VAL_TIMES_PER_RUN = 10  # run.mode=train without train.val_every_n_steps: validations over the run (a loss curve, ~10 points)
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -83,7 +85,7 @@ class ClusterCfg:
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)
-    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.schedule), capped at max_time_min
+    time_limit_min: Optional[int] = None  # sbatch --time; None: from the plan (vdkit.planner.timeplan), capped at max_time_min
     max_time_min: int = 240  # the partition's maximum time limit (`sinfo -o "%P %l"`): a site fact
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
@@ -125,7 +127,7 @@ class EngineCfg:
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
-    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: from the plan (vdkit.schedule); 0: only at the end
+    checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
@@ -152,6 +154,8 @@ class TrainCfg:
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
+    val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
+    val_batches: int = 10  # run.mode=train: global batches per validation (bounds its cost; NeMo limit_val_batches, Bridge eval_iters)
 
 
 @dataclass
@@ -160,6 +164,7 @@ class RunCfg:
     out_dir: str = "runs"  # parent directory of the run directories (--out overrides it)
     results_dir: Optional[str] = None  # shared checkpoint dir every node reaches; default run dir
     secrets_file: Optional[str] = None  # file with HF_TOKEN= / WANDB_API_KEY= lines, read at run time
+    mode: str = "train"  # train (a real fine-tune: periodic validation, best + last checkpoints, exported weights) | timing (the guides' method: no validation, no checkpoint but the stop one; the published-table sweeps set it)
 
 
 @dataclass
@@ -206,6 +211,20 @@ class Recipe:
     @property
     def is_peft(self) -> bool:
         return self.method.name in ("lora", "ptuning")
+
+    @property
+    def timing(self) -> bool:
+        """run.mode=timing: the guides' measured run (no validation, no checkpoint but the stop one)."""
+        return self.run.mode == "timing"
+
+    @property
+    def val_every(self) -> int:
+        """Steps between validations on the validation split; 0: none (run.mode=timing)."""
+        if self.timing:
+            return 0
+        if self.train.val_every_n_steps:
+            return self.train.val_every_n_steps
+        return max(1, self.train.max_steps // VAL_TIMES_PER_RUN)
 
     def to_dict(self) -> dict:
         """The resolved config as plain data (what ``recipe.yaml`` holds)."""
@@ -312,7 +331,7 @@ class Candidate:
     memory: Memory
     fits: bool  # within the GPU's memory
     roomy: bool  # within the GPU's memory less the planner's headroom
-    step: Optional[StepTime] = None  # filled by vdkit.plan.rank_candidates
+    step: Optional[StepTime] = None  # filled by vdkit.planner.plan.rank_candidates
 
     @property
     def label(self) -> str:
@@ -336,8 +355,8 @@ class Plan:
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
-    params: int = 0  # the model's parameters (vdkit.arch.param_counts(...).total)
-    trainable_params: int = 0  # what the method trains (vdkit.arch.trainable_params)
+    params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
+    trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
 
     @property
     def tp(self) -> int:

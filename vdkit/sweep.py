@@ -16,7 +16,7 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
     when no cell is left.
     """
     from vdkit.config import compose
-    from vdkit.plan import make_plan, require_feasible
+    from vdkit.planner.plan import make_plan, require_feasible
 
     plans: List = []
     skipped: List[tuple] = []  # (cell, error): notes only when some cell is left, else one line

@@ -140,7 +140,7 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
         return MicroBatchTokens(b, mean, expected_longest(hist, b, cap),
                                 f"{path} ({doc.get('rows')} rows, {doc.get('tokenizer')})")
     if defaults is None:
-        from vdkit.calibration import load
+        from vdkit.planner.calibration import load
 
         defaults = load("hf_step_time")["data_defaults"]
     entry = (defaults.get("datasets") or {}).get(recipe.data.name)

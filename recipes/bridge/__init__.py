@@ -20,7 +20,8 @@ from pathlib import Path, PurePosixPath
 from typing import List
 
 from vdkit.errors import UserError
-from vdkit.rundir import BRIDGE_IMPORT_FILE as IMPORT_FILE, BRIDGE_JOB_FILE as JOB_FILE
+from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
+from vdkit.rundir import BRIDGE_JOB_FILE as JOB_FILE
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 BRIDGE_VERSION = "0.3.1"
@@ -103,9 +104,13 @@ def local_check(plan) -> None:
         if r.data.name != "synthetic":
             from vdkit.recipes.bridge.data import TRAIN_FILE, dataset_root
 
-            f = Path(str(dataset_root(r, "/run"))) / TRAIN_FILE
-            if not f.is_file():
-                raise UserError(f"{f} does not exist", "prepare the data: vdkit data prepare NAME SOURCE DATA_DIR")
+            from vdkit.recipes.bridge.data import VALIDATION_FILE
+
+            for name in (TRAIN_FILE,) + (() if r.timing else (VALIDATION_FILE,)):  # train mode validates
+                f = Path(str(dataset_root(r, "/run"))) / name
+                if not f.is_file():
+                    raise UserError(f"{f} does not exist", "prepare the data: vdkit data prepare NAME SOURCE DATA_DIR"
+                                    + ("" if name == TRAIN_FILE else " (or run.mode=timing: no validation)"))
 
 
 def files(plan, run_dir) -> dict:
@@ -116,7 +121,7 @@ def files(plan, run_dir) -> dict:
     from vdkit.rundir import checkpoint_dir
 
     r = plan.recipe
-    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir))
+    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir), in_container(plan))
     header = (f"# Megatron-Bridge {BRIDGE_VERSION} ConfigContainer rendered by vdkit for {r.run_name}: {r.model.name} "
               f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
               f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
@@ -129,6 +134,8 @@ def files(plan, run_dir) -> dict:
         out.update(byte_tokenizer_files(TOKENIZER_DIR))
     if in_container(plan) and r.method.name != "pretrain":
         out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir)
+    if in_container(plan) and not r.timing:  # run.mode=train: the final weights as HF, after the run
+        out[EXPORT_FILE] = convert.export_sbatch(plan, run_dir, checkpoint_dir(r, run_dir))
     return out
 
 

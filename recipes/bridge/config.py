@@ -137,7 +137,7 @@ def _model(plan) -> dict:
         out.update(recompute_granularity="selective")
     else:
         out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
-    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.predict "fused")
+    out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     return out
 
 
@@ -177,7 +177,8 @@ def _dataset(plan, run_dir) -> dict:
 
     out = {_T: _CFG + "FinetuningDatasetConfig", "dataset_root": str(dataset_root(r, run_dir)),
            "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch", "num_workers": 0,
-           "do_validation": False, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+           # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
+           "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
     if d.packed:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
@@ -202,6 +203,38 @@ def tokenizer_model(recipe, run_dir) -> str:
     return HF_IDS.get(recipe.model.name, recipe.model.name)
 
 
+def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
+    """The plan's checkpoint policy (vdkit.planner.checkpoint_policy) in Bridge 0.3.1's CheckpointConfig words.
+
+    ``save_interval``: the policy's cadence; 0 for a timing run - Bridge then saves neither periodically
+    (``train.py`` checkpoint_and_decide_exit: ``save_interval and ...``) nor after the last step
+    (``pretrain.py:158``: ``save_interval != 0``), while a stop still saves (its signal and duration exits
+    test ``checkpoint.save`` only); null for a train run without periodic saves (the end's only).
+    ``most_recent_k``: the policy's retention (Bridge's default -1 keeps every checkpoint).
+    ``async_save``: the periodic saves in the background (torch_dist only, persistent worker: Bridge's
+    ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
+    runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
+    state written, none read back should the run be stopped after all."""
+    from vdkit.planner import timeplan
+
+    r = plan.recipe
+    pol = timeplan.time_plan(plan).policy
+    every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
+    if pol.final == "none" and not every:
+        interval = 0
+    else:
+        interval = every or None
+    out = {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
+           "save_interval": interval, "most_recent_k": pol.keep, "ckpt_format": "torch_dist",
+           "fully_parallel_save": True,
+           "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)}
+    if pol.async_save and in_container:
+        out["async_save"] = True
+    if not pol.saves_optimizer:
+        out.update(save_optim=False, save_rng=False, load_optim=False, load_rng=False)
+    return out
+
+
 def _peft(plan) -> Optional[dict]:
     m = plan.recipe.method
     if m.peft_scheme != "lora":
@@ -210,15 +243,15 @@ def _peft(plan) -> Optional[dict]:
             "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
 
 
-def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
+def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     """Megatron-Bridge's ConfigContainer for ``plan`` as a ``_target_`` dict (see the module docstring).
 
-    ``run_dir`` is the run directory's final path, ``ckpt_dir`` the run's checkpoint directory."""
+    ``run_dir`` is the run directory's final path, ``ckpt_dir`` the run's checkpoint directory;
+    ``in_container``: the ranks run in the NeMo image on GPUs (asynchronous checkpoint writes)."""
     r = plan.recipe
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
-    every = e.checkpoint_every_n_steps or t.max_steps
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
@@ -227,7 +260,9 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
         "model": _model(plan),
         "train": {_T: _CFG + "TrainingConfig", "global_batch_size": t.global_batch_size,
                   "micro_batch_size": t.micro_batch_size, "train_iters": t.max_steps,
-                  "eval_iters": 0, "eval_interval": t.max_steps,  # no validation: measured training steps only
+                  # run.mode=timing: no validation (measured training steps only); train: train.val_batches
+                  # batches of the validation split every r.val_every steps
+                  "eval_iters": 0 if r.timing else t.val_batches, "eval_interval": r.val_every or t.max_steps,
                   "exit_signal_handler": True},  # SIGTERM: finish the step, checkpoint, leave
         "optimizer": opt,
         "scheduler": sched,
@@ -241,9 +276,7 @@ def bridge_config(plan, run_dir, ckpt_dir) -> Dict:
                    "log_timers_to_tensorboard": True, "log_throughput": True},
         "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
                       "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
-        "checkpoint": {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
-                       "save_interval": every, "ckpt_format": "torch_dist", "fully_parallel_save": True,
-                       "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)},
+        "checkpoint": _checkpoint(plan, ckpt_dir, in_container),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
         "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),

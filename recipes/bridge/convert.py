@@ -24,6 +24,10 @@ from vdkit.errors import UserError
 
 IMPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
              "AutoBridge.import_ckpt(sys.argv[1], sys.argv[2])")
+# The way back (auto_bridge.py export_ckpt: load the Megatron checkpoint, save_hf_pretrained with the
+# adapters merged): a run.mode=train run's final weights in the HF format vLLM / transformers serve.
+EXPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
+             "AutoBridge.from_hf_pretrained(sys.argv[1]).export_ckpt(sys.argv[2], sys.argv[3])")
 
 
 def hf_source(recipe) -> str:
@@ -65,6 +69,41 @@ def import_sbatch(plan, run_dir) -> str:
         f"mkdir -p {q(str(PurePosixPath(out).parent))}",
         f"srun --container-image={q(image)} --container-mounts={q(','.join(f'{m}:{m}' for m in mounts))} "
         f"--no-container-mount-home python -c {q(IMPORT_PY)} {q(src)} {q(out)}",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def export_sbatch(plan, run_dir, ckpt_dir) -> str:
+    """run.mode=train: the job that turns the run's last checkpoint into HF weights (``ckpt_dir``/hf),
+    as sbatch text (one node, one task, the run's container); submit it after the run ends:
+    ``sbatch --dependency=afterok:JOBID export_hf.sbatch``."""
+    r = plan.recipe
+    src = hf_source(r)
+    out = str(PurePosixPath(ckpt_dir) / "hf")
+    mounts = sorted({str(PurePosixPath(ckpt_dir))} | ({src} if src.startswith("/") else set()))
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        f"# After the run: export its last checkpoint ({ckpt_dir}) to Hugging Face weights in {out}",
+        "# with Bridge's own AutoBridge.export_ckpt (LoRA adapters merged into the base), inside the same container.",
+        "#   sbatch --dependency=afterok:<the run's job id> export_hf.sbatch",
+        f"#SBATCH --job-name={q('export-' + r.run_name)}",
+        "#SBATCH --nodes=1",
+        "#SBATCH --ntasks=1",
+        f"#SBATCH --cpus-per-task={r.cluster.cpus_per_task}",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --time=02:00:00",
+    ]
+    if r.cluster.partition:
+        lines.append(f"#SBATCH --partition={q(r.cluster.partition)}")
+    if r.cluster.account:
+        lines.append(f"#SBATCH --account={q(r.cluster.account)}")
+    lines += [
+        "set -euo pipefail",
+        f"srun --container-image={q(r.engine.container_image or '')} "
+        f"--container-mounts={q(','.join(f'{m}:{m}' for m in mounts))} "
+        f"--no-container-mount-home python -c {q(EXPORT_PY)} {q(src)} {q(str(ckpt_dir))} {q(out)}",
         "",
     ]
     return "\n".join(lines)

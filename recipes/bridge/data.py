@@ -18,6 +18,7 @@ from vdkit.errors import UserError
 from vdkit.recipes.common.data import synthetic_rows  # the kit's synthetic task: same rows for the same seed
 
 TRAIN_FILE = "training.jsonl"  # Bridge's name (data/builders/finetuning_dataset.py:229), the kit's too
+VALIDATION_FILE = "validation.jsonl"  # Bridge's name (finetuning_dataset.py validation_path), the kit's too
 SYNTHETIC_DIR = "data/synthetic"  # in the run dir
 SPECIALS = ("<pad>", "<s>", "</s>")  # ids 0, 1, 2
 BYTE_OFFSET = len(SPECIALS)
@@ -40,7 +41,11 @@ def dataset_root(recipe, run_dir) -> PurePosixPath:
 def synthetic_files(recipe) -> Dict[str, str]:
     """Run-dir files of ``data=synthetic`` (name -> text)."""
     rows = synthetic_rows(recipe.train.seed)
-    return {f"{SYNTHETIC_DIR}/{TRAIN_FILE}": "".join(json.dumps(r) + "\n" for r in rows)}
+    out = {f"{SYNTHETIC_DIR}/{TRAIN_FILE}": "".join(json.dumps(r) + "\n" for r in rows)}
+    if not recipe.timing:  # run.mode=train validates on held-out rows: another seed's draw of the same task
+        held_out = synthetic_rows(recipe.train.seed + 1, n=max(64, len(rows) // 10))
+        out[f"{SYNTHETIC_DIR}/{VALIDATION_FILE}"] = "".join(json.dumps(r) + "\n" for r in held_out)
+    return out
 
 
 def _bytes_to_unicode() -> Dict[int, str]:

@@ -226,12 +226,15 @@ def run(cfg, callbacks=None) -> int:
             print(f"bridge_job: removed partial checkpoint {name}", flush=True)
     arm_stop(cfg)
     keep_loss_mask_cache()  # before pretrain() builds the datasets
+    stopped = False
     try:
         pretrain(cfg, forward_step, callbacks=_stop_callbacks(callbacks))
-    except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0)
+    except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0); the end returns
         if exc.code not in (0, None):
             raise
-    if save and checkpointed_iteration(save) < cfg.train.train_iters:
+        stopped = True
+    # A timing run (save_interval 0) writes no checkpoint at its end: only a stop tells the two apart.
+    if stopped and save and checkpointed_iteration(save) < cfg.train.train_iters:
         print(f"bridge_job: stopped after iteration {checkpointed_iteration(save)} of {cfg.train.train_iters} "
               f"(checkpoint written); exit {EXIT_STOPPED}: continue the run", flush=True)
         return EXIT_STOPPED

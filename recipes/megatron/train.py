@@ -213,7 +213,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.recipes.common.distributed import resolve_dist_env
     from vdkit.recipes.common.schedule import lr_at
     from vdkit.rundir import LOG_DIR, checkpoint_dir, load_plan
-    from vdkit.schedule import every_n_steps
+    from vdkit.planner.timeplan import every_n_steps
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned

@@ -88,7 +88,7 @@ def check_plan(plan) -> None:
     from vdkit.recipes.common.data import virtual_tokens
 
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        from vdkit.plan import layout_violations
+        from vdkit.planner.plan import layout_violations
 
         r = plan.recipe
         pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to

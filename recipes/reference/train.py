@@ -78,7 +78,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.checkpoint import resume_line
     from vdkit.recipes.common.schedule import lr_at
-    from vdkit.schedule import every_n_steps
+    from vdkit.planner.timeplan import every_n_steps
     from vdkit.recipes.reference.model import build_model
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan

@@ -34,7 +34,7 @@ ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
 def build_template(root: Path) -> Path:
     """Write every shared input under ``root`` (returns it)."""
     from vdkit.config import compose
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.rundir import create_run_dir
 
     root.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ def run(args) -> int:
     for plan in plans:  # a plan render would refuse is no answer: the same engine and launcher checks
         check_runnable(plan)
     if args.json:
-        from vdkit.schedule import time_plan
+        from vdkit.planner.timeplan import time_plan
 
         for plan in plans:
             figure = _published(plan)
@@ -134,7 +134,7 @@ def describe(plan) -> str:
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     if plan.feasible:
-        from vdkit.schedule import describe as describe_time, time_plan
+        from vdkit.planner.timeplan import describe as describe_time, time_plan
 
         lines += describe_time(time_plan(plan))
     lines += [f"  note        {n}" for n in plan.notes]
@@ -152,10 +152,10 @@ def table(plans) -> str:
     """One row per plan: the kit's own parallelism table (e.g. for Table 9)."""
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
             "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min", "--time", "allocs", "ckpt every",
-            "ckpt cost min")
-    from vdkit.schedule import time_plan
+            "ckpt cost min", "ckpt share", "ckpt held GB")
+    from vdkit.planner.timeplan import time_plan
 
-    rows = []
+    rows, held = [], 0.0
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
         fits = "yes" if plan.feasible else "NO"
@@ -168,9 +168,12 @@ def table(plans) -> str:
         mins = figure.minutes_for(r.train.target_steps) if figure is not None else None
         shown = "-" if figure is None else (f"{mins:,.1f}" if mins else figure.short or "-")
         times = time_plan(plan) if plan.feasible else None
+        share = times.checkpoint_share if times is not None else None
         when = (f"{times.time_limit_min}", str(times.allocations or "?"),
-                str(times.every_n_steps) if times.every_n_steps else "end", f"{times.checkpoint_cost_s / 60:,.1f}"
-                ) if times is not None else ("-", "-", "-", "-")
+                str(times.every_n_steps) if times.every_n_steps else ("stop" if times.final == "none" else "end"),
+                f"{times.checkpoint_cost_s / 60:,.1f}", "-" if share is None else f"{share:.1%}",
+                f"{times.held_gb:,.1f}") if times is not None else ("-",) * 6
+        held += times.held_gb if times is not None else 0.0
         rows.append((r.model.name, r.method.name, str(r.world_size), str(r.cluster.nodes), str(p.tp), str(p.pp),
                      str(p.vp), str(plan.dp), str(plan.grad_accum), p.recompute, f"{plan.memory.total_gb:.1f}", fits,
                      f"{plan.checkpoint_gb:,.1f}", *timing, shown, *when))
@@ -178,6 +181,8 @@ def table(plans) -> str:
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     out = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
     out += [fmt.format(*row) for row in rows]
+    out.append(f"checkpoint storage the sweep holds at its end: {held:,.1f} GB (every cell's kept checkpoints; "
+               "'stop': a timing run saves only when stopped)")
     infeasible = [p for p in plans if not p.feasible]
     for plan in infeasible:
         r = plan.recipe

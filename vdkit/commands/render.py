@@ -67,9 +67,9 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    from vdkit.schedule import time_plan
+    from vdkit.planner.timeplan import time_plan
 
-    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.schedule.resolve)
+    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.planner.timeplan.resolve)
     every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")

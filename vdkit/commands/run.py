@@ -89,13 +89,13 @@ def resume(args) -> int:
 def run(args) -> int:
     from vdkit.config import compose
     from vdkit.errors import UserError
-    from vdkit.plan import make_plan
+    from vdkit.planner.plan import make_plan
     from vdkit.prepare import engine_of, launcher_of, prepare
 
     if args.resume is not None:
         return resume(args)
 
-    from vdkit.rules import check_overrides
+    from vdkit.rules.overrides import check_overrides
 
     check_overrides(args.overrides)  # the command line's own: a key twice, sweep syntax (run has no -m)
     recipe = compose(with_local_defaults(args.overrides))
@@ -109,6 +109,6 @@ def run(args) -> int:
     cell = prepare(plan, args.out)
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
-    plan = cell.plan  # with the plan's time and cadence (vdkit.schedule)
+    plan = cell.plan  # with the plan's time and cadence (vdkit.planner.timeplan)
     rc = launcher.run(run_dir, plan, engine_of(plan).command(plan, run_dir))
     return _finish(run_dir, rc)

@@ -99,7 +99,8 @@ def describe(result: dict) -> str:
 
 def run_steps(args) -> int:
     """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
-    from vdkit.validation.logs import read_source, steps_csv
+    from vdkit.validation.logs import read_source
+    from vdkit.validation.steps import steps_csv
 
     if len(args.sources) != 1:
         raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",

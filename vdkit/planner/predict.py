@@ -38,7 +38,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.arch import param_counts, trainable_params
+from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.schema import Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
@@ -48,7 +48,7 @@ FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s"
 # ----------------------------------------------------------------------------- constants
 def calibration() -> dict:
     """The step-time constants (conf/calibration/step_time.yaml) as data."""
-    from vdkit.calibration import load
+    from vdkit.planner.calibration import load
 
     return load("step_time")
 
@@ -63,10 +63,10 @@ def why_no_prediction(recipe, tp: int = 1, pp: int = 1) -> Optional[str]:
     """Why the step-time model predicts nothing for ``recipe`` laid out TP x PP (None: it predicts).
 
     By the engine's regime: the transformers regime's own reasons (layout, GPU, inter-node bandwidth:
-    :func:`vdkit.predict_hf.why_not_hf`); NeMo's and the fused regime's only gap is a GPU that
+    :func:`vdkit.planner.predict_hf.why_not_hf`); NeMo's and the fused regime's only gap is a GPU that
     step_time.yaml does not describe."""
     if regime(recipe) == "hf":
-        from vdkit.predict_hf import why_not_hf
+        from vdkit.planner.predict_hf import why_not_hf
 
         return why_not_hf(recipe, tp, pp)
     if predicts_for(recipe):
@@ -152,7 +152,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     """Predicted seconds per step of ``recipe`` on layout TP x PP (x VP) with DP = the rest.
 
     ``constants`` overrides the calibrated ones (the benchmark refits them); the layout must be
-    valid (see vdkit.plan.layout_violations).
+    valid (see vdkit.planner.plan.layout_violations).
     """
     calib = calib or calibration()
     k = constants or fitted(calib)
@@ -239,7 +239,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 #: Which step-time regime and constants describe an engine's stack - the one place an engine picks them:
 #: "nemo" (this module: NeMo / Megatron; NVIDIA's fused path when the rendered config is NVIDIA's),
 #: "fused" (this module, always on NVIDIA's fused path: a stack that renders NVIDIA's performance settings,
-#: e.g. Megatron-Bridge's recipes), "hf" (vdkit.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3).
+#: e.g. Megatron-Bridge's recipes), "hf" (vdkit.planner.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3).
 #: An engine missing here is predicted as "nemo".
 ENGINE_REGIMES = {"nemo": "nemo", "megatron": "nemo", "bridge": "fused", "reference": "hf"}
 

@@ -1,7 +1,7 @@
 """The step-time model's second regime: the transformers engine (HF Trainer / Accelerate, eager PyTorch)
 with DDP, torch FSDP full-shard or DeepSpeed ZeRO-3, on H100 or MI300X.
 
-vdkit.predict models NeMo's stack (its largest term is the unfused stack's per-micro-batch weight
+vdkit.planner.predict models NeMo's stack (its largest term is the unfused stack's per-micro-batch weight
 traffic, calibrated on Table 9); none of that describes an HF model under FSDP. Here every term is
 physical and every constant comes from a datasheet or a measurement (conf/calibration/hf_step_time.yaml),
 none fitted to the runs it predicts. Per micro batch of ``N`` tokens (the collator's padded rows:
@@ -18,7 +18,7 @@ vdkit.tokens) on one GPU:
 - **communication** (sharded): FSDP / ZeRO-3 gather each decoder layer's parameters in bf16 before its
   forward and again before its backward (all-gather, ``(p-1)/p`` of the layer per GPU), and
   reduce-scatter its bf16 gradients - ZeRO-3 on every micro batch, the HF Trainer's FSDP once per step
-  (``no_sync`` while accumulating; the memory cost is in vdkit.sharded). DDP all-reduces the gradients
+  (``no_sync`` while accumulating; the memory cost is in vdkit.planner.sharded). DDP all-reduces the gradients
   once per step. Ring bus bandwidth: the node's fabric (NVSwitch / Infinity Fabric), or across nodes the
   slower of that and the node's inter-node bandwidth (adapters x usable rate, or the cluster's stated
   ``inter_node_gb_s`` - TCP); ``collective_latency_us`` per ring step.
@@ -43,7 +43,7 @@ from vdkit.schema import StepTime
 
 def constants() -> dict:
     """conf/calibration/hf_step_time.yaml as data."""
-    from vdkit.calibration import load
+    from vdkit.planner.calibration import load
 
     return load("hf_step_time")
 
@@ -66,7 +66,7 @@ def why_not_hf(recipe, tp: int = 1, pp: int = 1, calib: Optional[dict] = None) -
     (hf_step_time.yaml's ``gpus``), then a multi-node cluster's inter-node bandwidth (:func:`bus_gb_s`):
     the one home of these reasons, which the plan's note and the time plan's note both quote."""
     if (tp, pp) != (1, 1):
-        return (f"the transformers-engine regime (vdkit.predict_hf) models data-parallel layouts only, "
+        return (f"the transformers-engine regime (vdkit.planner.predict_hf) models data-parallel layouts only, "
                 f"not TP {tp} x PP {pp}")
     calib = calib or constants()
     if gpu_profile(recipe, calib) is None:
@@ -129,7 +129,7 @@ def _layer_gemms(m):
 
 
 def _stored_activation_bytes(m, tokens: float) -> float:
-    """Activations one decoder layer stores for ``tokens`` tokens (vdkit.sharded's per-layer formula)."""
+    """Activations one decoder layer stores for ``tokens`` tokens (vdkit.planner.sharded's per-layer formula)."""
     h, f = m.hidden_size, m.ffn_hidden_size
     mlp = 2 * h + (8 if m.activation == "swiglu" else 4) * f + h
     return tokens * (11 * h + mlp + 4 * h)
@@ -139,8 +139,8 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     """Predicted seconds per step of a transformers-engine recipe (DDP / FSDP / ZeRO-3), by term.
 
     None when the GPU is not described or a multi-node TCP cluster states no ``inter_node_gb_s``."""
-    from vdkit.arch import param_counts, trainable_params
-    from vdkit.calibration import memory
+    from vdkit.planner.arch import param_counts, trainable_params
+    from vdkit.planner.calibration import memory
     from vdkit.tokens import micro_batch_tokens
 
     calib = calib or constants()

@@ -1,7 +1,7 @@
 """Time as part of the plan: wall time of the whole run, allocations, ``--time``, checkpoint cadence.
 
-Input: the predicted seconds per step (:mod:`vdkit.predict`, or any figure), the checkpoint size
-(:func:`vdkit.plan.checkpoint_gb`) and the site's facts in the cluster config:
+Input: the predicted seconds per step (:mod:`vdkit.planner.predict`, or any figure), the checkpoint size
+(:func:`vdkit.planner.plan.checkpoint_gb`) and the site's facts in the cluster config:
 
 - ``cluster.max_time_min``: the partition's maximum time limit (``sinfo -o "%P %l"``);
 - ``cluster.storage_write_gbps_per_node``: checkpoint write bandwidth per node writing (GB/s).
@@ -19,9 +19,11 @@ The arithmetic (every constant below says where it comes from):
 - checkpoint write time C = checkpoint size / (bandwidth per node x nodes);
 - start-up of each allocation = ``cluster.startup_s`` + reading the model's bf16 weights (and, on
   a resumed allocation, the checkpoint) at the same bandwidth;
-- checkpoint interval: Young's approximation sqrt(2 C M) with M = ``cluster.mtbf_h`` (interruptions
-  other than the time limit: a node or fabric failure), at most ``cluster.max_lost_work_min`` of work
-  (what a crash may lose), at least one step;
+- checkpoints: :mod:`vdkit.planner.checkpoint_policy` (one policy for every engine): a timing run saves
+  only when stopped; a train run every Young interval sqrt(2 C M) with M = ``cluster.mtbf_h``
+  (interruptions other than the time limit: a node or fabric failure), at most
+  ``cluster.max_lost_work_min`` of work (what a crash may lose), at least one step, and at its end;
+  :data:`~vdkit.planner.checkpoint_policy.KEEP` kept;
 - the stop before the limit needs a lead = one step + one checkpoint + :data:`EXIT_S` (exit,
   container teardown, submitting the successor) + :data:`SIGNAL_SLACK_S` (Slurm checks limits
   about every 30 s);
@@ -40,12 +42,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional
 
+from vdkit.planner import checkpoint_policy
+
 EXIT_S = 60.0  # after the stop's checkpoint: process exit, container teardown, sbatch of the successor
 SIGNAL_SLACK_S = 30.0  # Slurm sends the --signal up to its ~30 s time-limit check late (man sbatch)
 MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction error, queue noise)
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
-FALLBACK_EVERY_N_STEPS = 10  # cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
-WEIGHT_BYTES = 2  # bf16 weights read at start-up
+FALLBACK_EVERY_N_STEPS = checkpoint_policy.FALLBACK_EVERY_N_STEPS  # (kept importable from here)
+WEIGHT_BYTES = checkpoint_policy.WEIGHT_BYTES  # bf16 weights read at start-up
+FORWARD_SHARE = 1 / 3  # a validation batch's share of a training step: forward only (backward ~ 2x forward)
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
 
@@ -61,9 +66,9 @@ class TimePlan:
     checkpoint_write_s: float
     startup_s: float
     lead_s: int  # the stop signal comes this long before the limit; the budget ends then
-    every_n_steps: int  # checkpoint interval in steps (0: only at the end)
-    every_source: str  # "plan", "pinned" or "fallback"
-    checkpoints: int  # periodic + the stops' own + the last
+    every_n_steps: int  # checkpoint interval in steps (0: none periodic)
+    every_source: str  # "plan", "pinned", "timing" (run.mode=timing: the stop's only) or "fallback"
+    checkpoints: int  # periodic + the stops' own + the end's
     checkpoint_cost_s: float
     allocations: int
     wall_s: Optional[float]
@@ -73,6 +78,24 @@ class TimePlan:
     max_lost_work_s: Optional[float]
     note: Optional[str] = None
     site: dict = field(default_factory=dict)  # the cluster's facts the plan used (SITE_FIELDS -> value)
+    mode: str = "train"  # run.mode
+    val_every: int = 0  # steps between validations (0: none, run.mode=timing)
+    validation_s: float = 0.0  # the whole run's validation time (run.mode=train)
+    keep: int = checkpoint_policy.KEEP  # checkpoints kept at most
+    async_save: bool = False  # periodic saves written in the background where the engine can
+    final: str = "full"  # the end's checkpoint: none | full | weights (vdkit.planner.checkpoint_policy)
+    held_gb: float = 0.0  # checkpoint storage the run holds at its end
+
+    @property
+    def policy(self) -> checkpoint_policy.CheckpointPolicy:
+        """The checkpoint policy every engine renders."""
+        return checkpoint_policy.CheckpointPolicy(self.mode, self.every_n_steps, self.every_source, self.keep,
+                                                  self.async_save, self.final)
+
+    @property
+    def checkpoint_share(self) -> Optional[float]:
+        """The checkpoints' share of the run's wall time (None without a wall time)."""
+        return self.checkpoint_cost_s / self.wall_s if self.wall_s else None
 
     @property
     def stop_after_s(self) -> int:
@@ -85,6 +108,8 @@ class TimePlan:
             if isinstance(v, float):
                 d[k] = round(v, 2)
         d["stop_after_s"] = self.stop_after_s
+        share = self.checkpoint_share
+        d["checkpoint_share"] = None if share is None else round(share, 4)
         return d
 
 
@@ -93,9 +118,7 @@ def checkpoint_write_s(checkpoint_gb: float, cluster) -> float:
     return checkpoint_gb / (cluster.storage_write_gbps_per_node * cluster.nodes)
 
 
-def young_interval_s(write_s: float, mtbf_s: float) -> float:
-    """Young's approximation of the optimal checkpoint interval: sqrt(2 C M), M the mean time between failures."""
-    return math.sqrt(2.0 * write_s * mtbf_s)
+young_interval_s = checkpoint_policy.young_interval_s  # (kept importable from here)
 
 
 def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
@@ -108,15 +131,15 @@ def lead_s(step_s: float, write_s: float, limit_min: int) -> int:
 
 
 def _weights_gb(recipe) -> float:
-    from vdkit.arch import param_counts
+    from vdkit.planner.arch import param_counts
 
     return param_counts(recipe.model).total * WEIGHT_BYTES / 1e9
 
 
 def _no_prediction_note(plan, pinned_limit) -> str:
     """The time plan without a step time: why there is none (the plan's own reason: the layout, the GPU
-    or the fabric, vdkit.predict.why_no_prediction) and what that leaves --time at."""
-    from vdkit.predict import why_no_prediction
+    or the fabric, vdkit.planner.predict.why_no_prediction) and what that leaves --time at."""
+    from vdkit.planner.predict import why_no_prediction
 
     why = why_no_prediction(plan.recipe, plan.tp, plan.pp) if plan.prediction is None else None
     return (f"no step-time prediction{f': {why}' if why else ''}; --time is "
@@ -126,8 +149,10 @@ def _no_prediction_note(plan, pinned_limit) -> str:
 
 def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     """The time plan of ``plan``: ``step_s`` (default: the plan's predicted step seconds)."""
+    from vdkit.planner.arch import trainable_params
+
     r = plan.recipe
-    c, e, t = r.cluster, r.engine, r.train
+    c, t = r.cluster, r.train
     if step_s is None and plan.prediction is not None:
         step_s = plan.prediction.step_seconds
     write_s = checkpoint_write_s(plan.checkpoint_gb, c)
@@ -137,23 +162,22 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     max_min = c.max_time_min
     steps = t.max_steps
     site = {k: getattr(c, k) for k in SITE_FIELDS}
+    final_gb = trainable_params(r) * WEIGHT_BYTES / 1e9  # the end's weights-only checkpoint
     if step_s is None or step_s <= 0:
-        every = e.checkpoint_every_n_steps
+        pol = checkpoint_policy.decide(r, None, write_s, 0)
         limit = pinned_limit or max_min
         return TimePlan(False, steps, None, plan.checkpoint_gb, write_s, startup_s, lead_s(0.0, write_s, limit),
-                        FALLBACK_EVERY_N_STEPS if every is None else every,
-                        "fallback" if every is None else "pinned", 0, 0.0, 0, None, limit,
+                        pol.every_n_steps, pol.every_source, 0, 0.0, 0, None, limit,
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
-                        note=_no_prediction_note(plan, pinned_limit), site=site)
-    # Cadence: Young's interval, bounded by the work a crash may lose, at least one step.
-    if e.checkpoint_every_n_steps is not None:
-        every, every_source = e.checkpoint_every_n_steps, "pinned"
-    else:
-        interval = min(young_interval_s(write_s, c.mtbf_h * 3600), c.max_lost_work_min * 60)
-        every, every_source = max(1, int(interval // step_s)), "plan"
-        if every >= steps:
-            every = 0  # the run is shorter than the interval: the checkpoint at the end (and at stops)
-    per_step = step_s + (write_s / every if every else 0.0)
+                        note=_no_prediction_note(plan, pinned_limit), site=site, mode=r.run.mode,
+                        val_every=r.val_every, keep=pol.keep, async_save=pol.async_save, final=pol.final)
+    # Cadence first (vdkit.planner.checkpoint_policy; it does not depend on the allocations), then the
+    # allocations, then what the end saves.
+    every = checkpoint_policy.decide(r, step_s, write_s, 0).every_n_steps
+    # run.mode=train validates every r.val_every steps: val_batches global batches, forward only
+    # (about a third of a training step's forward + backward work).
+    validation_s = (t.val_batches * step_s * FORWARD_SHARE / r.val_every) if r.val_every else 0.0
+    per_step = step_s + validation_s + (write_s / every if every else 0.0)
     limit = pinned_limit or max_min
     lead = lead_s(step_s, write_s, limit)
     usable = limit * 60 - startup_s - lead
@@ -165,11 +189,11 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                 f"not fit in {limit} min: raise cluster.max_time_min (the partition's limit) or use more nodes")
     else:
         allocations = math.ceil(steps / per_alloc)
-    periodic = steps // every if every else 0
-    checkpoints = periodic + max(allocations - 1, 0) + (0 if every and steps % every == 0 else 1)
-    cost = checkpoints * write_s
+    pol = checkpoint_policy.decide(r, step_s, write_s, allocations)
+    spent = checkpoint_policy.cost(pol, steps, allocations, plan.checkpoint_gb, final_gb, 1.0 / bandwidth)
+    checkpoints, cost = spent.saves, spent.cost_s
     if allocations:
-        wall = allocations * startup_s + steps * step_s + cost
+        wall = allocations * startup_s + steps * (step_s + validation_s) + cost
     time_source = "pinned" if pinned_limit else "partition maximum"
     if not pinned_limit and allocations == 1:
         want = math.ceil((wall * (1 + MARGIN) + lead) / 60)
@@ -180,8 +204,10 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
         note = (f"one allocation of {limit} min is not enough: {allocations} allocations; each stops "
                 f"{lead} s before its limit, checkpoints and the next continues (docs/cluster-guide.md)")
     lost = (every * step_s) if every else steps * step_s
-    return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, every_source,
-                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site)
+    return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, pol.every_source,
+                    checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site,
+                    mode=r.run.mode, val_every=r.val_every, validation_s=steps * validation_s, keep=pol.keep,
+                    async_save=pol.async_save, final=pol.final, held_gb=spent.held_gb)
 
 
 def resolve(plan):
@@ -206,12 +232,22 @@ def hms(seconds: float) -> str:
 
 def describe(tp: TimePlan) -> list:
     """Lines for `vdkit plan` (each starts with its label)."""
-    every = (f"every {tp.every_n_steps} steps" if tp.every_n_steps else "at the end only") + f" ({tp.every_source})"
-    lines = []
+    if tp.every_n_steps:
+        every = f"every {tp.every_n_steps} steps ({tp.every_source})" + (", written in the background" if tp.async_save
+                                                                          else "")
+    else:
+        every = "only when stopped" if tp.final == "none" else "at the end only"
+    end = {"none": "", "full": "; the end's holds weights and optimizer states",
+           "weights": "; the end's holds the weights only (nothing resumes from it)"}[tp.final]
+    lines = [f"  mode        run.mode={tp.mode}: " + (
+        "the guides' timing run - no validation, no checkpoint but the stop one" if tp.mode == "timing" else
+        f"a real fine-tune - validation every {tp.val_every} steps, {tp.keep} checkpoints kept, final weights")]
     if tp.predicted:
+        val = f" + validation {tp.validation_s / 60:,.1f} min" if tp.val_every else ""
+        share = (f" (checkpoints {tp.checkpoint_cost_s / tp.wall_s:.0%} of the time)" if tp.wall_s else "")
         lines.append(f"  time        {tp.wall_s / 60:,.1f} min for {tp.steps} steps: start-up {tp.startup_s:.0f} s x "
-                     f"{tp.allocations} allocation(s) + steps {tp.steps * tp.step_s / 60:,.1f} min + "
-                     f"{tp.checkpoints} checkpoint(s) {tp.checkpoint_cost_s / 60:,.1f} min" if tp.wall_s else
+                     f"{tp.allocations} allocation(s) + steps {tp.steps * tp.step_s / 60:,.1f} min{val} + "
+                     f"{tp.checkpoints} checkpoint(s) {tp.checkpoint_cost_s / 60:,.1f} min{share}" if tp.wall_s else
                      "  time        does not fit one allocation")
     source = {"plan": f"predicted + {MARGIN:.0%} + the stop's lead", "pinned": "cluster.time_limit_min",
               "partition maximum": "the partition maximum"}[tp.time_source]
@@ -219,13 +255,21 @@ def describe(tp: TimePlan) -> list:
                  f"{tp.allocations or '?'} allocation(s); each stops {tp.lead_s} s before its limit")
     cost = f", {tp.checkpoint_write_s:,.0f} s each" if tp.checkpoint_gb else ""
     lost = f", a crash loses at most {tp.max_lost_work_s / 60:,.1f} min" if tp.max_lost_work_s is not None else ""
-    lines.append(f"  cadence     checkpoint {every}{cost}{lost}")
+    lines.append(f"  cadence     checkpoint {every}{cost}{lost}{end}")
+    if tp.predicted and tp.wall_s:
+        lines.append(f"  storage     {tp.checkpoints} checkpoint(s) written, at most {tp.keep} kept: {tp.held_gb:,.1f} GB "
+                     "held at the end")
     if tp.site:
         lines.append("  site        " + ", ".join(f"cluster.{k}={v:g}" for k, v in tp.site.items())
                      + " (the site's facts: docs/cluster-guide.md)")
     if tp.note:
         lines.append(f"  note        {tp.note}")
     return lines
+
+
+def saves_at_end(recipe) -> bool:
+    """Whether a run writes a checkpoint when every step is done (a timing run saves only when stopped)."""
+    return checkpoint_policy.run_mode(recipe) != "timing"
 
 
 def every_n_steps(recipe) -> int:

@@ -1,7 +1,7 @@
 """The kit's constants as data: ``conf/calibration/*.yaml`` (memory model, step-time model), loaded once.
 
-A low layer: the memory model (vdkit.plan, vdkit.sharded) and the step-time model (vdkit.predict,
-vdkit.predict_hf) both read their numbers here, so no number lives in two places and no lower layer
+A low layer: the memory model (vdkit.planner.plan, vdkit.planner.sharded) and the step-time model (vdkit.planner.predict,
+vdkit.planner.predict_hf) both read their numbers here, so no number lives in two places and no lower layer
 imports the prediction layer to find one.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a
 # cuBLAS / Transformer Engine workspaces ~1 GB, NCCL buffers ~1-2 GB for the TP / PP / DP communicators, the
 # rest for slack). What it cannot count - PyTorch caching-allocator fragmentation (typically 5-15 % of what
 # is reserved), transient peaks (loss upcasts, optimizer-step temporaries, checkpoint saving), a
-# co-scheduled monitoring process - needs a reserve of its own: an automatic layout (vdkit.plan) and the
-# largest micro batch of a sharded plan (vdkit.sharded) leave HEADROOM of the GPU unused.
+# co-scheduled monitoring process - needs a reserve of its own: an automatic layout (vdkit.planner.plan) and the
+# largest micro batch of a sharded plan (vdkit.planner.sharded) leave HEADROOM of the GPU unused.
 HEADROOM = 0.10
 
 

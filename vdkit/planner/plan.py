@@ -2,11 +2,11 @@
 
 ``make_plan(recipe)`` checks a pinned layout against the rules (and names the rule it breaks), or
 picks one when ``parallelism.tp`` / ``parallelism.pp`` are unset: among every valid TP x PP (x VP,
-x recomputation) that fits memory with the headroom (:data:`vdkit.calibration.HEADROOM`), the one
-with the lowest predicted step time (:mod:`vdkit.predict`; near-ties go to the simpler layout), and
+x recomputation) that fits memory with the headroom (:data:`vdkit.planner.calibration.HEADROOM`), the one
+with the lowest predicted step time (:mod:`vdkit.planner.predict`; near-ties go to the simpler layout), and
 it names the runner-up and why it lost. It never raises for a layout that merely does not fit
 memory: the plan says ``feasible: false`` and why, with the arithmetic. Sharded data parallelism
-(FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.sharded`); the result is a
+(FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.planner.sharded`); the result is a
 :class:`vdkit.schema.Plan` either way.
 
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
@@ -35,7 +35,7 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
 
 Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
-``borderline_fraction`` of the GPU's memory) is one rule, vdkit.calibration.is_borderline, for every plan.
+``borderline_fraction`` of the GPU's memory) is one rule, vdkit.planner.calibration.is_borderline, for every plan.
 
 Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
 per trainable parameter (a PEFT checkpoint holds only the adapter's).
@@ -45,14 +45,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator, List, Optional, Tuple
 
-from vdkit.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
-from vdkit.calibration import HEADROOM, is_borderline, overhead_gb
+from vdkit.planner.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
+from vdkit.planner.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
-from vdkit.predict import predict_step, predicts_for, regime, why_no_prediction
+from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
-# conf/calibration/memory.yaml, read through vdkit.calibration.
+# conf/calibration/memory.yaml, read through vdkit.planner.calibration.
 
 
 # ----------------------------------------------------------------------------- rules
@@ -110,7 +110,7 @@ def static_bytes(precision: str) -> Tuple[float, float, float]:
     """Bytes per parameter a GPU holds for (weights, gradients, optimizer states) in ``precision``:
     weights per parameter held, gradients and optimizer states per *trainable* parameter held
     (conf/calibration/memory.yaml ``megatron_bytes``)."""
-    from vdkit.calibration import memory
+    from vdkit.planner.calibration import memory
 
     return tuple(float(x) for x in memory()["megatron_bytes"][precision])
 
@@ -204,7 +204,7 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
 
 
 # ----------------------------------------------------------------------------- layout search
-# HEADROOM (vdkit.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
+# HEADROOM (vdkit.planner.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
 # are only checked against the whole GPU.
 TIE = 0.01  # predicted step times within 1 % are a tie (the model is not that precise)
 
@@ -292,8 +292,8 @@ def make_plan(recipe: Recipe) -> Plan:
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
-    if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.sharded)
-        from vdkit.sharded import make_sharded_plan
+    if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.planner.sharded)
+        from vdkit.planner.sharded import make_sharded_plan
 
         return make_sharded_plan(recipe)
 
@@ -350,8 +350,8 @@ def make_plan(recipe: Recipe) -> Plan:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
     prediction = None
-    if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.predict_hf)
-        from vdkit.predict_hf import predict_hf_step
+    if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.planner.predict_hf)
+        from vdkit.planner.predict_hf import predict_hf_step
 
         step = predict_hf_step(resolved, rc) if (ltp, lpp) == (1, 1) else None
         if step is not None:

@@ -26,7 +26,7 @@ model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 
   gradient until the reduce-scatter (counted when gradient accumulation > 1); ZeRO-3 reduces every
   micro batch and keeps none.
 - overhead: the cluster's ``memory_overhead_gb``, else memory.yaml's ``overhead_gb`` (context,
-  communicator buffers, fragmentation) - the same rule as vdkit.plan.
+  communicator buffers, fragmentation) - the same rule as vdkit.planner.plan.
 
 Every number above is in conf/calibration/memory.yaml.
 """
@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.arch import checkpoint_gb, param_counts, trainable_params
-from vdkit.calibration import HEADROOM, is_borderline, memory, overhead_gb
+from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
+from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
 from vdkit.schema import GB, Memory, Plan, Prediction, Recipe
 
 # The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
-# conf/calibration/memory.yaml, read here through vdkit.calibration.
+# conf/calibration/memory.yaml, read here through vdkit.planner.calibration.
 LIBRARY = {"fsdp": "torch FSDP full-shard", "zero3": "DeepSpeed ZeRO-3"}
 
 
@@ -149,7 +149,7 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
     prediction = _prediction(resolved, rc) if feasible else None
     if prediction is not None:
         parts = prediction.step.parts
-        notes.append(f"prediction: the transformers-engine regime (vdkit.predict_hf): {parts['tokens_per_micro_batch']:.0f} "
+        notes.append(f"prediction: the transformers-engine regime (vdkit.planner.predict_hf): {parts['tokens_per_micro_batch']:.0f} "
                      f"tokens per micro batch (rows padded to {parts['padded_row']:.0f}, {parts['mean_row']:.0f} "
                      f"on average), collectives at {parts['bus_gb_s']:.0f} GB/s bus bandwidth")
         notes.append(f"tokens: {parts['tokens_source']}")
@@ -208,14 +208,14 @@ def _largest_micro_batch_note(r: Recipe, recompute: str) -> str:
 
 
 def _why_no_prediction(r: Recipe) -> str:
-    from vdkit.predict_hf import why_not_hf
+    from vdkit.planner.predict_hf import why_not_hf
 
     return f"no step-time prediction: {why_not_hf(r)}"  # a sharded plan is data parallel: the GPU or the fabric
 
 
 def _prediction(r: Recipe, recompute: str) -> Optional[Prediction]:
-    """The transformers-engine regime of the step-time model (vdkit.predict_hf), where it knows the GPU."""
-    from vdkit.predict_hf import predict_hf_step
+    """The transformers-engine regime of the step-time model (vdkit.planner.predict_hf), where it knows the GPU."""
+    from vdkit.planner.predict_hf import predict_hf_step
 
     step = predict_hf_step(r, recompute)
     return None if step is None else Prediction(step, r.train.target_steps, r.world_size)

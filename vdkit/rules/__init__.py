@@ -1,0 +1,49 @@
+"""The door: every rule a composed recipe must pass before anything plans, renders or runs it.
+
+``check_recipe(recipe)`` runs after Hydra composition (``vdkit.config.compose``), so a bad value is
+one line naming the key, why and the fix, exit 2, before a run directory or a rank exists. One
+module per concern:
+
+- :mod:`.numbers`: every float field finite, every numeric field in its domain (:data:`~.numbers.DOMAINS`);
+- :mod:`.families`: the architecture fields per model family (:data:`~.families.FAMILIES`) and RoPE
+  scaling that transformers can build;
+- :mod:`.paths`: the files the kit itself reads (a DeepSpeed config, a local ``model.hf_path``) and
+  ``run.name`` / ``run.out_dir``;
+- :mod:`.environment`: ``cluster.env`` free of job-breaking names (PATH, UID, LD_*, SLURM_*, rendezvous
+  variables, ...: the deny-list) and of secrets;
+- :mod:`.secrets`: no token in any other recipe value; ``run.secrets_file``'s names and its mode;
+- :mod:`.overrides`: the command line's syntax (``~key``, ``hydra.*``, a key given twice, sweep syntax
+  without ``-m``) and the sweep's size; called by :mod:`vdkit.config` before it composes.
+
+A launcher's own cluster settings are its ``check_recipe`` (through :mod:`vdkit.launchers`); what a
+run on this machine cannot do (FP8 / offload without a GPU, the host's memory) is the local
+launcher's (:func:`vdkit.local.check_host`). Layout rules (TP / PP / DP) live in the planner; field
+rules on names and obvious pairs in :func:`vdkit.config.validate_fields`.
+"""
+from __future__ import annotations
+
+from vdkit.rules.environment import check_cluster_env
+from vdkit.rules.families import check_architecture
+from vdkit.rules.numbers import check_numbers
+from vdkit.rules.paths import check_files, check_names
+from vdkit.rules.secrets import check_secret_values, check_secrets_file
+
+
+def check_launcher_settings(recipe) -> None:
+    """The launcher's own cluster settings (e.g. cluster.kubernetes), through the launcher registry."""
+    from vdkit import launchers
+
+    if recipe.cluster.launcher in launchers.names():  # an unknown launcher is validate_fields' line
+        launchers.get(recipe.cluster.launcher).check_recipe(recipe)
+
+
+def check_recipe(recipe) -> None:
+    """Every rule of this package on a composed recipe (called by vdkit.config.compose)."""
+    check_numbers(recipe)
+    check_names(recipe)
+    check_architecture(recipe.model)
+    check_cluster_env(recipe.cluster.env)
+    check_secret_values(recipe)
+    check_files(recipe)
+    check_launcher_settings(recipe)
+    check_secrets_file(recipe.run.secrets_file, required=False)
