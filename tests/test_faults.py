@@ -157,6 +157,7 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damage, 
     assert any(n.startswith(newest.name + ".damaged-") for n in aside), aside
     logs = "".join((run_dir / f"slurm-{j}.out").read_text(errors="replace") for j in figures["jobs"])
     assert f"checkpoint {newest.name} is damaged" in logs and "set aside as" in logs
+    assert f"set aside as damaged: {newest.name}.damaged-" in figures["status"]
     _row(f"latest checkpoint {damage}", figures)
 
 

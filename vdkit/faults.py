@@ -108,6 +108,17 @@ def read_faults(run_dir) -> List[dict]:
     return out
 
 
+def _set_aside(run_dir) -> List[str]:
+    """Names of the checkpoints a resume found damaged and renamed (vdkit.recipes.common.trust)."""
+    try:
+        from vdkit.rundir import checkpoint_dir, load_recipe
+
+        ckpts = checkpoint_dir(load_recipe(Path(run_dir)), run_dir)
+        return sorted(p.name for p in ckpts.iterdir() if ".damaged-" in p.name and not p.name.endswith(".sha256"))
+    except Exception:  # noqa: BLE001 - status must answer even for a run dir it cannot read
+        return []
+
+
 def summary(run_dir) -> Optional[str]:
     """The last fault and what followed, for `vdkit status`: None when the run had none."""
     faults = read_faults(run_dir)
@@ -116,7 +127,10 @@ def summary(run_dir) -> Optional[str]:
     last = faults[-1]
     text = f"{len(faults)} fault(s); last: job {last.get('job')} {cause_text(last)}"
     if last.get("last_step") not in (None, ""):
-        text += f"; last good checkpoint step {last['last_step']}"
+        text += f"; latest checkpoint step {last['last_step']}"
+    aside = _set_aside(run_dir)
+    if aside:
+        text += f"; set aside as damaged: {', '.join(aside)}"
     if last.get("next"):
         text += f"; restart {last.get('restart')} of {last.get('max_restarts')}: job {last['next']} continues"
     elif last.get("continue"):
