@@ -6,7 +6,8 @@ Rank R rewrites ``<dir>/rank<R>`` (write a hidden file, rename) with one line::
     <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase>
 
 ``phase`` is ``start`` (building, loading), ``train`` or ``save`` (a checkpoint being written): the
-watchdog allows the start-up grace, the hang limit or the save grace accordingly. The epochs are
+watchdog allows the start-up grace, the hang limit or the save grace accordingly; ``exit`` once the
+process leaves Python (a killed rank never writes it: the watchdog blames the silent one). The epochs are
 written, not the file's mtime, because an NFS client's attribute cache can serve a stale mtime.
 """
 from __future__ import annotations
@@ -44,8 +45,13 @@ class Heartbeat:
         return cls(directory, rank, node=env.get("SLURMD_NODENAME")).start()
 
     def start(self) -> "Heartbeat":
+        import atexit
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.write()
+        # A rank that leaves Python (an error, a clean end) says so; one killed or on a dead node cannot,
+        # which is how the watchdog tells the culprit from the peers that died of it.
+        atexit.register(self.leave)
         self._thread = threading.Thread(target=self._run, name="vdkit-heartbeat", daemon=True)
         self._thread.start()
         return self
@@ -79,3 +85,12 @@ class Heartbeat:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def leave(self) -> None:
+        """The process is exiting: phase ``exit`` (no more beats follow)."""
+        self._stop.set()
+        self.phase = "exit"
+        try:
+            self.write()
+        except OSError:
+            pass

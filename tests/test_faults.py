@@ -175,11 +175,12 @@ def test_a_hung_rank_is_killed_by_the_watchdog_and_restarted(local_slurm, tmp_pa
 def test_term_at_the_limit_hands_over(local_slurm, tmp_path, capsys):
     run_dir, job = _submit(tmp_path, capsys, *CELL)
     _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
-    # What Slurm sends every process of the job at its time limit (before KILL after KillWait).
-    subprocess.run(["scancel", "--full", "--signal=TERM", job], check=True)
+    # The time limit, now: Slurm sends every process of the job TERM (KILL after KillWait), its log line says
+    # "DUE TO TIME LIMIT" (a plain `scancel` is a cancel: test_a_cancelled_job_is_not_continued).
+    subprocess.run(["scontrol", "update", f"jobid={job}", "EndTime=now"], check=True)
     figures = _finish(run_dir)
     err = (run_dir / f"slurm-{job}.err").read_text()
-    assert "TERM from Slurm" in err
+    assert "DUE TO TIME LIMIT" in err and "TERM from Slurm" in err and sub.job_state(job).state == "TIMEOUT"
     # The ranks stop on TERM, but srun answers its own TERM by killing the tasks: either a clean stop
     # (no fault) or a kill the batch shell outlives and hands over from the last checkpoint.
     assert not figures["faults"] or "killed at the time limit (TERM, then KILL)" in figures["status"]

@@ -44,3 +44,21 @@ def test_limits_come_from_the_plan_and_exceed_the_watchdog():
     assert tiny.hang_s == faults.HANG_MIN_S and tiny.collective_timeout_s > tiny.startup_grace_s
     assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "321"}) == 321
     assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "x"}) == faults.DEFAULT_COLLECTIVE_TIMEOUT_S
+
+
+def test_a_process_that_leaves_python_says_exit_a_killed_one_cannot(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from vdkit.recipes.heartbeat import Heartbeat; "
+            f"Heartbeat({str(tmp_path)!r}, int(sys.argv[1]), interval=0.1).start(); "
+            "time.sleep(0.3); sys.exit(1) if sys.argv[1] == '0' else time.sleep(60)")
+    failed = subprocess.run([sys.executable, "-c", code, "0"], timeout=60)
+    killed = subprocess.Popen([sys.executable, "-c", code, "1"])
+    time.sleep(3)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert failed.returncode == 1 and _fields(tmp_path / "rank0")[5] == "exit"
+    assert _fields(tmp_path / "rank1")[5] == "start"
