@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vdkit.planner import predict as P  # noqa: E402
-from vdkit.config import compose, conf_dir, sweep_cells  # noqa: E402
+from vdkit.config import compose, conf_dir  # noqa: E402
+from vdkit.sweep import sweep_cells
 from vdkit.planner.arch import param_counts  # noqa: E402
 from vdkit.planner.plan import TIE, candidate_layouts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402
@@ -166,10 +167,11 @@ def main() -> int:
     if args.fit:
         k = fit(figs, k)
         print(f"wrote {write_constants(k)}", file=sys.stderr)
-    rows = []
+    rows, loo_constants = [], []
     for i, f in enumerate(figs):
         pred, label = _step(f, k)
         loo = fit(figs[:i] + figs[i + 1:], k)
+        loo_constants.append(loo)
         pred_loo, _ = _step(f, loo)
         rows.append({"group": f.group, "figure": f.name, "published": f.published_text, "layout": label,
                      "published_step_s": round(f.published_step_s, 4), "predicted_step_s": round(pred, 4),
@@ -193,10 +195,18 @@ def main() -> int:
               + ", ".join(f"{w} <= {lim:.0%}" for w, lim in zip(target[::2], target[1::2]))
               + ("  met" if ok else "  NOT met")
               + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
+    # Each fitted constant shown plainly as a fit: its spread over the leave-one-out refits.
+    for key in P.FITTED_KEYS:
+        vals = [c[key] for c in loo_constants]
+        print(f"fit     {key} = {k[key]:.4g}; leave-one-out refits {min(vals):.4g} .. {max(vals):.4g}")
     print()
     print_bridge_rows()
     print()
     print_seed_systems()
+    print()
+    from independent_runs import print_independent
+
+    print_independent()
     return 0
 
 

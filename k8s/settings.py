@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from vdkit.errors import UserError
+from vdkit.limits import INT32_MAX
 
 # ----------------------------------------------------------------------------- pinned versions
 # The manifests are written for (and tested against the CRDs of) exactly these releases.
@@ -131,11 +132,16 @@ def _check(s: KubeSettings, cluster) -> None:
         value = getattr(s, key)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             _fail(key, value, "must be a whole number >= 0", f"use e.g. cluster.kubernetes.{key}=2")
+        if value > INT32_MAX:  # the API server's int32 field: kubectl apply would refuse the manifest
+            _fail(key, value, f"is more than Kubernetes' int32 field holds ({INT32_MAX})",
+                  f"use e.g. cluster.kubernetes.{key}=2")
     seen = set()
     for i, st in enumerate(s.storage):
         if not str(st.mount_path).startswith("/") or st.mount_path in seen or st.mount_path in ("/", "/dev/shm"):
             _fail(f"storage[{i}].mount_path", st.mount_path, "is not an absolute path of its own",
                   "use a distinct directory, e.g. /shared")
+        for key in ("mount_path", "host_path"):
+            _check_volume_path(f"storage[{i}].{key}", getattr(st, key))
         seen.add(st.mount_path)
         if bool(st.claim) == bool(st.host_path):
             raise UserError(f"cluster.kubernetes.storage[{i}] needs exactly one of claim (a PersistentVolumeClaim) "
@@ -147,6 +153,24 @@ def _check(s: KubeSettings, cluster) -> None:
     if cluster.gpu_type != "cpu" and s.gpu_resource is None and cluster.gpu_vendor not in GPU_RESOURCES:
         raise UserError(f"no GPU resource is known for cluster.gpu_vendor={cluster.gpu_vendor!r}",
                         "set cluster.kubernetes.gpu_resource to the device plugin's resource name")
+
+
+SYSTEM_DIRS = ("/proc", "/sys", "/dev")  # the kernel's and the runtime's: a volume over them breaks the pod
+
+
+def _check_volume_path(key: str, path) -> None:
+    """A volume path that is plain (no '..', '.', '//': the path that is written is the path that is mounted)
+    and not over (or under) the kernel's /proc, /sys or /dev."""
+    if path is None:
+        return
+    text = str(path)
+    if any(part in ("..", ".") for part in text.split("/")) or "//" in text or (text != "/" and text.endswith("/")):
+        _fail(key, path, "is not a plain absolute path ('..', '.' or '//' in it)",
+              "write the directory itself, e.g. /shared")
+    for system in SYSTEM_DIRS:
+        if text == system or text.startswith(system + "/"):
+            _fail(key, path, f"is over {system}, which the container runtime provides",
+                  "mount the volume at a directory of its own, e.g. /shared")
 
 
 def uses_rdma(cluster, s: KubeSettings) -> bool:

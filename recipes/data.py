@@ -23,14 +23,14 @@ files in OUT_DIR first and renamed into place only when all of them are complete
 from __future__ import annotations
 
 import json
-import re
 import random
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
+from vdkit.recipes.json_records import field_of, iter_json_container, iter_jsonl, read_text
 from vdkit.files import DirLock, replace_all
 
 DATASETS = ("dolly", "alpaca", "pubmedqa", "pubmedqa_blog")
@@ -109,158 +109,6 @@ class PrepareReport:
         return out
 
 
-# ---------------------------------------------------------------------------- reading
-
-# A JSON \\u escape of half a surrogate pair: json.loads accepts it, but the string cannot be written as
-# UTF-8 (the prepared files would fail to write after every row was read).
-LONE_SURROGATE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
-                            r"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
-
-
-def refuse_lone_surrogates(path, text: str, first_line: int = 1) -> None:
-    """UserError naming the line of the first ``\\udXXX`` escape that is not half of a valid pair."""
-    m = LONE_SURROGATE.search(text)
-    if m:
-        line = first_line + text.count("\n", 0, m.start())
-        raise UserError(f"{path}:{line}: JSON escape {m.group(0)} is half a UTF-16 surrogate pair, not a character",
-                        "fix or remove that record; the text cannot be written as UTF-8")
-
-
-def json_line(path, lineno: int, line: str):
-    """One JSON value from one line; UserError (never a RecursionError) naming the file and line."""
-    try:
-        return json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{lineno}: malformed JSON line ({exc.msg}, column {exc.colno})",
-                        "fix or remove that line; every line must be one JSON object") from None
-    except RecursionError:
-        raise UserError(f"{path}:{lineno}: JSON nested too deeply to be a record",
-                        "fix or remove that line; every line must be one flat JSON object") from None
-
-
-def _read_text(path: Path) -> str:
-    """The file's text; UserError when missing, unreadable, not UTF-8 or empty."""
-    from vdkit.files import not_a_regular_file
-
-    kind = not_a_regular_file(path)
-    if kind:
-        raise UserError(f"{path}: " + ("no such file" if kind == "missing" else f"is {kind}, not a dataset file"),
-                        "pass the path of the downloaded dataset file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{path}: not UTF-8 text (byte {exc.start})", "pass the dataset's original JSON file")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read ({exc.strerror})", "check the path and its permissions")
-    if not text.strip():
-        raise UserError(f"{path}: file is empty", "download the dataset file again")
-    refuse_lone_surrogates(path, text)
-    return text
-
-
-def _iter_jsonl(path: Path, text: str) -> Iterator[Tuple[int, str, object]]:
-    """(line number, label, value) for every non-blank line of a JSONL file."""
-    # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters that
-    # splitlines() treats as line breaks.
-    for lineno, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        yield lineno, f"line {lineno}", json_line(path, lineno, line)
-
-
-def _iter_json_container(path: Path, text: str, kind: str) -> Iterator[Tuple[int, str, object]]:
-    """(line number, label, value) for each element of a top-level JSON list (kind "list") or each
-    value of a top-level JSON object (kind "object"), decoded one element at a time so errors can
-    name the line the element starts on (json.load only knows the line of a syntax error)."""
-    decoder = json.JSONDecoder()
-    opener, closer = ("[", "]") if kind == "list" else ("{", "}")
-    n = len(text)
-    pos = 0
-    line = 1
-
-    def skip_ws(p: int) -> int:
-        nonlocal line
-        while p < n and text[p] in " \t\r\n\ufeff":
-            if text[p] == "\n":
-                line += 1
-            p += 1
-        return p
-
-    def advance(start: int, end: int) -> None:
-        nonlocal line
-        line += text.count("\n", start, end)
-
-    def fail(msg: str) -> UserError:
-        return UserError(f"{path}:{line}: malformed JSON ({msg})",
-                         "fix or re-download the file; it must be the dataset's original format")
-
-    def decode(p: int) -> Tuple[object, int]:
-        try:
-            value, end = decoder.raw_decode(text, p)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg}, column {exc.colno})",
-                            "fix or re-download the file; it must be the dataset's original format")
-        except RecursionError:
-            raise UserError(f"{path}:{line}: JSON nested too deeply to be a record",
-                            "fix or re-download the file; it must be the dataset's original format") from None
-        return value, end
-
-    pos = skip_ws(pos)
-    if pos >= n or text[pos] != opener:
-        want = "a JSON list of records" if kind == "list" else "a JSON object keyed by record id"
-        raise UserError(f"{path}:{line}: expected {want}, found {text[pos:pos + 20]!r}",
-                        "pass the dataset's original file, not a converted one")
-    pos = skip_ws(pos + 1)
-    index = 0
-    if pos < n and text[pos] == closer:
-        pos = skip_ws(pos + 1)
-    else:
-        while True:
-            start_line = line
-            if kind == "object":
-                if pos >= n or text[pos] != '"':
-                    raise fail("expected a quoted key")
-                key, end = decode(pos)
-                advance(pos, end)
-                pos = skip_ws(end)
-                if pos >= n or text[pos] != ":":
-                    raise fail("expected ':' after a key")
-                pos = skip_ws(pos + 1)
-                label = f"record {key}"
-            else:
-                label = f"record {index}"
-            value, end = decode(pos)
-            advance(pos, end)
-            yield start_line, label, value
-            index += 1
-            pos = skip_ws(end)
-            if pos < n and text[pos] == ",":
-                pos = skip_ws(pos + 1)
-                continue
-            if pos < n and text[pos] == closer:
-                pos = skip_ws(pos + 1)
-                break
-            raise fail(f"expected ',' or '{closer}'")
-    if pos < n:
-        raise fail("extra data after the top-level value")
-
-
-def _field(path: Path, lineno: int, label: str, rec: object, name: str, kind=str):
-    """rec[name], checked to exist and have the right type; UserError naming file and line."""
-    if not isinstance(rec, dict):
-        raise UserError(f"{path}:{lineno}: {label} is a {type(rec).__name__}, not a JSON object",
-                        "pass the dataset's original file")
-    if name not in rec:
-        raise UserError(f"{path}:{lineno}: {label} has no field {name!r}",
-                        "add the field or pass the dataset's original file")
-    value = rec[name]
-    if not isinstance(value, kind):
-        want = "a string" if kind is str else "a list of strings"
-        raise UserError(f"{path}:{lineno}: {label} field {name!r} is {type(value).__name__}, not {want}",
-                        "fix that record or pass the dataset's original file")
-    return value
-
-
 # ---------------------------------------------------------------------------- formats
 # Each converter returns (row, None) or (None, reason the row is dropped).
 
@@ -268,9 +116,9 @@ def _instruction_row(path: Path, lineno: int, label: str, rec: object, extra: st
                      template: str, template_without: str) -> Tuple[Optional[Row], Optional[str]]:
     """An instruction record (``instruction``, an optional ``extra`` field, the ``answer`` field) as a row:
     the prompt from ``template`` (``template_without`` when ``extra`` is empty), the answer as output."""
-    instruction = _field(path, lineno, label, rec, "instruction").strip()
-    more = _field(path, lineno, label, rec, extra).strip()
-    output = _field(path, lineno, label, rec, answer).strip()
+    instruction = field_of(path, lineno, label, rec, "instruction").strip()
+    more = field_of(path, lineno, label, rec, extra).strip()
+    output = field_of(path, lineno, label, rec, answer).strip()
     if not instruction:
         return None, "empty instruction"
     if not output:
@@ -290,7 +138,7 @@ def _alpaca(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[
 
 def _contexts(path: Path, lineno: int, label: str, rec: object) -> List[str]:
     """A PubMedQA record's CONTEXTS (the abstract's sections): a list of strings, else one UserError."""
-    contexts = _field(path, lineno, label, rec, "CONTEXTS", list)
+    contexts = field_of(path, lineno, label, rec, "CONTEXTS", list)
     if not all(isinstance(c, str) for c in contexts):
         raise UserError(f"{path}:{lineno}: {label} field 'CONTEXTS' holds a non-string",
                         "fix that record or pass the dataset's original file")
@@ -298,10 +146,10 @@ def _contexts(path: Path, lineno: int, label: str, rec: object) -> List[str]:
 
 
 def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
-    question = _field(path, lineno, label, rec, "QUESTION").strip()
+    question = field_of(path, lineno, label, rec, "QUESTION").strip()
     contexts = _contexts(path, lineno, label, rec)
-    long_answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
-    decision = _field(path, lineno, label, rec, "final_decision").strip().lower()
+    long_answer = field_of(path, lineno, label, rec, "LONG_ANSWER").strip()
+    decision = field_of(path, lineno, label, rec, "final_decision").strip().lower()
     if not question:
         return None, "empty QUESTION"
     if decision not in PUBMEDQA_DECISIONS:
@@ -317,9 +165,9 @@ def _pubmedqa(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optiona
 
 def _pubmedqa_blog(path: Path, lineno: int, label: str, rec: object) -> Tuple[Optional[Row], Optional[str]]:
     """ori_pqaa.json -> the blog's fields: question, context (abstract sections joined), answer (LONG_ANSWER)."""
-    question = _field(path, lineno, label, rec, "QUESTION").strip()
+    question = field_of(path, lineno, label, rec, "QUESTION").strip()
     contexts = _contexts(path, lineno, label, rec)
-    answer = _field(path, lineno, label, rec, "LONG_ANSWER").strip()
+    answer = field_of(path, lineno, label, rec, "LONG_ANSWER").strip()
     context = " ".join(c.strip() for c in contexts if c.strip())
     if not question:
         return None, "empty QUESTION"
@@ -346,9 +194,9 @@ def read_rows(dataset: str, input_path) -> Tuple[List[Row], Counter, int]:
     if dataset not in _FORMATS:
         raise UserError(f"unknown dataset {dataset!r}", f"use one of {', '.join(DATASETS)}")
     path = Path(input_path)
-    text = _read_text(path)
     layout, convert = _FORMATS[dataset]
-    records = _iter_jsonl(path, text) if layout == "jsonl" else _iter_json_container(path, text, layout)
+    text = read_text(path, one_record_a_line=layout == "jsonl")
+    records = iter_jsonl(path, text) if layout == "jsonl" else iter_json_container(path, text, layout)
     rows: List[Row] = []
     dropped: Counter = Counter()
     read = 0

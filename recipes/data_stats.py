@@ -136,7 +136,8 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
 
     UserError naming file and line for a missing/empty file, malformed JSON or a missing field."""
     from vdkit.files import not_a_regular_file
-    from vdkit.recipes.data import json_line, refuse_lone_surrogates
+    from vdkit.limits import MAX_SAMPLE_BYTES
+    from vdkit.recipes.json_records import check_sample_size, json_line, refuse_lone_surrogates
 
     p = Path(path)
     kind = not_a_regular_file(p)
@@ -151,7 +152,13 @@ def iter_sft_rows(path) -> Iterator[Tuple[int, str, str]]:
         raise UserError(f"{p}: cannot read ({exc.strerror})", "check the path and its permissions") from None
     with fh:
         try:
-            for lineno, line in enumerate(fh, start=1):
+            lineno = 0
+            while True:  # a line at a time, each read at most one sample's bound (a 2 GB file of one line)
+                line = fh.readline(MAX_SAMPLE_BYTES + 1)
+                if not line:
+                    break
+                lineno += 1
+                check_sample_size(p, lineno, len(line.rstrip("\n")))
                 if not line.strip():
                     continue
                 refuse_lone_surrogates(p, line, lineno)

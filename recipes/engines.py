@@ -32,6 +32,10 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     Checked before rendering under the ``--check-mounts`` rule (auto: only where the path's
     top-level directory exists here). ``data.data_dir`` and a squashfs container image are added
     for every engine; list only what is the engine's own (e.g. the base-model file).
+``check_runs(run_dirs) -> list[vdkit.jobcheck.Report]``  (default: each says it has no check)
+    ``vdkit check``: run what each rendered job runs, in the engine's own library, as far as this CPU
+    goes (configs built and validated by the stack, the model on the meta device, the first batch);
+    one call for all run directories of this engine (one import of the stack).
 ``local_check(plan) -> None``  (default: accept)
     The checks before training on this machine (``vdkit run``): data files, tokenizer, ...
 ``env(plan[, run_dir]) -> dict[str, str]``  (default ``{}``)
@@ -151,6 +155,27 @@ class Engine:
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = getattr(self.module, "inputs", None)
         return list(fn(plan)) if fn else []
+
+    def check_runs(self, run_dirs) -> list:
+        """One :class:`vdkit.jobcheck.Report` per run directory (``vdkit check``); timed here."""
+        import time
+
+        from vdkit.jobcheck import Report
+
+        fn = getattr(self.module, "check_runs", None)
+        if fn is None:
+            out = []
+            for d in run_dirs:
+                r = Report(Path(d), f"engine={self.name}")
+                r.not_here(f"engine={self.name} has no executable check")
+                out.append(r)
+            return out
+        start = time.perf_counter()
+        reports = list(fn([Path(d) for d in run_dirs]))
+        if reports and not any(r.seconds for r in reports):
+            for r in reports:
+                r.seconds = (time.perf_counter() - start) / len(reports)
+        return reports
 
     def local_check(self, plan) -> None:
         require_modules(getattr(self.module, "RUNTIME_MODULES", ()), getattr(self.module, "EXTRA", ""), self.name)

@@ -170,3 +170,18 @@ def local_block_spec(config, vp_stage=None):
     layer.submodules.pre_mlp_layernorm = Norm
     n = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=Norm)
+
+
+def single_rank_model_parallel() -> None:
+    """A one-process gloo group with TP = PP = 1 (idempotent): what megatron-core needs to build a whole
+    model in this process, e.g. on the meta device for `vdkit check`."""
+    import tempfile
+
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(prefix="vdkit-check-"), 1), rank=0,
+                                world_size=1)
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(1, 1)

@@ -100,8 +100,9 @@ def inputs(plan) -> list:
 
 
 def env(plan) -> dict:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor parallelism: it orders TP communication before compute."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}
+    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (NVIDIA's launcher's rule): it orders
+    their communication before compute."""
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else {}
 
 
 def container(plan, run_dir) -> Container:
@@ -112,3 +113,10 @@ def container(plan, run_dir) -> Container:
     extra = [("the directory of model.nemo_path", base)] if base else []
     return Container(image=plan.recipe.engine.container_image, mounts=standard_mounts(plan, run_dir, extra),
                      workdir=str(run_dir))
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: NeMo 1.23's own optimizer registry, restore merge and dataset on each nemo.yaml (:mod:`.nemo_check`)."""
+    from vdkit.recipes.nemo_check import check_runs as run_checks
+
+    return run_checks(run_dirs)

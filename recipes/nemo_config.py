@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, List, Optional
 
 from vdkit import rundir
+from vdkit.context import interpolation_factor
 from vdkit.errors import UserError
 from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS
 from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
@@ -118,10 +119,10 @@ def _trainer(plan, max_epochs: int) -> dict:
 
 def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
 
-    from vdkit.planner import timeplan as schedule
+    from vdkit.planner.timeplan import hms
 
     root = results_root(plan, run_dir)
-    times = schedule.time_plan(plan)  # the cadence and the allocation's budget (pinned values win)
+    times = plan.time  # the cadence and the allocation's budget (pinned values win)
     every = times.every_n_steps
     params = {
         **checkpoint,
@@ -151,7 +152,7 @@ def _exp_manager(plan, run_dir, name: str, checkpoint: dict) -> dict:
         # Stop cleanly before the allocation ends (the job contract): NeMo's StatelessTimer counts from
         # the start of fit in every allocation (Lightning's trainer.max_time would carry the elapsed time
         # over in the checkpoint). The allocation less the stop's lead and the predicted start-up.
-        "max_time_per_run": schedule.hms(max(60, times.stop_after_s - times.startup_s)),
+        "max_time_per_run": hms(max(60, times.stop_after_s - times.startup_s)),
     }
 
 
@@ -168,19 +169,18 @@ def _retention(policy) -> dict:
 
 
 def _recompute(plan) -> dict:
-    """Activation checkpointing from the plan: none, selective (attention core) or full (uniform, 1 layer)."""
-    mode = plan.recipe.parallelism.recompute
-    full = mode == "full"
-    return {
-        "activations_checkpoint_granularity": None if mode == "none" else mode,
-        "activations_checkpoint_method": "uniform" if full else None,
-        "activations_checkpoint_num_layers": 1 if full else None,
-    }
+    """Activation checkpointing from the plan: none, selective (attention core), full (uniform, every
+    layer) or partial (block: the first parallelism.recompute_num_layers of each stage): vdkit.recompute."""
+    from vdkit import recompute
+
+    return recompute.nemo(plan.recipe.parallelism)
 
 
 def _parallel(plan) -> dict:
     p = plan.recipe.parallelism
     out = {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp}
+    if p.cp > 1:  # NeMo 1.23 reads model.context_parallel_size (megatron_base_model.py: initialize_model_parallel)
+        out["context_parallel_size"] = p.cp
     if p.vp and p.vp > 1:
         out["virtual_pipeline_model_parallel_size"] = p.vp
     return out
@@ -313,6 +313,8 @@ def finetune_config(plan, run_dir) -> dict:
     model = {
         "seed": t.seed,
         **_parallel(plan),
+        # merge_cfg_with lays cfg.model over the restored .nemo config: the interpolation reaches the model
+        **({"seq_len_interpolation_factor": interpolation_factor(r.model)} if interpolation_factor(r.model) else {}),
         "global_batch_size": t.global_batch_size,
         "micro_batch_size": t.micro_batch_size,
         "restore_from_path": nemo_path,
@@ -387,9 +389,9 @@ def _llama_architecture(plan, nvidia: dict) -> dict:
     }
     if mc.rope_base != NEMO_ROTARY_BASE:  # NeMo's model reads cfg.rotary_base (default 10000)
         arch["rotary_base"] = mc.rope_base
-    if mc.rope_scaling:
-        raise UserError(f"model {mc.name} uses rope_scaling, which NeMo 1.x's GPT model cannot express",
-                        "use engine=reference or engine=megatron for this model")
+    factor = interpolation_factor(mc)  # the only RoPE scaling NeMo 1.23 has (vdkit.context.check refuses others)
+    if factor:
+        arch["seq_len_interpolation_factor"] = factor
     return arch
 
 

@@ -151,8 +151,9 @@ def check_nemo_config(cfg: dict, plan) -> None:
               "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)")
 
     tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
-    if (tp, pp) != (plan.tp, plan.pp) or tp * pp * plan.dp != c.nodes * c.gpus_per_node:
-        _fail(f"model parallelism tp={tp} pp={pp} dp={plan.dp} does not cover {c.nodes} x {c.gpus_per_node} GPUs",
+    cp = model.get("context_parallel_size", 1)
+    if (tp, pp, cp) != (plan.tp, plan.pp, plan.recipe.parallelism.cp) or tp * pp * cp * plan.dp != c.nodes * c.gpus_per_node:
+        _fail(f"model parallelism tp={tp} pp={pp} cp={cp} dp={plan.dp} does not cover {c.nodes} x {c.gpus_per_node} GPUs",
               "re-plan with `vdkit plan` and render again")
     mbs, gbs = model.get("micro_batch_size"), model.get("global_batch_size")
     if gbs % (mbs * plan.dp):

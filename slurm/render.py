@@ -50,18 +50,11 @@ def _directive(what: str, value) -> str:
     return text
 
 
-def time_plan(plan):
-    """The plan's time figures (vdkit.planner.timeplan.TimePlan): --time, the stop's lead, the budget."""
-    from vdkit.planner.timeplan import time_plan as plan_times
-
-    return plan_times(plan)
-
-
 def fault_limits(plan):
     """The watchdog's and the process group's seconds (vdkit.faults.Limits) from the plan's time figures."""
     from vdkit.faults import limits
 
-    times = time_plan(plan)
+    times = plan.time
     return limits(times.startup_s, times.step_s, times.checkpoint_write_s)
 
 
@@ -69,7 +62,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
     """The keyword arguments for submitit's renderer (resources, names, log paths)."""
     r = plan.recipe
     c = r.cluster
-    times = time_plan(plan)
+    times = plan.time  # the plan's time figures: --time, the stop's lead, the budget
     run_dir = str(run_dir)
     # sbatch expands %j, %x, %u, ... anywhere in --output: a '%' of the directory name is written '%%'.
     escaped = run_dir.replace("%", "%%")
@@ -100,8 +93,7 @@ def sbatch_parameters(plan, run_dir) -> dict:
         value = getattr(c, key)
         if value:
             params[key] = _directive(f"cluster.{key}", value)
-    # Optional chaining (e.g. "singleton" with exp_manager.resume_if_exists); read defensively so
-    # that a ClusterCfg without the field renders as before.
+    # Optional chaining (cluster.dependency, e.g. "singleton": chained jobs of one name run one at a time).
     dependency = c.dependency
     if dependency:
         params["dependency"] = _directive("cluster.dependency", dependency)
@@ -117,7 +109,7 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     run = q(str(run_dir))
     from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE
 
-    times = time_plan(plan)
+    times = plan.time
     lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [
         f"export {STOP_AT_ENV}=$(( $(date +%s) + {times.stop_after_s} ))  # the ranks' own budget: stop cleanly by then",
         "# This job in the run's record (`vdkit status RUN_DIR` after a plain sbatch too)",
@@ -188,7 +180,7 @@ def _echo(text) -> str:
 def _on_signal(plan, job: JobSpec, name: str = SIGNAL_NAME) -> str:
     """The batch shell's trap for Slurm's USR1 (the lead) or TERM (the limit itself, a cancel): pass it to the
     step when the engine catches it; either way the shell lives on to hand over to the next allocation."""
-    lead = time_plan(plan).lead_s
+    lead = plan.time.lead_s
     when = f"{lead} s before the time limit" if name == SIGNAL_NAME else "at the time limit or a cancel"
     if job.stop_signal:
         # srun itself takes a TERM as "kill the tasks now" (job_force_termination): the step gets USR1, which

@@ -48,3 +48,15 @@ def local_slurm(tmp_path_factory):
             os.environ.pop("SLURM_CONF", None)
         else:
             os.environ["SLURM_CONF"] = saved
+
+
+@pytest.fixture(scope="session")
+def nemo_venv():
+    """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo_check.venv): made once from the package
+    index (about a minute), reused while its pins are unchanged. A failure to make it fails the test."""
+    from vdkit.recipes.nemo_check import venv
+
+    try:
+        return venv.create()
+    except Exception as exc:  # noqa: BLE001 - pip's or venv's failure, named
+        pytest.fail(f"cannot make NeMo {venv.NEMO_VERSION}'s venv at {venv.location()}: {exc}")

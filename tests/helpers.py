@@ -216,3 +216,14 @@ def submit_and_wait(main, capsys, overrides, out_dir: Path, timeout_s: int):
     job_id = out[0].split("\t")[1]
     log = "".join((run_dir / f"slurm-{job_id}.{ext}").read_text() for ext in ("out", "err"))
     return rc, run_dir, job_id, log, out[-1].split("\t")[:3]
+
+
+def sbatch_of(plan, out_dir) -> tuple:
+    """(launch.sbatch's text, its run directory) as `vdkit render --no-check-mounts` into ``out_dir`` would write
+    them: the real render path (vdkit.prepare.prepare: every check, every file rendered in memory), nothing
+    written. The run directory is ``out_dir``/the run's name."""
+    from vdkit.prepare import prepare
+    from vdkit.rundir import SBATCH_FILE
+
+    cell = prepare(plan, out_dir, check_mounts=False)
+    return cell.files[SBATCH_FILE], cell.run_dir

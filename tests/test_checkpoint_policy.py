@@ -20,7 +20,7 @@ ISSUE_PLAN = ["engine=bridge", "model=llama2_7b", "method=sft", "train.max_steps
 
 def _times(*overrides):
     plan = make_plan(compose(list(overrides)))
-    return plan, schedule.time_plan(plan)
+    return plan, plan.time
 
 
 def test_issue_plan_spends_at_most_a_tenth_of_its_wall_time_on_checkpoints():
@@ -79,7 +79,7 @@ def test_a_timing_run_of_the_issue_plan_saves_only_when_stopped():
 def _bridge_checkpoint(*overrides):
     from vdkit.recipes.bridge.config import bridge_config
 
-    plan = schedule.resolve(make_plan(compose(["engine=bridge", "model.megatron_path=/m/b", *overrides])))
+    plan = make_plan(compose(["engine=bridge", "model.megatron_path=/m/b", *overrides]))
     return bridge_config(plan, "/runs/x", "/runs/x/checkpoints", in_container=True)["checkpoint"]
 
 
@@ -105,8 +105,7 @@ def test_bridge_short_train_run_saves_the_weights_at_its_end():
 def test_nemo_timing_run_writes_no_top_k_and_no_nemo_file():
     from vdkit.recipes.nemo_config import build_config
 
-    plan = schedule.resolve(make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly",
-                                               "run.mode=timing"])))
+    plan = make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly", "run.mode=timing"]))
     params = build_config(plan, "/runs/x")["exp_manager"]["checkpoint_callback_params"]
     assert params["every_n_epochs"] == 0 and "every_n_train_steps" not in params
     assert params["save_nemo_on_train_end"] is False and params["save_best_model"] is False
@@ -116,8 +115,8 @@ def test_nemo_timing_run_writes_no_top_k_and_no_nemo_file():
 def test_nemo_train_run_keeps_the_best_and_the_last():
     from vdkit.recipes.nemo_config import build_config
 
-    plan = schedule.resolve(make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly",
-                                               "method=sft", "train.max_steps=100000"])))
+    plan = make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly", "method=sft",
+                              "train.max_steps=100000"]))
     params = build_config(plan, "/runs/x")["exp_manager"]["checkpoint_callback_params"]
     assert params["save_top_k"] + 1 == checkpoint_policy.KEEP and params["save_last"] is True
     assert params["every_n_train_steps"] > 0 and params["save_nemo_on_train_end"] is True

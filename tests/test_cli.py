@@ -59,3 +59,40 @@ def test_help_does_not_import_heavy_libraries():
 def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "vdkit", "plan", "--json"], capture_output=True, text=True)
     assert out.returncode == 0 and json.loads(out.stdout)["model"] == "llama2_7b"
+
+
+# ----------------------------------------------------------------------------- issue 28: pipes, list, help
+def test_a_closed_stdout_is_no_traceback():
+    """`vdkit plan ... | head -1`: the reader is gone before vdkit writes (a pipe whose read end is closed)."""
+    import os
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        done = subprocess.run([sys.executable, "-m", "vdkit", "plan", "model=llama2_7b", "method=lora"],
+                              stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+
+
+def test_list_takes_singular_and_plural(capsys):
+    assert main(["list", "cluster"]) == 0
+    singular = capsys.readouterr().out
+    assert main(["list", "clusters"]) == 0
+    assert singular == capsys.readouterr().out and "xe9680" in singular
+
+
+def test_every_verb_that_writes_run_dirs_names_every_engine_and_its_files():
+    from vdkit.cli import build_parser
+    from vdkit.recipes.engines import names
+    from vdkit.rundir import ENGINE_FILES
+
+    sub = next(a for a in build_parser()._actions if a.dest == "verb")
+    for verb in ("render", "run", "submit", "demo"):
+        text = " ".join(sub.choices[verb].format_help().split())
+        for engine in names():
+            assert engine in text, (verb, engine)
+        if verb != "demo":
+            for files in ENGINE_FILES.values():
+                assert all(f in text for f in files), (verb, files)

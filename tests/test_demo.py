@@ -62,7 +62,8 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
 
 def test_the_demo_sweep_plans_the_layouts_its_comment_states():
     """conf/sweep/demo.yaml's header says which layout each cell gets; plan the cells (no training)."""
-    from vdkit.config import compose, sweep_cells
+    from vdkit.config import compose
+    from vdkit.sweep import sweep_cells
     from vdkit.planner.plan import make_plan
 
     got = {}
@@ -74,3 +75,35 @@ def test_the_demo_sweep_plans_the_layouts_its_comment_states():
                    ("lora", 2): (1, 2, 2, 2), ("ptuning", 2): (1, 2, 2, 2), ("sft", 2): (2, 2, 2, 1)}
     header = (Path(__file__).resolve().parents[1] / "conf" / "sweep" / "demo.yaml").read_text()
     assert "LoRA and P-tuning into two pipeline stages (PP2)" in header and "SFT into tensor parallel (TP2" in header
+
+
+def test_demo_refuses_at_the_door_what_it_cannot_run_here(tmp_path, capsys, monkeypatch):
+    """A sweep of NeMo cells (its container) or of Slurm cells without --slurm: one line, before any training."""
+    from vdkit.cli import main
+
+    assert main(["demo", "--sweep", "table9", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "engine=nemo" in err and "runs only in its container" in err and "Traceback" not in err
+    assert not (tmp_path / "a" / "runs").exists() or not any((tmp_path / "a" / "runs").iterdir())
+    cell = ["engine=megatron", "model=tiny_llama", "data=synthetic", "cluster=xe9680", "cluster.gpus_per_node=1",
+            "cluster.socket_ifname=lo", "cluster.ib_hcas=[]", "cluster.transport=tcp", "+cluster.env.NCCL_IB_DISABLE=1"]
+    assert main(["demo", "-m", *cell, "--out", str(tmp_path / "b")]) == 2
+    assert "would submit to a scheduler" in capsys.readouterr().err
+
+
+def test_demo_slurm_takes_the_cluster_slurm_conf_names(tmp_path, monkeypatch):
+    """`vdkit cluster up --dir X` prints SLURM_CONF=X/slurm.conf: --slurm uses X; a site's slurm.conf is refused."""
+    from vdkit.commands.demo import slurm_dir
+    from vdkit.errors import UserError
+    from vdkit.slurm import localcluster
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    assert slurm_dir() == localcluster.default_dir()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "x" / "slurm.conf"))
+    assert slurm_dir() == tmp_path / "x"  # not started yet: demo --slurm starts it there
+    site = tmp_path / "etc"
+    site.mkdir()
+    (site / "slurm.conf").write_text("ClusterName=site\n")
+    monkeypatch.setenv("SLURM_CONF", str(site / "slurm.conf"))
+    with pytest.raises(UserError, match="not a local Slurm"):
+        slurm_dir()

@@ -7,8 +7,8 @@ import statistics
 import pytest
 
 from vdkit.errors import UserError
-from vdkit.validation.extrapolate import (FLUCTUATION_CV, NVIDIA_WARMUP_SAMPLES, Overheads, detect_warmup, estimate,
-                                          t_quantile_975)
+from vdkit.validation.extrapolate import FLUCTUATION_CV, NVIDIA_WARMUP_SAMPLES, Overheads, detect_warmup, estimate
+from vdkit.validation.stats import t_quantile_975
 
 
 def test_constant_series_is_exact():

@@ -4,7 +4,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from vdkit.config import compose, load_sweep, sweep_cells
+from vdkit.config import compose
+from vdkit.sweep import load_sweep, sweep_cells
 from vdkit.planner.plan import make_plan
 from vdkit.validation import report, tables
 

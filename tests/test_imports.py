@@ -180,3 +180,80 @@ def test_no_test_module_imports_another():
                 if name.split(".")[-1] in test_modules or name.startswith("tests."):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
     assert not found, "test modules importing test modules:\n" + "\n".join(found)
+
+
+# ----------------------------------------------------------------------------- the layers of docs/architecture.md
+def diagram_layers() -> List[Tuple[str, Set[str]]]:
+    """The layers of docs/architecture.md's diagram, top (front door) first: (label, repository paths named).
+
+    ``folder/{a, b}.py`` names several modules of one folder (it may wrap onto the next line)."""
+    import re
+
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("## Layers: imports go one way", 1)[1].split("```", 2)[1]
+    layers: List[Tuple[str, str]] = []
+    for line in block.splitlines():
+        if not line.strip() or line.strip().startswith("▲"):  # an arrow line carries a description at most
+            continue
+        if not line[0].isspace():
+            layers.append((line[:14].strip(), line[14:]))
+        elif layers:
+            layers[-1] = (layers[-1][0], layers[-1][1] + " " + line)
+    out = []
+    for label, body in layers:
+        paths: Set[str] = set()
+        for folder, names in re.findall(r"([\w/]+/)\{([^}]*)\}\.py", body):
+            paths |= {f"{folder}{n.strip()}.py" for n in names.split(",")}
+        paths |= set(re.findall(r"(?<![{\w/])((?:vdkit|recipes|slurm|k8s|validation)/[\w/]*\w\.py)", body))
+        out.append((label, paths))
+    return out
+
+
+def test_the_architecture_diagram_names_every_module():
+    named: Dict[str, str] = {}
+    for label, paths in diagram_layers():
+        for path in paths:
+            assert path not in named, f"{path} is named twice in docs/architecture.md ({named[path]}, {label})"
+            named[path] = label
+    files = {str(p.relative_to(ROOT)) for p in modules().values()}
+    assert not files - set(named), "docs/architecture.md's layer diagram does not name: " + ", ".join(
+        sorted(files - set(named)))
+    assert not set(named) - files, "docs/architecture.md names modules that do not exist: " + ", ".join(
+        sorted(set(named) - files))
+
+
+def test_the_diagram_parser_reads_groups_and_wrapped_lines():
+    """The parser itself: a brace group wrapping onto the next line, a plain path, a layer per label."""
+    layers = diagram_layers()
+    labels = [label for label, _ in layers]
+    assert labels[0] == "front door" and labels[-1] == "types" and "run directory" in labels
+    by_label = dict(layers)
+    assert {"validation/merge.py", "validation/steps.py", "validation/plots.py"} <= by_label["validation"]
+    assert "vdkit/prepare.py" in by_label["prepare"] and "recipes/bridge/cpu_shim.py" in by_label["engines"]
+
+
+DOWNWARD_FOLDERS = ("vdkit.recipes", "vdkit.slurm", "vdkit.k8s", "vdkit.validation")
+
+
+def _folder(module: str) -> str:
+    return next((f for f in DOWNWARD_FOLDERS if module == f or module.startswith(f + ".")), "")
+
+
+def test_engines_launchers_and_validation_import_only_downward():
+    """recipes/, slurm/, k8s/ and validation/ import only from their own layer of the diagram or below, and none
+    of the four imports another of them at its own layer (the Slurm and Kubernetes launchers know nothing of
+    each other)."""
+    mods = modules()
+    layer_of_path = {path: i for i, (_, paths) in enumerate(diagram_layers()) for path in paths}  # 0: the top
+    layer = {name: layer_of_path[str(path.relative_to(ROOT))] for name, path in mods.items()
+             if str(path.relative_to(ROOT)) in layer_of_path}
+    bad = []
+    for a, targets in graph().items():
+        if not _folder(a) or a not in layer:
+            continue
+        for b, line in targets.items():
+            if b not in layer:
+                continue
+            if layer[b] < layer[a] or (layer[b] == layer[a] and _folder(b) and _folder(b) != _folder(a)):
+                bad.append(f"{a} -> {b} (line {line})")
+    assert not bad, "imports upward (docs/architecture.md's layers):\n" + "\n".join(bad)

@@ -103,13 +103,14 @@ def test_local_launcher_refuses_an_engine_that_does_not_run_here(tmp_path, capsy
 
 def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
     """JobSpec.pmi comes from the engine's NEEDS_PMI; cluster.mpi is honoured for it and only for it."""
-    from vdkit.prepare import job_spec, sbatch_text
+    from helpers import sbatch_of
+    from vdkit.prepare import job_spec
 
     plan = make_plan(compose(["cluster.mpi=pmi2"]))
-    assert job_spec(plan, tmp_path).pmi is False and "--mpi" not in sbatch_text(plan, tmp_path)
+    assert job_spec(plan, tmp_path).pmi is False and "--mpi" not in sbatch_of(plan, tmp_path)[0]
     monkeypatch.setattr(engines.get("nemo").module, "NEEDS_PMI", True, raising=False)
-    assert job_spec(plan, tmp_path).pmi is True and "--mpi=pmi2" in sbatch_text(plan, tmp_path)
-    assert "--mpi" not in sbatch_text(make_plan(compose(["cluster.mpi=none"])), tmp_path)
+    assert job_spec(plan, tmp_path).pmi is True and "--mpi=pmi2" in sbatch_of(plan, tmp_path)[0]
+    assert "--mpi" not in sbatch_of(make_plan(compose(["cluster.mpi=none"])), tmp_path)[0]
 
 
 def test_run_lock_names_its_launcher(tmp_path):

@@ -131,6 +131,19 @@ def test_loss_falls_against_an_lr0_control(runs, method, layout):
     assert_memory_agrees(runs.get(CONTROL[method], "one", lr0=True), 1)
 
 
+# Llama 3.1's blocks at toy size (conf/model/tiny_llama3.yaml): GQA, RoPE theta 500000 with llama3 scaling,
+# partial recompute (block: the first layer of each stage) under PP2.
+LLAMA3 = ["model=tiny_llama3", "parallelism.recompute_num_layers=1"]  # the pp2 layout recomputes (full)
+
+
+def test_llama3_trains_exactly_like_one_rank(runs):
+    one = _losses(runs.get("sft", "one", extra=["model=tiny_llama3"]))
+    pp2 = _losses(runs.get("sft", "pp2", extra=LLAMA3))
+    assert len(one) == len(pp2) == 6 and pp2 == pytest.approx(one, rel=1e-4, abs=1e-5), (one, pp2)
+    # (that the scaling is built as transformers builds it: tests/test_context.py)
+    assert one[-1] < one[0] - 0.05  # and it learns
+
+
 def test_layout_line_names_what_megatron_runs(runs):
     out = (runs.get("sft", "tp2pp2vp2") / "local-1.out").read_text()
     assert "tp=2 pp=2 vp=2 dp=1 sp=True" in out and "megatron-core 0.16.1" in out
@@ -231,3 +244,22 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     acc.Reload()
     assert sorted(e.step for e in acc.Scalars("reduced_train_loss")) == list(range(6))  # none lost, none twice
     assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
+
+
+def test_run_mode_train_validates_on_every_rank_and_keeps_the_best(tmp_path):
+    """run.mode=train at TP 2: the validation loss is all-reduced, every rank agrees on the best (no hang),
+    best.json names a kept checkpoint."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "vdkit", "run", "engine=megatron", "model=tiny_llama", "method=lora",
+                           "parallelism.tp=2", "cluster.gpus_per_node=2", "train.max_steps=6",
+                           "train.global_batch_size=4", "train.val_every_n_steps=3", "train.val_batches=1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "tiny_llama_lora_1n2g"
+    log = (run / "local-1.out").read_text()
+    assert log.count("validation_loss") == 2
+    best = json.loads((run / "checkpoints" / "best.json").read_text())
+    assert (run / "checkpoints" / best["checkpoint"]).is_dir()

@@ -69,7 +69,7 @@ def test_run_mode_train_validates_periodically_keeps_best_and_last_and_exports()
     plan, cfg = _cfg("train.max_steps=1000")
     assert plan.recipe.run.mode == "train"
     t, params = cfg["trainer"], cfg["exp_manager"]["checkpoint_callback_params"]
-    assert t["val_check_interval"] == 100 and t["limit_val_batches"] == 10
+    assert t["val_check_interval"] == 200 and t["limit_val_batches"] == 4
     assert cfg["model"]["data"]["validation_ds"]["file_names"][0].endswith("validation.jsonl")
     assert params["monitor"] == "validation_loss" and params["save_top_k"] == 1 and params["save_last"] is True
     assert params["save_nemo_on_train_end"] is True and params["save_best_model"] is True
@@ -82,7 +82,7 @@ def test_run_mode_train_validates_periodically_keeps_best_and_last_and_exports()
     assert "every_n_train_steps" not in params and params["save_nemo_on_train_end"] is False
     _, cfg = _cfg("method=pretrain", "data=pile", "train.max_steps=1000")
     assert cfg["exp_manager"]["checkpoint_callback_params"]["save_nemo_on_train_end"] is True
-    assert cfg["trainer"]["val_check_interval"] == 100
+    assert cfg["trainer"]["val_check_interval"] == 200
 
 
 def test_logs_and_checkpoints_under_the_run_dir():

@@ -156,3 +156,32 @@ def test_an_hf_report_links_its_bar_plot(tmp_path):
     t = tables.build("alpaca_opt", [])
     table_output.write(t, tmp_path)
     assert "(alpaca_opt.png)" in (tmp_path / "alpaca_opt.md").read_text()
+
+
+def test_a_cpu_demo_plot_says_what_its_points_are():
+    """Points measured on this machine's CPU say so, and which engine drew each when engines differ."""
+    t = table(published=False)
+    for c in t.cells:
+        c.model, c.hardware = "tiny_llama", "cpu"
+        c.engine = "bridge" if (c.method, c.gpus) == ("lora", 4) else "megatron"
+    fig = plots.scaling_figure(t)
+    title = fig._suptitle.get_text()
+    assert "CPU cores" in title and "tiny tiny_llama" in title and "not H100 minutes" in title
+    assert "bridge (lora 4)" in title and "megatron (" in title
+    assert {a.get_text() for ax in fig.axes for a in ax.texts} == {"bridge", "megatron"}
+    t.cells = [c for c in t.cells if c.engine == "megatron"]
+    assert "engine: megatron" in plots.scaling_figure(t)._suptitle.get_text()  # one engine: no per-point labels
+
+
+def test_a_cpu_runs_spread_is_not_flagged_below_the_cpu_threshold():
+    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV, estimate_log
+    from vdkit.validation.steps import StepLog, StepRecord
+
+    rnd = random.Random(5)
+    records = [StepRecord(step=i, timing_s=0.1 + 0.05 * rnd.random()) for i in range(50)]  # CV ~ 12 %
+    log = StepLog(source="x.out", format="nemo1", steps=records)
+    est = estimate_log(log, 1000)
+    assert est.fluctuating and 0.10 < est.step_time_cv < CPU_FLUCTUATION_CV
+    on_gpu = plots.trace_figure(log, est, title="run").axes[0].get_title()
+    on_cpu = plots.trace_figure(log, est, title="run", on_cpu=True).axes[0].get_title()
+    assert "FLUCTUATING" in on_gpu and "FLUCTUATING" not in on_cpu and "spread of a CPU run" in on_cpu

@@ -9,7 +9,8 @@ import random
 
 import pytest
 
-from vdkit.config import compose, sweep_cells
+from vdkit.config import compose
+from vdkit.sweep import sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
 from vdkit.planner.plan import make_plan
 from vdkit.planner.predict_hf import constants, predict_hf_step

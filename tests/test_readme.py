@@ -105,6 +105,40 @@ def test_the_tour_runs_as_written(tmp_path):
     assert (tmp_path / "report" / "table9.md").is_file()
 
 
+TRAINS = ("vdkit run ", "vdkit validate ", "vdkit report ")  # tour lines that train here (or read what trained)
+
+
+def test_the_tour_plans_and_renders_as_written_cheaply(tmp_path, monkeypatch, capsys, shared=True):
+    """Every tour line that does not train, as written, in one process (the full tour: the slow test above),
+    as on a login node where /shared exists: --no-check-mounts checks no path, plan checks none."""
+    import shlex
+
+    from vdkit import config, files
+    from vdkit.cli import main
+
+    if shared:  # /shared's top-level directory "exists here" (nothing under it does)
+        real = files.on_this_machine
+        monkeypatch.setattr(files, "on_this_machine",
+                            lambda p: str(p).startswith("/shared/") or real(p))
+    monkeypatch.chdir(tmp_path)
+    lines = [ln for ln in bash_block("## A short tour") if not ln.startswith(TRAINS)]
+    assert any("--no-check-mounts" in ln for ln in lines) and any("alpaca_opt" in ln for ln in lines)
+    try:
+        for line in lines:
+            argv = shlex.split(line)
+            assert argv[0] == "vdkit", line
+            rc = main(argv[1:])
+            out = capsys.readouterr()
+            assert rc == 0, f"{line}\n{out.err[-2000:]}"
+    finally:
+        config._USER_DIRS.clear()
+    assert (tmp_path / "runs" / "llama2_70b_lora_1n8g" / "launch.sbatch").is_file()
+    assert (tmp_path / "site" / "cluster" / "mysite.yaml").is_file()
+    if shared:  # the check still fires where it should: render without the flag refuses the missing model
+        rc = main(["render", "--sweep", "llama31_roce", "--out", "runs2"])
+        assert rc == 2 and "/shared/models" in capsys.readouterr().err
+
+
 DOLLY_ROWS = [{"instruction": f"What is {i} plus {i}?", "context": "" if i % 2 else f"Numbers: {i}.",
                "response": f"{2 * i}.", "category": "open_qa"} for i in range(60)]
 
@@ -138,7 +172,7 @@ def cluster_lines(site: Path) -> list:
 def test_the_cluster_path_runs_as_written(tmp_path):
     site, env = _site(tmp_path), vdkit_env()
     prefix = cluster_lines(site)[0]
-    run_dir = site / "runs" / "llama2_7b_lora_1n4g"
+    run_dir = None
     for line in cluster_lines(site)[1:]:
         if line.startswith("enroot "):
             continue  # needs a site with enroot and the registry
@@ -146,8 +180,13 @@ def test_the_cluster_path_runs_as_written(tmp_path):
             # the job's output, as NeMo writes it (the sbatch itself: test below, on the local Slurm)
             (run_dir / "slurm-1.out").write_text(nemo_log(50, 2.5))
             continue
-        done = sh(f"{prefix}; {line}", tmp_path, env)
+        state = f"; RUN={run_dir}" if run_dir else ""
+        done = sh(f"{prefix}{state}; {line}" + ('; echo "$RUN"' if line.startswith("RUN=") else ""), tmp_path, env)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        if line.startswith("RUN="):  # the render prints the run dir (stdout) and the exact sbatch line (stderr)
+            run_dir = Path(done.stdout.strip().splitlines()[-1])
+            assert run_dir == site / "runs" / "llama2_7b_lora_1n4g"
+            assert f"next: sbatch {run_dir}/launch.sbatch" in done.stderr
         if line.startswith("vdkit validate"):
             assert "1000" in done.stdout
     assert (site / "data" / "dolly" / "training.jsonl").is_file()
@@ -163,10 +202,9 @@ def test_the_cluster_paths_sbatch_line_is_accepted_by_slurm(tmp_path, local_slur
     env = local_slurm.env(vdkit_env())  # keep vdkit_env's PATH (this interpreter's console scripts)
     lines = cluster_lines(site)
     prefix = lines[0]
-    render = next(ln for ln in lines if ln.startswith("vdkit render"))
+    render = next(ln for ln in lines if ln.startswith("RUN=$(vdkit render"))
     (site / "data" / "dolly").mkdir(parents=True)
-    assert sh(f"{prefix}; {render}", tmp_path, env).returncode == 0
     sbatch = next(ln for ln in lines if ln.startswith("sbatch "))
     assert shutil.which("sbatch")
-    done = sh(f"{prefix}; {sbatch.replace('sbatch ', 'sbatch --test-only ', 1)}", tmp_path, env)
+    done = sh(f"{prefix}; {render}; {sbatch.replace('sbatch ', 'sbatch --test-only ', 1)}", tmp_path, env)
     assert done.returncode == 0 and "to start at" in done.stderr, done.stderr

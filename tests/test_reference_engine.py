@@ -292,3 +292,23 @@ def test_sbatch_test_only_accepts_every_script(local_slurm, tmp_path, capsys, sw
         run_dir, tag, message = line.split("\t")
         assert tag == "test-only" and "to start at" in message, line
         assert not (Path(run_dir) / "job_id.txt").exists()
+
+
+def test_run_mode_train_validates_keeps_the_best_and_exports(tmp_path):
+    """run.mode=train (the default for one recipe): validation every N steps on the validation split, the best
+    checkpoint named in best.json and kept, the final adapter written by save_pretrained."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "vdkit", "run", "model=tiny_llama", "method=lora",
+                           "train.max_steps=6", "train.global_batch_size=2", "cluster.gpus_per_node=1",
+                           "train.val_every_n_steps=3", "train.val_batches=1", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "tiny_llama_lora_1n1g"
+    log = (run / "local-1.out").read_text()
+    assert log.count("validation_loss") == 2 and "at global_step 3" in log and "at global_step 6" in log
+    best = json.loads((run / "checkpoints" / "best.json").read_text())
+    assert (run / "checkpoints" / best["checkpoint"]).exists() and best["step"] in (3, 6)
+    assert (run / "export" / "adapter_config.json").is_file()

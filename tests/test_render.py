@@ -105,7 +105,8 @@ def test_multirun_skips_cells_without_a_layout(tmp_path, capsys):
 
 
 def test_sweep_table9_renders_every_feasible_cell(tmp_path, capsys):
-    from vdkit.config import compose, sweep_cells
+    from vdkit.config import compose
+    from vdkit.sweep import sweep_cells
     from vdkit.planner.plan import make_plan
 
     cells = sweep_cells("table9")

@@ -8,7 +8,8 @@ import re
 import pytest
 
 from vdkit.planner.arch import param_counts
-from vdkit.config import compose, sweep_cells
+from vdkit.config import compose
+from vdkit.sweep import sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
 from vdkit.planner.plan import make_plan
 from vdkit.planner.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes

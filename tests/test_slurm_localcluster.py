@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from vdkit.errors import UserError
-from vdkit.slurm import localcluster as lc
+from vdkit.slurm import localcluster as lc, localcluster_conf as hw
 from vdkit.slurm import submit as sub
 
 
@@ -68,11 +68,11 @@ def test_six_idle_xe9680_nodes(local_slurm):
     out = local_slurm.run("sinfo", "-h", "-N", "-o", "%N|%P|%t|%c|%m|%G", check=True).stdout
     rows = sorted(line.split("|") for line in out.splitlines())
     assert [r[0] for r in rows] == lc.node_names()
-    want_cpus = lc.SOCKETS * lc.CORES_PER_SOCKET * lc.THREADS_PER_CORE
+    want_cpus = hw.SOCKETS * hw.CORES_PER_SOCKET * hw.THREADS_PER_CORE
     for name, part, state, cpus, mem, gres in rows:
         assert part.rstrip("*") == lc.PARTITION and state == "idle"
-        assert int(cpus) == want_cpus and int(mem) == lc.REAL_MEMORY_MB
-        assert gres.startswith(f"gpu:{lc.GPUS_PER_NODE}")
+        assert int(cpus) == want_cpus and int(mem) == hw.REAL_MEMORY_MB
+        assert gres.startswith(f"gpu:{hw.GPUS_PER_NODE}")
     assert os.environ["SLURM_CONF"] == str(local_slurm.conf)
 
 

@@ -30,12 +30,12 @@ from pathlib import Path
 
 import pytest
 
-from helpers import directives, sbatch_parse
+from helpers import directives, sbatch_of, sbatch_parse
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.ports import PORT_BASE, job_port
-from vdkit.prepare import job_spec, sbatch_text, render_run
+from vdkit.prepare import job_spec, render_run
 from vdkit.recipes import engines
 from vdkit.rundir import SBATCH_FILE
 from vdkit.slurm import env as slurm_env, render
@@ -44,9 +44,10 @@ from vdkit.slurm import env as slurm_env, render
 RUN_DIR = "/scratch/runs/r1"
 
 
-def text_for(overrides, run_dir=RUN_DIR):
+def text_for(overrides, out_dir="/scratch/runs"):
+    """(plan, launch.sbatch) of ``overrides`` by the real render path (run directory: out_dir/the run name)."""
     plan = make_plan(compose(overrides))
-    return plan, sbatch_text(plan, run_dir)
+    return plan, sbatch_of(plan, out_dir)[0]
 
 
 def exports(text: str) -> dict:
@@ -68,9 +69,11 @@ def exports(text: str) -> dict:
 def test_resources_come_from_the_recipe(overrides):
     from vdkit.planner.timeplan import time_plan
 
-    plan, text = text_for(overrides)
+    plan = make_plan(compose(overrides))
+    text, run_dir = sbatch_of(plan, "/scratch/runs")
     c = plan.recipe.cluster
     times = time_plan(plan)
+    assert times == plan.time  # the plan's own, decided once
     d = directives(text)
     assert d["--nodes"] == str(c.nodes)
     assert d["--ntasks-per-node"] == d["--gpus-per-node"] == str(c.gpus_per_node)
@@ -80,7 +83,7 @@ def test_resources_come_from_the_recipe(overrides):
     assert d["--exclusive"] is True and d["--requeue"] is True
     assert d["--open-mode"] == "append"
     assert d["--job-name"] == plan.recipe.run_name
-    assert d["--output"] == f"{RUN_DIR}/slurm-%j.out" and d["--error"] == f"{RUN_DIR}/slurm-%j.err"
+    assert d["--output"] == f"{run_dir}/slurm-%j.out" and d["--error"] == f"{run_dir}/slurm-%j.err"
     # To the batch shell only (B:), which passes it to ranks that catch it (the job contract).
     assert d["--signal"] == f"B:USR1@{times.lead_s}" and 0 < times.lead_s < times.time_limit_min * 60
     # Nothing site-hostile or unasked: no wckey, no per-task GPU binding, no --ntasks.
@@ -105,7 +108,7 @@ def test_dependency_singleton_for_chained_runs():
 
 
 def test_signal_stays_inside_a_short_time_limit():
-    _, text = text_for(["cluster.time_limit_min=2"])
+    _, text = text_for(["cluster.time_limit_min=2", "cluster.startup_s=0"])  # (render refuses a limit no step fits)
     assert directives(text)["--time"] == "2" and directives(text)["--signal"] == "B:USR1@30"  # a quarter of it
 
 
@@ -176,7 +179,7 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     assert set(slurm_env.job_env(plan, job_spec(plan, RUN_DIR).env)) | {"MASTER_ADDR", "MASTER_PORT",
                                                                         "VDKIT_STOP_AT", "VDKIT_HEARTBEAT_DIR",
                                                                         "VDKIT_COLLECTIVE_TIMEOUT_S"} == set(env_names)
-    text = sbatch_text(plan, RUN_DIR)
+    text = sbatch_of(plan, "/scratch/runs")[0]
     assert "mkdir -p /shared/results" in text
     assert text.count("\nsrun ") == 1
 
@@ -298,9 +301,9 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
     recipe = _with(base, run={"name": HOSTILE, "secrets_file": str(secrets)},
                    data={"data_dir": str(tmp_path / f"data {HOSTILE}")})
     plan = make_plan(recipe)
-    run_dir = tmp_path / f"runs {HOSTILE}" / "r1"
-    run_dir.mkdir(parents=True)
-    text = sbatch_text(plan, run_dir)
+    (tmp_path / f"runs {HOSTILE}").mkdir()
+    text, run_dir = sbatch_of(plan, tmp_path / f"runs {HOSTILE}")
+    run_dir.mkdir()
 
     assert "hf_s3cr3t_value" not in text  # the secret itself is never in the script
     got = run_script(text, tmp_path)
@@ -324,14 +327,17 @@ def test_hostile_job_name_paths_and_secrets_run_exactly_as_asked(tmp_path, fake_
 
 def test_rendezvous_uses_node_address_not_name(tmp_path, fake_engine):
     plan = make_plan(compose(["cluster.nodes=2"]))
-    got = run_script(sbatch_text(plan, tmp_path), tmp_path)
+    text, run_dir = sbatch_of(plan, tmp_path)
+    run_dir.mkdir()
+    got = run_script(text, tmp_path)
     assert got["env"][:2] == ["127.0.0.7", str(job_port(int(JOB_ID)))]
 
 
 def test_two_jobs_on_one_host_get_two_rendezvous_ports(tmp_path, fake_engine):
     """A fixed MASTER_PORT made the second job sharing a host fail with EADDRINUSE: the script
     derives it from SLURM_JOB_ID, by the rule the engines use (vdkit.ports), below the ephemeral range."""
-    text = sbatch_text(make_plan(compose(["cluster.nodes=2"])), tmp_path)
+    text, run_dir = sbatch_of(make_plan(compose(["cluster.nodes=2"])), tmp_path)
+    run_dir.mkdir()
     syntax = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
     ports = []
@@ -344,7 +350,8 @@ def test_two_jobs_on_one_host_get_two_rendezvous_ports(tmp_path, fake_engine):
 
 def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine):
     recipe = _with(compose([]), run={"secrets_file": str(tmp_path / "missing.env")})
-    text = sbatch_text(make_plan(recipe), tmp_path)
+    text, run_dir = sbatch_of(make_plan(recipe), tmp_path)
+    run_dir.mkdir()
     (tmp_path / "fake_out").mkdir()
     (tmp_path / "f.sh").write_text(FAKES)
     proc = subprocess.run(["bash", "-c", '. "$1" && bash "$2"', "_", str(tmp_path / "f.sh"), "/dev/stdin"],
@@ -360,16 +367,16 @@ def test_unreadable_secrets_file_stops_the_job_before_srun(tmp_path, fake_engine
 def test_values_an_sbatch_line_cannot_carry_are_refused(bad, fake_engine):
     plan = make_plan(_with(compose([]), run={"name": bad}))
     with pytest.raises(UserError, match="backslash or a control character"):
-        sbatch_text(plan, "/runs/x")
+        sbatch_of(plan, "/runs/x")
 
 
 def test_mount_paths_pyxis_cannot_express_are_refused(fake_engine):
     plan = make_plan(_with(compose([]), data={"data_dir": "/data/a,b"}))
     with pytest.raises(UserError, match="--container-mounts"):
-        sbatch_text(plan, "/runs/x")
+        sbatch_of(plan, "/runs/x")
     plan = make_plan(compose([]))
     with pytest.raises(UserError, match="--container-mounts"):
-        sbatch_text(plan, "/runs/x:y")
+        sbatch_of(plan, "/runs/x:y")
 
 
 def test_sbatch_parser_port_reads_shell_quoting_like_sbatch():

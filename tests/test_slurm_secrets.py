@@ -62,11 +62,11 @@ def test_unreadable_file_stops_the_job_with_one_line(tmp_path):
 def test_rendered_script_reads_the_file_as_data(tmp_path):
     from vdkit.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import sbatch_text
+    from helpers import sbatch_of
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",
                               f"run.secrets_file={tmp_path}/s.env"]))
-    text = sbatch_text(plan, tmp_path / "run")
+    text = sbatch_of(plan, tmp_path / "runs")[0]
     assert "source" not in text and "read -r vdkit_line" in text
 
 

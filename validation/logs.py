@@ -63,6 +63,32 @@ MAX_STEP = 10 ** 12  # no run logs a trillion steps: a larger (or negative) glob
 MAX_STEP_SECONDS = 1e6  # 11.6 days for one step: a larger timing is a corrupt value, not a measurement
 
 
+MIN_STEP_SECONDS = 1e-3  # no training step of an LLM (even a tiny one on a GPU) takes under a millisecond
+SLOW_STEP_SECONDS = 3600.0  # an hour per step: possible (a hung rank) but not a measurement to extrapolate
+
+
+def _warn_losses_and_speed(log: StepLog) -> None:
+    """Warnings for a diverged run (losses NaN / infinite) and step times no real step takes."""
+    losses = [r.loss for r in log.steps if r.loss is not None]
+    bad = [x for x in losses if not math.isfinite(x)]
+    if log.diverged:
+        log.warnings.insert(0, f"every loss in {log.source} ({len(losses)}) is NaN or infinite: the run diverged, so "
+                               "its steps are not a training run's (fix the run: lower method.lr, check the data)")
+    elif bad:
+        log.warnings.insert(0, f"{len(bad)} of {len(losses)} losses in {log.source} are NaN or infinite: the run "
+                               "diverged part-way")
+    times = [r.timing_s for r in log.steps if r.timing_s is not None and math.isfinite(r.timing_s) and r.timing_s > 0]
+    fast = sum(t < MIN_STEP_SECONDS for t in times)
+    slow = sum(SLOW_STEP_SECONDS < t <= MAX_STEP_SECONDS for t in times)
+    if fast:
+        log.warnings.insert(0, f"{fast} of {len(times)} step timings in {log.source} are under "
+                               f"{MIN_STEP_SECONDS * 1e3:g} ms, faster than any training step: implausible (a "
+                               "timer in other units?)")
+    if slow:
+        log.warnings.insert(0, f"{slow} of {len(times)} step timings in {log.source} are over "
+                               f"{SLOW_STEP_SECONDS / 60:g} min per step: implausible (a hung rank?)")
+
+
 def screen_steps(log: StepLog, require_timing: bool = True) -> None:
     """Leave out impossible steps and timings, saying how many; refuse when most of them are impossible.
 
@@ -71,6 +97,7 @@ def screen_steps(log: StepLog, require_timing: bool = True) -> None:
     with the next step) - but when they are most of the run, no estimate can be honest: refused.
     """
     n = len(log.steps)
+    _warn_losses_and_speed(log)
     bad_steps = [r for r in log.steps if r.step < 0 or r.step > MAX_STEP]
     if bad_steps:
         if len(bad_steps) == n:

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
-from vdkit.validation.numbers import number
+from vdkit.validation.numbers import loss, number
 from vdkit.validation.steps import StepRecord
 
 ANCHOR = "elapsed time per iteration"
@@ -51,7 +51,8 @@ class MegatronParser:
             if i >= 0 and (i == 0 or rest[i - 1] in " |"):
                 i += len(key)
                 j = rest.find("|", i)
-                values[name] = number((rest[i:] if j < 0 else rest[i:j]).lstrip(" :"))
+                text = (rest[i:] if j < 0 else rest[i:j]).lstrip(" :")
+                values[name] = loss(text) if name == "loss" else number(text)
         if "ms" not in values:
             return False
         iteration = int(m.group(1))

@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 # The metric names have one home, shared with the engines that write them (vdkit.logformat).
 from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
-from vdkit.validation.numbers import exact_int, number, short_form_matches
+from vdkit.validation.numbers import exact_int, loss, number, short_form_matches
 from vdkit.validation.steps import StepRecord
 
 _BAR_COUNTER = re.compile(r"(\d+)(?:/(\d+|\?)|it)\s*\[")
@@ -144,7 +144,7 @@ class Nemo1Parser:
         timing = number(timing_value)
         if timing is None and timing_value and timing_value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
             timing = float(timing_value)  # kept: read_source counts and reports non-finite timings, never drops them silently
-        steps[step] = StepRecord(step, timing, number(metrics.get(LOSS_KEY)),
+        steps[step] = StepRecord(step, timing, loss(metrics.get(LOSS_KEY)),
                                  number(metrics.get(SAMPLES_KEY)), 1, rate)  # the last update of a step wins
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
         self.last_n = n

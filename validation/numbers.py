@@ -23,12 +23,23 @@ def number(text: Optional[str]) -> Optional[float]:
     return value if math.isfinite(value) else None
 
 
+def loss(text: Optional[str]) -> Optional[float]:
+    """A logged loss: like :func:`number`, but ``nan`` / ``inf`` are kept (a diverged run logs them, and a
+    diverged run must be said, not read as one without losses)."""
+    if text and text.strip().lower().lstrip("+-").startswith(("nan", "inf")):
+        return float(text.strip().split()[0].rstrip(",|"))
+    return number(text)
+
+
 def exact_int(text: Optional[str]) -> Optional[int]:
     """The integer a value shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
     if not text or "e" in text or "E" in text:
         return None
     m = re.fullmatch(r"\s*(-?\d+)(?:\.0*)?\s*", text)
     if m:  # exact, however long (a float would turn a 400-digit step into inf, hiding a corrupt line)
+        digits = m.group(1).lstrip("-")
+        if len(digits) > 100:  # past Python's int() limit (4300 digits) too: any such step is a corrupt line
+            return -(10 ** 100) if m.group(1).startswith("-") else 10 ** 100
         return int(m.group(1))
     value = number(text)
     if value is None or value != int(value):

@@ -118,6 +118,7 @@ def scaling_figure(table):
     from matplotlib.lines import Line2D
 
     models: List[str] = list(dict.fromkeys(c.model for c in table.cells))
+    engines = sorted({c.engine for c in table.cells if c.ours is not None and c.engine})
     methods: List[str] = list(dict.fromkeys(c.method for c in table.cells))
     n = max(1, len(models))
     fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.9), squeeze=False)
@@ -151,6 +152,9 @@ def scaling_figure(table):
                     kind = "extrapolated" if c.status == "extrapolated" else "measured"
                     style = {k: v for k, v in STYLE[kind].items() if k not in ("linestyle", "linewidth")}
                     ax.plot([c.gpus * nudge], [c.ours], color=color, linestyle="none", **style)
+                    if len(engines) > 1:  # points from different engines: say which is which
+                        ax.annotate(c.engine, (c.gpus * nudge, c.ours), textcoords="offset points", xytext=(4, 3),
+                                    fontsize=6, color=color)
                     drawn_kinds.add(kind)
                     values.append(c.ours)
                     if c.interval and c.interval[1] > c.interval[0]:
@@ -171,17 +175,35 @@ def scaling_figure(table):
     if handles:
         fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3 if n == 1 else 7),
                    fontsize=8, frameon=False)
-    fig.suptitle(table.title, fontsize=10)
+    fig.suptitle(table.title + caption(table), fontsize=10)
     fig.tight_layout()
     return fig
 
 
-def trace_png(log, est, title: Optional[str] = None) -> bytes:
+def caption(table) -> str:
+    """What the measured points are when they are not GPU runs: CPU, which model, which engine per point."""
+    run = [c for c in table.cells if c.ours is not None]
+    if not run:
+        return ""
+    engines = sorted({c.engine for c in run if c.engine})
+    lines = []
+    if any(c.hardware == "cpu" for c in run):
+        lines.append(f"measured on this machine's CPU cores: a tiny {', '.join(sorted({c.model for c in run}))}; "
+                     "'GPUs' are local processes sharing the cores (not H100 minutes)")
+    if len(engines) > 1:
+        lines.append("engine per point: " + ", ".join(
+            f"{e} ({', '.join(sorted({f'{c.method} {c.gpus}' for c in run if c.engine == e}))})" for e in engines))
+    elif engines:
+        lines.append(f"engine: {engines[0]}")
+    return "".join("\n" + ln for ln in lines)
+
+
+def trace_png(log, est, title: Optional[str] = None, on_cpu: bool = False) -> bytes:
     """:func:`trace_figure` as PNG bytes."""
-    return _png(trace_figure(log, est, title))
+    return _png(trace_figure(log, est, title, on_cpu))
 
 
-def trace_figure(log, est, title: Optional[str] = None):
+def trace_figure(log, est, title: Optional[str] = None, on_cpu: bool = False):
     """Step time per step with the excluded warm-up shaded and the steady mean and p5-p95 band."""
     plt = _pyplot()
     timed = log.timed
@@ -199,7 +221,12 @@ def trace_figure(log, est, title: Optional[str] = None):
     ax.plot(steps, times, ".-", color="tab:blue", linewidth=0.8, markersize=3, label="train_step_timing")
     ax.set_xlabel("global step")
     ax.set_ylabel("step time (s)")
-    flag = "FLUCTUATING: " + est.fluctuation_reason if est.fluctuating else "steady"
+    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
+
+    if on_cpu and est.fluctuating and est.step_time_cv <= CPU_FLUCTUATION_CV:  # the shared cores' noise
+        flag = f"spread of a CPU run (flagged only over CV {CPU_FLUCTUATION_CV:.0%})"
+    else:
+        flag = "FLUCTUATING: " + est.fluctuation_reason if est.fluctuating else "steady"
     ax.set_title((title or log.source) + f"\n{len(times)} steps, CV {est.step_time_cv:.1%}, {flag}", fontsize=9)
     top = max(times + [est.step_time_p95_s]) if times else est.step_time_p95_s
     ax.set_ylim(0, top * 1.08)

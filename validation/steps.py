@@ -7,6 +7,8 @@ the interval, never ``span`` invented samples.
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Iterable, List, Optional, Tuple
 
@@ -66,6 +68,12 @@ class StepLog:
     @property
     def timings(self) -> List[float]:
         return [s.timing_s for s in self.timed]
+
+    @property
+    def diverged(self) -> bool:
+        """Every logged loss is NaN or infinite (and there is at least one): the run trained nothing."""
+        losses = [s.loss for s in self.steps if s.loss is not None]
+        return bool(losses) and not any(math.isfinite(x) for x in losses)
 
 
 def step_ranges(steps: Iterable[int]) -> str:

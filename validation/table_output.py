@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
+from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
 from vdkit.validation.tables import NOT_PUBLISHED_MARK, Cell, Table
 
 
@@ -30,6 +31,8 @@ def _minutes(x: Optional[float]) -> str:
 def _ours(cell: Cell) -> str:
     if cell.status == "infeasible":
         return "N/A"
+    if cell.status == "diverged":
+        return "diverged"
     if cell.ours is None:
         return "—" if cell.status == "not run" else "no timing"
     text = _minutes(cell.ours)
@@ -93,7 +96,9 @@ def _grid_or_nodes_markdown(table: Table) -> str:
             "validation and checkpoint saving excluded.", "",
             f"- [e] extrapolated by this kit from the measured steps to {table.target_steps} "
             "(warm-up once + steady mean; see `vdkit validate`).",
-            "- [f] fluctuating step times (CV over 10 % or a significant drift).",
+            "- [f] fluctuating step times (CV over 10 % or a significant drift; a run on CPU only over "
+            f"{CPU_FLUCTUATION_CV:.0%}: its spread is the shared cores' scheduling, not the run).",
+            "- diverged: every loss of the run is NaN or infinite; its step times are no figure.",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run.",
             f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "
@@ -108,7 +113,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
                 "layout) on the same samples, minutes "
                 "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
     for c in table.cells:
-        if c.status in ("infeasible", "no timing") and c.reason:
+        if c.status in ("infeasible", "no timing", "diverged") and c.reason:
             out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
     out += ["", f"Published source: {table.source}", ""]
     return "\n".join(out)
@@ -221,8 +226,11 @@ def plot_files(table: Table) -> Dict[str, bytes]:
     files = {f"{table.name}_scaling.png": plots.scaling_png(table)}
     for res in table.results:
         if res.estimate is not None:
+            r = res.plan.recipe if res.plan is not None else None
+            what = f" - engine {r.engine.name}, {'CPU (local processes)' if r.cluster.gpu_type == 'cpu' else r.cluster.gpu_type}" if r else ""
             files[f"trace_{safe_dir_name(Path(res.path).name)}.png"] = plots.trace_png(
-                res.log, res.estimate, title=Path(res.path).name)
+                res.log, res.estimate, title=Path(res.path).name + what,
+                on_cpu=r is not None and r.cluster.gpu_type == "cpu")
     return files
 
 

@@ -32,9 +32,12 @@ import fnmatch
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
+
+if TYPE_CHECKING:  # the run directories' side (vdkit.validation.run_dir) is imported where runs are read
+    from vdkit.validation.run_dir import RunResult
 
 PUBLISHED_DIR = Path(__file__).resolve().parent / "published"
 NOT_PUBLISHED = "not published"  # a cell the source has no figure for (not its "N/A")
@@ -191,72 +194,6 @@ def published_for(recipe, folder: Optional[Path] = None) -> Optional[PublishedFi
     return None
 
 
-# ----------------------------------------------------------------------------- run directories
-@dataclass
-class RunResult:
-    """What one run directory contributes to a table."""
-
-    path: str
-    recipe: object  # vdkit.schema.Recipe
-    plan: object = None  # vdkit.planner.plan.Plan from its plan.json (None: unreadable)
-    log: object = None  # validation.steps.StepLog
-    estimate: object = None  # validation.extrapolate.Estimate
-    error: str = ""  # why there is no estimate (no timing yet, ...)
-    warnings: List[str] = field(default_factory=list)
-
-    @property
-    def feasible(self) -> bool:
-        return self.plan is None or self.plan.feasible
-
-
-def collect_run(path, target_steps: Optional[int] = None) -> RunResult:
-    """Recipe, plan, step log and estimate of one run directory, for ``target_steps`` (None: its recipe's
-    ``train.target_steps``)."""
-    from vdkit.rundir import RECIPE_FILE, load_plan, load_recipe
-    from vdkit.validation.extrapolate import estimate_log
-    from vdkit.validation.logs import read_source
-
-    path = Path(path)
-    if not (path / RECIPE_FILE).is_file():
-        raise UserError(f"{path} is not a run directory (no {RECIPE_FILE})",
-                        "pass run directories written by `vdkit render` / `vdkit run`, e.g. runs/*")
-    res = RunResult(str(path), load_recipe(path))
-    try:
-        res.plan = load_plan(path)  # the plan the run was rendered with, never re-planned
-    except UserError as exc:
-        # An unreadable plan.json says nothing about fitting ("N/A" would claim it does not fit): the
-        # run's measured steps still count; only the predicted column stays blank.
-        res.warnings.append(f"{exc.what}: its predicted minutes are left blank (the measured steps still count)")
-    if not res.feasible:
-        return res
-    try:
-        res.log = read_source(path)
-        res.warnings += list(res.log.warnings)
-        res.estimate = estimate_log(res.log, target_steps or res.recipe.train.target_steps)
-        res.warnings += res.estimate.data_warnings
-    except UserError as exc:
-        res.error = str(exc)
-        res.warnings.append(f"{path}: no steps to report yet ({exc.what})")
-    return res
-
-
-def collect_runs(paths, target_steps: Optional[int] = None) -> List[RunResult]:
-    """:func:`collect_run` for each run directory, each read once (a directory given twice, however spelled,
-    would count its steps twice in a cell)."""
-    seen: Dict[Path, str] = {}
-    results, twice = [], []
-    for p in paths:
-        real = Path(p).resolve()
-        if real in seen:
-            twice.append(f"{p} (as {seen[real]})")
-            continue
-        seen[real] = str(p)
-        results.append(collect_run(p, target_steps))
-    if twice and results:
-        results[0].warnings.insert(0, f"run directories given twice were read once: {', '.join(twice)}")
-    return results
-
-
 # ----------------------------------------------------------------------------- cells
 @dataclass
 class Cell:
@@ -272,7 +209,7 @@ class Cell:
     transport: str = ""
     params_b: Optional[float] = None
     target_steps: Optional[int] = None
-    status: str = "not run"  # measured | extrapolated | infeasible | no timing | not run
+    status: str = "not run"  # measured | extrapolated | infeasible | no timing | diverged | not run
     ours: Optional[float] = None
     interval: Optional[Tuple[float, float]] = None
     fluctuating: bool = False
@@ -289,6 +226,8 @@ class Cell:
     published_checkpoint_gb: Optional[float] = None
     predicted: Optional[float] = None  # the step-time model for the cell as run (or planned)
     predicted_fast: Optional[float] = None  # ... for the same samples with the alternative sweep's recipe
+    engine: str = ""  # the engine of the run the cell shows (plots name it per point when they differ)
+    hardware: str = ""  # cluster.gpu_type of that run ("cpu": a run on this machine's cores)
 
     @property
     def published_status(self) -> str:
@@ -330,7 +269,8 @@ class Table:
 @lru_cache(maxsize=16)
 def _sweep_recipes(sweep: str) -> Tuple[object, ...]:
     """The composed recipes of every cell of ``sweep`` (not planned)."""
-    from vdkit.config import compose, sweep_cells
+    from vdkit.config import compose
+    from vdkit.sweep import sweep_cells
 
     return tuple(compose(c) for c in sweep_cells(sweep, PLAN_ONLY))
 
@@ -378,6 +318,8 @@ def build(name: str, runs: Sequence = (), folder: Optional[Path] = None) -> Tabl
     per_s = 1.0 if "second" in pub["units"] else 1 / 60.0  # seconds -> the table's unit
     published = published_cells(pub)
     methods = list(pub.get("methods") or ())
+    from vdkit.validation.run_dir import collect_runs
+
     results = collect_runs(list(runs), steps)
     warnings: List[str] = []
     by_key: Dict[tuple, List[RunResult]] = {}
@@ -469,7 +411,17 @@ def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[s
     if len(timed) > 1:
         warnings.append(f"{len(timed)} runs for {cell.model} {cell.method} on {cell.gpus} GPUs; "
                         f"using {best.path} (most measured steps)")
+    if best.log is not None and best.log.diverged:  # its minutes time a run that trained nothing: not a figure
+        cell.status, cell.reason = "diverged", f"{best.path}: every loss is NaN or infinite"
+        return
     e = best.estimate
     cell.status = "extrapolated" if e.extrapolated else "measured"
-    cell.ours, cell.fluctuating = e.extrapolated_minutes * per_minute, e.fluctuating
+    recipe = best.plan.recipe if best.plan is not None else None
+    cell.engine, cell.hardware = (recipe.engine.name, recipe.cluster.gpu_type) if recipe else ("", "")
+    # On CPU the spread is this machine's scheduler (ranks share cores with each other and with every
+    # other process), not the run: the flag is for accelerators, and a CPU run only above CPU_FLUCTUATION_CV.
+    cell.ours = e.extrapolated_minutes * per_minute
+    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
+
+    cell.fluctuating = e.fluctuating and (cell.hardware != "cpu" or e.step_time_cv > CPU_FLUCTUATION_CV)
     cell.interval = tuple(x * per_minute for x in e.interval_minutes)

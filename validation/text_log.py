@@ -57,6 +57,7 @@ def parse_text_log(path: PathLike) -> StepLog:
     megatron = MegatronParser(warnings, name)
     events: List[Tuple[Optional[int], str]] = []
     restarts: List[Tuple[int, int]] = []
+    backwards = repeats = 0
     prev_step: Dict[int, int] = {}  # per series: the step of its previous line
     last_step: Optional[int] = None
     first_time = last_time = None
@@ -100,6 +101,10 @@ def parse_text_log(path: PathLike) -> StepLog:
                         prev = prev_step.get(id(target))
                         if prev is not None and step < prev - 1 and len(target) == before:
                             restarts.append((prev, step))  # the same output appended to by a requeued job
+                        elif prev is not None and step < prev and len(target) != before:
+                            backwards += 1  # a new step below the last: a counter that goes down
+                        elif prev is not None and step == prev and len(target) == before:
+                            repeats += 1  # the same line again: ranks writing one file without labels
                         prev_step[id(target)] = step
                     if step is not None:  # events are placed after the latest step in the file's order
                         last_step = step if parser_hit != "nemo1" or last_step is None else max(last_step, step)
@@ -139,6 +144,12 @@ def parse_text_log(path: PathLike) -> StepLog:
         back = "; ".join(f"after step {a} back to step {b}" for a, b in restarts[:3])
         warnings.append(f"{name}: the run restarts inside the file ({back}{' ...' if len(restarts) > 3 else ''}: "
                         "a requeued job appending to the same output?); the rerun's values are used")
+    if backwards:
+        warnings.append(f"{name}: the step counter goes backwards {backwards} time(s) (a new step below the one "
+                        "before it): not one run's log in order? the steps are used in step order")
+    if repeats:
+        warnings.append(f"{name}: {repeats} progress line(s) repeat an earlier line unlabelled (several ranks "
+                        "writing one file without srun --label?): each step is counted once")
     chosen = _choose_series(by_label, label_order, warnings, name)
     steps = [chosen[k] for k in sorted(chosen)]
     if steps and not any(r.timing_s is not None for r in steps) and any(r.rate_s is not None for r in steps):

@@ -41,12 +41,26 @@ def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> N
     """The arguments every recipe verb shares: Hydra overrides, -m and --sweep."""
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="Hydra overrides, e.g. model=llama2_70b method=lora cluster.nodes=2")
+    parser.add_argument("--config-dir", metavar="DIR",
+                        help="your own config dir (Hydra's convention): DIR/cluster/NAME.yaml is cluster=NAME "
+                             "(what `vdkit site probe --out DIR` writes)")
     if sweeps:
         parser.add_argument("-m", "--multirun", action="store_true",
                             help="cartesian sweep over comma lists: -m model=llama2_7b,llama2_13b cluster.nodes=1,2")
         parser.add_argument("--sweep", metavar="NAME",
                             help=f"a named sweep from conf/sweep/ ({_sweep_names()}; `vdkit list sweeps` says what each "
                                  "is); overrides apply to every cell")
+
+
+def run_dir_files_help() -> str:
+    """What a run directory holds, per engine (every engine of the registry named): for the verbs' --help."""
+    from vdkit.recipes.engines import names
+    from vdkit.rundir import ENGINE_FILES, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+
+    per = "; ".join(f"engine={e}: " + (", ".join(ENGINE_FILES[e]) if e in ENGINE_FILES else "no other file")
+                    for e in names())
+    return (f"Each run directory holds {RECIPE_FILE}, {PLAN_FILE}, {OVERRIDES_FILE}, the launcher's file "
+            f"({SBATCH_FILE} for Slurm, manifests for Kubernetes) and the engine's ({per}).")
 
 
 def _sweep_names() -> str:

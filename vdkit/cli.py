@@ -19,11 +19,15 @@ COMMAND_MODULES = (
     "vdkit.commands.list",
     "vdkit.commands.plan",
     "vdkit.commands.render",
+    "vdkit.commands.check",
     "vdkit.commands.submit",
+    "vdkit.commands.status",
+    "vdkit.commands.cluster",
     "vdkit.commands.run",
     "vdkit.commands.validate",
     "vdkit.commands.data",
     "vdkit.commands.demo",
+    "vdkit.commands.site",
 )
 
 
@@ -92,13 +96,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: parse, run the verb, turn a UserError into one line on stderr and exit 2."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()  # help texts list conf/'s options: a broken VDKIT_CONF_DIR is found here
+        args = parser.parse_args(argv)
+    except UserError as exc:
+        print(printable(f"vdkit: error: {exc}"), file=sys.stderr)
+        return exc.exit_code
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        if getattr(args, "config_dir", None):
+            from vdkit.config import use_config_dir
+
+            use_config_dir(args.config_dir)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # inside the try: a reader that closed the pipe is answered here, not at exit
+        return code
+    except BrokenPipeError:  # `vdkit plan --sweep table9 | head -1` (an OSError: caught before the next clause)
+        _quiet_stdout()
+        return 0
     except UserError as exc:
         print(printable(f"vdkit {args.verb}: error: {exc}"), file=sys.stderr)
         return exc.exit_code
@@ -113,8 +130,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         print(printable(f"vdkit {args.verb}: error: {err}"), file=sys.stderr)
         return err.exit_code
-    except BrokenPipeError:  # e.g. `vdkit plan --sweep table9 | head`
-        return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the interpreter's last flush at exit would raise BrokenPipeError again
+    (Python's documented recipe, library/signal.html "Note on SIGPIPE")."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional
 
 from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
+from vdkit.fabric import NCCL_DEBUG_LEVELS
+from vdkit.limits import MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.schema import ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
@@ -33,9 +35,9 @@ RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 DATA_KINDS = ("sft", "pretrain")
 SHARDINGS = ("none", "fsdp", "zero3")
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 GPU_VENDORS = ("nvidia", "amd")
 TRANSPORTS = ("ib", "roce", "tcp")
-NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's environment docs
 ARCHS = ("llama", "opt")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "relu", "gelu")
@@ -45,8 +47,45 @@ TOKENIZERS = ("sentencepiece", "huggingface", "byte-level")
 
 # ----------------------------------------------------------------------------- conf/ location
 def group_options(group: str) -> List[str]:
-    """The options of one config group (file stems under conf/<group>/)."""
-    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+    """The options of one config group (file stems under conf/<group>/ and the user's --config-dir)."""
+    return sorted({p.stem for p in (conf_dir() / group).glob("*.yaml")} | set(_user_options(group)))
+
+
+# ----------------------------------------------------------------------------- the user's config dir
+_USER_DIRS: List[Path] = []  # --config-dir DIR (Hydra's convention): DIR/<group>/<name>.yaml beside conf/
+
+
+def use_config_dir(path: str) -> None:
+    """Add ``path`` as a user config dir: its ``cluster/NAME.yaml`` (etc.) become ``cluster=NAME`` options."""
+    d = Path(path).expanduser().absolute()
+    if not d.is_dir():
+        raise UserError(f"--config-dir {path}: no such directory",
+                        "give the directory that holds cluster/NAME.yaml (what `vdkit site probe --out DIR` wrote)")
+    for f in sorted(d.glob("*/*.yaml")):
+        if (conf_dir() / f.parent.name / f.name).is_file():
+            raise UserError(f"{f} has the name of the kit's own {f.parent.name}={f.stem}",
+                            f"rename it (e.g. {f.parent.name}/{f.stem}_site.yaml) so cluster= says which one you mean")
+    if d not in _USER_DIRS:
+        _USER_DIRS.append(d)
+
+
+def _user_options(group: str) -> Dict[str, Path]:
+    return {f.stem: f for d in _USER_DIRS for f in sorted((d / group).glob("*.yaml"))}
+
+
+def _register_user_configs() -> None:
+    """The user's group files as ConfigStore entries (a file-system search path would wake every
+    installed Hydra search-path plugin, e.g. multistorageclient's, which prints tracebacks)."""
+    from hydra.core.config_store import ConfigStore
+
+    from vdkit.files import load_yaml
+
+    for group in sorted({f.parent.name for d in _USER_DIRS for f in d.glob("*/*.yaml")}):
+        for name, f in _user_options(group).items():
+            data = load_yaml(f, f"{group}={name}") or {}
+            if not isinstance(data, dict):
+                raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
+            ConfigStore.instance().store(group=group, name=name, node=data)
 
 
 # ----------------------------------------------------------------------------- compose
@@ -97,7 +136,7 @@ def _nvidia_pretrain(model: str, key: str):
     raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
-def _one_line(exc: BaseException) -> str:
+def hydra_message(exc: BaseException) -> str:
     """Hydra's message and its cause's, first lines only ("full_key: ..." detail dropped)."""
     parts = []
     while exc is not None and len(parts) < 2:
@@ -125,6 +164,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
+    _register_user_configs()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
@@ -138,7 +178,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
         merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), plain)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise UserError(f"invalid configuration: {_one_line(exc)}", _fix_hint(_one_line(exc))) from None
+        raise UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
     finally:
         GlobalHydra.instance().clear()
     absolute_paths(obj)
@@ -165,6 +205,9 @@ def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
         value = getattr(sec, key)
         if value:
             setattr(sec, key, os.path.normpath(os.path.join(base, os.path.expanduser(str(value)))))
+    hf = cfg.model.hf_path  # a hub id (org/name) stays; a local path is read by ranks elsewhere
+    if hf and str(hf).startswith(("./", "../", "~")):
+        cfg.model.hf_path = os.path.normpath(os.path.join(base, os.path.expanduser(str(hf))))
     image = cfg.engine.container_image
     if image and str(image).startswith("./"):  # pyxis reads "./x.sqsh" as a file relative to srun's cwd
         cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))
@@ -210,7 +253,9 @@ def _check(ok: bool, what: str, fix: str) -> None:
 
 
 def validate_fields(r: Recipe) -> None:
-    """Rules on single fields and their obvious pairs. Layout rules live in vdkit.planner.plan."""
+    """Rules on single fields and their obvious pairs, after :func:`vdkit.rules.check_recipe` (so every
+    field of :data:`vdkit.rules.numbers.DOMAINS` is already in its range: its rule lives there, not here).
+    Layout rules live in vdkit.planner.plan."""
     c, t, m = r.cluster, r.train, r.method
     _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
@@ -235,9 +280,6 @@ def validate_fields(r: Recipe) -> None:
     _check(c.node_gpus is None or c.gpus_per_node <= c.node_gpus,
            f"cluster.gpus_per_node={c.gpus_per_node} is more than a node of cluster {c.name} has ({c.node_gpus} GPUs): "
            "the scheduler would refuse the job", f"use cluster.gpus_per_node={c.node_gpus} (or fewer), and more cluster.nodes")
-    _check(c.gpu_memory_gb > 0, "cluster.gpu_memory_gb must be positive", "use e.g. cluster.gpu_memory_gb=80")
-    _check(c.time_limit_min is None or c.time_limit_min > 0, "cluster.time_limit_min must be positive",
-           "use e.g. cluster.time_limit_min=240, or leave it unset: the plan derives it")
     _check(c.max_time_min > 0, "cluster.max_time_min must be positive",
            "set it to your partition's maximum time in minutes (`sinfo -o \"%P %l\"`)")
     _check(c.time_limit_min is None or c.time_limit_min <= c.max_time_min,
@@ -252,11 +294,9 @@ def validate_fields(r: Recipe) -> None:
            "set the mean hours between job failures on your cluster, e.g. cluster.mtbf_h=24")
     _check(c.max_lost_work_min > 0, f"cluster.max_lost_work_min={c.max_lost_work_min} must be positive",
            "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
-    _check(r.engine.checkpoint_every_n_steps is None or r.engine.checkpoint_every_n_steps >= 0,
-           f"engine.checkpoint_every_n_steps={r.engine.checkpoint_every_n_steps} must be >= 0",
-           "use 0 (no periodic checkpoint), N, or leave it unset: the plan derives it")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
+    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,
@@ -272,18 +312,16 @@ def validate_fields(r: Recipe) -> None:
     _check(t.max_steps > 0, f"train.max_steps={t.max_steps} must be > 0 (NeMo needs a positive max_steps)",
            "use e.g. train.max_steps=50")
     _check(t.target_steps > 0, f"train.target_steps={t.target_steps} must be > 0", "use train.target_steps=1000")
+    for key, steps in (("train.max_steps", t.max_steps), ("train.target_steps", t.target_steps)):
+        _check(steps <= MAX_TRAIN_STEPS, f"{key}={steps} is more than {MAX_TRAIN_STEPS:,} optimizer steps: no "
+               "training run takes that many (Llama 2's pretraining took 500,000)",
+               f"use the steps you mean to train, e.g. {key}=1000")
     _check(t.seq_length >= 1, f"train.seq_length={t.seq_length} must be >= 1", "use e.g. train.seq_length=2048")
-    _check(t.seq_length <= r.model.max_position_embeddings,
-           f"train.seq_length={t.seq_length} exceeds {r.model.name}'s {r.model.max_position_embeddings}",
-           f"use train.seq_length<={r.model.max_position_embeddings}")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))
-    _check(c.inter_node_gb_s is None or c.inter_node_gb_s > 0,
-           f"cluster.inter_node_gb_s={c.inter_node_gb_s} is not a bandwidth",
-           "give the measured inter-node GB/s per node (e.g. all_gather_perf's bus bandwidth), or null")
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")
@@ -318,6 +356,20 @@ def validate_fields(r: Recipe) -> None:
     for key in ("tp", "pp", "vp"):
         v = getattr(p, key)
         _check(v is None or v >= 1, f"parallelism.{key}={v} must be >= 1", f"use parallelism.{key}=1 or leave it unset")
+    _check(p.recompute_num_layers is None or p.recompute_num_layers >= 1,
+           f"parallelism.recompute_num_layers={p.recompute_num_layers} must be >= 1",
+           "use e.g. parallelism.recompute_num_layers=4, or leave it unset (every layer)")
+    _check(p.recompute_num_layers is None or p.recompute == "full",
+           "parallelism.recompute_num_layers is set but parallelism.recompute is not full",
+           "set parallelism.recompute=full (the first N layers of each stage recompute), or drop recompute_num_layers")
+    _check(r.engine.attention in ATTENTIONS, f"engine.attention={r.engine.attention!r} is not an attention implementation",
+           "use " + " or ".join(f"engine.attention={a}" for a in ATTENTIONS))
+    _check(not (t.precision == "fp8" and r.engine.name == "reference"),
+           "train.precision=fp8 with engine=reference: the transformers engine trains in bf16 (no FP8 GEMMs), so the "
+           "plan would predict a precision the run does not use", "use train.precision=bf16, or engine=bridge for FP8")
+    from vdkit import context
+
+    context.check(r)
     _check(r.data.kind in DATA_KINDS, f"data.kind={r.data.kind!r} is not a data kind", "use sft or pretrain")
     _check(not (r.data.packed and m.name == "pretrain"),
            "data.packed=true is for fine-tuning data (pretraining samples already fill train.seq_length)",
@@ -343,86 +395,16 @@ def _validate_model(mc: ModelCfg) -> None:
                          ("position_embedding", POSITION_EMBEDDINGS), ("tokenizer", TOKENIZERS)):
         value = getattr(mc, key)
         _check(value in allowed, f"model.{key}={value!r} is not supported", "use one of " + ", ".join(allowed))
-    _check(mc.norm_eps > 0, f"model.norm_eps={mc.norm_eps} must be positive", "use e.g. model.norm_eps=1e-5")
-    _check(mc.rope_base > 0, f"model.rope_base={mc.rope_base} must be positive", "use e.g. model.rope_base=10000")
     _check(mc.rope_scaling is None or isinstance(mc.rope_scaling, dict),
            f"model.rope_scaling={mc.rope_scaling!r} is not a mapping",
            "use e.g. model.rope_scaling={rope_type:llama3,factor:8.0} or null")
     _check(mc.rope_scaling is None or mc.position_embedding == "rope",
            "model.rope_scaling is set but model.position_embedding is not rope", "set model.rope_scaling=null")
-    _check(mc.num_attention_heads >= 1 and mc.num_query_groups >= 1
-           and mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
+    # heads and query groups are >= 1 here (vdkit.rules.numbers.DOMAINS): the remainders are defined
+    _check(mc.hidden_size % mc.num_attention_heads == 0 and mc.num_attention_heads % mc.num_query_groups == 0,
            f"model {mc.name}: hidden_size {mc.hidden_size}, {mc.num_attention_heads} heads and "
            f"{mc.num_query_groups} query groups do not divide evenly",
            "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
-
-
-# ----------------------------------------------------------------------------- sweeps
-def expand_multirun(overrides: List[str]) -> List[List[str]]:
-    """Hydra-style ``-m`` expansion: ``model=a,b cluster.nodes=1,2`` -> the cartesian product."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    refuse_env_interpolation(overrides)  # expansion would escape it into a literal: say so instead
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
-    except HydraException as exc:
-        raise UserError(f"invalid override: {_one_line(exc)}", "write overrides as key=value or key=a,b") from None
-    return [list(cell) for batch in batches for cell in batch]
-
-
-def load_sweep(name: str) -> dict:
-    """The named sweep file conf/sweep/NAME.yaml as data."""
-    import yaml
-
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not path.is_file():
-        raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    return yaml.safe_load(path.read_text()) or {}
-
-
-def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
-    """The override sets of the named sweep conf/sweep/NAME.yaml, each followed by ``extra``.
-
-    A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
-    put before every cell; ``extra`` (the command line's own overrides) is appended to every
-    cell, so it wins.
-    """
-    data = load_sweep(name)
-    cells = data.get("cells")
-    path = conf_dir() / "sweep" / f"{name}.yaml"
-    if not isinstance(cells, list) or not cells or not all(isinstance(c, list) for c in cells):
-        raise UserError(f"sweep file {path} has no 'cells' list of override lists", "see conf/sweep/table9.yaml")
-    base = [str(x) for x in data.get("base") or []]
-    expanded: List[List[str]] = []
-    for cell in cells:
-        expanded.extend(expand_multirun(base + [str(x) for x in cell] + list(extra)))
-    return expanded
-
-
-def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
-    """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
-    from vdkit.rules.overrides import check_cell_count, check_overrides, check_sweep_size
-
-    refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
-    if sweep is not None and not str(sweep).strip():
-        raise UserError("--sweep was given an empty name", "use --sweep " + " | --sweep ".join(group_options("sweep")))
-    if sweep and multirun:
-        raise UserError(f"--sweep {sweep} and -m do not combine (every cell would be planned twice)",
-                        "drop -m: comma lists after --sweep already sweep every cell of it")
-    check_overrides(overrides, multirun=bool(multirun or sweep))
-    if sweep or multirun:
-        check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
-    if sweep:
-        cells = sweep_cells(sweep, overrides)
-        check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
-        return cells
-    if multirun:
-        return expand_multirun(overrides)
-    return [list(overrides)]
-
 
 
 def recipe_from_dict(data: dict, overrides=()) -> Recipe:
@@ -434,5 +416,5 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
         merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise UserError(f"invalid recipe.yaml: {_one_line(exc)}", "re-render the run with `vdkit render`") from None
+        raise UserError(f"invalid recipe.yaml: {hydra_message(exc)}", "re-render the run with `vdkit render`") from None
     return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})

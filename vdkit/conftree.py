@@ -18,7 +18,7 @@ def conf_dir() -> Path:
     """The Hydra config tree: $VDKIT_CONF_DIR, a checkout's conf/, or the installed copy."""
     env = os.environ.get("VDKIT_CONF_DIR")
     if env:
-        return Path(env).resolve()
+        return _checked_env_dir(env)
     here = Path(__file__).resolve().parent
     for candidate in (here.parent / "conf", here / "conf"):
         if (candidate / "config.yaml").is_file():
@@ -33,6 +33,25 @@ def conf_dir() -> Path:
         pass
     raise UserError("cannot find the vdkit config tree (conf/config.yaml)",
                     "reinstall vdkit or set VDKIT_CONF_DIR to a conf/ directory")
+
+
+def _checked_env_dir(env: str) -> Path:
+    """$VDKIT_CONF_DIR resolved, or a UserError: missing, a file or a symlink loop would otherwise surface
+    as a traceback from deep inside Hydra, for every verb."""
+    fix = "point VDKIT_CONF_DIR at a copy of vdkit's conf/ directory (it holds config.yaml), or unset it"
+    try:
+        path = Path(env).expanduser().resolve(strict=True)
+    except FileNotFoundError:
+        raise UserError(f"VDKIT_CONF_DIR={env} does not exist", fix) from None
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Path.resolve's "Symlink loop" (Python < 3.13)
+        why = "is a symlink loop" if "loop" in str(exc).lower() or getattr(exc, "errno", 0) == 40 else \
+            f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
+        raise UserError(f"VDKIT_CONF_DIR={env} {why}", fix) from None
+    if not path.is_dir():
+        raise UserError(f"VDKIT_CONF_DIR={env} is not a directory", fix)
+    if not (path / "config.yaml").is_file():
+        raise UserError(f"VDKIT_CONF_DIR={env} holds no config.yaml: not a vdkit config tree", fix)
+    return path
 
 
 def deepspeed_config_source(name_or_path: Optional[str]) -> dict:

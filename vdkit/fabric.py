@@ -16,7 +16,7 @@ from vdkit.errors import UserError
 # An adapter as NCCL_IB_HCA names it: device, optionally ":port" (mlx5_0, mlx5_0:1).
 _HCA_RE = re.compile(r"^[A-Za-z0-9_.-]+(:[0-9]+)?$")
 _IFNAME_RE = re.compile(r"^\^?=?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")
-_NCCL_DEBUG = ("VERSION", "WARN", "INFO", "TRACE")
+NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")  # NCCL's environment docs (cluster.nccl_debug)
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -62,9 +62,9 @@ def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]
                             "engine env names are letters, digits and '_' (a bug in the engine module)")
         env[str(name)] = str(value)
     if c.nccl_debug:
-        if str(c.nccl_debug).upper() not in _NCCL_DEBUG:
+        if str(c.nccl_debug).upper() not in NCCL_DEBUG_LEVELS:
             raise UserError(f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level",
-                            "use one of " + ", ".join(_NCCL_DEBUG) + " (or leave it null)")
+                            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + " (or leave it null)")
         env["NCCL_DEBUG"] = str(c.nccl_debug).upper()
     return env
 

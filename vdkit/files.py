@@ -168,7 +168,7 @@ def expanded_size(obj, limit: int = MAX_YAML_VALUES) -> int:
     return size(obj)
 
 
-def load_yaml(path, what: str):
+def load_yaml(path, what: str, fix: str = "restore the file (or re-render the run with `vdkit render`)"):
     """A user's YAML file as plain data, or a UserError naming ``what``: never a traceback, never a hang.
 
     Refuses a file that is not regular (a FIFO would block), larger than MAX_YAML_BYTES, unparsable,
@@ -179,23 +179,20 @@ def load_yaml(path, what: str):
     path = Path(path)
     kind = not_a_regular_file(path)
     if kind:
-        raise UserError(f"{what} {path} is {'missing' if kind == 'missing' else kind}",
-                        "pass the file vdkit wrote (or re-render the run with `vdkit render`)")
+        raise UserError(f"{what} {path} is {'missing' if kind == 'missing' else kind}", fix)
     if path.stat().st_size > MAX_YAML_BYTES:
-        raise UserError(f"{what} {path} is {path.stat().st_size:,} bytes, too large for a config file",
-                        "pass the file vdkit wrote (or re-render the run with `vdkit render`)")
+        raise UserError(f"{what} {path} is {path.stat().st_size:,} bytes, too large for a config file", fix)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's: ~10x faster, the same data and errors
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+        data = yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{what} {path} is not valid YAML{where}: {problem}",
-                        "restore the file (or re-render the run with `vdkit render`)") from None
+        raise UserError(f"{what} {path} is not valid YAML{where}: {problem}", fix) from None
     except RecursionError:
-        raise UserError(f"{what} {path} is nested too deeply to be a config file",
-                        "restore the file (or re-render the run with `vdkit render`)") from None
+        raise UserError(f"{what} {path} is nested too deeply to be a config file", fix) from None
     if expanded_size(data) > MAX_YAML_VALUES:
         raise UserError(f"{what} {path} expands (through YAML aliases) to more than {MAX_YAML_VALUES:,} values: "
-                        "an alias bomb, not a config", "restore the file (or re-render the run with `vdkit render`)")
+                        "an alias bomb, not a config", fix)
     return data

@@ -121,10 +121,24 @@ def status(run_dir: Path) -> str:
 
     if is_held(run_dir):
         return "RUNNING"
-    try:
-        return str(json.loads((Path(run_dir) / JOB_STATE_FILE).read_text())[NAME]["state"])
-    except (OSError, ValueError, KeyError, TypeError):
+    from vdkit.files import not_a_regular_file
+    from vdkit.launchers import COMPLETED, FAILED, STOPPED
+
+    path = Path(run_dir) / JOB_STATE_FILE
+    kind = not_a_regular_file(path)
+    if kind == "missing":
         return "NOT_STARTED"
+    fix = f"remove {path} if the run never started, or continue it with `vdkit run --resume {run_dir}`"
+    if kind or path.stat().st_size > 1 << 16:  # the file vdkit writes is one short line
+        raise UserError(f"{path} is {kind or 'too large'}, not the job state vdkit writes", fix)
+    try:
+        state = json.loads(path.read_text())[NAME]["state"]
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
+        state = None
+    if state not in (COMPLETED, FAILED, STOPPED):
+        raise UserError(f"{path} is not the job state vdkit writes (damaged or edited): the run's state is unknown",
+                        fix)
+    return state
 
 
 def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = None) -> int:

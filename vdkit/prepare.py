@@ -52,25 +52,6 @@ def job_spec(plan, run_dir: PathLike) -> JobSpec:
                    finished_line=engine.finished_line(plan), heartbeat=engine.writes_heartbeat)
 
 
-def launcher_files(plan, run_dir: PathLike) -> Dict[str, Union[str, bytes]]:
-    """The files ``plan``'s launcher writes into ``run_dir`` for the engine's job (rendered in memory)."""
-    launcher = launcher_of(plan)
-    job = job_spec(plan, run_dir)
-    launcher.check(plan, job)
-    return launcher.files(plan, job, Path(run_dir))
-
-
-def sbatch_text(plan, run_dir: PathLike) -> str:
-    """launch.sbatch for a plan whose launcher writes one (a Slurm cluster's)."""
-    from vdkit.rundir import SBATCH_FILE
-
-    files = launcher_files(plan, run_dir)
-    if SBATCH_FILE not in files:
-        raise UserError(f"cluster={plan.recipe.cluster.name} (launcher {plan.recipe.cluster.launcher}) writes no "
-                        f"{SBATCH_FILE}", "render for a Slurm cluster, e.g. cluster=xe9680")
-    return files[SBATCH_FILE]
-
-
 # ----------------------------------------------------------------------------- local inputs
 def _is_local(path: Path) -> bool:
     """Auto mode: a path is on this machine when its top-level directory exists here."""
@@ -135,6 +116,8 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
             missing.append((what, path))
     if len(missing) == 1:
         what, path = missing[0]
+        if Path(path).expanduser().exists():  # a file where a directory belongs
+            raise UserError(f"{what} {path} is a file, not a directory", f"point {what} at the directory")
         raise UserError(f"{what} {path} does not exist on this machine",
                         f"create it, point {what.split()[-1]} elsewhere, or pass --no-check-mounts "
                         "when rendering away from the cluster's storage")
@@ -184,13 +167,10 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     infeasible plan, a plan the engine or the launcher cannot run, a missing local input, an image
     the launcher cannot read, or a value a script cannot carry.
     """
-    from vdkit.planner import timeplan as schedule
     from vdkit.planner.plan import require_feasible
     from vdkit.rundir import PLAN_FILE, plan_json, reserve_run_dir
 
-    # Time is part of the plan: --time and the checkpoint cadence are decided here, once, and written
-    # into the recipe every engine and launcher reads (vdkit.planner.timeplan).
-    times = schedule.time_plan(plan)
+    times = plan.time  # decided once by the planner (vdkit.planner.timeplan); every file below reads it
     if times.predicted and times.allocations == 0 and plan.feasible:
         # not one step fits between start-up and the stop's lead: every allocation would end before a
         # checkpoint, and a continued job would start over for ever
@@ -201,7 +181,12 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
                         ("unset cluster.time_limit_min (the plan picks --time)" if key == "cluster.time_limit_min"
                          else "raise cluster.max_time_min to the partition's limit, or use more nodes")
                         + f", or set cluster.startup_s to your site's start-up if it is shorter than {times.startup_s:.0f} s")
-    plan = schedule.resolve(plan)
+    from vdkit.limits import MAX_ALLOCATIONS
+
+    if times.allocations > MAX_ALLOCATIONS:  # 2**40 steps: allocations without end, each queued in turn
+        raise UserError(f"train.max_steps={plan.recipe.train.max_steps:,} needs {times.allocations:,} allocations of "
+                        f"{times.time_limit_min} min, more than the {MAX_ALLOCATIONS:,} one run may chain",
+                        "train fewer steps (train.max_steps), or use more nodes")
     engine = engine_of(plan)
     launcher = launcher_of(plan)
     run_dir = reserve_run_dir(plan.recipe, out_dir, taken)
@@ -217,7 +202,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
         engine.local_check(plan)
     files = engine.files(plan, run_dir)
     files.update(launcher.files(plan, job, Path(run_dir)))
-    files[PLAN_FILE] = plan_json(plan, schedule=times.to_dict())
+    files[PLAN_FILE] = plan_json(plan)
     return Prepared(plan, run_dir, files)
 
 

@@ -45,6 +45,10 @@ BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigC
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
 BRIDGE_IMPORT_FILE = "import_hf.sbatch"  # engine=bridge: the one-time HF -> Bridge checkpoint conversion
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
+# The files each engine adds to a run directory (engines not named add none): what `--help` says.
+ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
+                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
+EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
 LOCK_FILE = "run.lock"
@@ -71,6 +75,38 @@ def results_root(recipe, run_dir) -> Path:
     return Path(shared).expanduser() / run_dir.name
 
 
+def check_results_room(plan, run_dir) -> None:
+    """At the door of ``vdkit run`` / ``submit``, before a run dir exists or a step is computed: the directory
+    the checkpoints go to (its nearest existing parent) is writable and holds one checkpoint of the plan's
+    size. Skipped where the directory is the cluster's storage, absent here."""
+    import errno
+
+    from vdkit.files import on_this_machine
+
+    root = results_root(plan.recipe, run_dir)
+    if not on_this_machine(root):
+        return
+    probe = root
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    key = "run.results_dir" if plan.recipe.run.results_dir else "--out"
+    fix = f"point {key} at a writable directory with room for the checkpoints"
+    if not probe.is_dir():
+        raise UserError(f"checkpoints would go to {root}, but {probe} is not a directory", fix)
+    try:  # as root, os.access says yes to /sys and /proc: only a file made and removed tells
+        fd, tmp = tempfile.mkstemp(prefix=".vdkit-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        why = "read-only" if exc.errno == errno.EROFS else f"not writable ({exc.strerror})"
+        raise UserError(f"checkpoints would go to {root}, but {probe} is {why}", fix) from None
+    st = os.statvfs(probe)
+    free, need = st.f_bavail * st.f_frsize, plan.checkpoint_gb * 1e9
+    if free < need:
+        raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, one checkpoint of this "
+                        f"plan is {need / 1e9:,.2f} GB", fix + " (or free some space)")
+
+
 def checkpoint_dir(recipe, run_dir) -> Path:
     """The run's checkpoint directory: ``results_root / checkpoints``."""
     return results_root(recipe, run_dir) / CHECKPOINT_DIR
@@ -89,7 +125,8 @@ def plan_record(plan) -> dict:
     """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded.
 
     ``prediction`` (the step time by term, the target steps and GPUs) lets validation and reports
-    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning.
+    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning;
+    ``schedule`` is the time plan (``Plan.time``: --time, allocations, checkpoint cadence).
     """
     import dataclasses
 
@@ -97,7 +134,10 @@ def plan_record(plan) -> dict:
     return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb,
             "params": plan.params,
             "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
-                                                     "target_steps": pred.target_steps, "gpus": pred.gpus}}
+                                                     "target_steps": pred.target_steps, "gpus": pred.gpus,
+                                                     "interval_s": pred.interval_s, "interval_source": pred.interval_source,
+                                                     "basis": [list(b) for b in pred.basis]},
+            **({} if plan.time is None else {"schedule": plan.time.to_dict(rounded=False)})}
 
 
 def load_recipe(path) -> Recipe:
@@ -120,11 +160,15 @@ def load_recipe(path) -> Recipe:
 def _prediction(data) -> Optional[Prediction]:
     if not data:
         return None
-    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]))
+    interval = data.get("interval_s")
+    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]),
+                      interval_s=tuple(float(x) for x in interval) if interval else None,
+                      interval_source=str(data.get("interval_source") or ""),
+                      basis=tuple((str(a), str(b)) for a, b in data.get("basis") or ()))
 
 
 def plan_json(plan, **extra) -> str:
-    """plan.json's text: :func:`plan_record` plus named sections (e.g. ``schedule``: the time plan)."""
+    """plan.json's text: :func:`plan_record` plus named sections."""
     return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
 
 
@@ -154,10 +198,13 @@ def load_schedule(run_dir) -> dict:
 
 
 def load_plan(run_dir) -> Plan:
-    """The plan a run directory was rendered with: recipe.yaml (resolved) + plan.json, never re-planned.
+    """The plan a run directory was rendered with: recipe.yaml (its layout filled in) + plan.json (its time
+    plan too), never re-planned.
 
     Raises UserError when either file is missing or unreadable.
     """
+    from vdkit.planner.timeplan import TimePlan  # a type and pure arithmetic: no layout search, no prediction
+
     run_dir = Path(run_dir)
     recipe = load_recipe(run_dir)
     path = run_dir / PLAN_FILE
@@ -170,7 +217,8 @@ def load_plan(run_dir) -> Plan:
                     checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
                     notes=tuple(data.get("notes") or ()), prediction=_prediction(data.get("prediction")),
                     runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
-                    trainable_params=int(data.get("trainable_params") or 0))
+                    trainable_params=int(data.get("trainable_params") or 0),
+                    time=TimePlan.from_dict(data["schedule"]) if data.get("schedule") else None)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
                   else "not the JSON object vdkit writes" if isinstance(exc, TypeError) else str(exc) or type(exc).__name__)

@@ -45,8 +45,21 @@ def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
     ]
 
 
+def check_lock_file(run_dir) -> None:
+    """UserError when ``run.lock`` exists but is not a regular file: opening a FIFO blocks for ever, a
+    directory raises. Checked by its type (stat), before anything opens it."""
+    from vdkit.files import not_a_regular_file
+
+    path = Path(run_dir) / LOCK_FILE
+    kind = not_a_regular_file(path)
+    if kind and kind != "missing":
+        raise UserError(f"{path} is {kind}, not the run's lock file", f"remove it (rm -r {path}); the next job "
+                        "creates it again")
+
+
 def read_holder(run_dir) -> Optional[Tuple[str, str]]:
     """(kind, id) from the lock file - ("slurm", "1234") or ("local", "4321") - or None."""
+    check_lock_file(run_dir)
     try:
         text = (Path(run_dir) / LOCK_FILE).read_text().split()
     except OSError:
@@ -59,8 +72,9 @@ def is_held(run_dir) -> bool:
     path = Path(run_dir) / LOCK_FILE
     if not path.exists():
         return False
+    check_lock_file(run_dir)
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
     try:
@@ -80,7 +94,8 @@ def acquire_local(run_dir, launcher: str = "local") -> int:
     Raises UserError naming the holder when another job holds it.
     """
     path = Path(run_dir) / LOCK_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    check_lock_file(run_dir)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -6,8 +6,8 @@ The bottom layer: it imports nothing from the kit, and every layer above takes t
   and the frozen :class:`Recipe` built from them.
 - The plan: :class:`Memory`, :class:`StepTime`, :class:`Prediction`, :class:`Candidate` and
   :class:`Plan`, filled in by the planner (:mod:`vdkit.planner.plan`, :mod:`vdkit.planner.sharded`, predictions by
-  :mod:`vdkit.planner.predict`) and read back from a run directory's ``plan.json`` by :mod:`vdkit.rundir`
-  without the planner.
+  :mod:`vdkit.planner.predict`, the time plan by :mod:`vdkit.planner.timeplan`) and read back from a run
+  directory's ``plan.json`` by :mod:`vdkit.rundir` without the layout search.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
 RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
-VAL_TIMES_PER_RUN = 10  # run.mode=train without train.val_every_n_steps: validations over the run (a loss curve, ~10 points)
+VAL_TIMES_PER_RUN = 5  # run.mode=train without train.val_every_n_steps: validations over the run (a five-point loss curve; with train.val_batches 4, ~0.7 % of the training compute)
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -107,6 +107,7 @@ class ClusterCfg:
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
+    probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
 
 
 @dataclass
@@ -125,9 +126,11 @@ class DataCfg:
 class EngineCfg:
     name: str = "nemo"  # a name in vdkit.recipes.engines.REGISTRY (nemo, reference, ...)
     container_image: Optional[str] = None  # pyxis --container-image, for engines that run in a container
+    rocm_image: Optional[str] = None  # the engine's ROCm image for clusters with cluster.gpu_vendor=amd (engine=megatron / bridge)
     nemo_root: str = "/opt/NeMo"  # where NeMo's scripts are inside the container (engine=nemo)
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
     checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
+    attention: str = "sdpa"  # engine=reference: sdpa (PyTorch's fused attention, flash kernels on GPU: no score matrix in HBM) | eager (scores materialized: transformers before 4.36, e.g. the white paper's 4.26)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 
@@ -140,7 +143,9 @@ class ParallelismCfg:
     pp: Optional[int] = None  # pipeline-parallel stages; None: chosen by the planner
     vp: Optional[int] = None  # virtual pipeline (interleaved) stages per rank
     sequence_parallel: Optional[bool] = None  # None: on when tp > 1
+    cp: int = 1  # context-parallel ranks: each sequence split over CP GPUs (engine=bridge / nemo; seq divisible by 2 x CP)
     recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
+    recompute_num_layers: Optional[int] = None  # full recompute: layers per stage recomputed (the rest keep activations); None: all
     distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
 
 
@@ -155,7 +160,7 @@ class TrainCfg:
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
     val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
-    val_batches: int = 10  # run.mode=train: global batches per validation (bounds its cost; NeMo limit_val_batches, Bridge eval_iters)
+    val_batches: int = 4  # run.mode=train: global batches per validation (512 samples at GBS 128; bounds its cost; NeMo limit_val_batches, Bridge eval_iters)
 
 
 @dataclass
@@ -286,6 +291,9 @@ class Prediction:
     step: StepTime
     target_steps: int
     gpus: int
+    interval_s: Optional[Tuple[float, float]] = None  # seconds per step, low .. high (vdkit.planner.interval)
+    interval_source: str = ""  # the published figures the range comes from
+    basis: Tuple[Tuple[str, str], ...] = ()  # (term, physics or the fitted constant it rests on)
 
     @property
     def step_seconds(self) -> float:
@@ -313,7 +321,9 @@ class Prediction:
                 "predicted_tokens_per_s_per_gpu": round(self.tokens_per_s_per_gpu, 1),
                 "predicted_gpu_hours": round(self.gpu_hours, 3),
                 "predicted_terms_s": {k: round(v, 4) for k, v in self.step.terms().items()},
-                "samples_per_step": round(self.step.samples_per_step, 2)}
+                "samples_per_step": round(self.step.samples_per_step, 2),
+                "predicted_step_interval_s": [round(x, 4) for x in self.interval_s] if self.interval_s else None,
+                "predicted_basis": dict(self.basis)}
 
 
 PREDICTION_KEYS = ("predicted_step_seconds", "predicted_minutes", "predicted_tokens_per_s_per_gpu",
@@ -351,12 +361,13 @@ class Plan:
     borderline: bool
     reason: Optional[str]
     checkpoint_gb: float
-    layout_source: str  # "pinned", "auto" or "design guide"
+    layout_source: str  # how the layout was chosen: "pinned", "auto" or "design guide" (sharded plans: "pinned")
     notes: Tuple[str, ...] = ()
     prediction: Optional[Prediction] = None  # feasible plans on a GPU the step-time model describes
     runner_up: Optional[str] = None  # the next-fastest layout and why it lost (automatic layouts)
     params: int = 0  # the model's parameters (vdkit.planner.arch.param_counts(...).total)
     trainable_params: int = 0  # what the method trains (vdkit.planner.arch.trainable_params)
+    time: Optional["TimePlan"] = None  # vdkit.planner.timeplan.TimePlan: --time, allocations, checkpoints; decided once by make_plan
 
     @property
     def tp(self) -> int:

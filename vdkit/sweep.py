@@ -1,10 +1,87 @@
-"""Planning a verb's cells: one recipe, a ``-m`` product or a named sweep, every cell before any acts."""
+"""A verb's cells: one recipe, a ``-m`` product or a named sweep, expanded and then planned, every cell
+before any acts.
+
+Expansion: ``-m a=x,y b=1,2`` is Hydra's own override parser and sweeper split (the cartesian
+product, :func:`expand_multirun`); ``--sweep NAME`` reads ``conf/sweep/NAME.yaml`` (cells as data,
+:func:`sweep_cells`) and appends the command line's overrides to every cell; :func:`override_sets`
+is the one entry the verbs use, with the command line's rules (:mod:`vdkit.rules.overrides`).
+Planning: :func:`plan_cells` / :func:`feasible_plans`, one rule for skipping a sweep's infeasible cells.
+"""
 from __future__ import annotations
 
 import sys
 from typing import List, Optional, Sequence
 
+from vdkit.config import group_options, hydra_message, refuse_env_interpolation
+from vdkit.conftree import conf_dir
 from vdkit.errors import UserError
+
+
+# ----------------------------------------------------------------------------- expansion
+def expand_multirun(overrides: List[str]) -> List[List[str]]:
+    """Hydra-style ``-m`` expansion: ``model=a,b cluster.nodes=1,2`` -> the cartesian product."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    refuse_env_interpolation(overrides)  # expansion would escape it into a literal: say so instead
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
+    except HydraException as exc:
+        raise UserError(f"invalid override: {hydra_message(exc)}", "write overrides as key=value or key=a,b") from None
+    return [list(cell) for batch in batches for cell in batch]
+
+
+def load_sweep(name: str) -> dict:
+    """The named sweep file conf/sweep/NAME.yaml as a mapping (:func:`vdkit.sweepfile.read`)."""
+    from vdkit import sweepfile
+
+    path = conf_dir() / "sweep" / f"{name}.yaml"
+    if not path.exists():
+        raise UserError(f"no sweep named {name!r}", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    return sweepfile.read(path)
+
+
+def sweep_cells(name: str, extra: List[str] = ()) -> List[List[str]]:
+    """The override sets of the named sweep conf/sweep/NAME.yaml, each followed by ``extra``.
+
+    A sweep file holds ``cells: [[override, ...], ...]`` and optionally ``base: [override, ...]``
+    put before every cell; ``extra`` (the command line's own overrides) is appended to every
+    cell, so it wins. Checked and counted before any cell is expanded (:mod:`vdkit.sweepfile`).
+    """
+    from vdkit.sweepfile import checked_cells
+
+    base, cells = checked_cells(name, conf_dir() / "sweep" / f"{name}.yaml", load_sweep(name), extra)
+    expanded: List[List[str]] = []
+    for cell in cells:
+        expanded.extend(expand_multirun(base + cell + list(extra)))
+    return expanded
+
+
+def override_sets(overrides: List[str], multirun: bool = False, sweep: Optional[str] = None) -> List[List[str]]:
+    """The override sets a verb runs on: one, a ``-m`` product, or a named sweep's cells."""
+    from vdkit.rules.overrides import check_cell_count, check_overrides, check_sweep_size
+
+    refuse_env_interpolation(overrides)  # before expansion, which escapes it into a literal
+    if sweep is not None and not str(sweep).strip():
+        raise UserError("--sweep was given an empty name", "use --sweep " + " | --sweep ".join(group_options("sweep")))
+    if sweep and multirun:
+        raise UserError(f"--sweep {sweep} and -m do not combine (every cell would be planned twice)",
+                        "drop -m: comma lists after --sweep already sweep every cell of it")
+    check_overrides(overrides, multirun=bool(multirun or sweep))
+    if sweep or multirun:
+        check_sweep_size(overrides)  # before expansion: range(0,10**9) would never finish
+    if sweep:
+        cells = sweep_cells(sweep, overrides)
+        check_cell_count(len(cells), f"--sweep {sweep} with {' '.join(overrides) or 'no overrides'}")
+        return cells
+    if multirun:
+        return expand_multirun(overrides)
+    return [list(overrides)]
+
+
+# ----------------------------------------------------------------------------- planning
 
 
 def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fit: bool = True) -> list:
@@ -45,7 +122,5 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
 def feasible_plans(overrides: Sequence[str], multirun: bool = False, sweep: Optional[str] = None,
                    verb: str = "render", require_fit: bool = True) -> list:
     """Compose and plan every override set (one recipe, ``-m`` or ``sweep``): :func:`plan_cells`."""
-    from vdkit.config import override_sets
-
     cells = override_sets(list(overrides), multirun, sweep)
     return plan_cells(cells, bool(multirun or sweep is not None), verb, require_fit)

@@ -22,7 +22,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Tuple
 
 STATS_SUFFIX = ".tokens.json"  # beside the training file: TRAIN.jsonl.tokens.json
 SPECIAL_TOKENS = 2  # BOS + EOS around every collated row (the counts in data stats exclude them)
@@ -106,6 +106,15 @@ def lognormal_longest(mean: float, sigma: float, rows: int, cap: float) -> float
     return acc
 
 
+def counted_mean(recipe) -> Optional[Tuple[float, str]]:
+    """(mean tokens per row, the file) from the data's `vdkit data stats --plan` histogram, or None."""
+    path = _stats_file(recipe)
+    if path is None:
+        return None
+    doc, hist = _read_stats(path)
+    return sum(k * v for k, v in hist.items()) / sum(hist.values()), str(path)
+
+
 def _stats_file(recipe) -> Optional[Path]:
     d = recipe.data
     if not d.data_dir or not d.train_files:
@@ -133,6 +142,9 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
     """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring)."""
     t = recipe.train
     b, cap = t.micro_batch_size, t.seq_length
+    if recipe.method.name == "pretrain" or recipe.data.kind == "pretrain" or recipe.data.packed:
+        return MicroBatchTokens(b, float(cap), float(cap), f"full rows: {recipe.method.name} / packed rows fill "
+                                f"train.seq_length={cap}")
     path = _stats_file(recipe)
     if path is not None:
         doc, hist = _read_stats(path)

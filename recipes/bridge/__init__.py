@@ -29,7 +29,7 @@ IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
-GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image (Transformer Engine): CUDA only
+GPU_VENDORS = ("nvidia", "amd")  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 
@@ -38,7 +38,9 @@ def in_container(plan) -> bool:
     """Ranks run in engine.container_image under Slurm; local processes use this Python."""
     from vdkit import launchers
 
-    return bool(plan.recipe.engine.container_image) and not launchers.executes_here(plan.recipe.cluster.launcher)
+    from vdkit.recipes.rocm import image
+
+    return bool(image(plan)) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
 
 def command(plan, run_dir) -> List[str]:
@@ -56,7 +58,10 @@ def check(plan) -> None:
     from vdkit.recipes.bridge.config import check_model
     from vdkit.recipes.bridge.data import dataset_root
 
+    from vdkit.recipes.rocm import check as check_rocm
+
     r = plan.recipe
+    check_rocm(plan)
     if r.method.name == "ptuning" or r.method.peft_scheme == "ptuning":
         raise UserError("Megatron-Bridge has no P-tuning (its PEFT: LoRA, DoRA, canonical LoRA)",
                         "use engine=" + " or engine=".join(PTUNING_ENGINES) + " for method=ptuning")
@@ -152,10 +157,12 @@ def env(plan) -> dict:
 
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 else "8",
+    from vdkit.recipes.rocm import vendor_env
+
+    return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else "8",
             "TORCH_NCCL_HIGH_PRIORITY": "1", "NVTE_NORM_FWD_USE_CUDNN": "1", "NVTE_NORM_BWD_USE_CUDNN": "1",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
-            "PYTHONUNBUFFERED": "1"}
+            "PYTHONUNBUFFERED": "1"})
 
 
 def container(plan, run_dir):
@@ -170,4 +177,13 @@ def container(plan, run_dir):
     for what, path in (("data.tokenizer_model", r.data.tokenizer_model), ("model.hf_path", r.model.hf_path)):
         if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
             extra.append((what, path))
-    return Container(image=r.engine.container_image, mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))
+    from vdkit.recipes.rocm import image
+
+    return Container(image=image(plan), mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
+    from vdkit.recipes.bridge.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

@@ -30,6 +30,8 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Dict, Optional
 
+from vdkit import recompute
+from vdkit.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
@@ -127,18 +129,22 @@ def _model(plan) -> dict:
                virtual_pipeline_model_parallel_size=vp)
     if vp:
         out.update(INTERLEAVED_P2P)
-    out.update(sequence_parallel=bool(p.sequence_parallel), context_parallel_size=1, seq_length=r.train.seq_length)
+    out.update(sequence_parallel=bool(p.sequence_parallel), context_parallel_size=p.cp, seq_length=r.train.seq_length)
+    out.update(_rope(m))
     if per_token_loss(r):
         out.update(calculate_per_token_loss=True)
-    rc = p.recompute or "none"
-    if rc == "none":
-        out.update(recompute_granularity=None)
-    elif rc == "selective":
-        out.update(recompute_granularity="selective")
-    else:
-        out.update(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1)
+    out.update(recompute.mcore(p))
     out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     return out
+
+
+def _rope(m) -> dict:
+    """RoPE scaling as megatron-core's GPTModel takes it (vdkit.context: llama3 or linear)."""
+    if llama3_factor(m):
+        return {"rope_scaling": True, "rope_scaling_factor": llama3_factor(m)}
+    if interpolation_factor(m):
+        return {"seq_len_interpolation_factor": interpolation_factor(m)}
+    return {}
 
 
 def _optimizer_scheduler(plan):
@@ -183,6 +189,8 @@ def _dataset(plan, run_dir) -> dict:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
             "packed_sequence_size": t.seq_length, "pad_cu_seqlens": False}
+        if r.parallelism.cp > 1:  # each sample padded to a multiple of 2 x CP (THD context parallelism)
+            out["packed_sequence_specs"]["pad_seq_to_mult"] = 2 * r.parallelism.cp
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
 
@@ -215,10 +223,8 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
     runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
     state written, none read back should the run be stopped after all."""
-    from vdkit.planner import timeplan
-
     r = plan.recipe
-    pol = timeplan.time_plan(plan).policy
+    pol = plan.time.policy
     every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
     if pol.final == "none" and not every:
         interval = 0

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from typing import Dict
 
 from vdkit.errors import UserError
-from vdkit.recipes.common.data import synthetic_rows  # the kit's synthetic task: same rows for the same seed
+from vdkit.recipes.common.data import synthetic_rows, synthetic_validation_rows  # the kit's synthetic task
 
 TRAIN_FILE = "training.jsonl"  # Bridge's name (data/builders/finetuning_dataset.py:229), the kit's too
 VALIDATION_FILE = "validation.jsonl"  # Bridge's name (finetuning_dataset.py validation_path), the kit's too
@@ -43,7 +43,7 @@ def synthetic_files(recipe) -> Dict[str, str]:
     rows = synthetic_rows(recipe.train.seed)
     out = {f"{SYNTHETIC_DIR}/{TRAIN_FILE}": "".join(json.dumps(r) + "\n" for r in rows)}
     if not recipe.timing:  # run.mode=train validates on held-out rows: another seed's draw of the same task
-        held_out = synthetic_rows(recipe.train.seed + 1, n=max(64, len(rows) // 10))
+        held_out = synthetic_validation_rows(recipe.train.seed)
         out[f"{SYNTHETIC_DIR}/{VALIDATION_FILE}"] = "".join(json.dumps(r) + "\n" for r in held_out)
     return out
 

@@ -10,7 +10,8 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-KEEP = 2  # checkpoints kept per run (older ones are removed after each save)
+KEEP = 2  # checkpoints kept per run (older ones are removed after each save), besides the best (run.mode=train)
+BEST_FILE = "best.json"  # run.mode=train: {"step", "validation_loss"} of the lowest validation loss so far
 CHECKPOINT_NAME = re.compile(r"^step=(\d+)\.ckpt$")
 
 
@@ -34,8 +35,33 @@ def latest(ckpt_dir: Path) -> Optional[Path]:
 
 
 def superseded(ckpt_dir: Path, keep: int = KEEP) -> List[Path]:
-    """The checkpoints beyond the newest ``keep`` (what a save prunes)."""
-    return [p for _, p in checkpoints(ckpt_dir)[:-keep]]
+    """The checkpoints beyond the newest ``keep`` (what a save prunes); the best (best.json) is kept."""
+    best = read_best(ckpt_dir)
+    keep_step = best["step"] if best else None
+    return [p for s, p in checkpoints(ckpt_dir)[:-keep] if s != keep_step]
+
+
+def read_best(ckpt_dir: Path) -> Optional[dict]:
+    """best.json of ``ckpt_dir`` ({"step", "validation_loss"}), or None."""
+    import json
+
+    try:
+        return json.loads((Path(ckpt_dir) / BEST_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_best(ckpt_dir: Path, step: int, validation_loss: float) -> dict:
+    """Record step ``step``'s checkpoint as the best (written whole: temporary file, then rename)."""
+    import json
+    import os
+
+    best = {"step": int(step), "validation_loss": float(validation_loss), "checkpoint": checkpoint_name(step)}
+    Path(ckpt_dir).mkdir(parents=True, exist_ok=True)  # the first save may come right after
+    tmp = Path(ckpt_dir) / f".{BEST_FILE}.tmp"
+    tmp.write_text(json.dumps(best) + "\n")
+    os.replace(tmp, Path(ckpt_dir) / BEST_FILE)
+    return best
 
 
 def resume_line(found: Path, step: int, global_batch_size: int) -> str:

@@ -27,6 +27,7 @@ IGNORE = -100  # label value the loss skips (Hugging Face / PyTorch convention)
 SYNTHETIC_ROWS = 2048
 SYNTHETIC_DIR = "data/synthetic"  # inside the run directory
 TRAIN_FILE = SPLIT_FILES["train"]  # what `vdkit data prepare` writes (vdkit.recipes.data)
+VALIDATION_FILE = SPLIT_FILES["validation"]
 
 
 # ----------------------------------------------------------------------------- tokenizers
@@ -142,6 +143,22 @@ def train_files(recipe, run_dir: Path) -> List[Path]:
     return [Path(d.data_dir).expanduser() / f for f in d.train_files]
 
 
+def synthetic_validation_rows(seed: int) -> List[Dict[str, str]]:
+    """The synthetic task's validation split: held-out rows (another seed's draw), a tenth of the training set."""
+    return synthetic_rows(seed + 1, n=max(64, SYNTHETIC_ROWS // 10))
+
+
+def validation_files(recipe, run_dir: Path) -> List[Path]:
+    """run.mode=train: the validation JSONL files (data.validation_files, or the synthetic held-out rows)."""
+    d = recipe.data
+    if d.name == "synthetic":
+        path = Path(run_dir) / SYNTHETIC_DIR / VALIDATION_FILE
+        if not path.is_file():
+            _write_atomic(path, "".join(json.dumps(r) + "\n" for r in synthetic_validation_rows(recipe.train.seed)))
+        return [path]
+    return [Path(d.data_dir).expanduser() / f for f in d.validation_files]
+
+
 def check_inputs(recipe) -> None:
     """Pre-flight checks the engine would fail on, done before a run directory is written."""
     d = recipe.data
@@ -192,14 +209,14 @@ def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> S
     return Sample(tuple(ids), tuple(labels))
 
 
-def load_samples(recipe, run_dir: Path, tok, max_len: int) -> List[Sample]:
-    """Every training row of the recipe's data, tokenized (files concatenated in order), packed
-    into sequences of max_len when data.packed is true."""
+def load_samples(recipe, run_dir: Path, tok, max_len: int, split: str = "train") -> List[Sample]:
+    """Every row of the recipe's training (or ``split="validation"``) data, tokenized (files concatenated
+    in order), packed into sequences of max_len when data.packed is true."""
     from vdkit.recipes.data_stats import iter_sft_rows
 
     answer_only = recipe.method.name != "pretrain"
     samples = []
-    for path in train_files(recipe, run_dir):
+    for path in (train_files if split == "train" else validation_files)(recipe, run_dir):
         for _, inp, out in iter_sft_rows(path):
             samples.append(encode_sample(tok, inp, out, max_len, answer_only))
     if recipe.data.packed:

@@ -31,7 +31,7 @@ RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vd
 EXTRA = "megatron"
 RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
 WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
-GPU_VENDORS = ("nvidia",)  # the image is NGC PyTorch (CUDA); the host's Python runs on a CPU anywhere
+GPU_VENDORS = ("nvidia", "amd")  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 
 
@@ -43,7 +43,9 @@ def in_container(plan) -> bool:
     (local processes) uses this Python."""
     from vdkit import launchers
 
-    return bool(plan.recipe.engine.container_image) and not launchers.executes_here(plan.recipe.cluster.launcher)
+    from vdkit.recipes.rocm import image
+
+    return bool(image(plan)) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
 
 def command(plan, run_dir) -> List[str]:
@@ -56,7 +58,13 @@ def check(plan) -> None:
     """Refuse what this engine cannot run: interleaving needs micro batches in multiples of PP."""
     from vdkit.errors import UserError
 
+    from vdkit.recipes.rocm import check as check_rocm
+
+    check_rocm(plan)
     p = plan.recipe.parallelism
+    if plan.recipe.train.precision == "fp8":
+        raise UserError("train.precision=fp8 with engine=megatron: its local layer spec has no FP8 GEMMs (FP8 runs "
+                        "in Transformer Engine's layers)", "use engine=bridge for FP8, or train.precision=bf16")
     if plan.recipe.method.name == "lora" and plan.recipe.engine.lora_qkv != "fused":
         raise UserError("the megatron engine puts LoRA on the fused QKV projection (NeMo's split); "
                         f"engine.lora_qkv={plan.recipe.engine.lora_qkv} would plan another parameter count",
@@ -82,13 +90,23 @@ def container(plan, run_dir):
     """The image every rank runs in (engine.container_image), or None: the host's Python."""
     if not in_container(plan):
         return None
-    image = plan.recipe.engine.container_image
     from vdkit.jobspec import Container
+    from vdkit.recipes.rocm import image as rocm_or_cuda_image
     from vdkit.recipes.engines import standard_mounts
 
-    return Container(image=image, mounts=standard_mounts(plan, run_dir), workdir=str(run_dir))
+    return Container(image=rocm_or_cuda_image(plan), mounts=standard_mounts(plan, run_dir), workdir=str(run_dir))
 
 
 def env(plan) -> dict:
-    """Megatron orders tensor-parallel communication before compute with one CUDA connection."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {}
+    """Megatron orders tensor-parallel communication before compute with one CUDA connection; on AMD the
+    ROCm settings instead (vdkit.recipes.rocm)."""
+    from vdkit.recipes.rocm import vendor_env
+
+    return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {})
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: the job's TransformerConfig and model on the meta device (:mod:`.check`)."""
+    from vdkit.recipes.megatron.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

@@ -42,13 +42,25 @@ class Layout:
     sequence_parallel: bool
     distributed_optimizer: bool
     recompute: str
+    recompute_num_layers: Optional[int] = None  # full recompute of the first N layers per stage (block)
+
+    @property
+    def recompute_keys(self) -> dict:
+        """megatron-core's recompute keys (vdkit.recompute), None values left out."""
+        from types import SimpleNamespace
+
+        from vdkit import recompute
+
+        keys = recompute.mcore(SimpleNamespace(recompute=self.recompute, recompute_num_layers=self.recompute_num_layers))
+        return {k: v for k, v in keys.items() if v is not None}
 
     @classmethod
     def from_plan(cls, plan) -> "Layout":
         p = plan.recipe.parallelism
         return cls(tp=p.tp, pp=p.pp, vp=p.vp if (p.vp or 1) > 1 else None,
                    sequence_parallel=bool(p.sequence_parallel) and p.tp > 1,
-                   distributed_optimizer=bool(p.distributed_optimizer), recompute=p.recompute or "none")
+                   distributed_optimizer=bool(p.distributed_optimizer), recompute=p.recompute or "none",
+                   recompute_num_layers=p.recompute_num_layers)
 
 
 def transformer_config(recipe, layout: Layout, cuda: bool):
@@ -62,13 +74,8 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
         raise UserError(f"model {m.name}: hidden_size {m.hidden_size}, {m.num_attention_heads} heads and "
                         f"{m.num_query_groups} query groups do not divide evenly",
                         "make hidden_size a multiple of num_attention_heads, and heads a multiple of groups")
-    if m.rope_scaling:
-        raise UserError(f"model {m.name} uses rope_scaling, which this engine does not build yet",
-                        "use engine=reference for rope-scaled models")
     activation = {"swiglu": F.silu, "relu": F.relu, "gelu": F.gelu}[m.activation]
     dtype = torch.bfloat16 if cuda else torch.float32
-    recompute = {"none": {}, "selective": {"recompute_granularity": "selective"},
-                 "full": {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}}
     return TransformerConfig(
         num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
         num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
@@ -83,7 +90,18 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
         # Fused kernels are CUDA-only; on a GPU without Transformer Engine / Apex the plain paths are used too.
         bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False,
         bias_dropout_fusion=False, apply_rope_fusion=False, gradient_accumulation_fusion=False,
-        batch_p2p_comm=cuda, **recompute[layout.recompute])
+        batch_p2p_comm=cuda, **layout.recompute_keys)
+
+
+def rope_keys(m) -> dict:
+    """GPTModel's RoPE scaling arguments (vdkit.context: llama3 with megatron-core's fixed factors, or linear)."""
+    from vdkit.context import interpolation_factor, llama3_factor
+
+    if llama3_factor(m):
+        return {"rope_scaling": True, "rope_scaling_factor": llama3_factor(m)}
+    if interpolation_factor(m):
+        return {"seq_len_interpolation_factor": interpolation_factor(m)}
+    return {}
 
 
 # ----------------------------------------------------------------------------- layer spec
@@ -235,7 +253,7 @@ def build_chunks(recipe, layout: Layout, cuda: bool) -> List:
                        max_sequence_length=recipe.model.max_position_embeddings, pre_process=pre, post_process=post,
                        share_embeddings_and_output_weights=recipe.model.tied_embeddings,
                        position_embedding_type="rope" if recipe.model.position_embedding == "rope" else "learned_absolute",
-                       rotary_base=int(recipe.model.rope_base), vp_stage=stage)
+                       rotary_base=int(recipe.model.rope_base), vp_stage=stage, **rope_keys(recipe.model))
         model = gpt
         if method.name in ("lora", "ptuning"):
             for p in gpt.parameters():

@@ -178,6 +178,29 @@ def _reduced_loss(losses, cuda: bool):
     return float(buf[0]) / ps.get_data_parallel_world_size()
 
 
+def _validate(chunks, forward_backward, samples, order, dp_rank, pad_id, virtual, layout, t, cuda) -> float:
+    """run.mode=train: the mean loss of ``t.val_batches`` global batches of the validation split, forward
+    only (every rank takes part; the same batches at every validation, so the losses compare)."""
+    import torch
+
+    from vdkit.recipes.megatron.data import step_micro_batches
+
+    for c in chunks:
+        c.eval()
+    total = 0.0
+    with torch.no_grad():
+        for b in range(t.val_batches):
+            micro = step_micro_batches(samples, order, b, dp_rank, pad_id, virtual, layout.tp)
+            losses = forward_backward(
+                forward_step_func=_forward_step, data_iterator=[iter(micro) for _ in chunks], model=chunks,
+                num_microbatches=len(micro), seq_length=micro[0]["tokens"].shape[1],
+                micro_batch_size=t.micro_batch_size, forward_only=True)
+            total += _reduced_loss(losses, cuda)
+    for c in chunks:
+        c.train()
+    return total / t.val_batches
+
+
 def _flag_sum(flag: int, cuda: bool) -> float:
     """Sum of the preemption flag over the whole world (every TP, PP and DP rank stops together)."""
     import torch
@@ -208,7 +231,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
     """
     from vdkit.recipes.common import data as rdata
-    from vdkit.recipes.common.checkpoint import resume_line
+    from vdkit.recipes.common.checkpoint import read_best, resume_line, write_best
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.distributed import resolve_dist_env
     from vdkit.recipes.common.schedule import lr_at
@@ -285,7 +308,15 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if found is not None:
             progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = every_n_steps(recipe)
+    every = every_n_steps(plan)  # the time plan in plan.json
+    val_every = recipe.val_every  # 0: run.mode=timing (no validation)
+    if val_every:
+        val_samples = rdata.load_samples(recipe, run_dir, tok, room, split="validation")
+        if not val_samples:
+            raise UserError("run.mode=train validates on the validation split, and it has no rows",
+                            "prepare the data with a validation split (vdkit data prepare), or run.mode=timing")
+        val_order = rdata.BatchOrder(len(val_samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
+        best = read_best(ckpt_dir)
     for c in chunks:
         c.train()
     n_chunks = len(chunks)
@@ -317,7 +348,17 @@ def train(run_dir, stream=None, preempt=None) -> int:
             beat.progress(step, timing)
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(lambda f: _flag_sum(f, cuda))
-        if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
+        improved = False
+        if val_every and (step % val_every == 0 or step == t.max_steps):
+            val_loss = _validate(chunks, forward_backward, val_samples, val_order, dp_rank, tok.pad_id, virtual,
+                                 layout, t, cuda)
+            improved = best is None or val_loss < best["validation_loss"]  # the same on every rank (all-reduced)
+            if improved:
+                best = {"step": step, "validation_loss": val_loss}
+            if progress is not None:
+                progress.message(f"[vdkit I] validation_loss {val_loss:.4f} at global_step {step} "
+                                 f"({t.val_batches} batches of the validation split)" + (" - best" if improved else ""))
+        if (every > 0 and step % every == 0) or step == t.max_steps or stopping or improved:
             if dist.rank == 0:
                 ckpt.remove_partial(ckpt_dir)  # a stale hidden directory must not be published with this one
             _room_for_a_save(plan, dist.rank, ckpt_dir, cuda)
@@ -327,6 +368,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
             torch.distributed.barrier()
             if dist.rank == 0:
                 ckpt.publish(ckpt_dir, step, dist.world_size)
+                if improved:  # the best validation loss so far: its checkpoint is kept as best (best.json)
+                    write_best(ckpt_dir, step, val_loss)
                 progress.flush()
             torch.distributed.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
             if beat is not None:

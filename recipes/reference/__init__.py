@@ -165,3 +165,10 @@ def local_check(plan) -> None:
     from vdkit.recipes.common.data import check_inputs
 
     check_inputs(plan.recipe)  # the libraries (RUNTIME_MODULES) were checked by the engine registry
+
+
+def check_runs(run_dirs) -> list:
+    """`vdkit check`: the job's build_model on the meta device, the staged config (:mod:`.check`)."""
+    from vdkit.recipes.reference.check import check_runs as run_checks
+
+    return run_checks(run_dirs)

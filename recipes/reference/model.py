@@ -12,7 +12,7 @@ from __future__ import annotations
 from vdkit.errors import UserError
 
 
-def llama_config(model_cfg, tok):
+def llama_config(model_cfg, tok, attention: str = "sdpa"):
     """A transformers LlamaConfig from ModelCfg's sizes and architecture fields, with the tokenizer's ids."""
     from transformers import LlamaConfig
 
@@ -27,10 +27,11 @@ def llama_config(model_cfg, tok):
         num_key_value_heads=m.num_query_groups, max_position_embeddings=m.max_position_embeddings,
         rms_norm_eps=m.norm_eps, tie_word_embeddings=m.tied_embeddings, rope_theta=m.rope_base,
         rope_scaling=dict(m.rope_scaling) if m.rope_scaling else None,
-        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False)
+        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False,
+        attn_implementation=attention)
 
 
-def opt_config(model_cfg, tok):
+def opt_config(model_cfg, tok, attention: str = "sdpa"):
     """A transformers OPTConfig from ModelCfg (learned positions, LayerNorm, ReLU / GeLU MLP, biases, tied).
 
     Dropout is off: random-init models here are for comparing strategies step for step (a
@@ -54,7 +55,8 @@ def opt_config(model_cfg, tok):
         word_embed_proj_dim=m.embedding_dim or m.hidden_size, do_layer_norm_before=m.pre_norm, enable_bias=m.bias,
         activation_function=m.activation, tie_word_embeddings=m.tied_embeddings, dropout=0.0,
         attention_dropout=0.0, activation_dropout=0.0, layerdrop=0.0,
-        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False)
+        pad_token_id=tok.pad_id, bos_token_id=tok.bos_id, eos_token_id=tok.eos_id, use_cache=False,
+        attn_implementation=attention)
 
 
 def _pretrained(recipe, fabric):
@@ -69,7 +71,7 @@ def _pretrained(recipe, fabric):
     m = recipe.model
     keep = fabric.hf_config() if hasattr(fabric, "hf_config") else None  # noqa: F841 (must outlive loading)
     dtype = torch.bfloat16 if keep is not None and fabric.config["bf16"]["enabled"] else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(m.hf_path, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(m.hf_path, dtype=dtype, attn_implementation=recipe.engine.attention)
     cfg = model.config
     got = (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers)
     if got != (m.vocab_size, m.hidden_size, m.num_layers):
@@ -94,9 +96,9 @@ def build_model(recipe, tok, fabric=None):
     if recipe.model.hf_path:
         model = _pretrained(recipe, fabric)
     elif recipe.model.arch == "opt":
-        model = OPTForCausalLM(opt_config(recipe.model, tok))
+        model = OPTForCausalLM(opt_config(recipe.model, tok, recipe.engine.attention))
     else:
-        model = LlamaForCausalLM(llama_config(recipe.model, tok))
+        model = LlamaForCausalLM(llama_config(recipe.model, tok, recipe.engine.attention))
     if recipe.parallelism.recompute == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     method = recipe.method

@@ -64,6 +64,43 @@ def _room_for_a_save(plan, fabric, ckpt_dir) -> None:
         raise why or trust.SaveRefused(f"rank 0 found no room for the next checkpoint in {ckpt_dir}")
 
 
+def _validate(wrapped, fabric, samples, order, rank: int, pad_id: int, batches: int) -> float:
+    """run.mode=train: the mean loss of ``batches`` global batches of the validation split (no gradients;
+    the same batches each time, so validations compare), averaged over the data-parallel ranks."""
+    import torch
+
+    from vdkit.recipes.common import data as rdata
+
+    wrapped.eval()
+    total = 0.0
+    with torch.no_grad():
+        for b in range(batches):
+            losses = [wrapped(**{k: v.to(fabric.device) for k, v in rdata.collate(
+                [samples[j] for j in idx], pad_id).items()}).loss.detach().float()
+                for idx in order.micro_batches(b, rank)]
+            total += float(fabric.all_reduce(torch.stack(losses).mean(), reduce_op="mean"))
+    wrapped.train()
+    return total / batches
+
+
+def _export(recipe, model, sharding_kind: str, fabric, run_dir, progress) -> None:
+    """run.mode=train: the final weights as Hugging Face's save_pretrained writes them (LoRA / P-tuning:
+    peft's adapter directory, served beside the base model) in the run dir's export/; sharded runs
+    (fsdp, zero3) keep their checkpoint, which this engine does not gather into one file."""
+    from vdkit.rundir import EXPORT_DIR
+
+    out = Path(run_dir) / EXPORT_DIR
+    if sharding_kind != "none":
+        if progress is not None:
+            progress.message(f"[vdkit I] export: not written for parallelism.sharding={sharding_kind} (the sharded "
+                             "checkpoint is the result)")
+        return
+    if fabric.global_rank == 0:
+        model.save_pretrained(str(out))
+        progress.message(f"[vdkit I] exported the final weights (save_pretrained) to {out}")
+    fabric.barrier()
+
+
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
 
@@ -76,7 +113,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.rundir import checkpoint_dir
     from vdkit.recipes.reference import sharding
     from vdkit.recipes.common.data import virtual_tokens
-    from vdkit.recipes.common.checkpoint import resume_line
+    from vdkit.recipes.common.checkpoint import read_best, resume_line, write_best
     from vdkit.recipes.common.schedule import lr_at
     from vdkit.planner.timeplan import every_n_steps
     from vdkit.recipes.reference.model import build_model
@@ -128,7 +165,15 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if found is not None:
             progress.message(resume_line(found, step, t.global_batch_size))
 
-    every = every_n_steps(recipe)
+    every = every_n_steps(plan)  # the time plan in plan.json
+    val_every, best = recipe.val_every, None  # 0: run.mode=timing (no validation)
+    if val_every:
+        val_samples = rdata.load_samples(recipe, run_dir, tok, room, split="validation")
+        if not val_samples:
+            raise UserError("run.mode=train validates on the validation split, and it has no rows",
+                            "prepare the data with a validation split (vdkit data prepare), or run.mode=timing")
+        val_order = rdata.BatchOrder(len(val_samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
+        best = read_best(ckpt_dir)
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()
@@ -161,7 +206,18 @@ def train(run_dir, stream=None, preempt=None) -> int:
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(
             lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")))
-        if (every > 0 and step % every == 0) or step == t.max_steps or stopping:
+        improved = False
+        if val_every and (step % val_every == 0 or step == t.max_steps):
+            val_loss = _validate(wrapped, fabric, val_samples, val_order, dist.rank, tok.pad_id, t.val_batches)
+            improved = best is None or val_loss < best["validation_loss"]  # the same on every rank
+            if improved:
+                best = {"step": step, "validation_loss": val_loss}
+            if progress is not None:
+                progress.message(f"[vdkit I] validation_loss {val_loss:.4f} at global_step {step} "
+                                 f"({t.val_batches} batches of the validation split)" + (" - best" if improved else ""))
+        if (every > 0 and step % every == 0) or step == t.max_steps or stopping or improved:
+            if improved and fabric.global_rank == 0:  # before the save prunes: the best is kept (best.json)
+                write_best(ckpt_dir, step, val_loss)
             _room_for_a_save(plan, fabric, ckpt_dir)
             if beat is not None:
                 beat.saving(True)
@@ -174,6 +230,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
             fabric.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
         if stopping:
             _stop_for_preemption(preempt, fabric, progress, step, ckpt_dir)
+    if val_every and step >= t.max_steps:
+        _export(recipe, model, sharding_kind, fabric, run_dir, progress)
     if progress is not None:
         progress.close()
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")

@@ -97,6 +97,15 @@ def load_cases(path: Path = CASES_FILE) -> List[Case]:
                             needs=list(row.get("needs", [])), env=dict(row.get("env", {})),
                             fsize=row.get("fsize"), subprocess=bool(row.get("subprocess", False)),
                             entry=row.get("entry"), keeps=bool(row.get("keeps", False))))
+    for prod in data.get("products", []):  # one row per verb x value of ``x`` ({x} in argv / env / expect)
+        for x, cls in prod["x"].items():
+            for verb in prod["verbs"]:
+                sub = lambda v: str(v).replace("{x}", str(x))  # noqa: E731
+                expect = prod["expect"] if isinstance(prod["expect"], list) else [prod["expect"]]
+                out.append(Case(id=f"c{cls}-{verb}-{prod['id']}-{x}", cls=int(cls),
+                                argv=_argv([verb, *[sub(a) for a in prod["argv"]]]),
+                                expect=" && ".join(sub(e) for e in expect), outcome=prod.get("outcome", "refuse"),
+                                needs=list(prod.get("needs", [])), env={k: sub(v) for k, v in prod.get("env", {}).items()}))
     ids = [c.id for c in out]
     dupes = {i for i in ids if ids.count(i) > 1}
     if dupes:

@@ -26,6 +26,21 @@ def nemo1_log(timings, steps=None, total=None) -> str:
     return "\r".join(parts) + "\n"
 
 
+def megatron_log(n: int, loss: str = "2.5E+00", ms: float = 1000.0, reverse: bool = False, repeat: int = 1) -> str:
+    """Megatron-LM iteration lines, one per 10 iterations (``repeat``: each printed that many times, unlabelled)."""
+    lines = [f" [2024-01-01 00:00:00] iteration {it:8d}/{10 * n:8d} | consumed samples: {it * 8:10d} | elapsed time per "
+             f"iteration (ms): {ms} | learning rate 1.0E-04 | global batch size: 8 | lm loss: {loss} | loss scale: 1.0 |"
+             for it in range(10, 10 * n + 1, 10)]
+    return "\n".join(line for line in (lines[::-1] if reverse else lines) for _ in range(repeat)) + "\n"
+
+
+def nemo2_log(n: int, loss: str = "1.5", reverse: bool = False, repeat: int = 1) -> str:
+    """NeMo 2.x training lines (one per step)."""
+    lines = [f"Training epoch 0, iteration {i}/{n} | lr: 3e-05 | consumed_samples: {i + 1} | global_batch_size: 1 | "
+             f"global_step: {i} | reduced_train_loss: {loss} | train_step_timing in s: 5.0" for i in range(n)]
+    return "\n".join(line for line in (lines[::-1] if reverse else lines) for _ in range(repeat)) + "\n"
+
+
 ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
                        + [f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]"
                           for i in range(9)]) + "\n"
@@ -99,6 +114,33 @@ def build_template(root: Path) -> Path:
     (root / "halfbad.jsonl").write_text('{"input": "q", "output": "a"}\n{not json\n')
     (root / "dolly_array.json").write_text(json.dumps([row] * 3))
     (root / "gz.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 40)
+    # numbers Python refuses to read (over 4300 digits) in data rows and logs (the third hostile pass)
+    digits = "9" * 5000
+    (root / "digits_input.jsonl").write_text(f'{{"input": {digits}, "output": "a"}}\n')
+    (root / "digits_neg.jsonl").write_text(f'{{"input": "q", "output": -{digits}}}\n')
+    (root / "digits_extra.jsonl").write_text(f'{{"input": "q", "output": "a", "id": {digits}}}\n' * 3)
+    (root / "digits_line9.jsonl").write_text('{"input": "q", "output": "a"}\n' * 8 + f'{{"input": "q", "output": "a", "n": {digits}}}\n')
+    (root / "digits_dolly.jsonl").write_text(json.dumps(row)[:-1] + f', "n": {digits}}}\n')
+    (root / "digits_dolly_field.jsonl").write_text(f'{{"instruction": {digits}, "context": "", "response": "a", "category": "open_qa"}}\n')
+    (root / "digits_alpaca.json").write_text(f'[{{"instruction": "q", "input": "", "output": "a", "n": {digits}}}]\n')
+    (root / "digits_pubmedqa.json").write_text(f'{{"1": {{"QUESTION": "q", "CONTEXTS": ["c"], "final_decision": "yes", "n": {digits}}}}}\n')
+    (root / "digitstep.out").write_text(nemo1_log(good, steps=[digits[:-2] + f"{i:02d}" for i in range(50)]))
+    # adversarial logs for validate / report: diverged runs, counters going down, unlabelled repeats, odd timings
+    nan_loss = nemo1_log(good).replace("reduced_train_loss=1.5", "reduced_train_loss=nan")
+    logs = {"nanloss.out": nan_loss, "infloss.out": nan_loss.replace("=nan", "=inf"),
+            "neginfloss.out": nan_loss.replace("=nan", "=-inf"),
+            "halfnanloss.out": nemo1_log(good[:25]) + nan_loss.split("\r", 25)[-1],
+            "fast.out": nemo1_log([1e-7] * 50), "slow.out": nemo1_log([50_000.0] * 50),
+            "megnan.out": megatron_log(50, loss="nan"), "meginf.out": megatron_log(50, loss="inf"),
+            "megdown.out": megatron_log(50, reverse=True), "megdup.out": megatron_log(50, repeat=8),
+            "megdup2.out": megatron_log(50, repeat=2), "nemo2dup.out": nemo2_log(50, repeat=8),
+            "nemo2down.out": nemo2_log(50, reverse=True), "nemo2nan.out": nemo2_log(50, loss="nan"),
+            "megfast.out": megatron_log(50, ms=0.0001), "megslow.out": megatron_log(50, ms=7_200_000.0)}
+    for name, text in logs.items():
+        (root / name).write_text(text)
+    for name, log in (("run_nanloss", "nanloss.out"), ("run_megnan", "megnan.out"), ("run_megdup", "megdup.out")):
+        shutil.copytree(root / "run", root / name)
+        shutil.copy(root / log, root / name / "local-1.out")
     # run directories `vdkit run --resume` / `report` meet
     for name, plan_text in (("run_planlist", "[1, 2]\n"), ("run_plantypes", '{"recipe": 5}\n'),
                             ("run_emptyplan", "")):
@@ -138,6 +180,68 @@ def build_template(root: Path) -> Path:
     return root
 
 
+def _badconf(ws: Path) -> None:
+    """A copy of conf/ (VDKIT_CONF_DIR) whose sweep/ holds hostile sweep files (the third hostile pass)."""
+    from vdkit.conftree import conf_dir
+
+    conf = ws / "badconf"
+    shutil.copytree(conf_dir(), conf)
+    sw = conf / "sweep"
+    (sw / "sw_binary.yaml").write_bytes(bytes(range(256)) * 16)
+    (sw / "sw_list.yaml").write_text("- [model=llama2_7b]\n- [model=llama2_13b]\n")
+    (sw / "sw_scalar.yaml").write_text("just a sentence\n")
+    (sw / "sw_tags.yaml").write_text('cells: !!python/object/apply:os.system ["touch pwned"]\n')
+    (sw / "sw_tag_binary.yaml").write_text("cells: [[!!binary aGk=]]\n")
+    (sw / "sw_tag_set.yaml").write_text("cells: !!set {a: null}\n")
+    (sw / "sw_cells20k.yaml").write_text("cells:\n" + "".join(f"  - [train.seed={i}]\n" for i in range(20_000)))
+    (sw / "sw_product.yaml").write_text("cells:\n" + "".join(f"  - [model=llama2_7b, 'train.seed=range({i},{i + 100})']\n"
+                                                            for i in range(0, 300, 100)))
+    (sw / "sw_cell_range.yaml").write_text("cells:\n  - ['train.seed=range(0,1000000000)']\n")
+    (sw / "sw_cells_strings.yaml").write_text("cells: [model=llama2_7b, model=llama2_13b]\n")
+    (sw / "sw_cells_mapping.yaml").write_text("cells: {model: llama2_7b}\n")
+    (sw / "sw_cells_empty.yaml").write_text("cells: []\n")
+    (sw / "sw_cells_nested.yaml").write_text("cells: [[[model=llama2_7b]]]\n")
+    (sw / "sw_cells_maps.yaml").write_text("cells: [[{model: llama2_7b}]]\n")
+    (sw / "sw_base_mapping.yaml").write_text("base: {model: llama2_7b}\ncells: [[method=lora]]\n")
+    (sw / "sw_oversize.yaml").write_text("# padding\n" * 200_000 + "cells: [[method=lora]]\n")
+    (sw / "sw_alias_bomb.yaml").write_text(ALIAS_BOMB.replace("j:", "cells:"))
+    (sw / "sw_latin1.yaml").write_bytes("cells: [[run.name=caf\xe9]]\n".encode("latin-1") + b"\xff\xfe")
+    (sw / "sw_unclosed.yaml").write_text("cells: [[model=llama2_7b\n")
+    os.mkfifo(sw / "sw_fifo.yaml")
+    (sw / "sw_dir.yaml").mkdir()
+    os.symlink(sw / "sw_loop.yaml", sw / "sw_loop.yaml")
+
+
+def _local_run(ws: Path) -> Path:
+    """A run directory rendered for this machine (cluster=local), as `vdkit run` writes it, without training."""
+    from vdkit.config import compose
+    from vdkit.planner.plan import make_plan
+    from vdkit.rundir import create_run_dir
+
+    return create_run_dir(make_plan(compose(["engine=reference", "cluster=local", "model=tiny_llama",
+                                             "data=synthetic"])), {}, run_dir=ws / "run_local")
+
+
+def _state(ws: Path, content) -> None:
+    path = ws / "run_local" / "job_state.json"
+    if content == "dir":
+        path.mkdir()
+    elif content == "fifo":
+        os.mkfifo(path)
+    else:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def _lock(ws: Path, kind: str) -> None:
+    path = ws / "run_local" / "run.lock"
+    if kind == "dir":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        os.symlink(path, path)  # a loop
+
+
 def _symfarm(ws: Path, n: int) -> None:
     d = ws / f"links{n}"
     d.mkdir()
@@ -157,9 +261,28 @@ EXTRAS = {
                               (ws / "run_fiforecipe" / "recipe.yaml").unlink(), os.mkfifo(ws / "run_fiforecipe" / "recipe.yaml")),
     "fifosecret": lambda ws: os.mkfifo(ws / "secret.fifo"),
     "report_done": lambda ws: ((ws / "rep").mkdir(), (ws / "rep" / "table9.md").write_text("an earlier report\n")),
+    "badconf": _badconf,
+    "conf_loop": lambda ws: (os.symlink(ws / "conf_loop_b", ws / "conf_loop_a"), os.symlink(ws / "conf_loop_a", ws / "conf_loop_b")),
+    "conf_fifo": lambda ws: os.mkfifo(ws / "conf.fifo"),
+    "sparse2g": lambda ws: os.truncate(_touch(ws / "sparse.jsonl"), 2 << 30),
+    "sparse2g_log": lambda ws: os.truncate(_touch(ws / "sparse.out"), 2 << 30),
+    "sample60m": lambda ws: (ws / "sample60m.jsonl").write_text(json.dumps({"input": "q " * 30_000_000, "output": "a"}) + "\n"),
+    "sample5m_line3": lambda ws: (ws / "sample5m.jsonl").write_text(
+        (json.dumps({"input": "q", "output": "a"}) + "\n") * 2 + json.dumps({"input": "q " * 2_600_000, "output": "a"}) + "\n"),
+    "local_run": _local_run,
+    **{f"state_{name}": (lambda content: lambda ws: (_local_run(ws), _state(ws, content)))(content)
+       for name, content in (("garbage", "{not json"), ("list", "[1, 2]"), ("empty", ""), ("bogus", '{"local": {"state": "BOGUS"}}'),
+                             ("nostate", '{"local": {}}'), ("binary", bytes(range(256))), ("dir", "dir"), ("fifo", "fifo"),
+                             ("huge", "{" + " " * (1 << 17) + "}"), ("number", "7"), ("otherlauncher", '{"slurm": {"state": "COMPLETED"}}'))},
+    **{f"lock_{kind}": (lambda kind: lambda ws: (_local_run(ws), _lock(ws, kind)))(kind) for kind in ("dir", "fifo", "loop")},
     "taken_run": lambda ws: ((ws / "out" / "tiny_llama_lora_1n1g").mkdir(parents=True),
                              (ws / "out" / "tiny_llama_lora_1n1g" / "launch.sbatch").write_text("an earlier run\n")),
 }
+
+
+def _touch(path: Path) -> Path:
+    path.touch()
+    return path
 
 
 def workspace(template: Path, ws: Path, needs=()) -> Path:

@@ -27,14 +27,18 @@ SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.mpi=none", "cluster.socket_if
 def register(sub) -> None:
     p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
                        description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
-                                   "real with megatron-core as 1 and 2 'nodes' in the layouts the planner picks "
+                                   "real (engine=megatron; the 1-node LoRA cell engine=bridge; engine=reference "
+                                   "on request; engine=nemo is refused: it needs its container) as 1 and 2 'nodes' "
+                                   "in the layouts the planner picks "
                                    "(local processes, or the local emulated Slurm with --slurm), extrapolate each run to 1000 steps and "
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
     add_override_args(p)
     from vdkit.args import out_path
 
-    p.add_argument("--out", metavar="DIR", default="demo", type=out_path, help="where runs/ and report/ go (default: ./demo)")
+    p.add_argument("--out", metavar="DIR", default="demo", type=out_path,
+                   help="where runs/ (one run directory per cell, with logs/ and checkpoints/) and report/ "
+                        "(table9.md, .csv, .json, the PNG plots) go (default: ./demo)")
     p.add_argument("--slurm", action="store_true",
                    help="run each cell as a Slurm job on the local emulated XE9680 cluster (root, slurm-wlm, "
                         "munge); falls back to local processes, saying why, when it cannot start")
@@ -42,7 +46,7 @@ def register(sub) -> None:
 
 
 def _cells(args):
-    from vdkit.config import load_sweep, override_sets
+    from vdkit.sweep import load_sweep, override_sets
 
     if args.multirun:
         base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
@@ -57,17 +61,39 @@ def _start_slurm():
     from vdkit.errors import UserError
     from vdkit.slurm import localcluster
 
+    root = slurm_dir()
     reason = localcluster.why_unavailable()
     if reason is None:
         try:
-            was_up = localcluster.LocalCluster(localcluster.default_dir()).is_up()
-            cluster = localcluster.up()
+            was_up = localcluster.LocalCluster(root).is_up()
+            cluster = localcluster.up(root)
             print(f"demo: local Slurm up ({cluster.describe()})", flush=True)
             return cluster.env(), (None if was_up else cluster)
         except UserError as exc:
             reason = str(exc)
     print(f"demo: --slurm: the local Slurm cannot start ({reason}); using local processes", flush=True)
     return None, None
+
+
+def slurm_dir() -> Path:
+    """The local Slurm `--slurm` uses: the one SLURM_CONF names (what `vdkit cluster up --dir X` printed:
+    ``export SLURM_CONF=X/slurm.conf``), else the default directory. A SLURM_CONF that is not the kit's
+    local Slurm (a site's /etc/slurm/slurm.conf) is refused: the demo emulates nodes on this machine."""
+    from vdkit.errors import UserError
+    from vdkit.slurm import localcluster
+
+    conf = os.environ.get("SLURM_CONF")
+    if not conf:
+        return localcluster.default_dir()
+    root = Path(conf).expanduser().absolute().parent
+    cluster = localcluster.LocalCluster(root)
+    ours = not cluster.conf.exists() or all((root / d).is_dir() for d in ("munge", "spool", "state"))  # write_config's
+    if Path(conf).expanduser().absolute() != cluster.conf or not ours:
+        raise UserError(f"SLURM_CONF={conf} is not a local Slurm that `vdkit cluster up` started (demo --slurm runs "
+                        "its cells on emulated nodes of this machine)",
+                        "start one with `vdkit cluster up --dir DIR` and export the SLURM_CONF it prints, or unset "
+                        "SLURM_CONF (the default local Slurm directory is used)")
+    return root
 
 
 def run(args) -> int:
@@ -91,6 +117,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     # after a run (an engine that cannot run on this machine is refused here too).
     # Cells without a layout or that do not fit are skipped with a note, as render does.
     prepared = prepare_all(plan_cells(cells, True, "demo"), out / "runs", check_mounts=False)
+    refuse_what_cannot_run_here(prepared, slurm_env is not None)
     plans = [cell.plan for cell in prepared]
     if slurm_env is not None:  # the emulated nodes are this machine: its Python runs the ranks too
         from vdkit.prepare import engine_of
@@ -133,6 +160,26 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     return 0
 
 
+def refuse_what_cannot_run_here(prepared, on_local_slurm: bool) -> None:
+    """The demo trains on this machine (local processes or the local Slurm, no containers): a cell whose
+    engine needs its container (engine=nemo) or whose launcher would submit elsewhere is refused before
+    any cell trains, in one line."""
+    from vdkit.errors import UserError
+    from vdkit.prepare import engine_of, launcher_of
+
+    for cell in prepared:
+        r = cell.plan.recipe
+        engine = engine_of(cell.plan)
+        if not engine.runs_locally:
+            raise UserError(f"engine={r.engine.name} ({r.run_name}) runs only in its container on a cluster, "
+                            "not on this machine", "render it for the cluster (`vdkit render` / `vdkit submit`), or "
+                            "demo a sweep of engine=megatron, bridge or reference cells (the default demo sweep)")
+        if not launcher_of(cell.plan).executes_here and not on_local_slurm:
+            raise UserError(f"cluster={r.cluster.name} ({r.run_name}) would submit to a scheduler; the demo "
+                            "trains on this machine", "add --slurm for the local emulated Slurm, or use "
+                            "`vdkit submit` for a real cluster")
+
+
 def _with_bridge_base(cells, out: Path):
     """Bridge fine-tunes from a Megatron-Bridge checkpoint (model.megatron_path): for the demo's bridge
     cells that have none, make one once - a seeded toy HF model of the cell's size, converted with
@@ -158,11 +205,42 @@ def _with_bridge_base(cells, out: Path):
                       "(the base the bridge cells fine-tune; a site converts its Llama 2 weights once) ...",
                       end="", flush=True)
                 t0 = time.monotonic()
-                done[key] = make_base(r, out / "base" / f"{r.model.name}_{r.model.num_layers}l")
-                print(f" done in {time.monotonic() - t0:.0f} s", flush=True)
+                base = out / "base" / f"{r.model.name}_{r.model.num_layers}l"
+                log = out / "base" / f"{base.name}.log"
+                with _output_to(log):  # Bridge's and DeepSpeed's warnings and bars: to the log, not the screen
+                    done[key] = make_base(r, base)
+                print(f" done in {time.monotonic() - t0:.0f} s (log: {log})", flush=True)
             cell = [*cell, f"model.megatron_path={done[key]}"]
         result.append(cell)
     return result
+
+
+class _output_to:
+    """Send this process's stdout and stderr (file descriptors 1 and 2: what libraries and their C code
+    print) to ``path`` for the block; restored afterwards, also on an error (which is then in the log)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.saved = (os.dup(1), os.dup(2))
+        self.fh = open(self.path, "ab")
+        os.dup2(self.fh.fileno(), 1)
+        os.dup2(self.fh.fileno(), 2)
+        return self
+
+    def __exit__(self, *exc):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self.saved[0], 1)
+        os.dup2(self.saved[1], 2)
+        for fd in self.saved:
+            os.close(fd)
+        self.fh.close()
+        return False
 
 
 def _train(cell, env):
@@ -178,7 +256,7 @@ def _train(cell, env):
         from vdkit.launchers import succeeded
 
         launcher.submit(run_dir)
-        return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.recipe.cluster.time_limit_min * 60))
+        return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.time.time_limit_min * 60))
     # The live progress bar only on a terminal; the log file gets every update either way.
     sink = sys.stdout.buffer if sys.stdout.isatty() else open(os.devnull, "wb")
     try:

@@ -13,7 +13,8 @@ def register(sub) -> None:
                                    f"({', '.join(names)}); `vdkit list keys` lists every recipe key with its meaning "
                                    "(`vdkit plan --explain KEY` says more about one).")
     # (checked in run: argparse's `choices` refuses an empty nargs="*" list when options and positionals mix)
-    p.add_argument("kinds", nargs="*", metavar="KIND", help="one or more of: " + ", ".join(names))
+    p.add_argument("kinds", nargs="*", metavar="KIND",
+                   help="one or more of: " + ", ".join(names) + " (singular too: cluster, model, ...)")
     p.set_defaults(func=run)
 
 
@@ -22,7 +23,9 @@ def run(args) -> int:
     from vdkit.errors import UserError
 
     names = [k.name for k in KINDS] + ["keys"]
-    kinds = list(dict.fromkeys(args.kinds))
+    # singular or plural: `vdkit list cluster` is `vdkit list clusters` (the group's own name is singular)
+    singular = {n[:-1]: n for n in names if n.endswith("s")}
+    kinds = list(dict.fromkeys(singular.get(k, k) for k in args.kinds))
     for kind in kinds:
         if kind not in names:
             raise UserError(f"{kind!r} is not a kind of thing vdkit lists", "use one or more of " + ", ".join(names))

@@ -30,7 +30,8 @@ EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is 
 
 
 def run(args) -> int:
-    from vdkit.config import compose, override_sets
+    from vdkit.config import compose
+    from vdkit.sweep import override_sets
     from vdkit.errors import UserError
 
     if args.explain and (args.multirun or args.sweep is not None or args.cfg):
@@ -60,8 +61,6 @@ def run(args) -> int:
     for plan in plans:  # a plan render would refuse is no answer: the same engine and launcher checks
         check_runnable(plan)
     if args.json:
-        from vdkit.planner.timeplan import time_plan
-
         for plan in plans:
             figure = _published(plan)
             extra = {"published": None if figure is None else {
@@ -69,7 +68,7 @@ def run(args) -> int:
                 "minutes_for_target_steps": None if figure.minutes is None
                 else round(figure.minutes_for(plan.recipe.train.target_steps), 2)}}
             if plan.feasible:
-                extra["schedule"] = time_plan(plan).to_dict()
+                extra["schedule"] = plan.time.to_dict()
             print(json.dumps({**plan.to_dict(), **extra}))
     elif len(plans) == 1:
         print(describe(plans[0]))
@@ -103,12 +102,13 @@ def describe(plan) -> str:
     r, p, m = plan.recipe, plan.recipe.parallelism, plan.memory
     on = {True: "on", False: "off"}
     verdict = "fits" if plan.feasible else "DOES NOT FIT"
+    cp = f" x CP {p.cp}" if p.cp > 1 else ""
     if plan.borderline:
         verdict += " (borderline)"
     lines = [
         f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
         f" = {r.world_size} GPUs, engine {r.engine.name}",
-        f"  layout      TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source}), VP {p.vp}, sequence parallel "
+        f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
         f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "
@@ -128,15 +128,23 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+        if pred.interval_s:
+            lo, hi = pred.interval_s
+            lines.append(f"  range       {lo:.3g} .. {hi:.3g} s/step ({lo * r.train.target_steps / 60:,.0f} .. "
+                         f"{hi * r.train.target_steps / 60:,.0f} min): {pred.interval_source}")
+        if pred.basis:
+            fitted = [f"{t} ({why[len('fitted: '):]})" for t, why in pred.basis if why.startswith("fitted")]
+            physics = [t for t, why in pred.basis if not why.startswith("fitted")]
+            lines.append("  basis       physics: " + ", ".join(physics) + ("; fitted: " + "; ".join(fitted) if fitted else ""))
     figure = _published(plan)
     if figure is not None:
         lines.append(f"  published   {figure.line(pred)}")
     if plan.runner_up:
         lines.append(f"  runner-up   {plan.runner_up}")
     if plan.feasible:
-        from vdkit.planner.timeplan import describe as describe_time, time_plan
+        from vdkit.planner.timeplan import describe as describe_time
 
-        lines += describe_time(time_plan(plan))
+        lines += describe_time(plan.time)
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
 
@@ -153,8 +161,6 @@ def table(plans) -> str:
     head = ("model", "method", "GPUs", "nodes", "TP", "PP", "VP", "DP", "GA", "recompute", "mem/GPU GB", "fits",
             "ckpt GB", "s/step", "minutes", "tok/s/GPU", "published min", "--time", "allocs", "ckpt every",
             "ckpt cost min", "ckpt share", "ckpt held GB")
-    from vdkit.planner.timeplan import time_plan
-
     rows, held = [], 0.0
     for plan in plans:
         r, p = plan.recipe, plan.recipe.parallelism
@@ -167,7 +173,7 @@ def table(plans) -> str:
         figure = _published(plan)  # the published figure in the same minutes as the prediction, or its words
         mins = figure.minutes_for(r.train.target_steps) if figure is not None else None
         shown = "-" if figure is None else (f"{mins:,.1f}" if mins else figure.short or "-")
-        times = time_plan(plan) if plan.feasible else None
+        times = plan.time if plan.feasible else None
         share = times.checkpoint_share if times is not None else None
         when = (f"{times.time_limit_min}", str(times.allocations or "?"),
                 str(times.every_n_steps) if times.every_n_steps else ("stop" if times.final == "none" else "end"),

@@ -1,6 +1,6 @@
 """`vdkit render`: write one new run directory per recipe (launch.sbatch, recipe.yaml, nemo.yaml, ...).
 
-  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts]
+  vdkit render [OVERRIDES...] [-m | --sweep NAME] [--out DIR] [--check-mounts | --no-check-mounts] [--check]
 
 stdout: each run directory's path, one per line (for scripts). stderr, for the reader: under each
 path its layout, memory and predicted time, and at the end the inputs this machine did not check
@@ -14,18 +14,20 @@ import re
 import sys
 from pathlib import PurePosixPath
 
-from vdkit.args import add_render_args
+from vdkit.args import add_render_args, run_dir_files_help
 
 
 def register(sub) -> None:
     """Add the `render` verb."""
     p = sub.add_parser("render", help="write a run directory with launch.sbatch (+ NeMo config); print its path",
-                       description="Compose and plan each recipe, then write a new run directory holding "
-                                   "launch.sbatch, recipe.yaml, plan.json, overrides.txt and (engine=nemo) "
-                                   "nemo.yaml. Earlier run directories are never overwritten. Prints the paths "
-                                   "(stdout) and, under each, its layout, memory and predicted time, then the "
-                                   "inputs not checked on this machine (stderr).")
+                       description="Compose and plan each recipe, then write a new run directory (a re-render "
+                                   "writes NAME-2, never over an earlier one). " + run_dir_files_help() + " Prints "
+                                   "the paths (stdout) and, under each, its layout, memory and predicted time, then "
+                                   "the site assumptions, the inputs not checked on this machine and the exact "
+                                   "sbatch line (stderr).")
     add_render_args(p)
+    p.add_argument("--check", action="store_true",
+                   help="then run `vdkit check` on every run directory written (exit 2 on a defect)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +48,10 @@ def run(args) -> int:
 
     start = of(cells[0].plan).next_command(cells[0].files) if cells else ""
     print(closing_lines(cells, written, args.check_mounts, start), file=sys.stderr)
+    if getattr(args, "check", False):
+        from vdkit.commands.check import check_dirs, report
+
+        return report(check_dirs(written), out=sys.stderr)
     return 0
 
 
@@ -53,10 +59,10 @@ def cell_lines(plan) -> str:
     """Three indented lines: the layout with its memory, the predicted time (or why there is none), and
     the allocation (--time, how many, the checkpoint cadence)."""
     r, p = plan.recipe, plan.recipe.parallelism
-    if plan.layout_source in ("none", "fsdp", "zero3"):  # the transformers engine: sharded data parallel
-        layout = f"DP {plan.dp} ({plan.layout_source})"
+    if p.sharding != "none":  # sharded data parallel (FSDP / ZeRO-3): the layout is DP over every GPU
+        layout = f"DP {plan.dp} ({p.sharding})"
     else:
-        layout = f"TP {p.tp} x PP {p.pp} x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
+        layout = f"TP {p.tp} x PP {p.pp}" + (f" x CP {p.cp}" if p.cp > 1 else "") + f" x DP {plan.dp} ({plan.layout_source})" + (f", VP {p.vp}" if p.vp > 1 else "")
     layout += (f", gradient accumulation {plan.grad_accum}; {plan.memory.total_gb:.1f} of {r.cluster.gpu_memory_gb:g} "
                f"GB per GPU" + (" (borderline)" if plan.borderline else ""))
     pred = plan.prediction
@@ -67,14 +73,34 @@ def cell_lines(plan) -> str:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)
         timing = "none" + (f" ({why})" if why else "")
-    from vdkit.planner.timeplan import time_plan
-
-    t = time_plan(plan)  # plan.recipe carries the decided --time and cadence (vdkit.planner.timeplan.resolve)
+    t = plan.time  # the planner's --time, allocations and cadence
     every = f"every {t.every_n_steps} steps" if t.every_n_steps else "at the end and at each stop"
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")
     times = f"--time={t.time_limit_min} min, {allocs}; checkpoint {every}"
     return f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
+
+
+def site_assumptions(cells) -> list:
+    """One block: the site facts (vdkit.site.SITE_FACTS) the rendered jobs use that nobody read on a node
+    (not in ``cluster.probed``), for clusters whose ranks run elsewhere (not the local launcher)."""
+    from vdkit import launchers
+    from vdkit.site import SITE_FACTS
+
+    seen, lines = set(), []
+    for cell in cells:
+        c = cell.plan.recipe.cluster
+        if c.name in seen or launchers.executes_here(c.launcher):
+            continue
+        seen.add(c.name)
+        assumed = [f"cluster.{k}={getattr(c, k)!r}".replace("'", "") for k in SITE_FACTS if k not in c.probed]
+        if assumed:
+            lines.append(f"site assumptions of cluster {c.name} (not read on your nodes; an adapter name that differs "
+                         "silently costs NICs or falls back to TCP):")
+            lines += [f"  {a}" for a in assumed]
+            lines.append(f"  read yours on a compute node: vdkit site probe --name mysite --out DIR, then render "
+                         f"with --config-dir DIR cluster=mysite")
+    return lines
 
 
 def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
@@ -88,7 +114,7 @@ def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
     # a directory listed only because a file in it is (the .nemo file's folder) says nothing new
     unchecked = [f"{what} {path}" for path, what in found.items()
                  if not any(other != path and PurePosixPath(path) in PurePosixPath(other).parents for other in found)]
-    lines = []
+    lines = site_assumptions(cells)
     if unchecked:
         why = ("--no-check-mounts" if check_mounts is False else
                "their top-level directories are not on this machine: cluster storage")

@@ -16,9 +16,14 @@ LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data
 
 
 def register(sub) -> None:
-    p = sub.add_parser("run", help="train a recipe here (reference or megatron engine; local processes as ranks)",
+    from vdkit.args import run_dir_files_help
+
+    p = sub.add_parser("run", help="train a recipe here (reference, megatron or bridge engine; local processes as ranks)",
                        description="Compose the recipe, plan it, write a run directory and train it on this "
-                                   "machine with an engine that runs locally (reference, megatron): "
+                                   "machine with an engine that runs locally (reference, megatron, bridge; "
+                                   "engine=nemo runs only in its container on a cluster): " + run_dir_files_help() +
+                                   " The ranks add logs/, checkpoints/, local-1.out (and engine=megatron / bridge "
+                                   "memory.json). Ranks: "
                                    "cluster.nodes x cluster.gpus_per_node local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
                                    + " ".join(LOCAL_DEFAULTS) + ". Prints the run directory.")
     add_override_args(p, sweeps=False)
@@ -81,6 +86,9 @@ def resume(args) -> int:
                         f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
+    from vdkit.runlock import check_lock_file
+
+    check_lock_file(run_dir)  # a directory or FIFO named run.lock: one line now, not a hang in the launcher
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
     rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
@@ -107,6 +115,9 @@ def run(args) -> int:
                         "use cluster=local here, or `vdkit submit` for that cluster")
     # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
     cell = prepare(plan, args.out)
+    from vdkit.rundir import check_results_room
+
+    check_results_room(cell.plan, cell.run_dir)  # a read-only or full disk now, not at the first save
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
     plan = cell.plan  # with the plan's time and cadence (vdkit.planner.timeplan)

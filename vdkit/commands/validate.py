@@ -34,7 +34,7 @@ def register(sub) -> None:
                    help="add a validation every N steps ...")
     v.add_argument("--val-seconds", type=finite_seconds, default=0.0, metavar="S", help="... taking S seconds each")
     v.add_argument("--checkpoint-seconds", type=finite_seconds, default=0.0, metavar="S",
-                   help="add S seconds per checkpoint (every engine.checkpoint_every_n_steps of the recipe, "
+                   help="add S seconds per checkpoint (at the run's planned cadence, plan.json's time plan, "
                         "else one at the end)")
     v.set_defaults(func=run_validate)
 
@@ -97,6 +97,16 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_log_sizes(sources) -> None:
+    """Each log file named on the command line is at most MAX_LOG_BYTES, checked before a byte is read
+    (a 2 GB sparse file took 35 s to say "no steps")."""
+    from vdkit.limits import MAX_LOG_BYTES, check_size
+
+    for src in sources:
+        if Path(src).is_file():
+            check_size(src, MAX_LOG_BYTES, "training log", "pass the job's own log (or the run directory)")
+
+
 def run_steps(args) -> int:
     """`vdkit validate --steps SOURCE`: the per-step CSV (warnings to stderr, so the CSV stays clean)."""
     from vdkit.validation.logs import read_source
@@ -105,6 +115,7 @@ def run_steps(args) -> int:
     if len(args.sources) != 1:
         raise UserError(f"--steps takes one RUN_DIR_OR_LOG, got {len(args.sources)}",
                         "run `vdkit validate --steps` once per source")
+    check_log_sizes(args.sources)
     log = read_source(args.sources[0], require_timing=False)
     sys.stdout.write(steps_csv(log))
     for w in log.warnings:
@@ -121,6 +132,7 @@ def run_validate(args) -> int:
     if args.target_steps is not None and args.target_steps < 1:
         raise UserError(f"--target-steps {args.target_steps} must be >= 1", "pass e.g. --target-steps 1000")
     failures = []
+    check_log_sizes(args.sources)
     for i, src in enumerate(args.sources):
         try:
             overheads = _overheads(args, find_run_dir(Path(src)))

@@ -48,7 +48,7 @@ from typing import Iterator, List, Optional, Tuple
 from vdkit.planner.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline, overhead_gb
 from vdkit.errors import UserError
-from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
+from vdkit.planner.predict import predict_step, predicts_for, recompute_share, regime, why_no_prediction
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
@@ -71,14 +71,22 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
         out.append(f"PP must divide the layers ({m.num_layers}); pp={pp} does not")
     if vp > 1 and (pp < 2 or m.num_layers % (pp * vp)):
         out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
-    if r.world_size % (tp * pp):
-        out.append(f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
+    cp = r.parallelism.cp
+    if r.world_size % (tp * pp * cp):
+        out.append(f"TP x PP x CP must divide the world size ({r.world_size} GPUs); {tp} x {pp} x {cp} = "
+                   f"{tp * pp * cp} does not" if cp > 1 else
+                   f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
     else:
-        dp = r.world_size // (tp * pp)
+        dp = data_parallel(r, tp, pp)
         if t.global_batch_size % (t.micro_batch_size * dp):
             out.append(f"GBS must be a multiple of MBS x DP; {t.global_batch_size} is not a multiple of "
                        f"{t.micro_batch_size} x {dp}")
     return out
+
+
+def data_parallel(r: Recipe, tp: int, pp: int) -> int:
+    """Data-parallel ranks: the world less TP x PP x CP (context-parallel ranks share a batch's samples)."""
+    return r.world_size // (tp * pp * r.parallelism.cp)
 
 
 def _divisors(n: int) -> List[int]:
@@ -164,9 +172,10 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     w, g, o = static_bytes(precision)
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
-    dp = r.world_size // (tp * pp)
+    # megatron-core's distributed optimizer shards over the data-parallel x context-parallel group
+    shards = data_parallel(r, tp, pp) * r.parallelism.cp
     return {"weights": weights, "gradients": g * trainable,
-            "optimizer": o * trainable / (dp if distributed_optimizer else 1)}
+            "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 
 
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
@@ -174,20 +183,22 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
     m, t = r.model, r.train
     precision = precision or t.precision
-    dp = r.world_size // (tp * pp)
+    dp = data_parallel(r, tp, pp)
     layers = m.num_layers // pp
     static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
                  key=lambda d: sum(d.values()))
     weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
 
-    s = t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)
+    # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
+    s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
     b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
     kv = m.num_query_groups * (h // m.num_attention_heads)
     sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
     norms = s * b * 4 * h / (tp if sequence_parallel else 1)
     per_layer = sharded + norms
-    if recompute == "full":
-        stored_per_layer = 2 * s * b * h / (tp if sequence_parallel else 1)
+    if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
+        share = recompute_share(r, recompute, layers)
+        stored_per_layer = share * 2 * s * b * h / (tp if sequence_parallel else 1) + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0
@@ -226,7 +237,7 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
     cap = r.cluster.gpu_memory_gb
     out = []
     for ltp, lpp in _candidate_layouts(r, tp, pp, vp or 1):
-        dp = r.world_size // (ltp * lpp)
+        dp = data_parallel(r, ltp, lpp)
         sp = (ltp > 1) if sequence_parallel is None else sequence_parallel
         for lvp in _vp_options(r, lpp, vp, dp):
             if layout_violations(r, ltp, lpp, lvp):
@@ -285,13 +296,22 @@ def _why_lost(chosen: Candidate, other: Candidate) -> str:
 
 # ----------------------------------------------------------------------------- planning
 def make_plan(recipe: Recipe) -> Plan:
-    """Decide (or check) the layout of ``recipe``, estimate its memory and predict its step time.
+    """Decide (or check) the layout of ``recipe``, estimate its memory, predict its step time and decide
+    its time plan (``Plan.time``: --time, allocations, checkpoint cadence; computed here, once).
 
     Automatic layouts: among the valid layouts that fit with HEADROOM, the one with the lowest
     predicted step time (the plan names the runner-up and why it lost). Pinned layouts are checked,
     never changed. Raises UserError when a pinned layout breaks a rule; returns a plan with
     ``feasible=False`` and the arithmetic in ``reason`` when nothing fits the GPU's memory.
     """
+    from vdkit.planner.timeplan import time_plan
+
+    plan = layout_plan(recipe)
+    return dataclasses.replace(plan, time=time_plan(plan))
+
+
+def layout_plan(recipe: Recipe) -> Plan:
+    """:func:`make_plan` without the time plan (``Plan.time`` None): the layout, memory and prediction."""
     if recipe.parallelism.sharding != "none":  # FSDP / ZeRO-3: its own memory model (vdkit.planner.sharded)
         from vdkit.planner.sharded import make_sharded_plan
 
@@ -325,12 +345,14 @@ def make_plan(recipe: Recipe) -> Plan:
     sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
     resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=lvp, sequence_parallel=sp, recompute=rc,
                                        distributed_optimizer=dist_opt)
-    dp = recipe.world_size // (ltp * lpp)
+    dp = data_parallel(recipe, ltp, lpp)
     grad_accum = recipe.train.global_batch_size // (recipe.train.micro_batch_size * dp)
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    reason, notes = None, []
+    from vdkit.context import seq_notes
+
+    reason, notes = None, seq_notes(recipe) + _data_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
@@ -366,10 +388,27 @@ def make_plan(recipe: Recipe) -> Plan:
     elif feasible:
         notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
                      "fastest)")
+    from vdkit.planner.interval import attach
+
+    prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
+
+
+def _data_notes(recipe: Recipe) -> List[str]:
+    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
+    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
+        return []
+    from vdkit.planner.predict import avg_tokens, calibration
+    from vdkit.tokens import counted_mean
+
+    avg = avg_tokens(recipe, calibration())
+    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
+    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
+            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
+            "assumed full-length"]
 
 
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:
@@ -411,7 +450,7 @@ def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:
         bigger = dataclasses.replace(r, cluster=dataclasses.replace(c, nodes=nodes),
                                      parallelism=dataclasses.replace(r.parallelism, tp=None, pp=None))
         try:
-            if make_plan(bigger).feasible:
+            if layout_plan(bigger).feasible:
                 hints.append(f"in {r.train.precision} it fits on {nodes} nodes "
                              f"({nodes * c.gpus_per_node} GPUs): cluster.nodes={nodes}")
                 break

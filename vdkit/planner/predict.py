@@ -59,6 +59,26 @@ def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
     return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
 
 
+def gpu_hardware(calib: dict, gpu_type: str) -> dict:
+    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks,
+    HBM and in-node ring bandwidth from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured
+    matmul share of peak relative to the reference GPU's (1.0 for the reference GPU)."""
+    hw = dict(calib["hardware"])
+    ref = hw.get("reference_gpu")
+    if not ref or gpu_type == ref:
+        return {**hw, "gemm_scale": 1.0}
+    from vdkit.planner.calibration import load
+
+    gpus = load("hf_step_time")["gpus"]
+    if gpu_type not in gpus:  # a GPU nothing describes: no prediction is shown (predicts_for), ranking only
+        return {**hw, "gemm_scale": 1.0}
+    g, r = gpus[gpu_type], gpus[ref]
+    hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"], hbm_gb_s=g["hbm_gb_s"],
+              nvlink_gb_s=g["intra_node_gb_s"],
+              gemm_scale=(g["mamf_tflops_bf16"] / g["peak_tflops_bf16"]) / (r["mamf_tflops_bf16"] / r["peak_tflops_bf16"]))
+    return hw
+
+
 def why_no_prediction(recipe, tp: int = 1, pp: int = 1) -> Optional[str]:
     """Why the step-time model predicts nothing for ``recipe`` laid out TP x PP (None: it predicts).
 
@@ -82,6 +102,18 @@ def fitted(calib: Optional[dict] = None) -> Dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- the work
+def avg_tokens(recipe, calib: dict) -> Optional[float]:
+    """Average tokens per fine-tuning sample of the data actually configured: its `vdkit data stats --plan`
+    histogram when the file is beside data.train_files, else the calibration's figure for data.name
+    (Dolly's, Alpaca's), else None (unknown: callers assume full-length samples)."""
+    from vdkit.tokens import counted_mean
+
+    counted = counted_mean(recipe)
+    if counted:
+        return counted[0]
+    return (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+
+
 def tokens_per_sample(recipe, calib: Optional[dict] = None) -> float:
     """Tokens one sample puts through the model (P-tuning adds its virtual tokens).
 
@@ -94,7 +126,7 @@ def tokens_per_sample(recipe, calib: Optional[dict] = None) -> float:
     if recipe.method.name == "pretrain" or recipe.data.packed:
         n = float(t.seq_length)
     else:
-        avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+        avg = avg_tokens(recipe, calib)
         n = min(float(avg), float(t.seq_length)) if avg else float(t.seq_length)
     if recipe.method.name == "ptuning":
         n += recipe.method.ptuning_virtual_tokens
@@ -106,10 +138,12 @@ def samples_per_sequence(recipe, calib: Optional[dict] = None) -> float:
     calib = calib or calibration()
     if not recipe.data.packed or recipe.method.name == "pretrain":
         return 1.0
-    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    avg = avg_tokens(recipe, calib)
     if not avg:
         return 1.0
-    return recipe.train.seq_length * float(calib["packing_efficiency"]) / float(avg)
+    # with context parallelism each packed sample is padded to a multiple of 2 x CP (on average half of it)
+    pad = (2 * recipe.parallelism.cp - 1) / 2 if recipe.parallelism.cp > 1 else 0.0
+    return recipe.train.seq_length * float(calib["packing_efficiency"]) / (float(avg) + pad)
 
 
 def attention_span(recipe, calib: Optional[dict] = None) -> float:
@@ -117,7 +151,7 @@ def attention_span(recipe, calib: Optional[dict] = None) -> float:
     calib = calib or calibration()
     if recipe.method.name == "pretrain":
         return float(recipe.train.seq_length)
-    avg = (calib.get("data") or {}).get(recipe.data.name, {}).get("tokens_per_sample")
+    avg = avg_tokens(recipe, calib)
     return min(float(avg), float(recipe.train.seq_length)) if avg else float(recipe.train.seq_length)
 
 
@@ -126,7 +160,18 @@ def _matmul_per_layer(m, counts) -> int:
     return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
 
 
-def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None) -> float:
+def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
+    """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
+    partial, vdkit.recompute); 0 for none / selective."""
+    from types import SimpleNamespace
+
+    from vdkit.recompute import full_share
+
+    p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
+    return full_share(p, layers_per_stage)
+
+
+def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1) -> float:
     """Model FLOPs per token for one training step (forward, backward and recomputation)."""
     m = recipe.model
     counts = param_counts(m)
@@ -134,7 +179,7 @@ def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = Non
     layers_fwd = 2 * m.num_layers * matmul_per_layer + 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
     logits_fwd = 2 * m.hidden_size * m.vocab_size
     passes = 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
-    recompute_fwd = 1.0 if recompute == "full" else 0.0
+    recompute_fwd = recompute_share(recipe, recompute, m.num_layers // pp)
     return (passes + recompute_fwd) * layers_fwd + passes * logits_fwd
 
 
@@ -156,18 +201,19 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     """
     calib = calib or calibration()
     k = constants or fitted(calib)
-    hw = calib["hardware"]
+    hw = gpu_hardware(calib, recipe.cluster.gpu_type)
     nb = {key: float(v) for key, v in calib["bytes"].items()}
     r, m, t, c = recipe, recipe.model, recipe.train, recipe.cluster
     vp = vp or 1
-    dp = r.world_size // (tp * pp)
+    cp = r.parallelism.cp
+    dp = r.world_size // (tp * pp * cp)
     micro = t.global_batch_size // (t.micro_batch_size * dp)  # micro batches per step per DP rank
     latency = float(hw["collective_latency_us"]) * 1e-6
 
     n = t.micro_batch_size * tokens_per_sample(r, calib)  # tokens per micro batch
     fp8 = t.precision == "fp8"
     peak = float(hw["peak_tflops_fp8" if fp8 else "peak_tflops_bf16"]) * 1e12
-    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"]
+    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"] * float(hw["gemm_scale"])
     hbm = float(hw["hbm_gb_s"]) * 1e9
     full = r.method.name in ("sft", "pretrain")
     fused = _fused_path(r)
@@ -183,9 +229,11 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 
     # Compute, on the roofline: FLOPs at the achieved GEMM rate, but never faster than streaming the
     # weights from HBM once per GEMM pass (forward, activation gradient, weight gradient).
-    passes = (3 if full else 2) + (1 if recompute == "full" else 0)
+    share = recompute_share(r, recompute, layers)  # full recompute: the share of layers rerun forward
+    passes = (3 if full else 2) + share
     weight_bytes = (nb["weight_fp8"] if fp8 else nb["weight_bf16"]) * gemm_params
-    flops_mb = n * flops_per_token(r, recompute, calib) / (tp * pp) / peak  # seconds at 100 % of peak
+    # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU
+    flops_mb = n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # seconds at 100 % of peak
     floor_mb = passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
@@ -195,28 +243,30 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # gradient (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
     touched = 0.0
     if not fused:
-        touched = ((nb["unfused_weights_read"] + (nb["unfused_recompute_read"] if recompute == "full" else 0.0))
+        touched = ((nb["unfused_weights_read"] + nb["unfused_recompute_read"] * share)
                    * gemm_params + (nb["unfused_sft_gradient"] * trainable_held if full else 0.0))
     overhead_mb = touched / (k["guide_stack_gb_s"] * 1e9)
 
     # Tensor parallel: 2 collectives forward + 2 backward per layer (+2 recomputed), activations in bf16.
     nvlink = float(hw["nvlink_gb_s"])
-    act_bytes = n * m.hidden_size * nb["activation"]
+    act_bytes = n * m.hidden_size * nb["activation"] / cp  # this GPU's share of the sequence
     per_collective = (2.0 * (tp - 1) / tp * act_bytes / (nvlink * 1e9) + latency) if tp > 1 else 0.0
-    tp_mb = layers * (6 if recompute == "full" else 4) * per_collective
+    tp_mb = layers * (4 + 2 * share) * per_collective
     # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
     # overlap_p2p_comm is on (interleaved schedule on the fused path).
     adapters = len(c.ib_hcas) or int(hw["default_adapters_per_node"])
     ib_per_gpu = adapters * float(hw["ib_gb_s_per_adapter"]) / c.gpus_per_node
     pp_link = nvlink if tp * pp <= c.gpus_per_node else ib_per_gpu
     pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + latency)) if pp > 1 and not (fused and vp > 1) else 0.0
-    stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb
+    cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu, latency, nb["activation"])
+    stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
 
     # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
+    # (megatron-core reduces them over the data-parallel x context-parallel group)
     dp_link = nvlink if r.world_size <= c.gpus_per_node else ib_per_gpu
-    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp, dp_link, latency)
+    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, latency)
     # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
-    shard = trainable_held / (dp if distributed_optimizer else 1)
+    shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * nb["optimizer_pass"] / hbm
     overhead_mb += compute_mb - flops_mb / eff  # the roofline's excess counts as overhead
     compute_mb = flops_mb / eff
@@ -225,15 +275,33 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     spp = samples_per_sequence(r, calib)
     return StepTime(
         compute_s=micro * compute_mb, overhead_s=micro * overhead_mb,
-        communication_s=micro * (tp_mb + pp_mb) + dp_s, bubble_s=bubble, optimizer_s=opt_s,
+        communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_s, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_s,
+               "context_parallel_s": micro * cp_mb,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm) + per_step
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
-               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb, "per_step_s": dp_s + opt_s},
+               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "per_step_s": dp_s + opt_s},
     )
+
+
+def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
+               latency: float, elem_bytes: float) -> float:
+    """Context parallelism's ring per micro batch and stage (Transformer Engine's p2p attention): each layer
+    passes its K and V chunk (this GPU's s / CP tokens, its KV heads / TP) round the CP ring, CP - 1 hops
+    forward and again with their gradients backward (2x: K, V and dK, dV); a recomputed forward repeats
+    its hops. Counted whole: the kit does not assume the hops hide behind the chunk's attention. CP groups
+    sit next to TP in megatron-core's rank order: NVLink while TP x CP fits a node, else the fabric."""
+    if cp <= 1:
+        return 0.0
+    m = r.model
+    kv_dim = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
+    chunk = 2 * n / cp * kv_dim / tp * elem_bytes  # K and V of this GPU's share
+    link = nvlink if tp * cp <= r.cluster.gpus_per_node else ib_per_gpu
+    hop = chunk / (link * 1e9) + latency
+    return layers * (cp - 1) * (1 + 2 + share) * hop
 
 
 #: Which step-time regime and constants describe an engine's stack - the one place an engine picks them:

@@ -171,7 +171,9 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     wgrad = sum(_gemm_s(k, n, mm, mamf, hbm, **q) for k, mm in gemms) if full else 0.0
     heads = m.num_attention_heads
     attn_flops = 4.0 * n * row * m.hidden_size  # scores and weighted values over the padded row
-    attn_bytes = float(stack["attention_score_passes"]) * 2.0 * t.micro_batch_size * heads * row * row  # bf16 scores
+    # eager attention writes and reads its bf16 score matrix; sdpa's fused kernels keep it on chip
+    eager = r.engine.attention == "eager"
+    attn_bytes = float(stack["attention_score_passes"]) * 2.0 * t.micro_batch_size * heads * row * row * eager
     attn_fwd = max(attn_flops / mamf, attn_bytes / hbm)
     elementwise = float(stack["elementwise_passes"]) * _stored_activation_bytes(m, n) / hbm
     recomputed = 1.0 if recompute == "full" else 0.0

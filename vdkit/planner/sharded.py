@@ -161,7 +161,7 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
         notes.append(_why_no_prediction(recipe))
     return Plan(recipe=resolved, dp=n, grad_accum=t.global_batch_size // (t.micro_batch_size * n), memory=mem,
                 feasible=feasible, borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
-                layout_source=p.sharding, notes=tuple(notes), prediction=prediction,
+                layout_source="pinned", notes=tuple(notes), prediction=prediction,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
 
 

@@ -31,9 +31,11 @@ The arithmetic (every constant below says where it comes from):
   takes; ``--time`` is the predicted wall time plus :data:`MARGIN` and the lead when one
   allocation suffices, else the partition maximum.
 
-Pure functions of the plan (no I/O). :func:`resolve` writes the derived ``--time`` and checkpoint
-interval into the recipe (``cluster.time_limit_min``, ``engine.checkpoint_every_n_steps``) unless
-the user pinned them, so that every engine and launcher reads one value.
+Pure functions of the plan (no I/O). :func:`vdkit.planner.plan.make_plan` calls :func:`time_plan` once
+and keeps the result as ``Plan.time``: launchers, engines, commands and ``plan.json`` (its ``schedule``
+section, read back by :func:`vdkit.rundir.load_plan`) read that one value. Nothing derived is written
+back into the recipe: ``recipe.yaml`` holds what the user set (``cluster.time_limit_min``,
+``engine.checkpoint_every_n_steps`` when pinned) and the defaults.
 """
 from __future__ import annotations
 
@@ -102,15 +104,23 @@ class TimePlan:
         """Seconds after the allocation starts at which a rank stops by its own clock (the budget)."""
         return max(1, self.time_limit_min * 60 - self.lead_s)
 
-    def to_dict(self) -> dict:
+    def to_dict(self, rounded: bool = True) -> dict:
+        """As plain data (``vdkit plan --json``: floats rounded; plan.json's ``schedule`` section unrounded,
+        which :meth:`from_dict` reads back exactly)."""
         d = dataclasses.asdict(self)
         for k, v in d.items():
-            if isinstance(v, float):
+            if rounded and isinstance(v, float):
                 d[k] = round(v, 2)
         d["stop_after_s"] = self.stop_after_s
         share = self.checkpoint_share
-        d["checkpoint_share"] = None if share is None else round(share, 4)
+        d["checkpoint_share"] = share if share is None or not rounded else round(share, 4)
         return d
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TimePlan":
+        """The time plan :meth:`to_dict` wrote (derived keys such as ``stop_after_s`` are recomputed)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
 
 
 def checkpoint_write_s(checkpoint_gb: float, cluster) -> float:
@@ -210,17 +220,6 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                     async_save=pol.async_save, final=pol.final, held_gb=spent.held_gb)
 
 
-def resolve(plan):
-    """``plan`` with its recipe's ``cluster.time_limit_min`` and ``engine.checkpoint_every_n_steps`` set
-    from :func:`time_plan` (pinned values are kept): what render, submit and run write and read."""
-    tp = time_plan(plan)
-    r = plan.recipe
-    recipe = dataclasses.replace(
-        r, cluster=dataclasses.replace(r.cluster, time_limit_min=tp.time_limit_min),
-        engine=dataclasses.replace(r.engine, checkpoint_every_n_steps=tp.every_n_steps))
-    return dataclasses.replace(plan, recipe=recipe)
-
-
 def hms(seconds: float) -> str:
     """``DD:HH:MM:SS`` (Lightning's and NeMo's ``max_time`` format)."""
     s = int(seconds)
@@ -272,8 +271,13 @@ def saves_at_end(recipe) -> bool:
     return checkpoint_policy.run_mode(recipe) != "timing"
 
 
-def every_n_steps(recipe) -> int:
-    """How often a run checkpoints: ``engine.checkpoint_every_n_steps`` as :func:`resolve` set it when
-    the run was planned, else (a run directory written without the plan's cadence) the fallback."""
-    every = recipe.engine.checkpoint_every_n_steps
+def every_n_steps(plan) -> int:
+    """How often a run checkpoints: the plan's time plan (``plan.time``, from plan.json's ``schedule``),
+    else the recipe's pinned ``engine.checkpoint_every_n_steps`` (``plan`` may be a bare recipe: a run
+    directory rendered before the time plan was part of the plan carries its cadence in recipe.yaml),
+    else the fallback."""
+    times = getattr(plan, "time", None)
+    if times is not None:
+        return times.every_n_steps
+    every = getattr(plan, "recipe", plan).engine.checkpoint_every_n_steps
     return FALLBACK_EVERY_N_STEPS if every is None else every

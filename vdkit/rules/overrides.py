@@ -70,11 +70,11 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, duplicates
                                 f"add -m to plan every value, or quote a literal comma: {name}='a,b'")
 
 
-def check_sweep_size(overrides: Sequence[str], limit: int = MAX_CELLS) -> None:
-    """Refuse a ``-m`` product of more than ``limit`` cells before it is expanded (range(0,10**9) included)."""
+def _sweep_product(overrides: Sequence[str], limit: int):
+    """(cells, the override that passed ``limit`` or None) of a ``-m`` product, counted without expanding it."""
     parsed = _parse(overrides)
     if parsed is None:
-        return
+        return 1, None
     from hydra.core.override_parser.types import ChoiceSweep, RangeSweep
 
     cells = 1
@@ -91,9 +91,22 @@ def check_sweep_size(overrides: Sequence[str], limit: int = MAX_CELLS) -> None:
             continue
         cells *= max(n, 1)
         if cells > limit:
-            raise UserError(f"the sweep has {cells:,}+ cells, more than the {limit} vdkit plans in one command "
-                            f"(from {o.input_line})",
-                            "narrow the lists (e.g. range(0,8)), or run several smaller sweeps")
+            return cells, o
+    return cells, None
+
+
+def sweep_size(overrides: Sequence[str], limit: int = MAX_CELLS) -> int:
+    """The cells a ``-m`` product of ``overrides`` has (a number above ``limit`` once it passes it), unexpanded."""
+    return _sweep_product(overrides, limit)[0]
+
+
+def check_sweep_size(overrides: Sequence[str], limit: int = MAX_CELLS) -> None:
+    """Refuse a ``-m`` product of more than ``limit`` cells before it is expanded (range(0,10**9) included)."""
+    cells, o = _sweep_product(overrides, limit)
+    if o is not None:
+        raise UserError(f"the sweep has {cells:,}+ cells, more than the {limit} vdkit plans in one command "
+                        f"(from {o.input_line})",
+                        "narrow the lists (e.g. range(0,8)), or run several smaller sweeps")
 
 
 def check_cell_count(n: int, what: str, limit: int = MAX_CELLS) -> None:

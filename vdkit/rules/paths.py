@@ -1,20 +1,12 @@
-"""Paths a recipe names, at the door: the files the kit itself reads (a DeepSpeed config, a local
-``model.hf_path``) and ``run.name`` / ``run.out_dir``, which become directories."""
+"""Paths a recipe names, at the door: the files the kit itself reads (a DeepSpeed config) and
+``run.name`` / ``run.out_dir``, which become directories."""
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 from vdkit.errors import UserError
 
-def looks_like_path(value: str) -> bool:
-    """A hub id is ``org/name``; a local path starts with /, ./, ../ or ~ (or exists here)."""
-    v = str(value)
-    return v.startswith(("/", "./", "../", "~")) or os.path.exists(v)
-
 
 def check_files(recipe) -> None:
-    """File inputs the kit reads itself: a DeepSpeed config (parsed here) and a local ``model.hf_path``."""
+    """File inputs the kit reads itself: a DeepSpeed config (parsed here)."""
     p = recipe.parallelism
     if p.deepspeed_config:
         # The reader lives with the engine that uses it; it refuses a missing file, a non-mapping, stage != 3.
@@ -26,17 +18,8 @@ def check_files(recipe) -> None:
             if "parallelism.deepspeed_config" in exc.what:
                 raise
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
-    hf = recipe.model.hf_path
-    if hf and looks_like_path(hf):
-        from vdkit.files import on_this_machine
-
-        path = Path(os.path.expanduser(hf))
-        # Checked where it can be, as render checks mount sources: /shared/models on a laptop is cluster storage.
-        if on_this_machine(path) and not path.is_dir():
-            raise UserError(f"model.hf_path={hf} is " + ("a file, not a model directory" if path.exists() else
-                                                          "not a directory on this machine"),
-                            "point it at a directory with config.json and the weights, or a hub id like "
-                            "facebook/opt-125m, or model.hf_path=null for random weights")
+    # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
+    # rule (vdkit.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
 
 
 def check_names(recipe) -> None:

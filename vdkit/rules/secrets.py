@@ -78,7 +78,8 @@ def check_secrets_file(path: Optional[str], required: bool) -> None:
         why = denied_name(name) if "=" in s else "is not a NAME=value line"
         if why:
             # the line number, never the line: it may hold the secret itself
-            shown = name if ENV_NAME.match(name) or "=" in s and len(name) < 40 else f"line {n}"
+            # (a line without "=" is shown by number only: a bare token also matches ENV_NAME)
+            shown = name if "=" in s and (ENV_NAME.match(name) or len(name) < 40) else f"line {n}"
             raise UserError(f"run.secrets_file {path} line {n}: {shown} {why}",
                             "keep only the secrets' own NAME=value lines (e.g. HF_TOKEN=..., WANDB_API_KEY=...)")
 

@@ -13,7 +13,8 @@ import re
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import compose, sweep_cells
+from vdkit.config import compose
+from vdkit.sweep import sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.planner.timeplan import SITE_FIELDS, time_plan, young_interval_s
@@ -94,7 +95,7 @@ def test_the_timing_sweeps_checkpoint_only_at_the_stop():
                 times = time_plan(plan)
                 assert (times.every_n_steps, times.every_source, times.validation_s) == (0, "timing", 0.0)
     times = time_plan(make_plan(compose(sweep_cells("table9", ["train.max_steps=1000", "run.mode=train"])[0])))
-    assert times.every_source == "plan" and times.val_every == 100 and times.validation_s > 0
+    assert times.every_source == "plan" and times.val_every == 200 and times.validation_s > 0
 
 
 @pytest.mark.parametrize("cell", TABLE9, ids=lambda c: "-".join(o.split("=")[1] for o in c[:4]))
@@ -185,3 +186,58 @@ def test_the_gpu_is_named_where_the_gpu_is_the_reason(engine, described):
     assert first.startswith(f"no step-time prediction: {described}") and ", not NO-SUCH-GPU-80GB; --time is the " \
         "pinned limit and the allocations needed are unknown" in first
     assert any(n.startswith(f"no time prediction: {described}") and "not NO-SUCH-GPU-80GB" in n for n in rest)
+
+
+# ----------------------------------------------------------------------------- decided once, read everywhere
+def test_render_decides_the_time_plan_once_per_cell(tmp_path, capsys, monkeypatch):
+    """`vdkit render` of a two-cell sweep: time_plan runs twice (once per cell, in make_plan); the launcher,
+    the engine's nemo.yaml, the printed lines and plan.json read Plan.time."""
+    import json
+
+    from vdkit.planner import timeplan
+
+    calls = []
+    real = timeplan.time_plan
+
+    def counted(plan, *args, **kwargs):
+        calls.append(plan.recipe.model.name)
+        return real(plan, *args, **kwargs)
+
+    monkeypatch.setattr(timeplan, "time_plan", counted)
+    code = main(["render", "-m", "model=llama2_7b,llama2_13b", "method=lora", "--out", str(tmp_path),
+                 "--no-check-mounts"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert sorted(calls) == ["llama2_13b", "llama2_7b"]
+    for run_dir in out.split():
+        schedule = json.loads((tmp_path / run_dir / "plan.json").read_text())["schedule"]
+        sbatch = (tmp_path / run_dir / "launch.sbatch").read_text()
+        assert re.search(r"^#SBATCH --time=(\d+)$", sbatch, re.M).group(1) == str(schedule["time_limit_min"])
+
+
+@pytest.mark.parametrize("pinned", [(), ("cluster.time_limit_min=200", "engine.checkpoint_every_n_steps=25")])
+def test_recipe_yaml_holds_what_the_user_set_and_the_defaults(tmp_path, capsys, pinned):
+    """Nothing derived goes back into the recipe: recipe.yaml's cluster and engine sections are the composed
+    recipe's (unset --time and cadence stay unset, pinned ones are the user's); the derived values live in
+    plan.json's time plan, which load_plan reads back as Plan.time and the engines' cadence comes from."""
+    import yaml
+
+    from vdkit.planner.timeplan import every_n_steps
+    from vdkit.rundir import load_plan
+
+    overrides = [*CELL, *pinned]
+    assert main(["render", *overrides, "--out", str(tmp_path), "--no-check-mounts"]) == 0
+    run_dir = tmp_path / capsys.readouterr().out.split()[0]
+    written = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    composed = compose(overrides).to_dict()
+    for section in ("cluster", "engine", "train", "run"):
+        assert written[section] == composed[section], section
+    plan = make_plan(compose(overrides))
+    loaded = load_plan(run_dir)
+    assert loaded.time == plan.time and every_n_steps(loaded) == plan.time.every_n_steps
+    if pinned:
+        assert (plan.time.time_limit_min, plan.time.every_n_steps) == (200, 25)
+        assert (plan.time.time_source, plan.time.every_source) == ("pinned", "pinned")
+    else:
+        assert written["cluster"]["time_limit_min"] is None and written["engine"]["checkpoint_every_n_steps"] is None
+        assert plan.time.time_source != "pinned" and plan.time.every_source == "plan"

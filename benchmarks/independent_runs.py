@@ -1,0 +1,74 @@
+"""Independent public runs predicted with the fitted constants (never fitted on): the table, median and worst.
+
+Data: benchmarks/independent_runs.yaml (each run names its source; assumptions written beside it).
+Run by benchmarks/bench_prediction.py (its last block) or alone: python benchmarks/independent_runs.py
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import List
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vdkit.config import compose  # noqa: E402
+from vdkit.planner import predict as P  # noqa: E402
+from vdkit.planner.plan import make_plan  # noqa: E402
+
+DATA = Path(__file__).with_name("independent_runs.yaml")
+
+
+def rows() -> List[dict]:
+    """Each run: published and predicted seconds per step, the error, the layout, the range, the source."""
+    data = yaml.safe_load(DATA.read_text())
+    out = []
+    for run in data["runs"]:
+        r = compose(run["overrides"])
+        tokens = r.train.global_batch_size * r.train.seq_length
+        if "tokens_per_s_per_gpu" in run:
+            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        else:
+            tps = run["tflops"] * 1e12 / P.flops_per_token(r)
+            text = f"{run['tflops']} TFLOP/s ({tps:.0f} tok/s/GPU)"
+        plan = make_plan(r)
+        published = tokens / (tps * r.world_size)
+        pred = plan.prediction
+        row = {"name": run["name"], "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
+               "published": text, "published_step_s": published, "fits": plan.feasible,
+               "memory_gb": plan.memory.total_gb}
+        if pred is not None:
+            row.update(predicted_step_s=pred.step_seconds, error=pred.step_seconds / published - 1,
+                       interval=pred.interval_s,
+                       inside=pred.interval_s[0] <= published <= pred.interval_s[1])
+        out.append(row)
+    return out
+
+
+def print_independent() -> None:
+    """The table, then median and worst absolute error over the runs with a prediction."""
+    import numpy as np
+
+    data = yaml.safe_load(DATA.read_text())
+    print("independent public runs (never fitted on; benchmarks/independent_runs.yaml)")
+    print(f"  {'run':<48} {'published':<30} {'pub s/step':>10} {'pred':>8} {'error':>7}  in range  memory")
+    got = rows()
+    for w in got:
+        if "error" not in w:
+            print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f}  no prediction "
+                  f"({'fits' if w['fits'] else 'does not fit'}, {w['memory_gb']:.1f} GB)")
+            continue
+        print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f} {w['predicted_step_s']:>8.3f} "
+              f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB"
+              + ("" if w["fits"] else " (does not fit)"))
+    errs = [abs(w["error"]) for w in got if "error" in w]
+    print(f"  n={len(errs)}  median |error| {np.median(errs):.0%}  worst {max(errs):.0%}  "
+          f"inside the printed range: {sum(w.get('inside', False) for w in got)} of {len(errs)}")
+    for key, text in data["sources"].items():
+        print(f"  [{key}] {text}")
+
+
+if __name__ == "__main__":
+    print_independent()

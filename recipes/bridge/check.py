@@ -1,0 +1,273 @@
+"""`vdkit check` for engine=bridge: the run dir's own ``bridge_job.py`` on its ``bridge.yaml``, as far as a CPU goes.
+
+In one process for every bridge run directory (Megatron-Bridge is imported once, under the CPU shim
+:mod:`.cpu_shim`), per run directory:
+
+1. the job's own loader (``bridge_job.py``'s ``load``: Bridge's ``ConfigContainer.from_yaml``, strict);
+2. Bridge's own pre-initialisation path, ``runtime_config_update`` (mixed-precision preset resolved and
+   applied to the model / optimizer / DDP configs, data-parallel size, ``ConfigContainer.validate()``)
+   with the job's world size (the plan's GPUs). Kernels only the container has (Transformer Engine's
+   fused RoPE, Apex / TE gradient-accumulation fusion, ...) are switched off for this step and named;
+3. the rule Megatron-LM applies at start-up that Bridge 0.3.1 does not: FP8 parameter gather needs the
+   distributed optimizer (Megatron-LM ``megatron/training/arguments.py``; not in the megatron-core wheel);
+4. the model provider instantiated on the meta device at TP = PP = 1 (no memory), its parameter count
+   against the plan's (:func:`vdkit.planner.arch.param_counts`);
+5. checkpoint retention (a bounded number kept: Bridge's ``most_recent_k`` defaults to keep-all);
+6. the tokenizer with Bridge's ``build_tokenizer`` under ``TRANSFORMERS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``
+   (as the job runs) where the path is on this machine; a hub id is a defect, a cluster path "not
+   checked here";
+7. fine-tuning with the data here: Bridge's fine-tuning dataset built from the staged JSONL and the first
+   micro-batch collated by its own ``collate_fn``: the tokens it holds beside the plan's assumption.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import os
+import time
+from pathlib import Path
+
+from vdkit.jobcheck import Report, one_line
+
+HUB_ID_FIX = "stage the tokenizer once (huggingface-cli download ID --local-dir /shared/...) and set data.tokenizer_model=PATH"
+
+
+@contextlib.contextmanager
+def _env(**values):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update({k: str(v) for k, v in values.items()})
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _world_size(n: int):
+    """Bridge's get_world_size_safe as the job sees it (the plan's GPUs), without starting n processes."""
+    import megatron.bridge.training.config as bcfg
+
+    real = bcfg.get_world_size_safe
+    bcfg.get_world_size_safe = lambda: n
+    try:
+        yield
+    finally:
+        bcfg.get_world_size_safe = real
+
+
+_STARTED = False
+
+
+def _start() -> None:
+    """The CPU shim, and a one-process gloo group with TP = PP = 1 for the meta-device model."""
+    global _STARTED
+    if _STARTED:
+        return
+    from vdkit.recipes.bridge import cpu_shim
+
+    if cpu_shim.needed():
+        cpu_shim.apply()
+    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+
+    single_rank_model_parallel()
+    _STARTED = True
+
+
+def _job_module(run_dir: Path):
+    """The run dir's own bridge_job.py, imported as a module (its __main__ block does not run)."""
+    from vdkit.rundir import BRIDGE_JOB_FILE
+
+    spec = importlib.util.spec_from_file_location(f"bridge_job_check_{abs(hash(str(run_dir)))}", run_dir / BRIDGE_JOB_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _versions() -> str:
+    from importlib.metadata import version
+
+    return f"Megatron-Bridge {version('megatron-bridge')}, megatron-core {version('megatron-core')}"
+
+
+def check_runs(run_dirs) -> list:
+    """One Report per run directory (see the module docstring)."""
+    _start()
+    stack = _versions()
+    out = []
+    for d in run_dirs:
+        start = time.perf_counter()
+        rep = Report(Path(d), stack)
+        try:
+            _check(Path(d), rep)
+        except Exception as exc:  # a stack's own refusal we did not foresee: still one line, never a pass
+            rep.defect(f"Megatron-Bridge stopped the check: {one_line(exc)}", "bridge.yaml", "fix the setting it names, or re-render")
+        rep.seconds = time.perf_counter() - start
+        out.append(rep)
+    return out
+
+
+def _check(run_dir: Path, rep: Report) -> None:
+    from vdkit import launchers
+    from vdkit.recipes.bridge.config import CONFIG_FILE, FUSIONS
+    from vdkit.rundir import load_plan
+
+    plan = load_plan(run_dir)
+    on_cluster = not launchers.executes_here(plan.recipe.cluster.launcher)
+    job = _job_module(run_dir)
+    try:
+        cfg = job.load(run_dir / CONFIG_FILE)
+    except Exception as exc:
+        rep.defect(f"Bridge's ConfigContainer.from_yaml refuses {CONFIG_FILE}: {one_line(exc)}", CONFIG_FILE,
+                   "re-render the run (vdkit render) or correct the key it names")
+        return
+    rep.checked(f"{CONFIG_FILE} loads with the job's own loader (ConfigContainer.from_yaml, strict): "
+                f"{type(cfg.model).__name__}, dataset {type(cfg.dataset).__name__}")
+    te_only = [k for k in FUSIONS if getattr(cfg.model, k, False)]
+    full = copy.deepcopy(cfg)
+    for k in te_only:
+        setattr(cfg.model, k, False)
+    from megatron.bridge.training.config import runtime_config_update
+
+    try:
+        with _world_size(plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node):
+            runtime_config_update(cfg)
+    except Exception as exc:
+        rep.defect(f"Bridge's runtime_config_update / ConfigContainer.validate() refuses {CONFIG_FILE}: {one_line(exc)}",
+                   CONFIG_FILE, "change the setting it names (vdkit plan shows the layout)")
+        return
+    mp = cfg.mixed_precision
+    rep.checked(f"Bridge's runtime_config_update + validate(): world {plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node}"
+                f", TP {cfg.model.tensor_model_parallel_size} PP {cfg.model.pipeline_model_parallel_size} DP "
+                f"{cfg.data_parallel_size}, mixed precision {getattr(mp, 'fp8', None) and 'fp8 ' + str(mp.fp8_recipe) or ('bf16' if cfg.model.bf16 else 'fp32')}"
+                f", distributed optimizer {cfg.optimizer.use_distributed_optimizer}, scheduler {cfg.scheduler.lr_decay_style} "
+                f"over {cfg.scheduler.lr_decay_iters} steps")
+    if te_only:
+        rep.not_here(f"Transformer Engine / Apex kernels ({', '.join(te_only)}): on for the job, off for this CPU check (the container has them)")
+    if cfg.data_parallel_size != plan.dp:
+        rep.defect(f"Bridge computes DP {cfg.data_parallel_size}, the plan DP {plan.dp}", "model.*_parallel_size",
+                   "re-render: bridge.yaml and plan.json disagree")
+    if cfg.ddp.fp8_param_gather and not cfg.optimizer.use_distributed_optimizer:
+        rep.defect("FP8 parameter gather without the distributed optimizer: Megatron-LM refuses it at start-up "
+                   "(megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer or FSDP)",
+                   f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
+                   "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
+    _checkpoint(full, plan, on_cluster, rep)
+    tok = _tokenizer(cfg, on_cluster, rep)
+    _model(cfg, plan, tok, rep)
+    if tok is not None:
+        _first_batch(cfg, plan, tok, rep)
+
+
+def _model(cfg, plan, tok, rep: Report) -> None:
+    """The provider on the meta device at TP = PP = 1: parameter count against the plan's. The vocabulary
+    as Bridge's setup sets it (setup.py _validate_and_set_vocab_size) from the tokenizer, or from the
+    plan's model where the tokenizer is not here."""
+    import torch
+    from megatron.bridge.training.setup import _validate_and_set_vocab_size
+    from vdkit.planner.arch import param_counts
+    from vdkit.recipes.mcore_cpu import local_block_spec
+
+    m = copy.deepcopy(cfg.model)
+    vocab = tok.vocab_size if tok is not None else plan.recipe.model.vocab_size
+    m.vocab_size, m.should_pad_vocab = _validate_and_set_vocab_size(m.vocab_size, vocab)
+    m.tensor_model_parallel_size = m.pipeline_model_parallel_size = m.context_parallel_size = 1
+    m.virtual_pipeline_model_parallel_size, m.sequence_parallel = None, False
+    m.use_cpu_initialization, m.perform_initialization = True, False
+    m.transformer_layer_spec = local_block_spec
+    m.finalize()
+    t = time.perf_counter()
+    with torch.device("meta"):
+        model = m.provide(pre_process=True, post_process=True)
+    got = sum(p.numel() for p in model.parameters())
+    want = param_counts(plan.recipe.model).total
+    line = (f"{type(cfg.model).__name__}.provide() on the meta device (TP=PP=1, {time.perf_counter() - t:.1f} s): "
+            f"{got:,} parameters, plan {want:,}" + ("" if tok is not None else f" (vocab {vocab} from the plan's model)"))
+    if got == want:
+        rep.checked(line)
+    else:
+        rep.defect(line + " - the model Bridge builds is not the one planned", "model (bridge.yaml model section)",
+                   "align the model config with the plan (vdkit plan) and re-render")
+
+
+def _checkpoint(cfg, plan, on_cluster: bool, rep: Report) -> None:
+    c = cfg.checkpoint
+    steps = cfg.train.train_iters
+    saves = (steps // c.save_interval if c.save_interval else 0) if c.save else 0
+    keep = c.most_recent_k
+    rep.checked(f"checkpoints: {c.ckpt_format} to {c.save}, every {c.save_interval or '-'} steps ({saves} in "
+                f"{steps} steps), keep {'all' if keep in (-1, None) else keep}, async_save {c.async_save}")
+    if on_cluster and keep in (-1, None) and saves > 2:
+        gb = plan.checkpoint_gb or 0
+        rep.defect(f"{saves} checkpoints of {gb:,.0f} GB kept ({saves * gb:,.0f} GB): Bridge's most_recent_k=-1 keeps every one",
+                   f"checkpoint.most_recent_k, save_interval={c.save_interval}", "keep a bounded number (most_recent_k) and save at the plan's cadence")
+    if c.pretrained_checkpoint and not Path(c.pretrained_checkpoint).exists():
+        rep.not_here(f"base checkpoint {c.pretrained_checkpoint} (checkpoint.pretrained_checkpoint): cluster storage")
+
+
+def _is_hub_id(name: str) -> bool:
+    return not name.startswith(("/", ".")) and not Path(name).exists() and name.count("/") == 1
+
+
+def _tokenizer(cfg, on_cluster: bool, rep: Report):
+    """Bridge's build_tokenizer, offline as the job runs; None where it cannot be built here."""
+    name = str(cfg.tokenizer.tokenizer_model or "")
+    if _is_hub_id(name):
+        rep.defect(f"tokenizer {name} is a hub id: the job runs with TRANSFORMERS_OFFLINE=1 and no HF cache mounted, "
+                   "so it cannot resolve", "tokenizer.tokenizer_model (data.tokenizer_model / model.hf_path)", HUB_ID_FIX)
+        return None
+    if not Path(name).exists():
+        rep.not_here(f"tokenizer {name} (tokenizer.tokenizer_model): cluster storage")
+        return None
+    from megatron.bridge.training.tokenizers.tokenizer import build_tokenizer
+
+    with _env(TRANSFORMERS_OFFLINE=1, HF_HUB_OFFLINE=1):
+        try:
+            tok = build_tokenizer(cfg.tokenizer)
+        except Exception as exc:
+            rep.defect(f"Bridge's build_tokenizer fails offline on {name}: {one_line(exc)}", "tokenizer.tokenizer_model",
+                       HUB_ID_FIX)
+            return None
+    rep.checked(f"tokenizer {name}: Bridge's build_tokenizer offline, vocab {tok.vocab_size}")
+    return tok
+
+
+def _first_batch(cfg, plan, tok, rep: Report) -> None:
+    """Fine-tuning data here: Bridge's dataset and collate_fn on the first micro-batch."""
+    from megatron.bridge.training.config import FinetuningDatasetConfig
+
+    ds_cfg = cfg.dataset
+    if not isinstance(ds_cfg, FinetuningDatasetConfig):
+        what = getattr(ds_cfg, "blend", None) or type(ds_cfg).__name__
+        if type(ds_cfg).__name__.startswith("Mock"):
+            rep.checked(f"dataset {type(ds_cfg).__name__}: Bridge's mock data (no files)")
+        else:
+            rep.not_here(f"pretraining data {what} (dataset.blend): indexed files on cluster storage")
+        return
+    from vdkit.recipes.bridge.data import TRAIN_FILE
+
+    root = Path(str(ds_cfg.dataset_root))
+    if not (root / TRAIN_FILE).is_file():
+        rep.not_here(f"{root / TRAIN_FILE} (dataset.dataset_root): cluster storage")
+        return
+    if ds_cfg.packed_sequence_specs is not None and (ds_cfg.packed_sequence_specs.packed_sequence_size or 0) > 0:
+        rep.not_here("packed sequences: Bridge packs training.jsonl into .npy with the tokenizer at start-up; "
+                     "megatron-core's attention without TE cannot run THD batches (the first batch is the GPU's)")
+        return
+    from megatron.bridge.data.utils import get_dataset_provider
+
+    mbs = cfg.train.micro_batch_size
+    with _env(TRANSFORMERS_OFFLINE=1, HF_HUB_OFFLINE=1):
+        train, _valid, _test = get_dataset_provider(ds_cfg)([mbs * 2, 0, 0], ds_cfg, tok)
+    batch = train.collate_fn([train[i] for i in range(mbs)])
+    tokens = batch["tokens"]
+    mask = batch.get("loss_mask")
+    real = int((tokens != getattr(tok, "pad", -1)).sum()) if hasattr(tok, "pad") else tokens.numel()
+    rep.checked(f"first micro-batch (Bridge's {type(train).__name__}.collate_fn on {root / TRAIN_FILE}): "
+                f"tokens {list(tokens.shape)} = {tokens.numel()} positions, {real} not padding"
+                + (f", {int(mask.sum())} in the loss" if mask is not None else "")
+                + f"; the plan assumes {mbs} x {plan.recipe.train.seq_length} = {mbs * plan.recipe.train.seq_length} positions")

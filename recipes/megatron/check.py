@@ -1,0 +1,70 @@
+"""`vdkit check` for engine=megatron: the engine's own model code under megatron-core, on the rendered plan.
+
+The job (``python -m vdkit.recipes.megatron RUN_DIR``) builds megatron-core's TransformerConfig and
+GPTModel from the run dir's recipe and plan. Here, for every run dir in one process: the
+TransformerConfig for the planned layout (megatron-core's own ``__post_init__`` validates heads, groups,
+TP / PP / VP / SP against the model), then the model chunks the job builds (LoRA / P-tuning included)
+on the meta device at TP = PP = 1, their parameter count against the plan's. The training itself runs
+on this CPU in the tests (`vdkit run`), so this check stops before data and optimizer.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from vdkit.jobcheck import Report, one_line
+
+
+def check_runs(run_dirs) -> list:
+    """One Report per run directory."""
+    from importlib.metadata import version
+
+    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+
+    single_rank_model_parallel()
+    stack = f"megatron-core {version('megatron-core')}"
+    out = []
+    for d in run_dirs:
+        start = time.perf_counter()
+        rep = Report(Path(d), stack)
+        try:
+            _check(Path(d), rep)
+        except Exception as exc:
+            rep.defect(f"megatron-core stopped the check: {one_line(exc)}", "recipe.yaml / plan.json",
+                       "fix the setting it names, or re-render")
+        rep.seconds = time.perf_counter() - start
+        out.append(rep)
+    return out
+
+
+def _check(run_dir: Path, rep: Report) -> None:
+    import torch
+
+    from vdkit.errors import UserError
+    from vdkit.planner.arch import param_counts, trainable_params
+    from vdkit.recipes.megatron.model import Layout, build_chunks, transformer_config
+    from vdkit.rundir import load_plan
+
+    plan = load_plan(run_dir)
+    layout = Layout.from_plan(plan)
+    try:
+        transformer_config(plan.recipe, layout, cuda=False)
+    except (UserError, ValueError, AssertionError) as exc:
+        rep.defect(f"megatron-core's TransformerConfig refuses the planned layout: {one_line(exc)}",
+                   f"TP {layout.tp} PP {layout.pp} VP {layout.vp}", "change the layout (vdkit plan shows the choices)")
+        return
+    rep.checked(f"TransformerConfig validated for TP {layout.tp} PP {layout.pp} VP {layout.vp or 1} SP "
+                f"{layout.sequence_parallel}, recompute {layout.recompute}")
+    whole = Layout(tp=1, pp=1, vp=None, sequence_parallel=False, distributed_optimizer=False, recompute=layout.recompute)
+    with torch.device("meta"):
+        chunks = build_chunks(plan.recipe, whole, cuda=False)
+    total = sum(p.numel() for c in chunks for p in c.parameters())
+    trained = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
+    want_total = param_counts(plan.recipe.model).total + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
+    want_trained = trainable_params(plan.recipe)
+    line = (f"the job's model (build_chunks) on the meta device at TP=PP=1: {total:,} parameters of which {trained:,} "
+            f"train; plan {want_total:,} / {want_trained:,}")
+    if trained == want_trained and total == want_total:
+        rep.checked(line)
+    else:
+        rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")

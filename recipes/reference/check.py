@@ -1,0 +1,77 @@
+"""`vdkit check` for engine=reference: the engine's own model code (transformers + peft) on the rendered recipe.
+
+The job loads ``model.hf_path`` (pretrained weights on shared storage) or builds transformers' own
+class from the model's dimensions, then wraps it with peft. Here, per run dir in one process: the
+job's :func:`build_model` on the meta device from the recipe's dimensions (peft wrapper included), its
+parameter count against the plan's; the staged ``config.json`` compared with those dimensions where
+``model.hf_path`` is on this machine, else "not checked here". Data, DeepSpeed / FSDP and the GPU
+kernels are the cluster's (the same loop trains on CPU in the tests).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from vdkit.jobcheck import Report, one_line
+
+
+def check_runs(run_dirs) -> list:
+    """One Report per run directory."""
+    from importlib.metadata import version
+
+    stack = f"transformers {version('transformers')}, peft {version('peft')}"
+    out = []
+    for d in run_dirs:
+        start = time.perf_counter()
+        rep = Report(Path(d), stack)
+        try:
+            _check(Path(d), rep)
+        except Exception as exc:
+            rep.defect(f"transformers / peft stopped the check: {one_line(exc)}", "model / method",
+                       "fix the setting it names, or re-render")
+        rep.seconds = time.perf_counter() - start
+        out.append(rep)
+    return out
+
+
+def _check(run_dir: Path, rep: Report) -> None:
+    import torch
+
+    from vdkit.planner.arch import param_counts, trainable_params
+    from vdkit.recipes.reference.model import build_model
+    from vdkit.rundir import load_plan
+
+    plan = load_plan(run_dir)
+    r = plan.recipe
+    hf = r.model.hf_path
+    if hf and Path(hf, "config.json").is_file():
+        from transformers import AutoConfig
+
+        c = AutoConfig.from_pretrained(hf, local_files_only=True)
+        dims = {"num_layers": c.num_hidden_layers, "hidden_size": c.hidden_size,
+                "num_attention_heads": c.num_attention_heads, "vocab_size": c.vocab_size}
+        off = [f"{k} {v} (recipe {getattr(r.model, k)})" for k, v in dims.items() if v != getattr(r.model, k)]
+        if off:
+            rep.defect(f"{hf}/config.json is another model: {', '.join(off)}", "model.hf_path", "point it at the "
+                       f"staged {r.model.name}, or pick the model that matches")
+        else:
+            rep.checked(f"{hf}/config.json matches model={r.model.name} ({', '.join(f'{k} {v}' for k, v in dims.items())})")
+    elif hf:
+        rep.not_here(f"{hf} (model.hf_path): weights and tokenizer on cluster storage")
+    bare = dataclasses.replace(r, model=dataclasses.replace(r.model, hf_path=None))
+    tok = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)
+    with torch.device("meta"):
+        model = build_model(bare, tok)
+    total = sum(p.numel() for p in model.parameters())
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    want_trained = trainable_params(r)
+    want_total = param_counts(r.model).total + (want_trained if r.is_peft else 0)
+    line = (f"the job's build_model on the meta device ({type(model).__name__}): {total:,} parameters, {trained:,} "
+            f"train; plan {want_total:,} / {want_trained:,}")
+    if (total, trained) == (want_total, want_trained):
+        rep.checked(line)
+    else:
+        rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")
+    rep.not_here(f"data {r.data.data_dir or '-'}, {r.parallelism.sharding} sharding and GPU kernels: the cluster's")

@@ -1,0 +1,116 @@
+"""`vdkit check` (vdkit/commands/check.py): planted defects each fail in one line, clean cells pass.
+
+One `vdkit check` process per stack (Bridge, NeMo 1.23): every planted run dir of a stack is checked in
+the same call, so each stack is imported once.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+VDKIT = [sys.executable, "-m", "vdkit"]
+
+
+def _vdkit(*args, env=None):
+    return subprocess.run([*VDKIT, *map(str, args)], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
+
+
+def _render(out: Path, *overrides) -> Path:
+    p = _vdkit("render", *overrides, "--out", out, "--no-check-mounts")
+    assert p.returncode == 0, p.stderr
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+def _edit_yaml(path: Path, edit) -> None:
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def _errors(stderr: str, run_dir: Path) -> list:
+    return [ln for ln in stderr.splitlines() if ln.startswith(f"vdkit check: error: {run_dir}:")]
+
+
+def test_not_a_run_dir_is_one_line(tmp_path):
+    p = _vdkit("check", tmp_path)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "not a run directory" in p.stderr
+
+
+def test_bridge_planted_defects_one_line_each(tmp_path):
+    """A local Bridge LoRA cell passes; planted: a hub-id tokenizer, a model config Bridge refuses, FP8
+    parameter gather without the distributed optimizer - each one line, exit 2, no traceback."""
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "latest_checkpointed_iteration.txt").write_text("0")
+    clean = _render(tmp_path / "r", "model=tiny_llama", "engine=bridge", "cluster=local", "method=lora",
+                    "data=synthetic", f"model.megatron_path={base}", "train.max_steps=4", "train.seq_length=64",
+                    "cluster.gpus_per_node=2")
+    hub = _copy(clean, tmp_path / "hub")
+    _edit_yaml(hub / "bridge.yaml", lambda d: d["tokenizer"].update(tokenizer_model="meta-llama/Llama-2-7b-hf"))
+    heads = _copy(clean, tmp_path / "heads")
+    _edit_yaml(heads / "bridge.yaml", lambda d: d["model"].update(num_attention_heads=3, tensor_model_parallel_size=2,
+                                                                   pipeline_model_parallel_size=1))
+    fp8 = _copy(clean, tmp_path / "fp8")
+
+    def fp8_no_do(d):
+        d["mixed_precision"] = "bf16_with_fp8_delayed_scaling_mixed"
+        d["optimizer"]["use_distributed_optimizer"] = False
+        d["ddp"]["use_distributed_optimizer"] = False
+    _edit_yaml(fp8 / "bridge.yaml", fp8_no_do)
+
+    p = _vdkit("check", clean, hub, heads, fp8)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert _errors(p.stderr, clean) == [], p.stderr
+    out = p.stdout
+    assert "parameters, plan" in out and "first micro-batch" in out and "validate()" in out
+    (line,) = _errors(p.stderr, hub)
+    assert "meta-llama/Llama-2-7b-hf is a hub id" in line and "fix:" in line
+    (line,) = _errors(p.stderr, heads)
+    assert "refuses bridge.yaml" in line and "num_attention_heads" in line
+    (line,) = _errors(p.stderr, fp8)
+    assert "FP8 parameter gather without the distributed optimizer" in line
+
+
+def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
+    """NeMo 1.23 in its venv: a table9 LoRA cell passes (with its data here: GPTSFTDataset's first item);
+    planted: an optimizer NeMo 1.23 lacks, a packed file that is JSONL - each one line, exit 2."""
+    data = tmp_path / "dolly"
+    data.mkdir()
+    rows = [{"input": f"question {i}?", "output": f"answer {i}."} for i in range(8)]
+    (data / "training.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (data / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    clean = _render(tmp_path / "r", "model=llama2_7b", "method=lora", "cluster.nodes=1", f"data.data_dir={data}")
+    optim = _copy(clean, tmp_path / "optim")
+    _edit_yaml(optim / "nemo.yaml", lambda d: d["model"]["optim"].update(name="mcore_distributed_optim"))
+    packed = _copy(clean, tmp_path / "packed")
+    fake = data / "packed_training.npy"  # named as the packed file, holding the JSONL
+    fake.write_text((data / "training.jsonl").read_text())
+
+    def pack(d):
+        d["model"]["data"]["train_ds"].update(packed_sequence=True, file_names=[str(fake)])
+    _edit_yaml(packed / "nemo.yaml", pack)
+
+    p = _vdkit("check", clean, optim, packed, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "Traceback" not in p.stderr
+    assert _errors(p.stderr, clean) == [], p.stderr
+    assert "GPTSFTDataset (MegatronGPTSFTModel._build_dataset" in p.stdout and "8 rows" in p.stdout
+    (line,) = _errors(p.stderr, optim)
+    assert "cannot resolve model.optim.name=mcore_distributed_optim" in line and "fix:" in line
+    (line,) = _errors(p.stderr, packed)
+    assert "GPTSFTPackedDataset cannot read" in line and str(fake) in line

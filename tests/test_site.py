@@ -1,0 +1,120 @@
+"""`vdkit site probe`: the readers on recorded XE9680-like outputs (tests/fixtures/site/SOURCES.md), the
+probe on this machine (no GPU, no RDMA: a valid file), and `vdkit plan --config-dir DIR cluster=NAME`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vdkit import site
+from vdkit.cli import main
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "site"
+XE9680_HCAS = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+
+
+@pytest.fixture(autouse=True)
+def _no_config_dir_left_behind():
+    """--config-dir is process state (vdkit.config._USER_DIRS): other tests must not see these clusters."""
+    from vdkit import config
+
+    yield
+    config._USER_DIRS.clear()
+
+
+def _text(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def test_ibv_devinfo_of_an_xe9680_gives_its_eight_infiniband_adapters():
+    ports = site.parse_ibv_devinfo(_text("ibv_devinfo_xe9680_8ib.txt"))
+    assert len(ports) == 12 and ("mlx5_7", 1, "PORT_DOWN", "Ethernet") in ports
+    f = site.fabric(ports)
+    assert f == {"ib_hcas": XE9680_HCAS, "transport": "ib"}  # the bonded Ethernet ports are left out
+
+
+def test_a_roce_node_and_a_node_without_rdma():
+    f = site.fabric(site.parse_ibv_devinfo(_text("ibv_devinfo_roce_8.txt")))
+    assert f == {"ib_hcas": [f"bnxt_re{i}" for i in range(8)], "transport": "roce"}
+    assert site.fabric([]) == {"ib_hcas": [], "transport": "tcp", "env": {"NCCL_IB_DISABLE": "1"}}
+
+
+def test_sysfs_gives_the_same_ports(tmp_path):
+    for dev, state, layer in (("mlx5_0", "4: ACTIVE", "InfiniBand"), ("mlx5_1", "1: DOWN", "InfiniBand")):
+        p = tmp_path / dev / "ports" / "1"
+        p.mkdir(parents=True)
+        (p / "state").write_text(state + "\n")
+        (p / "link_layer").write_text(layer + "\n")
+    assert site.fabric(site.read_sysfs_ports(tmp_path)) == {"ib_hcas": ["mlx5_0"], "transport": "ib"}
+
+
+@pytest.mark.parametrize("name", ["nvidia_smi_query_h100.csv", "nvidia_smi_q_h100.txt"])
+def test_nvidia_smi_gives_eight_h100_sxm5(name):
+    g = site.parse_nvidia_smi(_text(name))
+    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("H100-SXM5-80GB", 86, 8, "nvidia")
+
+
+def test_rocm_smi_gives_eight_mi300x():
+    g = site.parse_rocm_smi(_text("rocm_smi_mi300x.txt"))
+    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("MI300X-192GB", 192, 8, "amd")
+
+
+def test_sinfo_partitions_and_time_limits():
+    text = _text("sinfo_xe9680.txt")
+    assert site.parse_sinfo(text) == {"partition": "xe9680", "max_time_min": 240, "max_nodes": 6}
+    assert site.parse_sinfo(text, "long")["max_time_min"] == 2880
+    assert site.parse_sinfo(text, "debug")["max_time_min"] == 30
+    assert site.slurm_minutes("1-12") == 2160 and site.slurm_minutes("UNLIMITED") is None
+
+
+def test_default_route_names_the_bootstrap_nic():
+    assert site.default_route_iface(_text("proc_net_route.txt")) == "bond0"
+
+
+def _fake_node(argv):
+    """An XE9680 as its commands answer (the recorded outputs)."""
+    return {"ibv_devinfo": _text("ibv_devinfo_xe9680_8ib.txt"),
+            "nvidia-smi": _text("nvidia_smi_query_h100.csv"), "rocm-smi": None,
+            "sinfo": _text("sinfo_xe9680.txt"), "enroot": "3.4.1\n",
+            "srun": "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n"}[argv[0]]
+
+
+def test_probe_of_a_recorded_xe9680_writes_a_cluster_the_planner_uses(tmp_path, capsys, monkeypatch):
+    pr = site.probe(run=_fake_node, route_file=FIX / "proc_net_route.txt", storage_dir=tmp_path / "runs", sample_mb=2)
+    assert pr.values["ib_hcas"] == XE9680_HCAS and pr.values["socket_ifname"] == "bond0"
+    assert pr.values["max_time_min"] == 240 and pr.values["storage_write_gbps_per_node"] > 0
+    assert set(pr.missing) == {"startup_s", "mtbf_h"}
+    assert any("enroot 3.4.1, pyxis found" in n for n in pr.notes)
+    monkeypatch.setattr(site, "probe", lambda **kw: pr)
+    assert main(["site", "probe", "--name", "xe_lab", "--out", str(tmp_path / "conf")]) == 0
+    written = yaml.safe_load((tmp_path / "conf" / "cluster" / "xe_lab.yaml").read_text())
+    assert written["ib_hcas"] == XE9680_HCAS and written["transport"] == "ib" and "ib_hcas" in written["probed"]
+    capsys.readouterr()
+    assert main(["plan", "--config-dir", str(tmp_path / "conf"), "cluster=xe_lab", "model=llama2_7b",
+                 "method=lora", "cluster.nodes=2", "--json"]) == 0
+    import json
+
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["cluster"] == "xe_lab" and plan["feasible"] and plan["gpus"] == 16
+
+
+def test_probe_here_writes_a_valid_file_and_plan_reads_it(tmp_path, capsys):
+    """This machine (no GPU, no RDMA, maybe no Slurm): what it cannot read it says; the file plans."""
+    out = tmp_path / "site"
+    assert main(["site", "probe", "--name", "mysite", "--out", str(out), "--sample-mb", "2"]) == 0
+    err = capsys.readouterr().err
+    text = (out / "cluster" / "mysite.yaml").read_text()
+    assert "Left at the documented default" in text and "startup_s" in err
+    assert main(["plan", "--config-dir", str(out), "cluster=mysite", "model=llama2_7b", "method=lora"]) == 0
+    assert "llama2_7b lora on mysite" in capsys.readouterr().out
+
+
+def test_bad_names_and_dirs_are_one_line(tmp_path, capsys):
+    assert main(["site", "probe", "--name", "../x", "--out", str(tmp_path)]) == 2
+    assert main(["plan", "--config-dir", str(tmp_path / "nope"), "cluster=mysite"]) == 2
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "xe9680.yaml").write_text("name: xe9680\n")
+    assert main(["plan", "--config-dir", str(tmp_path), "cluster=xe9680"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 3

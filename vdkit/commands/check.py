@@ -1,0 +1,65 @@
+"""`vdkit check RUN_DIR...`: run each job's own entry code, in its engine's library, as far as this CPU goes.
+
+Run directories are grouped by engine and each engine checks its group in one go (one import of its
+stack for all of them): :func:`vdkit.recipes.engines.Engine.check_runs`. stdout: per run directory a
+header and one line per finding (checked / not checked here / defect, :mod:`vdkit.jobcheck`).
+Exit 0 when no directory has a defect; otherwise each defect is repeated on stderr as one line
+(``vdkit check: error: RUN_DIR: ...``) and the exit code is 2.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(sub) -> None:
+    """Add the `check` verb."""
+    p = sub.add_parser("check", help="run each rendered job's own entry code on this CPU as far as it goes; "
+                                     "exit 2 on a defect",
+                       description="For each run directory, execute what its job runs (Megatron-Bridge's "
+                                   "ConfigContainer and validate(), the model on the meta device, NeMo 1.23's "
+                                   "optimizer registry and dataset class, ...) in the engine's real library "
+                                   "version; name what only the cluster holds ('not checked here'); refuse a "
+                                   "defect in one line (exit 2). docs/checking-jobs.md says how far each stack goes.")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    p.set_defaults(func=run)
+
+
+def check_dirs(run_dirs) -> list:
+    """Every run directory's :class:`vdkit.jobcheck.Report`, engines in registry order, one call each."""
+    from vdkit.errors import UserError
+    from vdkit.recipes import engines
+    from vdkit.rundir import RECIPE_FILE, load_recipe
+
+    groups = {}
+    for d in run_dirs:
+        path = Path(d).resolve()
+        if not (path / RECIPE_FILE).is_file():
+            raise UserError(f"{d} is not a run directory (no {RECIPE_FILE})", "pass a directory `vdkit render` printed")
+        groups.setdefault(load_recipe(path / RECIPE_FILE).engine.name, []).append(path)
+    import contextlib
+    import warnings
+
+    reports = []
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):  # the stacks' own chatter: stderr
+        warnings.simplefilter("ignore")
+        for name in engines.names():
+            if name in groups:
+                reports += engines.get(name).check_runs(groups[name])
+    return reports
+
+
+def report(reports, out=sys.stdout, err=sys.stderr) -> int:
+    """Print the reports (stdout) and each defect as one line (stderr); the exit code."""
+    bad = 0
+    for r in reports:
+        print(r.text(), file=out, flush=True)
+    for r in reports:
+        for text in r.defects:
+            bad += 1
+            print(f"vdkit check: error: {r.run_dir}: {text}", file=err, flush=True)
+    return 2 if bad else 0
+
+
+def run(args) -> int:
+    return report(check_dirs(args.run_dirs))

@@ -1,0 +1,73 @@
+"""`vdkit status`: the state of submitted run directories (or Slurm job ids), each from its launcher.
+
+A run directory asks the launcher it was rendered for (:mod:`vdkit.launchers`), which names its own
+job and reports its state in the scheduler's words; the run directory's lock holder is named beside it.
+"""
+from __future__ import annotations
+
+from vdkit.args import finite_seconds
+
+
+def register(sub) -> None:
+    s = sub.add_parser("status", help="the state of submitted run directories, from their launchers",
+                       description="For each run directory: the run directory, its latest job as its launcher names "
+                                   "it (a Slurm job id, a Kubernetes job name) and the job's state in the "
+                                   "scheduler's words. A bare Slurm job id works too. (Slurm needs no accounting: "
+                                   "sacct, then scontrol/squeue, then the job's own output.)")
+    s.add_argument("targets", nargs="+", metavar="RUN_DIR",
+                   help="run directories written by `vdkit submit` (or Slurm job ids)")
+    add_wait_args(s)
+    s.set_defaults(func=run_status)
+
+
+def add_wait_args(p) -> None:
+    """--wait and --timeout, the same for submit and status."""
+    p.add_argument("--wait", action="store_true", help="poll until every job ends; exit 1 unless all COMPLETED")
+    p.add_argument("--timeout", type=finite_seconds, default=None, metavar="S",
+                   help="with --wait: stop waiting after S seconds")
+
+
+def job_line(run_dir, job_id, state: str = None) -> str:
+    """One output line: the run directory, its job as the launcher names it, and (optionally) its state."""
+    return "\t".join([str(run_dir), str(job_id)] + ([state] if state is not None else []))
+
+
+def _target(target):
+    """(launcher, run directory or None, job) of a ``vdkit status`` target.
+
+    A run directory asks the launcher it was rendered for (``cluster.launcher`` in its recipe), which
+    names its own job. Anything else is a Slurm job id (or a run directory without a recipe, found by its
+    job_id.txt): Slurm's are the one kind of job id that names a job without its run directory."""
+    from pathlib import Path
+
+    from vdkit import launchers
+    from vdkit.rundir import RECIPE_FILE, load_recipe
+
+    path = Path(target)
+    if (path / RECIPE_FILE).is_file():
+        launcher = launchers.get(load_recipe(path).cluster.launcher)
+        return launcher, path.absolute(), launcher.job(path)
+    from vdkit.slurm.submit import resolve
+
+    run_dir, job_id = resolve(target)
+    return launchers.get("slurm"), run_dir, job_id
+
+
+def run_status(args) -> int:
+    from vdkit.launchers import succeeded
+    from vdkit.runlock import holder_note
+
+    targets = [_target(t) for t in args.targets]  # all checked before any output
+    if args.wait:  # each line as its job ends
+        rc = 0
+        for launcher, run_dir, job in targets:
+            state = launcher.wait(run_dir if run_dir is not None else job, timeout=args.timeout)
+            print(job_line(run_dir if run_dir is not None else "-", launcher.job(run_dir) if run_dir else job, state),
+                  flush=True)
+            rc |= 0 if succeeded(state) else 1
+        return rc
+    states = [launcher.status(run_dir if run_dir is not None else job) for launcher, run_dir, job in targets]
+    for (launcher, run_dir, job), state in zip(targets, states):  # all answered before any output
+        note = holder_note(run_dir) if run_dir is not None else None
+        print(job_line(run_dir if run_dir is not None else "-", job, state) + (f"\t{note}" if note else ""))
+    return 0

@@ -1,0 +1,57 @@
+"""What `vdkit check` reports for one run directory: lines of three kinds, and the defects that fail it.
+
+An engine's ``check_runs(run_dirs)`` (:mod:`vdkit.recipes.engines`) returns one :class:`Report` per run
+directory. Each line is one of :data:`KINDS`:
+
+- ``checked``: executed by the stack's own code here (a config built and validated, a model on the
+  meta device, a dataset's first item), with what it showed;
+- ``not checked here``: what only the cluster holds (a file under its storage, a GPU kernel), named
+  with the setting that points at it - never a silent pass;
+- ``defect``: what the job would fail on or waste its run on: one line (what, which setting, the fix).
+
+Standard library only (the CLI imports it for every verb's help).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Tuple
+
+CHECKED, NOT_HERE, DEFECT = "checked", "not checked here", "defect"
+KINDS = (CHECKED, NOT_HERE, DEFECT)
+
+
+@dataclass
+class Report:
+    """The findings of one run directory, in the order they were made."""
+
+    run_dir: Path
+    stack: str = ""  # e.g. "Megatron-Bridge 0.3.1, megatron-core 0.16.1"
+    lines: List[Tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def checked(self, text: str) -> None:
+        self.lines.append((CHECKED, text))
+
+    def not_here(self, text: str) -> None:
+        self.lines.append((NOT_HERE, text))
+
+    def defect(self, what: str, setting: str, fix: str) -> None:
+        """One defect: what is wrong, the setting that makes it, how to fix it."""
+        self.lines.append((DEFECT, f"{what} ({setting}; fix: {fix})"))
+
+    @property
+    def defects(self) -> List[str]:
+        return [text for kind, text in self.lines if kind == DEFECT]
+
+    def text(self) -> str:
+        """The report as the CLI prints it: a header line, then one indented line per finding."""
+        head = f"{self.run_dir}" + (f" ({self.stack})" if self.stack else "") + f": {self.seconds:.1f} s"
+        return "\n".join([head] + [f"  {kind:<17}{text}" for kind, text in self.lines])
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception from another project's code as one line (its first line, type named, length bounded)."""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    msg = f"{type(exc).__name__}: {msg}" if not msg.startswith(type(exc).__name__) else msg
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."

@@ -1,0 +1,81 @@
+"""How far to trust a prediction: its range and which of its terms are physics and which are fitted.
+
+The range is measured, not assumed: the leave-one-out errors (predicted / published - 1, each figure
+predicted with the constants refitted without it) of the published figures of the same regime, as
+``python benchmarks/bench_prediction.py`` prints them, written in the calibration files' ``intervals``.
+A prediction ``p`` is printed with ``p / (1 + worst over-prediction)`` to ``p / (1 + worst
+under-prediction)``: where the published runs of that regime fell relative to their predictions.
+"""
+from __future__ import annotations
+
+from typing import Dict, Optional, Tuple
+
+#: the regime's terms -> physics, or the constants they rest on (fitted)
+PHYSICS = "physics (datasheet / measured hardware figures, the model's FLOPs and bytes)"
+
+
+def group(recipe) -> str:
+    """Which published figures describe the recipe's stack: guide (NeMo 1.x defaults, unfused), fused
+    (NVIDIA's performance settings: Bridge, pretraining, the fast recipe), zero3 / fsdp (transformers)."""
+    from vdkit.planner.predict import _fused_path, regime
+
+    if regime(recipe) == "hf":
+        return "zero3" if recipe.parallelism.sharding == "zero3" else "fsdp"
+    return "fused" if _fused_path(recipe) else "guide"
+
+
+def _table(recipe) -> dict:
+    from vdkit.planner.calibration import load
+
+    return load("hf_step_time" if group(recipe) in ("zero3", "fsdp") else "step_time")["intervals"]
+
+
+def interval(recipe, step_s: float) -> Tuple[float, float, str]:
+    """(low, high) seconds per step and the figures the range comes from."""
+    row = _table(recipe)[group(recipe)]
+    lo, hi = step_s / (1 + float(row["max"])), step_s / (1 + float(row["min"]))
+    note = row["figures"]
+    ref = _reference_gpu(recipe)
+    if ref and recipe.cluster.gpu_type != ref:
+        note += f"; measured on {ref}, no {recipe.cluster.gpu_type} run of this stack checked"
+    return lo, hi, note
+
+
+def _reference_gpu(recipe) -> Optional[str]:
+    if group(recipe) in ("zero3", "fsdp"):
+        return None
+    from vdkit.planner.predict import calibration
+
+    return calibration()["hardware"].get("reference_gpu")
+
+
+def basis(recipe) -> Dict[str, str]:
+    """Each printed term -> what it rests on (physics, or the fitted constant and its value)."""
+    g = group(recipe)
+    if g in ("zero3", "fsdp"):
+        out = dict.fromkeys(("compute", "per-micro-batch overhead", "communication", "pipeline bubble", "optimizer"),
+                            PHYSICS)
+        if recipe.cluster.transport == "tcp" and recipe.cluster.nodes > 1:
+            out["communication"] = "cluster.inter_node_gb_s (a site figure; the blog's fitted 39 GB/s for its TCP cells)"
+        return out
+    from vdkit.planner.predict import fitted
+
+    k = fitted()
+    eff = "gemm_efficiency_fp8" if recipe.train.precision == "fp8" else "gemm_efficiency_bf16"
+    out = {"compute": f"fitted: {eff}={k[eff]:.3g} of peak (NVIDIA's Llama 2 rows, Table 4)",
+           "per-micro-batch overhead": (f"fitted: guide_stack_gb_s={k['guide_stack_gb_s']:.3g} GB/s of weight bytes "
+                                        "touched per micro batch (Table 9)") if g == "guide" else
+           "physics: the roofline's excess (weights streamed from HBM once per GEMM pass)",
+           "communication": PHYSICS, "pipeline bubble": "physics: the layout x the stage time", "optimizer": PHYSICS}
+    return out
+
+
+def attach(prediction, recipe):
+    """``prediction`` with its range and basis filled in (None stays None)."""
+    import dataclasses
+
+    if prediction is None:
+        return None
+    lo, hi, source = interval(recipe, prediction.step_seconds)
+    return dataclasses.replace(prediction, interval_s=(lo, hi), interval_source=source,
+                               basis=tuple(basis(recipe).items()))
