@@ -38,8 +38,8 @@ def _one_thread(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
 
 
-def _submit(out_dir, capsys, *overrides):
-    assert main(["submit", *overrides, f"train.max_steps={MAX_STEPS}", "--out", str(out_dir)]) == 0
+def _submit(out_dir, capsys, *overrides, max_steps=MAX_STEPS):
+    assert main(["submit", *overrides, f"train.max_steps={max_steps}", "--out", str(out_dir)]) == 0
     run_dir, job_id = capsys.readouterr().out.strip().splitlines()[-1].split("\t")[:2]
     return Path(run_dir), job_id
 
@@ -84,18 +84,18 @@ def _trained_past(run_dir, job_id, step):
     return done
 
 
-def _finish(run_dir, timeout=400) -> dict:
+def _finish(run_dir, timeout=400, max_steps=MAX_STEPS) -> dict:
     """Wait until the run finished; steps per job, redone steps, the status line."""
     _wait_for("the run to finish", lambda: (run_dir / "finished").exists(), timeout, run_dir)
     ids = sub.job_ids(run_dir)
     _wait_for("the last job to end", lambda: sub.job_state(ids[-1]).done, 60)
     by_job = [_steps(run_dir, j) for j in ids]
     done = [s for steps in by_job for s in steps]
-    assert sorted(set(done)) == list(range(1, MAX_STEPS + 1)), "a step is missing"
+    assert sorted(set(done)) == list(range(1, max_steps + 1)), "a step is missing"
     for steps in by_job:  # each job trains consecutive steps
         assert steps == list(range(steps[0], steps[0] + len(steps))) if steps else True
     status = _status(run_dir)
-    return {"jobs": ids, "redone": len(done) - MAX_STEPS, "status": status,
+    return {"jobs": ids, "redone": len(done) - max_steps, "status": status,
             "faults": (run_dir / "faults.jsonl").read_text() if (run_dir / "faults.jsonl").exists() else ""}
 
 
@@ -173,12 +173,13 @@ def test_a_hung_rank_is_killed_by_the_watchdog_and_restarted(local_slurm, tmp_pa
 
 
 def test_term_at_the_limit_hands_over(local_slurm, tmp_path, capsys):
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
+    # Slurm enforces a limit on its next check (~10 s here): a longer run is still training by then.
+    run_dir, job = _submit(tmp_path, capsys, *CELL, max_steps=4 * MAX_STEPS)
     _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
     # The time limit, now: Slurm sends every process of the job TERM (KILL after KillWait), its log line says
     # "DUE TO TIME LIMIT" (a plain `scancel` is a cancel: test_a_cancelled_job_is_not_continued).
     subprocess.run(["scontrol", "update", f"jobid={job}", "EndTime=now"], check=True)
-    figures = _finish(run_dir)
+    figures = _finish(run_dir, max_steps=4 * MAX_STEPS)
     err = (run_dir / f"slurm-{job}.err").read_text()
     assert "DUE TO TIME LIMIT" in err and "TERM from Slurm" in err and sub.job_state(job).state == "TIMEOUT"
     # The ranks stop on TERM, but srun answers its own TERM by killing the tasks: either a clean stop
@@ -250,14 +251,10 @@ def test_a_full_disk_at_a_save_is_refused_cleanly_and_the_run_continues_once_fre
         ckpts = mount / run_dir.name / "checkpoints"
         _wait_for("step 65", _trained_past(run_dir, job, 65), run_dir=run_dir)
         filler = mount / "filler"
+        import shutil
+
         with open(filler, "wb") as f:  # another user's file takes all but ~100 kB (a checkpoint is ~260 kB)
-            try:
-                while True:
-                    f.write(b"\0" * 8192)
-                    f.flush()
-            except OSError:
-                pass
-        os.truncate(filler, max(0, filler.stat().st_size - 100_000))
+            f.write(b"\0" * max(0, shutil.disk_usage(mount).free - 100_000))
         _wait_for("the refused save", lambda: (run_dir / "faults.jsonl").exists(), 120, run_dir)
         filler.unlink()  # the space comes back
         figures = _finish(run_dir)
