@@ -158,7 +158,7 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
 
         names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [
             STOP_AT_ENV, HEARTBEAT_ENV, COLLECTIVE_TIMEOUT_ENV]
-        argv += slurm_env.pyxis_args(job.container, str(run_dir), names)
+        argv += slurm_env.pyxis_args(job.container, str(run_dir), names, r.cluster.container_writable)
     return argv + [str(a) for a in job.argv]
 
 

@@ -105,6 +105,7 @@ class ClusterCfg:
     transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
     inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
+    container_writable: bool = False  # srun --container-writable (pyxis): for sites whose enroot root filesystem is read-only (Bridge's launcher adds it)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
     probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions
