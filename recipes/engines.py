@@ -60,6 +60,9 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
 ``RUNS_LOCALLY: bool``  (default ``False``)
     Whether ``vdkit run`` (the local launcher) may start ``command`` as local processes on this machine.
+``WRITES_HEARTBEAT: bool``  (default ``False``)
+    Whether the ranks write the launcher's heartbeat (:mod:`vdkit.recipes.heartbeat`); the launcher's
+    hang watchdog runs only for engines that do.
 ``NEEDS_PMI: bool``  (default ``False``)
     Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
     kit's engines read the launcher's variables instead.
@@ -201,6 +204,10 @@ class Engine:
     @property
     def needs_pmi(self) -> bool:
         return bool(getattr(self.module, "NEEDS_PMI", False))
+
+    @property
+    def writes_heartbeat(self) -> bool:
+        return bool(getattr(self.module, "WRITES_HEARTBEAT", False))
 
 
 def get(name: str) -> Engine:

@@ -83,20 +83,59 @@ def command(plan, run_dir) -> List[str]:
     return nemo_command(plan, run_dir)
 
 
-def files(plan, run_dir) -> dict:
-    """nemo.yaml, built and checked against NeMo's traps."""
-    from vdkit.rundir import NEMO_CONFIG_FILE
+# NeMo 1.23's own HF -> .nemo converter for Llama (in the image; later releases moved it to
+# scripts/checkpoint_converters/convert_llama_hf_to_nemo.py): --in-file HF_DIR --out-file X.nemo --precision.
+CONVERTER = "scripts/nlp_language_modeling/convert_hf_llama_to_nemo.py"
+CONVERT_PRECISION = "bf16"  # bf16 where the job's GPU supports it (the converter falls back to fp16 without one)
 
-    return {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir))}
+
+def import_sbatch(plan) -> str:
+    """The one-time conversion job: the staged HF weights -> ``model.nemo_path`` with NeMo 1.23's converter,
+    one task on one whole node in the NeMo image (the converter loads the whole model in host memory)."""
+    from vdkit.recipes.common import staging
+
+    r = plan.recipe
+    src, out = staging.conversion_source(r), str(r.model.nemo_path)
+    script = str(PurePosixPath(r.engine.nemo_root) / CONVERTER)
+    comments = [
+        f"One-time step before fine-tuning {r.model.name} with engine=nemo: convert the staged HF weights ({src})",
+        f"to {out} with NeMo 1.23's own {CONVERTER}, inside the NeMo image.",
+        "Run it once per site and model (not per job):   sbatch import_hf.sbatch",
+        "The whole node: the converter holds the model in host memory (a 70B: ~140 GB in bf16, more while it copies).",
+    ]
+    mounts = {staging.parent(out)} | ({src} if staging.is_local(src) else set())
+    return staging.one_node_sbatch(plan, f"import-{r.model.name}", comments, r.engine.container_image or "", mounts,
+                                   ["python", script, "--in-file", src, "--out-file", out,
+                                    "--precision", CONVERT_PRECISION], secrets=not staging.is_local(src))
+
+
+def files(plan, run_dir) -> dict:
+    """nemo.yaml, built and checked against NeMo's traps; for fine-tuning, the one-time conversion job."""
+    from vdkit.rundir import IMPORT_FILE, NEMO_CONFIG_FILE
+
+    out = {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir))}
+    if _base_model_dir(plan.recipe) is not None and plan.recipe.model.hf_path:  # (a site's own .nemo: none)
+        out[IMPORT_FILE] = import_sbatch(plan)
+    return out
 
 
 def inputs(plan) -> list:
-    """The base .nemo file (and its directory) a fine-tuning job restores from."""
+    """The base .nemo file (and its directory) a fine-tuning job restores from; a packed run's .npy files,
+    each named with the command that writes it (``vdkit data pack``, on the login node)."""
+    from vdkit.recipes.common import staging
+    from vdkit.recipes.packing import pack_command, packed_files
+
     r = plan.recipe
+    out = []
     base = _base_model_dir(r)
-    if base is None:
-        return []
-    return [("the directory of model.nemo_path", base, True), ("model.nemo_path", r.model.nemo_path, False)]
+    if base is not None:
+        out += [("the directory of model.nemo_path", base, True),
+                ("model.nemo_path (make it: sbatch import_hf.sbatch)", r.model.nemo_path, False)]
+    if r.data.packed and r.data.data_dir:
+        tok = staging.staged_tokenizer(r) or "<the model's staged tokenizer>"
+        out += [(f"packed training file (make it once: {pack_command(r, src, npy, tok)}) data.packed", npy, False)
+                for src, npy in packed_files(r)]
+    return out
 
 
 def env(plan) -> dict:

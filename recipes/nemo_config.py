@@ -19,31 +19,10 @@ from vdkit import rundir
 from vdkit.context import interpolation_factor
 from vdkit.errors import UserError
 from vdkit.recipes.nemo_contract import NEMO_LLAMA_DEFAULTS
+from vdkit.recipes.nemo_performance import (PERFORMANCE_SETTINGS, fast_kernels, optimizer_name,
+                                            renders_performance_settings)
 from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
 from vdkit.rundir import INDEX_MAPPING_DIR
-
-# recipe=fast renders NVIDIA's fine-tuning performance settings (NeMo-Framework-Launcher's H100 PEFT / SFT
-# examples, e.g. 70B LoRA on 2 nodes: megatron_amp_O2 True, the mcore distributed optimizer, precision bf16),
-# because the step-time model predicts the fast recipe at the efficiency of NVIDIA's published runs
-# (vdkit.planner.predict: the fused path). tests/test_fast_recipe.py ties the rendered settings to that prediction.
-MCORE_DISTRIBUTED_OPTIM = "mcore_distributed_optim"
-PERFORMANCE_SETTINGS = {"model.megatron_amp_O2": True, "trainer.precision": "bf16",
-                        "model.optim.name": MCORE_DISTRIBUTED_OPTIM}
-# Where recipe=fast departs from NVIDIA's settings, and why (docs/fast-recipe.md prints this list).
-PERFORMANCE_DEPARTURES = {
-    "model.optim.name": "fused_adam when parallelism.distributed_optimizer=false (the user's choice: the plan's "
-                        "memory then counts unsharded optimizer states, and the contract check keeps the two equal)",
-    "model.ub_tp_comm_overlap": "not rendered: it needs --mpi=pmix and a userbuffers-enabled Transformer Engine "
-                                "build; the step-time model does not count it either",
-    "model.gradient_accumulation_fusion": "full-parameter SFT only: LoRA / P-tuning train no base weights, so there "
-                                          "is no weight-gradient accumulation to fuse",
-}
-
-
-def renders_performance_settings(recipe) -> bool:
-    """Whether a fine-tuning recipe renders NVIDIA's performance settings (the fast recipe's fused kernels)."""
-    return recipe.method.name != "pretrain" and bool(recipe.train.fused_kernels)
-
 
 # vdkit's own choices (each used once; the why is next to it).
 VALIDATION_BATCHES = 1  # the single validation at the end of a timing run (run.mode=timing): one global batch
@@ -192,9 +171,7 @@ def _optim(plan, constant_steps: int, extra_sched: dict, nvidia: Optional[dict] 
     Learning rates are the method's (pretraining's default to NVIDIA's per size: conf/method/pretrain.yaml)."""
     m = plan.recipe.method
     nvidia = nvidia or {}
-    name = m.optimizer
-    if renders_performance_settings(plan.recipe):  # NVIDIA's: mcore's distributed optimizer (departure: off)
-        name = PERFORMANCE_SETTINGS["model.optim.name"] if plan.recipe.parallelism.distributed_optimizer else "fused_adam"
+    name = optimizer_name(plan)
     optim = {
         "name": name,
         "lr": float(m.lr),
@@ -212,20 +189,6 @@ def _optim(plan, constant_steps: int, extra_sched: dict, nvidia: Optional[dict] 
         for key in ("bucket_cap_mb", "overlap_grad_sync", "overlap_param_sync", "contiguous_grad_buffer"):
             optim[key] = nvidia[f"model.optim.{key}"]
     return optim
-
-
-def _fast_kernels(plan) -> dict:
-    """The fast recipe's fused kernels for fine-tuning (train.fused_kernels); NeMo's defaults otherwise.
-
-    Gradient-accumulation fusion needs O2's fp32 main gradients, so full-parameter SFT only."""
-    r = plan.recipe
-    if not r.train.fused_kernels:
-        return {}
-    out = {"bias_activation_fusion": True, "bias_dropout_add_fusion": True, "masked_softmax_fusion": True,
-           "use_flash_attention": True}
-    if not r.is_peft:
-        out["gradient_accumulation_fusion"] = True
-    return out
 
 
 def _fp8(plan) -> dict:
@@ -303,7 +266,12 @@ def finetune_config(plan, run_dir) -> dict:
     if nemo_path:
         nemo_path = str(_absolute("model.nemo_path", nemo_path, "give the .nemo file's absolute path"))
     index_dir = str(results_root(plan, run_dir) / INDEX_MAPPING_DIR)
-    train_ds = _sft_dataset(plan, _data_files(d, d.train_files, "train_files"), t.seq_length, True, index_dir)
+    train_files = _data_files(d, d.train_files, "train_files")
+    if d.packed:  # NeMo 1.23's GPTSFTPackedDataset np.loads each file: the packed .npy, never the JSONL
+        from vdkit.recipes.packing import packed_files
+
+        train_files = [npy for _jsonl, npy in packed_files(r)]
+    train_ds = _sft_dataset(plan, train_files, t.seq_length, True, index_dir)
     if d.packed:
         train_ds["packed_sequence"] = True
     validation_ds = _sft_dataset(plan, _data_files(d, d.validation_files, "validation_files"), t.seq_length,
@@ -333,7 +301,7 @@ def finetune_config(plan, run_dir) -> dict:
         "attention_dropout": 0.0,
         "ffn_dropout": 0.0,
         **_fp8(plan),
-        **_fast_kernels(plan),
+        **fast_kernels(plan),
         "peft": _peft(plan),
         "data": {"train_ds": train_ds, "validation_ds": validation_ds, "test_ds": test_ds},
         "optim": _optim(plan, 0, {"monitor": "val_loss", "reduce_on_plateau": False}),

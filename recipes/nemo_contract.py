@@ -89,7 +89,12 @@ WIDENED_TYPES: Dict[str, Tuple[type, ...]] = {
 
 FUSED_ADAM = "fused_adam"
 DISTRIBUTED_ADAM = "distributed_fused_adam"
-DISTRIBUTED_OPTIMIZERS = (DISTRIBUTED_ADAM, "mcore_distributed_optim")  # Apex's; Megatron-core's (NeMo 1.23)
+DISTRIBUTED_OPTIMIZERS = (DISTRIBUTED_ADAM,)  # Apex's: the only distributed optimizer NeMo 1.23 registers
+# The names NeMo 1.23's optimizer registry knows (nemo/core/optim/optimizers.py AVAILABLE_OPTIMIZERS, the Apex
+# ones with Apex, as in the container); any other name raises "Cannot resolve optimizer" at setup.
+NEMO_1_23_OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta", "adamax", "adagrad", "rmsprop", "rprop", "novograd",
+                        "adafactor", "adan", "lamb", FUSED_ADAM, DISTRIBUTED_ADAM, "megatron_fused_adam")
+PACKED_SUFFIX = ".npy"  # GPTSFTPackedDataset._load_packed_dataset: np.load(file_path, allow_pickle=True)
 
 
 def _fail(what: str, fix: str) -> None:
@@ -173,6 +178,13 @@ def check_nemo_config(cfg: dict, plan) -> None:
                   f"multiple of PP={pp}", "change train.global_batch_size, or leave parallelism.vp unset")
 
     optim = _get(cfg, "model.optim.name")
+    if optim not in NEMO_1_23_OPTIMIZERS:
+        _fail(f"model.optim.name={optim}: NeMo 1.23 has no such optimizer (its registry raises 'Cannot resolve "
+              "optimizer' at setup)", f"use {DISTRIBUTED_ADAM} (with the distributed optimizer) or {FUSED_ADAM}")
+    if _get(cfg, "model.gradient_accumulation_fusion") and plan.dp > 1 and pp == 1 and optim != DISTRIBUTED_ADAM:
+        _fail(f"model.gradient_accumulation_fusion with DP {plan.dp}, PP 1 and {optim}: NeMo 1.23 turns it off in "
+              "silence (megatron_base_model.py), so the job would not run what the plan predicts",
+              "set parallelism.distributed_optimizer=true (distributed_fused_adam) or train.fused_kernels=false")
     wants_dist = bool(r.parallelism.distributed_optimizer)
     if wants_dist != (optim in DISTRIBUTED_OPTIMIZERS):
         _fail(f"method.optimizer={optim} disagrees with parallelism.distributed_optimizer={wants_dist} "
@@ -190,9 +202,15 @@ def check_nemo_config(cfg: dict, plan) -> None:
                   f"set model.nemo_path=/path/to/{r.model.name}.nemo (on storage every node mounts)")
         _check_file_list(cfg, "train_ds", needs_probabilities=True)
         _check_file_list(cfg, "validation_ds", needs_probabilities=False)
-        if _get(cfg, "model.data.train_ds.packed_sequence") and mbs != 1:
-            _fail(f"packed sequences need micro batch size 1, got {mbs}",
-                  "set train.micro_batch_size=1 or data.packed=false")
+        if _get(cfg, "model.data.train_ds.packed_sequence"):
+            if mbs != 1:
+                _fail(f"packed sequences need micro batch size 1, got {mbs}",
+                      "set train.micro_batch_size=1 or data.packed=false")
+            bad = [f for f in _get(cfg, "model.data.train_ds.file_names") if not f.endswith(PACKED_SUFFIX)]
+            if bad:
+                _fail(f"model.data.train_ds.file_names {bad[0]} with packed_sequence: NeMo 1.23 np.loads each file "
+                      "(GPTSFTPackedDataset), so it must be the packed .npy", "pack it once: vdkit data pack "
+                      f"{bad[0]} <its .npy> --tokenizer <the model's tokenizer> --max-len {r.train.seq_length}")
         if _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:
             _fail(f"model.peft.peft_scheme={_get(cfg, 'model.peft.peft_scheme')!r} does not match method={m.name}",
                   f"set method.peft_scheme={m.peft_scheme}")

@@ -11,6 +11,8 @@ most ``max_len`` tokens fixes that. Public API:
   and position ids that restart per sample).
 - ``tokenize_sft(path, tokenizer, add_eos=True)``: token ids and answer-only loss masks of a
   NeMo SFT JSONL file, ready for ``pack_sequences``.
+- ``packed_files(recipe)``: where a packed run reads its training files (one ``.npy`` per JSONL file, per
+  model's tokenizer and sequence length), and ``pack_command(recipe, src, dst)`` the command that makes one.
 - ``write_packed(path, rows)``: ``.npy`` (NeMo's packed dataset layout: an object array of dicts,
   read with ``np.load(path, allow_pickle=True)``) or ``.jsonl`` (one packed row per line); atomic.
 """
@@ -182,3 +184,25 @@ def write_packed(path, rows: Sequence[dict]) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+PACKED_DIR = "packed"  # under data.data_dir: packed/<model>/<train file stem>.<seq_length>.npy
+
+
+def packed_files(recipe) -> List[Tuple[str, str]]:
+    """(JSONL training file, its packed .npy) for every ``data.train_files`` entry of ``recipe``: the
+    packed rows depend on the model's tokenizer and the sequence length, so both name the file."""
+    from pathlib import PurePosixPath
+
+    root = PurePosixPath(recipe.data.data_dir)
+    seq = recipe.train.seq_length
+    return [(str(root / name), str(root / PACKED_DIR / recipe.model.name / f"{PurePosixPath(name).stem}.{seq}.npy"))
+            for name in recipe.data.train_files]
+
+
+def pack_command(recipe, src: str, dst: str, tokenizer: str) -> str:
+    """The one-time command that writes ``dst`` (NeMo 1.23's packed layout) from ``src`` on a login node."""
+    import shlex
+
+    return (f"vdkit data pack {shlex.quote(src)} {shlex.quote(dst)} --tokenizer {shlex.quote(tokenizer)} "
+            f"--max-len {recipe.train.seq_length} --truncate")

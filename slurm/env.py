@@ -86,7 +86,7 @@ def _mount_path(what: str, path: str) -> str:
     return path
 
 
-def pyxis_args(container, run_dir, env_names: List[str]) -> List[str]:
+def pyxis_args(container, run_dir, env_names: List[str], writable: bool = False) -> List[str]:
     """srun's pyxis flags for a job whose ranks run in ``container`` (a vdkit.jobspec.Container).
 
     Unquoted argv; the renderer quotes them. --container-env lists the job's variables so that
@@ -101,7 +101,7 @@ def pyxis_args(container, run_dir, env_names: List[str]) -> List[str]:
         f"--container-workdir={container.workdir or run_dir}",
         "--no-container-mount-home",
         "--container-env=" + ",".join(env_names),
-    ]
+    ] + (["--container-writable"] if writable else [])  # cluster.container_writable: a read-only enroot rootfs
 
 
 def export_line(name: str, value: str) -> str:

@@ -100,7 +100,11 @@ CASES = {"7b-sft-tp2pp2vp4": ["model=llama2_7b", "method=sft", "parallelism.tp=2
          # the checkpoint policy's two train shapes: periodic async saves; the end's weights-only save
          "7b-sft-long": ["model=llama2_7b", "method=sft", "train.max_steps=100000"],
          "7b-sft-1000": ["model=llama2_7b", "method=sft", "train.max_steps=1000"],
-         "70b-lora-timing": [*ISSUE_CELL[1:], "run.mode=timing"]}
+         "70b-lora-timing": [*ISSUE_CELL[1:], "run.mode=timing"],
+         # Bridge's own Llama 3.1 provider; FP8 as current scaling with the distributed optimizer
+         "llama31-8b-sft": ["model=llama3_1_8b", "method=sft", "train.seq_length=4096", "data.data_dir=/data/dolly",
+                            "model.megatron_path=/models/llama31-8b-bridge"],
+         "7b-lora-fp8": ["model=llama2_7b", "method=lora", "train.precision=fp8", "parallelism.distributed_optimizer=true"]}
 
 
 @pytest.fixture(scope="module")
@@ -166,6 +170,7 @@ from vdkit.recipes.bridge import job
 for path in sys.argv[1:]:
     cfg = job.load(path)
     m = cfg.model
+    assert type(m).__name__ != "Llama31ModelProvider8B" or (m.rope_scaling, m.rope_scaling_factor) == (True, 8.0)
     print(type(m).__name__, m.tensor_model_parallel_size, m.pipeline_model_parallel_size,
           type(cfg.peft).__name__ if cfg.peft else None,
           getattr(getattr(cfg.dataset, "packed_sequence_specs", None), "packed_sequence_size", None),
@@ -184,6 +189,21 @@ def test_checkpoint_policy_loads_into_bridges_checkpoint_config(bridge_loads):
     interval, keep, async_save, optim = bridge_loads["7b-sft-long"].split()[5:]
     assert int(interval) > 0 and (keep, async_save, optim) == ("2", "True", "True")
     assert bridge_loads["7b-sft-1000"].split()[5:] == ["None", "2", "False", "False"]
+
+
+def test_llama31_is_bridges_llama31_and_fp8_is_current_scaling(tmp_path, bridge_loads):
+    """Llama 3.1 renders Bridge's Llama31ModelProvider8B (rope scaling factor 8, theta 500000: the provider's
+    own); FP8 renders NVIDIA's current-scaling recipe with the distributed optimizer, and without the
+    distributed optimizer it is refused at the door in one line."""
+    _, cfg, _ = _config(["engine=bridge", *CASES["llama31-8b-sft"]], tmp_path / "a")
+    assert cfg["model"]["_target_"] == "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider8B"
+    _, cfg, _ = _config(["engine=bridge", *CASES["7b-lora-fp8"]], tmp_path / "b")
+    assert cfg["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
+    assert cfg["optimizer"]["use_distributed_optimizer"] is True
+    with pytest.raises(UserError, match="only with the distributed optimizer"):
+        _render(["engine=bridge", "model=llama2_7b", "method=lora", "train.precision=fp8"], tmp_path / "c")
+    if bridge_loads is not None:  # Bridge's own loader built the provider, with its own RoPE scaling
+        assert bridge_loads["llama31-8b-sft"].split()[0] == "Llama31ModelProvider8B"
 
 
 def test_fast_recipe_packs_sequences_for_the_gpu(tmp_path, bridge_loads):

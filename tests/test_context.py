@@ -188,3 +188,28 @@ def test_megatron_cores_local_attention_refuses_context_parallelism():
                             use_cpu_initialization=True)
     with pytest.raises(AssertionError, match="only supported by TEDotProductAttention"):
         DotProductAttention(cfg, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")
+
+
+DONE_WHEN = {  # issue 26's three jobs: each plans, renders with a range, and passes `vdkit check`
+    "70b-lora-seq8192-cp2-2nodes": ["model=llama2_70b", "method=lora", "train.seq_length=8192", "parallelism.cp=2",
+                                    "cluster.nodes=2", "engine=bridge", "model.megatron_path=/models/llama2-70b-bridge",
+                                    "data.packed=true"],
+    "llama31-8b-pretrain-cp2-bridge": ["model=llama3_1_8b", "method=pretrain", "engine=bridge", "parallelism.cp=2",
+                                       "train.seq_length=8192", "data=synthetic",
+                                       "data.tokenizer_model=/shared/models/Llama-3.1-8B"],
+    "70b-lora-mi300x-megatron": ["model=llama3_1_70b", "method=lora", "engine=megatron", "cluster=xe9680_mi300x"],
+}
+
+
+def test_the_issues_three_jobs_render_with_a_range_and_pass_vdkit_check(tmp_path):
+    pytest.importorskip("megatron.core")  # (Bridge itself loads behind the kit's CPU shim inside `vdkit check`)
+    dirs = []
+    for name, overrides in DONE_WHEN.items():
+        proc = subprocess.run([sys.executable, "-m", "vdkit", "render", *overrides, "--no-check-mounts",
+                               "--out", str(tmp_path / name)], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "(range " in proc.stderr and "s/step)" in proc.stderr, proc.stderr
+        dirs.append(proc.stdout.strip().splitlines()[-1])
+    proc = subprocess.run([sys.executable, "-m", "vdkit", "check", *dirs], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-3000:])
+    assert proc.stdout.count("checked ") >= 6 and "defect" not in proc.stdout

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from vdkit.config import compose
+from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import nemo_command, nemo_script, render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
@@ -131,11 +132,38 @@ def test_single_file_still_gets_a_probability_list():
     assert cfg["model"]["data"]["train_ds"]["concat_sampling_probabilities"] == [1.0]
 
 
-def test_packed_sequences():
-    _, cfg = _cfg("data.packed=true", "data.train_files=[training_packed_2048.npy]")
+def test_packed_sequences_read_the_packed_npy_not_the_jsonl():
+    """NeMo 1.23's GPTSFTPackedDataset np.loads every file_names entry: the packed .npy per training file,
+    per model (its tokenizer) and sequence length; the validation set stays JSONL (unpacked)."""
+    plan, cfg = _cfg("data.packed=true")
     train = cfg["model"]["data"]["train_ds"]
     assert train["packed_sequence"] is True and cfg["model"]["micro_batch_size"] == 1
-    assert train["file_names"] == ["/data/dolly/training_packed_2048.npy"]
+    assert train["file_names"] == [f"/data/dolly/packed/llama2_7b/training.{plan.recipe.train.seq_length}.npy"]
+    assert cfg["model"]["data"]["validation_ds"]["file_names"] == ["/data/dolly/validation.jsonl"]
+
+
+def test_a_packed_jsonl_and_an_optimizer_nemo_lacks_are_refused():
+    from vdkit.recipes.nemo_contract import check_nemo_config
+
+    plan, cfg = _cfg("data.packed=true")
+    cfg["model"]["data"]["train_ds"]["file_names"] = ["/data/dolly/training.jsonl"]
+    with pytest.raises(UserError, match="np.loads each file .* must be the packed .npy"):
+        check_nemo_config(cfg, plan)
+    plan, cfg = _cfg("method=sft")
+    cfg["model"]["optim"]["name"] = "mcore_distributed_optim"  # NeMo 2.0's, not 1.23's
+    with pytest.raises(UserError, match="NeMo 1.23 has no such optimizer"):
+        check_nemo_config(cfg, plan)
+
+
+def test_fast_sft_uses_distributed_fused_adam_and_keeps_grad_accumulation_fusion():
+    plan, cfg = _cfg("recipe=fast", "method=sft")
+    m = cfg["model"]
+    assert m["optim"]["name"] == "distributed_fused_adam" and m["megatron_amp_O2"] is True
+    assert m["gradient_accumulation_fusion"] is True
+    # without the distributed optimizer on DP > 1, PP 1, NeMo 1.23 would drop the fusion: not rendered
+    plan, cfg = _cfg("recipe=fast", "method=sft", "parallelism.distributed_optimizer=false", "parallelism.pp=1")
+    assert plan.dp > 1 and cfg["model"]["optim"]["name"] == "fused_adam"
+    assert "gradient_accumulation_fusion" not in cfg["model"]
 
 
 def test_lora_parameters():

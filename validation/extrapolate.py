@@ -62,9 +62,9 @@ NVIDIA_WARMUP_SAMPLES = 5
 OUTLIER_SIGMAS = 3.0
 FLUCTUATION_CV = 0.10
 # A run on CPU (cluster.gpu_type cpu: the demo's tiny model, ranks as local processes) is flagged only above
-# this CV: its millisecond steps share the cores with the other ranks and every other process, so a 10-40 %
-# spread is the machine's scheduling (the demo's six cells on 2 shared cores: see docs/reproducing.md), not
-# the run; above half the mean, something on the machine did stall it.
+# this CV: its millisecond steps share the cores with the other ranks and every other process, so a 10-25 %
+# spread is the machine's scheduling, not the run (`vdkit demo`'s six cells on 2 shared cores, load ~10,
+# 2026-11-26: CV 15.2-22.4 %); above half the mean, something on the machine did stall it.
 CPU_FLUCTUATION_CV = 0.50
 DRIFT_FRACTION = 0.05
 MIN_STEADY_SAMPLES = 3

@@ -90,6 +90,7 @@ class ClusterCfg:
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
     mtbf_h: float = 24.0  # mean hours between failures that end a job early (node, GPU, fabric; not the time limit): Young's M for the checkpoint interval; assumed, conservative (Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s scale to ~1,000 h for 48 GPUs): use your incident history
+    max_restarts: int = 3  # failed job steps (dead rank or node, hang, failed save) the launcher restarts by itself from the last good checkpoint, per run (NeMo-Run's retries on failure); 0: none
     max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
@@ -104,6 +105,7 @@ class ClusterCfg:
     transport: str = "ib"  # inter-node fabric: ib (InfiniBand verbs) | roce (RDMA over Ethernet) | tcp (sockets)
     inter_node_gb_s: Optional[float] = None  # usable inter-node bandwidth per node and direction (GB/s) as collectives reach it (all_gather_perf); None: adapters x the transport's rate (conf/calibration/hf_step_time.yaml)
     container_image: Optional[str] = None  # the cluster's image for engines without their own (e.g. a ROCm PyTorch image)
+    container_writable: bool = False  # srun --container-writable (pyxis): for sites whose enroot root filesystem is read-only (Bridge's launcher adds it)
     env: Dict[str, str] = field(default_factory=dict)  # extra variables exported before srun (site / fabric settings)
     kubernetes: Dict[str, Any] = field(default_factory=dict)  # a Kubernetes site's settings, read by vdkit.k8s.settings
     probed: List[str] = field(default_factory=list)  # the fields `vdkit site probe` read on a node; render lists the other site facts as assumptions

@@ -15,6 +15,7 @@ This ``__init__`` is the engine interface (:mod:`vdkit.recipes.engines`): standa
 """
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path, PurePosixPath
 from typing import List
@@ -22,10 +23,9 @@ from typing import List
 from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
 from vdkit.rundir import BRIDGE_JOB_FILE as JOB_FILE
+from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG  # noqa: F401  (the image <-> Bridge map)
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
-BRIDGE_VERSION = "0.3.1"
-IMAGE_TAG = "nemo:26.02.01"  # the NeMo release that ships Megatron-Bridge 0.3.1
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
@@ -49,8 +49,20 @@ def command(plan, run_dir) -> List[str]:
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
     if in_container(plan):
-        return [CONTAINER_PYTHON, str(PurePosixPath(run_dir) / JOB_FILE), str(PurePosixPath(run_dir) / CONFIG_FILE)]
+        job = [CONTAINER_PYTHON, str(PurePosixPath(run_dir) / JOB_FILE), str(PurePosixPath(run_dir) / CONFIG_FILE)]
+        if plan.recipe.cluster.gpus_per_node != NUMA_GPUS:
+            return job
+        # NVIDIA's performance executor: each rank on its GPU's socket, CPU and memory (NUMA node = local id / 4)
+        import shlex
+
+        node = f"$((SLURM_LOCALID / {NUMA_GPUS // NUMA_NODES}))"
+        return ["bash", "-c", f"exec numactl --cpunodebind={node} --membind={node} {shlex.join(job)}"]
     return [sys.executable, "-m", MODULE, str(run_dir)]
+
+
+# NUMA binding as NVIDIA's performance executor does it, for an 8-GPU node of two sockets (XE9680: GPUs 0-3 on
+# socket 0, 4-7 on socket 1); other shapes run unbound (which GPUs a 4-GPU job holds is the scheduler's choice).
+NUMA_GPUS, NUMA_NODES = 8, 2
 
 
 def check(plan) -> None:
@@ -67,6 +79,10 @@ def check(plan) -> None:
                         "use engine=" + " or engine=".join(PTUNING_ENGINES) + " for method=ptuning")
     check_model(r)
     p = r.parallelism
+    if r.train.precision == "fp8" and not p.distributed_optimizer:
+        raise UserError("train.precision=fp8 on Bridge gathers FP8 parameters (bf16_with_fp8_current_scaling_mixed: "
+                        "fp8_param_gather), which Megatron runs only with the distributed optimizer",
+                        "set parallelism.distributed_optimizer=true (NVIDIA's H100 FP8 configs do), or train.precision=bf16")
     if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core 0.16)",
@@ -131,25 +147,28 @@ def files(plan, run_dir) -> dict:
               f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
               f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
               f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
-              f"rerun; each rank runs:\n#   {' '.join(command(plan, run_dir))}\n")
+              f"rerun; each rank runs:\n#   {shlex.join(command(plan, run_dir))}\n")
     out = {CONFIG_FILE: to_yaml(cfg, header), JOB_FILE: (Path(__file__).parent / "job.py").read_text()}
     if r.data.name == "synthetic" and r.method.name != "pretrain":
         out.update(synthetic_files(r))
     if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):
         out.update(byte_tokenizer_files(TOKENIZER_DIR))
-    if in_container(plan) and r.method.name != "pretrain":
+    if in_container(plan) and r.method.name != "pretrain" and r.model.hf_path:  # (a site's own checkpoint: none)
         out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir)
-    if in_container(plan) and not r.timing:  # run.mode=train: the final weights as HF, after the run
+    if in_container(plan) and not r.timing and r.model.hf_path:  # run.mode=train: the final weights as HF
         out[EXPORT_FILE] = convert.export_sbatch(plan, run_dir, checkpoint_dir(r, run_dir))
     return out
 
 
 def inputs(plan) -> list:
-    """The base model's Bridge checkpoint a fine-tuning job starts from."""
+    """The base model's Bridge checkpoint a fine-tuning job starts from; the staged tokenizer directory."""
     r = plan.recipe
-    if r.method.name == "pretrain" or not r.model.megatron_path:
-        return []
-    return [("model.megatron_path", r.model.megatron_path, True)]
+    out = []
+    if r.method.name != "pretrain" and r.model.megatron_path:
+        out.append(("model.megatron_path", r.model.megatron_path, True))
+    if not r.data.tokenizer_model and r.model.hf_path and r.model.hf_path.startswith("/"):
+        out.append(("model.hf_path (the staged tokenizer)", r.model.hf_path, True))
+    return out
 
 
 def env(plan) -> dict:
@@ -157,10 +176,16 @@ def env(plan) -> dict:
 
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
+    from vdkit.recipes.bridge.config import NVIDIA_H100
     from vdkit.recipes.rocm import vendor_env
 
+    margin = str(NVIDIA_H100["layernorm_sm_margin"])
     return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else "8",
             "TORCH_NCCL_HIGH_PRIORITY": "1", "NVTE_NORM_FWD_USE_CUDNN": "1", "NVTE_NORM_BWD_USE_CUDNN": "1",
+            # the performance plugin: SMs kept free of the LayerNorm kernels for the overlapped DP communication
+            "NVTE_FWD_LAYERNORM_SM_MARGIN": margin, "NVTE_BWD_LAYERNORM_SM_MARGIN": margin,
+            # Bridge's later recipes (recipes/utils/environment_utils.py): less fragmentation at 88-90 % of HBM
+            "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
             "PYTHONUNBUFFERED": "1"})
 

@@ -44,11 +44,16 @@ PROVIDERS = {  # model.name -> Bridge's provider class (its dimensions are the m
     "llama2_7b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider7B",
     "llama2_13b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider13B",
     "llama2_70b": "megatron.bridge.models.llama.llama_provider.Llama2ModelProvider70B",
+    # Llama 3.1: Bridge's own (rope_scaling True, rope_scaling_factor 8, rotary_base 500000: llama_provider.py
+    # Llama31ModelProvider); a generic LlamaModelProvider without the scaling is another model than the weights
+    "llama3_1_8b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider8B",
+    "llama3_1_70b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider70B",
 }
 GENERIC_PROVIDER = "megatron.bridge.models.llama.llama_provider.LlamaModelProvider"
-HF_IDS = {"llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Llama-2-13b-hf",
-          "llama2_70b": "meta-llama/Llama-2-70b-hf"}  # what AutoBridge maps to the providers above
-PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_delayed_scaling_mixed"}  # Bridge's recipe names
+# Bridge's mixed-precision recipe names (training/mixed_precision.py). FP8: per-tensor current scaling, what
+# NVIDIA's H100 performance configs run ("fp8_cs"); the delayed-scaling preset is marked experimental there.
+# Both turn on fp8_param_gather, which needs the distributed optimizer (refused at the door otherwise).
+PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
 # The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
@@ -82,6 +87,10 @@ UPSTREAM = (
     ("core/pipeline_parallel/schedules.py", 165, "out.data = torch.empty((1,), device=out.device, dtype=out.dtype)",
      "a sent output freed at once: the rank keeps it on CPU (train.make_cpu_runnable)"),
 )
+# NVIDIA's H100 settings the bridge engine renders (docs/bridge-h100.md: each adopted or departed from, why):
+# Bridge 0.3.1's Llama recipes (manual GC, workers) and its performance plugin (LayerNorm SM margin).
+NVIDIA_H100 = {"manual_gc_interval": 100, "num_workers_pretrain": 8, "num_workers_finetune": 1,
+               "layernorm_sm_margin": 16}
 PRETRAIN_SPLIT = "99990,8,2"  # NVIDIA's Llama 2 launcher (NeMo-Framework-Launcher's llama2 configs)
 SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "output", "truncation_field": "input",
                       "answer_only_loss": True}  # NeMo's SFT conventions, as the kit's other engines
@@ -148,12 +157,13 @@ def _rope(m) -> dict:
 
 
 def _optimizer_scheduler(plan):
-    from vdkit.recipes.training_constants import ADAM_BETAS, GRAD_CLIP
+    from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
 
     r = plan.recipe
     m, p = r.method, r.parallelism
+    beta1, beta2 = adam_betas(r)  # pretraining: NVIDIA's 0.95 (Bridge's recipes/utils/optimizer_utils.py too)
     opt = {_T: _CFG + "OptimizerConfig", "optimizer": "adam", "lr": m.lr, "min_lr": m.min_lr,
-           "weight_decay": m.weight_decay, "adam_beta1": ADAM_BETAS[0], "adam_beta2": ADAM_BETAS[1],
+           "weight_decay": m.weight_decay, "adam_beta1": beta1, "adam_beta2": beta2,
            "adam_eps": 1e-8, "clip_grad": GRAD_CLIP, "use_distributed_optimizer": bool(p.distributed_optimizer),
            "bf16": True}
     steps = r.train.max_steps
@@ -164,7 +174,15 @@ def _optimizer_scheduler(plan):
     return opt, sched
 
 
-def _dataset(plan, run_dir) -> dict:
+def _workers(recipe, in_container: bool, here: int) -> int:
+    """Data-loader workers: NVIDIA's in the container (Bridge's Llama pretraining recipes 8, fine-tuning 1);
+    ``here`` on this machine's CPU runs."""
+    if not in_container:
+        return here
+    return NVIDIA_H100["num_workers_pretrain"] if recipe.method.name == "pretrain" else NVIDIA_H100["num_workers_finetune"]
+
+
+def _dataset(plan, run_dir, in_container: bool = False) -> dict:
     r = plan.recipe
     d, t = r.data, r.train
     if r.method.name == "pretrain" and d.kind == "pretrain":
@@ -172,17 +190,18 @@ def _dataset(plan, run_dir) -> dict:
         return {_T: _CFG + "GPTDatasetConfig", "random_seed": t.seed, "seq_length": t.seq_length,
                 "blend": [[str(base / f) for f in d.train_files], None], "split": PRETRAIN_SPLIT,
                 "reset_attention_mask": False, "reset_position_ids": False, "eod_mask_loss": False,
-                "num_dataset_builder_threads": 1, "dataloader_type": "single", "num_workers": 2,
-                "data_sharding": True}
+                "num_dataset_builder_threads": 1, "dataloader_type": "single",
+                "num_workers": _workers(r, in_container, 2), "data_sharding": True}
     if r.method.name == "pretrain":  # data=synthetic: Bridge's own mock data (learnable sequences)
         return {_T: _CFG + "MockGPTDatasetConfig", "random_seed": t.seed, "seq_length": t.seq_length,
                 "reset_attention_mask": False, "reset_position_ids": False, "eod_mask_loss": False,
-                "num_dataset_builder_threads": 1, "dataloader_type": "single", "num_workers": 0,
-                "data_sharding": True}
+                "num_dataset_builder_threads": 1, "dataloader_type": "single",
+                "num_workers": _workers(r, in_container, 0), "data_sharding": True}
     from vdkit.recipes.bridge.data import dataset_root
 
     out = {_T: _CFG + "FinetuningDatasetConfig", "dataset_root": str(dataset_root(r, run_dir)),
-           "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch", "num_workers": 0,
+           "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch",
+           "num_workers": _workers(r, in_container, 0),
            # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
            "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
     if d.packed:
@@ -196,19 +215,21 @@ def _dataset(plan, run_dir) -> dict:
 
 
 def tokenizer_model(recipe, run_dir) -> str:
-    """The HF tokenizer the data is tokenized with, the first of: data.tokenizer_model; model.hf_path;
-    the kit's byte-level tokenizer written into the run dir (CPU models); for fine-tuning, the copy
+    """The HF tokenizer the data is tokenized with, a staged path (the job runs offline: a hub id cannot resolve):
+    the staged one (vdkit.recipes.common.staging: data.tokenizer_model, a local model.hf_path); the kit's
+    byte-level tokenizer written into the run dir (CPU models); for fine-tuning, the copy
     AutoBridge.import_ckpt keeps in the base checkpoint (``<model.megatron_path>/iter_0000000/tokenizer``);
-    the model's HF id (needs the HF cache: the job runs with TRANSFORMERS_OFFLINE=1)."""
-    if recipe.data.tokenizer_model:
-        return recipe.data.tokenizer_model
-    if recipe.model.hf_path:
-        return recipe.model.hf_path
+    else one line saying what to stage."""
+    from vdkit.recipes.common import staging
+
+    staged = staging.staged_tokenizer(recipe)
+    if staged:
+        return staging.require_staged_tokenizer(recipe, "bridge")
     if recipe.model.tokenizer == "byte-level":
         return str(PurePosixPath(run_dir) / TOKENIZER_DIR)
     if recipe.method.name != "pretrain" and recipe.model.megatron_path:
         return str(PurePosixPath(recipe.model.megatron_path) / "iter_0000000" / "tokenizer")
-    return HF_IDS.get(recipe.model.name, recipe.model.name)
+    return staging.require_staged_tokenizer(recipe, "bridge")
 
 
 def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
@@ -269,15 +290,19 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
                   # run.mode=timing: no validation (measured training steps only); train: train.val_batches
                   # batches of the validation split every r.val_every steps
                   "eval_iters": 0 if r.timing else t.val_batches, "eval_interval": r.val_every or t.max_steps,
-                  "exit_signal_handler": True},  # SIGTERM: finish the step, checkpoint, leave
+                  "exit_signal_handler": True,  # SIGTERM: finish the step, checkpoint, leave
+                  # NVIDIA's Llama recipes: Python's GC by hand every 100 steps, never mid-step on one rank
+                  "manual_gc": True, "manual_gc_interval": NVIDIA_H100["manual_gc_interval"]},
         "optimizer": opt,
         "scheduler": sched,
         "ddp": {_T: _CFG + "DistributedDataParallelConfig", "check_for_nan_in_grad": True,
-                "grad_reduce_in_fp32": True, "use_distributed_optimizer": bool(r.parallelism.distributed_optimizer),
+                # NVIDIA's recipes: fp32 gradient reduction for pretraining, bf16 for fine-tuning (half the bytes)
+                "grad_reduce_in_fp32": r.method.name == "pretrain",
+                "use_distributed_optimizer": bool(r.parallelism.distributed_optimizer),
                 "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
                 "overlap_param_gather": bool(r.parallelism.distributed_optimizer),
                 "average_in_collective": not per_token_loss(r)},
-        "dataset": _dataset(plan, run_dir),
+        "dataset": _dataset(plan, run_dir, in_container),
         "logger": {_T: _CFG + "LoggerConfig", "log_interval": e.log_every_n_steps, "tensorboard_dir": logs,
                    "log_timers_to_tensorboard": True, "log_throughput": True},
         "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
@@ -287,10 +312,20 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
         "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),
     }
+    if in_container and tp_comm_overlap(plan):
+        cfg["comm_overlap"] = {_T: "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True,
+                               "tp_comm_bootstrap_backend": "nccl"}
     peft = _peft(plan)
     if peft is not None:
         cfg["peft"] = peft
     return cfg
+
+
+def tp_comm_overlap(plan) -> bool:
+    """NVIDIA's TP communication overlap (Transformer Engine userbuffers, bootstrapped over NCCL: no MPI):
+    where Bridge keeps it (training/comm_overlap.py: TP >= 2 with sequence parallelism)."""
+    p = plan.recipe.parallelism
+    return plan.tp > 1 and bool(p.sequence_parallel)
 
 
 def to_yaml(cfg: Dict, header: str = "") -> str:

@@ -30,83 +30,46 @@ EXPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
              "AutoBridge.from_hf_pretrained(sys.argv[1]).export_ckpt(sys.argv[2], sys.argv[3])")
 
 
-def hf_source(recipe) -> str:
-    """The HF weights to convert: model.hf_path (the site's local copy), else the model's hub id."""
-    from vdkit.recipes.bridge.config import HF_IDS
-
-    return recipe.model.hf_path or HF_IDS.get(recipe.model.name, recipe.model.name)
-
-
 def import_sbatch(plan, run_dir) -> str:
-    """The one-time conversion job (one node, one task, in the run's container), as sbatch text."""
+    """The one-time conversion job (one whole node, one task, in the run's container), as sbatch text."""
+    from vdkit.recipes.common import staging
+
     r = plan.recipe
-    out = r.model.megatron_path or f"/models/{r.model.name}-bridge"
-    src = hf_source(r)
-    image = r.engine.container_image or ""
-    mounts = sorted({str(PurePosixPath(out).parent)} | ({src} if src.startswith("/") else set()))
-    q = shlex.quote
-    lines = [
-        "#!/bin/bash",
-        f"# One-time step before fine-tuning {r.model.name} with engine=bridge: convert the HF weights to a",
-        "# Megatron-Bridge checkpoint with Bridge's own AutoBridge.import_ckpt, inside the same container.",
-        "# Run it once per site and model (not per job):   sbatch import_hf.sbatch",
-        f"# It writes {out}/iter_0000000; launch.sbatch loads it as checkpoint.pretrained_checkpoint",
-        "# (model.megatron_path) and Bridge reshards it to the run's TP / PP. A hub id needs HF_TOKEN",
-        "# (run.secrets_file) or a local copy: set model.hf_path=/path/to/Llama-2-hf.",
-        f"#SBATCH --job-name={q('import-' + r.model.name)}",
-        "#SBATCH --nodes=1",
-        "#SBATCH --ntasks=1",
-        f"#SBATCH --cpus-per-task={r.cluster.cpus_per_task}",
-        "#SBATCH --gpus-per-node=1",
-        "#SBATCH --time=02:00:00",
+    out = r.model.megatron_path or f"{staging.STAGED_ROOT}/{r.model.name}-bridge"
+    src = staging.conversion_source(r)
+    comments = [
+        f"One-time step before fine-tuning {r.model.name} with engine=bridge: convert the staged HF weights",
+        f"({src}) to a Megatron-Bridge checkpoint with Bridge's own AutoBridge.import_ckpt, in the same container.",
+        "Run it once per site and model (not per job):   sbatch import_hf.sbatch",
+        f"It writes {out}/iter_0000000 (and its tokenizer); launch.sbatch loads it as checkpoint.pretrained_checkpoint",
+        "(model.megatron_path) and Bridge reshards it to the run's TP / PP. The whole node: the import builds the",
+        "model in host memory (use_cpu_initialization; a 70B holds ~140 GB).",
     ]
-    if r.cluster.partition:
-        lines.append(f"#SBATCH --partition={q(r.cluster.partition)}")
-    if r.cluster.account:
-        lines.append(f"#SBATCH --account={q(r.cluster.account)}")
-    lines += [
-        "set -euo pipefail",
-        f"mkdir -p {q(str(PurePosixPath(out).parent))}",
-        f"srun --container-image={q(image)} --container-mounts={q(','.join(f'{m}:{m}' for m in mounts))} "
-        f"--no-container-mount-home python -c {q(IMPORT_PY)} {q(src)} {q(out)}",
-        "",
-    ]
-    return "\n".join(lines)
+    mounts = {staging.parent(out)} | ({src} if staging.is_local(src) else set())
+    return staging.one_node_sbatch(plan, f"import-{r.model.name}", comments, r.engine.container_image or "",
+                                   mounts, ["python", "-c", IMPORT_PY, src, out],
+                                   secrets=not staging.is_local(src)).replace(
+        "set -euo pipefail\n", f"set -euo pipefail\nmkdir -p {shlex.quote(staging.parent(out))}\n", 1)
 
 
 def export_sbatch(plan, run_dir, ckpt_dir) -> str:
     """run.mode=train: the job that turns the run's last checkpoint into HF weights (``ckpt_dir``/hf),
-    as sbatch text (one node, one task, the run's container); submit it after the run ends:
+    as sbatch text (one whole node, one task, the run's container); submit it after the run ends:
     ``sbatch --dependency=afterok:JOBID export_hf.sbatch``."""
+    from vdkit.recipes.common import staging
+
     r = plan.recipe
-    src = hf_source(r)
+    src = staging.conversion_source(r)  # the HF config (architecture) export_ckpt writes the weights into
     out = str(PurePosixPath(ckpt_dir) / "hf")
-    mounts = sorted({str(PurePosixPath(ckpt_dir))} | ({src} if src.startswith("/") else set()))
-    q = shlex.quote
-    lines = [
-        "#!/bin/bash",
-        f"# After the run: export its last checkpoint ({ckpt_dir}) to Hugging Face weights in {out}",
-        "# with Bridge's own AutoBridge.export_ckpt (LoRA adapters merged into the base), inside the same container.",
-        "#   sbatch --dependency=afterok:<the run's job id> export_hf.sbatch",
-        f"#SBATCH --job-name={q('export-' + r.run_name)}",
-        "#SBATCH --nodes=1",
-        "#SBATCH --ntasks=1",
-        f"#SBATCH --cpus-per-task={r.cluster.cpus_per_task}",
-        "#SBATCH --gpus-per-node=1",
-        "#SBATCH --time=02:00:00",
+    comments = [
+        f"After the run: export its last checkpoint ({ckpt_dir}) to Hugging Face weights in {out}",
+        "with Bridge's own AutoBridge.export_ckpt (LoRA adapters merged into the base), inside the same container.",
+        "  sbatch --dependency=afterok:<the run's job id> export_hf.sbatch",
     ]
-    if r.cluster.partition:
-        lines.append(f"#SBATCH --partition={q(r.cluster.partition)}")
-    if r.cluster.account:
-        lines.append(f"#SBATCH --account={q(r.cluster.account)}")
-    lines += [
-        "set -euo pipefail",
-        f"srun --container-image={q(r.engine.container_image or '')} "
-        f"--container-mounts={q(','.join(f'{m}:{m}' for m in mounts))} "
-        f"--no-container-mount-home python -c {q(EXPORT_PY)} {q(src)} {q(str(ckpt_dir))} {q(out)}",
-        "",
-    ]
-    return "\n".join(lines)
+    mounts = {str(PurePosixPath(ckpt_dir))} | ({src} if staging.is_local(src) else set())
+    return staging.one_node_sbatch(plan, f"export-{r.run_name}", comments, r.engine.container_image or "", mounts,
+                                   ["python", "-c", EXPORT_PY, src, str(ckpt_dir), out], time="02:00:00",
+                                   secrets=not staging.is_local(src))
 
 
 def convert_on_cpu(hf_dir: str, out_dir: str) -> None:

@@ -21,6 +21,7 @@ from typing import List, Union
 from vdkit.errors import UserError
 
 RUNS_LOCALLY = True
+WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
 # plan, render and submit; training here needs these).

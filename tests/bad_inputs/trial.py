@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import CLASSES, HANG_S, OUTCOMES, classify, load_cases, run_case, why  # noqa: E402
+from harness import CLASSES, HANG_S, OUTCOMES, classify, load_cases, run_case, warm_up, why  # noqa: E402
 from workspace import build_template, workspace  # noqa: E402
 
 
@@ -43,6 +43,7 @@ def main() -> int:
     cases = [c for c in load_cases() if (not args.cls or c.cls in args.cls) and (not args.id or args.id in c.id)]
     root = Path(tempfile.mkdtemp(prefix="vdkit-trial-"))
     template = build_template(root / "template")
+    warm_up(template)
 
     global _ROOT, _TEMPLATE
     _ROOT, _TEMPLATE = root, template

@@ -68,7 +68,8 @@ def cell_lines(plan) -> str:
     pred = plan.prediction
     if pred is not None:
         timing = (f"{pred.step_seconds:.3g} s/step, {pred.minutes:,.1f} min for {r.train.target_steps} steps, "
-                  f"{pred.gpu_hours:,.1f} GPU-hours")
+                  f"{pred.gpu_hours:,.1f} GPU-hours"
+                  + (f" (range {pred.interval_s[0]:.3g} .. {pred.interval_s[1]:.3g} s/step)" if pred.interval_s else ""))
     else:
         why = next((n for n in plan.notes if "prediction" in n), "")
         why = re.sub(r"^no (time |step-time )?prediction:\s*", "", why)

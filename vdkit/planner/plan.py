@@ -46,7 +46,9 @@ import dataclasses
 from typing import Iterator, List, Optional, Tuple
 
 from vdkit.planner.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
+from vdkit.context import data_notes, seq_notes
 from vdkit.planner.calibration import HEADROOM, is_borderline, overhead_gb
+from vdkit.planner.interval import attach
 from vdkit.errors import UserError
 from vdkit.planner.predict import predict_step, predicts_for, recompute_share, regime, why_no_prediction
 from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
@@ -73,9 +75,8 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
         out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
     cp = r.parallelism.cp
     if r.world_size % (tp * pp * cp):
-        out.append(f"TP x PP x CP must divide the world size ({r.world_size} GPUs); {tp} x {pp} x {cp} = "
-                   f"{tp * pp * cp} does not" if cp > 1 else
-                   f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
+        out.append(f"TP x PP{' x CP' * (cp > 1)} must divide the world size ({r.world_size} GPUs); {tp} x {pp}"
+                   f"{f' x {cp}' * (cp > 1)} = {tp * pp * cp} does not")
     else:
         dp = data_parallel(r, tp, pp)
         if t.global_batch_size % (t.micro_batch_size * dp):
@@ -172,8 +173,7 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     w, g, o = static_bytes(precision)
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
-    # megatron-core's distributed optimizer shards over the data-parallel x context-parallel group
-    shards = data_parallel(r, tp, pp) * r.parallelism.cp
+    shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 
@@ -350,9 +350,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    from vdkit.context import seq_notes
-
-    reason, notes = None, seq_notes(recipe) + _data_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + data_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
@@ -388,27 +386,11 @@ def layout_plan(recipe: Recipe) -> Plan:
     elif feasible:
         notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
                      "fastest)")
-    from vdkit.planner.interval import attach
-
     prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
-
-
-def _data_notes(recipe: Recipe) -> List[str]:
-    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
-    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
-        return []
-    from vdkit.planner.predict import avg_tokens, calibration
-    from vdkit.tokens import counted_mean
-
-    avg = avg_tokens(recipe, calibration())
-    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
-    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
-            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
-            "assumed full-length"]
 
 
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:

@@ -322,7 +322,7 @@ def _fused_path(recipe) -> bool:
 
     NVIDIA's pretraining settings do (vdkit renders them), and so does an engine whose regime is "fused";
     the design guide's fine-tuning configs (NeMo's defaults) do not, unless the fast recipe's fused kernels
-    are on (then vdkit renders NVIDIA's performance settings: recipes/nemo_config.PERFORMANCE_SETTINGS).
+    are on (then vdkit renders NVIDIA's performance settings: recipes/nemo_performance.PERFORMANCE_SETTINGS).
     """
     return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels) or regime(recipe) == "fused"
 
