@@ -65,6 +65,9 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     (NeMo / Megatron's defaults; NVIDIA's fused path when the rendered config is NVIDIA's), ``"fused"``
     (always NVIDIA's fused path: a stack that renders NVIDIA's performance settings, e.g. Megatron-Bridge's
     recipes), ``"hf"`` (:mod:`vdkit.planner.predict_hf`: eager Hugging Face + DDP / FSDP / ZeRO-3).
+``WRITES_HEARTBEAT: bool``  (default ``False``)
+    Whether the ranks write the launcher's heartbeat (:mod:`vdkit.recipes.heartbeat`); the launcher's
+    hang watchdog runs only for engines that do.
 ``NEEDS_PMI: bool``  (default ``False``)
     Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
     kit's engines read the launcher's variables instead.
@@ -210,6 +213,10 @@ class Engine:
     @property
     def needs_pmi(self) -> bool:
         return bool(getattr(self.module, "NEEDS_PMI", False))
+
+    @property
+    def writes_heartbeat(self) -> bool:
+        return bool(getattr(self.module, "WRITES_HEARTBEAT", False))
 
 
 def get(name: str) -> Engine:

@@ -22,6 +22,7 @@ from vdkit.errors import UserError
 
 RUNS_LOCALLY = True
 STEP_TIME_REGIME = "hf"  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
+WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
 # plan, render and submit; training here needs these).
