@@ -11,7 +11,7 @@ Adding an engine takes three things and nothing else:
 (:mod:`vdkit.launchers`) as a :class:`vdkit.jobspec.JobSpec`: launchers never import an engine.
 
 The interface (module-level names; only ``command`` is required, the rest default as shown).
-``plan`` is a :class:`vdkit.planner.plan.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
+``plan`` is a :class:`vdkit.schema.Plan` (``plan.recipe`` the resolved Recipe); ``run_dir`` the run
 directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers need its final path):
 
 ``command(plan, run_dir) -> list[str]``  (required)
@@ -60,6 +60,14 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     (``local_check``) a missing one is one line naming the extra, not a rank's traceback.
 ``RUNS_LOCALLY: bool``  (default ``False``)
     Whether ``vdkit run`` (the local launcher) may start ``command`` as local processes on this machine.
+``STEP_TIME_REGIME: str``  (default ``"unfused"``)
+    Which step-time model describes the engine's stack (:mod:`vdkit.planner.predict`): ``"unfused"``
+    (NeMo / Megatron's defaults; NVIDIA's fused path when the rendered config is NVIDIA's), ``"fused"``
+    (always NVIDIA's fused path: a stack that renders NVIDIA's performance settings, e.g. Megatron-Bridge's
+    recipes), ``"hf"`` (:mod:`vdkit.planner.predict_hf`: eager Hugging Face + DDP / FSDP / ZeRO-3).
+``WRITES_HEARTBEAT: bool``  (default ``False``)
+    Whether the ranks write the launcher's heartbeat (:mod:`vdkit.recipes.heartbeat`); the launcher's
+    hang watchdog runs only for engines that do.
 ``NEEDS_PMI: bool``  (default ``False``)
     Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
     kit's engines read the launcher's variables instead.
@@ -195,12 +203,20 @@ class Engine:
         return fn(plan, Path(run_dir)) if fn else None
 
     @property
+    def step_time_regime(self) -> str:
+        return str(getattr(self.module, "STEP_TIME_REGIME", "unfused"))
+
+    @property
     def runs_locally(self) -> bool:
         return bool(getattr(self.module, "RUNS_LOCALLY", False))
 
     @property
     def needs_pmi(self) -> bool:
         return bool(getattr(self.module, "NEEDS_PMI", False))
+
+    @property
+    def writes_heartbeat(self) -> bool:
+        return bool(getattr(self.module, "WRITES_HEARTBEAT", False))
 
 
 def get(name: str) -> Engine:

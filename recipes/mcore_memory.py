@@ -11,7 +11,7 @@ once, padding included):
   ``exp_avg`` / ``exp_avg_sq`` (and step counters), fp32 master copies of bf16 parameters.
 
 ``memory.json`` (rank 0 writes it): ``{"ranks": [{"rank", "stage", "measured": {...}, "planned":
-{...}}]}`` in bytes, "planned" from :func:`vdkit.planner.plan.stage_static_bytes` for the rank's pipeline
+{...}}]}`` in bytes, "planned" from :func:`vdkit.planner.memory.stage_static_bytes` for the rank's pipeline
 stage, with the precision the engine trains in (fp32 on CPU, bf16 mixed precision on GPU).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ def measure(chunks, optimizer) -> Dict[str, int]:
 
 def planned(plan, stage: int, precision: str) -> Dict[str, int]:
     """The planner's bytes for one rank of pipeline stage ``stage``."""
-    from vdkit.planner.plan import stage_static_bytes
+    from vdkit.planner.memory import stage_static_bytes
 
     p = plan.recipe.parallelism
     raw = stage_static_bytes(plan.recipe, p.tp, p.pp, stage, bool(p.distributed_optimizer), precision)

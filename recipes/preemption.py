@@ -134,7 +134,12 @@ def rank_main(engine: str, train: Callable, argv=None, require: Optional[Callabl
         if err is None:
             raise
         print(f"vdkit {engine}: error: {err}", file=sys.stderr)
-        return err.exit_code
+        import errno
+
+        from vdkit.faults import EXIT_NO_SPACE
+
+        # A full or read-only disk is the site's, not the recipe's: the launcher may restart (vdkit.faults).
+        return EXIT_NO_SPACE if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG) else err.exit_code
     except Preempted as stop:
         return stop.exit_code
     return 0

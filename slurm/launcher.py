@@ -69,8 +69,12 @@ def status(run_dir: Path) -> str:
     from vdkit.slurm.submit import job_state
 
     st = job_state(run_dir)
+    if st.source == "unreachable" and not Path(run_dir).is_dir():
+        raise UserError(f"cannot ask Slurm about job {st.job_id}: {st.reason.split(';')[0]}",
+                        "run on a login node of the cluster (or point SLURM_CONF at its slurm.conf), or ask again "
+                        "when the controller is back")
     if st.source == "none" and not Path(run_dir).is_dir():
-        raise UserError(f"Slurm does not know job {st.job_id} (not queued, running or recently ended; "
+        raise UserError(f"Slurm does not know about job {st.job_id} (not queued, running or recently ended; "
                         "accounting is off or has no record)",
                         "pass a job id that `squeue` or `scontrol show job` lists, or a run directory "
                         "written by `vdkit submit`")
@@ -97,4 +101,4 @@ def job_alive(job_id: str) -> bool:
     from vdkit.slurm.submit import job_state
 
     st = job_state(job_id)
-    return not st.done and st.source != "none"
+    return not st.done and st.source not in ("none", "unreachable")  # unreachable: the lock file's flock decides

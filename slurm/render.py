@@ -50,6 +50,14 @@ def _directive(what: str, value) -> str:
     return text
 
 
+def fault_limits(plan):
+    """The watchdog's and the process group's seconds (vdkit.faults.Limits) from the plan's time figures."""
+    from vdkit.faults import limits
+
+    times = plan.time
+    return limits(times.startup_s, times.step_s, times.checkpoint_write_s)
+
+
 def sbatch_parameters(plan, run_dir) -> dict:
     """The keyword arguments for submitit's renderer (resources, names, log paths)."""
     r = plan.recipe
@@ -115,6 +123,9 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
         ""]
     lines.append(fabric.fabric_comment(r.cluster))
     lines += [slurm_env.export_line(k, v) for k, v in slurm_env.job_env(plan, job.env).items()]
+    from vdkit.slurm import recovery
+
+    lines += [""] + recovery.env_lines(run_dir, fault_limits(plan))
     lines += ["", "# Rendezvous at the first node"] + slurm_env.rendezvous_lines()
     if r.run.secrets_file:
         from vdkit.slurm.secrets import secrets_lines
@@ -143,7 +154,10 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
     if job.pmi and r.cluster.mpi != "none":
         argv.append(f"--mpi={r.cluster.mpi}")
     if job.container is not None:
-        names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [STOP_AT_ENV]
+        from vdkit.faults import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_ENV
+
+        names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [
+            STOP_AT_ENV, HEARTBEAT_ENV, COLLECTIVE_TIMEOUT_ENV]
         argv += slurm_env.pyxis_args(job.container, str(run_dir), names, r.cluster.container_writable)
     return argv + [str(a) for a in job.argv]
 
@@ -163,13 +177,17 @@ def _echo(text) -> str:
     return "".join("\\" + ch if ch in '$`"\\' else ch for ch in str(text))
 
 
-def _on_signal(plan, job: JobSpec) -> str:
-    """The batch shell's trap for Slurm's USR1: pass it to the step when the engine catches it."""
+def _on_signal(plan, job: JobSpec, name: str = SIGNAL_NAME) -> str:
+    """The batch shell's trap for Slurm's USR1 (the lead) or TERM (the limit itself, a cancel): pass it to the
+    step when the engine catches it; either way the shell lives on to hand over to the next allocation."""
     lead = plan.time.lead_s
+    when = f"{lead} s before the time limit" if name == SIGNAL_NAME else "at the time limit or a cancel"
     if job.stop_signal:
-        return (f'echo "vdkit: {SIGNAL_NAME} from Slurm ({lead} s before the time limit): the ranks stop after their '
+        # srun itself takes a TERM as "kill the tasks now" (job_force_termination): the step gets USR1, which
+        # the ranks treat as TERM (vdkit.jobspec.STOP_SIGNALS); Slurm's own TERM reaches them directly.
+        return (f'echo "vdkit: {name} from Slurm ({when}): the ranks stop after their '
                 f'step and checkpoint" >&2; kill -{job.stop_signal} "$STEP_PID" 2>/dev/null || true')
-    return f'echo "vdkit: {SIGNAL_NAME} from Slurm ({lead} s before the time limit): the engine stops by its own max_time" >&2'
+    return f'echo "vdkit: {name} from Slurm ({when}): the engine stops by its own max_time" >&2'
 
 
 def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
@@ -182,10 +200,12 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
     """
     q = shlex.quote
     run = q(str(run_dir))
-    from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE, SBATCH_FILE
+    from vdkit.rundir import FINISHED_FILE, SBATCH_FILE
 
-    lines = [
-        "STEP_PID=$!",
+    lines = ["STEP_PID=$!"]
+    if job.heartbeat:
+        lines += ["vdkit_watchdog & WATCH_PID=$!"]
+    lines += [
         "rc=0",
         "while :; do  # a trapped signal interrupts `wait`: wait for the step again",
         "  TRAPPED=0",
@@ -193,32 +213,61 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
         '  [ "$TRAPPED" = 1 ] && [ "$rc" -gt 128 ] || break',
         "done",
     ]
+    if job.heartbeat:
+        lines += ['kill "$WATCH_PID" 2>/dev/null || true; wait "$WATCH_PID" 2>/dev/null || true']
+    out = " ".join(f'{run}/{pattern.replace("%j", chr(34) + "$SLURM_JOB_ID" + chr(34))}'
+                   for pattern in (OUTPUT_PATTERN, ERROR_PATTERN))
     if job.finished_line:
         out = " ".join(f'{run}/{pattern.replace("%j", chr(34) + "$SLURM_JOB_ID" + chr(34))}'
                        for pattern in (OUTPUT_PATTERN, ERROR_PATTERN))
         lines += [f"# Exit 0 is a stop too unless rank 0 said the run is finished:",
                   f"if [ \"$rc\" = 0 ] && ! grep -qsF -- {q(job.finished_line)} {out}; then rc={EXIT_STOPPED}; fi"]
     lines += [
+        "# A TERM that was a cancel (scancel) ends the run here; one at the time limit hands over like a stop.",
+        "# (slurmstepd writes '*** JOB N ON NODE CANCELLED AT TIME ***' for a cancel, '... DUE TO TIME LIMIT ***' "
+        "at the limit; both are COMPLETING to scontrol)",
+        f'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && grep -qsE "\*\*\* JOB $SLURM_JOB_ID ON [^ ]+ CANCELLED AT '
+        f'[^ ]+ \*\*\*" {out}; then',
+        f'  echo "vdkit: job $SLURM_JOB_ID was cancelled: the run does not continue by itself; continue by hand: '
+        f'sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
+        '  exit "$rc"',
+        "fi",
         'case "$rc" in',
         "  0)",
         f"    touch {run}/{FINISHED_FILE}",
         '    echo "vdkit: the run has finished (job $SLURM_JOB_ID)" ;;',
         f"  {EXIT_STOPPED})",
         "    # Stopped cleanly with a checkpoint before the limit: the next allocation resumes from it.",
-        f'    if next=$(sbatch --parsable --dependency=afterany:"$SLURM_JOB_ID" {run}/{SBATCH_FILE}); then',
-        f'      echo "${{next%%;*}}" >> {run}/{JOB_ID_FILE}',
-        '      echo "vdkit: stopped before the time limit; job ${next%%;*} continues the run after job $SLURM_JOB_ID"',
+        "    if vdkit_submit_next; then",
+        '      echo "vdkit: stopped before the time limit; job $NEXT continues the run after job $SLURM_JOB_ID"',
         "    else",
         f'      echo "vdkit: stopped before the time limit, but the next allocation could not be submitted; '
         f'continue by hand: sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
         f"      exit {EXIT_STOPPED}",
         "    fi ;;",
-        "  *)",
-        '    echo "vdkit: the job step failed (exit $rc); the run does not continue by itself" >&2',
+        "  *)  # a dead rank or node, a hang, a failed save: recorded, restarted while restarts are left",
+        '    vdkit_failed "$rc" "${GOT_TERM:+killed at the time limit (TERM, then KILL)}"',
         '    exit "$rc" ;;',
         "esac",
     ]
     return lines
+
+
+def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
+    """The shell functions of :mod:`vdkit.slurm.recovery` this job uses (watchdog, successor, failure)."""
+    from vdkit.rundir import checkpoint_dir
+    from vdkit.slurm import recovery
+
+    r = plan.recipe
+    if r.cluster.max_restarts < 0:
+        raise UserError(f"cluster.max_restarts={r.cluster.max_restarts} is negative",
+                        "give 0 (a failed step is not restarted) or a small count such as 3")
+    lines = ["# Recovery (vdkit.slurm.recovery): the successor's submission, the failed step's record and restart"]
+    if job.heartbeat:
+        lines += recovery.watchdog_lines(r.world_size, fault_limits(plan))
+    lines += recovery.submit_lines(run_dir)
+    lines += recovery.failure_lines(run_dir, checkpoint_dir(r, run_dir), r.cluster.max_restarts, _echo)
+    return lines + [""]
 
 
 def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
@@ -227,9 +276,10 @@ def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
 
     run_dir = str(run_dir)
     params = sbatch_parameters(plan, run_dir)
-    command = "\n".join(["# The step runs in the background so that this shell can take Slurm's signal",
-                         f"STEP_PID=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
-                         _srun_text(srun_argv(plan, run_dir, job)) + " &"]
-                        + continuation_lines(plan, run_dir, job))
+    command = "\n".join(recovery_functions(plan, run_dir, job) + [
+        "# The step runs in the background so that this shell can take Slurm's signals",
+        f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
+        f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}' TERM",
+        _srun_text(srun_argv(plan, run_dir, job)) + " &"] + continuation_lines(plan, run_dir, job))
     return _make_sbatch_string(command=command, folder=run_dir,
                                setup=body_lines(plan, run_dir, job), use_srun=False, **params)

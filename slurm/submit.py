@@ -8,7 +8,7 @@ is ours (a rendered run directory), not submitit's pickled function. Every job i
 
 State without accounting: submitit only asks ``sacct``, which on sites (and the local cluster)
 without slurmdbd answers "accounting storage is disabled". :func:`job_state` asks, in order,
-sacct, ``scontrol show job`` (records last MinJobAge seconds), ``squeue``, a state this module
+``scontrol show job`` (records last MinJobAge seconds), sacct, ``squeue``, a state this module
 saved in the run directory when it last saw the job end, and finally the job's output files
 (Slurm's own "CANCELLED" / "TIME LIMIT" / "srun: error" lines).
 """
@@ -176,7 +176,10 @@ def _found_job(run_dir: Path) -> Optional[str]:
     held = read_holder(run_dir)
     if held is not None and held[0] == "slurm" and re.fullmatch(r"\d+(_\d+)?", held[1]):
         return held[1]
-    proc = _run(["squeue", "-h", "-o", "%i|%o"])
+    try:
+        proc = _run(["squeue", "-h", "-o", "%i|%o"])
+    except _Unreachable:
+        return None
     if proc is None or proc.returncode != 0:
         return None
     script = str((run_dir / SBATCH_FILE).absolute())
@@ -206,13 +209,36 @@ def resolve(target: RunOrJob) -> tuple:
 
 
 # ----------------------------------------------------------------------------- state sources
-def _run(cmd: List[str], timeout: float = 30) -> Optional[subprocess.CompletedProcess]:
+# A status question gets its answer within seconds: a controller that does not answer in this time is
+# reported as unreachable (Slurm's own MessageTimeout is 10 s, and clients retry past it).
+QUERY_TIMEOUT_S = 5
+
+
+class _Unreachable(Exception):
+    """The controller did not answer a status question (timed out, or the client said it cannot reach it)."""
+
+
+_LAST_UNREACHABLE: Dict[str, float] = {}  # why -> when: one timed-out question is enough for one command
+
+
+def _run(cmd: List[str], timeout: float = QUERY_TIMEOUT_S) -> Optional[subprocess.CompletedProcess]:
     if shutil.which(cmd[0]) is None:
         return None
+    for why, when in _LAST_UNREACHABLE.items():
+        if time.monotonic() - when < 2 * QUERY_TIMEOUT_S:
+            raise _Unreachable(why)
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except (subprocess.TimeoutExpired, OSError):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        why = f"{cmd[0]} had no answer within {timeout:.0f} s"
+        _LAST_UNREACHABLE.clear()
+        _LAST_UNREACHABLE[why] = time.monotonic()
+        raise _Unreachable(why) from None
+    except OSError:
         return None
+    if proc.returncode != 0 and any(s in proc.stderr for s in UNREACHABLE):
+        raise _Unreachable(_first_error_line(proc.stderr))
+    return proc
 
 
 def _state_word(raw: str) -> str:
@@ -308,7 +334,11 @@ def _from_logs(run_dir: Path, job_id: str) -> Optional[JobState]:
 def job_state(target: RunOrJob) -> JobState:
     """The Slurm state of a run directory's latest job (or of a job id), without needing accounting."""
     run_dir, job_id = resolve(target)
-    st = _from_sacct(job_id) or _from_scontrol(job_id) or _from_squeue(job_id)
+    try:
+        st = _from_scontrol(job_id) or _from_sacct(job_id) or _from_squeue(job_id)
+    except _Unreachable as exc:
+        return JobState(job_id, "UNREACHABLE", "unreachable", None,
+                        f"controller unreachable: {exc}; the job's own state is unknown until it answers")
     if st is not None:
         if run_dir is not None and st.done:
             _save_cache(run_dir, st)

@@ -71,7 +71,7 @@ def test_kill_mid_save_leaves_nothing_in_a_published_checkpoint(engine, tmp_path
     assert proc.returncode == -9, proc.stdout[-2000:] + proc.stderr[-2000:]
     left = _partials(ckpts)
     assert left, "the kill left no partial file: the test did not kill mid-save"
-    published = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step="))
+    published = sorted(p.name for p in ckpts.iterdir() if p.name.startswith("step=") and not p.name.endswith(".sha256"))
     assert published == ["step=2.ckpt"]
     # Resume: partial files removed first, the run finishes, every published checkpoint is clean.
     proc = subprocess.run([sys.executable, "-m", module, str(run_dir)], env=_env(), cwd=run_dir,
@@ -79,11 +79,14 @@ def test_kill_mid_save_leaves_nothing_in_a_published_checkpoint(engine, tmp_path
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert f"resuming from {ckpts / 'step=2.ckpt'}" in proc.stdout
     assert _partials(ckpts) == []
-    published = sorted(p.name for p in ckpts.iterdir())
+    published = sorted(p.name for p in ckpts.iterdir() if not p.name.endswith(".sha256"))
     assert published == ["step=4.ckpt", "step=6.ckpt"]  # KEEP = 2
-    if engine == "megatron":
+    if engine == "megatron":  # each rank's file with its SHA-256 (vdkit.recipes.common.trust)
         for step in published:
-            assert sorted(p.name for p in (ckpts / step).iterdir()) == ["rank00000.pt"]
+            assert sorted(p.name for p in (ckpts / step).iterdir()) == ["rank00000.pt", "rank00000.pt.sha256"]
+    else:
+        assert sorted(p.name for p in ckpts.iterdir() if p.name.endswith(".sha256")) == \
+            ["step=4.ckpt.sha256", "step=6.ckpt.sha256"]
     print(f"\n{engine}: killed mid-save at step 4 leaving {left}; resumed from step 2, finished 6; none left")
 
 

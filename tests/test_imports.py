@@ -257,3 +257,45 @@ def test_engines_launchers_and_validation_import_only_downward():
             if layer[b] < layer[a] or (layer[b] == layer[a] and _folder(b) and _folder(b) != _folder(a)):
                 bad.append(f"{a} -> {b} (line {line})")
     assert not bad, "imports upward (docs/architecture.md's layers):\n" + "\n".join(bad)
+
+
+# The planner's search and prediction: what an engine must never import (it reads the plan from the run
+# directory; the arithmetic it compares against - vdkit.planner.arch, layout, memory, the time plan's
+# helpers - it may).
+SEARCH = ("vdkit.planner.plan", "vdkit.planner.sharded", "vdkit.planner.predict", "vdkit.planner.predict_hf")
+
+
+def _engine_side_imports_of_the_search(edges) -> List[str]:
+    return [f"{a} -> {b} (line {line})" for a, targets in edges.items() for b, line in targets.items()
+            if a.startswith("vdkit.recipes") and b in SEARCH]
+
+
+def test_engines_import_memory_arithmetic_never_the_layout_search():
+    edges = graph()
+    assert set(SEARCH) <= set(modules())  # the names are real modules (a rename must update this list)
+    bad = _engine_side_imports_of_the_search(edges)
+    assert not bad, "engine code importing the planner's search or prediction:\n" + "\n".join(bad)
+    # the check finds one: an engine's function-level import of the search
+    planted = {"vdkit.recipes.toy": {"vdkit.planner.plan": 7}}
+    assert _engine_side_imports_of_the_search(planted) == ["vdkit.recipes.toy -> vdkit.planner.plan (line 7)"]
+
+
+def _engine_names_in(tree: ast.AST, engines) -> List[Tuple[str, int]]:
+    """String constants naming an engine (docstrings aside): an engine's name keyed or compared in code."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [(n.value, n.lineno) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value in engines
+            and id(n) not in docstrings]
+
+
+def test_no_engine_name_is_keyed_in_the_prediction_code():
+    """Which step-time regime describes an engine is the engine's attribute (STEP_TIME_REGIME, read through
+    the registry), never a table of engine names in the planner."""
+    engines = set(_engine_packages())
+    found = [f"{name}:{line} {value!r}" for name, path in modules().items() if name.startswith("vdkit.planner")
+             for value, line in _engine_names_in(ast.parse(path.read_text(), str(path)), engines)]
+    assert not found, "engine names in the planner:\n" + "\n".join(found)
+    planted = ast.parse('"""nemo"""\nREGIMES = {"nemo": "unfused", "reference": "hf"}\n')
+    assert _engine_names_in(planted, engines) == [("nemo", 2), ("reference", 2)]

@@ -144,10 +144,11 @@ def test_plan_prints_the_published_figure_of_its_cell(capsys):
 
 
 def test_each_engine_picks_its_regime_in_one_place():
-    from vdkit.planner.predict import ENGINE_REGIMES, _fused_path, regime
+    """The regime is the engine's own STEP_TIME_REGIME, read through the registry."""
+    from vdkit.planner.predict import _fused_path, regime
 
-    assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "nemo"
-    assert ENGINE_REGIMES["bridge"] == "fused"  # NVIDIA's current stack: the fused-path constants
+    assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "unfused"
+    assert regime(compose(["engine=bridge"])) == "fused"  # NVIDIA's current stack: the fused-path constants
     # the transformers engine with plain DDP is predicted by the HF regime too, not by NeMo's
     ddp = make_plan(compose(["engine=reference", "model=opt_1_3b", "data=alpaca", "method=sft",
                              "train.micro_batch_size=4", "train.global_batch_size=256", "train.seq_length=512"]))

@@ -98,7 +98,7 @@ def test_save_and_resume_remove_partial_checkpoint_files(tmp_path):
     assert sorted(p.name for p in d.iterdir()) == ["notes.txt"]
     stale[0].write_bytes(b"again")
     ckpt.save(d, 6, {"step": 6})
-    assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "step=6.ckpt"]
+    assert sorted(p.name for p in d.iterdir()) == ["notes.txt", "step=6.ckpt", "step=6.ckpt.sha256"]
     assert latest(d).name == "step=6.ckpt"
 
 

@@ -35,3 +35,28 @@ def test_vdkit_run_refuses_before_the_run_dir_exists(tmp_path, capsys, overrides
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "fix:" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_results_dir_without_room_for_the_checkpoints_is_refused_at_the_door(tmp_path, capsys):
+    """A full results file system is named at render, not at the first save (issue 27): one line, exit 2,
+    nothing written."""
+    import subprocess
+
+    import pytest
+
+    from vdkit.cli import main
+
+    small = tmp_path / "small"
+    small.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    try:
+        out = tmp_path / "out"
+        rc = main(["render", "engine=reference", "model=tiny_llama", "data=synthetic", "method=sft",
+                   "cluster.gpus_per_node=1", f"run.results_dir={small}/res", "--out", str(out)])
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and len(err.splitlines()) == 1 and f"{small}/res" in err and "GB free" in err, err
+        assert not out.exists()
+    finally:
+        subprocess.run(["umount", "-l", str(small)])

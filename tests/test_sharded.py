@@ -186,3 +186,15 @@ def test_memory_decides_the_largest_micro_batch():
     plan = make_plan(r)
     assert any(n.startswith(f"micro batch: the largest that leaves 10% of the GPU free at recompute none is "
                             f"{b} ") for n in plan.notes)
+
+
+def test_layout_source_says_how_the_layout_was_chosen_and_the_lines_name_the_sharding():
+    """Plan.layout_source holds how the layout was chosen (a sharded plan's is pinned by parallelism.sharding);
+    `vdkit plan` and `vdkit render` name the sharding kind from the recipe."""
+    from vdkit.commands.plan import describe
+    from vdkit.commands.render import cell_lines
+
+    plan = make_plan(compose(OPT + ["model=opt_125m", "cluster.nodes=1"]))
+    assert plan.layout_source == "pinned" and plan.recipe.parallelism.sharding == "fsdp"
+    assert f"DP {plan.dp} (fsdp)" in cell_lines(plan)
+    assert f"DP {plan.dp} (fsdp)" in describe(plan)

@@ -177,7 +177,8 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     assert "--no-container-mount-home" in argv
     env_names = flags["--container-env"].split(",")
     assert set(slurm_env.job_env(plan, job_spec(plan, RUN_DIR).env)) | {"MASTER_ADDR", "MASTER_PORT",
-                                                                        "VDKIT_STOP_AT"} == set(env_names)
+                                                                        "VDKIT_STOP_AT", "VDKIT_HEARTBEAT_DIR",
+                                                                        "VDKIT_COLLECTIVE_TIMEOUT_S"} == set(env_names)
     text = sbatch_of(plan, "/scratch/runs")[0]
     assert "mkdir -p /shared/results" in text
     assert text.count("\nsrun ") == 1

@@ -69,7 +69,7 @@ class RunResult:
 
     path: str
     recipe: object  # vdkit.schema.Recipe
-    plan: object = None  # vdkit.planner.plan.Plan from its plan.json (None: unreadable)
+    plan: object = None  # vdkit.schema.Plan from its plan.json (None: unreadable)
     log: object = None  # validation.steps.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)

@@ -255,7 +255,7 @@ def _check(ok: bool, what: str, fix: str) -> None:
 def validate_fields(r: Recipe) -> None:
     """Rules on single fields and their obvious pairs, after :func:`vdkit.rules.check_recipe` (so every
     field of :data:`vdkit.rules.numbers.DOMAINS` is already in its range: its rule lives there, not here).
-    Layout rules live in vdkit.planner.plan."""
+    Layout rules live in vdkit.planner.layout."""
     c, t, m = r.cluster, r.train, r.method
     _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],

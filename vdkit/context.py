@@ -107,6 +107,20 @@ def seq_notes(recipe) -> List[str]:
             f"{rope}; activations and attention grow with the sequence (the memory and step time above count them)"]
 
 
+def data_notes(recipe) -> List[str]:
+    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
+    from vdkit.planner.predict import avg_tokens, calibration, regime
+    from vdkit.tokens import counted_mean
+
+    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
+        return []
+    avg = avg_tokens(recipe, calibration())
+    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
+    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
+            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
+            "assumed full-length"]
+
+
 def interpolation_factor(model) -> Optional[float]:
     """Linear position interpolation's factor (megatron-core / NeMo ``seq_len_interpolation_factor``), or None."""
     return float(model.rope_scaling["factor"]) if rope_type(model) == "linear" else None

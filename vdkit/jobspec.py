@@ -71,6 +71,7 @@ class JobSpec:
     ``pmi``: the ranks bootstrap through PMI (the engine's ``NEEDS_PMI``; Slurm then passes
     ``srun --mpi=<cluster.mpi>``), otherwise they read the launcher's variables.
     ``runs_locally``: the engine's ranks can run as processes on this machine (its ``RUNS_LOCALLY``).
+    ``heartbeat``: the ranks write the heartbeat the launcher's hang watchdog reads (``WRITES_HEARTBEAT``).
     """
 
     argv: List[str]
@@ -80,3 +81,4 @@ class JobSpec:
     runs_locally: bool = False
     stop_signal: Optional[str] = PREEMPT_SIGNAL
     finished_line: Optional[str] = None
+    heartbeat: bool = False  # the ranks write vdkit.faults' heartbeat files (the launcher may watch them)

@@ -49,7 +49,7 @@ def job_spec(plan, run_dir: PathLike) -> JobSpec:
     return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan, run_dir),
                    container=engine.container(plan, run_dir), pmi=engine.needs_pmi, runs_locally=engine.runs_locally,
                    stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
-                   finished_line=engine.finished_line(plan))
+                   finished_line=engine.finished_line(plan), heartbeat=engine.writes_heartbeat)
 
 
 # ----------------------------------------------------------------------------- local inputs
@@ -86,6 +86,19 @@ def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = Non
         return []
     return [(what, path) for what, path, _ in local_inputs(plan, run_dir)
             if check_mounts is False or not _is_local(Path(path).expanduser())]
+
+
+def check_results_room(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
+    """Refuse a results directory (on this machine, under the ``check_mounts`` rule) that is not writable or
+    has no room for the checkpoints the run keeps plus the one being written (vdkit.faults)."""
+    from vdkit.faults import check_results_room as check
+    from vdkit.recipes.common.checkpoint import KEEP
+    from vdkit.rundir import results_root
+
+    where = results_root(plan.recipe, run_dir)
+    if check_mounts is False or (check_mounts is None and not _is_local(where)):
+        return
+    check(where, plan.checkpoint_gb, KEEP + 1)
 
 
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
@@ -184,6 +197,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     engine.check(plan)
     # every input this machine reads must exist here (all missing ones are named in one line)
     check_local_paths(plan, run_dir, True if launcher.executes_here else check_mounts)
+    check_results_room(plan, run_dir, True if launcher.executes_here else check_mounts)
     if launcher.executes_here:
         engine.local_check(plan)
     files = engine.files(plan, run_dir)

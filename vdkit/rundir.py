@@ -13,6 +13,9 @@ directory (every engine, every launcher):
     job_id.txt         every job id submitted from it (vdkit submit)
     run.lock           held (flock) by the one job running in the dir; names it (vdkit.runlock)
     finished           the run's last step is done (the launcher writes it; no job starts again)
+    heartbeat/         rank<R>: each rank's liveness and progress, read by the launcher's watchdog (vdkit.faults)
+    faults.jsonl       one line per failed job step: cause, rank, node, last checkpoint, restart (vdkit.faults)
+    excluded_nodes     nodes a failure was blamed on; later allocations run without them
 
 Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
 :func:`load_plan` (the prediction included); nothing re-plans from overrides after render. This
@@ -54,6 +57,9 @@ JOB_ID_FILE = "job_id.txt"
 JOB_STATE_FILE = "job_state.json"
 FINISHED_FILE = "finished"  # written by the launcher when the run's last step is done: it never starts again
 LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
+HEARTBEAT_DIR = "heartbeat"  # each rank's rank<R> file: liveness and progress (vdkit.faults)
+FAULTS_FILE = "faults.jsonl"  # the launcher's record of every failed job step (vdkit.faults)
+EXCLUDED_NODES_FILE = "excluded_nodes"  # nodes a failure was blamed on, one a line (vdkit.faults)
 MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
 INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
 

@@ -90,6 +90,7 @@ class ClusterCfg:
     storage_write_gbps_per_node: float = 0.67  # checkpoint write bandwidth per node (GB/s); PowerScale F710 (Table 4)
     startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
     mtbf_h: float = 24.0  # mean hours between failures that end a job early (node, GPU, fabric; not the time limit): Young's M for the checkpoint interval; assumed, conservative (Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s scale to ~1,000 h for 48 GPUs): use your incident history
+    max_restarts: int = 3  # failed job steps (dead rank or node, hang, failed save) the launcher restarts by itself from the last good checkpoint, per run (NeMo-Run's retries on failure); 0: none
     max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME

@@ -29,6 +29,7 @@ MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
+STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
 GPU_VENDORS = ("nvidia", "amd")  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning

@@ -30,6 +30,8 @@ def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) ->
 RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vdkit.recipes.engines)
 EXTRA = "megatron"
 RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
+STEP_TIME_REGIME = "unfused"  # megatron-core with NeMo's settings (vdkit.planner.predict)
+WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 GPU_VENDORS = ("nvidia", "amd")  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 

@@ -10,6 +10,8 @@ published ``step=<N>.ckpt`` holds exactly one ``rank<R>.pt`` per rank and nothin
 the name pattern are every engine's (:mod:`vdkit.recipes.common.checkpoint`): resume finds either
 engine's checkpoints the same way.
 A checkpoint resumes only the layout that wrote it (same TP, PP, VP, DP, method).
+Each rank's file gets its SHA-256 beside it (``rank<R>.pt.sha256``, :mod:`vdkit.recipes.common.trust`)
+before the directory is published; each rank verifies its own on resume.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import shutil
 from pathlib import Path
 
 from vdkit.errors import UserError
+from vdkit.recipes.common import trust
 from vdkit.recipes.common.checkpoint import checkpoint_name, superseded
 
 
@@ -52,10 +55,17 @@ def write_rank(ckpt_dir: Path, step: int, rank: int, state: dict) -> None:
     tmp_dir.mkdir(parents=True, exist_ok=True)
     final = rank_file(tmp_dir, rank)
     tmp = final.with_name(f".{final.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        trust.write_sum(tmp, final.name)
+    except (OSError, RuntimeError) as exc:  # torch wraps a failed write in RuntimeError
+        tmp.unlink(missing_ok=True)
+        raise trust.SaveRefused(f"writing checkpoint {final} failed: {getattr(exc, 'strerror', None) or exc}",
+                                "free space there or point run.results_dir at a larger file system; the run "
+                                "continues from its last checkpoint") from None
     os.replace(tmp, final)
 
 
@@ -63,10 +73,11 @@ def publish(ckpt_dir: Path, step: int, world: int) -> Path:
     """Rank 0, after every rank wrote: rename the step's directory into place; keep the last KEEP."""
     ckpt_dir = Path(ckpt_dir)
     tmp_dir, final = _tmp_dir(ckpt_dir, step), ckpt_dir / checkpoint_name(step)
-    missing = [r for r in range(world) if not rank_file(tmp_dir, r).is_file()]
+    missing = [r for r in range(world)
+               if not (rank_file(tmp_dir, r).is_file() and trust.sum_file(rank_file(tmp_dir, r)).is_file())]
     if missing:
         raise RuntimeError(f"checkpoint step {step}: ranks {missing[:4]} wrote nothing")
-    expected = {rank_file(tmp_dir, r).name for r in range(world)}
+    expected = {n for r in range(world) for n in (rank_file(tmp_dir, r).name, trust.sum_file(rank_file(tmp_dir, r)).name)}
     for stray in tmp_dir.iterdir():  # nothing but this save's rank files is published
         if stray.name not in expected:
             shutil.rmtree(stray, ignore_errors=True) if stray.is_dir() else stray.unlink(missing_ok=True)

@@ -239,7 +239,7 @@ def build_chunks(recipe, layout: Layout, cuda: bool) -> List:
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
 
-    from vdkit.planner.plan import padded_vocab  # the planner's padding: what memory.json compares against
+    from vdkit.planner.memory import padded_vocab  # the planner's padding: what memory.json compares against
 
     config = transformer_config(recipe, layout, cuda)
     vocab = padded_vocab(recipe.model.vocab_size, layout.tp)

@@ -22,7 +22,6 @@ from pathlib import Path
 from vdkit.errors import UserError
 
 ADAM_EPS = 1e-8
-PG_TIMEOUT_S = 600
 
 
 def check_layout(plan, dist) -> None:
@@ -62,11 +61,13 @@ def check_megatron_version() -> None:
 def _init_distributed(dist, cuda: bool):
     import torch
 
+    from vdkit.faults import collective_timeout_s  # the launcher's, from the plan
+
     if cuda:
         torch.cuda.set_device(dist.local_rank)
     torch.distributed.init_process_group(
         backend="nccl" if cuda else "gloo", init_method=f"tcp://{dist.master_addr}:{dist.master_port}",
-        rank=dist.rank, world_size=dist.world_size, timeout=timedelta(seconds=PG_TIMEOUT_S))
+        rank=dist.rank, world_size=dist.world_size, timeout=timedelta(seconds=collective_timeout_s()))
 
 
 def build(plan, cuda: bool):
@@ -230,7 +231,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
     """
     from vdkit.recipes.common import data as rdata
-    from vdkit.recipes.common.checkpoint import latest, read_best, resume_line, write_best
+    from vdkit.recipes.common.checkpoint import read_best, resume_line, write_best
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.distributed import resolve_dist_env
     from vdkit.recipes.common.schedule import lr_at
@@ -242,6 +243,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
+    from vdkit.recipes.heartbeat import Heartbeat
+
+    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     virtual = virtual_tokens(recipe)
     room = t.seq_length - virtual
     if room < 4:
@@ -285,7 +289,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         ckpt.remove_partial(ckpt_dir)  # a save killed mid-write in an earlier job
     torch.distributed.barrier()
     step = 0
-    found = latest(ckpt_dir)
+    found = _trusted_latest(ckpt_dir, dist.rank, cuda)
     if found is not None:
         step = _restore(chunks, optimizer, ckpt.load_rank(found, dist.rank))
     progress = None
@@ -340,6 +344,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
             raise RuntimeError(f"loss is {reduced} at step {step} (optimizer step {'ok' if ok else 'skipped'})")
         if progress is not None:
             progress.update(epoch, step, reduced, lr, step * t.global_batch_size, timing)
+        if beat is not None:
+            beat.progress(step, timing)
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(lambda f: _flag_sum(f, cuda))
         improved = False
@@ -355,7 +361,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if (every > 0 and step % every == 0) or step == t.max_steps or stopping or improved:
             if dist.rank == 0:
                 ckpt.remove_partial(ckpt_dir)  # a stale hidden directory must not be published with this one
-            torch.distributed.barrier()
+            _room_for_a_save(plan, dist.rank, ckpt_dir, cuda)
+            if beat is not None:
+                beat.saving(True)
             ckpt.write_rank(ckpt_dir, step, dist.rank, _state(chunks, optimizer, step))
             torch.distributed.barrier()
             if dist.rank == 0:
@@ -364,6 +372,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                     write_best(ckpt_dir, step, val_loss)
                 progress.flush()
             torch.distributed.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume
+            if beat is not None:
+                beat.saving(False)
         if stopping:
             _stop_for_preemption(preempt, dist.rank, progress, step, ckpt_dir)
 
@@ -384,6 +394,37 @@ def train(run_dir, stream=None, preempt=None) -> int:
         progress.message(f"[vdkit I] done: global_step {step}, checkpoints in {ckpt_dir}")
     torch.distributed.barrier()  # every rank has finished before any leaves (see __main__)
     return step
+
+
+def _trusted_latest(ckpt_dir, rank: int, cuda: bool):
+    """The newest checkpoint every rank verified (each rank its own file); damaged ones set aside by rank 0."""
+    import torch
+
+    from vdkit.recipes.common import trust
+    from vdkit.recipes.common.checkpoint import checkpoints
+    from vdkit.recipes.megatron import checkpoint as ckpt
+
+    return trust.trusted_latest(
+        ckpt_dir, lambda: checkpoints(ckpt_dir), lambda p: trust.check(p, [ckpt.rank_file(p, rank)]),
+        lambda flag: _flag_sum(int(flag), cuda) > 0, rank == 0, torch.distributed.barrier,
+        lambda line: print(line, flush=True) if rank == 0 else None)
+
+
+def _room_for_a_save(plan, rank: int, ckpt_dir, cuda: bool) -> None:
+    """Every rank refuses the save together (exit 74, the path named) when rank 0 finds no room for it
+    (every rank writes to the same file system; the need is the last checkpoint's size, else the plan's)."""
+    from vdkit.recipes.common import trust
+    from vdkit.recipes.common.checkpoint import latest
+
+    why = None
+    if rank == 0:
+        last = latest(ckpt_dir)
+        try:
+            trust.check_room(ckpt_dir, max(trust.size_of(last) if last else 0, int(plan.checkpoint_gb * 1e9)))
+        except trust.SaveRefused as exc:
+            why = exc
+    if _flag_sum(int(why is not None), cuda) > 0:
+        raise why or trust.SaveRefused(f"rank 0 found no room for the next checkpoint in {ckpt_dir}")
 
 
 def _mcore_version() -> str:

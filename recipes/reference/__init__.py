@@ -21,6 +21,8 @@ from typing import List, Union
 from vdkit.errors import UserError
 
 RUNS_LOCALLY = True
+STEP_TIME_REGIME = "hf"  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
+WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
 # plan, render and submit; training here needs these).
@@ -87,7 +89,7 @@ def check_plan(plan) -> None:
     from vdkit.recipes.common.data import virtual_tokens
 
     if plan.tp * plan.pp != 1:  # the layout rule first: it needs nothing but the layout
-        from vdkit.planner.plan import layout_violations
+        from vdkit.planner.layout import layout_violations
 
         r = plan.recipe
         pure_dp = layout_violations(r, 1, 1, 1)  # why the planner had to leave plain data parallelism, if it had to

@@ -145,6 +145,10 @@ def make_fabric(plan, dist, grad_clip: float, betas):
 
     from vdkit.recipes.training_constants import CPU_PRECISION, GPU_PRECISION
 
+    from datetime import timedelta
+
+    from vdkit.faults import collective_timeout_s
+
     kind = plan.recipe.parallelism.sharding
     cuda = torch.cuda.is_available()
     if "OMP_NUM_THREADS" not in os.environ:  # share the cores between this node's ranks, as torchrun does
@@ -159,12 +163,14 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     if kind == "fsdp":
         parallelize = functools.partial(fsdp_parallelize, cuda=cuda, offload=plan.recipe.parallelism.cpu_offload)
         strategy = ModelParallelStrategy(parallelize, data_parallel_size=dist.world_size, tensor_parallel_size=1,
-                                         process_group_backend=backend)
+                                         process_group_backend=backend,
+                                         timeout=timedelta(seconds=collective_timeout_s()))
         precision = CPU_PRECISION  # fp32 shards; FSDP2's MixedPrecisionPolicy does the bf16 compute on GPU
         plugins = [env]
     else:
-        strategy = "auto" if dist.world_size == 1 else DDPStrategy(cluster_environment=env,
-                                                                   process_group_backend=backend)
+        strategy = "auto" if dist.world_size == 1 else DDPStrategy(
+            cluster_environment=env, process_group_backend=backend,
+            timeout=timedelta(seconds=collective_timeout_s()))  # the launcher's, from the plan (vdkit.faults)
         precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
         plugins = None
     fabric = Fabric(accelerator="cuda" if cuda else "cpu", devices=dist.local_world_size, num_nodes=nodes,
@@ -336,7 +342,6 @@ def prune_deepspeed_tags(where: Path, keep: int) -> List[Path]:
 
 def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
     """Resume from the latest checkpoint in ``ckpt_dir``: (its path, its step), or (None, 0)."""
-    from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.reference.model import load_trainable_state
 
@@ -352,7 +357,7 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
             raise UserError(f"DeepSpeed could not load the checkpoint in {where}",
                             "move the damaged checkpoint directory away; the run restarts from step 0")
         return Path(path), int(client["step"])
-    found = latest(ckpt_dir)
+    found = trusted_latest(ckpt_dir, fabric)
     if found is None:
         return None, 0
     state = ckpt.load(found)
@@ -365,6 +370,20 @@ def load_state(kind: str, fabric, model, optimizer, ckpt_dir: Path):
         load_trainable_state(model, state["model"])
         optimizer.load_state_dict(state["optimizer"])
     return found, int(state["step"])
+
+
+def trusted_latest(ckpt_dir: Path, fabric):
+    """The newest verified checkpoint (rank 0 checks the one file every rank reads; damaged ones set aside)."""
+    import torch
+
+    from vdkit.recipes.common import trust
+    from vdkit.recipes.common.checkpoint import checkpoints
+
+    leader = fabric.global_rank == 0
+    return trust.trusted_latest(
+        ckpt_dir, lambda: checkpoints(ckpt_dir), lambda p: trust.check(p) if leader else None,
+        lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")) > 0,
+        leader, fabric.barrier, lambda line: print(line, flush=True))
 
 
 def make_cluster_environment(d):

@@ -46,6 +46,24 @@ def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None
     raise preemption.Preempted(step)
 
 
+def _room_for_a_save(plan, fabric, ckpt_dir) -> None:
+    """Every rank refuses the save together (exit 74, the path named) when rank 0 finds no room for it."""
+    import torch
+
+    from vdkit.recipes.common import trust
+    from vdkit.recipes.common.checkpoint import latest
+
+    why = None
+    if fabric.global_rank == 0:
+        last = latest(ckpt_dir)
+        try:
+            trust.check_room(ckpt_dir, max(trust.size_of(last) if last else 0, int(plan.checkpoint_gb * 1e9)))
+        except trust.SaveRefused as exc:
+            why = exc
+    if float(fabric.all_reduce(torch.tensor(float(why is not None)), reduce_op="sum")) > 0:
+        raise why or trust.SaveRefused(f"rank 0 found no room for the next checkpoint in {ckpt_dir}")
+
+
 def _validate(wrapped, fabric, samples, order, rank: int, pad_id: int, batches: int) -> float:
     """run.mode=train: the mean loss of ``batches`` global batches of the validation split (no gradients;
     the same batches each time, so validations compare), averaged over the data-parallel ranks."""
@@ -102,11 +120,14 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.recipes.progress import ProgressLogger
     from vdkit.rundir import LOG_DIR, load_plan
 
+    from vdkit.recipes.heartbeat import Heartbeat
+
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
+    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM (vdkit.recipes.reference): check_layout said so
 
     import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
@@ -180,6 +201,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
             raise RuntimeError(f"loss is {float(reduced)} at step {step}")
         if progress is not None:
             progress.update(epoch, step, float(reduced), lr, step * t.global_batch_size, timing)
+        if beat is not None:
+            beat.progress(step, timing)
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(
             lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")))
@@ -195,8 +218,13 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if (every > 0 and step % every == 0) or step == t.max_steps or stopping or improved:
             if improved and fabric.global_rank == 0:  # before the save prunes: the best is kept (best.json)
                 write_best(ckpt_dir, step, val_loss)
+            _room_for_a_save(plan, fabric, ckpt_dir)
+            if beat is not None:
+                beat.saving(True)
             sharding.save_state(sharding_kind, fabric, model, optimizer, ckpt_dir, step,
                                 {"consumed_samples": step * t.global_batch_size, "run_name": recipe.run_name})
+            if beat is not None:
+                beat.saving(False)
             if progress is not None:
                 progress.flush()
             fabric.barrier()  # nobody runs ahead of a checkpoint that may be needed to resume

@@ -55,6 +55,7 @@ def _target(target):
 
 def run_status(args) -> int:
     from vdkit.launchers import succeeded
+    from vdkit.faults import summary as fault_summary
     from vdkit.runlock import holder_note
 
     targets = [_target(t) for t in args.targets]  # all checked before any output
@@ -68,6 +69,6 @@ def run_status(args) -> int:
         return rc
     states = [launcher.status(run_dir if run_dir is not None else job) for launcher, run_dir, job in targets]
     for (launcher, run_dir, job), state in zip(targets, states):  # all answered before any output
-        note = holder_note(run_dir) if run_dir is not None else None
-        print(job_line(run_dir if run_dir is not None else "-", job, state) + (f"\t{note}" if note else ""))
+        notes = [holder_note(run_dir), fault_summary(run_dir)] if run_dir is not None else []
+        print(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
     return 0

@@ -1,6 +1,6 @@
 """The kit's constants as data: ``conf/calibration/*.yaml`` (memory model, step-time model), loaded once.
 
-A low layer: the memory model (vdkit.planner.plan, vdkit.planner.sharded) and the step-time model (vdkit.planner.predict,
+A low layer: the memory model (vdkit.planner.memory, vdkit.planner.sharded) and the step-time model (vdkit.planner.predict,
 vdkit.planner.predict_hf) both read their numbers here, so no number lives in two places and no lower layer
 imports the prediction layer to find one.
 """

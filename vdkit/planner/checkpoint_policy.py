@@ -20,6 +20,10 @@ storage; each engine renders it in its own words (Bridge: ``save_interval``, ``m
   saves; the plan still counts every write in full (an upper bound: the ranks block only for the copy
   to host memory).
 
+Where an engine cannot follow it, the plan's count is a lower bound, said here: the kit's own engines
+(megatron, reference) also save at the end of a timing run (cheap on CPU; their resume tests use it);
+NeMo 1.23 (Lightning 2.0.7) writes its ``-last`` checkpoint after every validation of a train run.
+
 Pure functions (no I/O); imports nothing from the kit.
 """
 from __future__ import annotations
@@ -27,15 +31,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-MODES = ("timing", "train")
 KEEP = 2  # checkpoints a run holds at most: the newest and the fallback before it
 FALLBACK_EVERY_N_STEPS = 10  # a train run's cadence when there is no step-time prediction (CPU runs, other GPUs, ...)
 WEIGHT_BYTES = 2  # bf16 weights: what the end's weights-only checkpoint and a start-up read hold per parameter
-
-
-def run_mode(recipe) -> str:
-    """``run.mode``: timing | train (vdkit.schema.RUN_MODES)."""
-    return recipe.run.mode
 
 
 def young_interval_s(write_s: float, mtbf_s: float) -> float:
@@ -65,7 +63,7 @@ def decide(recipe, step_s, write_s: float, allocations: int) -> CheckpointPolicy
     checkpoint and the run's ``allocations`` (0: unknown). A pinned ``engine.checkpoint_every_n_steps``
     wins over the cadence (0: no periodic save); what the end saves is the mode's either way."""
     c, e, steps = recipe.cluster, recipe.engine, recipe.train.max_steps
-    mode = run_mode(recipe)
+    mode = recipe.run.mode  # timing | train (vdkit.schema.RUN_MODES)
     if e.checkpoint_every_n_steps is not None:
         every, source = e.checkpoint_every_n_steps, "pinned"
     elif mode == "timing":

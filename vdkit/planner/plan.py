@@ -1,4 +1,4 @@
-"""The planner: parallelism rules, the per-GPU memory model and the layout search.
+"""The layout search and the plan: ``make_plan(recipe)``.
 
 ``make_plan(recipe)`` checks a pinned layout against the rules (and names the rule it breaks), or
 picks one when ``parallelism.tp`` / ``parallelism.pp`` are unset: among every valid TP x PP (x VP,
@@ -9,209 +9,23 @@ memory: the plan says ``feasible: false`` and why, with the arithmetic. Sharded 
 (FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.planner.sharded`); the result is a
 :class:`vdkit.schema.Plan` either way.
 
-The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
-``megatron_amp_O2``:
-
-- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the
-  transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
-- gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
-- optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
-  DP when the distributed optimizer shards them.
-- per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
-  encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
-  of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
-  weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
-  4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
-  recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
-  attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
-  and the SwiGLU MLP half the norm input, fc1 input, gate and up outputs and the down-projection
-  input. Tensor parallelism divides it (the norm inputs, 4sbh, only with sequence parallelism).
-  Full recomputation keeps only each layer's input (2sbh, / TP with SP) plus one layer's working
-  set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
-  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
-  the loss: 6*s*b*V / TP).
-- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
-  conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
-
-Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
-``borderline_fraction`` of the GPU's memory) is one rule, vdkit.planner.calibration.is_borderline, for every plan.
-
-Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
-per trainable parameter (a PEFT checkpoint holds only the adapter's).
+The parallelism rules live in :mod:`vdkit.planner.layout`, the memory model (bytes per GPU, worst pipeline
+stage) in :mod:`vdkit.planner.memory`; here: the search among the valid layouts, and the plan.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from vdkit.planner.arch import checkpoint_gb, lora_params_per_layer, param_counts, ptuning_params, trainable_params
-from vdkit.planner.calibration import HEADROOM, is_borderline, overhead_gb
+from vdkit.context import data_notes, seq_notes
 from vdkit.errors import UserError
-from vdkit.planner.predict import predict_step, predicts_for, recompute_share, regime, why_no_prediction
-from vdkit.schema import GB, Candidate, Memory, Plan, Prediction, Recipe
-
-# The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
-# conf/calibration/memory.yaml, read through vdkit.planner.calibration.
-
-
-# ----------------------------------------------------------------------------- rules
-def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
-    """Every parallelism rule the layout breaks, each named (empty: the layout is valid)."""
-    m, c, t = r.model, r.cluster, r.train
-    out = []
-    if m.num_attention_heads % tp or m.num_query_groups % tp:
-        out.append(f"TP must divide the attention heads ({m.num_attention_heads}) and KV heads "
-                   f"({m.num_query_groups}); tp={tp} does not")
-    if m.ffn_hidden_size % tp:
-        out.append(f"TP must divide the MLP width (model.ffn_hidden_size={m.ffn_hidden_size}); tp={tp} does not")
-    if tp > c.gpus_per_node:
-        out.append(f"TP must stay within one node (at most {c.gpus_per_node} GPUs); tp={tp}")
-    if m.num_layers % pp:
-        out.append(f"PP must divide the layers ({m.num_layers}); pp={pp} does not")
-    if vp > 1 and (pp < 2 or m.num_layers % (pp * vp)):
-        out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
-    cp = r.parallelism.cp
-    if r.world_size % (tp * pp * cp):
-        out.append(f"TP x PP x CP must divide the world size ({r.world_size} GPUs); {tp} x {pp} x {cp} = "
-                   f"{tp * pp * cp} does not" if cp > 1 else
-                   f"TP x PP must divide the world size ({r.world_size} GPUs); {tp} x {pp} = {tp * pp} does not")
-    else:
-        dp = data_parallel(r, tp, pp)
-        if t.global_batch_size % (t.micro_batch_size * dp):
-            out.append(f"GBS must be a multiple of MBS x DP; {t.global_batch_size} is not a multiple of "
-                       f"{t.micro_batch_size} x {dp}")
-    return out
-
-
-def data_parallel(r: Recipe, tp: int, pp: int) -> int:
-    """Data-parallel ranks: the world less TP x PP x CP (context-parallel ranks share a batch's samples)."""
-    return r.world_size // (tp * pp * r.parallelism.cp)
-
-
-def _divisors(n: int) -> List[int]:
-    """The divisors of ``n`` in order, in O(sqrt n) (a billion layers must not take a billion steps)."""
-    small, large = [], []
-    d = 1
-    while d * d <= n:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
-
-
-def _candidate_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[int], vp: int
-                       ) -> Iterator[Tuple[int, int]]:
-    """Valid (tp, pp), smallest TP x PP first, larger TP first within a size (TP stays in-node)."""
-    tps = [pinned_tp] if pinned_tp else [d for d in _divisors(r.cluster.gpus_per_node)]
-    # PP divides both the layers and the world size: search the (few) divisors of the world size
-    pps = [pinned_pp] if pinned_pp else [d for d in _divisors(r.world_size) if r.model.num_layers % d == 0]
-    layouts = [(tp, pp) for tp in tps for pp in pps if not layout_violations(r, tp, pp, vp)]
-    layouts.sort(key=lambda l: (l[0] * l[1], -l[0]))
-    return iter(layouts)
-
-
-# ----------------------------------------------------------------------------- memory model
-def static_bytes(precision: str) -> Tuple[float, float, float]:
-    """Bytes per parameter a GPU holds for (weights, gradients, optimizer states) in ``precision``:
-    weights per parameter held, gradients and optimizer states per *trainable* parameter held
-    (conf/calibration/memory.yaml ``megatron_bytes``)."""
-    from vdkit.planner.calibration import memory
-
-    return tuple(float(x) for x in memory()["megatron_bytes"][precision])
-
-
-VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
-
-
-def padded_vocab(vocab: int, tp: int) -> int:
-    """The vocabulary as NeMo and Megatron allocate it: up to a multiple of 128 x TP."""
-    multiple = VOCAB_DIVISOR * tp
-    return -(-vocab // multiple) * multiple
-
-
-def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
-    """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
-
-    Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
-    output layer (with PP > 1 a tied output layer is a copy there, as Megatron keeps it); TP shards
-    the linear layers and the embeddings, norms and the row-parallel layers' biases are replicated.
-    LoRA adapters sit on each layer's fused QKV (A and B both sharded over TP, NeMo's split);
-    P-tuning's prompt encoder sits on stage 0 (its linear layers sharded over TP, the virtual-token
-    embedding and the second layer's bias replicated)."""
-    m, meth = r.model, r.method
-    counts = param_counts(m)
-    replicated = 2 * counts.final_norm + (2 * m.hidden_size if m.bias else 0)  # norms; o and fc2 biases
-    layers = m.num_layers // pp
-    layer_params = layers * ((counts.per_layer - replicated) / tp + replicated)
-    vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
-    output = vocab if (not counts.tied or pp > 1) else 0.0
-    held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
-            + ((output + counts.final_norm) if stage == pp - 1 else 0))
-    if meth.name == "lora":
-        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv) / tp
-        held += trainable
-    elif meth.name == "ptuning":
-        trainable = ptuning_params(meth, m, tp) if stage == 0 else 0.0
-        held += trainable
-    else:
-        trainable = held
-    return held, layer_params, trainable
-
-
-def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_optimizer: bool,
-                       precision: Optional[str] = None) -> dict:
-    """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
-
-    ``precision``: bf16 / fp8 (mixed precision, see static_bytes; fp8 stores transformer-layer
-    weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
-    optimizer states over DP."""
-    precision = precision or r.train.precision
-    w, g, o = static_bytes(precision)
-    held, layer_params, trainable = stage_params(r, tp, pp, stage)
-    weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
-    # megatron-core's distributed optimizer shards over the data-parallel x context-parallel group
-    shards = data_parallel(r, tp, pp) * r.parallelism.cp
-    return {"weights": weights, "gradients": g * trainable,
-            "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
-
-
-def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
-                    distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
-    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
-    m, t = r.model, r.train
-    precision = precision or t.precision
-    dp = data_parallel(r, tp, pp)
-    layers = m.num_layers // pp
-    static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
-                 key=lambda d: sum(d.values()))
-    weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
-
-    # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
-    s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
-    b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
-    kv = m.num_query_groups * (h // m.num_attention_heads)
-    sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
-    norms = s * b * 4 * h / (tp if sequence_parallel else 1)
-    per_layer = sharded + norms
-    if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
-        share = recompute_share(r, recompute, layers)
-        stored_per_layer = share * 2 * s * b * h / (tp if sequence_parallel else 1) + (1 - share) * per_layer
-        working = per_layer  # one layer recomputed at a time
-    else:
-        stored_per_layer, working = per_layer, 0.0
-    microbatches = t.global_batch_size // (t.micro_batch_size * dp)
-    in_flight = min(pp, microbatches)
-    interleave = 1 + (pp - 1) / (pp * vp) if vp > 1 else 1.0
-    acts_first = layers * stored_per_layer * in_flight * interleave + working
-    logits = 6.0 * s * b * m.vocab_size / tp
-    acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
-    acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
-    return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
-                  activations_gb=acts / GB,
-                  overhead_gb=overhead_gb(r.cluster))
+from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
+from vdkit.planner.calibration import HEADROOM, is_borderline
+from vdkit.planner.interval import attach
+from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
+from vdkit.planner.memory import estimate_memory
+from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
+from vdkit.schema import Candidate, Plan, Prediction, Recipe
 
 
 # ----------------------------------------------------------------------------- layout search
@@ -227,7 +41,7 @@ def _vp_options(r: Recipe, pp: int, pinned_vp: Optional[int], dp: int) -> List[i
     micro = r.train.global_batch_size // (r.train.micro_batch_size * dp)
     if pp < 2 or micro % pp:  # NeMo's interleaved schedule needs micro batches per step % PP == 0
         return [1]
-    return [1] + [v for v in _divisors(r.model.num_layers // pp) if v > 1]
+    return [1] + [v for v in divisors(r.model.num_layers // pp) if v > 1]
 
 
 def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optional[int],
@@ -236,7 +50,7 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
     """Every valid layout within the pins (tp, pp, vp, recompute), with its memory and fit."""
     cap = r.cluster.gpu_memory_gb
     out = []
-    for ltp, lpp in _candidate_layouts(r, tp, pp, vp or 1):
+    for ltp, lpp in valid_layouts(r, tp, pp, vp or 1):
         dp = data_parallel(r, ltp, lpp)
         sp = (ltp > 1) if sequence_parallel is None else sequence_parallel
         for lvp in _vp_options(r, lpp, vp, dp):
@@ -331,7 +145,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     full_method = recipe.method.name in ("sft", "pretrain")
     dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
 
-    if not list(_candidate_layouts(recipe, tp, pp, vp)):
+    if not list(valid_layouts(recipe, tp, pp, vp)):
         _no_layout(recipe, tp, pp, vp)
     # A layout the user pinned keeps its VP (1 unless given); automatic and design-guide layouts weigh VP too.
     pinned_vp = p.vp or (1 if source == "pinned" else None)
@@ -350,9 +164,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    from vdkit.context import seq_notes
-
-    reason, notes = None, seq_notes(recipe) + _data_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + data_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
@@ -388,8 +200,6 @@ def layout_plan(recipe: Recipe) -> Plan:
     elif feasible:
         notes.append(f"no time prediction: {why_no_prediction(recipe)} (the layout is still the one it predicts "
                      "fastest)")
-    from vdkit.planner.interval import attach
-
     prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
                 borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
@@ -397,34 +207,20 @@ def layout_plan(recipe: Recipe) -> Plan:
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
 
 
-def _data_notes(recipe: Recipe) -> List[str]:
-    """Packed fine-tuning: whose samples the step time assumes (attention spans, samples per row)."""
-    if not recipe.data.packed or regime(recipe) == "hf" or recipe.method.name == "pretrain":
-        return []
-    from vdkit.planner.predict import avg_tokens, calibration
-    from vdkit.tokens import counted_mean
-
-    avg = avg_tokens(recipe, calibration())
-    where = (counted_mean(recipe) or (None, f"the calibration's figure for data={recipe.data.name}"))[1]
-    return [f"packed rows of {recipe.data.name} samples: {avg:.0f} tokens each on average ({where}); attention "
-            "spans one sample" if avg else f"packed rows: no token counts for data={recipe.data.name}, samples "
-            "assumed full-length"]
-
-
 def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) -> None:
     """Raise the 'no valid layout' line with the rule that leaves none (never without a reason)."""
     m, p = recipe.model, recipe.parallelism
     where = (f"no valid layout for {m.name} on {recipe.world_size} GPUs" + (" with" if tp or pp else "")
              + (f" parallelism.tp={tp}" if tp else "") + (f" parallelism.pp={pp}" if pp else ""))
-    if vp > 1 and list(_candidate_layouts(recipe, tp, pp, 1)):
+    if vp > 1 and list(valid_layouts(recipe, tp, pp, 1)):
         raise UserError(f"{where}: parallelism.vp={vp} needs parallelism.pp > 1 with PP x VP dividing the "
                         f"{m.num_layers} layers, and no PP that fits {recipe.world_size} GPUs does",
                         "leave parallelism.vp unset (the planner weighs interleaving), or pin a parallelism.pp with "
                         f"{m.num_layers} divisible by pp x vp")
     broken = layout_violations(recipe, tp or 1, pp or 1, vp)
     if not broken:  # the simplest layout is fine except for the world size: name the first rule any breaks
-        for ltp in ([tp] if tp else _divisors(recipe.cluster.gpus_per_node)):
-            for lpp in ([pp] if pp else _divisors(recipe.world_size)):
+        for ltp in ([tp] if tp else divisors(recipe.cluster.gpus_per_node)):
+            for lpp in ([pp] if pp else divisors(recipe.world_size)):
                 broken = layout_violations(recipe, ltp, lpp, vp)
                 if broken:
                     break

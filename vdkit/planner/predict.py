@@ -38,7 +38,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
+from vdkit.planner.memory import recompute_share
 from vdkit.schema import Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
@@ -160,17 +162,6 @@ def _matmul_per_layer(m, counts) -> int:
     return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
 
 
-def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
-    """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
-    partial, vdkit.recompute); 0 for none / selective."""
-    from types import SimpleNamespace
-
-    from vdkit.recompute import full_share
-
-    p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
-    return full_share(p, layers_per_stage)
-
-
 def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1) -> float:
     """Model FLOPs per token for one training step (forward, backward and recomputation)."""
     m = recipe.model
@@ -197,7 +188,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     """Predicted seconds per step of ``recipe`` on layout TP x PP (x VP) with DP = the rest.
 
     ``constants`` overrides the calibrated ones (the benchmark refits them); the layout must be
-    valid (see vdkit.planner.plan.layout_violations).
+    valid (see vdkit.planner.layout.layout_violations).
     """
     calib = calib or calibration()
     k = constants or fitted(calib)
@@ -304,17 +295,21 @@ def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink:
     return layers * (cp - 1) * (1 + 2 + share) * hop
 
 
-#: Which step-time regime and constants describe an engine's stack - the one place an engine picks them:
-#: "nemo" (this module: NeMo / Megatron; NVIDIA's fused path when the rendered config is NVIDIA's),
-#: "fused" (this module, always on NVIDIA's fused path: a stack that renders NVIDIA's performance settings,
-#: e.g. Megatron-Bridge's recipes), "hf" (vdkit.planner.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3).
-#: An engine missing here is predicted as "nemo".
-ENGINE_REGIMES = {"nemo": "nemo", "megatron": "nemo", "bridge": "fused", "reference": "hf"}
+REGIMES = ("unfused", "fused", "hf")  # the step-time regimes an engine may name (its STEP_TIME_REGIME)
 
 
 def regime(recipe) -> str:
-    """The step-time regime of ``recipe``'s engine (ENGINE_REGIMES)."""
-    return ENGINE_REGIMES.get(recipe.engine.name, "nemo")
+    """The step-time regime of ``recipe``'s engine: the engine's own ``STEP_TIME_REGIME`` (read through the
+    registry, vdkit.recipes.engines): "unfused" (this module: NeMo / Megatron's defaults; NVIDIA's fused path
+    when the rendered config is NVIDIA's), "fused" (this module, always on NVIDIA's fused path), "hf"
+    (vdkit.planner.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3)."""
+    from vdkit.recipes import engines
+
+    name = engines.get(recipe.engine.name).step_time_regime
+    if name not in REGIMES:
+        raise UserError(f"engine={recipe.engine.name} names the step-time regime {name!r}",
+                        f"set its STEP_TIME_REGIME to one of {', '.join(REGIMES)}")
+    return name
 
 
 def _fused_path(recipe) -> bool:

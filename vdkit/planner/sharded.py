@@ -26,7 +26,7 @@ model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 
   gradient until the reduce-scatter (counted when gradient accumulation > 1); ZeRO-3 reduces every
   micro batch and keeps none.
 - overhead: the cluster's ``memory_overhead_gb``, else memory.yaml's ``overhead_gb`` (context,
-  communicator buffers, fragmentation) - the same rule as vdkit.planner.plan.
+  communicator buffers, fragmentation) - the same rule as vdkit.planner.memory.
 
 Every number above is in conf/calibration/memory.yaml.
 """

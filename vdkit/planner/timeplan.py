@@ -252,7 +252,8 @@ def describe(tp: TimePlan) -> list:
               "partition maximum": "the partition maximum"}[tp.time_source]
     lines.append(f"  allocation  --time={tp.time_limit_min} min ({source}; cluster.max_time_min={tp.max_time_min}), "
                  f"{tp.allocations or '?'} allocation(s); each stops {tp.lead_s} s before its limit")
-    cost = f", {tp.checkpoint_write_s:,.0f} s each" if tp.checkpoint_gb else ""
+    each = tp.checkpoint_cost_s / tp.checkpoints if tp.final == "weights" and tp.checkpoints else tp.checkpoint_write_s
+    cost = f", {each:,.0f} s each" if tp.checkpoint_gb else ""
     lost = f", a crash loses at most {tp.max_lost_work_s / 60:,.1f} min" if tp.max_lost_work_s is not None else ""
     lines.append(f"  cadence     checkpoint {every}{cost}{lost}{end}")
     if tp.predicted and tp.wall_s:
@@ -264,11 +265,6 @@ def describe(tp: TimePlan) -> list:
     if tp.note:
         lines.append(f"  note        {tp.note}")
     return lines
-
-
-def saves_at_end(recipe) -> bool:
-    """Whether a run writes a checkpoint when every step is done (a timing run saves only when stopped)."""
-    return checkpoint_policy.run_mode(recipe) != "timing"
 
 
 def every_n_steps(plan) -> int:

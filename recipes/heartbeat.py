@@ -1,0 +1,96 @@
+"""A rank's heartbeat: liveness from a thread, progress after every step (vdkit.faults has the numbers).
+
+The launcher names the directory in ``$VDKIT_HEARTBEAT_DIR`` (unset: no heartbeat, e.g. ``vdkit run``).
+Rank R rewrites ``<dir>/rank<R>`` (write a hidden file, rename) with one line::
+
+    <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase>
+
+``phase`` is ``start`` (building, loading), ``train`` or ``save`` (a checkpoint being written): the
+watchdog allows the start-up grace, the hang limit or the save grace accordingly; ``exit`` once the
+process leaves Python (a killed rank never writes it: the watchdog blames the silent one). The epochs are
+written, not the file's mtime, because an NFS client's attribute cache can serve a stale mtime.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S
+
+
+class Heartbeat:
+    """One rank's heartbeat file, refreshed by a daemon thread until :meth:`stop`."""
+
+    def __init__(self, directory, rank: int, interval: float = HEARTBEAT_S, node: Optional[str] = None):
+        self.path = Path(directory) / f"rank{rank}"
+        self.node = (node or os.environ.get("SLURMD_NODENAME") or socket.gethostname() or "?").split()[0]
+        self.interval = interval
+        self.step, self.step_ms, self.phase = 0, 0, "start"
+        self.progress_at = time.time()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    @classmethod
+    def from_env(cls, rank: int, env=None) -> Optional["Heartbeat"]:
+        """The launcher's heartbeat for this rank, started; None when the launcher asked for none."""
+        env = os.environ if env is None else env
+        directory = env.get(HEARTBEAT_ENV)
+        if not directory:
+            return None
+        return cls(directory, rank, node=env.get("SLURMD_NODENAME")).start()
+
+    def start(self) -> "Heartbeat":
+        import atexit
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.write()
+        # A rank that leaves Python (an error, a clean end) says so; one killed or on a dead node cannot,
+        # which is how the watchdog tells the culprit from the peers that died of it.
+        atexit.register(self.leave)
+        self._thread = threading.Thread(target=self._run, name="vdkit-heartbeat", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.write()
+            except OSError:
+                pass  # a full or lost disk: the save reports it; the watchdog sees the silence
+
+    def write(self) -> None:
+        with self._lock:
+            line = (f"{int(time.time())} {int(self.progress_at)} {self.step} {self.step_ms} {self.node} "
+                    f"{self.phase}\n")
+            tmp = self.path.with_name(f".{self.path.name}.tmp")
+            tmp.write_text(line)
+            os.replace(tmp, self.path)
+
+    def progress(self, step: int, step_s: float) -> None:
+        """Step ``step`` (1-based count of steps done) finished in ``step_s`` seconds (the thread writes it
+        within ``interval``: no file write per step)."""
+        self.step, self.step_ms, self.phase = step, int(step_s * 1000), "train"
+        self.progress_at = time.time()
+
+    def saving(self, on: bool) -> None:
+        """A checkpoint is being written (True) or has been (False); the latter counts as progress."""
+        self.phase = "save" if on else "train"
+        self.progress_at = time.time()
+        self.write()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def leave(self) -> None:
+        """The process is exiting: phase ``exit`` (no more beats follow)."""
+        self._stop.set()
+        self.phase = "exit"
+        try:
+            self.write()
+        except OSError:
+            pass

@@ -1,0 +1,64 @@
+"""A rank's heartbeat file (vdkit.recipes.heartbeat) and the limits the watchdog applies (vdkit.faults)."""
+from __future__ import annotations
+
+import time
+
+from vdkit import faults
+from vdkit.recipes.heartbeat import Heartbeat
+
+
+def _fields(path):
+    beat, prog, step, ms, node, phase = path.read_text().split()
+    return int(beat), int(prog), int(step), int(ms), node, phase
+
+
+def test_the_thread_beats_and_steps_are_progress(tmp_path):
+    hb = Heartbeat.from_env(3, {faults.HEARTBEAT_ENV: str(tmp_path), "SLURMD_NODENAME": "xe9680-4"})
+    hb.interval = 0.1
+    try:
+        beat, prog, step, ms, node, phase = _fields(tmp_path / "rank3")
+        assert (step, node, phase) == (0, "xe9680-4", "start")
+        hb.progress(7, 0.25)
+        hb.saving(True)
+        assert _fields(tmp_path / "rank3")[2:] == (7, 250, "xe9680-4", "save")
+        hb.saving(False)
+        assert _fields(tmp_path / "rank3")[5] == "train"
+    finally:
+        hb.stop()
+    assert Heartbeat.from_env(0, {}) is None  # no launcher asked: no file, no thread
+
+
+def test_a_stopped_thread_leaves_an_ageing_beat(tmp_path):
+    hb = Heartbeat(tmp_path, 0, interval=0.05).start()
+    time.sleep(0.3)
+    hb.stop()
+    time.sleep(1.2)
+    assert int(time.time()) - _fields(tmp_path / "rank0")[0] >= 1
+
+
+def test_limits_come_from_the_plan_and_exceed_the_watchdog():
+    lim = faults.limits(startup_s=120, step_s=9.0, checkpoint_write_s=40)
+    assert lim.hang_s == 90 and lim.save_grace_s == 160 and lim.startup_grace_s == 400
+    assert lim.collective_timeout_s == 460 < 1800  # torch's default is 30 minutes
+    tiny = faults.limits(startup_s=30, step_s=0.05, checkpoint_write_s=0.01)
+    assert tiny.hang_s == faults.HANG_MIN_S and tiny.collective_timeout_s > tiny.startup_grace_s
+    assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "321"}) == 321
+    assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "x"}) == faults.DEFAULT_COLLECTIVE_TIMEOUT_S
+
+
+def test_a_process_that_leaves_python_says_exit_a_killed_one_cannot(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import sys, time; from vdkit.recipes.heartbeat import Heartbeat; "
+            f"Heartbeat({str(tmp_path)!r}, int(sys.argv[1]), interval=0.1).start(); "
+            "time.sleep(0.3); sys.exit(1) if sys.argv[1] == '0' else time.sleep(60)")
+    failed = subprocess.run([sys.executable, "-c", code, "0"], timeout=60)
+    killed = subprocess.Popen([sys.executable, "-c", code, "1"])
+    time.sleep(3)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    assert failed.returncode == 1 and _fields(tmp_path / "rank0")[5] == "exit"
+    assert _fields(tmp_path / "rank1")[5] == "start"

@@ -1,0 +1,119 @@
+"""The batch shell's recovery functions (vdkit.slurm.recovery), run by bash from a real render with a
+stand-in sbatch: the record a failed step leaves, the restart bound, the exclusion, the back-off."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vdkit.cli import main
+
+CELL = ["engine=reference", "model=tiny_llama", "data=synthetic", "method=lora", "cluster.nodes=2",
+        "cluster.gpus_per_node=1", "cluster.mpi=none", "cluster.cpus_per_task=1", "train.max_steps=10"]
+
+
+@pytest.fixture
+def rendered(tmp_path, capsys):
+    def render(*extra):
+        out = tmp_path / f"r{len(list(tmp_path.iterdir()))}"
+        assert main(["render", *CELL, *extra, "--out", str(out)]) == 0
+        capsys.readouterr()
+        return next(out.iterdir())
+    return render
+
+
+def _functions(run_dir: Path) -> str:
+    text = (run_dir / "launch.sbatch").read_text()
+    return text[text.index("# Recovery"):text.index("# The step runs in the background")]
+
+
+def _shell(run_dir, tmp_path, body, sbatch_script='echo "4242;cluster"', env=None):
+    """Run ``body`` after the script's recovery functions, with a stand-in sbatch on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sbatch").write_text(f"#!/bin/bash\necho \"$@\" >> {tmp_path}/sbatch.args\n{sbatch_script}\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    (bin_dir / "sleep").write_text("#!/bin/bash\necho \"$1\" >> " + str(tmp_path) + "/slept\n")
+    (bin_dir / "sleep").chmod(0o755)
+    script = (f"set -euo pipefail\nexport SLURM_JOB_ID=77 VDKIT_HEARTBEAT_DIR={run_dir}/heartbeat\n"
+              f"mkdir -p $VDKIT_HEARTBEAT_DIR\n{_functions(run_dir)}\n{body}\n")
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **(env or {})})
+
+
+def test_the_script_traps_term_and_usr1_and_is_valid_bash(rendered):
+    run_dir = rendered()
+    text = (run_dir / "launch.sbatch").read_text()
+    assert subprocess.run(["bash", "-n", str(run_dir / "launch.sbatch")]).returncode == 0
+    assert re.search(r"trap '.*' USR1$", text, re.M) and re.search(r"trap '.*' TERM$", text, re.M)
+    assert "vdkit_watchdog & WATCH_PID=$!" in text and "export VDKIT_COLLECTIVE_TIMEOUT_S=" in text
+    timeout = int(re.search(r"VDKIT_COLLECTIVE_TIMEOUT_S=(\d+)", text).group(1))
+    assert 60 < timeout < 1800  # from the plan: above the watchdog's limits, below torch's 30 minutes
+
+
+def test_a_killed_rank_is_recorded_and_restarted_once_per_allowance(rendered, tmp_path):
+    run_dir = rendered("cluster.max_restarts=2")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "step=30.ckpt").write_text("x")
+    (run_dir / "slurm-77.err").write_text("srun: error: xe9680-2: task 1: Killed\n"
+                                          "srun: error: xe9680-1: task 0: Terminated\n")
+    for _ in range(3):
+        r = _shell(run_dir, tmp_path, 'vdkit_failed 137; echo "next=${NEXT:-}"')
+        assert r.returncode == 0, r.stderr
+    faults = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines()]
+    assert [f["restart"] for f in faults] == [1, 2, 0]
+    first = faults[0]
+    assert (first["rank"], first["node"], first["cause"], first["last_step"], first["next"]) == \
+        ("1", "xe9680-2", "killed (SIGKILL: out of memory?)", "30", "4242")
+    assert faults[2]["why"].startswith("2 restart(s) used") and faults[2]["continue"].startswith("sbatch ")
+    assert "not restarted (2 restart(s) used" in r.stderr
+    assert (run_dir / "job_id.txt").read_text().split() == ["4242", "4242"]
+    assert not (run_dir / "excluded_nodes").exists()  # a killed rank is not its node's fault
+    from vdkit.faults import summary
+
+    assert "rank 1 on xe9680-2: killed (SIGKILL: out of memory?)" in summary(run_dir)
+    assert "continue: sbatch " in summary(run_dir)
+
+
+def test_the_watchdog_culprit_is_excluded_from_the_next_allocation(rendered, tmp_path):
+    run_dir = rendered()
+    (run_dir / "heartbeat").mkdir()
+    (run_dir / "heartbeat" / ".why").write_text("rank 1 on xe9680-5 stopped responding\n")
+    (run_dir / "heartbeat" / ".culprit").write_text("1 xe9680-5\n")
+    r = _shell(run_dir, tmp_path, "vdkit_failed 137")
+    assert r.returncode == 0, r.stderr
+    assert (run_dir / "excluded_nodes").read_text().split() == ["xe9680-5"]
+    args = (tmp_path / "sbatch.args").read_text()
+    assert "--exclude=xe9680-5" in args and "--begin=now+30" in args and "--dependency" not in args
+
+
+def test_the_recipes_fault_is_not_restarted(rendered, tmp_path):
+    run_dir = rendered()
+    (run_dir / "slurm-77.err").write_text("srun: error: xe9680-1: task 0: Exited with exit code 2\n")
+    r = _shell(run_dir, tmp_path, "vdkit_failed 2")
+    assert r.returncode == 0, r.stderr
+    fault = json.loads((run_dir / "faults.jsonl").read_text())
+    assert fault["restart"] == 0 and "recipe" in fault["why"] and not (tmp_path / "sbatch.args").exists()
+
+
+def test_submitting_retries_with_back_off_while_the_controller_is_away(rendered, tmp_path):
+    run_dir = rendered()
+    # sbatch fails twice (controller away), then answers
+    flaky = (f'n=$(cat {tmp_path}/n 2>/dev/null || echo 0); echo $((n + 1)) > {tmp_path}/n; '
+             'if [ "$n" -lt 2 ]; then echo "sbatch: error: Batch job submission failed: Unable to contact slurm '
+             'controller (connect failure)" >&2; exit 1; fi; echo 99')
+    r = _shell(run_dir, tmp_path, 'vdkit_submit_next; echo "next=${NEXT:-}"', sbatch_script=flaky)
+    assert r.returncode == 0 and "next=99" in r.stdout, r.stderr
+    assert (tmp_path / "slept").read_text().split() == ["5", "10"]
+    assert r.stderr.count("Unable to contact slurm controller") == 2
+
+
+def test_negative_max_restarts_is_refused_at_the_door(tmp_path, capsys):
+    assert main(["render", *CELL, "cluster.max_restarts=-1", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.max_restarts=-1" in err and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())

@@ -1,0 +1,163 @@
+"""What a run does when a rank, a node, a disk or the controller fails: the numbers and records launchers,
+engines and `vdkit status` share (standard library only; issue 27).
+
+- **Heartbeat.** Every rank of an engine the kit runs itself (:mod:`vdkit.recipes.heartbeat`) rewrites
+  ``<run_dir>/heartbeat/rank<R>`` every :data:`HEARTBEAT_S` seconds from a thread (liveness) and after
+  every optimizer step (progress). The launcher's watchdog (Slurm: the batch shell,
+  :mod:`vdkit.slurm.recovery`) kills the job step when a rank stops beating for :data:`DEAD_AFTER_S`
+  (a dead node, a SIGSTOPped or swapped-out process) or when no rank progressed for the hang limit
+  (:func:`limits`: :data:`HANG_FACTOR` x the measured step time, never under :data:`HANG_MIN_S`; the
+  start-up grace until the first step, the save grace while a checkpoint is written).
+- **Collective timeouts** (NCCL / gloo process groups) come from the same limits, exported to the ranks
+  as :data:`COLLECTIVE_TIMEOUT_ENV`: longer than the watchdog's (so the watchdog, which can name the
+  culprit, acts first), far shorter than torch's default 10 / 30 minutes of an idle allocation.
+- **Recovery.** A failed step is recorded as one JSON line in ``faults.jsonl`` (:func:`read_faults`);
+  the launcher retries the run from its last good checkpoint up to ``cluster.max_restarts`` times,
+  without the node a failure was blamed on (``excluded_nodes``).
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Optional
+
+HEARTBEAT_S = 2  # a rank rewrites its heartbeat file this often (a thread; cheap even on NFS)
+DEAD_AFTER_S = 20  # a rank whose heartbeat is this old is dead or stopped (10 missed beats: GIL-heavy loads pass)
+HANG_FACTOR = 10  # no progress for this many step times is a hang (NVRx's default section timeouts are coarser)
+HANG_MIN_S = 60  # ... but never less: a tiny step's 10x would fire on a slow save or a busy file system
+COLLECTIVE_MARGIN_S = 60  # the process group's timeout exceeds the watchdog's limits by this much
+SUBMIT_TRIES = 6  # sbatch attempts for the successor while the controller is away (back-off 5, 10, 20, 40, 60 s)
+EXIT_NO_SPACE = 74  # a rank could not write its checkpoint (full, read-only, quota): EX_IOERR from sysexits.h
+
+# Environment variables the launcher exports to the ranks.
+HEARTBEAT_ENV = "VDKIT_HEARTBEAT_DIR"  # where the rank writes rank<R> (unset: no heartbeat)
+COLLECTIVE_TIMEOUT_ENV = "VDKIT_COLLECTIVE_TIMEOUT_S"  # the process group's timeout in seconds
+DEFAULT_COLLECTIVE_TIMEOUT_S = 600  # without a launcher's figure (`vdkit run`): torch's NCCL default is 600 s
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The watchdog's and the process group's seconds for one plan."""
+
+    startup_grace_s: int  # until every rank has finished its first step
+    hang_s: int  # no progress for this long after that is a hang (the planned step time's; the watchdog
+    #              re-derives it from the measured step time at run time)
+    save_grace_s: int  # while a checkpoint is being written or read
+    collective_timeout_s: int
+
+
+def limits(startup_s: float, step_s: Optional[float], checkpoint_write_s: float) -> Limits:
+    """The limits from the plan's time figures (vdkit.planner.timeplan.TimePlan: start-up, step, checkpoint write)."""
+    hang = hang_limit(step_s)
+    save = int(math.ceil(max(HANG_MIN_S, 4 * checkpoint_write_s)))
+    grace = int(math.ceil(2 * startup_s + save))
+    return Limits(grace, hang, save, max(grace, hang, save) + COLLECTIVE_MARGIN_S)
+
+
+def hang_limit(step_s: Optional[float]) -> int:
+    """Seconds without progress that count as a hang for a step of ``step_s`` seconds (None: unknown)."""
+    return int(math.ceil(max(HANG_MIN_S, HANG_FACTOR * (step_s or 0.0))))
+
+
+def collective_timeout_s(env=None) -> int:
+    """The process group's timeout the launcher chose for this rank, else the default."""
+    import os
+
+    env = os.environ if env is None else env
+    try:
+        value = int(float(env.get(COLLECTIVE_TIMEOUT_ENV, "")))
+    except ValueError:
+        return DEFAULT_COLLECTIVE_TIMEOUT_S
+    return value if value > 0 else DEFAULT_COLLECTIVE_TIMEOUT_S
+
+
+# ----------------------------------------------------------------------------- the record
+SIGNAL_WORDS = {9: "killed (SIGKILL: out of memory?)", 15: "terminated (SIGTERM)", 6: "aborted (SIGABRT)",
+                11: "crashed (SIGSEGV)", 7: "crashed (SIGBUS)", 19: "stopped (SIGSTOP)"}
+
+
+def cause_text(fault: dict) -> str:
+    """One fault as words: 'rank 1 on xe9680-2: killed (SIGKILL: out of memory?)'."""
+    who = []
+    if fault.get("rank") not in (None, ""):
+        who.append(f"rank {fault['rank']}")
+    if fault.get("node"):
+        who.append(f"on {fault['node']}")
+    what = fault.get("cause") or f"exit {fault.get('rc')}"
+    return f"{' '.join(who)}: {what}" if who else what
+
+
+def read_faults(run_dir) -> List[dict]:
+    """Every fault the launcher recorded in the run directory, oldest first (unreadable lines skipped)."""
+    from vdkit.rundir import FAULTS_FILE
+
+    try:
+        lines = (Path(run_dir) / FAULTS_FILE).read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def _set_aside(run_dir) -> List[str]:
+    """Names of the checkpoints a resume found damaged and renamed (vdkit.recipes.common.trust)."""
+    try:
+        from vdkit.rundir import checkpoint_dir, load_recipe
+
+        ckpts = checkpoint_dir(load_recipe(Path(run_dir)), run_dir)
+        return sorted(p.name for p in ckpts.iterdir() if ".damaged-" in p.name and not p.name.endswith(".sha256"))
+    except Exception:  # noqa: BLE001 - status must answer even for a run dir it cannot read
+        return []
+
+
+def summary(run_dir) -> Optional[str]:
+    """The last fault and what followed, for `vdkit status`: None when the run had none."""
+    faults = read_faults(run_dir)
+    if not faults:
+        return None
+    last = faults[-1]
+    text = f"{len(faults)} fault(s); last: job {last.get('job')} {cause_text(last)}"
+    if last.get("last_step") not in (None, ""):
+        text += f"; latest checkpoint step {last['last_step']}"
+    aside = _set_aside(run_dir)
+    if aside:
+        text += f"; set aside as damaged: {', '.join(aside)}"
+    if last.get("next"):
+        text += f"; restart {last.get('restart')} of {last.get('max_restarts')}: job {last['next']} continues"
+    elif last.get("continue"):
+        text += f"; not restarted ({last.get('why', 'no restarts left')}); continue: {last['continue']}"
+    return text
+
+
+# ----------------------------------------------------------------------------- the door
+def check_results_room(results_root, checkpoint_gb: float, copies: int) -> None:
+    """Refuse, before anything is written, a results directory the run could not checkpoint into: the nearest
+    existing directory of ``results_root`` not writable, or its file system without room for ``copies``
+    checkpoints of ``checkpoint_gb`` (the plan's size). One-line UserError naming the path."""
+    import os
+    import shutil
+
+    from vdkit.errors import UserError
+
+    path = Path(results_root).expanduser().absolute()
+    existing = next((p for p in [path, *path.parents] if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        return  # a path through a file is the caller's error to name (reserve_run_dir)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"the run's checkpoints would go to {path}, but {existing} is not writable",
+                        "choose a writable --out or run.results_dir")
+    free = shutil.disk_usage(existing).free
+    need = copies * checkpoint_gb * 1e9
+    if free < need:
+        raise UserError(f"the run's checkpoints need about {need / 1e9:.3g} GB in {path} ({copies} x "
+                        f"{checkpoint_gb:.3g} GB, the plan's checkpoint size), but its file system has "
+                        f"{free / 1e9:.3g} GB free", "free space there, or point run.results_dir at a larger file system")

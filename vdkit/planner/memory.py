@@ -1,0 +1,158 @@
+"""The per-GPU memory model of Megatron / NeMo layouts (TP x PP x CP x VP): bytes per stage and per GPU.
+
+Arithmetic only (no search, no prediction): the planner (:mod:`vdkit.planner.plan`) weighs layouts with
+it, and the engines compare what their ranks really hold against it (the megatron engine's memory.json,
+:mod:`vdkit.recipes.mcore_memory`) and pad the vocabulary as it does.
+
+The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
+``megatron_amp_O2``:
+
+- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the
+  transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
+- gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
+- optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
+  DP when the distributed optimizer shards them.
+- per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
+  encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
+  of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
+  weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
+  4 / 4 / 8 per parameter.
+- activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
+  recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
+  attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
+  and the SwiGLU MLP half the norm input, fc1 input, gate and up outputs and the down-projection
+  input. Tensor parallelism divides it (the norm inputs, 4sbh, only with sequence parallelism).
+  Full recomputation keeps only each layer's input (2sbh, / TP with SP) plus one layer's working
+  set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
+  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
+  the loss: 6*s*b*V / TP).
+- overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
+  conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
+
+Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
+``borderline_fraction`` of the GPU's memory) is one rule, vdkit.planner.calibration.is_borderline, for every plan.
+
+Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
+per trainable parameter (a PEFT checkpoint holds only the adapter's).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
+from vdkit.planner.calibration import overhead_gb
+from vdkit.planner.layout import data_parallel
+from vdkit.schema import GB, Memory, Recipe
+
+# The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
+# conf/calibration/memory.yaml, read through vdkit.planner.calibration.
+
+
+def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
+    """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
+    partial, vdkit.recompute); 0 for none / selective."""
+    from types import SimpleNamespace
+
+    from vdkit.recompute import full_share
+
+    p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
+    return full_share(p, layers_per_stage)
+
+
+def static_bytes(precision: str) -> Tuple[float, float, float]:
+    """Bytes per parameter a GPU holds for (weights, gradients, optimizer states) in ``precision``:
+    weights per parameter held, gradients and optimizer states per *trainable* parameter held
+    (conf/calibration/memory.yaml ``megatron_bytes``)."""
+    from vdkit.planner.calibration import memory
+
+    return tuple(float(x) for x in memory()["megatron_bytes"][precision])
+
+
+VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """The vocabulary as NeMo and Megatron allocate it: up to a multiple of 128 x TP."""
+    multiple = VOCAB_DIVISOR * tp
+    return -(-vocab // multiple) * multiple
+
+
+def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
+    """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
+
+    Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
+    output layer (with PP > 1 a tied output layer is a copy there, as Megatron keeps it); TP shards
+    the linear layers and the embeddings, norms and the row-parallel layers' biases are replicated.
+    LoRA adapters sit on each layer's fused QKV (A and B both sharded over TP, NeMo's split);
+    P-tuning's prompt encoder sits on stage 0 (its linear layers sharded over TP, the virtual-token
+    embedding and the second layer's bias replicated)."""
+    m, meth = r.model, r.method
+    counts = param_counts(m)
+    replicated = 2 * counts.final_norm + (2 * m.hidden_size if m.bias else 0)  # norms; o and fc2 biases
+    layers = m.num_layers // pp
+    layer_params = layers * ((counts.per_layer - replicated) / tp + replicated)
+    vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
+    output = vocab if (not counts.tied or pp > 1) else 0.0
+    held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
+            + ((output + counts.final_norm) if stage == pp - 1 else 0))
+    if meth.name == "lora":
+        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv) / tp
+        held += trainable
+    elif meth.name == "ptuning":
+        trainable = ptuning_params(meth, m, tp) if stage == 0 else 0.0
+        held += trainable
+    else:
+        trainable = held
+    return held, layer_params, trainable
+
+
+def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_optimizer: bool,
+                       precision: Optional[str] = None) -> dict:
+    """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
+
+    ``precision``: bf16 / fp8 (mixed precision, see static_bytes; fp8 stores transformer-layer
+    weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
+    optimizer states over DP."""
+    precision = precision or r.train.precision
+    w, g, o = static_bytes(precision)
+    held, layer_params, trainable = stage_params(r, tp, pp, stage)
+    weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
+    shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
+    return {"weights": weights, "gradients": g * trainable,
+            "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
+
+
+def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
+                    distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
+    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
+    m, t = r.model, r.train
+    precision = precision or t.precision
+    dp = data_parallel(r, tp, pp)
+    layers = m.num_layers // pp
+    static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
+                 key=lambda d: sum(d.values()))
+    weight_bytes, grads, optim = static["weights"], static["gradients"], static["optimizer"]
+
+    # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
+    s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
+    b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
+    norms = s * b * 4 * h / (tp if sequence_parallel else 1)
+    per_layer = sharded + norms
+    if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
+        share = recompute_share(r, recompute, layers)
+        stored_per_layer = share * 2 * s * b * h / (tp if sequence_parallel else 1) + (1 - share) * per_layer
+        working = per_layer  # one layer recomputed at a time
+    else:
+        stored_per_layer, working = per_layer, 0.0
+    microbatches = t.global_batch_size // (t.micro_batch_size * dp)
+    in_flight = min(pp, microbatches)
+    interleave = 1 + (pp - 1) / (pp * vp) if vp > 1 else 1.0
+    acts_first = layers * stored_per_layer * in_flight * interleave + working
+    logits = 6.0 * s * b * m.vocab_size / tp
+    acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
+    acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
+    return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
+                  activations_gb=acts / GB,
+                  overhead_gb=overhead_gb(r.cluster))
