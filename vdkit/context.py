@@ -44,7 +44,8 @@ def check(recipe) -> None:
     from vdkit.recipes import engines
 
     m, p, t, engine = recipe.model, recipe.parallelism, recipe.train, recipe.engine.name
-    eng = engines.get(engine)
+    # the engine's module is looked up only when a RoPE scaling type or CP asks what its stack builds
+    eng = engines.get(engine) if (rope_type(m) or p.cp > 1) else None
     if m.position_embedding != "rope" and t.seq_length > m.max_position_embeddings:
         raise UserError(f"train.seq_length={t.seq_length} exceeds {m.name}'s {m.max_position_embeddings} learned "
                         "positions: the table has no row for later positions",
