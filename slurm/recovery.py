@@ -4,7 +4,7 @@ What the batch shell (outside any container, on the first node) does besides con
 (:mod:`vdkit.slurm.render`), with the numbers of :mod:`vdkit.faults`:
 
 - **Watchdog** (:func:`watchdog_lines`, a background function while the step runs, for engines whose
-  ranks write heartbeats): a rank whose heartbeat is older than ``DEAD_AFTER_S`` (a dead node, a
+  ranks write heartbeats): a rank whose heartbeat is older than ``DEAD_AFTER_S`` (``cluster.heartbeat_timeout_s``) (a dead node, a
   SIGSTOPped process) or no rank's progress for the hang limit (``HANG_FACTOR`` x the slowest measured
   step, the start-up grace before the first step, the save grace during a save) kills the step
   (``scancel --signal=KILL`` of its steps) and leaves the reason and the culprit for the record.
@@ -72,7 +72,7 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
         '      [ "$ms" -gt "$slowest" ] && slowest=$ms',
         '      case "$phase" in start) starting=1 ;; save) saving=1 ;; esac',
         "    done",
-        f'    if [ -n "$oldest" ] && [ $((now - oldest)) -gt {faults.DEAD_AFTER_S} ]; then',
+        f'    if [ -n "$oldest" ] && [ $((now - oldest)) -gt {limits.dead_after_s} ]; then',
         '      why="stopped responding (no heartbeat for $((now - oldest)) s: a dead node or a stopped process)"',
         f'      echo "$who" > {hb}/.culprit',
         "    fi",
@@ -96,14 +96,15 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
         '    for s in $(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null); do',
         '      case "$s" in *.batch|*.extern) ;; *) scancel --signal=KILL "$s" 2>/dev/null || true ;; esac',
         "    done",
-        '    sleep 10; kill -KILL "$STEP_PID" 2>/dev/null || true  # srun itself, should a dead node keep it waiting',
+        f'    sleep {limits.kill_grace_s}; kill -KILL "$STEP_PID" 2>/dev/null || true  # srun itself, should a dead '
+        'node keep it waiting',
         "    return 0",
         "  done",
         "}",
     ]
 
 
-def submit_lines(run_dir) -> List[str]:
+def submit_lines(run_dir, limits: faults.Limits) -> List[str]:
     """``vdkit_submit_next``: sbatch the next allocation (``--exclude`` the blamed nodes), with back-off."""
     from vdkit.rundir import EXCLUDED_NODES_FILE, JOB_ID_FILE, SBATCH_FILE
 
@@ -111,9 +112,9 @@ def submit_lines(run_dir) -> List[str]:
     return [
         "vdkit_submit_next() {  # sets NEXT; retries while the controller is away (back-off 5 s .. 60 s)",
         "  # $1 'later': no dependency on this job (a dead node keeps it COMPLETING until Slurm declares the node",
-        "  # down), a start 30 s from now instead, when this shell and its lock are long gone",
+        f"  # down), a start {limits.restart_delay_s} s from now instead, when this shell and its lock are long gone",
         '  local delay=5 try out err excl= after="--dependency=afterany:$SLURM_JOB_ID"',
-        '  [ "${1:-}" = later ] && after="--begin=now+30"',
+        f'  [ "${{1:-}}" = later ] && after="--begin=now+{limits.restart_delay_s}"',
         f'  [ -s {run}/{EXCLUDED_NODES_FILE} ] && excl="--exclude=$(sort -u {run}/{EXCLUDED_NODES_FILE} | paste -sd, -)"',
         '  err=$(mktemp); NEXT=',
         f"  for try in $(seq 1 {faults.SUBMIT_TRIES}); do",

@@ -54,8 +54,9 @@ def fault_limits(plan):
     """The watchdog's and the process group's seconds (vdkit.faults.Limits) from the plan's time figures."""
     from vdkit.faults import limits
 
-    times = plan.time
-    return limits(times.startup_s, times.step_s, times.checkpoint_write_s)
+    times, c = plan.time, plan.recipe.cluster
+    return limits(times.startup_s, times.step_s, times.checkpoint_write_s, c.heartbeat_timeout_s, c.kill_grace_s,
+                  c.restart_delay_s)
 
 
 def sbatch_parameters(plan, run_dir) -> dict:
@@ -265,7 +266,7 @@ def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
     lines = ["# Recovery (vdkit.slurm.recovery): the successor's submission, the failed step's record and restart"]
     if job.heartbeat:
         lines += recovery.watchdog_lines(r.world_size, fault_limits(plan))
-    lines += recovery.submit_lines(run_dir)
+    lines += recovery.submit_lines(run_dir, fault_limits(plan))
     lines += recovery.failure_lines(run_dir, checkpoint_dir(r, run_dir), r.cluster.max_restarts, _echo)
     return lines + [""]
 

@@ -42,6 +42,10 @@ def test_limits_come_from_the_plan_and_exceed_the_watchdog():
     assert lim.collective_timeout_s == 460 < 1800  # torch's default is 30 minutes
     tiny = faults.limits(startup_s=30, step_s=0.05, checkpoint_write_s=0.01)
     assert tiny.hang_s == faults.HANG_MIN_S and tiny.collective_timeout_s > tiny.startup_grace_s
+    assert (tiny.dead_after_s, tiny.kill_grace_s, tiny.restart_delay_s) == (
+        faults.DEAD_AFTER_S, faults.KILL_GRACE_S, faults.RESTART_DELAY_S)
+    short = faults.limits(30, 0.05, 0.01, dead_after_s=6, kill_grace_s=2.5, restart_delay_s=5)
+    assert (short.dead_after_s, short.kill_grace_s, short.restart_delay_s) == (6, 3, 5)
     assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "321"}) == 321
     assert faults.collective_timeout_s({faults.COLLECTIVE_TIMEOUT_ENV: "x"}) == faults.DEFAULT_COLLECTIVE_TIMEOUT_S
 

@@ -91,6 +91,26 @@ def test_the_watchdog_culprit_is_excluded_from_the_next_allocation(rendered, tmp
     assert "--exclude=xe9680-5" in args and "--begin=now+30" in args and "--dependency" not in args
 
 
+
+def test_the_watchdog_and_restart_delays_are_cluster_settings(rendered, tmp_path):
+    text = (rendered() / "launch.sbatch").read_text()  # the production defaults (vdkit.faults)
+    assert "-gt 20 ]; then" in text and "sleep 10; kill -KILL" in text and "--begin=now+30" in text
+    run_dir = rendered("cluster.heartbeat_timeout_s=6", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5")
+    text = (run_dir / "launch.sbatch").read_text()
+    assert "-gt 6 ]; then" in text and "sleep 3; kill -KILL" in text and "-gt 20 ]" not in text
+    (run_dir / "heartbeat").mkdir()
+    (run_dir / "heartbeat" / ".why").write_text("rank 1 on xe9680-5 stopped responding\n")
+    (run_dir / "heartbeat" / ".culprit").write_text("1 xe9680-5\n")
+    assert _shell(run_dir, tmp_path, "vdkit_failed 137").returncode == 0
+    assert "--begin=now+5" in (tmp_path / "sbatch.args").read_text()
+
+
+def test_a_watchdog_setting_out_of_range_is_refused_at_the_door(tmp_path, capsys):
+    assert main(["render", *CELL, "cluster.heartbeat_timeout_s=0", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "cluster.heartbeat_timeout_s=0" in err and "between 1 and 86400" in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
+
 def test_the_recipes_fault_is_not_restarted(rendered, tmp_path):
     run_dir = rendered()
     (run_dir / "slurm-77.err").write_text("srun: error: xe9680-1: task 0: Exited with exit code 2\n")

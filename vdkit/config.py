@@ -9,6 +9,7 @@ Everything downstream takes a ``Recipe``; nothing re-reads overrides.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from pathlib import Path
@@ -294,6 +295,11 @@ def validate_fields(r: Recipe) -> None:
            "set the mean hours between job failures on your cluster, e.g. cluster.mtbf_h=24")
     _check(c.max_lost_work_min > 0, f"cluster.max_lost_work_min={c.max_lost_work_min} must be positive",
            "set the most minutes of training a failure may lose, e.g. cluster.max_lost_work_min=60")
+    for key in ("heartbeat_timeout_s", "kill_grace_s", "restart_delay_s"):
+        value = getattr(c, key)
+        _check(value is None or (math.isfinite(value) and 1 <= value <= 86400),
+               f"cluster.{key}={value} must be between 1 and 86400 seconds",
+               f"leave it out (the default in vdkit.faults) or give e.g. cluster.{key}=20")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
     check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)

@@ -11,6 +11,10 @@ engines and `vdkit status` share (standard library only; issue 27).
 - **Collective timeouts** (NCCL / gloo process groups) come from the same limits, exported to the ranks
   as :data:`COLLECTIVE_TIMEOUT_ENV`: longer than the watchdog's (so the watchdog, which can name the
   culprit, acts first), far shorter than torch's default 10 / 30 minutes of an idle allocation.
+- **Per-cluster settings.** ``cluster.heartbeat_timeout_s``, ``cluster.kill_grace_s`` and
+  ``cluster.restart_delay_s`` replace :data:`DEAD_AFTER_S`, :data:`KILL_GRACE_S` and :data:`RESTART_DELAY_S`
+  for one plan (None, the default: these production figures). A small test cluster whose tiny steps take
+  well under a second can use short ones (the fault suite, tests/test_faults.py); a real site keeps these.
 - **Recovery.** A failed step is recorded as one JSON line in ``faults.jsonl`` (:func:`read_faults`);
   the launcher retries the run from its last good checkpoint up to ``cluster.max_restarts`` times,
   without the node a failure was blamed on (``excluded_nodes``).
@@ -25,6 +29,9 @@ from typing import List, Optional
 
 HEARTBEAT_S = 2  # a rank rewrites its heartbeat file this often (a thread; cheap even on NFS)
 DEAD_AFTER_S = 20  # a rank whose heartbeat is this old is dead or stopped (10 missed beats: GIL-heavy loads pass)
+KILL_GRACE_S = 10  # after killing the step, the watchdog waits this long for srun before killing srun itself
+RESTART_DELAY_S = 30  # a successor that excludes a node starts this long after the failure (sbatch --begin=now+N):
+#                       the failed job may stay COMPLETING until Slurm declares the node down, so no dependency
 HANG_FACTOR = 10  # no progress for this many step times is a hang (NVRx's default section timeouts are coarser)
 HANG_MIN_S = 60  # ... but never less: a tiny step's 10x would fire on a slow save or a busy file system
 COLLECTIVE_MARGIN_S = 60  # the process group's timeout exceeds the watchdog's limits by this much
@@ -46,14 +53,21 @@ class Limits:
     #              re-derives it from the measured step time at run time)
     save_grace_s: int  # while a checkpoint is being written or read
     collective_timeout_s: int
+    dead_after_s: int = DEAD_AFTER_S  # a rank silent this long is dead or stopped (cluster.heartbeat_timeout_s)
+    kill_grace_s: int = KILL_GRACE_S  # srun's time to end after the step's kill (cluster.kill_grace_s)
+    restart_delay_s: int = RESTART_DELAY_S  # a node-excluding successor's start delay (cluster.restart_delay_s)
 
 
-def limits(startup_s: float, step_s: Optional[float], checkpoint_write_s: float) -> Limits:
-    """The limits from the plan's time figures (vdkit.planner.timeplan.TimePlan: start-up, step, checkpoint write)."""
+def limits(startup_s: float, step_s: Optional[float], checkpoint_write_s: float, dead_after_s=None,
+           kill_grace_s=None, restart_delay_s=None) -> Limits:
+    """The limits from the plan's time figures (vdkit.planner.timeplan.TimePlan: start-up, step, checkpoint write)
+    and the cluster's settings (None: this module's defaults)."""
     hang = hang_limit(step_s)
     save = int(math.ceil(max(HANG_MIN_S, 4 * checkpoint_write_s)))
     grace = int(math.ceil(2 * startup_s + save))
-    return Limits(grace, hang, save, max(grace, hang, save) + COLLECTIVE_MARGIN_S)
+    pick = lambda value, default: default if value is None else int(math.ceil(value))  # noqa: E731
+    return Limits(grace, hang, save, max(grace, hang, save) + COLLECTIVE_MARGIN_S, pick(dead_after_s, DEAD_AFTER_S),
+                  pick(kill_grace_s, KILL_GRACE_S), pick(restart_delay_s, RESTART_DELAY_S))
 
 
 def hang_limit(step_s: Optional[float]) -> int:

@@ -91,6 +91,9 @@ class ClusterCfg:
     startup_s: float = 120.0  # seconds each allocation takes before training, besides reading weights and checkpoint (container start, imports, NCCL set-up, model build); assumed: read yours off a job's log
     mtbf_h: float = 24.0  # mean hours between failures that end a job early (node, GPU, fabric; not the time limit): Young's M for the checkpoint interval; assumed, conservative (Llama 3's 419 unexpected interruptions in 54 days on 16,384 H100s scale to ~1,000 h for 48 GPUs): use your incident history
     max_restarts: int = 3  # failed job steps (dead rank or node, hang, failed save) the launcher restarts by itself from the last good checkpoint, per run (NeMo-Run's retries on failure); 0: none
+    heartbeat_timeout_s: Optional[float] = None  # a rank whose heartbeat is this many seconds old is dead or stopped: the watchdog kills the step; None: vdkit.faults.DEAD_AFTER_S (20)
+    kill_grace_s: Optional[float] = None  # seconds the watchdog waits for srun after killing the step, before killing srun itself; None: vdkit.faults.KILL_GRACE_S (10)
+    restart_delay_s: Optional[float] = None  # seconds before a successor that excludes a failed node may start (sbatch --begin); None: vdkit.faults.RESTART_DELAY_S (30)
     max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
