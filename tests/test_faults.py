@@ -6,13 +6,23 @@ real where this machine allows: SIGKILL / SIGSTOP of a rank process, a node's sl
 killed, bytes of the latest checkpoint cut or flipped, a tmpfs that fills, Slurm's TERM to every process
 of the job, slurmctld stopped while the batch shell hands over. Each test prints one row of the note's
 table: fault | continued | steps redone | status said.
+
+Speed (CI's budget): the scenarios that leave the cluster alone run at once on the six emulated nodes (one
+module fixture starts each in a thread; each test waits for its own and re-raises its failure, so a failure
+names its fault); the two that take the cluster's daemons down (a dead node, the controller) run after them,
+alone. The cells use short watchdog settings (cluster.heartbeat_timeout_s, kill_grace_s, restart_delay_s;
+vdkit.faults holds the production defaults): a tiny step takes well under a second here.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import signal
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pytest
@@ -20,27 +30,33 @@ import pytest
 from vdkit.cli import main
 from vdkit.slurm import submit as sub
 
-CELL = ["engine=reference", "model=tiny_llama", "data=synthetic", "method=lora", "cluster.nodes=2",
+WATCHDOG = ["cluster.heartbeat_timeout_s=8", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5"]
+CELL = [*WATCHDOG, "engine=reference", "model=tiny_llama", "data=synthetic", "method=lora", "cluster.nodes=2",
         "cluster.gpus_per_node=1", "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1",
         "train.seq_length=128", "method.warmup_steps=0", "train.global_batch_size=4", "cluster.startup_s=30",
         "engine.checkpoint_every_n_steps=30"]
-MEGATRON_CELL = ["engine=megatron", "engine.container_image=null", "model=tiny_llama", "model.num_layers=4",
+MEGATRON_WATCHDOG = ["cluster.heartbeat_timeout_s=8", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5"]
+CELL = [*WATCHDOG, "engine=megatron", "engine.container_image=null", "model=tiny_llama", "model.num_layers=4",
                  "data=synthetic", "method=sft", "cluster.nodes=2", "cluster.gpus_per_node=1", "parallelism.pp=2",
                  "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
                  "train.micro_batch_size=2", "train.global_batch_size=4", "method.warmup_steps=0",
                  "cluster.startup_s=30", "engine.checkpoint_every_n_steps=30"]
 MAX_STEPS = 160
+_CLI = threading.Lock()
+_STARTED: dict = {}  # the concurrent scenarios' futures, once started
 
 
-@pytest.fixture(autouse=True)
-def _one_thread(monkeypatch):
-    """The job's ranks (sbatch exports this environment) share the 2 cores: one thread each."""
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+def _cli(argv) -> str:
+    """`vdkit ARGV`'s output; one at a time (the scenarios' threads share sys.stdout)."""
+    out = io.StringIO()
+    with _CLI, contextlib.redirect_stdout(out):
+        assert main(argv) == 0, argv
+    return out.getvalue().strip()
 
 
-def _submit(out_dir, capsys, *overrides, max_steps=MAX_STEPS):
-    assert main(["submit", *overrides, f"train.max_steps={max_steps}", "--out", str(out_dir)]) == 0
-    run_dir, job_id = capsys.readouterr().out.strip().splitlines()[-1].split("\t")[:2]
+def _submit(out_dir, *overrides, max_steps=MAX_STEPS):
+    out = _cli(["submit", *overrides, f"train.max_steps={max_steps}", "--out", str(out_dir)])
+    run_dir, job_id = out.splitlines()[-1].split("\t")[:2]
     return Path(run_dir), job_id
 
 
@@ -100,44 +116,38 @@ def _finish(run_dir, timeout=400, max_steps=MAX_STEPS) -> dict:
 
 
 def _status(run_dir) -> str:
-    import contextlib
-    import io
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        assert main(["status", str(run_dir)]) == 0
-    return out.getvalue().strip()
+    return _cli(["status", str(run_dir)])
 
 
 def _row(fault, figures):
-    print(f"\nFAULT ROW | {fault} | continued: yes, jobs {','.join(figures['jobs'])} | steps redone: "
+    return (f"\nFAULT ROW | {fault} | continued: yes, jobs {','.join(figures['jobs'])} | steps redone: "
           f"{figures['redone']} | status: {figures['status'].split(chr(9), 2)[-1]}")
 
 
-def test_a_sigkilled_rank_is_restarted_from_the_last_checkpoint(local_slurm, tmp_path, capsys):
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
-    _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
+# ----------------------------------------------------------------------------- the scenarios
+def _sigkilled_rank(tmp_path):
+    run_dir, job = _submit(tmp_path, *CELL)
+    _wait_for("step 70", _trained_past(run_dir, job, 70), 300, run_dir)
     os.kill(_ranks(run_dir)[1], signal.SIGKILL)
     figures = _finish(run_dir)
     assert "rank 1 on xe9680-" in figures["status"] and "killed (SIGKILL: out of memory?)" in figures["status"]
     assert "restart 1 of 3" in figures["status"] and figures["redone"] >= 0
-    _row("rank SIGKILLed (reference)", figures)
+    return _row("rank SIGKILLed (reference)", figures)
 
 
-def test_megatron_sigkilled_rank_is_restarted(local_slurm, tmp_path, capsys):
+def _megatron_sigkilled_rank(tmp_path):
     pytest.importorskip("megatron.core")
-    run_dir, job = _submit(tmp_path, capsys, *MEGATRON_CELL)
-    _wait_for("step 60", _trained_past(run_dir, job, 60), 240, run_dir)
+    run_dir, job = _submit(tmp_path, *MEGATRON_CELL)
+    _wait_for("step 60", _trained_past(run_dir, job, 60), 400, run_dir)
     os.kill(_ranks(run_dir, "megatron")[1], signal.SIGKILL)
     figures = _finish(run_dir, 600)
     assert "rank 1 on xe9680-" in figures["status"] and "killed (SIGKILL" in figures["status"]
-    _row("rank SIGKILLed (megatron)", figures)
+    return _row("rank SIGKILLed (megatron)", figures)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "bit-flipped"])
-def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damage, local_slurm, tmp_path, capsys):
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
-    _wait_for("step 100", _trained_past(run_dir, job, 100), run_dir=run_dir)
+def _damaged_checkpoint(tmp_path, damage):
+    run_dir, job = _submit(tmp_path, *CELL)
+    _wait_for("step 100", _trained_past(run_dir, job, 100), 300, run_dir)
     ranks = _ranks(run_dir)
     for pid in ranks.values():  # freeze the job so that no save races the damage
         os.kill(pid, signal.SIGSTOP)
@@ -158,24 +168,24 @@ def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damage, 
     logs = "".join((run_dir / f"slurm-{j}.out").read_text(errors="replace") for j in figures["jobs"])
     assert f"checkpoint {newest.name} is damaged" in logs and "set aside as" in logs
     assert f"set aside as damaged: {newest.name}.damaged-" in figures["status"]
-    _row(f"latest checkpoint {damage}", figures)
+    return _row(f"latest checkpoint {damage}", figures)
 
 
-def test_a_hung_rank_is_killed_by_the_watchdog_and_restarted(local_slurm, tmp_path, capsys):
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
-    _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
+def _hung_rank(tmp_path):
+    run_dir, job = _submit(tmp_path, *CELL)
+    _wait_for("step 70", _trained_past(run_dir, job, 70), 300, run_dir)
     os.kill(_ranks(run_dir)[1], signal.SIGSTOP)
     t0 = time.monotonic()
     figures = _finish(run_dir)
     assert "stopped responding" in figures["status"] and "rank 1 on xe9680-" in figures["status"]
     assert (run_dir / "excluded_nodes").read_text().strip().startswith("xe9680-")
-    _row(f"rank hangs (SIGSTOP; finished {time.monotonic() - t0:.0f} s later)", figures)
+    return _row(f"rank hangs (SIGSTOP; finished {time.monotonic() - t0:.0f} s later)", figures)
 
 
-def test_term_at_the_limit_hands_over(local_slurm, tmp_path, capsys):
+def _term_at_the_limit(tmp_path):
     # Slurm enforces a limit on its next check (~10 s here): a longer run is still training by then.
-    run_dir, job = _submit(tmp_path, capsys, *CELL, max_steps=4 * MAX_STEPS)
-    _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
+    run_dir, job = _submit(tmp_path, *CELL, max_steps=4 * MAX_STEPS)
+    _wait_for("step 70", _trained_past(run_dir, job, 70), 300, run_dir)
     # The time limit, now: Slurm sends every process of the job TERM (KILL after KillWait), its log line says
     # "DUE TO TIME LIMIT" (a plain `scancel` is a cancel: test_a_cancelled_job_is_not_continued).
     subprocess.run(["scontrol", "update", f"jobid={job}", "EndTime=now"], check=True)
@@ -185,12 +195,12 @@ def test_term_at_the_limit_hands_over(local_slurm, tmp_path, capsys):
     # The ranks stop on TERM, but srun answers its own TERM by killing the tasks: either a clean stop
     # (no fault) or a kill the batch shell outlives and hands over from the last checkpoint.
     assert not figures["faults"] or "killed at the time limit (TERM, then KILL)" in figures["status"]
-    _row("TERM at the limit", figures)
+    return _row("TERM at the limit", figures)
 
 
-def test_a_cancelled_job_is_not_continued(local_slurm, tmp_path, capsys):
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
-    _wait_for("step 20", _trained_past(run_dir, job, 20), run_dir=run_dir)
+def _cancelled(tmp_path):
+    run_dir, job = _submit(tmp_path, *CELL)
+    _wait_for("step 20", _trained_past(run_dir, job, 20), 300, run_dir)
     subprocess.run(["scancel", job], check=True)
     _wait_for("the job to end", lambda: sub.job_state(job).done, 120, run_dir)
     time.sleep(2)
@@ -198,10 +208,122 @@ def test_a_cancelled_job_is_not_continued(local_slurm, tmp_path, capsys):
     assert "was cancelled: the run does not continue by itself" in (run_dir / f"slurm-{job}.err").read_text()
 
 
-def test_controller_outage_at_hand_over(local_slurm, tmp_path, capsys):
+def _full_disk(tmp_path):
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        run_dir, job = _submit(tmp_path / "runs", *CELL, f"run.results_dir={mount}")
+        ckpts = mount / run_dir.name / "checkpoints"
+        _wait_for("step 65", _trained_past(run_dir, job, 65), 300, run_dir)
+        filler = mount / "filler"
+        import shutil
+
+        with open(filler, "wb") as f:  # another user's file takes all but ~100 kB (a checkpoint is ~260 kB)
+            f.write(b"\0" * max(0, shutil.disk_usage(mount).free - 100_000))
+        _wait_for("the refused save", lambda: (run_dir / "faults.jsonl").exists(), 120, run_dir)
+        filler.unlink()  # the space comes back
+        figures = _finish(run_dir)
+        err = (run_dir / f"slurm-{job}.err").read_text()
+        assert f"no room for the next checkpoint in {ckpts}" in err
+        assert "could not write its checkpoint (exit 74" in figures["faults"]
+        assert not [p for p in ckpts.iterdir() if p.name.endswith(".tmp")]
+        return _row("disk full at a save", figures)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)])
+
+
+AT_ONCE = {"sigkill": _sigkilled_rank, "megatron": _megatron_sigkilled_rank,
+           "truncated": lambda t: _damaged_checkpoint(t, "truncated"),
+           "bit-flipped": lambda t: _damaged_checkpoint(t, "bit-flipped"), "hang": _hung_rank,
+           "term": _term_at_the_limit, "cancel": _cancelled, "disk": _full_disk}
+
+
+@pytest.fixture(scope="module")
+def scenarios(local_slurm, tmp_path_factory):
+    """Every scenario of AT_ONCE started, each in its own thread: {name: Future of its table row}."""
+    saved = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the job's ranks (sbatch exports this environment) share the cores
+    pool = ThreadPoolExecutor(len(AT_ONCE), thread_name_prefix="fault")
+    started = {name: pool.submit(fn, tmp_path_factory.mktemp(name)) for name, fn in AT_ONCE.items()}
+    _STARTED.update(started)
+    try:
+        yield started
+    finally:
+        pool.shutdown(wait=True)
+        if saved is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = saved
+
+
+@pytest.fixture
+def alone(monkeypatch):
+    """For a scenario that takes a daemon down: the concurrent ones (if started) have ended first."""
+    wait(_STARTED.values())
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+
+
+def _result(scenarios, name):
+    row = scenarios[name].result(timeout=1200)
+    if row:
+        print(row)
+
+
+def test_a_sigkilled_rank_is_restarted_from_the_last_checkpoint(scenarios):
+    _result(scenarios, "sigkill")
+
+
+def test_megatron_sigkilled_rank_is_restarted(scenarios):
+    _result(scenarios, "megatron")
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit-flipped"])
+def test_a_damaged_latest_checkpoint_is_set_aside_and_the_previous_used(damage, scenarios):
+    _result(scenarios, damage)
+
+
+def test_a_hung_rank_is_killed_by_the_watchdog_and_restarted(scenarios):
+    _result(scenarios, "hang")
+
+
+def test_term_at_the_limit_hands_over(scenarios):
+    _result(scenarios, "term")
+
+
+def test_a_cancelled_job_is_not_continued(scenarios):
+    _result(scenarios, "cancel")
+
+
+def test_a_full_disk_at_a_save_is_refused_cleanly_and_the_run_continues_once_freed(scenarios):
+    _result(scenarios, "disk")
+
+
+def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(alone, local_slurm, tmp_path):
     from vdkit.slurm.localcluster import _which
 
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
+    run_dir, job = _submit(tmp_path, *CELL)
+    _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
+    rank = _ranks(run_dir)[1]
+    node = (run_dir / "heartbeat" / "rank1").read_text().split()[4]
+    stepd = int(Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the rank's slurmstepd
+    slurmd_pid = local_slurm.root / "run" / f"slurmd-{node}.pid"
+    try:
+        for pid in (int(slurmd_pid.read_text().split()[0]), stepd, rank):  # the node dies: daemon, step, rank
+            os.kill(pid, signal.SIGKILL)
+        figures = _finish(run_dir)
+    finally:  # the node comes back for the next test
+        subprocess.run([_which("slurmd"), "-f", str(local_slurm.conf), "-N", node], env=local_slurm.env())
+    assert (run_dir / "excluded_nodes").read_text().split() == [node]
+    assert f"rank 1 on {node}: " in figures["status"] and "stopped responding" in figures["status"]
+    print(_row("node killed (slurmd + slurmstepd + rank)", figures))
+
+
+def test_controller_outage_at_hand_over(alone, local_slurm, tmp_path):
+    from vdkit.slurm.localcluster import _which
+
+    run_dir, job = _submit(tmp_path, *CELL)
     _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
     subprocess.run(["scancel", "--batch", "--signal=USR1", job], check=True)
     pid_file = local_slurm.root / "run" / "slurmctld.pid"
@@ -217,51 +339,5 @@ def test_controller_outage_at_hand_over(local_slurm, tmp_path, capsys):
     figures = _finish(run_dir)
     assert figures["redone"] == 0 and len(figures["jobs"]) == 2 and not figures["faults"]
     tries = (run_dir / f"slurm-{job}.err").read_text().count("submitting the next allocation failed")
-    _row(f"slurmctld down 15 s at hand-over (status during it in {asked:.1f} s: UNREACHABLE; {tries} failed "
-         "sbatch tries)", figures)
-
-
-def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(local_slurm, tmp_path, capsys):
-    from vdkit.slurm.localcluster import _which
-
-    run_dir, job = _submit(tmp_path, capsys, *CELL)
-    _wait_for("step 70", _trained_past(run_dir, job, 70), run_dir=run_dir)
-    rank = _ranks(run_dir)[1]
-    node = (run_dir / "heartbeat" / "rank1").read_text().split()[4]
-    stepd = int(Path(f"/proc/{rank}/stat").read_text().rsplit(")", 1)[1].split()[1])  # the rank's slurmstepd
-    slurmd_pid = local_slurm.root / "run" / f"slurmd-{node}.pid"
-    try:
-        for pid in (int(slurmd_pid.read_text().split()[0]), stepd, rank):  # the node dies: daemon, step, rank
-            os.kill(pid, signal.SIGKILL)
-        figures = _finish(run_dir)
-    finally:  # the node comes back for the next test
-        subprocess.run([_which("slurmd"), "-f", str(local_slurm.conf), "-N", node], env=local_slurm.env())
-    assert (run_dir / "excluded_nodes").read_text().split() == [node]
-    assert f"rank 1 on {node}: " in figures["status"] and "stopped responding" in figures["status"]
-    _row("node killed (slurmd + slurmstepd + rank)", figures)
-
-
-def test_a_full_disk_at_a_save_is_refused_cleanly_and_the_run_continues_once_freed(local_slurm, tmp_path, capsys):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)]).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        run_dir, job = _submit(tmp_path / "runs", capsys, *CELL, f"run.results_dir={mount}")
-        ckpts = mount / run_dir.name / "checkpoints"
-        _wait_for("step 65", _trained_past(run_dir, job, 65), run_dir=run_dir)
-        filler = mount / "filler"
-        import shutil
-
-        with open(filler, "wb") as f:  # another user's file takes all but ~100 kB (a checkpoint is ~260 kB)
-            f.write(b"\0" * max(0, shutil.disk_usage(mount).free - 100_000))
-        _wait_for("the refused save", lambda: (run_dir / "faults.jsonl").exists(), 120, run_dir)
-        filler.unlink()  # the space comes back
-        figures = _finish(run_dir)
-        err = (run_dir / f"slurm-{job}.err").read_text()
-        assert f"no room for the next checkpoint in {ckpts}" in err
-        assert "could not write its checkpoint (exit 74" in figures["faults"]
-        assert not [p for p in ckpts.iterdir() if p.name.endswith(".tmp")]
-        _row("disk full at a save", figures)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)])
+    print(_row(f"slurmctld down 15 s at hand-over (status during it in {asked:.1f} s: UNREACHABLE; {tries} failed "
+               "sbatch tries)", figures))
