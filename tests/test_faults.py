@@ -36,8 +36,8 @@ CELL = [*WATCHDOG, "engine=reference", "model=tiny_llama", "data=synthetic", "me
         "train.seq_length=128", "method.warmup_steps=0", "train.global_batch_size=4", "cluster.startup_s=30",
         "engine.checkpoint_every_n_steps=30"]
 MEGATRON_CELL = [*WATCHDOG, "engine=megatron", "engine.container_image=null", "model=tiny_llama",
-                 "model.num_layers=4", "data=synthetic", "method=sft", "cluster.nodes=2", "cluster.gpus_per_node=1", "parallelism.pp=2",
-                 "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
+                 "model.num_layers=4", "data=synthetic", "method=sft", "cluster.nodes=2", "cluster.gpus_per_node=1",
+                 "parallelism.pp=2", "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=128",
                  "train.micro_batch_size=2", "train.global_batch_size=4", "method.warmup_steps=0",
                  "cluster.startup_s=30", "engine.checkpoint_every_n_steps=30"]
 MAX_STEPS = 160
