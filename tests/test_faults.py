@@ -182,15 +182,21 @@ def _hung_rank(tmp_path):
 
 
 def _term_at_the_limit(tmp_path):
-    # Slurm enforces a limit on its next check (~10 s here): a longer run is still training by then.
-    run_dir, job = _submit(tmp_path, *CELL, max_steps=4 * MAX_STEPS)
+    # Slurm enforces a limit on its next periodic check (up to ~30 s later), which a tiny run could outlive:
+    # the ranks are held (SIGSTOP) until it comes, and slurmd sends SIGCONT before its TERM ("Tasks might be
+    # stopped ... so send SIGCONT first", slurmd's terminate request), so they meet the TERM mid-run. The
+    # hold is no hang: this cell's heartbeat timeout outlasts it.
+    run_dir, job = _submit(tmp_path, *CELL, "cluster.heartbeat_timeout_s=120")
     _wait_for("step 70", _trained_past(run_dir, job, 70), 300, run_dir)
+    for pid in _ranks(run_dir).values():
+        os.kill(pid, signal.SIGSTOP)
     # The time limit, now: Slurm sends every process of the job TERM (KILL after KillWait), its log line says
     # "DUE TO TIME LIMIT" (a plain `scancel` is a cancel: test_a_cancelled_job_is_not_continued).
     subprocess.run(["scontrol", "update", f"jobid={job}", "EndTime=now"], check=True)
-    figures = _finish(run_dir, max_steps=4 * MAX_STEPS)
+    figures = _finish(run_dir)
     err = (run_dir / f"slurm-{job}.err").read_text()
     assert "DUE TO TIME LIMIT" in err and "TERM from Slurm" in err and sub.job_state(job).state == "TIMEOUT"
+    assert len(figures["jobs"]) == 2 and max(_steps(run_dir, job)) < MAX_STEPS, "the limit did not stop the run"
     # The ranks stop on TERM, but srun answers its own TERM by killing the tasks: either a clean stop
     # (no fault) or a kill the batch shell outlives and hands over from the last checkpoint.
     assert not figures["faults"] or "killed at the time limit (TERM, then KILL)" in figures["status"]
