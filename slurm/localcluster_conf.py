@@ -96,6 +96,9 @@ def write_config(root: Path, node_names: List[str], munge_socket: Path, conf: Pa
         "JobCompType=jobcomp/none",
         f"MinJobAge={MIN_JOB_AGE_S}",
         "SchedulerType=sched/backfill",
+        # Pending jobs whose start time has come (a restart's --begin, vdkit.faults.RESTART_DELAY_S) start
+        # within 5 s, not at the next periodic pass (30 s backfill, 60 s main loop by default).
+        "SchedulerParameters=bf_interval=5,sched_interval=5",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "GresTypes=gpu",
