@@ -186,7 +186,8 @@ def _term_at_the_limit(tmp_path):
     # the ranks are held (SIGSTOP) until it comes, and slurmd sends SIGCONT before its TERM ("Tasks might be
     # stopped ... so send SIGCONT first", slurmd's terminate request), so they meet the TERM mid-run. The
     # hold is no hang: this cell's heartbeat timeout outlasts it.
-    run_dir, job = _submit(tmp_path, *CELL, "cluster.heartbeat_timeout_s=120")
+    cell = [o for o in CELL if not o.startswith("cluster.heartbeat_timeout_s=")]
+    run_dir, job = _submit(tmp_path, *cell, "cluster.heartbeat_timeout_s=120")
     _wait_for("step 70", _trained_past(run_dir, job, 70), 300, run_dir)
     for pid in _ranks(run_dir).values():
         os.kill(pid, signal.SIGSTOP)
