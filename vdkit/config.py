@@ -154,13 +154,15 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     a ``+key=`` outside the schema, or a recipe that breaks a rule.
     """
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from hydra import version
+    from hydra._internal.hydra import Hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from vdkit import rules
+    from vdkit.confsource import search_path
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
@@ -170,8 +172,10 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
-            cfg = hydra_compose(config_name="config", overrides=overrides)
+        # initialize_config_dir's steps, on the kit's search path (no plugin scan, YAML parsed once)
+        version.setbase("1.3")
+        Hydra.create_main_hydra2(task_name="vdkit", config_search_path=search_path(str(conf_dir())))
+        cfg = hydra_compose(config_name="config", overrides=overrides)
         # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
         # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
         plain = OmegaConf.to_container(cfg, resolve=True)
