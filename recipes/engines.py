@@ -68,6 +68,12 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
 ``WRITES_HEARTBEAT: bool``  (default ``False``)
     Whether the ranks write the launcher's heartbeat (:mod:`vdkit.recipes.heartbeat`); the launcher's
     hang watchdog runs only for engines that do.
+``ROPE_SCALING: tuple[str, ...]``  (default ``()``)
+    The RoPE scaling types (``model.rope_scaling``'s ``rope_type``) the engine's model code builds; another
+    is refused at the door (:mod:`vdkit.context`). ``MCORE_ROPE: bool`` (default ``False``): its llama3
+    scaling is megatron-core's, whose low / high frequency factors are fixed.
+``CONTEXT_PARALLEL: bool`` and ``NO_CONTEXT_PARALLEL: str``  (default ``False`` / a generic reason)
+    Whether the engine's stack splits a sequence across ranks (``parallelism.cp``), and why not.
 ``NEEDS_PMI: bool``  (default ``False``)
     Whether the ranks bootstrap through PMI (Slurm then adds ``srun --mpi=<cluster.mpi>``); the
     kit's engines read the launcher's variables instead.
@@ -213,6 +219,22 @@ class Engine:
     @property
     def needs_pmi(self) -> bool:
         return bool(getattr(self.module, "NEEDS_PMI", False))
+
+    @property
+    def rope_scaling(self) -> Tuple[str, ...]:
+        return tuple(getattr(self.module, "ROPE_SCALING", ()))
+
+    @property
+    def mcore_rope(self) -> bool:
+        return bool(getattr(self.module, "MCORE_ROPE", False))
+
+    @property
+    def context_parallel(self) -> bool:
+        return bool(getattr(self.module, "CONTEXT_PARALLEL", False))
+
+    @property
+    def no_context_parallel(self) -> str:
+        return str(getattr(self.module, "NO_CONTEXT_PARALLEL", "its stack has no context parallelism"))
 
     @property
     def writes_heartbeat(self) -> bool:

@@ -60,6 +60,8 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 # ----------------------------------------------------------------------------- the engine interface
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
 STEP_TIME_REGIME = "unfused"  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
+ROPE_SCALING = ("linear",)  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
+CONTEXT_PARALLEL = True  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
 GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image: CUDA only
 # NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;
 # a USR1 would reach Lightning's SLURM handler, which runs `scontrol requeue` inside the container.

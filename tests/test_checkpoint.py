@@ -38,9 +38,10 @@ ENGINES = {
     "megatron": ("vdkit.recipes.megatron", ["engine=megatron", "model.num_layers=4", "method=sft", "method.lr=1e-3",
                                             "train.micro_batch_size=2"]),
 }
+# run.mode=timing: saves only at the pinned cadence (train mode adds a save at each new best validation loss)
 COMMON = ["cluster=local", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1", "train.seq_length=128",
           "method.warmup_steps=0", "train.global_batch_size=4", "train.max_steps=6",
-          "engine.checkpoint_every_n_steps=2"]
+          "engine.checkpoint_every_n_steps=2", "run.mode=timing"]
 
 
 def _env(**extra) -> dict:

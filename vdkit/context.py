@@ -26,22 +26,8 @@ from typing import List, Optional
 
 from vdkit.errors import UserError
 
-#: engine -> the RoPE scaling types its model code builds (and how, for the renderers)
-ENGINE_ROPE = {
-    "megatron": ("llama3", "linear"),  # GPTModel(rope_scaling, rope_scaling_factor / seq_len_interpolation_factor)
-    "bridge": ("llama3", "linear"),    # the provider's rope_scaling / seq_len_interpolation_factor (mcore's)
-    "nemo": ("linear",),               # NeMo 1.23: model.seq_len_interpolation_factor only
-    "reference": ("linear", "dynamic", "yarn", "longrope", "llama3"),  # transformers' ROPE_INIT_FUNCTIONS
-}
 #: megatron-core's fixed llama3 scaling constants (RotaryEmbedding._apply_scaling's defaults)
 MCORE_LLAMA3 = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
-#: engines whose stack runs context parallelism, and why the others cannot
-CP_ENGINES = ("bridge", "nemo")
-NO_CP = {
-    "megatron": "it builds megatron-core's local layer spec, whose DotProductAttention asserts "
-                "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)",
-    "reference": "the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, not the sequence)",
-}
 
 
 def rope_type(model) -> Optional[str]:
@@ -55,18 +41,22 @@ def rope_type(model) -> Optional[str]:
 def check(recipe) -> None:
     """Refuse in one line what the engine's stack cannot build: a RoPE scaling type, context parallelism,
     a sequence its positions cannot reach or context parallelism cannot split."""
+    from vdkit.recipes import engines
+
     m, p, t, engine = recipe.model, recipe.parallelism, recipe.train, recipe.engine.name
+    # the engine's module is looked up only when a RoPE scaling type or CP asks what its stack builds
+    eng = engines.get(engine) if (rope_type(m) or p.cp > 1) else None
     if m.position_embedding != "rope" and t.seq_length > m.max_position_embeddings:
         raise UserError(f"train.seq_length={t.seq_length} exceeds {m.name}'s {m.max_position_embeddings} learned "
                         "positions: the table has no row for later positions",
                         f"use train.seq_length<={m.max_position_embeddings}")
     rtype = rope_type(m)
-    if rtype and engine in ENGINE_ROPE and rtype not in ENGINE_ROPE[engine]:
-        have = " or ".join(ENGINE_ROPE[engine])
+    if rtype and rtype not in eng.rope_scaling:
+        have = " or ".join(eng.rope_scaling) or "none"
         raise UserError(f"model {m.name} uses rope_scaling type {rtype}, which engine={engine}'s model code "
                         f"cannot build (it has {have})",
-                        "use engine=" + " or engine=".join(e for e, ts in ENGINE_ROPE.items() if rtype in ts))
-    if rtype == "llama3" and engine in ("megatron", "bridge"):
+                        "use engine=" + " or engine=".join(n for n in engines.names() if rtype in engines.get(n).rope_scaling))
+    if rtype == "llama3" and eng.mcore_rope:
         odd = {k: m.rope_scaling.get(k) for k, v in MCORE_LLAMA3.items() if float(m.rope_scaling.get(k, v)) != v}
         if odd:
             raise UserError(f"model {m.name}'s llama3 rope_scaling {odd} differs from megatron-core's fixed "
@@ -75,9 +65,10 @@ def check(recipe) -> None:
     cp = p.cp
     if cp < 1:
         raise UserError(f"parallelism.cp={cp} must be >= 1", "use parallelism.cp=1 (no context parallelism) or 2, 4, ...")
-    if cp > 1 and engine in NO_CP:
-        raise UserError(f"parallelism.cp={cp} with engine={engine}: {NO_CP[engine]}",
-                        "use engine=bridge or engine=nemo for context parallelism, or parallelism.cp=1")
+    if cp > 1 and not eng.context_parallel:
+        raise UserError(f"parallelism.cp={cp} with engine={engine}: {eng.no_context_parallel}",
+                        "use engine=" + " or engine=".join(n for n in engines.names() if engines.get(n).context_parallel)
+                        + " for context parallelism, or parallelism.cp=1")
     from vdkit import launchers
 
     if cp > 1 and launchers.get(recipe.cluster.launcher).executes_here:

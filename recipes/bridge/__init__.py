@@ -30,6 +30,9 @@ RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
 STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
+ROPE_SCALING = ("llama3", "linear")  # the provider's rope_scaling / seq_len_interpolation_factor (megatron-core's)
+MCORE_ROPE = True  # llama3 scaling is megatron-core's (fixed low / high frequency factors)
+CONTEXT_PARALLEL = True  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
 GPU_VENDORS = ("nvidia", "amd")  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
 CONTAINER_PYTHON = "python"
 PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning

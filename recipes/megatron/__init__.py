@@ -31,6 +31,10 @@ RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vd
 EXTRA = "megatron"
 RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
 STEP_TIME_REGIME = "unfused"  # megatron-core with NeMo's settings (vdkit.planner.predict)
+ROPE_SCALING = ("llama3", "linear")  # GPTModel(rope_scaling, rope_scaling_factor / seq_len_interpolation_factor)
+MCORE_ROPE = True  # llama3 scaling is megatron-core's (fixed low / high frequency factors)
+NO_CONTEXT_PARALLEL = ("it builds megatron-core's local layer spec, whose DotProductAttention asserts "
+                       "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)")
 WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 GPU_VENDORS = ("nvidia", "amd")  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)

@@ -22,6 +22,9 @@ from vdkit.errors import UserError
 
 RUNS_LOCALLY = True
 STEP_TIME_REGIME = "hf"  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
+ROPE_SCALING = ("linear", "dynamic", "yarn", "longrope", "llama3")  # transformers' ROPE_INIT_FUNCTIONS
+NO_CONTEXT_PARALLEL = ("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
+                       "not the sequence)")
 WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
