@@ -136,6 +136,15 @@ def _nvidia_pretrain(model: str, key: str):
     raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
+@lru_cache(maxsize=1)
+def schema_node():
+    """``OmegaConf.structured(VdkitConfig)``, built once: OmegaConf.merge deep-copies its first argument,
+    so every merge into it starts from the same untouched schema (a sweep merges one per cell)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(VdkitConfig)
+
+
 def hydra_message(exc: BaseException) -> str:
     """Hydra's message and its cause's, first lines only ("full_key: ..." detail dropped)."""
     parts = []
@@ -179,7 +188,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
         # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
         # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
         plain = OmegaConf.to_container(cfg, resolve=True)
-        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), plain)
+        merged = OmegaConf.merge(schema_node(), plain)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
@@ -419,7 +428,7 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
+        merged = OmegaConf.merge(schema_node(), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(f"invalid recipe.yaml: {hydra_message(exc)}", "re-render the run with `vdkit render`") from None
