@@ -171,7 +171,7 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from omegaconf.errors import OmegaConfBaseException
 
     from vdkit import rules
-    from vdkit.confsource import search_path
+    from vdkit.confsource import compose_by_groups, search_path, split_overrides
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
@@ -184,7 +184,16 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
         # initialize_config_dir's steps, on the kit's search path (no plugin scan, YAML parsed once)
         version.setbase("1.3")
         Hydra.create_main_hydra2(task_name="vdkit", config_search_path=search_path(str(conf_dir())))
-        cfg = hydra_compose(config_name="config", overrides=overrides)
+        cfg = None
+        picked = split_overrides(overrides, {p.name for p in conf_dir().iterdir() if p.is_dir()}
+                                 | {p.name for d in _USER_DIRS for p in d.iterdir() if p.is_dir()})
+        if picked is not None:
+            try:  # a sweep composes once per group selection; any doubt (an error) composes in full below
+                cfg = compose_by_groups(*picked, dirs=[conf_dir(), *_USER_DIRS])
+            except Exception:  # noqa: BLE001 - the full compose below gives Hydra's own message
+                cfg = None
+        if cfg is None:
+            cfg = hydra_compose(config_name="config", overrides=overrides)
         # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
         # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
         plain = OmegaConf.to_container(cfg, resolve=True)

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import copy
 import os
+import re
+from collections import OrderedDict
 from functools import lru_cache
+from pathlib import Path
+from typing import List, Optional, Tuple
 
 from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
 from hydra._internal.core_plugins.file_config_source import FileConfigSource
@@ -75,3 +79,60 @@ def search_path(config_dir: str) -> ConfigSearchPathImpl:
     csp.append("schema", "structured://")
     return csp
 
+
+
+# ----------------------------------------------------------------------------- one compose per group selection
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_.\-]*\Z")  # no quote, interpolation, list, dict, sweep, glob
+
+
+def split_overrides(overrides, groups) -> Optional[Tuple[List[str], List[str]]]:
+    """(group choices, value overrides) when each override is a plain ``group=option`` or ``a.b=value`` that
+    Hydra sorts the same way (a group choice changes the defaults list, a dotted key is set afterwards on the
+    composed config); None for anything else (``+``, ``~``, ``hydra.*``, sweeps, quoting), which composes in full."""
+    picks: List[str] = []
+    values: List[str] = []
+    for o in overrides:
+        key, sep, value = str(o).partition("=")
+        if not sep or not _KEY.match(key) or not _PLAIN_VALUE.match(value) or key.split(".")[0] == "hydra":
+            return None
+        if "." in key:
+            values.append(o)
+        elif key in groups:
+            picks.append(o)
+        else:
+            return None
+    return picks, values
+
+
+def _signature(dirs) -> tuple:
+    """Every YAML file Hydra may read, with its version: a cached composition is reused only while it holds."""
+    out = []
+    for d in dirs:
+        for f in sorted(Path(d).glob("**/*.yaml")):
+            st = f.stat()
+            out.append((str(f), st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+_COMPOSED: "OrderedDict[tuple, object]" = OrderedDict()
+
+
+def compose_by_groups(picks: List[str], values: List[str], dirs) -> object:
+    """Hydra's composition of ``picks`` (cached per group selection and file versions), a copy of it with
+    ``values`` applied by Hydra's own override step (the one its full compose runs after the defaults list).
+
+    Needs Hydra initialised on :func:`search_path`. A sweep's cells differ mostly in values (nodes, GPUs),
+    so a sweep composes once per distinct group selection. Any error is the caller's to redo in full."""
+    from hydra import compose as hydra_compose
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    key = (tuple(picks), _signature(dirs))
+    if key not in _COMPOSED:
+        _COMPOSED[key] = hydra_compose(config_name="config", overrides=list(picks))
+        while len(_COMPOSED) > 32:
+            _COMPOSED.popitem(last=False)
+    cfg = copy.deepcopy(_COMPOSED[key])
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(overrides=values), cfg)
+    return cfg
