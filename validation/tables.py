@@ -27,6 +27,7 @@ plans its sweep's cells.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
@@ -69,8 +70,6 @@ def table_names(folder: Optional[Path] = None) -> Tuple[str, ...]:
 
 def load_published(name: str, folder: Optional[Path] = None) -> dict:
     """The published table ``name`` (validation/published/NAME.yaml) as data; UserError for an unknown name."""
-    import yaml
-
     folder = folder or PUBLISHED_DIR
     path = folder / f"{name}.yaml"
     # a name, never a path (`--table ../published/table9` would read whatever the path reaches)
@@ -79,7 +78,15 @@ def load_published(name: str, folder: Optional[Path] = None) -> dict:
         raise UserError(f"--table {name!r}: no published table by that name"
                         + (f" (did you mean {close[0]}?)" if close else ""),
                         f"use one of: {', '.join(table_names(folder))} (`vdkit list tables`)")
-    return yaml.safe_load(path.read_text())
+    return copy.deepcopy(_parsed(str(path), path.stat().st_mtime_ns))
+
+
+@lru_cache(maxsize=64)
+def _parsed(path: str, mtime_ns: int) -> dict:
+    """One parse per file version: `vdkit plan --sweep` cites a table for every cell (callers get a copy)."""
+    import yaml
+
+    return yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def spec(name: str, folder: Optional[Path] = None) -> dict:

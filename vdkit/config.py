@@ -137,6 +137,15 @@ def _nvidia_pretrain(model: str, key: str):
     raise ValueError(f"no NVIDIA pretraining value for {key!r}")
 
 
+@lru_cache(maxsize=1)
+def schema_node():
+    """``OmegaConf.structured(VdkitConfig)``, built once: OmegaConf.merge deep-copies its first argument,
+    so every merge into it starts from the same untouched schema (a sweep merges one per cell)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.structured(VdkitConfig)
+
+
 def hydra_message(exc: BaseException) -> str:
     """Hydra's message and its cause's, first lines only ("full_key: ..." detail dropped)."""
     parts = []
@@ -155,13 +164,15 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     a ``+key=`` outside the schema, or a recipe that breaks a rule.
     """
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from hydra import version
+    from hydra._internal.hydra import Hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     from vdkit import rules
+    from vdkit.confsource import compose_by_groups, search_path, split_overrides
     from vdkit.rules.overrides import check_overrides
 
     _register_schema()
@@ -171,12 +182,23 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir()), job_name="vdkit"):
+        # initialize_config_dir's steps, on the kit's search path (no plugin scan, YAML parsed once)
+        version.setbase("1.3")
+        Hydra.create_main_hydra2(task_name="vdkit", config_search_path=search_path(str(conf_dir())))
+        cfg = None
+        picked = split_overrides(overrides, {p.name for p in conf_dir().iterdir() if p.is_dir()}
+                                 | {p.name for d in _USER_DIRS for p in d.iterdir() if p.is_dir()})
+        if picked is not None:
+            try:  # a sweep composes once per group selection; any doubt (an error) composes in full below
+                cfg = compose_by_groups(*picked, dirs=[conf_dir(), *_USER_DIRS])
+            except Exception:  # noqa: BLE001 - the full compose below gives Hydra's own message
+                cfg = None
+        if cfg is None:
             cfg = hydra_compose(config_name="config", overrides=overrides)
         # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
         # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
         plain = OmegaConf.to_container(cfg, resolve=True)
-        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), plain)
+        merged = OmegaConf.merge(schema_node(), plain)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
@@ -421,7 +443,7 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
     from omegaconf.errors import OmegaConfBaseException
 
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(VdkitConfig), data)
+        merged = OmegaConf.merge(schema_node(), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(f"invalid recipe.yaml: {hydra_message(exc)}", "re-render the run with `vdkit render`") from None
