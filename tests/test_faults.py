@@ -9,8 +9,8 @@ table: fault | continued | steps redone | status said.
 
 Speed (CI's budget): the scenarios that leave the cluster alone run at once on the six emulated nodes (one
 module fixture starts each in a thread; each test waits for its own and re-raises its failure, so a failure
-names its fault); the two that take the cluster's daemons down (a dead node, the controller) run after them,
-alone. The cells use short watchdog settings (cluster.heartbeat_timeout_s, kill_grace_s, restart_delay_s;
+names its fault); the two that take the cluster's daemons down (a dead node, the controller) and the megatron
+cell run after them, alone. The cells use short watchdog settings (cluster.heartbeat_timeout_s, kill_grace_s, restart_delay_s;
 vdkit.faults holds the production defaults): a tiny step takes well under a second here.
 """
 from __future__ import annotations
@@ -240,8 +240,7 @@ def _full_disk(tmp_path):
         subprocess.run(["umount", "-l", str(mount)])
 
 
-AT_ONCE = {"sigkill": _sigkilled_rank, "megatron": _megatron_sigkilled_rank,
-           "truncated": lambda t: _damaged_checkpoint(t, "truncated"),
+AT_ONCE = {"sigkill": _sigkilled_rank, "truncated": lambda t: _damaged_checkpoint(t, "truncated"),
            "bit-flipped": lambda t: _damaged_checkpoint(t, "bit-flipped"), "hang": _hung_rank,
            "term": _term_at_the_limit, "cancel": _cancelled, "disk": _full_disk}
 
@@ -279,10 +278,6 @@ def _result(scenarios, name):
 
 def test_a_sigkilled_rank_is_restarted_from_the_last_checkpoint(scenarios):
     _result(scenarios, "sigkill")
-
-
-def test_megatron_sigkilled_rank_is_restarted(scenarios):
-    _result(scenarios, "megatron")
 
 
 @pytest.mark.parametrize("damage", ["truncated", "bit-flipped"])
@@ -324,6 +319,13 @@ def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(alone, local_sl
     assert (run_dir / "excluded_nodes").read_text().split() == [node]
     assert f"rank 1 on {node}: " in figures["status"] and "stopped responding" in figures["status"]
     print(_row("node killed (slurmd + slurmstepd + rank)", figures))
+
+
+def test_megatron_sigkilled_rank_is_restarted(alone, tmp_path):
+    # Alone: once, among the concurrent start-ups, its two ranks' first gloo collective failed with
+    # "Connection closed/reset by peer" before any fault was injected (the launcher restarted it; the
+    # precondition, step 60 in the first job, failed). Not reproduced alone.
+    print(_megatron_sigkilled_rank(tmp_path))
 
 
 def test_controller_outage_at_hand_over(alone, local_slurm, tmp_path):
