@@ -322,9 +322,9 @@ def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(alone, local_sl
 
 
 def test_megatron_sigkilled_rank_is_restarted(alone, tmp_path):
-    # Alone: once, among the concurrent start-ups, its two ranks' first gloo collective failed with
-    # "Connection closed/reset by peer" before any fault was injected (the launcher restarted it; the
-    # precondition, step 60 in the first job, failed). Not reproduced alone.
+    # Alone: in one of three concurrent runs of this suite, its two ranks' first gloo collective (megatron's
+    # optimizer set-up) failed with "Connection closed/reset by peer" among the other cells' start-ups,
+    # before any fault was injected (the launcher restarted it; the step-60 precondition failed).
     print(_megatron_sigkilled_rank(tmp_path))
 
 
