@@ -73,7 +73,8 @@ def blog(tmp_path_factory):
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         # the sweep's weights are staged on the site's shared storage (/shared/models): the pods mount it too
-        rc = main(["render", "--sweep", "llama31_roce", "cluster.launcher=kubernetes",
+        # --no-check-mounts: the shared volume stands in a tmp dir here, too small for a 70B's checkpoints
+        rc = main(["render", "--sweep", "llama31_roce", "cluster.launcher=kubernetes", "--no-check-mounts",
                    storage(tmp, "{mount_path:/shared/models,claim:vdkit-models}"), "--out", str(tmp / "runs")])
     assert rc == 0
     return tmp, [Path(p) for p in out.getvalue().split()]
@@ -143,7 +144,10 @@ def test_a_nemo_stack_engine_on_the_h100_cluster_writes_a_checked_pytorchjob(tmp
     (d,) = render(capsys, "cluster=k8s_h100", "cluster.nodes=2", "model=llama2_7b", "method=lora", "engine=nemo",
                   "engine.container_image=nvcr.io/nvidia/nemo:24.01.01.framework",
                   storage(tmp_path, "{mount_path:/models,host_path:/models}"), "--out", str(tmp_path / "runs"))
-    assert sorted(p.name for p in d.iterdir()) == ["nemo.yaml", "overrides.txt", "plan.json", "pytorchjob.yaml", "recipe.yaml"]
+    # import_hf.sbatch: the engine's one-time HF -> .nemo conversion (issue 29) is written as a Slurm job on
+    # every launcher today; a Kubernetes form of it is open work (closing note of this stop)
+    assert sorted(p.name for p in d.iterdir()) == ["import_hf.sbatch", "nemo.yaml", "overrides.txt", "plan.json",
+                                                    "pytorchjob.yaml", "recipe.yaml"]
     doc = load(d)
     all_checks(doc, load_plan(d))
     spec = doc["spec"]
