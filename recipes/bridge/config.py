@@ -242,8 +242,9 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     ``most_recent_k``: the policy's retention (Bridge's default -1 keeps every checkpoint).
     ``async_save``: the periodic saves in the background (torch_dist only, persistent worker: Bridge's
     ``CheckpointConfig.finalize`` and ``ConfigContainer.validate``), in the container on GPUs; local CPU
-    runs save synchronously. An end's weights-only save (nothing resumes from it): no optimizer or RNG
-    state written, none read back should the run be stopped after all."""
+    runs save synchronously. An end's weights-only save (nothing resumes from it): ``save_optim`` and the other
+    state flags false - Bridge's flags for every save, so ``job.py`` (:func:`weights_only_at_the_end`) keeps
+    the full state for a stop's save and its resume and applies these flags only as training ends."""
     r = plan.recipe
     pol = plan.time.policy
     every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps

@@ -21,6 +21,12 @@ either way; this wrapper tells the two apart by the checkpointed iteration. Brid
 NVIDIA-NeMo/Megatron-Bridge#3823): :class:`_EnterSignalHandler` enters it as training starts, and a
 stop asked for during start-up (model build, checkpoint load) is noted until then and passed on.
 
+A weights-only end (the rendered ``checkpoint.save_optim``/``save_rng`` false: the plan expects nothing to
+resume from the end's save) is Bridge's one set of flags for every save, so a stop would write weights
+only and the next allocation resume without optimizer and RNG state (losses off the uninterrupted run's).
+:func:`weights_only_at_the_end` keeps the full state for every save and load, and applies the rendered
+flags as training ends (``on_train_end`` fires after the last step only: a stop has exited before it).
+
 Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask
 cache (:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's
 CPU runs alike (both call :func:`run`).
@@ -136,8 +142,24 @@ def arm_stop(cfg) -> None:
         cfg.train.exit_duration_in_mins = max((float(stop_at) - time.time()) / 60.0, 1e-3)
 
 
-def _stop_callbacks(callbacks):
-    """``callbacks`` (None, a list or Bridge's CallbackManager) with :class:`_EnterSignalHandler` added."""
+_STATE_FLAGS = ("save_optim", "save_rng", "load_optim", "load_rng")  # Bridge's CheckpointConfig fields
+
+
+def weights_only_at_the_end(cfg) -> bool:
+    """When ``cfg`` renders a weights-only end (``checkpoint.save_optim`` false): every save and load carries
+    the optimizer and RNG state again - a stop's save is what the next allocation resumes from - and
+    :func:`_stop_callbacks`' ``on_train_end`` writes the end's weights only. True where it did so."""
+    ck = cfg.checkpoint
+    if ck.save_optim or getattr(ck, "finetune", False):
+        return False
+    for name in _STATE_FLAGS:
+        setattr(ck, name, True)
+    return True
+
+
+def _stop_callbacks(callbacks, weights_only_end: bool = False):
+    """``callbacks`` (None, a list or Bridge's CallbackManager) with :class:`_EnterSignalHandler` added;
+    ``weights_only_end``: the save after the last step (Bridge's ``pretrain.py``) holds the weights only."""
     from megatron.bridge.training.callbacks import Callback, CallbackManager
 
     class _EnterSignalHandler(Callback):
@@ -148,6 +170,10 @@ def _stop_callbacks(callbacks):
             context.state.signal_handler.__enter__()
             if _EARLY_STOPS:
                 os.kill(os.getpid(), signal.SIGUSR1)
+
+        def on_train_end(self, context):
+            if weights_only_end:  # every step done: nothing resumes from the save that follows
+                context.state.cfg.checkpoint.save_optim = context.state.cfg.checkpoint.save_rng = False
 
     manager = callbacks if isinstance(callbacks, CallbackManager) else CallbackManager()
     if callbacks is not None and manager is not callbacks:
@@ -226,9 +252,10 @@ def run(cfg, callbacks=None) -> int:
             print(f"bridge_job: removed partial checkpoint {name}", flush=True)
     arm_stop(cfg)
     keep_loss_mask_cache()  # before pretrain() builds the datasets
+    weights_only_end = weights_only_at_the_end(cfg)
     stopped = False
     try:
-        pretrain(cfg, forward_step, callbacks=_stop_callbacks(callbacks))
+        pretrain(cfg, forward_step, callbacks=_stop_callbacks(callbacks, weights_only_end))
     except SystemExit as exc:  # Bridge's stop: checkpoint written, then sys.exit(0); the end returns
         if exc.code not in (0, None):
             raise
