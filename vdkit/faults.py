@@ -150,28 +150,3 @@ def summary(run_dir) -> Optional[str]:
     elif last.get("continue"):
         text += f"; not restarted ({last.get('why', 'no restarts left')}); continue: {last['continue']}"
     return text
-
-
-# ----------------------------------------------------------------------------- the door
-def check_results_room(results_root, checkpoint_gb: float, copies: int) -> None:
-    """Refuse, before anything is written, a results directory the run could not checkpoint into: the nearest
-    existing directory of ``results_root`` not writable, or its file system without room for ``copies``
-    checkpoints of ``checkpoint_gb`` (the plan's size). One-line UserError naming the path."""
-    import os
-    import shutil
-
-    from vdkit.errors import UserError
-
-    path = Path(results_root).expanduser().absolute()
-    existing = next((p for p in [path, *path.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        return  # a path through a file is the caller's error to name (reserve_run_dir)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"the run's checkpoints would go to {path}, but {existing} is not writable",
-                        "choose a writable --out or run.results_dir")
-    free = shutil.disk_usage(existing).free
-    need = copies * checkpoint_gb * 1e9
-    if free < need:
-        raise UserError(f"the run's checkpoints need about {need / 1e9:.3g} GB in {path} ({copies} x "
-                        f"{checkpoint_gb:.3g} GB, the plan's checkpoint size), but its file system has "
-                        f"{free / 1e9:.3g} GB free", "free space there, or point run.results_dir at a larger file system")

@@ -90,15 +90,11 @@ def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = Non
 
 def check_results_room(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
     """Refuse a results directory (on this machine, under the ``check_mounts`` rule) that is not writable or
-    has no room for the checkpoints the run keeps plus the one being written (vdkit.faults)."""
-    from vdkit.faults import check_results_room as check
+    has no room for the checkpoints the run keeps plus the one being written (vdkit.rundir holds the check)."""
     from vdkit.recipes.common.checkpoint import KEEP
-    from vdkit.rundir import results_root
+    from vdkit.rundir import check_results_room as check
 
-    where = results_root(plan.recipe, run_dir)
-    if check_mounts is False or (check_mounts is None and not _is_local(where)):
-        return
-    check(where, plan.checkpoint_gb, KEEP + 1)
+    check(plan, run_dir, KEEP + 1, check_mounts)
 
 
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:

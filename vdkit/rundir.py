@@ -76,18 +76,21 @@ def results_root(recipe, run_dir) -> Path:
     return Path(shared).expanduser() / run_dir.name
 
 
-def check_results_room(plan, run_dir) -> None:
-    """At the door of ``vdkit run`` / ``submit``, before a run dir exists or a step is computed: the directory
-    the checkpoints go to (its nearest existing parent) is writable and holds one checkpoint of the plan's
-    size. Skipped where the directory is the cluster's storage, absent here."""
+def check_results_room(plan, run_dir, copies: int = 1, check_mounts: Optional[bool] = None) -> None:
+    """Refuse, before a run dir exists or a step is computed, a results directory the run could not checkpoint
+    into: its nearest existing parent not a directory, not writable, or its file system without room for
+    ``copies`` checkpoints of the plan's size. One-line UserError naming the path and the real cause.
+
+    ``check_mounts``: True checks always, False never, None only where the directory's top level exists on
+    this machine (else it is the cluster's storage, absent here)."""
     import errno
 
     from vdkit.files import on_this_machine
 
     root = results_root(plan.recipe, run_dir)
-    if not on_this_machine(root):
+    if check_mounts is False or (check_mounts is None and not on_this_machine(root)):
         return
-    probe = root
+    probe = root.expanduser().absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     key = "run.results_dir" if plan.recipe.run.results_dir else "--out"
@@ -102,10 +105,11 @@ def check_results_room(plan, run_dir) -> None:
         why = "read-only" if exc.errno == errno.EROFS else f"not writable ({exc.strerror})"
         raise UserError(f"checkpoints would go to {root}, but {probe} is {why}", fix) from None
     st = os.statvfs(probe)
-    free, need = st.f_bavail * st.f_frsize, plan.checkpoint_gb * 1e9
+    free, need = st.f_bavail * st.f_frsize, copies * plan.checkpoint_gb * 1e9
     if free < need:
-        raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, one checkpoint of this "
-                        f"plan is {need / 1e9:,.2f} GB", fix + " (or free some space)")
+        raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, the run needs "
+                        f"{need / 1e9:,.2f} GB ({copies} x {plan.checkpoint_gb:,.3g} GB, the plan's checkpoint "
+                        f"size: the checkpoints kept plus the one being written)", fix + " (or free some space)")
 
 
 def checkpoint_dir(recipe, run_dir) -> Path:

@@ -2,8 +2,8 @@
 
 From Bridge's ``docs/releases/software-versions.md`` (tags v0.3.1 and v0.6.0): NeMo Framework 25.09 ->
 Bridge 0.1.0rc3 (megatron-core 0.14), 25.11 -> 0.2.0 (0.15), 26.02 -> 0.3.0 (0.16, Transformer Engine
-2.12), 26.04 -> 0.4.0 (0.17), 26.06 -> 0.5.0 (0.18). 26.02.01 is 26.02's patch release with Bridge 0.3.1
-(the kit's reference note, ../shared/reference/megatron-bridge.md; not in Bridge's table). The kit renders
+2.12), 26.04 -> 0.4.0 (0.17), 26.06 -> 0.5.0 (0.18). 26.02.01 is 26.02's patch release, shipping Bridge 0.3.1
+(a patch of 0.3.0 on the same megatron-core 0.16; not a row of Bridge's table). The kit renders
 and tests for :data:`BRIDGE_VERSION` (pinned in the ``bridge`` extra); a newer image runs a newer Bridge
 whose configuration keys may differ: render for the image you run.
 """

@@ -115,9 +115,6 @@ def run(args) -> int:
                         "use cluster=local here, or `vdkit submit` for that cluster")
     # The engine checks the plan and its local inputs (data, tokenizer) before anything is written.
     cell = prepare(plan, args.out)
-    from vdkit.rundir import check_results_room
-
-    check_results_room(cell.plan, cell.run_dir)  # a read-only or full disk now, not at the first save
     run_dir = cell.write()
     print(f"vdkit run: {run_dir}", file=sys.stderr, flush=True)
     plan = cell.plan  # with the plan's time and cadence (vdkit.planner.timeplan)

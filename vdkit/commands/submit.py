@@ -38,10 +38,6 @@ def run_submit(args) -> int:
     # The same step as `vdkit render`: every cell is planned, checked and rendered in memory before
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
-    from vdkit.rundir import check_results_room
-
-    for cell in cells:  # a read-only or full disk now, not at the job's first save
-        check_results_room(cell.plan, cell.run_dir)
     from vdkit.errors import KeepRunDir
     from vdkit.rundir import missing_parents, remove_empty
 
