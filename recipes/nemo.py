@@ -112,12 +112,18 @@ def import_sbatch(plan) -> str:
                                     "--precision", CONVERT_PRECISION], secrets=not staging.is_local(src))
 
 
+def _converts(recipe) -> bool:
+    """Whether the run dir holds the one-time HF -> .nemo conversion job (fine-tuning from model.hf_path;
+    a site's own .nemo with no hf_path has none)."""
+    return _base_model_dir(recipe) is not None and bool(recipe.model.hf_path)
+
+
 def files(plan, run_dir) -> dict:
     """nemo.yaml, built and checked against NeMo's traps; for fine-tuning, the one-time conversion job."""
     from vdkit.rundir import IMPORT_FILE, NEMO_CONFIG_FILE
 
     out = {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir))}
-    if _base_model_dir(plan.recipe) is not None and plan.recipe.model.hf_path:  # (a site's own .nemo: none)
+    if _converts(plan.recipe):
         out[IMPORT_FILE] = import_sbatch(plan)
     return out
 
@@ -127,13 +133,15 @@ def inputs(plan) -> list:
     each named with the command that writes it (``vdkit data pack``, on the login node)."""
     from vdkit.recipes.common import staging
     from vdkit.recipes.packing import pack_command, packed_files
+    from vdkit.rundir import IMPORT_FILE
 
     r = plan.recipe
     out = []
     base = _base_model_dir(r)
     if base is not None:
         out += [("the directory of model.nemo_path", base, True),
-                ("model.nemo_path (make it: sbatch import_hf.sbatch)", r.model.nemo_path, False)]
+                ("model.nemo_path" + (f" (make it: sbatch {IMPORT_FILE})" if _converts(r) else ""), r.model.nemo_path,
+                 False)]
     if r.data.packed and r.data.data_dir:
         tok = staging.staged_tokenizer(r) or "<the model's staged tokenizer>"
         out += [(f"packed training file (make it once: {pack_command(r, src, npy, tok)}) data.packed", npy, False)

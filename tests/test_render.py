@@ -58,10 +58,23 @@ def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_pat
                                f"{plan.prediction.minutes:,.1f} min for 1000 steps")
     unchecked = next(ln for ln in lines if ln.startswith("not checked (--no-check-mounts): "))
     recipe = plan.recipe
-    for what, path in (("data.data_dir", recipe.data.data_dir), ("model.nemo_path", recipe.model.nemo_path),
+    # the .nemo is named with the job that makes it from model.hf_path (issue 29's staging)
+    for what, path in (("data.data_dir", recipe.data.data_dir),
+                       ("model.nemo_path (make it: sbatch import_hf.sbatch)", recipe.model.nemo_path),
                        ("engine.container_image", recipe.engine.container_image)):
         assert f"{what} {path}" in unchecked
+    assert (run_dir / "import_hf.sbatch").is_file()
     assert lines[-1] == f"next: sbatch {run_dir}/launch.sbatch"
+
+
+def test_a_sites_own_nemo_is_not_told_to_run_a_conversion_job_it_does_not_have(tmp_path, capsys):
+    # model.hf_path=null: the site brings its .nemo; no import_hf.sbatch is written, so none is named
+    code, (run_dir,), err = render(capsys, "model=llama2_70b", "method=lora", "cluster.nodes=5",
+                                   "model.hf_path=null", "--out", str(tmp_path), NO_MOUNTS)
+    assert code == 0, err
+    unchecked = next(ln for ln in err.splitlines() if ln.startswith("not checked (--no-check-mounts): "))
+    assert "model.nemo_path /models/llama2-70b.nemo" in unchecked
+    assert "import_hf.sbatch" not in unchecked and not (run_dir / "import_hf.sbatch").exists()
 
 
 def test_render_with_every_input_checked_lists_none_unchecked(tmp_path, capsys):
