@@ -227,8 +227,8 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
         "# A TERM that was a cancel (scancel) ends the run here; one at the time limit hands over like a stop.",
         "# (slurmstepd writes '*** JOB N ON NODE CANCELLED AT TIME ***' for a cancel, '... DUE TO TIME LIMIT ***' "
         "at the limit; both are COMPLETING to scontrol)",
-        f'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && grep -qsE "\*\*\* JOB $SLURM_JOB_ID ON [^ ]+ CANCELLED AT '
-        f'[^ ]+ \*\*\*" {out}; then',
+        rf'if [ -n "$GOT_TERM" ] && [ "$rc" != 0 ] && grep -qsE "\*\*\* JOB $SLURM_JOB_ID ON [^ ]+ CANCELLED AT '
+        rf'[^ ]+ \*\*\*" {out}; then',
         f'  echo "vdkit: job $SLURM_JOB_ID was cancelled: the run does not continue by itself; continue by hand: '
         f'sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
         '  exit "$rc"',

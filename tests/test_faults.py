@@ -15,19 +15,16 @@ vdkit.faults holds the production defaults): a tiny step takes well under a seco
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import signal
 import subprocess
-import threading
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import pytest
 
-from vdkit.cli import main
 from vdkit.slurm import submit as sub
 
 WATCHDOG = ["cluster.heartbeat_timeout_s=8", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5"]
@@ -41,16 +38,16 @@ MEGATRON_CELL = [*WATCHDOG, "engine=megatron", "engine.container_image=null", "m
                  "train.micro_batch_size=2", "train.global_batch_size=4", "method.warmup_steps=0",
                  "cluster.startup_s=30", "engine.checkpoint_every_n_steps=30"]
 MAX_STEPS = 160
-_CLI = threading.Lock()
 _STARTED: dict = {}  # the concurrent scenarios' futures, once started
 
 
 def _cli(argv) -> str:
-    """`vdkit ARGV`'s output; one at a time (the scenarios' threads share sys.stdout)."""
-    out = io.StringIO()
-    with _CLI, contextlib.redirect_stdout(out):
-        assert main(argv) == 0, argv
-    return out.getvalue().strip()
+    """`vdkit ARGV`'s output, from its own process: a redirect of sys.stdout in a scenario's thread is undone
+    whenever pytest's capture moves between a test's phases in the main thread (the output then went to
+    pytest's capture and the line this parses was empty)."""
+    res = subprocess.run([sys.executable, "-m", "vdkit.cli", *argv], capture_output=True, text=True)
+    assert res.returncode == 0, (argv, res.stderr[-2000:])
+    return res.stdout.strip()
 
 
 def _submit(out_dir, *overrides, max_steps=MAX_STEPS):
@@ -222,19 +219,24 @@ def _full_disk(tmp_path):
     try:
         run_dir, job = _submit(tmp_path / "runs", *CELL, f"run.results_dir={mount}")
         ckpts = mount / run_dir.name / "checkpoints"
-        _wait_for("step 65", _trained_past(run_dir, job, 65), 300, run_dir)
         filler = mount / "filler"
         import shutil
 
-        with open(filler, "wb") as f:  # another user's file takes all but ~100 kB (a checkpoint is ~260 kB)
+        # Another user's file takes all but ~100 kB (a checkpoint is ~260 kB) as soon as the job is queued: in
+        # place seconds before the ranks start, so the first save's room check sees it. (Filling at step 65
+        # left a window of ~25 steps, about a second, that a loaded machine missed: the save then passed its
+        # check, met the full disk mid-write, and the refusal this scenario is about never happened.)
+        with open(filler, "wb") as f:
             f.write(b"\0" * max(0, shutil.disk_usage(mount).free - 100_000))
-        _wait_for("the refused save", lambda: (run_dir / "faults.jsonl").exists(), 120, run_dir)
+        assert not _steps(run_dir, job), "the job trained before the disk was full"
+        _wait_for("the refused save", lambda: (run_dir / "faults.jsonl").exists(), 300, run_dir)
         filler.unlink()  # the space comes back
         figures = _finish(run_dir)
         err = (run_dir / f"slurm-{job}.err").read_text()
         assert f"no room for the next checkpoint in {ckpts}" in err
         assert "could not write its checkpoint (exit 74" in figures["faults"]
         assert not [p for p in ckpts.iterdir() if p.name.endswith(".tmp")]
+        assert max(_steps(run_dir, job)) == 30, "the first save (step 30) was not the refused one"
         return _row("disk full at a save", figures)
     finally:
         subprocess.run(["umount", "-l", str(mount)])

@@ -44,6 +44,8 @@ def _clean_env() -> dict:
 def test_vdkit_run_two_ranks_end_to_end(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+    from vdkit.recipes.common.checkpoint import read_best
+
     cmd = [sys.executable, "-m", "vdkit", "run", "method=lora", "cluster.gpus_per_node=2", "train.max_steps=12",
            "train.global_batch_size=8", "train.micro_batch_size=2", "engine.checkpoint_every_n_steps=5",
            *TINY, "--out", str(tmp_path)]
@@ -63,7 +65,11 @@ def test_vdkit_run_two_ranks_end_to_end(tmp_path):
     acc = EventAccumulator(str(run_dir / "logs"))
     acc.Reload()
     assert len(acc.Scalars("train_step_timing in s")) == 12
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=10.ckpt", "step=12.ckpt"]
+    # every 5 steps and the end's, the last 2 kept, each with its .sha256; run.mode=train keeps the best too
+    best = read_best(run_dir / "checkpoints")
+    kept = sorted({10, 12, best["step"]})
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted(
+        ["best.json"] + [f"step={s}.ckpt" for s in kept] + [f"step={s}.ckpt.sha256" for s in kept])
     assert (run_dir / "recipe.yaml").is_file() and (run_dir / "plan.json").is_file()
 
 

@@ -181,7 +181,15 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     text = (run_dir / "local-1.out").read_text()
     assert "resuming from" in text and "global_step" in text
     assert _losses(run_dir) == pytest.approx(_losses(whole), rel=1e-5, abs=1e-6)
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=4.ckpt", "step=6.ckpt"]
+    # run.mode=train (the default) also saves each validation's best: the resumed run ends with the uninterrupted
+    # run's checkpoints and the same best (its validation losses are the same too)
+    from vdkit.recipes.common.checkpoint import read_best
+
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == \
+        sorted(p.name for p in (whole / "checkpoints").iterdir())
+    assert "step=6.ckpt" in {p.name for p in (run_dir / "checkpoints").iterdir()}
+    got, want = read_best(run_dir / "checkpoints"), read_best(whole / "checkpoints")
+    assert got["step"] == want["step"] and got["validation_loss"] == pytest.approx(want["validation_loss"], rel=1e-5)
 
 
 def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_nothing(runs, tmp_path):
@@ -199,7 +207,11 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     from helpers import no_slurm_path as _no_slurm_path
 
     whole = runs.get("sft", "dp2")
-    overrides = [*BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"], "engine.checkpoint_every_n_steps=0"]
+    # run.mode=timing: no validation saves either, so the signal's checkpoint is the only one (train mode's
+    # resume after a kill is test_killed_run_resumes_with_the_same_losses); the losses are still the train-mode
+    # run's: validation changes no training step
+    overrides = [*BASE, "method=sft", LR["sft"], *LAYOUTS["dp2"], "engine.checkpoint_every_n_steps=0",
+                 "run.mode=timing"]
     run_dir = create_run_dir(make_plan(compose(with_local_defaults(overrides))), {}, tmp_path / "runs")
     container_path = _no_slurm_path(tmp_path)
     port = free_port()

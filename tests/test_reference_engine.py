@@ -188,7 +188,18 @@ def test_pretrain_logs_and_checkpoints(tmp_path):
     assert [e.step for e in timing] == list(range(12)) and all(e.value > 0 for e in timing)
     assert [e.value for e in acc.Scalars("consumed_samples")] == [4.0 * (i + 1) for i in range(12)]
     assert latest(run_dir / "checkpoints").name == "step=12.ckpt"
-    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["step=10.ckpt", "step=12.ckpt"]
+    _assert_kept(run_dir / "checkpoints", [10, 12])
+
+
+def _assert_kept(ckpt_dir, steps):
+    """``ckpt_dir`` holds the checkpoints of ``steps`` (each with its .sha256), the best one (run.mode=train:
+    best.json names it, kept even when older) and nothing else."""
+    from vdkit.recipes.common.checkpoint import read_best
+
+    best = read_best(ckpt_dir)
+    kept = sorted(set(steps) | {best["step"]})
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == sorted(
+        ["best.json"] + [f"step={s}.ckpt" for s in kept] + [f"step={s}.ckpt.sha256" for s in kept])
 
 
 def test_engine_refuses_a_model_parallel_plan(tmp_path):

@@ -77,14 +77,19 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
         # near-zero gradients into up to ~2e-5 on a handful of weights after 5 steps at lr 1e-3.
         assert torch.allclose(zero_w[name].float(), w, atol=1e-4), name
 
-    # Resume: back to the step-3 checkpoints (the kit's file for FSDP, DeepSpeed's tag for ZeRO-3), train
-    # again to step 5 in new processes: the same weights, bit for bit.
+    # Resume: back to the newest checkpoints before step 5 (the kit's file for FSDP, DeepSpeed's tag for ZeRO-3;
+    # run.mode=train saves each validation's best too and keeps the last 2, so step 4's, not the every-3 one),
+    # train again to step 5 in new processes: the same weights, bit for bit.
+    from vdkit.recipes.common.checkpoint import checkpoints
+
     (dirs[1] / "checkpoints" / "step=5.ckpt").unlink()
     ds = dirs[2] / "checkpoints" / "deepspeed"
     shutil.rmtree(ds / "step=5")
-    (ds / "latest").write_text("step=3")
+    prev = max(s for s, _ in checkpoints(dirs[1] / "checkpoints"))
+    assert 3 <= prev < 5 and (ds / f"step={prev}").is_dir()
+    (ds / "latest").write_text(f"step={prev}")
     outs = _train_all(tmp_path, dirs[1:])
-    assert outs[0].count("resuming from") == 2 and "global_step 3" in outs[0]
+    assert outs[0].count("resuming from") == 2 and f"global_step {prev}" in outs[0]
     again = torch.load(dirs[1] / "checkpoints" / "step=5.ckpt", weights_only=False)["model"]
     assert all(torch.equal(again[k], fsdp_w[k]) for k in fsdp_w)
     zero_again = get_fp32_state_dict_from_zero_checkpoint(str(ds), tag="step=5")

@@ -8,6 +8,7 @@ function of the step, and a restart resumes from the latest checkpoint at the st
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -96,6 +97,10 @@ def _export(recipe, model, sharding_kind: str, fabric, run_dir, progress) -> Non
                              "checkpoint is the result)")
         return
     if fabric.global_rank == 0:
+        import torch
+
+        if not torch.cuda.is_available():  # save_pretrained's unwrap (accelerate) imports DeepSpeed where it is
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")  # installed: named, it logs no failed GPU detection
         model.save_pretrained(str(out))
         progress.message(f"[vdkit I] exported the final weights (save_pretrained) to {out}")
     fabric.barrier()
