@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Tuple
+from typing import Callable, Iterable, List, Tuple
 
 CHECKED, NOT_HERE, DEFECT = "checked", "not checked here", "defect"
 KINDS = (CHECKED, NOT_HERE, DEFECT)
@@ -55,3 +55,22 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     msg = " ".join(str(exc).split()) or type(exc).__name__
     msg = f"{type(exc).__name__}: {msg}" if not msg.startswith(type(exc).__name__) else msg
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def check_each(run_dirs: Iterable, stack: str, check_one: Callable[[Path, "Report"], None], who: str,
+               setting: str) -> List["Report"]:
+    """One timed :class:`Report` per run directory from ``check_one(run_dir, report)``. A stack's refusal the
+    check did not foresee is still one defect line naming ``who`` stopped it and ``setting`` — never a pass."""
+    import time
+
+    out = []
+    for d in run_dirs:
+        start = time.perf_counter()
+        rep = Report(Path(d), stack)
+        try:
+            check_one(Path(d), rep)
+        except Exception as exc:
+            rep.defect(f"{who} stopped the check: {one_line(exc)}", setting, "fix the setting it names, or re-render")
+        rep.seconds = time.perf_counter() - start
+        out.append(rep)
+    return out

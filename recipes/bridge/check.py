@@ -28,7 +28,7 @@ import os
 import time
 from pathlib import Path
 
-from vdkit.jobcheck import Report, one_line
+from vdkit.jobcheck import Report, check_each, one_line
 
 HUB_ID_FIX = "stage the tokenizer once (huggingface-cli download ID --local-dir /shared/...) and set data.tokenizer_model=PATH"
 
@@ -98,17 +98,7 @@ def check_runs(run_dirs) -> list:
     """One Report per run directory (see the module docstring)."""
     _start()
     stack = _versions()
-    out = []
-    for d in run_dirs:
-        start = time.perf_counter()
-        rep = Report(Path(d), stack)
-        try:
-            _check(Path(d), rep)
-        except Exception as exc:  # a stack's own refusal we did not foresee: still one line, never a pass
-            rep.defect(f"Megatron-Bridge stopped the check: {one_line(exc)}", "bridge.yaml", "fix the setting it names, or re-render")
-        rep.seconds = time.perf_counter() - start
-        out.append(rep)
-    return out
+    return check_each(run_dirs, stack, _check, "Megatron-Bridge", "bridge.yaml")
 
 
 def _check(run_dir: Path, rep: Report) -> None:

@@ -9,10 +9,9 @@ on this CPU in the tests (`vdkit run`), so this check stops before data and opti
 """
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-from vdkit.jobcheck import Report, one_line
+from vdkit.jobcheck import Report, check_each, one_line
 
 
 def check_runs(run_dirs) -> list:
@@ -23,18 +22,7 @@ def check_runs(run_dirs) -> list:
 
     single_rank_model_parallel()
     stack = f"megatron-core {version('megatron-core')}"
-    out = []
-    for d in run_dirs:
-        start = time.perf_counter()
-        rep = Report(Path(d), stack)
-        try:
-            _check(Path(d), rep)
-        except Exception as exc:
-            rep.defect(f"megatron-core stopped the check: {one_line(exc)}", "recipe.yaml / plan.json",
-                       "fix the setting it names, or re-render")
-        rep.seconds = time.perf_counter() - start
-        out.append(rep)
-    return out
+    return check_each(run_dirs, stack, _check, "megatron-core", "recipe.yaml / plan.json")
 
 
 def _check(run_dir: Path, rep: Report) -> None:

@@ -10,11 +10,10 @@ kernels are the cluster's (the same loop trains on CPU in the tests).
 from __future__ import annotations
 
 import dataclasses
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from vdkit.jobcheck import Report, one_line
+from vdkit.jobcheck import Report, check_each
 
 
 def check_runs(run_dirs) -> list:
@@ -22,18 +21,7 @@ def check_runs(run_dirs) -> list:
     from importlib.metadata import version
 
     stack = f"transformers {version('transformers')}, peft {version('peft')}"
-    out = []
-    for d in run_dirs:
-        start = time.perf_counter()
-        rep = Report(Path(d), stack)
-        try:
-            _check(Path(d), rep)
-        except Exception as exc:
-            rep.defect(f"transformers / peft stopped the check: {one_line(exc)}", "model / method",
-                       "fix the setting it names, or re-render")
-        rep.seconds = time.perf_counter() - start
-        out.append(rep)
-    return out
+    return check_each(run_dirs, stack, _check, "transformers / peft", "model / method")
 
 
 def _check(run_dir: Path, rep: Report) -> None:
