@@ -306,3 +306,16 @@ def collate(samples: Sequence[Sample], pad_id: int):
         mask[i, :len(s.ids)] = 1
         labels[i, :len(s.labels)] = torch.tensor(s.labels)
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def validation_split(recipe, plan, run_dir: Path, tok, max_len: int):
+    """run.mode=train's validation rows and their batch order (the training order's shape), or a one-line
+    UserError when the data has no validation split."""
+    from vdkit.errors import UserError
+
+    t = recipe.train
+    samples = load_samples(recipe, run_dir, tok, max_len, split="validation")
+    if not samples:
+        raise UserError("run.mode=train validates on the validation split, and it has no rows",
+                        "prepare the data with a validation split (vdkit data prepare), or run.mode=timing")
+    return samples, BatchOrder(len(samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)

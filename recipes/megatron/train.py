@@ -311,11 +311,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     every = every_n_steps(plan)  # the time plan in plan.json
     val_every = recipe.val_every  # 0: run.mode=timing (no validation)
     if val_every:
-        val_samples = rdata.load_samples(recipe, run_dir, tok, room, split="validation")
-        if not val_samples:
-            raise UserError("run.mode=train validates on the validation split, and it has no rows",
-                            "prepare the data with a validation split (vdkit data prepare), or run.mode=timing")
-        val_order = rdata.BatchOrder(len(val_samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
+        val_samples, val_order = rdata.validation_split(recipe, plan, run_dir, tok, room)
         best = read_best(ckpt_dir)
     for c in chunks:
         c.train()
