@@ -53,7 +53,7 @@ def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
     assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
-                     "overrides.txt", "plan.json", "recipe.yaml"]  # run.mode=train: export_hf.sbatch
+                     "overrides.txt", "plan.json", "recipe.yaml", "vdkit_heartbeat.py"]  # run.mode=train: export_hf.sbatch
     for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
         _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
 
@@ -70,7 +70,9 @@ def test_the_job_runs_in_the_nemo_image_one_task_per_gpu(tmp_path):
     tree = ast.parse((run_dir / "bridge_job.py").read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert imported <= {"functools", "inspect", "os", "shutil", "signal", "sys", "time", "megatron"}  # the standard library and Bridge
+    # the standard library, Bridge and torch (torch.distributed.checkpoint reads a checkpoint's .metadata); the
+    # heartbeat is the run dir's vdkit_heartbeat.py, imported by name
+    assert imported <= {"functools", "importlib", "inspect", "os", "shutil", "signal", "sys", "time", "megatron", "torch"}
 
 
 def test_image_is_a_setting(tmp_path):
@@ -271,26 +273,71 @@ def test_the_job_exit_code_is_the_contracts():
     assert job.STOP_AT_ENV == getattr(jobspec, "STOP_AT_ENV", "VDKIT_STOP_AT")
 
 
-def test_partial_checkpoints_are_removed(tmp_path):
-    from vdkit.recipes.bridge import job
+def _bridge_checkpoint(save_dir, n):
+    """A checkpoint as Bridge 0.3.1's save leaves it: torch's DCP shards and .metadata, megatron-core's common.pt and
+    metadata.json, Bridge's train_state.pt and run_config.yaml (see job.COMPLETE_FILES)."""
+    import torch
+    import torch.distributed.checkpoint as dcp
 
+    path = save_dir / f"iter_{n:07d}"
+    dcp.save({"w": torch.full((4000,), float(n))}, storage_writer=dcp.FileSystemWriter(str(path)), no_dist=True)
+    for name in ("common.pt", "metadata.json", "run_config.yaml"):
+        (path / name).write_text("{}")
+    (path / "train_state.pt").write_text(f"state {n}")
+    return path
+
+
+def test_a_damaged_or_incomplete_latest_checkpoint_is_set_aside_and_the_previous_used(tmp_path):
+    """A save cut off before its tracker (iter_6), one whose shard was cut short (iter_4): each set aside (renamed,
+    never deleted) with one line, the tracker and latest_train_state.pt pointed at the newest complete one."""
+    import warnings
+
+    from vdkit.recipes.bridge import job
+    from vdkit.recipes.common.trust import DAMAGED_MARK
+
+    assert job.DAMAGED_MARK == DAMAGED_MARK  # `vdkit status` finds the set-aside ones by it
+    warnings.filterwarnings("ignore", category=UserWarning)  # torch: no process group (one process here)
     for n in (2, 4, 6):
-        (tmp_path / f"iter_{n:07d}").mkdir()
-        (tmp_path / f"iter_{n:07d}" / "train_state.pt").write_text(f"state {n}")
-        if n < 6:
-            (tmp_path / f"iter_{n:07d}" / job.COMPLETE_MARKER).write_text("{}")
+        _bridge_checkpoint(tmp_path, n)
+    (tmp_path / "iter_0000006" / "run_config.yaml").unlink()  # a kill before Bridge's last file
     (tmp_path / job.TRACKER).write_text("4")
-    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000006"]
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["iter_0000002", "iter_0000004"]
-    # A kill after the tracker, before the checkpoint's run_config.yaml: 4 cannot load; back to 2.
-    (tmp_path / "iter_0000004" / job.COMPLETE_MARKER).unlink()
-    (tmp_path / "latest_train_state.pt").write_text("state 4")
-    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000004"]
-    assert job.checkpointed_iteration(tmp_path) == 2 and (tmp_path / "latest_train_state.pt").read_text() == "state 2"
-    # ... and with none complete left, no tracker: the run starts over (from its pretrained checkpoint).
-    (tmp_path / "iter_0000002" / job.COMPLETE_MARKER).unlink()
-    assert job.remove_partial_checkpoints(tmp_path) == ["iter_0000002"]
-    assert job.checkpointed_iteration(tmp_path) == 0 and not list(tmp_path.iterdir())
+    (tmp_path / job.LATEST_STATE).write_text("state 4")
+    said = []
+    assert job.trust_latest(tmp_path, said.append) == 4 and len(said) == 1
+    assert said[0].startswith("bridge_job: checkpoint iter_0000006 is damaged (incomplete: no run_config.yaml")
+    assert said[0].endswith("; resuming from iter_0000004")
+    assert job.trust_latest(tmp_path, said.append) == 4 and len(said) == 1  # nothing more to do
+    shard = tmp_path / "iter_0000004" / "__0_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:100])  # cut short: the bytes torch's .metadata names are not there
+    (tmp_path / job.TRACKER).write_text("")  # ... and a kill mid-write of the tracker
+    assert job.trust_latest(tmp_path, said.append) == 2
+    assert "iter_0000004 is damaged (__0_0.distcp is cut short (100 of" in said[1]
+    assert job.checkpointed_iteration(tmp_path) == 2 and (tmp_path / job.LATEST_STATE).read_text() == "state 2"
+    aside = sorted(p.name.split(job.DAMAGED_MARK)[0] for p in tmp_path.iterdir() if job.DAMAGED_MARK in p.name)
+    assert aside == ["aside-iter_0000004", "aside-iter_0000006"]  # kept, and named so Bridge's clean-up skips them
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("iter_") and not p.name[5:].isdigit()]
+    # ... and with none complete left, the tracker and state go aside too: the run starts over.
+    (tmp_path / "iter_0000002" / ".metadata").unlink()
+    assert job.trust_latest(tmp_path, said.append) == 0 and said[-1].endswith("resuming from step 0 (none is left)")
+    assert not (tmp_path / job.TRACKER).exists() and not (tmp_path / job.LATEST_STATE).exists()
+    assert len([p for p in tmp_path.iterdir() if job.DAMAGED_MARK in p.name]) == 5
+
+
+def test_the_record_names_bridges_last_complete_checkpoint(tmp_path):
+    """The batch shell's vdkit_last_step (vdkit.slurm.recovery) agrees with the job on what is complete."""
+    import subprocess
+    import warnings
+
+    from vdkit.recipes.bridge import job
+    from vdkit.slurm.recovery import last_step_lines
+
+    warnings.filterwarnings("ignore", category=UserWarning)
+    for n in (30, 60):
+        _bridge_checkpoint(tmp_path, n)
+    (tmp_path / "iter_0000060" / "run_config.yaml").unlink()
+    script = "\n".join(["set -euo pipefail", *last_step_lines(tmp_path), "vdkit_last_step"])
+    assert subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.strip() == "30"
+    assert job.trust_latest(tmp_path, lambda line: None) == 30
 
 
 def test_a_stop_during_start_up_is_kept_not_fatal():

@@ -29,6 +29,7 @@ MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
+WRITES_HEARTBEAT = True  # every rank beats through Bridge's callbacks (job.heartbeat_callback): the launcher watches
 STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
 ROPE_SCALING = ("llama3", "linear")  # the provider's rope_scaling / seq_len_interpolation_factor (megatron-core's)
 MCORE_ROPE = True  # llama3 scaling is megatron-core's (fixed low / high frequency factors)
@@ -139,7 +140,8 @@ def local_check(plan) -> None:
 
 
 def files(plan, run_dir) -> dict:
-    """bridge.yaml (Bridge's ConfigContainer), bridge_job.py, the one-time import job, data and tokenizer."""
+    """bridge.yaml (Bridge's ConfigContainer), bridge_job.py and its heartbeat, the one-time import job, data and
+    tokenizer."""
     from vdkit.recipes.bridge import convert
     from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR, bridge_config, to_yaml
     from vdkit.recipes.bridge.data import byte_tokenizer_files, synthetic_files
@@ -152,7 +154,10 @@ def files(plan, run_dir) -> dict:
               f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
               f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
               f"rerun; each rank runs:\n#   {shlex.join(command(plan, run_dir))}\n")
-    out = {CONFIG_FILE: to_yaml(cfg, header), JOB_FILE: (Path(__file__).parent / "job.py").read_text()}
+    from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
+
+    out = {CONFIG_FILE: to_yaml(cfg, header), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
+           f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
     if r.data.name == "synthetic" and r.method.name != "pretrain":
         out.update(synthetic_files(r))
     if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):

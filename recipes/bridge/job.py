@@ -27,6 +27,12 @@ only and the next allocation resume without optimizer and RNG state (losses off 
 :func:`weights_only_at_the_end` keeps the full state for every save and load, and applies the rendered
 flags as training ends (``on_train_end`` fires after the last step only: a stop has exited before it).
 
+Faults (vdkit's issue 27): each rank beats for the launcher's watchdog (``$VDKIT_HEARTBEAT_DIR``) through
+Bridge's callbacks (:func:`heartbeat_callback`: progress after every step, ``save`` while Bridge's save timers
+run), using the run dir's ``vdkit_heartbeat.py`` beside this file; the process groups time out after the
+launcher's ``$VDKIT_COLLECTIVE_TIMEOUT_S`` (:func:`collective_timeout`); before a resume, :func:`trust_latest`
+sets aside a damaged or incomplete latest checkpoint (renamed, never deleted) and resumes from the previous one.
+
 Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask
 cache (:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's
 CPU runs alike (both call :func:`run`).
@@ -42,6 +48,11 @@ import time
 EXIT_STOPPED = 75  # the contract's "stopped cleanly, continue me" (vdkit.jobspec; tests check they agree)
 STOP_AT_ENV = "VDKIT_STOP_AT"
 TRACKER = "latest_checkpointed_iteration.txt"  # Bridge's / Megatron's "latest complete checkpoint" file
+# The launcher's watchdog and process-group timeout (vdkit.faults' names; tests check they agree): each rank
+# beats through the run dir's vdkit_heartbeat.py (vdkit.recipes.heartbeat as one file, beside this one).
+HEARTBEAT_ENV, COLLECTIVE_TIMEOUT_ENV = "VDKIT_HEARTBEAT_DIR", "VDKIT_COLLECTIVE_TIMEOUT_S"
+HEARTBEAT_MODULE = "vdkit_heartbeat"
+SAVE_TIMERS = ("save-checkpoint", "save-checkpoint-non-persistent")  # Bridge's timers around every save (train.py)
 
 
 def load(path):
@@ -61,53 +72,107 @@ def checkpointed_iteration(save_dir):
         return 0
 
 
-# Bridge writes the tracker file before the checkpoint's run_config.yaml, which its load requires ("Legacy
-# checkpoint missing 'args'" without it): a kill between the two publishes a checkpoint that cannot load.
-COMPLETE_MARKER = "run_config.yaml"
+# ----------------------------------------------------------------------------- checkpoints you can trust
+# What a (synchronous, torch_dist) save of Megatron-Bridge 0.3.1 writes, in order - megatron/bridge/training/
+# checkpointing.py save_checkpoint: every rank its shards into iter_N (megatron-core dist_checkpointing/
+# serialization.py save: common.pt, the shards, torch's .metadata written as .metadata.tmp and renamed - torch/
+# distributed/checkpoint/filesystem.py FileSystemWriter.finish -, then metadata.json); a barrier; then rank 0's
+# train_state_finalize_fn: iter_N/train_state.pt, its copy latest_train_state.pt (shutil.copy), the tracker
+# latest_checkpointed_iteration.txt (open "w": a kill mid-write leaves it empty), and run_config.yaml LAST. Only
+# torch's .metadata is atomic; Bridge's load reads latest_train_state.pt (the tracker only without it) and needs
+# run_config.yaml ("Legacy checkpoint missing 'args'"). So iter_N is complete when every file below is there and
+# no shard is shorter than torch's .metadata says (bytes flipped inside a shard are not detected: neither torch's
+# format nor Bridge keeps a checksum). Set aside = renamed (never deleted): the bytes may matter to someone.
+COMPLETE_FILES = (".metadata", "common.pt", "metadata.json", "train_state.pt", "run_config.yaml")
+LATEST_STATE = "latest_train_state.pt"  # Bridge's copy of the latest iter_N/train_state.pt (read first on load)
+DAMAGED_MARK = ".damaged-"  # as vdkit.recipes.common.trust's (tests check they agree): `vdkit status` lists them
+# Bridge's most_recent_k clean-up globs iter_* under the save dir and int()s the rest of each name
+# (checkpointing.py cleanup_old_non_persistent_checkpoint): a set-aside name must not start with "iter_".
+ASIDE_PREFIX = "aside-"
 
 
-def _complete(save_dir, iteration: int) -> bool:
-    return os.path.isfile(os.path.join(str(save_dir), f"iter_{iteration:07d}", COMPLETE_MARKER))
+def _iterations(save_dir) -> list:
+    """The iterations of the ``iter_NNNNNNN`` directories in ``save_dir``, oldest first."""
+    return sorted(int(n[5:]) for n in os.listdir(str(save_dir))
+                  if n.startswith("iter_") and n[5:].isdigit() and os.path.isdir(os.path.join(str(save_dir), n)))
 
 
-def _unpublish_incomplete(save_dir) -> list:
-    """Point the tracker back at the newest complete ``iter_*`` (or remove it when there is none) while the
-    one it names lacks :data:`COMPLETE_MARKER`; the names of the directories dropped."""
-    dropped = []
-    done = checkpointed_iteration(save_dir)
-    while done and not _complete(save_dir, done):
-        shutil.rmtree(os.path.join(str(save_dir), f"iter_{done:07d}"), ignore_errors=True)
-        dropped.append(f"iter_{done:07d}")
-        older = sorted(int(n[5:]) for n in os.listdir(str(save_dir))
-                       if n.startswith("iter_") and n[5:].isdigit() and int(n[5:]) < done)
-        done = older[-1] if older else 0
-        state = os.path.join(str(save_dir), "latest_train_state.pt")
-        if done:
-            with open(os.path.join(str(save_dir), TRACKER), "w") as fh:
-                fh.write(str(done))
-            shutil.copyfile(os.path.join(str(save_dir), f"iter_{done:07d}", "train_state.pt"), state)
-        else:
-            for name in (TRACKER, "latest_train_state.pt"):
-                try:
-                    os.unlink(os.path.join(str(save_dir), name))
-                except FileNotFoundError:
-                    pass
-    return dropped
+def damage(path):
+    """Why Bridge checkpoint directory ``path`` cannot be resumed from (a save cut off, a file cut short), or None."""
+    missing = [f for f in COMPLETE_FILES if not os.path.isfile(os.path.join(path, f))]
+    if missing:
+        return f"incomplete: no {', '.join(missing)} (its save was cut off)"
+    if os.path.getsize(os.path.join(path, "train_state.pt")) == 0:
+        return "incomplete: train_state.pt is empty"
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+
+        storage = FileSystemReader(path).read_metadata().storage_data
+    except Exception as exc:  # noqa: BLE001 - any unreadable metadata is a damaged checkpoint
+        return f"unreadable .metadata ({type(exc).__name__}: {exc})"
+    need = {}
+    for info in (storage or {}).values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(need.items()):
+        f = os.path.join(path, name)
+        have = os.path.getsize(f) if os.path.isfile(f) else -1
+        if have < size:
+            return f"{name} is {'missing' if have < 0 else f'cut short ({have} of {size} bytes)'}"
+    return None
 
 
-def remove_partial_checkpoints(save_dir) -> list:
-    """Remove ``iter_*`` directories newer than the latest complete one (a save cut off by a kill), and a
-    published one that lacks :data:`COMPLETE_MARKER` (the kill came after the tracker, before the config)."""
-    removed = []
+def _set_aside(save_dir, name) -> str:
+    """Rename ``save_dir/name`` out of Bridge's way; the new name."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target, n = f"{ASIDE_PREFIX}{name}{DAMAGED_MARK}{stamp}", 1
+    while os.path.exists(os.path.join(str(save_dir), target)):
+        n += 1
+        target = f"{ASIDE_PREFIX}{name}{DAMAGED_MARK}{stamp}.{n}"
+    os.replace(os.path.join(str(save_dir), name), os.path.join(str(save_dir), target))
+    return target
+
+
+def _write_atomically(path, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def trust_latest(save_dir, say=print) -> int:
+    """Before a resume (rank 0, before Bridge initialises: its process-group rendezvous holds the other ranks until
+    this is done, and no rank reads a checkpoint before it): set aside every ``iter_*`` newer than the newest
+    complete one (:func:`damage`), each said in one line, and point Bridge's tracker and latest_train_state.pt at
+    that one (without any left: both set aside, the run starts over). The iteration resumed from (0: none)."""
     if not save_dir or not os.path.isdir(str(save_dir)):
-        return removed
-    removed += _unpublish_incomplete(save_dir)
-    done = checkpointed_iteration(save_dir)
-    for name in sorted(os.listdir(str(save_dir))):
-        if name.startswith("iter_") and name[5:].isdigit() and int(name[5:]) > done:
-            shutil.rmtree(os.path.join(str(save_dir), name), ignore_errors=True)
-            removed.append(name)
-    return removed
+        return 0
+    found = _iterations(save_dir)
+    good = 0
+    for i in reversed(found):
+        name = f"iter_{i:07d}"
+        why = damage(os.path.join(str(save_dir), name))
+        if why is None:
+            good = i
+            break
+        older = [j for j in found if j < i]
+        moved = _set_aside(save_dir, name)
+        say(f"bridge_job: checkpoint {name} is damaged ({why}): set aside as {moved}; resuming from "
+            + (f"iter_{older[-1]:07d}" if older else "step 0 (none is left)"))
+    tracker, state = os.path.join(str(save_dir), TRACKER), os.path.join(str(save_dir), LATEST_STATE)
+    if good:
+        with open(os.path.join(str(save_dir), f"iter_{good:07d}", "train_state.pt"), "rb") as fh:
+            want = fh.read()
+        if checkpointed_iteration(save_dir) != good:
+            _write_atomically(tracker, str(good).encode())
+        if not os.path.isfile(state) or open(state, "rb").read() != want:
+            _write_atomically(state, want)
+    else:
+        for path in (tracker, state):
+            if os.path.exists(path):
+                _set_aside(save_dir, os.path.basename(path))
+    return good
 
 
 def _rank() -> int:
@@ -157,10 +222,21 @@ def weights_only_at_the_end(cfg) -> bool:
     return True
 
 
+def _with(callbacks, callback):
+    """``callbacks`` (None, a list or Bridge's CallbackManager) as a CallbackManager with ``callback`` added."""
+    from megatron.bridge.training.callbacks import CallbackManager
+
+    manager = callbacks if isinstance(callbacks, CallbackManager) else CallbackManager()
+    if callbacks is not None and manager is not callbacks:
+        manager.add(callbacks)
+    manager.add(callback)
+    return manager
+
+
 def _stop_callbacks(callbacks, weights_only_end: bool = False):
     """``callbacks`` (None, a list or Bridge's CallbackManager) with :class:`_EnterSignalHandler` added;
     ``weights_only_end``: the save after the last step (Bridge's ``pretrain.py``) holds the weights only."""
-    from megatron.bridge.training.callbacks import Callback, CallbackManager
+    from megatron.bridge.training.callbacks import Callback
 
     class _EnterSignalHandler(Callback):
         """As training starts: enter Bridge's own DistributedSignalHandler (see the module docstring)
@@ -175,11 +251,77 @@ def _stop_callbacks(callbacks, weights_only_end: bool = False):
             if weights_only_end:  # every step done: nothing resumes from the save that follows
                 context.state.cfg.checkpoint.save_optim = context.state.cfg.checkpoint.save_rng = False
 
-    manager = callbacks if isinstance(callbacks, CallbackManager) else CallbackManager()
-    if callbacks is not None and manager is not callbacks:
-        manager.add(callbacks)
-    manager.add(_EnterSignalHandler())
-    return manager
+    return _with(callbacks, _EnterSignalHandler())
+
+
+def start_heartbeat():
+    """This rank's heartbeat (``$VDKIT_HEARTBEAT_DIR``, the launcher's watchdog reads it), started from the run
+    dir's vdkit_heartbeat.py beside this file; None when the launcher asked for none."""
+    if not os.environ.get(HEARTBEAT_ENV):
+        return None
+    import importlib
+
+    try:
+        module = importlib.import_module(HEARTBEAT_MODULE)  # sys.path[0]: this file's directory, the run dir
+    except ImportError:
+        print(f"bridge_job: {HEARTBEAT_ENV} is set but {HEARTBEAT_MODULE}.py is not beside {__file__}: no "
+              "heartbeat (render the run dir again)", flush=True)
+        return None
+    return module.Heartbeat.from_env(_rank())
+
+
+def heartbeat_callback(beat):
+    """A Bridge callback that reports each step to ``beat`` (a vdkit heartbeat: progress after every optimizer step,
+    phase ``save`` while Bridge's save timers run, a validation step counts as progress)."""
+    from megatron.bridge.training.callbacks import Callback
+
+    class _Heartbeat(Callback):
+        started = time.monotonic()
+
+        def on_train_start(self, context):
+            # Bridge brackets every save with these timers (train.py save_checkpoint_and_time): a long save is
+            # no hang. Made here with the log level Bridge asks them with (0), so the same objects are wrapped.
+            for name in SAVE_TIMERS:
+                timer = context.state.timers(name, log_level=0)
+                timer.start = _around(timer.start, lambda: beat.saving(True), None)
+                timer.stop = _around(timer.stop, None, lambda: beat.saving(False))
+
+        def on_train_step_start(self, context):
+            self.started = time.monotonic()
+
+        def on_train_step_end(self, context):  # fired before Bridge counts the step (train.py: step += 1 after)
+            beat.progress(context.state.train_state.step + 1, time.monotonic() - self.started)
+
+        def on_eval_step_end(self, context):
+            beat.progress(beat.step, beat.step_ms / 1000.0)
+
+        def on_train_end(self, context):
+            beat.saving(True)  # every step done: the end's save follows (pretrain.py), then the exit
+
+    return _Heartbeat()
+
+
+def _around(fn, before, after):
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        if before:
+            before()
+        out = fn(*args, **kwargs)
+        if after:
+            after()
+        return out
+    return wrapped
+
+
+def collective_timeout(cfg) -> None:
+    """The launcher's process-group timeout (``$VDKIT_COLLECTIVE_TIMEOUT_S``, from the plan: longer than its
+    watchdog's limits) as Bridge's ``dist.distributed_timeout_minutes`` (whole minutes, rounded up)."""
+    try:
+        seconds = float(os.environ.get(COLLECTIVE_TIMEOUT_ENV, ""))
+    except ValueError:
+        return
+    if seconds > 0:
+        cfg.dist.distributed_timeout_minutes = max(1, int(-(-seconds // 60)))
 
 
 # megatron-core 0.16.1's GPTDataset loss-mask cache (NVIDIA/Megatron-LM#1711; fix proposed upstream in #6981). The
@@ -239,8 +381,9 @@ def keep_loss_mask_cache() -> bool:
     return True
 
 
-def run(cfg, callbacks=None) -> int:
-    """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop."""
+def run(cfg, callbacks=None, beat=None) -> int:
+    """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop.
+    ``beat``: this rank's heartbeat (:func:`start_heartbeat`), told of every step."""
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
@@ -248,9 +391,11 @@ def run(cfg, callbacks=None) -> int:
         raise SystemExit("bridge_job: LoRA needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model)")
     save = cfg.checkpoint.save
     if save and _rank() == 0:
-        for name in remove_partial_checkpoints(save):
-            print(f"bridge_job: removed partial checkpoint {name}", flush=True)
+        trust_latest(save, lambda line: print(line, flush=True))
     arm_stop(cfg)
+    collective_timeout(cfg)
+    if beat is not None:
+        callbacks = _with(callbacks, heartbeat_callback(beat))
     keep_loss_mask_cache()  # before pretrain() builds the datasets
     weights_only_end = weights_only_at_the_end(cfg)
     stopped = False
@@ -273,7 +418,8 @@ def main(argv=None):
     if len(args) != 1:
         print("usage: python bridge_job.py BRIDGE_YAML", file=sys.stderr)
         return 2
-    return run(load(args[0]))
+    beat = start_heartbeat()  # first: start-up (imports, model build, checkpoint load) is watched too
+    return run(load(args[0]), beat=beat)
 
 
 if __name__ in ("__main__", "__mp_main__"):  # __mp_main__: a torch_dist writer's child re-importing this file

@@ -14,6 +14,11 @@ from vdkit.recipes.bridge import job  # standard library only: quick
 
 # First thing, here and in the spawned children (__mp_main__): a stop signal during start-up is kept, not fatal.
 job.hold_stops(forward_term=__name__ == "__main__")
+BEAT = None
+if __name__ == "__main__":  # the rank itself (not a writer's child) beats from now on: start-up is watched too
+    from vdkit.recipes.heartbeat import Heartbeat
+
+    BEAT = Heartbeat.from_env(job._rank())
 
 from vdkit.recipes.bridge import cpu_shim  # noqa: E402 (after the stop handlers: it imports torch)
 
@@ -23,7 +28,7 @@ if cpu_shim.needed():
 if __name__ == "__main__":
     from vdkit.recipes.bridge.train import main
 
-    code = main()
+    code = main(beat=BEAT)
     # torch_dist's checkpoint writer leaves a multiprocessing Manager (spawned child) behind; os._exit
     # below skips multiprocessing's atexit clean-up, so end the children here or they outlive the rank.
     import multiprocessing
@@ -35,4 +40,6 @@ if __name__ == "__main__":
     # rank at exit); logs, TensorBoard, checkpoints and memory.json are closed by now.
     sys.stdout.flush()
     sys.stderr.flush()
+    if BEAT is not None:
+        BEAT.leave()  # os._exit skips atexit, where the heartbeat says 'exit'
     os._exit(code)

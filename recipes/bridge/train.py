@@ -77,8 +77,9 @@ class MemoryReport:
                   + (": " + "; ".join(off) if off else ": all within 2 %"), flush=True)
 
 
-def train(run_dir) -> int:
-    """Train the run dir's bridge.yaml on this rank; 0 when every step is done, 75 after a clean stop."""
+def train(run_dir, beat=None) -> int:
+    """Train the run dir's bridge.yaml on this rank; 0 when every step is done, 75 after a clean stop.
+    ``beat``: this rank's heartbeat (vdkit.recipes.heartbeat), told of every step by Bridge's callbacks."""
     from vdkit.recipes.bridge.config import CONFIG_FILE, RESOLVED_FILE
     from vdkit.rundir import load_plan
 
@@ -107,7 +108,7 @@ def train(run_dir) -> int:
     manager = CallbackManager()
     report = MemoryReport(run_dir, plan)
     manager.add(type("VdkitMemory", (Callback,), {"on_train_end": lambda self, ctx: report.on_train_end(ctx)})())
-    return job.run(cfg, callbacks=manager)  # 0: finished; job.EXIT_STOPPED: stopped cleanly (the job contract)
+    return job.run(cfg, callbacks=manager, beat=beat)  # 0: finished; job.EXIT_STOPPED: stopped cleanly (the job contract)
 
 
 def _write_resolved(cfg, path: Path) -> None:
@@ -127,14 +128,14 @@ def _version(dist: str) -> str:
     return version(dist)
 
 
-def main(argv=None) -> int:
+def main(argv=None, beat=None) -> int:
     """Entry point: a UserError is one line and exit 2 (no traceback)."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m vdkit.recipes.bridge.rank RUN_DIR", file=sys.stderr)
         return 2
     try:
-        return train(args[0])
+        return train(args[0], beat)
     except UserError as exc:
         print(f"vdkit: error: {exc}", file=sys.stderr)
         return 2
