@@ -59,6 +59,7 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 
 # ----------------------------------------------------------------------------- the engine interface
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
+WRITES_HEARTBEAT = True  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
 STEP_TIME_REGIME = "unfused"  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
 ROPE_SCALING = ("linear",)  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
 CONTEXT_PARALLEL = True  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
@@ -82,8 +83,31 @@ def _base_model_dir(recipe):
 
 
 def command(plan, run_dir) -> List[str]:
-    """The argv srun runs on every task (see :func:`nemo_command`)."""
-    return nemo_command(plan, run_dir)
+    """The argv srun runs on every task: :func:`nemo_command` with the run dir's heartbeat callback directory put
+    first on PYTHONPATH (Lightning finds the callback through its entry points: vdkit.recipes.nemo_heartbeat);
+    the image's own PYTHONPATH is kept after it."""
+    import shlex
+
+    from vdkit.recipes.nemo_heartbeat import CALLBACK_DIR
+
+    callbacks = shlex.quote(str(PurePosixPath(Path(run_dir).absolute()) / CALLBACK_DIR))
+    return ["bash", "-c", f"PYTHONPATH={callbacks}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+                          f"{shlex.join(nemo_command(plan, run_dir))}"]
+
+
+def heartbeat_files() -> dict:
+    """The run dir's :data:`~vdkit.recipes.nemo_heartbeat.CALLBACK_DIR`: the callback module, the heartbeat as one
+    file, and the metadata of a distribution whose entry points name the callback factories (Lightning loads them
+    into every Trainer NeMo's script builds)."""
+    from vdkit.recipes import nemo_heartbeat as cb
+    from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
+
+    info = f"{cb.CALLBACK_DIR}/{cb.DIST_NAME}-1.0.dist-info"
+    entry_points = "".join(f"[{group}]\nvdkit_heartbeat = {cb.DIST_NAME}:{fn}\n\n" for group, fn in cb.ENTRY_POINTS.items())
+    return {f"{cb.CALLBACK_DIR}/{cb.DIST_NAME}.py": Path(cb.__file__).read_text(),
+            f"{cb.CALLBACK_DIR}/{STANDALONE_NAME}.py": standalone_source(),
+            f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {cb.DIST_NAME}\nVersion: 1.0\n",
+            f"{info}/entry_points.txt": entry_points}
 
 
 # NeMo 1.23's own HF -> .nemo converter for Llama (in the image; later releases moved it to
@@ -119,10 +143,11 @@ def _converts(recipe) -> bool:
 
 
 def files(plan, run_dir) -> dict:
-    """nemo.yaml, built and checked against NeMo's traps; for fine-tuning, the one-time conversion job."""
+    """nemo.yaml, built and checked against NeMo's traps; the heartbeat callback (:func:`heartbeat_files`); for
+    fine-tuning, the one-time conversion job."""
     from vdkit.rundir import IMPORT_FILE, NEMO_CONFIG_FILE
 
-    out = {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir))}
+    out = {NEMO_CONFIG_FILE: render_nemo_yaml(plan, Path(run_dir)), **heartbeat_files()}
     if _converts(plan.recipe):
         out[IMPORT_FILE] = import_sbatch(plan)
     return out

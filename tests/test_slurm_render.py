@@ -168,7 +168,8 @@ def test_nemo_srun_has_the_pyxis_flags_and_nemo_command():
     argv = render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
     assert argv[:3] == ["srun", "--kill-on-bad-exit=1", "--wait=60"]
     assert not [a for a in argv if a.startswith("--mpi")]  # no PMI bootstrap needed (no userbuffers)
-    assert argv[-len(nemo_command(plan, RUN_DIR)):] == nemo_command(plan, RUN_DIR)
+    # NeMo's script, with the run dir's heartbeat callbacks on PYTHONPATH (vdkit.recipes.nemo.command)
+    assert argv[-3:-1] == ["bash", "-c"] and argv[-1].endswith(" exec " + shlex.join(nemo_command(plan, RUN_DIR)))
     flags = dict(a.split("=", 1) for a in argv if a.startswith("--container"))
     assert flags["--container-image"] == plan.recipe.engine.container_image
     assert flags["--container-mounts"].split(",") == [
