@@ -21,6 +21,11 @@ from typing import Optional
 
 from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S
 
+# This module as one file beside a job that runs without vdkit (Megatron-Bridge's bridge_job.py, NeMo's script in
+# NVIDIA's image): :func:`standalone_source` writes it into the run dir as <STANDALONE_NAME>.py.
+STANDALONE_NAME = "vdkit_heartbeat"
+_FAULTS_IMPORT = "from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S\n"
+
 
 class Heartbeat:
     """One rank's heartbeat file, refreshed by a daemon thread until :meth:`stop`."""
@@ -94,3 +99,14 @@ class Heartbeat:
             self.write()
         except OSError:
             pass
+
+
+def standalone_source() -> str:
+    """This module's text with :mod:`vdkit.faults`' two names written in as values: importable where vdkit is
+    not installed (the run dir's ``vdkit_heartbeat.py``), writing the very lines the watchdog reads."""
+    text = Path(__file__).read_text()
+    if text.count(_FAULTS_IMPORT) != 1:
+        raise RuntimeError(f"{__file__} no longer imports vdkit.faults as {_FAULTS_IMPORT.strip()!r}: "
+                           "update standalone_source")
+    return text.replace(_FAULTS_IMPORT, f"HEARTBEAT_ENV, HEARTBEAT_S = {HEARTBEAT_ENV!r}, {HEARTBEAT_S!r}  "
+                                        "# vdkit.faults' values, written in by standalone_source\n", 1)

@@ -154,6 +154,36 @@ def term_lines(run_dir) -> List[str]:
     ]
 
 
+def last_step_lines(ckpt_dir) -> List[str]:
+    """``vdkit_last_step``: the step of the newest complete checkpoint in ``ckpt_dir``, in every engine's naming.
+
+    ``step=N.ckpt`` (reference, megatron: published by a rename); Megatron-Bridge's ``iter_NNNNNNN`` holding
+    ``run_config.yaml``, the last file its save writes, after the tracker (megatron/bridge/training/
+    checkpointing.py, save_checkpoint's train_state_finalize_fn); NeMo 1.23's ``NAME--...-step=N-...[.ckpt]``
+    (Lightning's ModelCheckpoint filename with ``{step}``; a directory for distributed checkpoints) unless NeMo's
+    ``...-unfinished`` marker is beside it (nemo/utils/callbacks/nemo_model_checkpoint.py). Sums, set-aside
+    (``.damaged-``) and hidden (in-progress) names are skipped."""
+    ckpt = shlex.quote(str(ckpt_dir))
+    return [
+        "vdkit_last_step() {  # the newest complete checkpoint's step, or nothing",
+        "  local f n best=",
+        f"  for f in {ckpt}/*; do",
+        '    n=${f##*/}',
+        '    case "$n" in',
+        '      *.sha256|*-unfinished|*.damaged-*) continue ;;',
+        '      step=*.ckpt) n=${n#step=}; n=${n%.ckpt} ;;',
+        '      iter_*) [ -e "$f/run_config.yaml" ] || continue; n=${n#iter_} ;;',
+        '      *step=*) [ -e "${f%.ckpt}-unfinished" ] && continue; n=${n##*step=}; n=${n%%[!0-9]*} ;;',
+        "      *) continue ;;",
+        "    esac",
+        '    case "$n" in ""|*[!0-9]*) continue ;; esac',
+        '    n=$((10#$n)); { [ -z "$best" ] || [ "$n" -gt "$best" ]; } && best=$n',
+        "  done",
+        '  echo "$best"',
+        "}",
+    ]
+
+
 def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     """``vdkit_failed RC``: record the failed step, restart from the last good checkpoint while allowed."""
     from vdkit.rundir import EXCLUDED_NODES_FILE, FAULTS_FILE, SBATCH_FILE
@@ -163,7 +193,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     hb = f'"${faults.HEARTBEAT_ENV}"'
     again = f"sbatch {echo(run_dir)}/{SBATCH_FILE}"
     codes = " ".join(f'{code}) cause="{words}" ;;' for code, words in EXIT_WORDS.items())
-    return [
+    return last_step_lines(ckpt_dir) + [
         "vdkit_failed() {  # $1: the step's exit code, $2: the cause when the shell knows it. Record; restart",
         '  local rc=$1 cause= rank= node= line= code= last= used restart=0 why= retry=1 exclude=',
         '  if [ -n "${2:-}" ]; then',
@@ -193,7 +223,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         "  fi",
         '  [ -n "$cause" ] || cause="the step failed (exit $rc)"',
         '  [ "$code" = 2 ] && { retry=; why="the recipe\'s fault"; }',
-        f"  last=$(ls {ckpt} 2>/dev/null | sed -n 's/^step=\\([0-9]*\\)\\.ckpt$/\\1/p' | sort -n | tail -n1 || true)",
+        "  last=$(vdkit_last_step)",
         f'  used=$(grep -c \'"restart": [1-9]\' {run}/{FAULTS_FILE} 2>/dev/null || true); used=${{used:-0}}',
         f'  [ "$used" -ge {max_restarts} ] && [ -n "$retry" ] && {{ retry=; why="{max_restarts} restart(s) used: '
         'cluster.max_restarts"; }',

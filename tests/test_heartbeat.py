@@ -66,3 +66,20 @@ def test_a_process_that_leaves_python_says_exit_a_killed_one_cannot(tmp_path):
     killed.wait()
     assert failed.returncode == 1 and _fields(tmp_path / "rank0")[5] == "exit"
     assert _fields(tmp_path / "rank1")[5] == "start"
+
+
+def test_the_standalone_copy_runs_without_vdkit_and_writes_the_same_line(tmp_path):
+    """The run dir's vdkit_heartbeat.py (Bridge's and NeMo's ranks in NVIDIA's image, no vdkit there) imports
+    with the standard library alone and beats in the format the watchdog reads."""
+    import subprocess
+    import sys
+
+    from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
+
+    (tmp_path / f"{STANDALONE_NAME}.py").write_text(standalone_source())
+    code = (f"import sys; sys.modules['vdkit'] = None; sys.path.insert(0, '')\nimport {STANDALONE_NAME} as h\n"
+            "b = h.Heartbeat.from_env(2); b.progress(5, 0.5); b.write(); b.stop()")
+    env = {"PATH": "/usr/bin:/bin", faults.HEARTBEAT_ENV: str(tmp_path / "hb"), "SLURMD_NODENAME": "xe9680-3"}
+    res = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert _fields(tmp_path / "hb" / "rank2")[2:] == (5, 500, "xe9680-3", "exit")  # atexit: 'exit'

@@ -164,3 +164,33 @@ def test_a_successor_submitted_at_the_limit_is_cancelled_when_no_restart_is_allo
     assert r.returncode == 0 and "next=\n" in r.stdout + "\n", r.stderr
     assert (tmp_path / "scancel.args").read_text().split() == ["4242"]
     assert json.loads((run_dir / "faults.jsonl").read_text())["restart"] == 0
+
+
+# (names in the checkpoint dir, the step the record names): each engine's naming, complete or not
+LAST_STEP_CASES = {
+    "reference/megatron": (["step=30.ckpt", "step=60.ckpt", "step=90.ckpt.sha256", "step=60.ckpt.damaged-x",
+                            ".step=90.ckpt.tmp"], "60"),
+    "bridge": (["iter_0000030/run_config.yaml", "iter_0000060/run_config.yaml", "iter_0000090/common.pt",
+                "latest_checkpointed_iteration.txt", "aside-iter_0000120.damaged-20261126T000000Z/x"], "60"),
+    "nemo": (["m--validation_loss=1.234-step=40-consumed_samples=320.0.ckpt",
+              "m--validation_loss=1.100-step=80-consumed_samples=640.0-last/common.pt",
+              "m--validation_loss=0.9-step=120-consumed_samples=960.0-last/common.pt",
+              "m--validation_loss=0.9-step=120-consumed_samples=960.0-last-unfinished"], "80"),
+    "none": ([], ""),
+}
+
+
+@pytest.mark.parametrize("engine", sorted(LAST_STEP_CASES))
+def test_the_record_names_the_last_complete_checkpoint_in_each_engines_naming(engine, rendered, tmp_path):
+    """Bridge's iter_NNNNNNN (complete once run_config.yaml, its save's last file, is there), NeMo's
+    ...-step=N-... (without its -unfinished marker), the kit's step=N.ckpt."""
+    names, want = LAST_STEP_CASES[engine]
+    run_dir = rendered()
+    ckpts = run_dir / "checkpoints"
+    for name in names:
+        (ckpts / name).parent.mkdir(parents=True, exist_ok=True)
+        (ckpts / name).write_text("x")
+    r = _shell(run_dir, tmp_path, "vdkit_failed 137")
+    assert r.returncode == 0, r.stderr
+    assert json.loads((run_dir / "faults.jsonl").read_text())["last_step"] == want
+    assert f"(step {want or 0})" in r.stderr

@@ -71,6 +71,37 @@ def test_validate_errors_are_one_line_exit_2(tmp_path, capsys):
     assert len(cap.out.strip().splitlines()) == 1 and "empty.out" in cap.err
 
 
+def test_validate_flags_a_cpu_run_by_the_cpu_rule_as_report_does(tmp_path, capsys):
+    """One rule for validate, report and the plots: a CPU run's spread (CV between the accelerator's 10 % and
+    CPU_FLUCTUATION_CV) is not flagged; over it, it is; a GPU run and a log with no run directory keep 10 %."""
+    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV, FLUCTUATION_CV
+    from vdkit.validation.run_dir import collect_run
+
+    noisy = series(0.1, cv=0.18, seed=3)  # the demo's spread on shared cores
+    cpu = make_run(tmp_path / "cpu", TINY, noisy)
+    assert main(["validate", str(cpu), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert FLUCTUATION_CV < obj["step_time_cv"] < CPU_FLUCTUATION_CV and obj["fluctuating"] is False
+    assert main(["validate", str(cpu)]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if "fluctuating" in ln)
+    assert "YES" not in line and "spread of a CPU run" in line and f"{CPU_FLUCTUATION_CV:.0%}" in line
+    # report reads the same run directory to the same estimate (its cell copies the flag; no second rule)
+    assert collect_run(cpu).estimate.fluctuating is False
+    # over the CPU threshold a CPU run is flagged, with the threshold it crossed
+    stalled = make_run(tmp_path / "stalled", TINY, [12.0] + [0.05, 0.25] * 25)
+    assert main(["validate", str(stalled), "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["step_time_cv"] > CPU_FLUCTUATION_CV and obj["fluctuating"] is True
+    assert f"{CPU_FLUCTUATION_CV:.0%}" in obj["fluctuation_reason"]
+    # no run directory (hardware unknown) and a GPU run: the accelerator rule
+    loose = write_nemo1_log(tmp_path / "loose.out", noisy)
+    gpu = make_run(tmp_path / "gpu", ["model=llama2_7b", "method=lora"], noisy)
+    for src in (loose, gpu):
+        assert main(["validate", str(src), "--json"]) == 0
+        obj = json.loads(capsys.readouterr().out)
+        assert obj["fluctuating"] is True and f"> {FLUCTUATION_CV:.0%}" in obj["fluctuation_reason"]
+
+
 # ----------------------------------------------------------------------------- report
 def test_report_table9_with_published_and_infeasible(tmp_path, capsys):
     runs = tmp_path / "runs"

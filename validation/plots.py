@@ -198,12 +198,12 @@ def caption(table) -> str:
     return "".join("\n" + ln for ln in lines)
 
 
-def trace_png(log, est, title: Optional[str] = None, on_cpu: bool = False) -> bytes:
+def trace_png(log, est, title: Optional[str] = None) -> bytes:
     """:func:`trace_figure` as PNG bytes."""
-    return _png(trace_figure(log, est, title, on_cpu))
+    return _png(trace_figure(log, est, title))
 
 
-def trace_figure(log, est, title: Optional[str] = None, on_cpu: bool = False):
+def trace_figure(log, est, title: Optional[str] = None):
     """Step time per step with the excluded warm-up shaded and the steady mean and p5-p95 band."""
     plt = _pyplot()
     timed = log.timed
@@ -221,12 +221,7 @@ def trace_figure(log, est, title: Optional[str] = None, on_cpu: bool = False):
     ax.plot(steps, times, ".-", color="tab:blue", linewidth=0.8, markersize=3, label="train_step_timing")
     ax.set_xlabel("global step")
     ax.set_ylabel("step time (s)")
-    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
-
-    if on_cpu and est.fluctuating and est.step_time_cv <= CPU_FLUCTUATION_CV:  # the shared cores' noise
-        flag = f"spread of a CPU run (flagged only over CV {CPU_FLUCTUATION_CV:.0%})"
-    else:
-        flag = "FLUCTUATING: " + est.fluctuation_reason if est.fluctuating else "steady"
+    flag = "FLUCTUATING: " + est.fluctuation_reason if est.fluctuating else est.fluctuation_reason
     ax.set_title((title or log.source) + f"\n{len(times)} steps, CV {est.step_time_cv:.1%}, {flag}", fontsize=9)
     top = max(times + [est.step_time_p95_s]) if times else est.step_time_p95_s
     ax.set_ylim(0, top * 1.08)

@@ -17,7 +17,7 @@ from vdkit.schema import TrainCfg
 
 DEFAULT_TARGET_STEPS = TrainCfg.target_steps  # the schema's default: used only when no recipe.yaml says one
 
-__all__ = ["DEFAULT_TARGET_STEPS", "find_run_dir", "checkpoint_every", "target_steps_of", "validate_one", "RunResult", "collect_run", "collect_runs"]
+__all__ = ["DEFAULT_TARGET_STEPS", "find_run_dir", "checkpoint_every", "recipe_of", "on_cpu", "validate_one", "RunResult", "collect_run", "collect_runs"]
 
 
 def checkpoint_every(run_dir: Optional[Path]) -> int:
@@ -34,14 +34,20 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
     return every_n_steps(load_recipe(run_dir))
 
 
-def target_steps_of(source) -> int:
-    """train.target_steps of the run ``source`` belongs to, else DEFAULT_TARGET_STEPS."""
+def on_cpu(recipe) -> bool:
+    """Whether the run's ranks were CPU processes (the step-time flag's CPU threshold applies); False for
+    no recipe (a log without its run directory: the accelerator's rule)."""
+    return recipe is not None and recipe.cluster.gpu_type == "cpu"
+
+
+def recipe_of(source):
+    """The recipe of the run directory ``source`` is in (or is), else None."""
     run_dir = find_run_dir(Path(source))
     if run_dir is None:
-        return DEFAULT_TARGET_STEPS
+        return None
     from vdkit.rundir import load_recipe
 
-    return load_recipe(run_dir).train.target_steps
+    return load_recipe(run_dir)
 
 
 def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> dict:
@@ -54,9 +60,10 @@ def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> 
 
     source = Path(source)
     log = read_source(source)
+    recipe = recipe_of(source)
     if target_steps is None:
-        target_steps = target_steps_of(source)
-    est = estimate_log(log, target_steps, overheads)
+        target_steps = DEFAULT_TARGET_STEPS if recipe is None else recipe.train.target_steps
+    est = estimate_log(log, target_steps, overheads, on_cpu=on_cpu(recipe))
     timed = log.timed
     return {"source": str(source), "format": log.format, "files": log.files,
             "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(),
@@ -103,7 +110,8 @@ def collect_run(path, target_steps: Optional[int] = None) -> RunResult:
     try:
         res.log = read_source(path)
         res.warnings += list(res.log.warnings)
-        res.estimate = estimate_log(res.log, target_steps or res.recipe.train.target_steps)
+        res.estimate = estimate_log(res.log, target_steps or res.recipe.train.target_steps,
+                                    on_cpu=on_cpu(res.recipe))
         res.warnings += res.estimate.data_warnings
     except UserError as exc:
         res.error = str(exc)

@@ -229,8 +229,7 @@ def plot_files(table: Table) -> Dict[str, bytes]:
             r = res.plan.recipe if res.plan is not None else None
             what = f" - engine {r.engine.name}, {'CPU (local processes)' if r.cluster.gpu_type == 'cpu' else r.cluster.gpu_type}" if r else ""
             files[f"trace_{safe_dir_name(Path(res.path).name)}.png"] = plots.trace_png(
-                res.log, res.estimate, title=Path(res.path).name + what,
-                on_cpu=r is not None and r.cluster.gpu_type == "cpu")
+                res.log, res.estimate, title=Path(res.path).name + what)
     return files
 
 

@@ -425,10 +425,6 @@ def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[s
     cell.status = "extrapolated" if e.extrapolated else "measured"
     recipe = best.plan.recipe if best.plan is not None else None
     cell.engine, cell.hardware = (recipe.engine.name, recipe.cluster.gpu_type) if recipe else ("", "")
-    # On CPU the spread is this machine's scheduler (ranks share cores with each other and with every
-    # other process), not the run: the flag is for accelerators, and a CPU run only above CPU_FLUCTUATION_CV.
     cell.ours = e.extrapolated_minutes * per_minute
-    from vdkit.validation.extrapolate import CPU_FLUCTUATION_CV
-
-    cell.fluctuating = e.fluctuating and (cell.hardware != "cpu" or e.step_time_cv > CPU_FLUCTUATION_CV)
+    cell.fluctuating = e.fluctuating  # the estimate applied the CPU threshold where the run was on CPU
     cell.interval = tuple(x * per_minute for x in e.interval_minutes)

@@ -77,6 +77,8 @@ def describe(result: dict) -> str:
     intervals = r.get("iterations_measured", r["steps_measured"]) != r["steps_measured"]
     unit = "log interval(s)" if intervals else "step(s)"
     its = f", {r['iterations_measured']} iterations" if intervals else ""
+    why = r["fluctuation_reason"]  # the estimate's rule (a CPU run's threshold included)
+    flag = f"YES: {why}" if r["fluctuating"] else ("no" if why == "steady" else f"no: {why}")
     lines = [
         f"{r['source']}  ({r['format']}: {', '.join(Path(f).name for f in r['files'][:3])}"
         f"{' ...' if len(r['files']) > 3 else ''})",
@@ -86,7 +88,7 @@ def describe(result: dict) -> str:
         f"  steady state  mean {r['step_time_mean_s']:.4g} s, median {r['step_time_median_s']:.4g} s, "
         f"std {r['step_time_std_s']:.3g} s (CV {pct(r['step_time_cv'])}), p5-p95 {r['step_time_p5_s']:.4g}-"
         f"{r['step_time_p95_s']:.4g} s, drift {r['drift']:+.1%}",
-        f"  fluctuating   {'YES: ' + r['fluctuation_reason'] if r['fluctuating'] else 'no'}",
+        f"  fluctuating   {flag}",
         f"  estimate      {r['target_steps']} steps: {r['extrapolated_minutes']:.1f} min (95 % interval "
         f"{r['interval_minutes'][0]:.1f}-{r['interval_minutes'][1]:.1f}), {where} {r['steps_measured']} {unit}",
         f"  interval      {r['interval_method']}",
