@@ -113,6 +113,7 @@ def submit_lines(run_dir, limits: faults.Limits) -> List[str]:
         "vdkit_submit_next() {  # sets NEXT; retries while the controller is away (back-off 5 s .. 60 s)",
         "  # $1 'later': no dependency on this job (a dead node keeps it COMPLETING until Slurm declares the node",
         f"  # down), a start {limits.restart_delay_s} s from now instead, when this shell and its lock are long gone",
+        '  [ -n "${NEXT:-}" ] && return 0  # submitted already (at the time limit\'s TERM: vdkit_on_term)',
         '  local delay=5 try out err excl= after="--dependency=afterany:$SLURM_JOB_ID"',
         f'  [ "${{1:-}}" = later ] && after="--begin=now+{limits.restart_delay_s}"',
         f'  [ -s {run}/{EXCLUDED_NODES_FILE} ] && excl="--exclude=$(sort -u {run}/{EXCLUDED_NODES_FILE} | paste -sd, -)"',
@@ -127,6 +128,28 @@ def submit_lines(run_dir, limits: faults.Limits) -> List[str]:
         "    delay=$((delay * 2)); [ $delay -gt 60 ] && delay=60",
         "  done",
         '  rm -f "$err"; return 1',
+        "}",
+    ]
+
+
+def term_lines(run_dir) -> List[str]:
+    """``vdkit_on_term``: at the time limit, submit the successor from the TERM trap, before the ranks stop.
+
+    Slurm kills every process of the job ``KillWait`` seconds after its TERM (30 s by default), the batch
+    shell included: a shell that waited for the ranks to stop (a step, a checkpoint, the interpreter's exit)
+    before it ran sbatch could be killed first, and the run would wait for a person. So the successor is
+    submitted at once (``afterany``: it starts when this job has ended, from the last good checkpoint);
+    a TERM that is a cancel (slurmstepd's line without "DUE TO TIME LIMIT", written before its TERM) is not."""
+    run = shlex.quote(str(run_dir))
+    return [
+        "vdkit_on_term() {  # Slurm's TERM: at the time limit hand over now (everything is KILLed KillWait s later)",
+        rf'  grep -qsE "\*\*\* JOB $SLURM_JOB_ID ON [^ ]+ CANCELLED AT [^ ]+ DUE TO TIME LIMIT \*\*\*" '
+        f'{run}/slurm-"$SLURM_JOB_ID".err {run}/slurm-"$SLURM_JOB_ID".out || return 0',
+        '  [ -z "${NEXT:-}" ] || return 0',
+        '  if vdkit_submit_next; then',
+        '    echo "vdkit: at the time limit: job $NEXT continues the run after job $SLURM_JOB_ID, from the '
+        'checkpoint the ranks leave (else the last good one)" >&2',
+        "  fi",
         "}",
     ]
 
@@ -206,7 +229,10 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         'cluster.max_restarts"; }',
         '  if [ -n "$retry" ]; then',
         '    restart=$((used + 1))',
+        '    [ -n "$exclude" ] && [ -n "${NEXT:-}" ] && { scancel "$NEXT" 2>/dev/null || true; NEXT=; }  # w/o the node',
         "    vdkit_submit_next ${exclude:+later} || { restart=0; why=\"the next allocation could not be submitted\"; }",
+        '  elif [ -n "${NEXT:-}" ]; then  # submitted at the time limit (vdkit_on_term), but no restart is allowed',
+        '    scancel "$NEXT" 2>/dev/null || true; NEXT=',
         "  fi",
         f"  printf '{{\"job\": \"%s\", \"rc\": %s, \"rank\": \"%s\", \"node\": \"%s\", \"cause\": \"%s\", "
         f"\"last_step\": \"%s\", \"restart\": %s, \"max_restarts\": {max_restarts}, \"next\": \"%s\", "

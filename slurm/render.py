@@ -266,7 +266,7 @@ def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
     lines = ["# Recovery (vdkit.slurm.recovery): the successor's submission, the failed step's record and restart"]
     if job.heartbeat:
         lines += recovery.watchdog_lines(r.world_size, fault_limits(plan))
-    lines += recovery.submit_lines(run_dir, fault_limits(plan))
+    lines += recovery.submit_lines(run_dir, fault_limits(plan)) + recovery.term_lines(run_dir)
     lines += recovery.failure_lines(run_dir, checkpoint_dir(r, run_dir), r.cluster.max_restarts, _echo)
     return lines + [""]
 
@@ -280,7 +280,7 @@ def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     command = "\n".join(recovery_functions(plan, run_dir, job) + [
         "# The step runs in the background so that this shell can take Slurm's signals",
         f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
-        f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}' TERM",
+        f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}; vdkit_on_term' TERM",
         _srun_text(srun_argv(plan, run_dir, job)) + " &"] + continuation_lines(plan, run_dir, job))
     return _make_sbatch_string(command=command, folder=run_dir,
                                setup=body_lines(plan, run_dir, job), use_srun=False, **params)

@@ -139,6 +139,33 @@ def test_negative_max_restarts_is_refused_at_the_door(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
+def test_term_at_the_time_limit_submits_the_successor_at_once_and_only_once(rendered, tmp_path):
+    # Slurm KILLs the batch shell KillWait s after its TERM: the successor is submitted from the trap, before
+    # the ranks have stopped; the hand-over after the step then reuses it.
+    run_dir = rendered()
+    err = run_dir / "slurm-77.err"
+    err.write_text("slurmstepd-xe9680-1: error: *** JOB 77 ON xe9680-1 CANCELLED AT 2026-11-26T19:28:31 ***\n")
+    r = _shell(run_dir, tmp_path, 'NEXT=; vdkit_on_term; echo "next=${NEXT:-}"')
+    assert r.returncode == 0 and "next=\n" in r.stdout + "\n" and not (tmp_path / "sbatch.args").exists()  # a cancel
+    err.write_text("slurmstepd-xe9680-1: error: *** JOB 77 ON xe9680-1 CANCELLED AT 2026-11-26T19:28:31 DUE TO "
+                   "TIME LIMIT ***\n")
+    r = _shell(run_dir, tmp_path, 'NEXT=; vdkit_on_term; vdkit_on_term; vdkit_submit_next; echo "next=${NEXT:-}"')
+    assert r.returncode == 0 and "next=4242" in r.stdout, r.stderr
+    assert len((tmp_path / "sbatch.args").read_text().splitlines()) == 1 and "job 4242 continues" in r.stderr
+    assert (run_dir / "job_id.txt").read_text().split() == ["4242"]
+
+
+def test_a_successor_submitted_at_the_limit_is_cancelled_when_no_restart_is_allowed(rendered, tmp_path):
+    run_dir = rendered("cluster.max_restarts=0")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "scancel").write_text(f'#!/bin/bash\necho "$@" >> {tmp_path}/scancel.args\n')
+    (tmp_path / "bin" / "scancel").chmod(0o755)
+    r = _shell(run_dir, tmp_path, 'NEXT=4242; vdkit_failed 137 "killed at the time limit"; echo "next=${NEXT:-}"')
+    assert r.returncode == 0 and "next=\n" in r.stdout + "\n", r.stderr
+    assert (tmp_path / "scancel.args").read_text().split() == ["4242"]
+    assert json.loads((run_dir / "faults.jsonl").read_text())["restart"] == 0
+
+
 # (names in the checkpoint dir, the step the record names): each engine's naming, complete or not
 LAST_STEP_CASES = {
     "reference/megatron": (["step=30.ckpt", "step=60.ckpt", "step=90.ckpt.sha256", "step=60.ckpt.damaged-x",
