@@ -393,7 +393,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
 
 def _trusted_latest(ckpt_dir, rank: int, cuda: bool):
-    """The newest checkpoint every rank verified (each rank its own file); damaged ones set aside by rank 0."""
+    """The newest checkpoint every rank verified (each rank its own file); damaged ones set aside by rank 0,
+    whose line names the damaged rank file (it checks the whole directory only then)."""
     import torch
 
     from vdkit.recipes.common import trust
@@ -403,7 +404,7 @@ def _trusted_latest(ckpt_dir, rank: int, cuda: bool):
     return trust.trusted_latest(
         ckpt_dir, lambda: checkpoints(ckpt_dir), lambda p: trust.check(p, [ckpt.rank_file(p, rank)]),
         lambda flag: _flag_sum(int(flag), cuda) > 0, rank == 0, torch.distributed.barrier,
-        lambda line: print(line, flush=True) if rank == 0 else None)
+        lambda line: print(line, flush=True) if rank == 0 else None, trust.check)
 
 
 def _room_for_a_save(plan, rank: int, ckpt_dir, cuda: bool) -> None:
