@@ -216,7 +216,10 @@ def _damaged_checkpoint(tmp_path, cell, damage):
     aside = [p.name for p in ckpts.iterdir() if ".damaged-" in p.name]
     assert any(n.startswith(newest.name + ".damaged-") for n in aside), aside
     logs = "".join((run_dir / f"slurm-{j}.out").read_text(errors="replace") for j in figures["jobs"])
-    assert f"checkpoint {newest.name} is damaged ({target.name}: SHA-256 " in logs and "set aside as" in logs
+    assert f"checkpoint {newest.name} is damaged (" in logs and f"{target.name}: SHA-256 " in logs  # named, and why
+    assert "set aside as" in logs
+    if target != newest:  # megatron: rank 0's own file is good; its line names the rank that found the damage
+        assert f"is damaged (rank 1: {target.name}: SHA-256 " in logs
     assert f"set aside as damaged: {newest.name}.damaged-" in figures["status"]
     return _row(f"latest checkpoint {damage}", cell, figures)
 
@@ -385,18 +388,37 @@ def test_a_full_disk_at_a_save_is_refused_cleanly_and_the_run_continues_once_fre
 
 
 # ----------------------------------------------------------------------------- alone: the cluster's daemons down
-def _side_by_side(megatron_cell):
-    """The cells one daemon fault strikes at once: the reference one, and megatron's where it is installed."""
-    return [REFERENCE] + ([megatron_cell] if HAVE_MEGATRON else [])
+def _side_by_side(tmp_path, megatron_cell):
+    """[(cell, run dir)] of the runs one daemon fault strikes at once, each trained past its fault's step: the
+    reference one, and megatron's where it is installed.
+
+    Both must be mid-run at one moment, whatever their start-ups (they differed by 11 s: tiny runs train for
+    10-20 s): a run past its step while the other is not yet trains slowly meanwhile - its ranks stopped
+    (SIGSTOP) 1.5 s of every 1.8 s, short enough that they still beat well within the watchdog's limits."""
+    cells = [dataclasses.replace(REFERENCE, max_steps=240)] + \
+        ([dataclasses.replace(megatron_cell, max_steps=160)] if HAVE_MEGATRON else [])
+    runs = [(cell, cell.submit(tmp_path / cell.engine)[0]) for cell in cells]
+    deadline = time.monotonic() + 300
+    while True:
+        ready = [_trained_past(run_dir, cell.inject_at)() for cell, run_dir in runs]
+        if all(ready):
+            return runs
+        assert time.monotonic() < deadline, f"waited 300 s for every run past its step: {ready}"
+        held = [pid for (cell, run_dir), past in zip(runs, ready) if past
+                for pid in _ranks(run_dir, cell.engine).values()]
+        for pid in held:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(1.5)
+        for pid in held:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)
 
 
 def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(alone, local_slurm, tmp_path):
     # Jobs hold whole nodes, so the two runs cannot share one: the node of each run's rank 1 dies at once.
     from vdkit.slurm.localcluster import _which
 
-    runs = [(cell, cell.submit(tmp_path / cell.engine)[0]) for cell in _side_by_side(MEGATRON_2N)]
-    for cell, run_dir in runs:
-        _at(run_dir, cell.inject_at, 300)
+    runs = _side_by_side(tmp_path, MEGATRON_2N)
     victims = []
     for cell, run_dir in runs:
         rank = _ranks(run_dir, cell.engine)[1]
@@ -438,11 +460,8 @@ def test_controller_outage_at_hand_over(alone, local_slurm, tmp_path):
     from vdkit.faults import read_faults
     from vdkit.slurm.localcluster import _which
 
-    runs = [(cell, cell.submit(tmp_path / cell.engine)[0]) for cell in _side_by_side(MEGATRON)]
-    at = {}
-    for cell, run_dir in runs:
-        job = _at(run_dir, cell.inject_at, 300)
-        at[run_dir] = (job, len(sub.job_ids(run_dir)), len(read_faults(run_dir)))
+    runs = _side_by_side(tmp_path, MEGATRON)
+    at = {run_dir: (_current_job(run_dir), len(sub.job_ids(run_dir)), len(read_faults(run_dir))) for _, run_dir in runs}
     for _, run_dir in runs:
         subprocess.run(["scancel", "--batch", "--signal=USR1", at[run_dir][0]], check=True)
     pid_file = local_slurm.root / "run" / "slurmctld.pid"

@@ -64,9 +64,9 @@ def test_trusted_latest_sets_the_damaged_aside_and_keeps_its_bytes(tmp_path):
     assert len(said) == 1 and "step=20.ckpt is damaged" in said[0] and "resuming from step=10" in said[0]
 
 
-def test_the_leader_names_the_file_another_rank_found_damaged(tmp_path):
+def test_the_leader_names_the_rank_and_file_another_rank_found_damaged(tmp_path):
     # A megatron checkpoint: rank 1's file is damaged, rank 0 (the leader) finds its own good and learns of the
-    # damage only as a flag; its line names the file and why, not "on another rank".
+    # damage from the gathered verdicts; its line names the rank, the file and why, not "on another rank".
     for step in (10, 20):
         d = tmp_path / f"step={step}.ckpt"
         d.mkdir()
@@ -80,12 +80,13 @@ def test_the_leader_names_the_file_another_rank_found_damaged(tmp_path):
         asked.append(path)
         return trust.check(path, [path / "rank00000.pt"])
 
-    def any_rank(flag):  # the all-reduce: rank 1 checks its own file of the same checkpoint
-        return flag or trust.check(asked[-1], [asked[-1] / "rank00001.pt"]) is not None
-    found = trust.trusted_latest(tmp_path, lambda: checkpoints(tmp_path), mine, any_rank, True, lambda: None,
-                                 said.append, trust.check)
+    def first_damage(why):  # the gather: rank 1 checks its own file of the same checkpoint
+        theirs = trust.check(asked[-1], [asked[-1] / "rank00001.pt"])
+        return next((f"rank {r}: {w}" for r, w in enumerate([why, theirs]) if w), None)
+    found = trust.trusted_latest(tmp_path, lambda: checkpoints(tmp_path), mine, None, True, lambda: None,
+                                 said.append, first_damage)
     assert found.name == "step=10.ckpt"
-    assert "step=20.ckpt is damaged (rank00001.pt: SHA-256" in said[0] and "resuming from step=10" in said[0]
+    assert "step=20.ckpt is damaged (rank 1: rank00001.pt: SHA-256" in said[0] and "resuming from step=10" in said[0]
 
 
 def test_no_good_checkpoint_left_starts_from_zero(tmp_path):

@@ -114,14 +114,14 @@ def set_aside(path: Path) -> Path:
 def trusted_latest(ckpt_dir: Path, candidates: Callable[[], List[Tuple[int, Path]]],
                    check_mine: Callable[[Path], Optional[str]], any_rank: Callable[[bool], bool],
                    leader: bool, barrier: Callable[[], None], say: Callable[[str], None],
-                   check_all: Optional[Callable[[Path], Optional[str]]] = None) -> Optional[Path]:
+                   first_damage: Optional[Callable[[Optional[str]], Optional[str]]] = None) -> Optional[Path]:
     """The newest checkpoint every rank verified, setting damaged ones aside; None when none is left.
 
     A collective: every rank calls it. ``candidates()``: (step, path) oldest first; ``check_mine(path)``:
     this rank's verdict (why it is damaged, or None); ``any_rank(flag)``: True when any rank's flag is;
-    ``leader``: this rank renames; ``say``: rank 0's log line; ``check_all(path)``: the whole checkpoint's
-    verdict, which the leader asks only when another rank found the damage (its line then names the file
-    and why, where a rank's verdict cannot travel through ``any_rank``'s flag)."""
+    ``leader``: this rank renames; ``say``: rank 0's log line; ``first_damage(why)``, where the engine can
+    gather words (a collective, in place of ``any_rank``): the first rank's verdict that is not None, naming
+    that rank, else None - so the leader's line names the file another rank found damaged and why."""
     damaged = []
     while True:
         found = candidates()
@@ -135,14 +135,13 @@ def trusted_latest(ckpt_dir: Path, candidates: Callable[[], List[Tuple[int, Path
             why = check_mine(path)
         except OSError as exc:
             why = f"unreadable: {exc.strerror}"
-        if not any_rank(why is not None):
+        if first_damage is not None:
+            why = first_damage(why)
+            if why is None:
+                return path
+        elif not any_rank(why is not None):
             return path
         if leader:
-            if why is None and check_all is not None:
-                try:
-                    why = check_all(path)
-                except OSError as exc:
-                    why = f"unreadable: {exc.strerror}"
             moved = set_aside(path)
             prev = f"step={found[-2][0]}" if len(found) > 1 else "step 0 (none is left)"
             say(f"[vdkit W] checkpoint {path.name} is damaged ({why or 'on another rank'}): set aside as "

@@ -394,7 +394,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
 def _trusted_latest(ckpt_dir, rank: int, cuda: bool):
     """The newest checkpoint every rank verified (each rank its own file); damaged ones set aside by rank 0,
-    whose line names the damaged rank file (it checks the whole directory only then)."""
+    whose line names the rank that found its file damaged and why."""
     import torch
 
     from vdkit.recipes.common import trust
@@ -404,7 +404,17 @@ def _trusted_latest(ckpt_dir, rank: int, cuda: bool):
     return trust.trusted_latest(
         ckpt_dir, lambda: checkpoints(ckpt_dir), lambda p: trust.check(p, [ckpt.rank_file(p, rank)]),
         lambda flag: _flag_sum(int(flag), cuda) > 0, rank == 0, torch.distributed.barrier,
-        lambda line: print(line, flush=True) if rank == 0 else None, trust.check)
+        lambda line: print(line, flush=True) if rank == 0 else None, lambda why: _first_damage(why, rank))
+
+
+def _first_damage(why, rank: int):
+    """Every rank's verdict on its own file of one checkpoint, gathered (a collective): the first damaged one
+    as 'rank R: why', or None when every rank's file is good."""
+    import torch
+
+    gathered = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(gathered, why)
+    return next((f"rank {r}: {w}" for r, w in enumerate(gathered) if w), None)
 
 
 def _room_for_a_save(plan, rank: int, ckpt_dir, cuda: bool) -> None:
