@@ -27,6 +27,18 @@ STANDALONE_NAME = "vdkit_heartbeat"
 _FAULTS_IMPORT = "from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S\n"
 
 
+_STARTED: list = []  # this process's started heartbeats, for leave_all
+
+
+def leave_all() -> None:
+    """Every heartbeat this process started says ``exit`` now. For a rank that ends with ``os._exit`` (the
+    reference and megatron engines, Bridge's rank: no C++ teardown), which runs no atexit handler: without it
+    a rank that stopped cleanly stays a silent beat, and a peer slower to leave (srun waiting on an absent
+    controller) has the watchdog kill the step and blame the rank that had left."""
+    for beat in list(_STARTED):
+        beat.leave()
+
+
 class Heartbeat:
     """One rank's heartbeat file, refreshed by a daemon thread until :meth:`stop`."""
 
@@ -57,6 +69,7 @@ class Heartbeat:
         # A rank that leaves Python (an error, a clean end) says so; one killed or on a dead node cannot,
         # which is how the watchdog tells the culprit from the peers that died of it.
         atexit.register(self.leave)
+        _STARTED.append(self)
         self._thread = threading.Thread(target=self._run, name="vdkit-heartbeat", daemon=True)
         self._thread.start()
         return self

@@ -1,7 +1,12 @@
 """A rank's heartbeat file (vdkit.recipes.heartbeat) and the limits the watchdog applies (vdkit.faults)."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+
+import pytest
 
 from vdkit import faults
 from vdkit.recipes.heartbeat import Heartbeat
@@ -83,3 +88,17 @@ def test_the_standalone_copy_runs_without_vdkit_and_writes_the_same_line(tmp_pat
     res = subprocess.run([sys.executable, "-I", "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert _fields(tmp_path / "hb" / "rank2")[2:] == (5, 500, "xe9680-3", "exit")  # atexit: 'exit'
+
+
+@pytest.mark.parametrize("engine", ["reference", "megatron"])
+def test_a_rank_that_ends_with_os_exit_says_exit(engine, tmp_path):
+    # The engines' ranks leave with os._exit (no C++ teardown), which skips atexit: the heartbeat must say
+    # 'exit' all the same, or a peer slower to leave has the watchdog kill the step and blame this rank.
+    code = (f"import runpy, vdkit.recipes.{engine}.train as t\n"
+            "from vdkit.recipes.heartbeat import Heartbeat\n"
+            "def main():\n    Heartbeat.from_env(0)\n    return 75\n"
+            f"t.main = main\nrunpy.run_module('vdkit.recipes.{engine}', run_name='__main__')\n")
+    env = {**os.environ, faults.HEARTBEAT_ENV: str(tmp_path)}
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 75, res.stderr[-1500:]
+    assert (tmp_path / "rank0").read_text().split()[5] == "exit"
