@@ -276,3 +276,25 @@ def test_vdkit_run_launcher_holds_the_lock_too(tmp_path):
     finally:
         os.close(fd)
     os.close(acquire_local(tmp_path))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "loop"])
+def test_rendered_script_refuses_a_lock_that_is_not_a_file(kind, tmp_path):
+    """A run.lock that is a FIFO (opening it blocked the batch shell for ever), a directory or a symlink loop:
+    the lock lines stop at once with one line naming the file and the fix, before anything starts."""
+    from vdkit.runlock import lock_lines
+
+    lock = tmp_path / "run.lock"
+    if kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "directory":
+        lock.mkdir()
+    else:
+        lock.symlink_to(lock)
+    script = "set -euo pipefail\n" + "\n".join(lock_lines(tmp_path, "slurm", "${SLURM_JOB_ID:-?}")) + "\necho started\n"
+    res = subprocess.run(["bash", "-c", script], env={**_env(), "SLURM_JOB_ID": "333"}, capture_output=True,
+                         text=True, timeout=20)
+    assert res.returncode == 1 and "started" not in res.stdout
+    line = res.stderr.strip()
+    assert "\n" not in line and f"{lock} is not a regular file" in line and f"rm -r {lock}" in line, line
+    assert "job 333" in line

@@ -34,7 +34,14 @@ def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
     the job's id (e.g. ``${SLURM_JOB_ID:-?}``)."""
     lock = shlex.quote(str(Path(run_dir) / LOCK_FILE))
     return [
-        "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here)",
+        "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here). The lock must",
+        "# be a regular file: opening a FIFO would block for ever, a directory or a symlink loop fails obscurely.",
+        f"if {{ [ -L {lock} ] && [ ! -e {lock} ]; }} || {{ [ -e {lock} ] && [ ! -f {lock} ]; }}; then",
+        f'  echo "vdkit: {lock} is not a regular file ($(stat -c %F {lock} 2>/dev/null || echo a broken link)), '
+        f'so job {job_id_expr} cannot take the run\'s lock: remove it (rm -r {lock}); the next job creates it '
+        'again" >&2',
+        "  exit 1",
+        "fi",
         f"exec {LOCK_FD}>>{lock}",
         f"if ! flock -n {LOCK_FD}; then",
         f'  echo "vdkit: the run directory is held by $(cat {lock} 2>/dev/null || echo another job); job '
