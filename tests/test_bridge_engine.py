@@ -364,3 +364,38 @@ def test_a_base_dir_without_a_bridge_checkpoint_is_refused_before_the_run(tmp_pa
     err = capsys.readouterr().err
     assert rc == 2 and "holds no Megatron-Bridge checkpoint" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+_EDITED = r"""
+import importlib.util, sys
+from vdkit.recipes.bridge import cpu_shim
+cpu_shim.apply()
+spec = importlib.util.spec_from_file_location("bridge_job", sys.argv[1])
+job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+for path in sys.argv[2:]:
+    print("rc", job.main([path]), flush=True)
+"""
+
+
+def test_an_edited_bridge_yaml_bridge_refuses_is_one_line_and_exit_2_in_the_rank(tmp_path):
+    """A user edits bridge.yaml and runs `sbatch launch.sbatch` without `vdkit check`: the rank's own job
+    (the run dir's bridge_job.py) says in one line which file Bridge refused and why, and exits 2 (the
+    recipe's fault: the batch shell does not restart it), not a traceback."""
+    if not _have_bridge():
+        pytest.skip("megatron-bridge not installed (extra [bridge])")
+    run_dir = _render(["engine=bridge", "model=tiny_llama", "data=synthetic", "method=pretrain",
+                       "cluster.nodes=1", "cluster.gpus_per_node=1"], tmp_path)
+    text = (run_dir / "bridge.yaml").read_text()
+    misspelt = tmp_path / "misspelt.yaml"
+    misspelt.write_text(text.replace("\nmodel:\n", "\nmodel:\n  num_layerz: 3\n", 1))
+    syntax = tmp_path / "syntax.yaml"
+    syntax.write_text(text.replace("\nmodel:\n", "\nmodel: [\n", 1))
+    out = subprocess.run([sys.executable, "-c", _EDITED, str(run_dir / "bridge_job.py"), str(misspelt), str(syntax)],
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "RANK": "0"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split().count("rc") == 2 and out.stdout.split().count("2") >= 2, out.stdout
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("bridge_job: Bridge's ConfigContainer")]
+    assert len(lines) == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    assert f"refuses {misspelt}:" in lines[0] and "num_layerz" in lines[0] and "fix: correct the key" in lines[0]
+    assert f"refuses {syntax}:" in lines[1]

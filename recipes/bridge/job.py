@@ -419,7 +419,22 @@ def main(argv=None):
         print("usage: python bridge_job.py BRIDGE_YAML", file=sys.stderr)
         return 2
     beat = start_heartbeat()  # first: start-up (imports, model build, checkpoint load) is watched too
-    return run(load(args[0]), beat=beat)
+    try:
+        cfg = load(args[0])
+    except Exception as exc:  # noqa: BLE001 - a hand-edited file Bridge refuses: one line, not a traceback
+        return refused(args[0], exc)
+    return run(cfg, beat=beat)
+
+
+def refused(path, exc) -> int:
+    """One line (rank 0) for a bridge.yaml Bridge's loader refuses (a syntax error, a misspelt key, a wrong
+    type); exit 2, which the batch shell reads as the recipe's fault and does not restart."""
+    if _rank() == 0:
+        detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+        print(f"bridge_job: Bridge's ConfigContainer.from_yaml refuses {path}: {detail[:800]} (fix: correct the key "
+              "or value it names, or re-render the run with `vdkit render`; `vdkit check RUN_DIR` finds this before "
+              "a job is queued)", file=sys.stderr, flush=True)
+    return 2
 
 
 if __name__ in ("__main__", "__mp_main__"):  # __mp_main__: a torch_dist writer's child re-importing this file
