@@ -394,7 +394,7 @@ def test_an_edited_bridge_yaml_bridge_refuses_is_one_line_and_exit_2_in_the_rank
     out = subprocess.run([sys.executable, "-c", _EDITED, str(run_dir / "bridge_job.py"), str(misspelt), str(syntax)],
                          capture_output=True, text=True, timeout=600, env={**os.environ, "RANK": "0"})
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split().count("rc") == 2 and out.stdout.split().count("2") >= 2, out.stdout
+    assert [ln for ln in out.stdout.splitlines() if ln.startswith("rc ")] == ["rc 2", "rc 2"], out.stdout
     lines = [ln for ln in out.stderr.splitlines() if ln.startswith("bridge_job: Bridge's ConfigContainer")]
     assert len(lines) == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert f"refuses {misspelt}:" in lines[0] and "num_layerz" in lines[0] and "fix: correct the key" in lines[0]

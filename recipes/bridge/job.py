@@ -421,6 +421,8 @@ def main(argv=None):
     beat = start_heartbeat()  # first: start-up (imports, model build, checkpoint load) is watched too
     try:
         cfg = load(args[0])
+    except ImportError:  # the image lacks Bridge: not the file's fault, so not reported as a refused edit
+        raise
     except Exception as exc:  # noqa: BLE001 - a hand-edited file Bridge refuses: one line, not a traceback
         return refused(args[0], exc)
     return run(cfg, beat=beat)
