@@ -114,3 +114,58 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     assert "cannot resolve model.optim.name=mcore_distributed_optim" in line and "fix:" in line
     (line,) = _errors(p.stderr, packed)
     assert "GPTSFTPackedDataset cannot read" in line and str(fake) in line
+
+
+# ----------------------------------------------------------------------------- a hand-edited nemo.yaml
+NEMO_CELL = ["model=llama2_7b", "method=lora", "cluster.nodes=1"]
+# name -> (the edit of nemo.yaml, fragments of its one line). No NeMo venv: the comparison with the kit's own
+# render refuses these before NeMo's probe (which took 27-39 s and passed them all).
+NEMO_EDITS = {
+    "unknown-key": (lambda d: d["trainer"].update(max_stpes=100),
+                    ["unknown key trainer.max_stpes", "NeMo 1.23 ignores it silently; did you mean trainer.max_steps?",
+                     "fix: rename it trainer.max_steps"]),
+    "unknown-section": (lambda d: d["model"].update(bogus_section={"x": 1}),
+                        ["unknown key model.bogus_section", "fix: remove it"]),
+    "str-for-int": (lambda d: d["model"].update(micro_batch_size="one"),
+                    ["model.micro_batch_size is 'one', a str", "NeMo 1.23 reads an int there", "the kit rendered 1"]),
+    "int-for-bool": (lambda d: d["model"].update(sequence_parallel=1),
+                     ["model.sequence_parallel is 1, an int", "reads a bool there"]),
+    "scalar-for-mapping": (lambda d: d["model"].update(optim=5), ["model.optim is 5, an int", "reads a mapping there"]),
+    "max-steps-neg": (lambda d: d["trainer"].update(max_steps=-3), ["trainer.max_steps=-3", "needs it > 0"]),
+    "max-steps-unlimited": (lambda d: d["trainer"].update(max_steps=-1),
+                            ["trainer.max_steps=-1", "Lightning's -1, no limit, fails there"]),
+    "tp-neg": (lambda d: d["model"].update(tensor_model_parallel_size=-3),
+               ["model.tensor_model_parallel_size=-3", "needs it > 0", "the kit rendered 1"]),
+    "devices-0": (lambda d: d["trainer"].update(devices=0), ["trainer.devices=0", "needs it > 0"]),
+}
+
+
+def test_nemo_yaml_hand_edits_refused_before_nemo(tmp_path, monkeypatch, capsys):
+    """A nemo.yaml edited by hand is compared with the kit's render of the run's own recipe: an unknown key, a
+    changed type or a count <= 0 is one line each, exit 2, in about a second and without NeMo's venv; a new lr
+    is accepted and listed; an untouched render lists no edits."""
+    from vdkit.cli import main
+
+    monkeypatch.setenv("VDKIT_NEMO_VENV", str(tmp_path / "no-venv"))  # NeMo's probe never runs here
+    dirs = {}
+    for name in ["clean", "new-lr", *NEMO_EDITS]:
+        assert main(["render", *NEMO_CELL, f"run.name={name}", "--out", str(tmp_path), "--no-check-mounts"]) == 0
+        dirs[name] = tmp_path / name
+        if name in NEMO_EDITS:
+            _edit_yaml(dirs[name] / "nemo.yaml", NEMO_EDITS[name][0])
+    _edit_yaml(dirs["new-lr"] / "nemo.yaml", lambda d: d["model"]["optim"].update(lr=2e-4))
+    capsys.readouterr()
+    import time
+
+    start = time.perf_counter()
+    assert main(["check", *map(str, dirs.values())]) == 2
+    seconds = time.perf_counter() - start
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and seconds < 5 * len(dirs), seconds
+    for name, (_edit, fragments) in NEMO_EDITS.items():
+        (line,) = _errors(err, dirs[name])
+        assert all(f in line for f in fragments) and "fix:" in line, line
+    assert _errors(err, dirs["clean"]) == [] and _errors(err, dirs["new-lr"]) == []
+    assert "nemo.yaml differs from the kit's render of recipe.yaml at 1 key(s) (each known to NeMo 1.23, of the " \
+           "rendered type): model.optim.lr\n" in out
+    assert "nemo.yaml is the kit's render of recipe.yaml and plan.json (no hand edits)" in out

@@ -44,13 +44,33 @@ def check_runs(run_dirs) -> list:
     from vdkit.recipes.bridge.data import byte_tokenizer_files
     from vdkit.recipes.nemo_check import venv
 
-    reports = {str(d): Report(Path(d), f"NeMo {venv.NEMO_VERSION}") for d in run_dirs}
+    from vdkit.errors import UserError
+    from vdkit.recipes.nemo_check import edits
+
+    order = [str(d) for d in run_dirs]
+    reports, edit_s = {}, {}
+    for d in run_dirs:  # the hand edits first (about a second): a refused file never waits for NeMo's import
+        start = time.perf_counter()
+        reports[str(d)] = Report(Path(d), f"NeMo {venv.NEMO_VERSION}")
+        try:
+            ok = edits.check(Path(d), reports[str(d)])
+        except UserError as exc:  # plan.json unreadable: this run dir's defect, not the whole command's
+            reports[str(d)].defect(exc.what, "plan.json", exc.fix or "re-render the run with `vdkit render`")
+            ok = False
+        if not ok:
+            edit_s[str(d)] = time.perf_counter() - start
+    refused = {k: reports.pop(k) for k in edit_s}
+    for k, rep in refused.items():
+        rep.seconds = edit_s[k]
+    run_dirs = [d for d in run_dirs if str(d) not in refused]
+    if not run_dirs:
+        return list(refused.values())
     py = venv.python()
     if py is None:
         for rep in reports.values():
             rep.not_here(f"NeMo {venv.NEMO_VERSION} is not installed for vdkit check (its own venv, {venv.location()}): "
                          "make it with `python -m vdkit.recipes.nemo_check.venv` (about a minute), then rerun")
-        return list(reports.values())
+        return [{**refused, **reports}[k] for k in order]
     with tempfile.TemporaryDirectory(prefix="vdkit-nemo-tok-") as tok:
         for name, text in byte_tokenizer_files("").items():
             (Path(tok) / Path(name).name).write_text(text)
@@ -79,7 +99,7 @@ def check_runs(run_dirs) -> list:
             rep.lines.append((DEFECT, f"the NeMo {venv.NEMO_VERSION} check did not finish (exit {proc.returncode}): "
                                       f"{tail[:300]} (vdkit check; fix: rerun; recreate the venv with "
                                       "`python -m vdkit.recipes.nemo_check.venv`)"))
-    return list(reports.values())
+    return [{**refused, **reports}[k] for k in order]
 
 
 __all__ = ["check_runs", "NOT_HERE"]
