@@ -154,6 +154,10 @@ def test_nemo_yaml_hand_edits_refused_before_nemo(tmp_path, monkeypatch, capsys)
         if name in NEMO_EDITS:
             _edit_yaml(dirs[name] / "nemo.yaml", NEMO_EDITS[name][0])
     _edit_yaml(dirs["new-lr"] / "nemo.yaml", lambda d: d["model"]["optim"].update(lr=2e-4))
+    assert main(["render", *NEMO_CELL, "run.name=fifo", "--out", str(tmp_path), "--no-check-mounts"]) == 0
+    dirs["fifo"] = tmp_path / "fifo"
+    (dirs["fifo"] / "nemo.yaml").unlink()
+    os.mkfifo(dirs["fifo"] / "nemo.yaml")  # NeMo's probe would block on it for ever
     capsys.readouterr()
     import time
 
@@ -166,6 +170,8 @@ def test_nemo_yaml_hand_edits_refused_before_nemo(tmp_path, monkeypatch, capsys)
         (line,) = _errors(err, dirs[name])
         assert all(f in line for f in fragments) and "fix:" in line, line
     assert _errors(err, dirs["clean"]) == [] and _errors(err, dirs["new-lr"]) == []
+    (line,) = _errors(err, dirs["fifo"])
+    assert "nemo.yaml is a FIFO" in line
     assert "nemo.yaml differs from the kit's render of recipe.yaml at 1 key(s) (each known to NeMo 1.23, of the " \
            "rendered type): model.optim.lr\n" in out
     assert "nemo.yaml is the kit's render of recipe.yaml and plan.json (no hand edits)" in out

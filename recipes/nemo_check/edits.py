@@ -92,9 +92,7 @@ def compare(run_dir: Path) -> Tuple[List[Tuple[str, str, str]], List[str]]:
     from vdkit.rundir import NEMO_CONFIG_FILE, load_plan
 
     path = Path(run_dir) / NEMO_CONFIG_FILE
-    if not path.is_file():
-        return [(f"no {NEMO_CONFIG_FILE} in the run directory", NEMO_CONFIG_FILE, f"restore it, {FIX_RERENDER}")], []
-    try:
+    try:  # a missing file, a FIFO, a directory: load_yaml's one line, never an open that blocks
         edited = _flat(_load(path))
     except UserError as exc:
         return [(exc.what, NEMO_CONFIG_FILE, exc.fix or FIX_RERENDER)], []
