@@ -137,6 +137,7 @@ NEMO_EDITS = {
     "tp-neg": (lambda d: d["model"].update(tensor_model_parallel_size=-3),
                ["model.tensor_model_parallel_size=-3", "needs it > 0", "the kit rendered 1"]),
     "devices-0": (lambda d: d["trainer"].update(devices=0), ["trainer.devices=0", "needs it > 0"]),
+    "no-model": (lambda d: d.pop("model"), ["has no model section: NeMo 1.23's script reads it"]),
 }
 
 

@@ -137,6 +137,12 @@ def compare(run_dir: Path) -> Tuple[List[Tuple[str, str, str]], List[str]]:
         if kind != "mapping" and (key not in rendered or rendered[key] != value):
             changed.append(key)
     removed = [k for k in rendered if k not in edited and k.rpartition(".")[0] in edited or "." not in k and k not in edited]
+    sections = [k for k in removed if "." not in k]
+    if sections:  # NeMo's script reads cfg.trainer / cfg.exp_manager / cfg.model: it stops at once without one
+        many = len(sections) > 1
+        defects.append((f"{path} has no {', '.join(sections)} {'sections' if many else 'section'}: NeMo 1.23's script "
+                        f"reads {'them' if many else 'it'}", sections[0],
+                        f"restore it, {FIX_RERENDER}"))
     return defects, changed + [f"{k} (removed)" for k in removed]
 
 
