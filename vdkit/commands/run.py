@@ -89,6 +89,7 @@ def resume(args) -> int:
                         f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
+    engine.resume_check(plan, run_dir)  # the engine's files as the stack takes them: an edit refused here, not per rank
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
     rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
