@@ -73,3 +73,72 @@ def test_the_report_builds_with_the_planner_unimportable(tmp_path):
     for nodes, step_s in expected.items():
         assert ran[8 * nodes]["predicted_minutes"] == pytest.approx(step_s * steps / 60, rel=1e-3)
         assert ran[8 * nodes]["minutes"] is not None  # measured, extrapolated
+
+
+# ----------------------------------------------------------------------------- a hand-edited recipe.yaml
+LOCAL_REF = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"]
+FIX = "or re-render the run with `vdkit render`)"
+# key -> (the value edited into recipe.yaml, the one line after "<verb>: error: <run dir>/recipe.yaml")
+RECIPE_EDITS = {
+    "model.num_layers": (-3, ": model.num_layers=-3 must be >= 1 (fix: edit it (use e.g. model.num_layers=32), " + FIX),
+    "cluster.nodes": (0, ": cluster.nodes=0 must be >= 1 (fix: edit it (use e.g. cluster.nodes=1), " + FIX),
+    "model.hidden_size": ("big", ": model.hidden_size: Value 'big' of type 'str' could not be converted to Integer "
+                                 "(fix: correct that key, " + FIX),
+    "engine.name": ("vllm", ": engine.name='vllm' is not an engine (fix: edit it (use engine=nemo or engine=reference or "
+                            "engine=megatron or engine=bridge), " + FIX),
+}
+
+
+def _edited_run(tmp_path, key, value):
+    import yaml
+
+    run_dir = create_run_dir(make_plan(compose(LOCAL_REF)), {}, run_dir=tmp_path / "run")
+    data = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    section, name = key.split(".")
+    data[section][name] = value
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    return run_dir
+
+
+@pytest.mark.parametrize("key", list(RECIPE_EDITS))
+def test_a_hand_edited_recipe_is_one_exact_line(key, tmp_path, capsys):
+    """`vdkit run --resume`, `vdkit check` and the rank's own entry refuse a recipe.yaml value render would have
+    refused: the exact line naming the file, the key and the fix, exit 2, nothing trained (before: a traceback in a
+    rank for a negative layer count, a run of 0 nodes or of an unknown engine that trained, `check` exit 0)."""
+    from vdkit.cli import main
+    from vdkit.recipes.reference.train import main as rank_main
+
+    value, line = RECIPE_EDITS[key]
+    run_dir = _edited_run(tmp_path, key, value)
+    invalid = "invalid " if key == "model.hidden_size" else ""  # the schema's type check, before the value rules
+    for prog, call in (("vdkit run", lambda: main(["run", "--resume", str(run_dir)])),
+                       ("vdkit check", lambda: main(["check", str(run_dir)])),
+                       ("vdkit reference", lambda: rank_main([str(run_dir)]))):
+        assert call() == 2, prog
+        out, err = capsys.readouterr()
+        assert err == f"{prog}: error: {invalid}{run_dir / 'recipe.yaml'}{line}\n", prog
+    assert not (run_dir / "checkpoints").exists() and not (run_dir / "logs").exists()
+
+
+def test_every_rendered_recipe_loads_back(tmp_path, capsys):
+    """What the kit renders passes the value rules it is read back with (status / validate / report on a
+    run dir must keep working): cells of every engine and launcher, rendered by the CLI, loaded back."""
+    from vdkit.cli import main
+    from vdkit.rundir import RECIPE_FILE, load_recipe
+
+    image = "engine.container_image=nvcr.io/nvidia/nemo:24.01.01.framework"
+    volumes = "cluster.kubernetes.storage=[" + ",".join(f"{{mount_path:{p},claim:c{i}}}" for i, p in enumerate(
+        ("/data", "/shared", "/models", str(tmp_path)))) + "]"
+    for args in (["--sweep", "table9"], ["--sweep", "training"], ["--sweep", "alpaca_opt"],
+                 ["-m", "engine=megatron,reference", *LOCAL_REF[1:]],
+                 ["engine=bridge", "method=pretrain", *LOCAL_REF[1:]],
+                 ["engine=bridge", "model=llama2_7b", "method=lora", "model.megatron_path=/shared/llama2_7b_mcore"],
+                 ["cluster=k8s_h100", "model=llama2_7b", "method=lora", image, volumes]):
+        assert main(["render", *args, "--out", str(tmp_path / "runs"), "--no-check-mounts"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    recipes = [load_recipe(p) for p in sorted((tmp_path / "runs").glob(f"*/{RECIPE_FILE}"))]
+    assert len(recipes) >= 30
+    assert {(r.engine.name, r.cluster.launcher) for r in recipes} >= {
+        ("nemo", "slurm"), ("nemo", "kubernetes"), ("reference", "slurm"), ("reference", "local"),
+        ("megatron", "local"), ("bridge", "local"), ("bridge", "slurm")}
+    assert {r.method.name for r in recipes} >= {"lora", "sft", "ptuning", "pretrain"}

@@ -437,8 +437,9 @@ def _validate_model(mc: ModelCfg) -> None:
            "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
 
 
-def recipe_from_dict(data: dict, overrides=()) -> Recipe:
-    """Rebuild a Recipe from its ``to_dict()`` form (e.g. a run directory's recipe.yaml)."""
+def recipe_from_dict(data: dict, overrides=(), source: str = "recipe.yaml") -> Recipe:
+    """Rebuild a Recipe from its ``to_dict()`` form (e.g. a run directory's recipe.yaml, named ``source`` in the
+    one-line UserError for an unknown key or a wrong type)."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -446,5 +447,7 @@ def recipe_from_dict(data: dict, overrides=()) -> Recipe:
         merged = OmegaConf.merge(schema_node(), data)
         obj: VdkitConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise UserError(f"invalid recipe.yaml: {hydra_message(exc)}", "re-render the run with `vdkit render`") from None
+        key = getattr(exc, "full_key", None)  # the edited key, which Hydra's first line does not name
+        raise UserError(f"invalid {source}: {f'{key}: ' if key else ''}{hydra_message(exc)}",
+                        "correct that key, or re-render the run with `vdkit render`") from None
     return Recipe(overrides=tuple(overrides), **{f.name: getattr(obj, f.name) for f in dataclasses.fields(VdkitConfig)})

@@ -165,7 +165,20 @@ def load_recipe(path) -> Recipe:
     if not isinstance(data, dict):
         raise UserError(f"recipe {path} is not a mapping of sections (model, method, ...)",
                         "restore recipe.yaml (or re-render the run with `vdkit render`)")
-    return recipe_from_dict(data)
+    recipe = recipe_from_dict(data, source=str(path))
+    # A recipe.yaml edited by hand gets the composed recipe's value rules (not its file checks: the run
+    # may be read on another machine), so that a rank never trains on e.g. model.num_layers=-3 and
+    # `vdkit check` / `status` / `report` never act on a recipe render would have refused.
+    from vdkit.config import validate_fields
+    from vdkit.rules import check_values
+
+    try:
+        check_values(recipe)
+        validate_fields(recipe)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc.what}", f"edit it ({exc.fix or 'correct the value'}), or re-render the run "
+                        "with `vdkit render`") from None
+    return recipe
 
 
 def _prediction(data) -> Optional[Prediction]:

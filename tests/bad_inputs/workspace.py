@@ -258,6 +258,28 @@ def _symfarm(ws: Path, n: int) -> None:
         os.symlink(ws / "good.out", d / f"slurm-{i}.out")
 
 
+# Hand edits of a run directory's recipe.yaml (key -> the value written): each must be refused by every verb and
+# rank that reads the run dir, naming the file and the key (cases.yaml's h4-edited-recipe products).
+RECIPE_EDITS = {"model.num_layers": -3, "cluster.nodes": 0, "model.hidden_size": "big", "engine.name": "vllm",
+                "train.max_steps": -5, "method.lr": -1.0}
+
+
+def _edited_recipes(ws: Path) -> None:
+    """``recipe_edit/<key>/``: a local run dir (with a log, so `validate` reads it) whose recipe.yaml has one
+    :data:`RECIPE_EDITS` value."""
+    import yaml
+
+    src = _local_run(ws)
+    (src / "local-1.out").write_text(nemo1_log([5.0] * 50))
+    for key, value in RECIPE_EDITS.items():
+        dst = ws / "recipe_edit" / key
+        shutil.copytree(src, dst)
+        data = yaml.safe_load((dst / "recipe.yaml").read_text())
+        section, name = key.split(".")
+        data[section][name] = value
+        (dst / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+
 EXTRAS = {
     "symfarm300": lambda ws: _symfarm(ws, 300),
     "symfarm3000": lambda ws: _symfarm(ws, 3000),
@@ -286,6 +308,7 @@ EXTRAS = {
     **{f"lock_{kind}": (lambda kind: lambda ws: (_local_run(ws), _lock(ws, kind)))(kind) for kind in ("dir", "fifo", "loop")},
     **{f"{stem}_{kind}": (lambda name, kind: lambda ws: (_local_run(ws), _state_file(ws, name, kind)))(name, kind)
        for stem, name in STATE_FILE_NEEDS.items() for kind in ("dir", "fifo")},
+    "edited_recipes": _edited_recipes,
     "taken_run": lambda ws: ((ws / "out" / "tiny_llama_lora_1n1g").mkdir(parents=True),
                              (ws / "out" / "tiny_llama_lora_1n1g" / "launch.sbatch").write_text("an earlier run\n")),
 }

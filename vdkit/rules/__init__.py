@@ -37,13 +37,19 @@ def check_launcher_settings(recipe) -> None:
         launchers.get(recipe.cluster.launcher).check_recipe(recipe)
 
 
-def check_recipe(recipe) -> None:
-    """Every rule of this package on a composed recipe (called by vdkit.config.compose)."""
+def check_values(recipe) -> None:
+    """The rules on the recipe's values alone (no file is opened): what a recipe read back from a run
+    directory's edited recipe.yaml must pass too (vdkit.rundir.load_recipe)."""
     check_numbers(recipe)
     check_names(recipe)
     check_architecture(recipe.model)
     check_cluster_env(recipe.cluster.env)
     check_secret_values(recipe)
-    check_files(recipe)
     check_launcher_settings(recipe)
+
+
+def check_recipe(recipe) -> None:
+    """Every rule of this package on a composed recipe (called by vdkit.config.compose)."""
+    check_values(recipe)
+    check_files(recipe)
     check_secrets_file(recipe.run.secrets_file, required=False)
