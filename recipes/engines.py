@@ -38,6 +38,10 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     one call for all run directories of this engine (one import of the stack).
 ``local_check(plan) -> None``  (default: accept)
     The checks before training on this machine (``vdkit run``): data files, tokenizer, ...
+``resume_check(plan, run_dir) -> None``  (default: accept)
+    Before a stopped run continues here in its own run directory (``vdkit run --resume``): refuse
+    (UserError) the engine's files there that its stack would refuse - a person may have edited them
+    since render - before any rank starts. Import the stack only here, where it is needed.
 ``env(plan[, run_dir]) -> dict[str, str]``  (default ``{}``)
     Variables every rank needs beyond the cluster's NCCL / rendezvous set, exported before srun
     (e.g. ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tensor parallelism; the reference engine's offline
@@ -193,6 +197,11 @@ class Engine:
         fn = getattr(self.module, "local_check", None)
         if fn:
             fn(plan)
+
+    def resume_check(self, plan, run_dir) -> None:
+        fn = getattr(self.module, "resume_check", None)
+        if fn:
+            fn(plan, Path(run_dir))
 
     def env(self, plan, run_dir=None) -> Dict[str, str]:
         fn = getattr(self.module, "env", None)

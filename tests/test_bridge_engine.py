@@ -399,3 +399,58 @@ def test_an_edited_bridge_yaml_bridge_refuses_is_one_line_and_exit_2_in_the_rank
     assert len(lines) == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
     assert f"refuses {misspelt}:" in lines[0] and "num_layerz" in lines[0] and "fix: correct the key" in lines[0]
     assert f"refuses {syntax}:" in lines[1]
+
+
+_RESUME = r"""
+import sys, time
+from vdkit.cli import main
+from vdkit.recipes.engines import get
+from vdkit.rundir import load_plan
+get("bridge").resume_check(load_plan(sys.argv[1]), sys.argv[1])  # the rendered file itself passes the door
+print("clean passes", flush=True)
+for d in sys.argv[2:]:
+    print("@@@ " + d, file=sys.stderr, flush=True)
+    start = time.monotonic()
+    rc = main(["run", "--resume", d])
+    print("rc", rc, round(time.monotonic() - start, 1), flush=True)
+"""
+# Hand edits of a local run's bridge.yaml -> what Bridge's error names. A section given a wrong type passes the
+# loader and is refused by Bridge's runtime_config_update (the second step `vdkit check` runs).
+_EDITS = {"misspelt": (lambda t: t.replace("\ntrain:\n", "\ntrain:\n  bogus_key: 1\n", 1), "bogus_key"),
+          "syntax": (lambda t: t.replace("\nmodel:\n", "\nmodel: [\n", 1), "ParserError"),
+          "target": (lambda t: t.replace("config.TrainingConfig\n", "config.TrainingConfigz\n", 1), "TrainingConfigz"),
+          "section-type": (lambda t: t.split("\ntrain:\n", 1)[0] + "\ntrain: 5\noptimizer:\n"
+                           + t.split("\noptimizer:\n", 1)[1], "finalize")}
+
+
+def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(tmp_path):
+    """`vdkit run --resume RUN_DIR` after a hand edit of bridge.yaml that Bridge refuses: each rank started, imported
+    Bridge and exited 2. The door now loads the file as `vdkit check` does (the run dir's own loader, then Bridge's
+    runtime_config_update) before any rank starts: one line naming the file, Bridge's error and the fix, exit 2.
+    All edits in one process: Bridge is imported once (only for engine=bridge run dirs)."""
+    if not _have_bridge():
+        pytest.skip("megatron-bridge not installed (extra [bridge])")
+    import shutil
+
+    clean = _render(["engine=bridge", "model=tiny_llama", "data=synthetic", "method=pretrain", "cluster=local"],
+                    tmp_path / "clean")
+    text = (clean / "bridge.yaml").read_text()
+    dirs = {}
+    for name, (edit, _) in _EDITS.items():
+        d = dirs[name] = Path(shutil.copytree(clean, tmp_path / name))
+        (d / "bridge.yaml").write_text(edit(text))
+        assert (d / "bridge.yaml").read_text() != text, name
+    out = subprocess.run([sys.executable, "-c", _RESUME, str(clean), *map(str, dirs.values())], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "clean passes" in out.stdout.splitlines(), out.stderr[-3000:]
+    results = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("rc ")]
+    errs = out.stderr.split("@@@ ")[1:]
+    assert len(results) == len(errs) == len(dirs), (out.stdout, out.stderr[-3000:])
+    for (name, d), (_, rc, seconds), err in zip(dirs.items(), results, errs):
+        lines = [ln for ln in err.splitlines()[1:] if ln.strip()]
+        assert rc == "2" and len(lines) == 1, (name, rc, err[-3000:])
+        line = lines[0]
+        assert f"{d / 'bridge.yaml'}" in line and _EDITS[name][1] in line and "fix:" in line, (name, line)
+        assert not (d / "local-1.out").exists() and not (d / "logs").exists(), name  # no rank started
+        assert float(seconds) < 5, (name, seconds)  # Bridge imported already (by the clean check): the door's own time

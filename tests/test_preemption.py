@@ -298,3 +298,147 @@ def test_rendered_script_refuses_a_lock_that_is_not_a_file(kind, tmp_path):
     line = res.stderr.strip()
     assert "\n" not in line and f"{lock} is not a regular file" in line and f"rm -r {lock}" in line, line
     assert "job 333" in line
+
+
+# ----------------------------------------------------------------------------- the run's state files (issue 27 item 5)
+# Every file in the run dir the batch script reads or appends, as the script names it; a new one must be added
+# to vdkit.rundir.SHELL_STATE_FILES (test_the_batch_script_keeps_its_state_only_in_the_checked_files says so).
+SCRIPT_STATE = ("run.lock", "job_id.txt", "finished", "faults.jsonl", "excluded_nodes")
+# What the batch script calls outside bash, as a failed two-node step on a dead node sees them.
+_STUBS = {
+    "srun": 'echo "srun: error: node2: task 1: Killed" >&2; echo "srun: error: Node failure on node2" >&2; exit 1',
+    "scontrol": 'case "$1" in show) echo node1 ;; -o) echo "NodeName=node1 NodeAddr=127.0.0.1" ;; esac',
+    "sbatch": "echo 444", "squeue": "exit 0", "scancel": "exit 0",
+}
+
+
+@pytest.fixture(scope="module")
+def batch_script(tmp_path_factory):
+    """The reference engine's rendered launch.sbatch (two nodes, the watchdog, the recovery functions) with its
+    run dir as ``@RUN_DIR@``, and a bin dir of Slurm stand-ins: rendered once for the module."""
+    from vdkit.config import compose
+    from vdkit.planner.plan import make_plan
+    from vdkit.prepare import render_run
+
+    root = tmp_path_factory.mktemp("batch")
+    run_dir = render_run(make_plan(compose(["model=tiny_llama", "method=lora", "engine=reference", "data=synthetic",
+                                            "cluster.nodes=2", "cluster.mpi=none"])), root, check_mounts=False)
+    bin_dir = root / "bin"
+    bin_dir.mkdir()
+    for name, body in _STUBS.items():
+        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    return (run_dir / "launch.sbatch").read_text().replace(str(run_dir), "@RUN_DIR@"), bin_dir
+
+
+def _run_batch(batch_script, run_dir: Path, timeout: float = 15):
+    """bash runs the script as the batch shell of job 333 (output in slurm-333.out / .err, as sbatch opens them);
+    (exit code, stderr lines). A hang is killed with its whole process group (the watchdog too) and reported."""
+    text, bin_dir = batch_script
+    (run_dir / "launch.sbatch").write_text(text.replace("@RUN_DIR@", str(run_dir)))
+    env = {**_env(), "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "333", "SLURM_JOB_NODELIST": "node[1-2]"}
+    with open(run_dir / "slurm-333.out", "ab") as out, open(run_dir / "slurm-333.err", "ab") as err:
+        proc = subprocess.Popen(["bash", str(run_dir / "launch.sbatch")], cwd=run_dir, env=env, stdout=out, stderr=err,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.fail(f"the batch script hung (killed after {timeout} s)")
+    return rc, [ln for ln in (run_dir / "slurm-333.err").read_text().splitlines() if ln.strip()]
+
+
+def test_the_batch_script_keeps_its_state_only_in_the_checked_files(batch_script, tmp_path):
+    """The control for the test below: a step that fails on a dead node drives the script through every state
+    file (job ids, finished, the fault record with its restart count, the excluded node), and every file it
+    leaves in the run dir besides its own output and the heartbeat dir is one the script checks at its start."""
+    from vdkit.rundir import SHELL_STATE_FILES
+
+    rc, err = _run_batch(batch_script, tmp_path)
+    assert rc == 1 and any("restart 1 of 3: job 444" in ln for ln in err), err
+    assert (tmp_path / "job_id.txt").read_text().split() == ["333", "444"]
+    assert '"restart": 1' in (tmp_path / "faults.jsonl").read_text()
+    assert (tmp_path / "excluded_nodes").read_text().split() == ["node2"]
+    left = {p.name for p in tmp_path.iterdir()} - {"launch.sbatch", "slurm-333.out", "slurm-333.err", "heartbeat"}
+    assert left <= set(SHELL_STATE_FILES) and set(SCRIPT_STATE) == set(SHELL_STATE_FILES), (left, SHELL_STATE_FILES)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+@pytest.mark.parametrize("name", SCRIPT_STATE[1:])  # run.lock: test_rendered_script_refuses_a_lock_that_is_not_a_file
+def test_the_batch_script_refuses_a_state_file_that_is_not_a_file(batch_script, name, kind, tmp_path):
+    """A state file that is a FIFO blocked the batch shell for ever at its first grep / echo >> (the allocation
+    wasted); one that is a directory made `finished` stop the run, `grep -c` reset the restart count (restarts
+    unbounded) or an append fail obscurely. The script now stops at its start: one line naming the file, what it
+    is and the fix, exit 1, nothing started or written."""
+    path = tmp_path / name
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    start = time.monotonic()
+    rc, err = _run_batch(batch_script, tmp_path)
+    assert time.monotonic() - start < 10
+    assert rc == 1 and len(err) == 1, err
+    assert f"{path} is not a regular file ({kind})" in err[0] and f"rm -r {path}" in err[0] and "job 333" in err[0], err
+    assert not (tmp_path / "run.lock").exists() and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [name, "launch.sbatch", "slurm-333.out", "slurm-333.err"])
+
+
+@pytest.fixture(scope="module")
+def door_runs(tmp_path_factory):
+    """A Slurm run dir (one job recorded) and a local one, rendered once for the module; each test copies one."""
+    from vdkit.config import compose
+    from vdkit.planner.plan import make_plan
+    from vdkit.rundir import create_run_dir
+
+    root = tmp_path_factory.mktemp("door")
+    slurm = create_run_dir(make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic"])), {},
+                           run_dir=root / "slurm")
+    (slurm / "job_id.txt").write_text("333\n")
+    local = create_run_dir(make_plan(compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])),
+                           {}, run_dir=root / "local")
+    return {"status": slurm, "resume": local}
+
+
+def _unblock(fifo: Path, stop: threading.Event, after: float = 3.0) -> threading.Thread:
+    """Should a reader block on ``fifo`` (the defect), open and close its other end after ``after`` s: the reader
+    gets EOF and the test fails on what it printed instead of hanging."""
+    def run():
+        if stop.wait(after):
+            return
+        while not stop.is_set():
+            try:
+                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError:  # no reader yet (ENXIO)
+                time.sleep(0.05)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("verb,name,kind", [("status", n, k) for n in SCRIPT_STATE[1:] for k in ("fifo", "directory")]
+                         + [("resume", "finished", k) for k in ("fifo", "directory")])
+def test_the_door_refuses_a_state_file_that_is_not_a_file(door_runs, verb, name, kind, tmp_path, capsys, monkeypatch):
+    """`vdkit status` read a FIFO faults.jsonl for ever and a directory as no record (no job, no fault);
+    `vdkit run --resume` took a FIFO or directory named finished for a finished run. Both now refuse any state
+    file that is not a regular file before reading one: one line naming it and the fix, exit 2, at once."""
+    import shutil
+
+    from vdkit.cli import main
+
+    run_dir = Path(shutil.copytree(door_runs[verb], tmp_path / "run"))
+    path = run_dir / name
+    path.unlink(missing_ok=True)
+    os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no Slurm client: nothing here may ask a controller
+    stop = threading.Event()
+    if kind == "fifo":
+        _unblock(path, stop)
+    start = time.monotonic()
+    try:
+        rc = main(["status", str(run_dir)] if verb == "status" else ["run", "--resume", str(run_dir)])
+    finally:
+        stop.set()
+    took = time.monotonic() - start
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    assert f"{path} is a {'FIFO' if kind == 'fifo' else 'directory'}" in err[0] and f"rm -r {path}" in err[0], err
+    assert took < 2, took

@@ -60,6 +60,12 @@ LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job
 HEARTBEAT_DIR = "heartbeat"  # each rank's rank<R> file: liveness and progress (vdkit.faults)
 FAULTS_FILE = "faults.jsonl"  # the launcher's record of every failed job step (vdkit.faults)
 EXCLUDED_NODES_FILE = "excluded_nodes"  # nodes a failure was blamed on, one a line (vdkit.faults)
+# The run's state files: what the launchers read and append in a run dir besides their own output. Each must be a
+# regular file or missing: a FIFO blocks its reader (grep, cat, echo >>, Python's read) for ever, a directory
+# fails obscurely or reads as empty (a restart count reset to 0). Checked by type before anything opens them:
+# the Slurm batch shell's at its start (vdkit.runlock.lock_lines), all at the door (vdkit.runlock.check_state_files).
+SHELL_STATE_FILES = (LOCK_FILE, JOB_ID_FILE, FINISHED_FILE, FAULTS_FILE, EXCLUDED_NODES_FILE)  # the batch shell's
+STATE_FILES = SHELL_STATE_FILES + (JOB_STATE_FILE,)  # and the local launcher's record of its last job
 MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
 INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
 

@@ -22,26 +22,33 @@ from pathlib import Path
 from typing import List, Optional, Tuple
 
 from vdkit.errors import UserError
-from vdkit.rundir import LOCK_FILE
+from vdkit.rundir import LOCK_FILE, SHELL_STATE_FILES, STATE_FILES
 
 LOCK_FD = 9  # the job script's descriptor for the lock (inherited by srun and the ranks)
 
 
 def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
-    """Bash lines for the job script: take the run dir's lock or stop with one line naming the holder.
+    """Bash lines for the job script: check the run's state files, then take the run dir's lock or stop with one
+    line naming the holder.
 
     ``launcher`` names the holder's kind in the lock file; ``job_id_expr`` is the shell expression of
-    the job's id (e.g. ``${SLURM_JOB_ID:-?}``)."""
-    lock = shlex.quote(str(Path(run_dir) / LOCK_FILE))
+    the job's id (e.g. ``${SLURM_JOB_ID:-?}``). Every state file the script reads or appends
+    (:data:`vdkit.rundir.SHELL_STATE_FILES`) must be a regular file or missing; anything else stops the
+    script before it writes anything, in one line naming the file, what it is and the fix."""
+    run = Path(run_dir)
+    lock = shlex.quote(str(run / LOCK_FILE))
+    files = " ".join(shlex.quote(str(run / name)) for name in SHELL_STATE_FILES)
     return [
-        "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here). The lock must",
-        "# be a regular file: opening a FIFO would block for ever, a directory or a symlink loop fails obscurely.",
-        f"if {{ [ -L {lock} ] && [ ! -e {lock} ]; }} || {{ [ -e {lock} ] && [ ! -f {lock} ]; }}; then",
-        f'  echo "vdkit: {lock} is not a regular file ($(stat -c %F {lock} 2>/dev/null || echo a broken link)), '
-        f'so job {job_id_expr} cannot take the run\'s lock: remove it (rm -r {lock}); the next job creates it '
-        'again" >&2',
-        "  exit 1",
-        "fi",
+        "# The run's state files must be regular files (or missing): reading or appending a FIFO blocks this shell",
+        "# for ever, a directory fails obscurely or reads as empty (the restart count reset), a symlink loop fails.",
+        f"for f in {files}; do",
+        '  if { [ -L "$f" ] && [ ! -e "$f" ]; } || { [ -e "$f" ] && [ ! -f "$f" ]; }; then',
+        '    echo "vdkit: $f is not a regular file ($(stat -L -c %F "$f" 2>/dev/null || echo a broken link)), so job '
+        f'{job_id_expr} cannot keep the run\'s state in it: remove it (rm -r $f); the next job creates it again" >&2',
+        "    exit 1",
+        "  fi",
+        "done",
+        "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here)",
         f"exec {LOCK_FD}>>{lock}",
         f"if ! flock -n {LOCK_FD}; then",
         f'  echo "vdkit: the run directory is held by $(cat {lock} 2>/dev/null || echo another job); job '
@@ -52,16 +59,34 @@ def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
     ]
 
 
+def _not_a_state_file(path: Path) -> str:
+    """What ``path`` is when a launcher must not open it as a state file ("a FIFO (named pipe)", "a directory",
+    "a broken symbolic link", ...), else '' (a regular file, or missing: the launcher creates it)."""
+    from vdkit.files import not_a_regular_file
+
+    kind = not_a_regular_file(path)
+    if kind == "missing":
+        return "a broken symbolic link" if os.path.islink(path) else ""
+    return kind
+
+
 def check_lock_file(run_dir) -> None:
     """UserError when ``run.lock`` exists but is not a regular file: opening a FIFO blocks for ever, a
     directory raises. Checked by its type (stat), before anything opens it."""
-    from vdkit.files import not_a_regular_file
+    check_state_files(run_dir, (LOCK_FILE,))
 
-    path = Path(run_dir) / LOCK_FILE
-    kind = not_a_regular_file(path)
-    if kind and kind != "missing":
-        raise UserError(f"{path} is {kind}, not the run's lock file", f"remove it (rm -r {path}); the next job "
-                        "creates it again")
+
+def check_state_files(run_dir, names=STATE_FILES) -> None:
+    """UserError (one line: the file, what it is, the fix) for the first of the run's state files (``names``,
+    :data:`vdkit.rundir.STATE_FILES` by default) that exists but is not a regular file: a FIFO would block
+    its reader for ever, a directory reads as nothing. By type (stat), before anything opens them; the door
+    of every verb that reads them (`vdkit run --resume`, `vdkit status`), as the batch script's first lines."""
+    for name in names:
+        path = Path(run_dir) / name
+        kind = _not_a_state_file(path)
+        if kind:
+            raise UserError(f"{path} is {kind}, not a regular file (the launcher reads and appends the run's state "
+                            "there)", f"remove it (rm -r {path}); the next job creates it again")
 
 
 def read_holder(run_dir) -> Optional[Tuple[str, str]]:

@@ -216,6 +216,19 @@ def container(plan, run_dir):
     return Container(image=image(plan), mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))
 
 
+def resume_check(plan, run_dir) -> None:
+    """`vdkit run --resume`: the run dir's bridge.yaml (a person may have edited it) as `vdkit check` takes it -
+    the job's own loader, then Bridge's runtime_config_update - refused in one line before any rank starts."""
+    from vdkit.recipes.bridge.check import Refused, check_resume
+    from vdkit.recipes.bridge.config import CONFIG_FILE
+
+    try:
+        check_resume(Path(run_dir), plan)
+    except Refused as no:
+        raise UserError(f"{no.step} refuses {Path(run_dir) / CONFIG_FILE}: {no.error}",
+                        f"{no.fix}; the ranks would each stop on it") from None
+
+
 def check_runs(run_dirs) -> list:
     """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
     from vdkit.recipes.bridge.check import check_runs as run_checks

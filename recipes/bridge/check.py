@@ -63,15 +63,23 @@ def _world_size(n: int):
 _STARTED = False
 
 
+def _import_bridge() -> None:
+    """Megatron-Bridge importable in this process: the CPU shim where there is no CUDA (DeepSpeed, which Bridge's
+    imports reach, told it is on a CPU only while Bridge imports: it would log a failed GPU detection)."""
+    from vdkit.recipes.bridge import cpu_shim
+
+    if cpu_shim.needed():
+        with _env(DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu")):
+            cpu_shim.apply()
+            import megatron.bridge.training.config  # noqa: F401 (imported while DeepSpeed is told)
+
+
 def _start() -> None:
     """The CPU shim, and a one-process gloo group with TP = PP = 1 for the meta-device model."""
     global _STARTED
     if _STARTED:
         return
-    from vdkit.recipes.bridge import cpu_shim
-
-    if cpu_shim.needed():
-        cpu_shim.apply()
+    _import_bridge()
     from vdkit.recipes.mcore_cpu import single_rank_model_parallel
 
     single_rank_model_parallel()
@@ -101,34 +109,73 @@ def check_runs(run_dirs) -> list:
     return check_each(run_dirs, stack, _check, "Megatron-Bridge", "bridge.yaml")
 
 
-def _check(run_dir: Path, rep: Report) -> None:
-    from vdkit import launchers
-    from vdkit.recipes.bridge.config import CONFIG_FILE, FUSIONS
-    from vdkit.rundir import load_plan
+class Refused(Exception):
+    """Bridge's own code refuses a run dir's bridge.yaml: ``step`` (which of Bridge's functions), ``error`` (its
+    message, one line) and ``fix``."""
 
-    plan = load_plan(run_dir)
-    on_cluster = not launchers.executes_here(plan.recipe.cluster.launcher)
+    def __init__(self, step: str, error: str, fix: str):
+        super().__init__(f"{step} refuses bridge.yaml: {error}")
+        self.step, self.error, self.fix = step, error, fix
+
+
+def load(run_dir: Path):
+    """Step 1: the run dir's bridge.yaml through its own bridge_job.py's loader (Bridge's
+    ``ConfigContainer.from_yaml``, strict: a syntax error, an unknown key or class is refused); Refused if not."""
+    from vdkit.recipes.bridge.config import CONFIG_FILE
+
     job = _job_module(run_dir)
     try:
-        cfg = job.load(run_dir / CONFIG_FILE)
+        return job.load(run_dir / CONFIG_FILE)
     except Exception as exc:
-        rep.defect(f"Bridge's ConfigContainer.from_yaml refuses {CONFIG_FILE}: {one_line(exc)}", CONFIG_FILE,
-                   "re-render the run (vdkit render) or correct the key it names")
-        return
-    rep.checked(f"{CONFIG_FILE} loads with the job's own loader (ConfigContainer.from_yaml, strict): "
-                f"{type(cfg.model).__name__}, dataset {type(cfg.dataset).__name__}")
-    te_only = [k for k in FUSIONS if getattr(cfg.model, k, False)]
-    full = copy.deepcopy(cfg)
-    for k in te_only:
-        setattr(cfg.model, k, False)
+        raise Refused("Bridge's ConfigContainer.from_yaml", one_line(exc),
+                      "re-render the run (vdkit render) or correct the key it names") from None
+
+
+def validate(cfg, plan) -> list:
+    """Step 2 on a loaded ``cfg`` (changed in place): Bridge's ``runtime_config_update`` and
+    ``ConfigContainer.validate()`` at the plan's world size, with the kernels only the container has switched off
+    (returned, by name); Refused if Bridge refuses (a value of the wrong type, a layout it cannot run)."""
+    from vdkit.recipes.bridge.config import FUSIONS
     from megatron.bridge.training.config import runtime_config_update
 
+    te_only = [k for k in FUSIONS if getattr(cfg.model, k, False)]
+    for k in te_only:
+        setattr(cfg.model, k, False)
     try:
         with _world_size(plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node):
             runtime_config_update(cfg)
     except Exception as exc:
-        rep.defect(f"Bridge's runtime_config_update / ConfigContainer.validate() refuses {CONFIG_FILE}: {one_line(exc)}",
-                   CONFIG_FILE, "change the setting it names (vdkit plan shows the layout)")
+        raise Refused("Bridge's runtime_config_update / ConfigContainer.validate()", one_line(exc),
+                      "change the setting it names (vdkit plan shows the layout)") from None
+    return te_only
+
+
+def check_resume(run_dir: Path, plan) -> None:
+    """Steps 1 and 2 for a run dir about to run here (`vdkit run --resume`: its bridge.yaml may have been edited
+    since it was rendered): Refused, as `vdkit check` would report it, before any rank starts."""
+    _import_bridge()
+    validate(load(run_dir), plan)
+
+
+def _check(run_dir: Path, rep: Report) -> None:
+    from vdkit import launchers
+    from vdkit.recipes.bridge.config import CONFIG_FILE
+    from vdkit.rundir import load_plan
+
+    plan = load_plan(run_dir)
+    on_cluster = not launchers.executes_here(plan.recipe.cluster.launcher)
+    try:
+        cfg = load(run_dir)
+    except Refused as no:
+        rep.defect(str(no), CONFIG_FILE, no.fix)
+        return
+    rep.checked(f"{CONFIG_FILE} loads with the job's own loader (ConfigContainer.from_yaml, strict): "
+                f"{type(cfg.model).__name__}, dataset {type(cfg.dataset).__name__}")
+    full = copy.deepcopy(cfg)
+    try:
+        te_only = validate(cfg, plan)
+    except Refused as no:
+        rep.defect(str(no), CONFIG_FILE, no.fix)
         return
     mp = cfg.mixed_precision
     rep.checked(f"Bridge's runtime_config_update + validate(): world {plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node}"

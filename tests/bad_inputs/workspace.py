@@ -242,6 +242,15 @@ def _lock(ws: Path, kind: str) -> None:
         os.symlink(path, path)  # a loop
 
 
+# The launchers' other state files (vdkit.rundir.STATE_FILES), by the short name a case's `needs` gives.
+STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes"}
+
+
+def _state_file(ws: Path, name: str, kind: str) -> None:
+    path = ws / "run_local" / name
+    path.mkdir() if kind == "dir" else os.mkfifo(path)
+
+
 def _symfarm(ws: Path, n: int) -> None:
     d = ws / f"links{n}"
     d.mkdir()
@@ -297,6 +306,8 @@ EXTRAS = {
                              ("nostate", '{"local": {}}'), ("binary", bytes(range(256))), ("dir", "dir"), ("fifo", "fifo"),
                              ("huge", "{" + " " * (1 << 17) + "}"), ("number", "7"), ("otherlauncher", '{"slurm": {"state": "COMPLETED"}}'))},
     **{f"lock_{kind}": (lambda kind: lambda ws: (_local_run(ws), _lock(ws, kind)))(kind) for kind in ("dir", "fifo", "loop")},
+    **{f"{stem}_{kind}": (lambda name, kind: lambda ws: (_local_run(ws), _state_file(ws, name, kind)))(name, kind)
+       for stem, name in STATE_FILE_NEEDS.items() for kind in ("dir", "fifo")},
     "edited_recipes": _edited_recipes,
     "taken_run": lambda ws: ((ws / "out" / "tiny_llama_lora_1n1g").mkdir(parents=True),
                              (ws / "out" / "tiny_llama_lora_1n1g" / "launch.sbatch").write_text("an earlier run\n")),

@@ -72,6 +72,9 @@ def resume(args) -> int:
     if not (run_dir / RECIPE_FILE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE})",
                         "pass a run directory written by `vdkit run`")
+    from vdkit.runlock import check_state_files
+
+    check_state_files(run_dir)  # a FIFO or directory among them: one line now, not a hang or a run that "finished"
     if (run_dir / FINISHED_FILE).exists():
         print(f"vdkit run: {run_dir} has finished already (its file {FINISHED_FILE} says so); nothing to do",
               file=sys.stderr)
@@ -86,9 +89,7 @@ def resume(args) -> int:
                         f"sbatch {run_dir}/launch.sbatch")
     engine = engine_of(plan)
     engine.local_check(plan)
-    from vdkit.runlock import check_lock_file
-
-    check_lock_file(run_dir)  # a directory or FIFO named run.lock: one line now, not a hang in the launcher
+    engine.resume_check(plan, run_dir)  # the engine's files as the stack takes them: an edit refused here, not per rank
     print(f"vdkit run: resuming {run_dir}", file=sys.stderr, flush=True)
     rc = launcher.run(run_dir, plan, engine.command(plan, run_dir))
     return _finish(run_dir, rc)
