@@ -437,7 +437,7 @@ def _validate_model(mc: ModelCfg) -> None:
            "make hidden_size a multiple of num_attention_heads, and heads a multiple of num_query_groups")
 
 
-def recipe_from_dict(data: dict, overrides=(), source: str = "recipe.yaml") -> Recipe:
+def recipe_from_dict(data: dict, overrides=(), source: str = "the recipe") -> Recipe:
     """Rebuild a Recipe from its ``to_dict()`` form (e.g. a run directory's recipe.yaml, named ``source`` in the
     one-line UserError for an unknown key or a wrong type)."""
     from omegaconf import OmegaConf
