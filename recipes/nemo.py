@@ -194,4 +194,4 @@ def check_runs(run_dirs) -> list:
     """`vdkit check`: NeMo 1.23's own optimizer registry, restore merge and dataset on each nemo.yaml (:mod:`.nemo_check`)."""
     from vdkit.recipes.nemo_check import check_runs as run_checks
 
-    return run_checks(run_dirs)
+    return run_checks(run_dirs, render_nemo_yaml)

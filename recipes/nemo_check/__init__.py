@@ -39,13 +39,15 @@ def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
                      "seq_length": r.train.seq_length}}
 
 
-def check_runs(run_dirs) -> list:
-    """One Report per run directory: the probe's findings, or why NeMo could not be run here."""
+def check_runs(run_dirs, render) -> list:
+    """One Report per run directory: the probe's findings, or why NeMo could not be run here. ``render``: the
+    engine's nemo.yaml renderer, for the hand-edit comparison (:func:`.edits.compare`)."""
     from vdkit.recipes.bridge.data import byte_tokenizer_files
     from vdkit.recipes.nemo_check import venv
 
     from vdkit.errors import UserError
     from vdkit.recipes.nemo_check import edits
+    from vdkit.rundir import PLAN_FILE
 
     order = [str(d) for d in run_dirs]
     reports, edit_s = {}, {}
@@ -53,9 +55,9 @@ def check_runs(run_dirs) -> list:
         start = time.perf_counter()
         reports[str(d)] = Report(Path(d), f"NeMo {venv.NEMO_VERSION}")
         try:
-            ok = edits.check(Path(d), reports[str(d)])
+            ok = edits.check(Path(d), reports[str(d)], render)
         except UserError as exc:  # plan.json unreadable: this run dir's defect, not the whole command's
-            reports[str(d)].defect(exc.what, "plan.json", exc.fix or "re-render the run with `vdkit render`")
+            reports[str(d)].defect(exc.what, PLAN_FILE, exc.fix or "re-render the run with `vdkit render`")
             ok = False
         if not ok:
             edit_s[str(d)] = time.perf_counter() - start

@@ -78,8 +78,10 @@ def _load(path: Path) -> dict:
     return data
 
 
-def compare(run_dir: Path) -> Tuple[List[Tuple[str, str, str]], List[str]]:
-    """The edits of ``run_dir/nemo.yaml`` against the kit's render of the run's own recipe and plan.
+def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str]]:
+    """The edits of ``run_dir/nemo.yaml`` against the kit's render of the run's own recipe and plan
+    (``render(plan, run_dir)``: the engine's :func:`vdkit.recipes.nemo.render_nemo_yaml`, passed in so that this
+    package, which the engine module imports, never imports it back).
 
     Returns (defects as (what, setting, fix), the keys whose value differs from the render). UserError
     (one line) for a recipe.yaml / plan.json the kit cannot read.
@@ -87,9 +89,8 @@ def compare(run_dir: Path) -> Tuple[List[Tuple[str, str, str]], List[str]]:
     import yaml
 
     from vdkit.errors import UserError
-    from vdkit.recipes.nemo import render_nemo_yaml
     from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES
-    from vdkit.rundir import NEMO_CONFIG_FILE, load_plan
+    from vdkit.rundir import NEMO_CONFIG_FILE, RECIPE_FILE, load_plan
 
     path = Path(run_dir) / NEMO_CONFIG_FILE
     try:  # a missing file, a FIFO, a directory: load_yaml's one line, never an open that blocks
@@ -100,9 +101,9 @@ def compare(run_dir: Path) -> Tuple[List[Tuple[str, str, str]], List[str]]:
         return [(f"NeMo cannot compose {path}: {exc}", NEMO_CONFIG_FILE, f"correct the file, {FIX_RERENDER}")], []
     plan = load_plan(run_dir)
     try:
-        rendered = _flat(yaml.safe_load(render_nemo_yaml(plan, Path(run_dir).absolute())))
+        rendered = _flat(yaml.safe_load(render(plan, Path(run_dir).absolute())))
     except UserError as exc:
-        return [(f"the kit cannot render this run's NeMo config to compare with: {exc.what}", "recipe.yaml",
+        return [(f"the kit cannot render this run's NeMo config to compare with: {exc.what}", RECIPE_FILE,
                  exc.fix or FIX_RERENDER)], []
     known = {**{k: (_kind(v),) for k, v in rendered.items()},
              **{k: tuple(sorted({_kind(t()) for t in a.types})) for k, a in DELIBERATE_ADDITIONS.items()
@@ -173,10 +174,10 @@ def _nearest(key: str, known) -> str:
     return near[0] if near else ""
 
 
-def check(run_dir: Path, report) -> bool:
+def check(run_dir: Path, report, render) -> bool:
     """Add the comparison's lines to ``report`` (:class:`vdkit.jobcheck.Report`); True when the file may go on
-    to NeMo's own code (no defect)."""
-    defects, changed = compare(run_dir)
+    to NeMo's own code (no defect). ``render``: as for :func:`compare`."""
+    defects, changed = compare(run_dir, render)
     for what, setting, fix in defects:
         report.defect(what, setting, fix)
     if defects:

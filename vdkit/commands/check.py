@@ -49,8 +49,10 @@ def check_dirs(run_dirs) -> list:
     return reports
 
 
-def report(reports, out=sys.stdout, err=sys.stderr) -> int:
+def report(reports, out=None, err=None) -> int:
     """Print the reports (stdout) and each defect as one line (stderr); the exit code."""
+    # sys.stdout / sys.stderr of the call, not of the import (a caller may have swapped them since).
+    out, err = out or sys.stdout, err or sys.stderr
     bad = 0
     for r in reports:
         print(r.text(), file=out, flush=True)
