@@ -1,0 +1,217 @@
+"""A hand-edited engine config in a run dir held to what the stack reads, before its slow checks: one comparison
+for every engine (`vdkit check`, `vdkit run --resume`'s door).
+
+The engine gives the edited file and the kit's own render of the run's recipe.yaml / plan.json, both as nested
+mappings, and says what its stack reads at a key (:class:`Expect`: the YAML kinds and, for a Literal, the values;
+or :data:`OPEN`: anything, below it too; or None: a key the stack does not know). :func:`compare` then finds
+
+- a key the stack does not know -> refused with the nearest known key (difflib), where the engine refuses
+  unknown keys (NeMo 1.23 ignores them in silence; Bridge's own loader already refuses them);
+- a value of another kind than the stack reads (bool / int / float / str / list / mapping / null; an int where
+  a float is read is fine), or not one of a Literal's values -> refused;
+- a count the stack needs positive (the engine's set, :data:`MEGATRON_POSITIVE` shared) that is <= 0 -> refused;
+- everything else (a new lr, another path) accepted, and the keys that differ from the render listed.
+
+Pure Python (no engine import: an engine imports this module, never the reverse).
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
+
+# Megatron's sizes and counts, the same names in NeMo 1.23's and Bridge's configs: 0 or less cannot build a layout
+# or a model (megatron-core divides by them or makes that many).
+MEGATRON_POSITIVE = frozenset({
+    "tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+    "virtual_pipeline_model_parallel_size", "micro_batch_size", "global_batch_size",
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "seq_length",
+})
+_MISSING = object()  # a key the render lacks (its value can be None)
+KINDS = (("null", type(None)), ("bool", bool), ("int", int), ("float", float), ("str", str),
+         ("list", (list, tuple)), ("mapping", dict))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """What a stack reads at one key: the YAML kinds it takes, the values a Literal allows (empty: any), and where
+    that is written (e.g. ``TrainingConfig.micro_batch_size: Optional[int]``; empty where it is the render's)."""
+
+    kinds: Tuple[str, ...]
+    choices: Tuple[Any, ...] = ()
+    source: str = ""
+
+
+OPEN = Expect(("any",))  # anything goes here, and below it
+
+
+class Defect(NamedTuple):
+    """One refused edit: what is wrong (names the file), the key, how to fix it."""
+
+    what: str
+    setting: str
+    fix: str
+
+
+def flat(node: Any, prefix: str = "") -> Dict[str, Any]:
+    """Every dotted key of a nested mapping, mappings included (a list is one value)."""
+    out: Dict[str, Any] = {}
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = f"{prefix}{k}"
+            out[key] = v
+            out.update(flat(v, key + "."))
+    return out
+
+
+def kind(value: Any) -> str:
+    """The YAML kind of a value (bool before int: True is an int in Python)."""
+    for name, types in KINDS:
+        if isinstance(value, types):
+            return name
+    return type(value).__name__
+
+
+def rendered_expect(rendered: Dict[str, Any], key: str) -> Optional[Expect]:
+    """What the render says of ``key``: its kind (null: anything, below it too), or None where it lacks the key."""
+    if key not in rendered:
+        return None
+    return OPEN if rendered[key] is None else Expect((kind(rendered[key]),))
+
+
+def under_open(key: str, rendered: Dict[str, Any]) -> bool:
+    """Whether an ancestor of ``key`` is rendered as null (a list or mapping the stack leaves unset)."""
+    parts = key.split(".")
+    return any(rendered.get(".".join(parts[:i]), 0) is None for i in range(1, len(parts)))
+
+
+def a(name: str) -> str:
+    """``name`` with its article (an int, a float)."""
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
+
+
+def was(rendered: Dict[str, Any], key: str) -> str:
+    """' (the kit rendered X)' for a scalar the render has, else ''."""
+    value = rendered.get(key)
+    return "" if key not in rendered or isinstance(value, (dict, list)) else f" (the kit rendered {value!r})"
+
+
+def nearest(key: str, known) -> str:
+    """The known key a misspelt one most likely meant: a sibling with a close name first, then any close key."""
+    parent, _, last = key.rpartition(".")
+    siblings = {k.rpartition(".")[2]: k for k in known if k.rpartition(".")[0] == parent}
+    near = difflib.get_close_matches(last, list(siblings), n=1, cutoff=0.6)
+    if near:
+        return siblings[near[0]]
+    near = difflib.get_close_matches(key, list(known), n=1, cutoff=0.8)
+    return near[0] if near else ""
+
+
+def positive_key(key: str, positive) -> bool:
+    """Whether ``key`` is one the stack needs > 0: its full dotted name or its last part is in ``positive``."""
+    return key in positive or key.rsplit(".", 1)[-1] in positive
+
+
+def compare(path, edited: Dict[str, Any], rendered: Dict[str, Any], expect: Callable[[str], Optional[Expect]], *,
+            stack: str, fix: str, positive=MEGATRON_POSITIVE, positive_why: Optional[Dict[str, str]] = None,
+            unknown: Optional[str] = None, known=()) -> Tuple[List[Defect], List[str], List[str]]:
+    """The edits of one file: ``edited`` and ``rendered`` flat (:func:`flat`), ``expect(key)`` what ``stack`` reads
+    there. ``unknown``: why a key ``expect`` does not know is refused (None: such keys pass, the stack's own loader
+    judges them); ``known``: the keys offered as did-you-mean. ``fix`` ends every fix (how to start over).
+
+    Returns (defects, keys whose value differs from the render, keys the render has and the file lacks)."""
+    why = positive_why or {}
+    defects: List[Defect] = []
+    changed: List[str] = []
+    for key, value in edited.items():
+        if any(key.startswith(d.setting + ".") for d in defects):
+            continue  # a refused section is one line, not one per key under it
+        want = expect(key)
+        if want is None and unknown is None:
+            if kind(value) != "mapping" and rendered.get(key, _MISSING) != value:
+                changed.append(key)
+            continue
+        if want is None:
+            near = nearest(key, known)
+            defects.append(Defect(f"unknown key {key} in {path}: {unknown}" + (f"; did you mean {near}?" if near else ""),
+                                  key, (f"rename it {near}" if near else "remove it") + f", {fix}"))
+            continue
+        got = kind(value)
+        if want is OPEN or "any" in want.kinds:
+            if got != "mapping" and rendered.get(key, _MISSING) != value:
+                changed.append(key)
+            continue
+        if not (got in want.kinds or (got == "int" and "float" in want.kinds)):
+            shown = "a mapping" if got == "mapping" else "a list" if got == "list" else f"{value!r}, {a(got)}"
+            reads = " or ".join(a(w) for w in want.kinds)
+            defects.append(Defect(f"{key} is {shown} in {path}; {stack} reads {reads} there"
+                                  + (f" ({want.source})" if want.source else ""),
+                                  key, f"write {reads}{was(rendered, key)}, {fix}"))
+            continue
+        if want.choices and value not in want.choices and got != "null":
+            allowed = ", ".join(repr(c) for c in want.choices)
+            defects.append(Defect(f"{key}={value!r} in {path}: {stack} takes one of {allowed} there"
+                                  + (f" ({want.source})" if want.source else ""), key,
+                                  f"write one of them{was(rendered, key)}, {fix}"))
+            continue
+        if positive_key(key, positive) and got in ("int", "float") and value <= 0:
+            defects.append(Defect(f"{key}={value} in {path}: {stack} needs it > 0{why.get(key.rsplit('.', 1)[-1], '')}",
+                                  key, f"set a positive value{was(rendered, key)}, {fix}"))
+            continue
+        if got != "mapping" and rendered.get(key, _MISSING) != value:
+            changed.append(key)
+    removed = [k for k in rendered if k not in edited and (k.rpartition(".")[0] in edited or "." not in k)]
+    return defects, changed, removed
+
+
+def annotation_expect(annotation: Any, where: str) -> Union[Expect, None]:
+    """What a Python type annotation lets a YAML value be, for :func:`compare` (``where``: its name, for messages):
+    Optional / Union / ``X | Y`` their members together, a Literal its values, a dataclass a mapping, Path a str;
+    None where the annotation does not fix a YAML kind (Any, an enum, a callable, torch.dtype: the stack's loader
+    converts or takes anything there), so the caller falls back to what it knows otherwise."""
+    import dataclasses
+    import pathlib
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        parts = [annotation_expect(a_, where) for a_ in args]
+        if any(p is None for p in parts):
+            return None
+        kinds = tuple(dict.fromkeys(k for p in parts for k in p.kinds))
+        choices = () if any(not p.choices and p.kinds != ("null",) for p in parts) else \
+            tuple(c for p in parts for c in p.choices)
+        return Expect(kinds, choices, where)
+    if origin is typing.Literal:
+        return Expect(tuple(dict.fromkeys(kind(v) for v in args)), tuple(args), where)
+    base = origin or annotation
+    simple = {type(None): "null", bool: "bool", int: "int", float: "float", str: "str", pathlib.Path: "str",
+              list: "list", tuple: "list", set: "list", frozenset: "list", dict: "mapping"}
+    if base in simple:
+        return Expect((simple[base],), (), where)
+    if isinstance(base, type) and dataclasses.is_dataclass(base):
+        return Expect(("mapping",), (), where)
+    import collections.abc as abc
+
+    if base in (abc.Sequence, abc.MutableSequence):
+        return Expect(("list",), (), where)
+    if base in (abc.Mapping, abc.MutableMapping):
+        return Expect(("mapping",), (), where)
+    return None
+
+
+def report(defects: List[Defect], changed: List[str], rep, file_name: str, known_to: str) -> bool:
+    """The comparison's lines into ``rep`` (:class:`vdkit.jobcheck.Report`); True when no edit was refused.
+    ``known_to``: what every accepted key was held to (e.g. "known to NeMo 1.23, of the rendered type")."""
+    for d in defects:
+        rep.defect(d.what, d.setting, d.fix)
+    if defects:
+        return False
+    if changed:
+        rep.checked(f"{file_name} differs from the kit's render of recipe.yaml at {len(changed)} key(s) "
+                    f"(each {known_to}): {', '.join(changed)}")
+    else:
+        rep.checked(f"{file_name} is the kit's render of recipe.yaml and plan.json (no hand edits)")
+    return True
