@@ -143,20 +143,14 @@ def files(plan, run_dir) -> dict:
     """bridge.yaml (Bridge's ConfigContainer), bridge_job.py and its heartbeat, the one-time import job, data and
     tokenizer."""
     from vdkit.recipes.bridge import convert
-    from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR, bridge_config, to_yaml
+    from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR
     from vdkit.recipes.bridge.data import byte_tokenizer_files, synthetic_files
     from vdkit.rundir import checkpoint_dir
 
     r = plan.recipe
-    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir), in_container(plan))
-    header = (f"# Megatron-Bridge {BRIDGE_VERSION} ConfigContainer rendered by vdkit for {r.run_name}: {r.model.name} "
-              f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
-              f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
-              f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
-              f"rerun; each rank runs:\n#   {shlex.join(command(plan, run_dir))}\n")
     from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
 
-    out = {CONFIG_FILE: to_yaml(cfg, header), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
+    out = {CONFIG_FILE: render_bridge_yaml(plan, run_dir), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
            f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
     if r.data.name == "synthetic" and r.method.name != "pretrain":
         out.update(synthetic_files(r))
@@ -167,6 +161,22 @@ def files(plan, run_dir) -> dict:
     if in_container(plan) and not r.timing and r.model.hf_path:  # run.mode=train: the final weights as HF
         out[EXPORT_FILE] = convert.export_sbatch(plan, run_dir, checkpoint_dir(r, run_dir))
     return out
+
+
+def render_bridge_yaml(plan, run_dir) -> str:
+    """bridge.yaml's text for ``plan`` in ``run_dir`` (what render writes; `vdkit check` and the resume door compare
+    a hand-edited file with it: :mod:`.edits`)."""
+    from vdkit.recipes.bridge.config import bridge_config, to_yaml
+    from vdkit.rundir import checkpoint_dir
+
+    r = plan.recipe
+    cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir), in_container(plan))
+    header = (f"# Megatron-Bridge {BRIDGE_VERSION} ConfigContainer rendered by vdkit for {r.run_name}: {r.model.name} "
+              f"{r.method.name}, {r.cluster.nodes} x {r.cluster.gpus_per_node} GPUs, TP {plan.tp} PP {plan.pp} "
+              f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
+              f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
+              f"rerun; each rank runs:\n#   {shlex.join(command(plan, run_dir))}\n")
+    return to_yaml(cfg, header)
 
 
 def inputs(plan) -> list:
@@ -218,12 +228,13 @@ def container(plan, run_dir):
 
 def resume_check(plan, run_dir) -> None:
     """`vdkit run --resume`: the run dir's bridge.yaml (a person may have edited it) as `vdkit check` takes it -
-    the job's own loader, then Bridge's runtime_config_update - refused in one line before any rank starts."""
+    the job's own loader, the types and counts its dataclasses declare (:mod:`.edits`), then Bridge's
+    runtime_config_update - refused in one line before any rank starts."""
     from vdkit.recipes.bridge.check import Refused, check_resume
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
     try:
-        check_resume(Path(run_dir), plan)
+        check_resume(Path(run_dir), plan, render_bridge_yaml)
     except Refused as no:
         raise UserError(f"{no.step} refuses {Path(run_dir) / CONFIG_FILE}: {no.error}",
                         f"{no.fix}; the ranks would each stop on it") from None
@@ -233,4 +244,4 @@ def check_runs(run_dirs) -> list:
     """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
     from vdkit.recipes.bridge.check import check_runs as run_checks
 
-    return run_checks(run_dirs)
+    return run_checks(run_dirs, render_bridge_yaml)

@@ -3,7 +3,9 @@
 In one process for every bridge run directory (Megatron-Bridge is imported once, under the CPU shim
 :mod:`.cpu_shim`), per run directory:
 
-1. the job's own loader (``bridge_job.py``'s ``load``: Bridge's ``ConfigContainer.from_yaml``, strict);
+1. the job's own loader (``bridge_job.py``'s ``load``: Bridge's ``ConfigContainer.from_yaml``, strict); then the
+   file's hand edits against the kit's render of the run (:mod:`.edits`): a value of a type Bridge's dataclass
+   field does not declare, a count <= 0 (the loader takes both);
 2. Bridge's own pre-initialisation path, ``runtime_config_update`` (mixed-precision preset resolved and
    applied to the model / optimizer / DDP configs, data-parallel size, ``ConfigContainer.validate()``)
    with the job's world size (the plan's GPUs). Kernels only the container has (Transformer Engine's
@@ -102,11 +104,13 @@ def _versions() -> str:
     return f"Megatron-Bridge {version('megatron-bridge')}, megatron-core {version('megatron-core')}"
 
 
-def check_runs(run_dirs) -> list:
-    """One Report per run directory (see the module docstring)."""
+def check_runs(run_dirs, render) -> list:
+    """One Report per run directory (see the module docstring). ``render``: the engine's bridge.yaml renderer
+    (:func:`vdkit.recipes.bridge.render_bridge_yaml`), for the hand-edit comparison."""
     _start()
     stack = _versions()
-    return check_each(run_dirs, stack, _check, "Megatron-Bridge", "bridge.yaml")
+    return check_each(run_dirs, stack, lambda run_dir, rep: _check(run_dir, rep, render), "Megatron-Bridge",
+                      "bridge.yaml")
 
 
 class Refused(Exception):
@@ -150,14 +154,23 @@ def validate(cfg, plan) -> list:
     return te_only
 
 
-def check_resume(run_dir: Path, plan) -> None:
+def check_resume(run_dir: Path, plan, render) -> None:
     """Steps 1 and 2 for a run dir about to run here (`vdkit run --resume`: its bridge.yaml may have been edited
-    since it was rendered): Refused, as `vdkit check` would report it, before any rank starts."""
+    since it was rendered): Refused, as `vdkit check` would report it, before any rank starts; an edit of a wrong
+    type or count (:mod:`.edits`, ``render`` as there) a UserError naming the first (and how many more)."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.bridge import edits
+
     _import_bridge()
-    validate(load(run_dir), plan)
+    cfg = load(run_dir)
+    defects, _changed = edits.compare(run_dir, plan, render)
+    if defects:
+        more = f" ({len(defects) - 1} more: `vdkit check {run_dir}` lists each)" if len(defects) > 1 else ""
+        raise UserError(defects[0].what + more, f"{defects[0].fix}; the ranks would run on it")
+    validate(cfg, plan)
 
 
-def _check(run_dir: Path, rep: Report) -> None:
+def _check(run_dir: Path, rep: Report, render) -> None:
     from vdkit import launchers
     from vdkit.recipes.bridge.config import CONFIG_FILE
     from vdkit.rundir import load_plan
@@ -171,6 +184,10 @@ def _check(run_dir: Path, rep: Report) -> None:
         return
     rep.checked(f"{CONFIG_FILE} loads with the job's own loader (ConfigContainer.from_yaml, strict): "
                 f"{type(cfg.model).__name__}, dataset {type(cfg.dataset).__name__}")
+    from vdkit.recipes.bridge import edits
+
+    if not edits.check(run_dir, plan, rep, render):  # a wrong type or count: Bridge's loader took it, no step further
+        return
     full = copy.deepcopy(cfg)
     try:
         te_only = validate(cfg, plan)
