@@ -408,19 +408,37 @@ from vdkit.recipes.engines import get
 from vdkit.rundir import load_plan
 get("bridge").resume_check(load_plan(sys.argv[1]), sys.argv[1])  # the rendered file itself passes the door
 print("clean passes", flush=True)
-for d in sys.argv[2:]:
+for d in [d for d in sys.argv[2:] if not d.endswith("/accepted")]:
     print("@@@ " + d, file=sys.stderr, flush=True)
     start = time.monotonic()
     rc = main(["run", "--resume", d])
     print("rc", rc, round(time.monotonic() - start, 1), flush=True)
+typed = [d for d in sys.argv[2:] if d.rpartition("/")[2] in TYPED] + [d for d in sys.argv[2:] if d.endswith("/accepted")]
+print("@@@ check", file=sys.stderr, flush=True)
+start = time.monotonic()
+print("check rc", main(["check", *typed]), round(time.monotonic() - start, 1), flush=True)
 """
-# Hand edits of a local run's bridge.yaml -> what Bridge's error names. A section given a wrong type passes the
-# loader and is refused by Bridge's runtime_config_update (the second step `vdkit check` runs).
+# Hand edits of a local run's bridge.yaml -> what the refusal names. A section given a wrong type passes Bridge's
+# loader; the type comparison (recipes/bridge/edits.py: ConfigContainer.train is a TrainingConfig) refuses it
+# before Bridge's runtime_config_update would (with "finalize").
 _EDITS = {"misspelt": (lambda t: t.replace("\ntrain:\n", "\ntrain:\n  bogus_key: 1\n", 1), "bogus_key"),
           "syntax": (lambda t: t.replace("\nmodel:\n", "\nmodel: [\n", 1), "ParserError"),
           "target": (lambda t: t.replace("config.TrainingConfig\n", "config.TrainingConfigz\n", 1), "TrainingConfigz"),
           "section-type": (lambda t: t.split("\ntrain:\n", 1)[0] + "\ntrain: 5\noptimizer:\n"
-                           + t.split("\noptimizer:\n", 1)[1], "finalize")}
+                           + t.split("\noptimizer:\n", 1)[1], "train is 5, an int in"),
+          # Values Bridge's loader and validate() take although its dataclass field declares another type, and counts
+          # its loop needs > 0 (the shared comparison, vdkit.recipes.common.edits): `vdkit check` refuses them too
+          "word-count": (lambda t: t.replace("train_iters: 50\n", "train_iters: fifty\n", 1),
+                         "train.train_iters is 'fifty', a str in"),
+          "list-mbs": (lambda t: t.replace("micro_batch_size: 1\n", "micro_batch_size: [1, 2]\n", 1),
+                       "train.micro_batch_size is a list in"),
+          "yaml-1e-4": (lambda t: t.replace("  lr: 0.0002\n", "  lr: 1e-4\n", 1),  # PyYAML (Bridge's reader): a str
+                        "optimizer.lr is '1e-4', a str in"),
+          "zero-log": (lambda t: t.replace("log_interval: 1\n", "log_interval: 0\n", 1), "logger.log_interval=0 in"),
+          "literal": (lambda t: t.replace("lr_decay_style: cosine\n", "lr_decay_style: cosin\n", 1),
+                      "scheduler.lr_decay_style='cosin'")}
+TYPED = ("word-count", "list-mbs", "yaml-1e-4", "zero-log", "literal")  # `vdkit check` run on these too
+_RESUME = _RESUME.replace("TYPED", repr(TYPED))
 
 
 def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(tmp_path):
@@ -440,12 +458,15 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
         d = dirs[name] = Path(shutil.copytree(clean, tmp_path / name))
         (d / "bridge.yaml").write_text(edit(text))
         assert (d / "bridge.yaml").read_text() != text, name
-    out = subprocess.run([sys.executable, "-c", _RESUME, str(clean), *map(str, dirs.values())], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+    accepted = Path(shutil.copytree(clean, tmp_path / "accepted"))  # a new lr and a null train_samples: Bridge's types
+    (accepted / "bridge.yaml").write_text(text.replace("  lr: 0.0002\n", "  lr: 0.0003\n", 1)
+                                          .replace("train_iters: 50\n", "train_iters: 50\n  train_samples: null\n", 1))
+    out = subprocess.run([sys.executable, "-c", _RESUME, str(clean), *map(str, dirs.values()), str(accepted)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "clean passes" in out.stdout.splitlines(), out.stderr[-3000:]
     results = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("rc ")]
-    errs = out.stderr.split("@@@ ")[1:]
+    errs = out.stderr.split("@@@ check")[0].split("@@@ ")[1:]
     assert len(results) == len(errs) == len(dirs), (out.stdout, out.stderr[-3000:])
     for (name, d), (_, rc, seconds), err in zip(dirs.items(), results, errs):
         lines = [ln for ln in err.splitlines()[1:] if ln.strip()]
@@ -454,3 +475,15 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
         assert f"{d / 'bridge.yaml'}" in line and _EDITS[name][1] in line and "fix:" in line, (name, line)
         assert not (d / "local-1.out").exists() and not (d / "logs").exists(), name  # no rank started
         assert float(seconds) < 5, (name, seconds)  # Bridge imported already (by the clean check): the door's own time
+    # `vdkit check` on the typed edits: one line each (the comparison, after Bridge's loader, before validate()); the
+    # accepted edit passes and is listed
+    (check,) = [ln.split() for ln in out.stdout.splitlines() if ln.startswith("check rc ")]
+    assert check[2] == "2", out.stderr[-3000:]
+    check_err = out.stderr.split("@@@ check", 1)[1]
+    for name in TYPED:
+        lines = [ln for ln in check_err.splitlines() if ln.startswith(f"vdkit check: error: {dirs[name]}:")]
+        assert len(lines) == 1 and _EDITS[name][1] in lines[0] and "fix:" in lines[0], (name, check_err[-3000:])
+    assert f"vdkit check: error: {accepted}:" not in check_err
+    # (a copied run dir: its paths still name the clean one's, listed after the two edits)
+    assert ("(each of the type Megatron-Bridge 0.3.1's dataclass field declares): train.train_samples, optimizer.lr, "
+            "logger.tensorboard_dir") in out.stdout, out.stdout[-3000:]
