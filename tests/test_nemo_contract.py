@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
+from vdkit.recipes.common.edits import kind
 from vdkit.recipes.nemo import render_nemo_yaml
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
@@ -107,9 +108,9 @@ def contract_violations(cfg: dict, template: dict) -> list:
             if key in WIDENED_TYPES:
                 ok = type(value) in WIDENED_TYPES[key]
             else:  # exact: bool is not int, int is not float (val_check_interval 2 vs 2.0 differ in NeMo)
-                ok = type(value) is type(expected)
+                ok = kind(value) == kind(expected)
             if not ok:
-                problems.append(f"{key}: {type(value).__name__} {value!r}, NeMo has {type(expected).__name__} {expected!r}")
+                problems.append(f"{key}: {kind(value)} {value!r}, NeMo has {kind(expected)} {expected!r}")
         elif key in DELIBERATE_ADDITIONS:
             if type(value) not in DELIBERATE_ADDITIONS[key].types:
                 problems.append(f"{key}: {type(value).__name__}, listed as {DELIBERATE_ADDITIONS[key].types}")
