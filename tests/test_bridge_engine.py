@@ -436,7 +436,9 @@ _EDITS = {"misspelt": (lambda t: t.replace("\ntrain:\n", "\ntrain:\n  bogus_key:
                         "optimizer.lr is '1e-4', a str in"),
           "zero-log": (lambda t: t.replace("log_interval: 1\n", "log_interval: 0\n", 1), "logger.log_interval=0 in"),
           "literal": (lambda t: t.replace("lr_decay_style: cosine\n", "lr_decay_style: cosin\n", 1),
-                      "scheduler.lr_decay_style='cosin'")}
+                      "scheduler.lr_decay_style='cosin'"),
+          # not an edit: bridge.yaml replaced by a FIFO, which Bridge's loader would open and block on for ever
+          "fifo": (None, "is a FIFO (named pipe), not a file")}
 TYPED = ("word-count", "list-mbs", "yaml-1e-4", "zero-log", "literal")  # `vdkit check` run on these too
 _RESUME = _RESUME.replace("TYPED", repr(TYPED))
 
@@ -456,6 +458,10 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
     dirs = {}
     for name, (edit, _) in _EDITS.items():
         d = dirs[name] = Path(shutil.copytree(clean, tmp_path / name))
+        if edit is None:
+            (d / "bridge.yaml").unlink()
+            os.mkfifo(d / "bridge.yaml")
+            continue
         (d / "bridge.yaml").write_text(edit(text))
         assert (d / "bridge.yaml").read_text() != text, name
     accepted = Path(shutil.copytree(clean, tmp_path / "accepted"))  # a new lr and a null train_samples: Bridge's types

@@ -221,3 +221,20 @@ def test_every_engine_trains_with_the_adam_betas_nemo_renders():
     assert tuple(build_config(pre, "/runs/x")["model"]["optim"]["betas"]) == adam_betas(pre.recipe) == (0.9, 0.95)
     sft = make_plan(compose(["method=sft"]))
     assert tuple(build_config(sft, "/runs/x")["model"]["optim"]["betas"]) == adam_betas(sft.recipe) == ADAM_BETAS
+
+
+def test_no_submodule_shadows_its_packages_function():
+    """Importing ``pkg.name`` sets ``pkg.name`` to the module: a package function of that name (e.g. an engine's
+    ``check(plan)`` beside its ``check.py``) is replaced for the rest of the process, and the next render in it
+    fails with "'module' object is not callable" (seen after `vdkit check` of a bridge run dir)."""
+    root = Path(__file__).resolve().parent.parent
+    clashes = []
+    for init in [*root.glob("*/__init__.py"), *root.glob("*/*/__init__.py")]:
+        if ".venv" in init.parts or "build" in init.parts:
+            continue
+        subs = {p.stem for p in init.parent.glob("*.py") if p.stem != "__init__"}
+        subs |= {p.parent.name for p in init.parent.glob("*/__init__.py")}
+        defined = {n.name for n in ast.parse(init.read_text()).body
+                   if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        clashes += [f"{init.parent.relative_to(root)}: {name}.py and def {name}" for name in sorted(subs & defined)]
+    assert not clashes, clashes

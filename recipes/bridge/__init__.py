@@ -230,7 +230,7 @@ def resume_check(plan, run_dir) -> None:
     """`vdkit run --resume`: the run dir's bridge.yaml (a person may have edited it) as `vdkit check` takes it -
     the job's own loader, the types and counts its dataclasses declare (:mod:`.edits`), then Bridge's
     runtime_config_update - refused in one line before any rank starts."""
-    from vdkit.recipes.bridge.check import Refused, check_resume
+    from vdkit.recipes.bridge.runcheck import Refused, check_resume
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
     try:
@@ -242,6 +242,6 @@ def resume_check(plan, run_dir) -> None:
 
 def check_runs(run_dirs) -> list:
     """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
-    from vdkit.recipes.bridge.check import check_runs as run_checks
+    from vdkit.recipes.bridge.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs, render_bridge_yaml)

@@ -125,8 +125,13 @@ class Refused(Exception):
 def load(run_dir: Path):
     """Step 1: the run dir's bridge.yaml through its own bridge_job.py's loader (Bridge's
     ``ConfigContainer.from_yaml``, strict: a syntax error, an unknown key or class is refused); Refused if not."""
+    from vdkit.files import not_a_regular_file
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
+    kind = not_a_regular_file(run_dir / CONFIG_FILE)
+    if kind:  # Bridge's loader opens it as it is: a FIFO would block the door (and the check) for ever
+        raise Refused("the kit's reader", f"{run_dir / CONFIG_FILE} is {kind}, not a file",
+                      "re-render the run (vdkit render) or put the rendered bridge.yaml back")
     job = _job_module(run_dir)
     try:
         return job.load(run_dir / CONFIG_FILE)
