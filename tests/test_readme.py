@@ -95,17 +95,22 @@ def test_the_readme_layout_claim_is_what_the_planner_says():
     assert layout("llama2_13b", 5) == layout("llama2_70b", 5) == (8, 5, 1)
 
 
+TRAINS = ("vdkit run ", "vdkit validate ", "vdkit report ")  # tour lines that train here (or read what trained)
+
+
 @pytest.mark.slow
 def test_the_tour_runs_as_written(tmp_path):
+    """The tour's lines that train (and read what trained) with the installed `vdkit` script, in a shell, as a
+    user types them; its first line too (the script itself). The other lines, as written, run in one process
+    in the test below (each as a process cost ~3 s of imports: ~45 s of CI for nothing more)."""
     env = vdkit_env()
-    for line in bash_block("## A short tour"):
+    tour = bash_block("## A short tour")
+    lines = [tour[0], *(ln for ln in tour if ln.startswith(TRAINS))]
+    assert len(lines) >= 6, lines
+    for line in lines:
         done = sh(line, tmp_path, env)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
-    assert (tmp_path / "runs" / "llama2_70b_lora_1n8g" / "launch.sbatch").is_file()
     assert (tmp_path / "report" / "table9.md").is_file()
-
-
-TRAINS = ("vdkit run ", "vdkit validate ", "vdkit report ")  # tour lines that train here (or read what trained)
 
 
 def test_the_tour_plans_and_renders_as_written_cheaply(tmp_path, monkeypatch, capsys, shared=True):
