@@ -108,15 +108,23 @@ def test_a_hand_edited_recipe_is_one_exact_line(key, tmp_path, capsys):
     from vdkit.cli import main
     from vdkit.recipes.reference.train import main as rank_main
 
+    import signal
+
+    # The rank's entry installs its stop handlers for good (a real rank keeps them until it exits): put them back.
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
     value, line = RECIPE_EDITS[key]
     run_dir = _edited_run(tmp_path, key, value)
     invalid = "invalid " if key == "model.hidden_size" else ""  # the schema's type check, before the value rules
-    for prog, call in (("vdkit run", lambda: main(["run", "--resume", str(run_dir)])),
-                       ("vdkit check", lambda: main(["check", str(run_dir)])),
-                       ("vdkit reference", lambda: rank_main([str(run_dir)]))):
-        assert call() == 2, prog
-        out, err = capsys.readouterr()
-        assert err == f"{prog}: error: {invalid}{run_dir / 'recipe.yaml'}{line}\n", prog
+    try:
+        for prog, call in (("vdkit run", lambda: main(["run", "--resume", str(run_dir)])),
+                           ("vdkit check", lambda: main(["check", str(run_dir)])),
+                           ("vdkit reference", lambda: rank_main([str(run_dir)]))):
+            assert call() == 2, prog
+            out, err = capsys.readouterr()
+            assert err == f"{prog}: error: {invalid}{run_dir / 'recipe.yaml'}{line}\n", prog
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
     assert not (run_dir / "checkpoints").exists() and not (run_dir / "logs").exists()
 
 
