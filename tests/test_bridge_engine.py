@@ -438,7 +438,10 @@ _EDITS = {"misspelt": (lambda t: t.replace("\ntrain:\n", "\ntrain:\n  bogus_key:
           "literal": (lambda t: t.replace("lr_decay_style: cosine\n", "lr_decay_style: cosin\n", 1),
                       "scheduler.lr_decay_style='cosin'"),
           # not an edit: bridge.yaml replaced by a FIFO, which Bridge's loader would open and block on for ever
-          "fifo": (None, "is a FIFO (named pipe), not a file")}
+          "fifo": (None, "is a FIFO (named pipe), not a file"),
+          # the run dir's bridge_job.py (the loader the door runs) replaced by a FIFO, or edited into a syntax error
+          "job-fifo": ("job", "bridge_job.py is a FIFO (named pipe), not a file"),
+          "job-syntax": ("job-syntax", "SyntaxError")}
 TYPED = ("word-count", "list-mbs", "yaml-1e-4", "zero-log", "literal")  # `vdkit check` run on these too
 _RESUME = _RESUME.replace("TYPED", repr(TYPED))
 
@@ -458,9 +461,13 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
     dirs = {}
     for name, (edit, _) in _EDITS.items():
         d = dirs[name] = Path(shutil.copytree(clean, tmp_path / name))
-        if edit is None:
-            (d / "bridge.yaml").unlink()
-            os.mkfifo(d / "bridge.yaml")
+        if edit is None or edit == "job":
+            target = d / ("bridge.yaml" if edit is None else "bridge_job.py")
+            target.unlink()
+            os.mkfifo(target)
+            continue
+        if edit == "job-syntax":
+            (d / "bridge_job.py").write_text((d / "bridge_job.py").read_text() + "\ndef broken(:\n")
             continue
         (d / "bridge.yaml").write_text(edit(text))
         assert (d / "bridge.yaml").read_text() != text, name

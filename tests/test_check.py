@@ -137,6 +137,10 @@ NEMO_EDITS = {
     "tp-neg": (lambda d: d["model"].update(tensor_model_parallel_size=-3),
                ["model.tensor_model_parallel_size=-3", "needs it > 0", "the kit rendered 1"]),
     "devices-0": (lambda d: d["trainer"].update(devices=0), ["trainer.devices=0", "needs it > 0"]),
+    # a count rendered null (open to any type there) is still a count; NaN is not > 0 either
+    "vp-0": (lambda d: d["model"].update(virtual_pipeline_model_parallel_size=0),
+             ["model.virtual_pipeline_model_parallel_size=0", "needs it > 0"]),
+    "mbs-nan": (lambda d: d["model"].update(micro_batch_size=float("nan")), ["model.micro_batch_size=nan", "needs it > 0"]),
     "no-model": (lambda d: d.pop("model"), ["has no model section: NeMo 1.23's script reads it"]),
 }
 

@@ -101,7 +101,7 @@ def _edited_run(tmp_path, key, value):
 
 
 @pytest.mark.parametrize("key", list(RECIPE_EDITS))
-def test_a_hand_edited_recipe_is_one_exact_line(key, tmp_path, capsys):
+def test_a_hand_edited_recipe_is_one_exact_line(key, tmp_path, capsys, monkeypatch):
     """`vdkit run --resume`, `vdkit check` and the rank's own entry refuse a recipe.yaml value render would have
     refused: the exact line naming the file, the key and the fix, exit 2, nothing trained (before: a traceback in a
     rank for a negative layer count, a run of 0 nodes or of an unknown engine that trained, `check` exit 0)."""
@@ -110,7 +110,9 @@ def test_a_hand_edited_recipe_is_one_exact_line(key, tmp_path, capsys):
 
     import signal
 
-    # The rank's entry installs its stop handlers for good (a real rank keeps them until it exits): put them back.
+    # The rank's entry installs its stop handlers for good (a real rank keeps them until it exits): put them back;
+    # and it sets TOKENIZERS_PARALLELISM for the process (monkeypatch restores it).
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGTERM)}
     value, line = RECIPE_EDITS[key]
     run_dir = _edited_run(tmp_path, key, value)
@@ -137,7 +139,8 @@ def test_every_rendered_recipe_loads_back(tmp_path, capsys):
     image = "engine.container_image=nvcr.io/nvidia/nemo:24.01.01.framework"
     volumes = "cluster.kubernetes.storage=[" + ",".join(f"{{mount_path:{p},claim:c{i}}}" for i, p in enumerate(
         ("/data", "/shared", "/models", str(tmp_path)))) + "]"
-    for args in (["--sweep", "table9"], ["--sweep", "training"], ["--sweep", "alpaca_opt"],
+    for args in (["--sweep", "table9"], ["--sweep", "table9_fast"], ["--sweep", "training"], ["--sweep", "alpaca_opt"],
+                 ["--sweep", "llama31_roce"],
                  ["-m", "engine=megatron,reference", *LOCAL_REF[1:]],
                  ["engine=bridge", "method=pretrain", *LOCAL_REF[1:]],
                  ["engine=bridge", "model=llama2_7b", "method=lora", "model.megatron_path=/shared/llama2_7b_mcore"],
@@ -150,3 +153,56 @@ def test_every_rendered_recipe_loads_back(tmp_path, capsys):
         ("nemo", "slurm"), ("nemo", "kubernetes"), ("reference", "slurm"), ("reference", "local"),
         ("megatron", "local"), ("bridge", "local"), ("bridge", "slurm")}
     assert {r.method.name for r in recipes} >= {"lora", "sft", "ptuning", "pretrain"}
+    assert any(r.model.rope_scaling for r in recipes)  # Llama 3.1 (llama3 RoPE scaling) read back too
+
+
+def test_a_local_run_read_back_on_a_smaller_machine_is_not_refused(tmp_path, monkeypatch):
+    """The rules that read this machine (cluster.cpus_per_task against its CPU count, for a launcher that starts
+    the ranks here) hold at composition, not when a run directory is read back: `vdkit status`, `report` or a
+    rank on another machine must not refuse a run rendered with more CPUs per task than it has."""
+    import os
+
+    from vdkit.errors import UserError
+    from vdkit.rundir import load_recipe
+
+    have = os.cpu_count() or 1
+    run_dir = create_run_dir(make_plan(compose([*LOCAL_REF, f"cluster.cpus_per_task={have}"])), {},
+                             run_dir=tmp_path / "run")
+    monkeypatch.setattr(os, "cpu_count", lambda: max(1, have // 2) if have > 1 else 0)
+    with pytest.raises(UserError, match="cpus_per_task"):  # composing here now would refuse it
+        compose([*LOCAL_REF, f"cluster.cpus_per_task={have + 1 if have == 1 else have}"])
+    assert load_recipe(run_dir).cluster.cpus_per_task == have
+
+
+@pytest.mark.parametrize("scaling, what", [
+    ({"rope_type": ["llama3"], "factor": 8.0}, "model.rope_scaling.rope_type=['llama3'] is not a RoPE scaling"),
+    ({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": "fast", "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 8192}, "model.rope_scaling.low_freq_factor='fast' is not a number"),
+    ({"rope_type": "linear", "factor": float("nan")}, "model.rope_scaling.factor=nan is not a number")])
+def test_an_edited_rope_scaling_of_the_wrong_kind_is_one_line(scaling, what, tmp_path):
+    """A list for rope_type, a word or NaN for a factor: one line naming the key at load (before: a TypeError
+    from a set lookup, or a ValueError from float() in the context rules, as a traceback in every verb)."""
+    from vdkit.errors import UserError
+    from vdkit.rundir import load_recipe
+
+    run_dir = _edited_run(tmp_path, "model.rope_scaling", scaling)
+    with pytest.raises(UserError) as err:
+        load_recipe(run_dir)
+    assert what in str(err.value) and str(run_dir / "recipe.yaml") in str(err.value)
+
+
+@pytest.mark.parametrize("edit", [{"dp": 1e999}, {"schedule": "x"}])
+def test_a_plan_json_with_an_infinite_count_or_a_scalar_schedule_is_one_line(edit, tmp_path):
+    """plan.json's dp written as 1e999 (JSON's infinity: int() overflows) or a schedule that is not an object
+    (before: OverflowError / AttributeError tracebacks from every verb that reads the plan)."""
+    import json
+
+    from vdkit.errors import UserError
+    from vdkit.rundir import PLAN_FILE, load_plan
+
+    run_dir = create_run_dir(make_plan(compose(LOCAL_REF)), {}, run_dir=tmp_path / "run")
+    data = json.loads((run_dir / PLAN_FILE).read_text())
+    data.update(edit)
+    (run_dir / PLAN_FILE).write_text(json.dumps(data))
+    with pytest.raises(UserError, match="cannot read the plan of"):
+        load_plan(run_dir)

@@ -275,10 +275,11 @@ def _check(ok: bool, what: str, fix: str) -> None:
         raise UserError(what, fix)
 
 
-def validate_fields(r: Recipe) -> None:
+def validate_fields(r: Recipe, host: bool = True) -> None:
     """Rules on single fields and their obvious pairs, after :func:`vdkit.rules.check_recipe` (so every
     field of :data:`vdkit.rules.numbers.DOMAINS` is already in its range: its rule lives there, not here).
-    Layout rules live in vdkit.planner.layout."""
+    Layout rules live in vdkit.planner.layout. ``host=False`` leaves out the rules that read this machine
+    (its CPU count): a run directory read back elsewhere (vdkit.rundir.load_recipe) is not refused for it."""
     c, t, m = r.cluster, r.train, r.method
     _check(m.name in METHODS, f"method.name={m.name!r} is not a method", "use one of " + ", ".join(METHODS))
     _check(m.peft_scheme == PEFT_SCHEMES[m.name],
@@ -324,7 +325,7 @@ def validate_fields(r: Recipe) -> None:
                f"leave it out (the default in vdkit.faults) or give e.g. cluster.{key}=20")
     _check(c.cpus_per_task >= 1, f"cluster.cpus_per_task={c.cpus_per_task} must be at least 1 (sbatch rejects it)",
            "use e.g. cluster.cpus_per_task=12 (the CPU cores per GPU rank)")
-    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here)
+    check_node_cpus(c.cpus_per_task, c.gpus_per_node, launchers.get(c.launcher).executes_here and host)
     _check(t.micro_batch_size >= 1, f"train.micro_batch_size={t.micro_batch_size} must be >= 1",
            "use train.micro_batch_size=1")
     _check(t.global_batch_size >= t.micro_batch_size,

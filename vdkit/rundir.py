@@ -174,7 +174,7 @@ def load_recipe(path) -> Recipe:
 
     try:
         check_values(recipe)
-        validate_fields(recipe)
+        validate_fields(recipe, host=False)
     except UserError as exc:
         raise UserError(f"{path}: {exc.what}", f"edit it ({exc.fix or 'correct the value'}), or re-render the run "
                         "with `vdkit render`") from None
@@ -243,9 +243,11 @@ def load_plan(run_dir) -> Plan:
                     runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
                     trainable_params=int(data.get("trainable_params") or 0),
                     time=TimePlan.from_dict(data["schedule"]) if data.get("schedule") else None)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    # OverflowError: int() of a JSON 1e999 / Infinity; AttributeError: a "schedule" that is not an object
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, AttributeError) as exc:
         detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
-                  else "not the JSON object vdkit writes" if isinstance(exc, TypeError) else str(exc) or type(exc).__name__)
+                  else "not the JSON object vdkit writes" if isinstance(exc, (TypeError, AttributeError))
+                  else str(exc) or type(exc).__name__)
         raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {detail})",
                         "pass a run directory written by `vdkit render` / `vdkit run`") from None
 

@@ -44,7 +44,7 @@ def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
         f"for f in {files}; do",
         '  if { [ -L "$f" ] && [ ! -e "$f" ]; } || { [ -e "$f" ] && [ ! -f "$f" ]; }; then',
         '    echo "vdkit: $f is not a regular file ($(stat -L -c %F "$f" 2>/dev/null || echo a broken link)), so job '
-        f'{job_id_expr} cannot keep the run\'s state in it: remove it (rm -r $f); the next job creates it again" >&2',
+        f'{job_id_expr} cannot keep the run\'s state in it: remove it (rm -r $(printf %q "$f")); the next job creates it again" >&2',
         "    exit 1",
         "  fi",
         "done",
@@ -86,7 +86,7 @@ def check_state_files(run_dir, names=STATE_FILES) -> None:
         kind = _not_a_state_file(path)
         if kind:
             raise UserError(f"{path} is {kind}, not a regular file (the launcher reads and appends the run's state "
-                            "there)", f"remove it (rm -r {path}); the next job creates it again")
+                            "there)", f"remove it (rm -r {shlex.quote(str(path))}); the next job creates it again")
 
 
 def read_holder(run_dir) -> Optional[Tuple[str, str]]:

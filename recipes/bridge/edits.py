@@ -148,11 +148,17 @@ def _load(path: Path) -> dict:
     """bridge.yaml as Bridge's ``from_yaml`` reads it: ``yaml.safe_load`` (through the kit's bounded reader:
     ``lr: 1e-4`` is a str there, as for Bridge), then OmegaConf with interpolations resolved."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
+    from vdkit.errors import UserError
     from vdkit.files import load_yaml
 
     data = load_yaml(path, "Bridge config")
-    return OmegaConf.to_container(OmegaConf.create(data), resolve=True) if isinstance(data, dict) else {}
+    try:  # a bad interpolation or a key OmegaConf cannot hold: one line, as Bridge's own loader would stop
+        return OmegaConf.to_container(OmegaConf.create(data), resolve=True) if isinstance(data, dict) else {}
+    except (OmegaConfBaseException, ValueError, TypeError) as exc:
+        raise UserError(f"{path}: {' '.join(str(exc).split()).split(' full_key:')[0]}",
+                        f"correct it, {FIX_RERENDER}") from None
 
 
 def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]]:

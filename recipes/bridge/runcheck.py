@@ -128,11 +128,18 @@ def load(run_dir: Path):
     from vdkit.files import not_a_regular_file
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
-    kind = not_a_regular_file(run_dir / CONFIG_FILE)
-    if kind:  # Bridge's loader opens it as it is: a FIFO would block the door (and the check) for ever
-        raise Refused("the kit's reader", f"{run_dir / CONFIG_FILE} is {kind}, not a file",
-                      "re-render the run (vdkit render) or put the rendered bridge.yaml back")
-    job = _job_module(run_dir)
+    from vdkit.rundir import BRIDGE_JOB_FILE
+
+    for name in (CONFIG_FILE, BRIDGE_JOB_FILE):  # opened as they are: a FIFO would block the door for ever
+        kind = not_a_regular_file(run_dir / name)
+        if kind:
+            raise Refused("the kit's reader", f"{run_dir / name} is {kind}, not a file",
+                          f"re-render the run (vdkit render) or put the rendered {name} back")
+    try:
+        job = _job_module(run_dir)
+    except Exception as exc:  # an edited bridge_job.py: its syntax error or failed import, in one line
+        raise Refused(f"the run dir's {BRIDGE_JOB_FILE}", one_line(exc),
+                      f"re-render the run (vdkit render) or put the rendered {BRIDGE_JOB_FILE} back") from None
     try:
         return job.load(run_dir / CONFIG_FILE)
     except Exception as exc:

@@ -137,6 +137,12 @@ def compare(path, edited: Dict[str, Any], rendered: Dict[str, Any], expect: Call
                                   key, (f"rename it {near}" if near else "remove it") + f", {fix}"))
             continue
         got = kind(value)
+        # A count must be > 0 whatever the render held there (a key rendered null is open to any type); NaN is
+        # not > 0 either.
+        if positive_key(key, positive) and got in ("int", "float") and not value > 0:
+            defects.append(Defect(f"{key}={value} in {path}: {stack} needs it > 0{why.get(key.rsplit('.', 1)[-1], '')}",
+                                  key, f"set a positive value{was(rendered, key)}, {fix}"))
+            continue
         if want is OPEN or "any" in want.kinds:
             if got != "mapping" and rendered.get(key, _MISSING) != value:
                 changed.append(key)
@@ -153,10 +159,6 @@ def compare(path, edited: Dict[str, Any], rendered: Dict[str, Any], expect: Call
             defects.append(Defect(f"{key}={value!r} in {path}: {stack} takes one of {allowed} there"
                                   + (f" ({want.source})" if want.source else ""), key,
                                   f"write one of them{was(rendered, key)}, {fix}"))
-            continue
-        if positive_key(key, positive) and got in ("int", "float") and value <= 0:
-            defects.append(Defect(f"{key}={value} in {path}: {stack} needs it > 0{why.get(key.rsplit('.', 1)[-1], '')}",
-                                  key, f"set a positive value{was(rendered, key)}, {fix}"))
             continue
         if got != "mapping" and rendered.get(key, _MISSING) != value:
             changed.append(key)

@@ -36,13 +36,22 @@ def check_architecture(m) -> None:
     rs = m.rope_scaling
     if isinstance(rs, dict) and rs:  # not a mapping: validate_fields' line
         rtype = rs.get("rope_type", rs.get("type"))
-        if rtype not in ROPE_TYPES:
+        if not isinstance(rtype, str) or rtype not in ROPE_TYPES:  # a list or mapping is unhashable: not a name
             raise UserError(f"model.rope_scaling.rope_type={rtype!r} is not a RoPE scaling transformers builds",
                             "use one of " + ", ".join(ROPE_TYPES) + ", or model.rope_scaling=null")
         for key in ("factor",) + ROPE_TYPES[rtype]:
             if key not in rs:
                 raise UserError(f"model.rope_scaling (rope_type {rtype}) has no {key}",
                                 f"add it, e.g. model.rope_scaling.{key}=..., as in conf/model/llama3_1_8b.yaml")
+            value = rs[key]
+            listed = key in ("short_factor", "long_factor")  # longrope's per-dimension lists
+            if listed:
+                ok = isinstance(value, (list, tuple))
+            else:  # a word or NaN here fails later in float() or in the rotary tables, as a traceback
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+            if not ok:
+                raise UserError(f"model.rope_scaling.{key}={value!r} is not a {'list' if listed else 'number'}",
+                                "give it as conf/model/llama3_1_8b.yaml does, or set model.rope_scaling=null")
         for key, v in rs.items():
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 continue
