@@ -21,10 +21,11 @@ import functools
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
+from vdkit.recipes.bridge.versions import BRIDGE_VERSION
 from vdkit.recipes.common import edits as common
+from vdkit.recipes.common.edits import FIX_RERENDER
 
-STACK = "Megatron-Bridge 0.3.1"
-FIX_RERENDER = "or re-render the run with `vdkit render`"
+STACK = f"Megatron-Bridge {BRIDGE_VERSION}"
 # Besides Megatron's sizes (common.MEGATRON_POSITIVE), what Bridge 0.3.1's loop needs > 0: train_iters (train.py
 # `while step < train_iters`: 0 or less trains nothing and saves an untrained model), logger.log_interval
 # (train.py `iteration % log_interval`: 0 divides by zero at the first step), the LoRA rank peft.dim.

@@ -27,6 +27,7 @@ MEGATRON_POSITIVE = frozenset({
     "virtual_pipeline_model_parallel_size", "micro_batch_size", "global_batch_size",
     "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "seq_length",
 })
+FIX_RERENDER = "or re-render the run with `vdkit render`"  # the end of every edit refusal's fix
 _MISSING = object()  # a key the render lacks (its value can be None)
 KINDS = (("null", type(None)), ("bool", bool), ("int", int), ("float", float), ("str", str),
          ("list", (list, tuple)), ("mapping", dict))

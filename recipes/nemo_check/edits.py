@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import List, Tuple
 
 from vdkit.recipes.common import edits as common
+from vdkit.recipes.common.edits import FIX_RERENDER
+from vdkit.recipes.nemo_check.venv import NEMO_VERSION
 
 # Keys (the last part of a dotted key, wherever it sits) whose value NeMo 1.23 / Lightning 2.0.7 need > 0, besides
 # Megatron's sizes (common.MEGATRON_POSITIVE).
@@ -36,8 +38,7 @@ POSITIVE = common.MEGATRON_POSITIVE | frozenset({
     "adapter_dim", "virtual_tokens", "bottleneck_dim", "embedding_dim",
 })
 POSITIVE_WHY = {"max_steps": " (it sizes its datasets from it: Lightning's -1, no limit, fails there)"}
-FIX_RERENDER = "or re-render the run with `vdkit render`"
-STACK = "NeMo 1.23"
+STACK = "NeMo " + ".".join(NEMO_VERSION.split(".")[:2])  # "NeMo 1.23", as its release names it
 
 
 def _load(path: Path) -> dict:
