@@ -241,7 +241,7 @@ def resume_check(plan, run_dir) -> None:
 
 
 def check_runs(run_dirs) -> list:
-    """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.check`)."""
+    """`vdkit check`: each run dir's bridge_job.py on its bridge.yaml under Bridge, as far as a CPU goes (:mod:`.runcheck`)."""
     from vdkit.recipes.bridge.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs, render_bridge_yaml)

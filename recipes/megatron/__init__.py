@@ -111,7 +111,7 @@ def env(plan) -> dict:
 
 
 def check_runs(run_dirs) -> list:
-    """`vdkit check`: the job's TransformerConfig and model on the meta device (:mod:`.check`)."""
+    """`vdkit check`: the job's TransformerConfig and model on the meta device (:mod:`.runcheck`)."""
     from vdkit.recipes.megatron.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs)

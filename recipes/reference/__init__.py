@@ -172,7 +172,7 @@ def local_check(plan) -> None:
 
 
 def check_runs(run_dirs) -> list:
-    """`vdkit check`: the job's build_model on the meta device, the staged config (:mod:`.check`)."""
+    """`vdkit check`: the job's build_model on the meta device, the staged config (:mod:`.runcheck`)."""
     from vdkit.recipes.reference.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs)

@@ -44,11 +44,10 @@ def _target(target):
     from vdkit.rundir import RECIPE_FILE, load_recipe
 
     path = Path(target)
-    if path.is_dir():
+    if (path / RECIPE_FILE).is_file():
         from vdkit.runlock import check_state_files
 
         check_state_files(path)  # a FIFO among them would hang this answer, a directory would read as no record
-    if (path / RECIPE_FILE).is_file():
         launcher = launchers.get(load_recipe(path).cluster.launcher)
         return launcher, path.absolute(), launcher.job(path)
     from vdkit.slurm.submit import resolve
