@@ -147,14 +147,14 @@ def schema_node():
 
 
 def hydra_message(exc: BaseException) -> str:
-    """Hydra's message and its cause's, first lines only ("full_key: ..." detail dropped)."""
-    parts = []
+    """Hydra's message and its cause's first lines (one ending in ':' with the next), and OmegaConf's full_key."""
+    parts, key = [], None
     while exc is not None and len(parts) < 2:
         lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-        if lines and lines[0] not in parts:
-            parts.append(lines[0].rstrip("."))
-        exc = exc.__cause__
-    return ": ".join(parts) if parts else "composition failed"
+        key = key or next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("full_key:")), None)
+        first = (" ".join(lines[:2]) if len(lines) > 1 and lines[0].endswith(":") else (lines or [""])[0]).rstrip(".")
+        parts, exc = parts + ([first] if first and first not in parts else []), exc.__cause__
+    return (": ".join(parts) or "composition failed") + (f" (key {key})" if key and key not in str(parts) else "")
 
 
 def compose(overrides: List[str] | tuple = ()) -> Recipe:

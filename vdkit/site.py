@@ -34,8 +34,6 @@ from typing import Callable, Dict, List, Optional, Tuple
 # The cluster fields a site's facts decide: what `vdkit render` lists while they are still assumed.
 SITE_FACTS = ("ib_hcas", "transport", "socket_ifname", "gpu_type", "gpu_memory_gb", "node_gpus", "max_time_min",
               "max_nodes", "storage_write_gbps_per_node", "startup_s", "mtbf_h")
-# nvidia-smi / rocm-smi product names -> the kit's gpu_type (conf/calibration: what it predicts for).
-GPU_TYPES = {"H100 80GB HBM3": "H100-SXM5-80GB", "MI300X": "MI300X-192GB"}
 SAMPLE_MB = 256  # storage sample: enough to pass a client's write cache burst on NFS, seconds on any disk
 COMMAND_TIMEOUT_S = 20  # a hung `sinfo` (controller down) must not hang the probe
 
@@ -105,6 +103,14 @@ def default_route_iface(route_text: str) -> Optional[str]:
     return None
 
 
+def gpu_types() -> Dict[str, str]:
+    """nvidia-smi / rocm-smi product names -> the kit's gpu_type: each GPU's ``product_names`` in
+    conf/calibration/hf_step_time.yaml ``gpus`` (the one home of a GPU's facts: what the kit predicts for)."""
+    from vdkit.planner.calibration import load
+
+    return {name: gpu for gpu, g in load("hf_step_time")["gpus"].items() for name in g["product_names"]}
+
+
 def parse_nvidia_smi(text: str) -> Optional[Dict[str, object]]:
     """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`` (or ``nvidia-smi -q``) -> GPU facts."""
     names, mems = [], []
@@ -123,7 +129,7 @@ def parse_nvidia_smi(text: str) -> Optional[Dict[str, object]]:
         return None
     name = names[0]
     mib = mems[0] if mems else None
-    return {"gpu_vendor": "nvidia", "gpu_type": GPU_TYPES.get(name, name.replace(" ", "-")),
+    return {"gpu_vendor": "nvidia", "gpu_type": gpu_types().get(name, name.replace(" ", "-")),
             "gpu_memory_gb": round(mib * 2**20 / 1e9) if mib else None, "node_gpus": len(names),
             "gpus_per_node": len(names), "product": name}
 
@@ -133,9 +139,12 @@ def parse_rocm_smi(text: str) -> Optional[Dict[str, object]]:
     series = re.findall(r"Card [Ss]eries:\s*(.+?)\s*$", text, re.M)
     if not series:
         return None
-    name = next((k for k in GPU_TYPES if k in series[0]), series[0])
-    memory = {"MI300X": 192}.get(name)
-    return {"gpu_vendor": "amd", "gpu_type": GPU_TYPES.get(name, name.replace(" ", "-")), "gpu_memory_gb": memory,
+    from vdkit.planner.calibration import load
+
+    types = gpu_types()
+    name = next((k for k in types if k in series[0]), series[0])
+    memory = load("hf_step_time")["gpus"][types[name]]["memory_gb"] if name in types else None
+    return {"gpu_vendor": "amd", "gpu_type": types.get(name, name.replace(" ", "-")), "gpu_memory_gb": memory,
             "node_gpus": len(series), "gpus_per_node": len(series), "product": series[0]}
 
 

@@ -24,16 +24,43 @@ HEADROOM = 0.10
 
 @lru_cache(maxsize=None)
 def load(name: str) -> dict:
-    """``conf/calibration/<name>.yaml`` as a dict (UserError when the file is missing)."""
-    import yaml
-
+    """``conf/calibration/<name>.yaml`` as a dict, checked against its schema
+    (:data:`vdkit.planner.calibration_schema.SCHEMAS`); UserError, one line naming the file and the key, when
+    the file is missing, unreadable, or has an unknown key, a value of the wrong type or a required key missing."""
     from vdkit.conftree import conf_dir
 
     path = conf_dir() / CALIBRATION_DIR / f"{name}.yaml"
     if not path.is_file():
         raise UserError(f"the calibration file {path} is missing",
                         "reinstall vdkit, or copy conf/calibration/ into your VDKIT_CONF_DIR")
-    return yaml.safe_load(path.read_text())
+    return checked(path, name)
+
+
+def checked(path: Path, name: str) -> dict:
+    """The calibration file ``path`` merged into the schema ``SCHEMAS[name]``, as plain data (UserError on a defect)."""
+    import yaml
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vdkit.planner.calibration_schema import SCHEMAS
+
+    fix = f"fix {path.name} (the keys and types: vdkit/planner/calibration_schema.py; sources beside each number)"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"{path}: cannot be read ({str(exc).splitlines()[0]})", fix) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a mapping of keys", fix)
+    try:
+        cfg = OmegaConf.merge(OmegaConf.structured(SCHEMAS[name]), data)
+    except OmegaConfBaseException as exc:
+        # OmegaConf names the key (full_key) and the defect (the message's first line)
+        raise UserError(f"{path}: {exc.full_key or '(top level)'}: {str(exc).splitlines()[0]}", fix) from None
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        raise UserError(f"{path}: {missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                        fix)
+    return OmegaConf.to_container(cfg)
 
 
 def memory() -> dict:

@@ -56,9 +56,24 @@ def calibration() -> dict:
 
 
 def predicts_for(recipe, calib: Optional[dict] = None) -> bool:
-    """Whether the model describes the recipe's GPU (step_time.yaml's ``hardware.gpu_types``)."""
-    calib = calib or calibration()
-    return recipe.cluster.gpu_type in calib["hardware"]["gpu_types"]
+    """Whether the model describes the recipe's GPU: the reference GPU (step_time.yaml's ``hardware``) or one
+    hf_step_time.yaml's ``gpus`` describes, with an FP8 peak for an FP8 recipe (:func:`why_no_prediction`)."""
+    return _gpu_gap(recipe, calib or calibration()) is None
+
+
+def _gpu_gap(recipe, calib: dict) -> Optional[str]:
+    """Why the model does not describe the recipe's GPU (None: it does)."""
+    from vdkit.planner.calibration import load
+
+    gpu, gpus = recipe.cluster.gpu_type, load("hf_step_time")["gpus"]
+    if gpu == calib["hardware"]["reference_gpu"]:
+        return None
+    if gpu not in gpus:
+        described = ", ".join(dict.fromkeys([calib["hardware"]["reference_gpu"], *gpus]))
+        return f"the step-time model describes {described} (conf/calibration/hf_step_time.yaml gpus), not {gpu}"
+    if recipe.train.precision == "fp8" and gpus[gpu].get("peak_tflops_fp8") is None:
+        return f"conf/calibration/hf_step_time.yaml states no FP8 peak for {gpu} (peak_tflops_fp8)"
+    return None
 
 
 def gpu_hardware(calib: dict, gpu_type: str) -> dict:
@@ -74,8 +89,13 @@ def gpu_hardware(calib: dict, gpu_type: str) -> dict:
     gpus = load("hf_step_time")["gpus"]
     if gpu_type not in gpus:  # a GPU nothing describes: no prediction is shown (predicts_for), ranking only
         return {**hw, "gemm_scale": 1.0}
-    g, r = gpus[gpu_type], gpus[ref]
-    hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"], hbm_gb_s=g["hbm_gb_s"],
+    g, r = gpus[gpu_type], gpus.get(ref)
+    if r is None:  # the transfer is relative to the reference GPU's measured share of peak
+        raise UserError(f"conf/calibration/step_time.yaml: hardware.reference_gpu={ref} is not in "
+                        "conf/calibration/hf_step_time.yaml gpus", f"describe {ref} there, or name a GPU it describes")
+    # no FP8 peak (e.g. the A100): layouts are ranked at the BF16 peak, and no FP8 prediction is shown (predicts_for)
+    hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"] or g["peak_tflops_bf16"],
+              hbm_gb_s=g["hbm_gb_s"],
               nvlink_gb_s=g["intra_node_gb_s"],
               gemm_scale=(g["mamf_tflops_bf16"] / g["peak_tflops_bf16"]) / (r["mamf_tflops_bf16"] / r["peak_tflops_bf16"]))
     return hw
@@ -91,10 +111,7 @@ def why_no_prediction(recipe, tp: int = 1, pp: int = 1) -> Optional[str]:
         from vdkit.planner.predict_hf import why_not_hf
 
         return why_not_hf(recipe, tp, pp)
-    if predicts_for(recipe):
-        return None
-    described = ", ".join(calibration()["hardware"]["gpu_types"])
-    return f"the step-time model describes {described}, not {recipe.cluster.gpu_type}"
+    return _gpu_gap(recipe, calibration())
 
 
 def fitted(calib: Optional[dict] = None) -> Dict[str, float]:

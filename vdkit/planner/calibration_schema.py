@@ -1,0 +1,168 @@
+"""The schema of ``conf/calibration/*.yaml``: one dataclass per file, checked by OmegaConf on load.
+
+:func:`vdkit.planner.calibration.load` merges each file into ``OmegaConf.structured(SCHEMAS[name])``: an
+unknown key, a value of the wrong type or a missing required key is one line naming the file and the key
+(``conf/calibration/hf_step_time.yaml: gpus.H200-SXM5-141GB.hbm_gb_s is missing``), never a ``KeyError``
+deep in the step-time model. A field without a default (``MISSING``) is required; ``Optional`` with a
+``None`` default may be left out. What each number means and its source is in the YAML beside it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from omegaconf import MISSING
+
+
+# ----------------------------------------------------------------------------- memory.yaml
+@dataclass
+class MemoryCalib:
+    overhead_gb: float = MISSING
+    borderline_fraction: float = MISSING
+    megatron_bytes: Dict[str, List[float]] = MISSING  # precision -> (weights, gradients, optimizer) bytes
+    checkpoint_bytes_per_param: float = MISSING
+    sharded_bytes: Dict[str, List[float]] = MISSING  # sharding -> (parameter, gradient, optimizer) bytes
+    sharded_frozen_bytes: Dict[str, float] = MISSING
+    accumulation_grad_bytes: Dict[str, float] = MISSING
+    gathered_layers: int = MISSING
+    logit_bytes: float = MISSING
+
+
+# ----------------------------------------------------------------------------- hf_step_time.yaml
+@dataclass
+class GpuCalib:
+    """One GPU's facts (hf_step_time.yaml ``gpus``, by ``cluster.gpu_type``): the one home of a GPU's
+    datasheet and measured figures, read by both step-time regimes."""
+
+    peak_tflops_bf16: float = MISSING  # dense BF16 tensor-core peak (datasheet)
+    mamf_tflops_bf16: float = MISSING  # measured maximum achievable BF16 matmul TFLOP/s
+    hbm_gb_s: float = MISSING  # HBM bandwidth (datasheet)
+    intra_node_gb_s: float = MISSING  # in-node collective bus bandwidth per direction
+    collective_latency_us: float = MISSING  # per ring step
+    compute_units: int = MISSING  # SMs / CUs (wave quantization)
+    peak_tflops_fp8: Optional[float] = None  # dense FP8 peak; None: no FP8 tensor cores (FP8 plans get no prediction)
+    memory_gb: Optional[float] = None  # the GPU's memory as sold (a cluster's gpu_memory_gb is what the planner fits)
+    # what nvidia-smi / rocm-smi call it (without "NVIDIA "): `vdkit site probe` writes this gpu_type for them
+    product_names: List[str] = field(default_factory=list)
+
+
+@dataclass
+class HfStack:
+    op_overhead_us: float = MISSING
+    ops_per_layer_forward: int = MISSING
+    backward_ops_factor: float = MISSING
+    hook_ops_per_unit: Dict[str, int] = MISSING
+    backward_prefetch: Dict[str, bool] = MISSING
+    gradient_copy_bytes_per_param: Dict[str, float] = MISSING
+    accumulate_gradient_bytes_per_param: Dict[str, float] = MISSING
+    optimizer_bytes_per_param: float = MISSING
+    elementwise_passes: float = MISSING
+    attention_score_passes: float = MISSING
+    comm_bytes_per_param: float = MISSING
+    ddp_gradient_bytes_per_param: float = MISSING
+
+
+@dataclass
+class RowsFigure:
+    tokens_per_row: float = MISSING
+    source: str = MISSING
+
+
+@dataclass
+class DataDefaults:
+    length_sigma: float = MISSING
+    datasets: Dict[str, RowsFigure] = MISSING
+    unknown_fraction_of_seq: float = MISSING
+
+
+@dataclass
+class CrossCheck:
+    name: str = MISSING
+    minutes: float = MISSING
+    source: str = MISSING
+    overrides: List[str] = MISSING
+
+
+@dataclass
+class Interval:
+    min: float = MISSING
+    max: float = MISSING
+    figures: str = MISSING
+
+
+@dataclass
+class HfStepTimeCalib:
+    gpus: Dict[str, GpuCalib] = MISSING
+    gemm_tile: List[int] = MISSING
+    adapter_gb_s: Dict[str, float] = MISSING
+    stack: HfStack = MISSING
+    data_defaults: DataDefaults = MISSING
+    cross_checks: List[CrossCheck] = field(default_factory=list)
+    intervals: Dict[str, Interval] = MISSING
+
+
+# ----------------------------------------------------------------------------- step_time.yaml
+@dataclass
+class Hardware:
+    reference_gpu: str = MISSING  # the GPU the constants were fitted on (a key of hf_step_time.yaml gpus)
+    peak_tflops_bf16: float = MISSING
+    peak_tflops_fp8: float = MISSING
+    hbm_gb_s: float = MISSING
+    nvlink_gb_s: float = MISSING
+    ib_gb_s_per_adapter: float = MISSING
+    default_adapters_per_node: int = MISSING
+    collective_latency_us: float = MISSING
+
+
+@dataclass
+class StackBytes:
+    weight_bf16: float = MISSING
+    weight_fp8: float = MISSING
+    unfused_weights_read: float = MISSING
+    unfused_recompute_read: float = MISSING
+    unfused_sft_gradient: float = MISSING
+    activation: float = MISSING
+    dp_gradient: float = MISSING
+    optimizer_pass: float = MISSING
+
+
+@dataclass
+class SampleFigure:
+    tokens_per_sample: float = MISSING
+    source: str = MISSING
+
+
+@dataclass
+class Fitted:
+    gemm_efficiency_bf16: float = MISSING
+    gemm_efficiency_fp8: float = MISSING
+    guide_stack_gb_s: float = MISSING
+
+
+@dataclass
+class AnchorRun:
+    name: str = MISSING
+    overrides: List[str] = MISSING
+    tflops: Optional[float] = None  # model TFLOP/s per GPU (BF16 runs) ...
+    tokens_per_s_per_gpu: Optional[float] = None  # ... or tokens/s/GPU (FP8 runs)
+
+
+@dataclass
+class Anchors:
+    source_bf16: str = MISSING
+    source_fp8: str = MISSING
+    runs: List[AnchorRun] = MISSING
+
+
+@dataclass
+class StepTimeCalib:
+    hardware: Hardware = MISSING
+    bytes: StackBytes = MISSING
+    data: Dict[str, SampleFigure] = MISSING
+    packing_efficiency: float = MISSING
+    fitted: Fitted = MISSING
+    intervals: Dict[str, Interval] = MISSING
+    anchors: Anchors = MISSING
+
+
+SCHEMAS: Dict[str, Any] = {"memory": MemoryCalib, "hf_step_time": HfStepTimeCalib, "step_time": StepTimeCalib}
