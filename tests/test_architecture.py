@@ -87,7 +87,7 @@ units: minutes
 key: [model, gpus, method]
 layout: grid
 sweep: demo
-recipe: {model.name: tiny_llama, engine.name: reference}
+recipe: {model.name: tiny_llama, engine.name: reference, cluster.gpu_type: cpu}
 cited_as: the toy table
 figure_unit: min for 100 steps
 models: {tiny_llama: "Tiny Llama"}

@@ -12,8 +12,10 @@ spec has the same parts:
   ``alternative_sweep``: the same cells with another recipe (its predictions beside them);
 - ``steps``: the step count the figures are for (none: each cell's ``train.target_steps``);
 - ``recipe``: which recipes are cells of the table (``vdkit plan`` prints their published figure,
-  :func:`published_for`): the engine and data, and every setting the published runs fixed (sequence
-  length, batch sizes, ...), so a plan that departs from the published run is not cited as it;
+  :func:`published_for`): the GPU (``cluster.gpu_type``, required), the engine and data, and every setting
+  the published runs fixed (sequence length, batch sizes, ...), so a plan that departs from the published
+  run is not cited as it; nor is a model that is not the published one dimension for dimension
+  (:func:`same_model`);
   ``cited_as`` and ``figure_unit``: how that line names it;
 - ``layout``: how :mod:`vdkit.validation.table_output` arranges it (:data:`LAYOUTS`: ``grid`` model x GPUs
   rows with a column per ``methods`` entry, Table 9; ``nodes`` one row per cell with time and checkpoint
@@ -50,6 +52,12 @@ DEFAULT_TABLE = "table9"  # what `vdkit report` and `vdkit demo` rebuild unless 
 # Planning a published cell needs no weights: the sweeps name the cluster's staged copies
 # (model.hf_path=/shared/models/...), which the door refuses on a machine without them.
 PLAN_ONLY = ["model.hf_path=null"]
+
+# The condition a table citing its figures (``recipe``) must state: the GPU its runs were measured on.
+GPU_CONDITION = "cluster.gpu_type"
+# ModelCfg fields that do not change the model a published figure is for: its name (the cell's key), where
+# its weights are, the training guide's layout hints.
+NOT_ARCHITECTURE = ("name", "nemo_path", "hf_path", "megatron_path", "pretrain_tp", "pretrain_pp")
 
 # What a spec's ``key`` may name: a cell's identity, read off a recipe. inter_node is the fabric between
 # nodes ("-" on one node, where there is none).
@@ -106,6 +114,9 @@ def spec(name: str, folder: Optional[Path] = None) -> dict:
     if data.get("recipe") and not (data.get("cited_as") and data.get("figure_unit")):
         raise UserError(f"published table {name!r} names its recipes but not how `vdkit plan` cites them",
                         "give it cited_as (e.g. Table 9) and figure_unit (e.g. min for 1000 steps)")
+    if data.get("recipe") and not data["recipe"].get(GPU_CONDITION):  # an H200 plan is no H100 cell
+        raise UserError(f"published table {name!r} names its recipes but not the GPU its figures were measured on",
+                        f"add {GPU_CONDITION}: the GPU (e.g. H100-SXM5-80GB) to its recipe conditions")
     return data
 
 
@@ -121,6 +132,40 @@ def _matches(recipe, conditions: dict) -> bool:
                    for w in options):
             return False
     return True
+
+
+def _shipped_model(name: str) -> Optional[tuple]:
+    """The architecture of the kit's ``conf/model/<name>.yaml`` (:func:`_architecture`), None without one."""
+    from vdkit.conftree import conf_dir
+
+    path = conf_dir() / "model" / f"{name}.yaml"
+    return _model_file(str(path), path.stat().st_mtime_ns) if path.is_file() else None
+
+
+@lru_cache(maxsize=64)
+def _model_file(path: str, mtime_ns: int) -> tuple:
+    """One parse per model file version (`vdkit plan --sweep` cites a table for every cell)."""
+    from omegaconf import OmegaConf
+
+    from vdkit.files import load_yaml
+    from vdkit.schema import ModelCfg
+
+    # typed as composition types it (a YAML "1e-5" is a float there too)
+    data = load_yaml(path, "model config")
+    return _architecture(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelCfg), data)))
+
+
+def _architecture(model) -> tuple:
+    """Every field of ``model`` (a ModelCfg) but its name, weights' paths and layout hints: the model itself."""
+    import dataclasses
+
+    return tuple((f.name, getattr(model, f.name)) for f in dataclasses.fields(model) if f.name not in NOT_ARCHITECTURE)
+
+
+def same_model(model) -> bool:
+    """Whether ``model`` is the published model its name says: the kit's conf/model/<name>.yaml, dimension for
+    dimension (``model=llama2_7b model.num_layers=1000000000`` is a model no table published)."""
+    return _shipped_model(model.name) == _architecture(model)
 
 
 def key_of(pub: dict, recipe) -> tuple:
@@ -184,7 +229,7 @@ def published_for(recipe, folder: Optional[Path] = None) -> Optional[PublishedFi
         if not pub.get("recipe") or not _matches(recipe, pub["recipe"]):
             continue
         cell = published_cells(pub).get(key_of(pub, recipe))
-        if cell is None or not _matches(recipe, cell.get("recipe")):
+        if cell is None or not _matches(recipe, cell.get("recipe")) or not same_model(recipe.model):
             continue
         where, unit = pub["cited_as"], pub["figure_unit"]
         value, text = figure(pub, cell)
