@@ -47,6 +47,7 @@ def test_every_shipped_calibration_file_has_a_schema_and_meets_it(name):
     (lambda d: d["gpus"][H200].update(peak_tflops_fp9=1979), f"gpus.{H200}.peak_tflops_fp9: Key 'peak_tflops_fp9' not in"),
     (lambda d: d["gpus"][H200].update(peak_tflops_bf16="fast"), f"gpus.{H200}.peak_tflops_bf16: Value 'fast'"),
     (lambda d: d["stack"].pop("op_overhead_us"), "stack.op_overhead_us is missing"),
+    (lambda d: d.update(gpus=[H200]), "gpus: Invalid type assigned: list"),
 ])
 def test_a_defective_gpu_entry_is_one_line_naming_the_file_and_key(conf_copy, capsys, edit, said):
     _edit(conf_copy, "hf_step_time", edit)

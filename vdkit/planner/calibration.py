@@ -46,7 +46,7 @@ def checked(path: Path, name: str) -> dict:
 
     fix = f"fix {path.name} (the keys and types: vdkit/planner/calibration_schema.py; sources beside each number)"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as exc:
         raise UserError(f"{path}: cannot be read ({str(exc).splitlines()[0]})", fix) from None
     if not isinstance(data, dict):
@@ -54,13 +54,23 @@ def checked(path: Path, name: str) -> dict:
     try:
         cfg = OmegaConf.merge(OmegaConf.structured(SCHEMAS[name]), data)
     except OmegaConfBaseException as exc:
-        # OmegaConf names the key (full_key) and the defect (the message's first line)
-        raise UserError(f"{path}: {exc.full_key or '(top level)'}: {str(exc).splitlines()[0]}", fix) from None
+        # OmegaConf names the key (full_key) and the defect (the message's first line); a section of the wrong
+        # kind (a list for a mapping) comes without a key: the first top-level key that fails alone is it
+        key = exc.full_key or next((k for k in data if not _merges(OmegaConf, SCHEMAS[name], {k: data[k]})), "?")
+        raise UserError(f"{path}: {key}: {str(exc).splitlines()[0]}", fix) from None
     missing = sorted(OmegaConf.missing_keys(cfg))
     if missing:
-        raise UserError(f"{path}: {missing[0]} is missing" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
-                        fix)
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise UserError(f"{path}: {missing[0]} is missing{more}", fix)
     return OmegaConf.to_container(cfg)
+
+
+def _merges(omegaconf, schema, data: dict) -> bool:
+    try:
+        omegaconf.merge(omegaconf.structured(schema), data)
+    except Exception:  # noqa: BLE001 - any failure marks the key
+        return False
+    return True
 
 
 def memory() -> dict:
