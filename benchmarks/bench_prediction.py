@@ -82,11 +82,11 @@ def load_figures() -> List[Figure]:
     for run in P.calibration()["anchors"]["runs"]:
         r = compose(run["overrides"])
         tokens = r.train.global_batch_size * P.tokens_per_sample(r)
-        if "tokens_per_s_per_gpu" in run:
-            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        if run.get("tokens_per_s_per_gpu") is not None:  # (the schema gives every run both keys, one null)
+            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']:g} tok/s/GPU"
         else:
             fpt = P.flops_per_token(r) if r.method.name == "pretrain" else _nvidia_flops_per_token(r)
-            tps, text = run["tflops"] * 1e12 / fpt, f"{run['tflops']} TFLOP/s ({run['tflops'] * 1e12 / fpt:.0f} tok/s/GPU)"
+            tps, text = run["tflops"] * 1e12 / fpt, f"{run['tflops']:g} TFLOP/s ({run['tflops'] * 1e12 / fpt:.0f} tok/s/GPU)"
         figs.append(Figure("nvidia", run["name"], r, tokens / (tps * r.world_size), text,
                            r.method.name in ("sft", "pretrain")))
     return figs
@@ -227,11 +227,11 @@ def print_bridge_rows() -> None:
             print(f"  {run['name']:<28} no prediction ({plan.reason or 'not feasible'})")
             continue
         tokens = r.train.global_batch_size * P.tokens_per_sample(r)
-        if "tokens_per_s_per_gpu" in run:
-            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        if run.get("tokens_per_s_per_gpu") is not None:  # (the schema gives every run both keys, one null)
+            tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']:g} tok/s/GPU"
         else:
             fpt = P.flops_per_token(r) if r.method.name == "pretrain" else _nvidia_flops_per_token(r)
-            tps, text = run["tflops"] * 1e12 / fpt, f"{run['tflops']} TFLOP/s"
+            tps, text = run["tflops"] * 1e12 / fpt, f"{run['tflops']:g} TFLOP/s"
         pub = tokens / (tps * r.world_size)
         pred = plan.prediction.step_seconds
         p = plan.recipe.parallelism
@@ -352,7 +352,7 @@ def _print_implied_bus(rows) -> None:
         others = ", ".join(f"{o} {minutes(op, gb_s):.1f} min vs {opub:g} ({minutes(op, gb_s) / opub - 1:+.0%})"
                            for o, (op, opub) in timed.items() if o != name)
         print(f"  diagnostic (unused): {name} matches its {pub:g} min at an intra-node bus of {gb_s:.0f} GB/s "
-              f"(the file: {predict_hf.constants()['gpus'][gpu]['intra_node_gb_s']}); leave-one-out at it: {others}")
+              f"(the file: {predict_hf.constants()['gpus'][gpu]['intra_node_gb_s']:g}); leave-one-out at it: {others}")
 
 
 def _cross_check_plans():
