@@ -128,7 +128,7 @@ def test_every_seed_cell_gets_a_prediction_and_opt_30b_none():
 
 def test_plan_prints_the_published_figure_of_its_cell(capsys):
     from vdkit.cli import main
-    from vdkit.validation.tables import published_for
+    from vdkit.validation.citation import published_for
 
     assert main(["plan", "model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"]) == 0
     out = capsys.readouterr().out
@@ -233,7 +233,8 @@ def test_a_plan_that_departs_from_the_published_run_is_not_cited_as_it(table):
     """Every sweep cell of a published table is cited with its figure; the same cell with another
     sequence length, batch or (where the table's key does not name it) fine-tuning method is a different
     run, and gets no published figure."""
-    from vdkit.validation.tables import load_published, published_for
+    from vdkit.validation.citation import published_for
+    from vdkit.validation.tables import load_published
 
     pub = load_published(table)
     cited = 0

@@ -12,10 +12,10 @@ spec has the same parts:
   ``alternative_sweep``: the same cells with another recipe (its predictions beside them);
 - ``steps``: the step count the figures are for (none: each cell's ``train.target_steps``);
 - ``recipe``: which recipes are cells of the table (``vdkit plan`` prints their published figure,
-  :func:`published_for`): the GPU (``cluster.gpu_type``, required), the engine and data, and every setting
-  the published runs fixed (sequence length, batch sizes, ...), so a plan that departs from the published
-  run is not cited as it; nor is a model that is not the published one dimension for dimension
-  (:func:`same_model`);
+  :mod:`vdkit.validation.citation`): the GPU (``cluster.gpu_type``, required), the engine and data, and
+  every setting the published runs fixed (sequence length, batch sizes, ...), so a plan that departs from
+  the published run is not cited as it; nor is a model that is not the published one dimension for
+  dimension;
   ``cited_as`` and ``figure_unit``: how that line names it;
 - ``layout``: how :mod:`vdkit.validation.table_output` arranges it (:data:`LAYOUTS`: ``grid`` model x GPUs
   rows with a column per ``methods`` entry, Table 9; ``nodes`` one row per cell with time and checkpoint
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import fnmatch
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -55,9 +54,6 @@ PLAN_ONLY = ["model.hf_path=null"]
 
 # The condition a table citing its figures (``recipe``) must state: the GPU its runs were measured on.
 GPU_CONDITION = "cluster.gpu_type"
-# ModelCfg fields that do not change the model a published figure is for: its name (the cell's key), where
-# its weights are, the training guide's layout hints.
-NOT_ARCHITECTURE = ("name", "nemo_path", "hf_path", "megatron_path", "pretrain_tp", "pretrain_pp")
 
 # What a spec's ``key`` may name: a cell's identity, read off a recipe. inter_node is the fabric between
 # nodes ("-" on one node, where there is none).
@@ -120,54 +116,6 @@ def spec(name: str, folder: Optional[Path] = None) -> dict:
     return data
 
 
-def _matches(recipe, conditions: dict) -> bool:
-    """Whether ``recipe`` has every ``{dotted.field: value}`` of ``conditions`` (a list: any of them; a
-    string may be a glob, e.g. ``MI300X*``)."""
-    for path, want in (conditions or {}).items():
-        value = recipe
-        for part in path.split("."):
-            value = getattr(value, part)
-        options = want if isinstance(want, list) else [want]
-        if not any(value == w or (isinstance(w, str) and isinstance(value, str) and fnmatch.fnmatchcase(value, w))
-                   for w in options):
-            return False
-    return True
-
-
-def _shipped_model(name: str) -> Optional[tuple]:
-    """The architecture of the kit's ``conf/model/<name>.yaml`` (:func:`_architecture`), None without one."""
-    from vdkit.conftree import conf_dir
-
-    path = conf_dir() / "model" / f"{name}.yaml"
-    return _model_file(str(path), path.stat().st_mtime_ns) if path.is_file() else None
-
-
-@lru_cache(maxsize=64)
-def _model_file(path: str, mtime_ns: int) -> tuple:
-    """One parse per model file version (`vdkit plan --sweep` cites a table for every cell)."""
-    from omegaconf import OmegaConf
-
-    from vdkit.files import load_yaml
-    from vdkit.schema import ModelCfg
-
-    # typed as composition types it (a YAML "1e-5" is a float there too)
-    data = load_yaml(path, "model config")
-    return _architecture(OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelCfg), data)))
-
-
-def _architecture(model) -> tuple:
-    """Every field of ``model`` (a ModelCfg) but its name, weights' paths and layout hints: the model itself."""
-    import dataclasses
-
-    return tuple((f.name, getattr(model, f.name)) for f in dataclasses.fields(model) if f.name not in NOT_ARCHITECTURE)
-
-
-def same_model(model) -> bool:
-    """Whether ``model`` is the published model its name says: the kit's conf/model/<name>.yaml, dimension for
-    dimension (``model=llama2_7b model.num_layers=1000000000`` is a model no table published)."""
-    return _shipped_model(model.name) == _architecture(model)
-
-
 def key_of(pub: dict, recipe) -> tuple:
     """The cell of ``pub`` that ``recipe`` would be (its key fields' values)."""
     return tuple(KEY_FIELDS[f](recipe) for f in pub["key"])
@@ -189,61 +137,6 @@ def figure(pub: dict, cell: Optional[dict]) -> Tuple[Optional[float], str]:
         return None, f"< {cell['below']:g}"
     value = cell.get("seconds" if "second" in pub["units"] else "minutes")
     return (None, "N/A") if value is None else (value, f"{value:g}")  # the number as the YAML has it
-
-
-# ----------------------------------------------------------------------------- vdkit plan's published line
-@dataclass(frozen=True)
-class PublishedFigure:
-    """The published figure of a planned recipe, when the recipe is a cell of a published table."""
-
-    table: str  # how the table is cited (a spec's cited_as)
-    text: str  # the figure as the source prints it, with its unit
-    minutes: Optional[float]  # in minutes for `steps` steps (None: an upper bound, out of memory or N/A)
-    steps: int  # the steps the minutes are for (the table's steps, else the recipe's train.target_steps)
-    short: str = ""  # for a table cell when there are no minutes: "< 10", "OOM", "N/A"
-    rate: bool = False  # the figure is for a step count (the table's steps): the same rate holds for others
-
-    def minutes_for(self, steps: int) -> Optional[float]:
-        """The published minutes for ``steps`` steps (a figure for a whole run or an epoch: as it is)."""
-        if self.minutes is None or not self.rate:
-            return self.minutes
-        return self.minutes * steps / self.steps
-
-    def line(self, prediction) -> str:
-        """'<table>: <figure>; predicted <minutes> (<ratio>)' for `vdkit plan`."""
-        out = f"{self.table}: {self.text}"
-        if prediction is not None:
-            mine = prediction.step_seconds * self.steps / 60.0
-            out += f"; predicted {mine:,.1f} min"
-            if self.minutes:
-                out += f" ({mine / self.minutes:.2f}x the published)"
-        return out
-
-
-def published_for(recipe, folder: Optional[Path] = None) -> Optional[PublishedFigure]:
-    """The published figure of which ``recipe`` is a cell (the first table whose ``recipe`` conditions it
-    meets and that has its key), in minutes (:meth:`PublishedFigure.minutes_for` other step counts); else None."""
-    steps = recipe.train.target_steps
-    for name in table_names(folder):
-        pub = spec(name, folder)
-        if not pub.get("recipe") or not _matches(recipe, pub["recipe"]):
-            continue
-        cell = published_cells(pub).get(key_of(pub, recipe))
-        if cell is None or not _matches(recipe, cell.get("recipe")) or not same_model(recipe.model):
-            continue
-        where, unit = pub["cited_as"], pub["figure_unit"]
-        value, text = figure(pub, cell)
-        if cell.get("oom"):
-            return PublishedFigure(where, "out of memory", None, steps, "OOM")
-        if "below" in cell:
-            return PublishedFigure(where, f"under {cell['below']:g} {unit}", None, steps, text)
-        if value is None:
-            return PublishedFigure(where, "N/A (not published)", None, steps, "N/A")
-        note = (pub.get("footnotes") or {}).get(str(cell.get("footnote"))) if cell.get("footnote") else None
-        minutes = value / 60.0 if "second" in pub["units"] else value
-        return PublishedFigure(where, f"{text} {unit}" + (f" ({note})" if note else ""), minutes,
-                               int(pub.get("steps") or steps), rate=bool(pub.get("steps")))
-    return None
 
 
 # ----------------------------------------------------------------------------- cells

@@ -150,8 +150,8 @@ def describe(plan) -> str:
 
 
 def _published(plan):
-    """The published figure of the plan's cell (vdkit.validation.tables.published_for), or None."""
-    from vdkit.validation.tables import published_for
+    """The published figure of the plan's cell (vdkit.validation.citation.published_for), or None."""
+    from vdkit.validation.citation import published_for
 
     return published_for(plan.recipe)
 
