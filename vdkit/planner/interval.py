@@ -55,9 +55,7 @@ def basis(recipe) -> Dict[str, str]:
     if g in ("zero3", "fsdp"):
         out = dict.fromkeys(("compute", "per-micro-batch overhead", "communication", "pipeline bubble", "optimizer"),
                             PHYSICS)
-        if recipe.cluster.transport == "tcp" and recipe.cluster.nodes > 1:
-            out["communication"] = "cluster.inter_node_gb_s (a site figure; the blog's fitted 39 GB/s for its TCP cells)"
-        return out
+        return _fabric_basis(recipe, out)
     from vdkit.planner.predict import fitted
 
     k = fitted()
@@ -67,6 +65,18 @@ def basis(recipe) -> Dict[str, str]:
                                         "touched per micro batch (Table 9)") if g == "guide" else
            "physics: the roofline's excess (weights streamed from HBM once per GEMM pass)",
            "communication": PHYSICS, "pipeline bubble": "physics: the layout x the stage time", "optimizer": PHYSICS}
+    return _fabric_basis(recipe, out)
+
+
+def _fabric_basis(recipe, out: Dict[str, str]) -> Dict[str, str]:
+    """On more than one node the communication term rests on the fabric's figures: the site's measured
+    one, the adapters' datasheet rate, or a stated default (vdkit.planner.interconnect)."""
+    if recipe.cluster.nodes > 1:
+        from vdkit.planner.interconnect import interconnect
+
+        f = interconnect(recipe.cluster)
+        out["communication"] = {"measured": "the site's measured inter-node bandwidth (cluster.inter_node_gb_s)",
+                                "adapters": PHYSICS}.get(f.source, f"assumed: the {f.transport} fabric's stated default")
     return out
 
 
