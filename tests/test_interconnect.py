@@ -1,5 +1,6 @@
 """The inter-node fabric the time model assumes (vdkit.planner.interconnect): transport, adapters and the
-site's measured bandwidth change the communication term, and the plan says which fabric it assumed."""
+site's measured bandwidth change the communication term, and the plan says which fabric it assumed;
+and the range a fused-stack plan prints says which published rows (fine-tuning or pretraining) it comes from."""
 from __future__ import annotations
 
 import pytest
@@ -40,3 +41,12 @@ def test_one_node_crosses_no_fabric():
     assert "fabric" not in describe(plan)
     tcp = make_plan(compose(["engine=nemo", "model=llama2_7b", "method=lora", *TCP]))
     assert tcp.prediction.step_seconds == pytest.approx(plan.prediction.step_seconds)
+
+
+def test_the_fused_range_says_whether_it_comes_from_fine_tuning_or_pretraining_rows():
+    lora = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=lora"])).prediction
+    pre = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=pretrain", "data=synthetic"])).prediction
+    assert "fine-tuning rows" in lora.interval_source and "unpacked" in lora.interval_source
+    assert "pretraining rows" in pre.interval_source
+    width = lambda p: p.interval_s[1] / p.interval_s[0]  # noqa: E731
+    assert width(lora) < width(pre) < 2.3
