@@ -261,8 +261,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
 
     # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
-    # (megatron-core reduces them over the data-parallel x context-parallel group)
-    dp_link, dp_lat = (nvlink, latency) if r.world_size <= c.gpus_per_node else (ib_per_gpu, fab_latency)
+    # (megatron-core reduces them over the data-parallel x context-parallel group.) Across nodes NCCL runs one
+    # ring per channel, each crossing between nodes on its own adapter, so all the node's adapters carry the
+    # reduction at once: its bus bandwidth is the node's fabric bandwidth, capped by NVLink (nccl-tests across
+    # nodes report busbw ~ adapters x the per-adapter rate, e.g. ~95 GB/s on 4 NICs, NVIDIA/nccl-tests#252) -
+    # not one adapter's share per GPU, which a point-to-point send between two GPUs (PP, CP) does get.
+    dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
+                       else (min(nvlink, fab.node_gb_s), fab_latency))
     dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, dp_lat)
     # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
