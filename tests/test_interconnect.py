@@ -33,7 +33,7 @@ def test_fewer_adapters_and_roce_cost_more_and_the_measured_figure_wins():
     # a site's measured all_gather_perf figure (cluster.inter_node_gb_s) replaces the adapters' datasheet rate
     assert comm("cluster.inter_node_gb_s=100") == pytest.approx(4 * eight, rel=0.05)
     f = interconnect(compose([*TWO_NODES, "cluster.inter_node_gb_s=100"]).cluster)
-    assert (f.source, f.node_gb_s) == ("measured", 100.0)
+    assert (f.source, f.node_gb_s) == ("cluster", 100.0)
 
 
 def test_one_node_crosses_no_fabric():

@@ -24,7 +24,7 @@ class Fabric:
     transport: str
     node_gb_s: float  # usable bandwidth per node and direction (GB/s), as collectives reach it
     latency_us: float  # one ring step across nodes
-    source: str  # "measured", "adapters" or "default": which figure was used
+    source: str  # "cluster" (its inter_node_gb_s), "adapters" or "default": which figure was used
     why: str  # the figure's source, for the plan's line
 
     def per_gpu_gb_s(self, gpus_per_node: int) -> float:
@@ -50,8 +50,8 @@ def interconnect(cluster, calib: Optional[dict] = None) -> Fabric:
     row = (calib.get("fabric") or {}).get(t) or {}
     latency = float(row["latency_us"])
     if cluster.inter_node_gb_s:
-        return Fabric(t, float(cluster.inter_node_gb_s), latency, "measured",
-                      "cluster.inter_node_gb_s, the site's figure")
+        return Fabric(t, float(cluster.inter_node_gb_s), latency, "cluster",
+                      "cluster.inter_node_gb_s, the cluster file's figure")
     rate = (calib.get("adapter_gb_s") or {}).get(t)
     if rate is not None:  # RDMA: the listed adapters, else every one NCCL finds (the file's default count)
         n = len(cluster.ib_hcas) or int(row["default_adapters"])

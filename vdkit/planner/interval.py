@@ -80,7 +80,7 @@ def _fabric_basis(recipe, out: Dict[str, str]) -> Dict[str, str]:
         from vdkit.planner.interconnect import interconnect
 
         f = interconnect(recipe.cluster)
-        out["communication"] = {"measured": "the site's measured inter-node bandwidth (cluster.inter_node_gb_s)",
+        out["communication"] = {"cluster": "the cluster file's inter-node bandwidth (cluster.inter_node_gb_s)",
                                 "adapters": PHYSICS}.get(f.source, f"assumed: the {f.transport} fabric's stated default")
     return out
 
