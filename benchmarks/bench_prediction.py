@@ -195,6 +195,7 @@ def main() -> int:
               + ", ".join(f"{w} <= {lim:.0%}" for w, lim in zip(target[::2], target[1::2]))
               + ("  met" if ok else "  NOT met")
               + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
+    print_interval_groups(figs, rows)
     # Each fitted constant shown plainly as a fit: its spread over the leave-one-out refits.
     for key in P.FITTED_KEYS:
         vals = [c[key] for c in loo_constants]
@@ -208,6 +209,25 @@ def main() -> int:
 
     print_independent()
     return 0
+
+
+def interval_group(fig: Figure) -> str:
+    """The range group of a published figure (vdkit.planner.interval.group's keys): Table 9's guide stack, and
+    NVIDIA's fused path split by what the rows ran - pretraining (NVIDIA's and Table 4's) or fine-tuning."""
+    if fig.group == "table9":
+        return "guide"
+    return "fused_pretrain" if fig.recipe.method.name == "pretrain" else "fused_finetune"
+
+
+def print_interval_groups(figs: List[Figure], rows: List[dict]) -> None:
+    """Each range group's leave-one-out errors: what conf/calibration/step_time.yaml's ``intervals`` hold."""
+    groups: Dict[str, List[float]] = {}
+    for f, r in zip(figs, rows):
+        groups.setdefault(interval_group(f), []).append(r["loo_error"])
+    for g, errs in groups.items():
+        lo, hi = min(errs), max(errs)
+        print(f"range   {g:<15} n={len(errs):>2}  leave-one-out {lo:+.0%} .. {hi:+.0%}: a prediction p prints "
+              f"p / {1 + hi:.2f} .. p / {1 + lo:.2f} ({(1 + hi) / (1 + lo):.2f}x wide)")
 
 
 PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name the cluster's staged copies)

@@ -36,9 +36,10 @@ def rows() -> List[dict]:
         plan = make_plan(r)
         published = tokens / (tps * r.world_size)
         pred = plan.prediction
-        row = {"name": run["name"], "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
+        row = {"name": run["name"], "group": run["source"],
+               "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
                "published": text, "published_step_s": published, "fits": plan.feasible,
-               "memory_gb": plan.memory.total_gb}
+               "memory_gb": plan.memory.total_gb, "recompute": plan.recipe.parallelism.recompute}
         if pred is not None:
             row.update(predicted_step_s=pred.step_seconds, error=pred.step_seconds / published - 1,
                        interval=pred.interval_s,
@@ -53,7 +54,7 @@ def print_independent() -> None:
 
     data = yaml.safe_load(DATA.read_text())
     print("independent public runs (never fitted on; benchmarks/independent_runs.yaml)")
-    print(f"  {'run':<48} {'published':<30} {'pub s/step':>10} {'pred':>8} {'error':>7}  in range  memory")
+    print(f"  {'run':<48} {'published':<30} {'pub s/step':>10} {'pred':>8} {'error':>7}  in range  memory (planned)")
     got = rows()
     for w in got:
         if "error" not in w:
@@ -61,11 +62,15 @@ def print_independent() -> None:
                   f"({'fits' if w['fits'] else 'does not fit'}, {w['memory_gb']:.1f} GB)")
             continue
         print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f} {w['predicted_step_s']:>8.3f} "
-              f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB"
+              f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB, recompute {w['recompute']}"
               + ("" if w["fits"] else " (does not fit)"))
-    errs = [abs(w["error"]) for w in got if "error" in w]
-    print(f"  n={len(errs)}  median |error| {np.median(errs):.0%}  worst {max(errs):.0%}  "
-          f"inside the printed range: {sum(w.get('inside', False) for w in got)} of {len(errs)}")
+    for group in [None, *dict.fromkeys(w["group"] for w in got)]:  # all runs, then each source's
+        some = [w for w in got if "error" in w and group in (None, w["group"])]
+        errs = [abs(w["error"]) for w in some]
+        widths = [w["interval"][1] / w["interval"][0] for w in some]
+        print(f"  {'all' if group is None else f'[{group}]':<12} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
+              f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
+              f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
     for key, text in data["sources"].items():
         print(f"  [{key}] {text}")
 

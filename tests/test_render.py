@@ -56,6 +56,7 @@ def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_pat
                        f"{plan.memory.total_gb:.1f} of 80 GB per GPU"
     assert lines[1].startswith(f"  predicted  {plan.prediction.step_seconds:.3g} s/step, "
                                f"{plan.prediction.minutes:,.1f} min for 1000 steps")
+    assert lines[3].startswith("  fabric     IB: 400 GB/s per node, 10 us per inter-node ring step (8 adapter(s)")
     unchecked = next(ln for ln in lines if ln.startswith("not checked (--no-check-mounts): "))
     recipe = plan.recipe
     # the .nemo is named with the job that makes it from model.hf_path (issue 29's staging)

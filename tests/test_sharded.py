@@ -198,3 +198,14 @@ def test_layout_source_says_how_the_layout_was_chosen_and_the_lines_name_the_sha
     assert plan.layout_source == "pinned" and plan.recipe.parallelism.sharding == "fsdp"
     assert f"DP {plan.dp} (fsdp)" in cell_lines(plan)
     assert f"DP {plan.dp} (fsdp)" in describe(plan)
+
+
+@pytest.mark.parametrize("sharding", ["fsdp", "zero3"])
+def test_a_sharded_plan_prints_a_range_as_every_plan_does(sharding):
+    from vdkit.commands.plan import describe
+
+    plan = make_plan(compose(["engine=reference", "model=llama3_1_8b", "method=sft", "cluster=xe9680_mi300x",
+                              f"parallelism.sharding={sharding}", *PLAN_ONLY]))
+    lo, hi = plan.prediction.interval_s
+    assert 0 < lo <= hi and plan.prediction.interval_source
+    assert re.search(r"\n  range       [0-9.]+ \.\. [0-9.]+ s/step", describe(plan))

@@ -163,17 +163,18 @@ def test_a_layout_the_transformers_regime_does_not_model_is_named_not_the_gpu():
            "only, not TP 4 x PP 1" in rest
 
 
-def test_a_clusters_unknown_bandwidth_is_named_not_the_gpu():
-    """Data parallel on MI300X (described) across two TCP nodes that state no inter_node_gb_s."""
+def test_a_tcp_cluster_without_a_measured_bandwidth_is_planned_on_the_stated_default():
+    """Data parallel on MI300X across two TCP nodes that state no inter_node_gb_s: the sockets default, said."""
+    from vdkit.commands.plan import describe
+
     cell = ["engine=reference", "model=llama2_7b", "method=lora", "cluster=xe9680_mi300x_noroce", "cluster.nodes=2",
             "cluster.inter_node_gb_s=null"]
-    why = "cluster xe9680_mi300x_noroce (tcp) states no cluster.inter_node_gb_s and has no RDMA adapters to derive it from"
     for layout in (["parallelism.tp=1", "parallelism.pp=1"], ["parallelism.sharding=fsdp"]):
-        notes = _notes(*cell, *layout)
-        assert notes[0] == f"no step-time prediction: {why}; --time is the partition maximum and the allocations " \
-                           "needed are unknown", layout
-        assert any(n.endswith(f"prediction: {why}") for n in notes[1:]), (layout, notes)
-        assert not any("GPU" in n and "prediction" in n for n in notes), (layout, notes)
+        plan = make_plan(compose([*cell, *layout]))
+        assert plan.prediction is not None and plan.time.predicted, layout
+        text = describe(plan)
+        assert "  fabric      TCP: 12.5 GB/s per node, 40 us per inter-node ring step (assumed: " in text, layout
+        assert "assumed: communication" in text, layout
 
 
 @pytest.mark.parametrize("engine, described", [("reference", "conf/calibration/hf_step_time.yaml describes "),

@@ -119,6 +119,10 @@ def describe(plan) -> str:
         f"  verdict     {verdict}" + (f": {plan.reason}" if plan.reason else ""),
         f"  checkpoint  {plan.checkpoint_gb:,.1f} GB (weights + optimizer states)",
     ]
+    if r.cluster.nodes > 1:  # what the time model assumes of the inter-node fabric (vdkit.planner.interconnect)
+        from vdkit.planner.interconnect import interconnect
+
+        lines.append(f"  fabric      {interconnect(r.cluster).line()}")
     pred = plan.prediction
     if pred is not None:
         terms = pred.step.terms()
@@ -134,8 +138,10 @@ def describe(plan) -> str:
                          f"{hi * r.train.target_steps / 60:,.0f} min): {pred.interval_source}")
         if pred.basis:
             fitted = [f"{t} ({why[len('fitted: '):]})" for t, why in pred.basis if why.startswith("fitted")]
-            physics = [t for t, why in pred.basis if not why.startswith("fitted")]
-            lines.append("  basis       physics: " + ", ".join(physics) + ("; fitted: " + "; ".join(fitted) if fitted else ""))
+            assumed = [f"{t} ({why[len('assumed: '):]})" for t, why in pred.basis if why.startswith("assumed")]
+            physics = [t for t, why in pred.basis if not why.startswith(("fitted", "assumed"))]
+            lines.append("  basis       physics: " + ", ".join(physics) + ("; fitted: " + "; ".join(fitted) if fitted else "")
+                         + ("; assumed: " + "; ".join(assumed) if assumed else ""))
     figure = _published(plan)
     if figure is not None:
         lines.append(f"  published   {figure.line(pred)}")

@@ -57,7 +57,8 @@ def run(args) -> int:
 
 def cell_lines(plan) -> str:
     """Three indented lines: the layout with its memory, the predicted time (or why there is none), and
-    the allocation (--time, how many, the checkpoint cadence)."""
+    the allocation (--time, how many, the checkpoint cadence); a fourth on more than one node: the
+    inter-node fabric the prediction assumes."""
     r, p = plan.recipe, plan.recipe.parallelism
     if p.sharding != "none":  # sharded data parallel (FSDP / ZeRO-3): the layout is DP over every GPU
         layout = f"DP {plan.dp} ({p.sharding})"
@@ -79,7 +80,12 @@ def cell_lines(plan) -> str:
     allocs = (f"{t.allocations} allocation(s)" + (", each continued by the job itself" if t.allocations > 1 else "")
               if t.allocations else "allocations unknown")
     times = f"--time={t.time_limit_min} min, {allocs}; checkpoint {every}"
-    return f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
+    out = f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
+    if r.cluster.nodes > 1:  # the fabric the prediction assumes (vdkit.planner.interconnect)
+        from vdkit.planner.interconnect import interconnect
+
+        out += f"\n  fabric     {interconnect(r.cluster).line()}"
+    return out
 
 
 def site_assumptions(cells) -> list:

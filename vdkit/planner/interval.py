@@ -15,13 +15,16 @@ PHYSICS = "physics (datasheet / measured hardware figures, the model's FLOPs and
 
 
 def group(recipe) -> str:
-    """Which published figures describe the recipe's stack: guide (NeMo 1.x defaults, unfused), fused
-    (NVIDIA's performance settings: Bridge, pretraining, the fast recipe), zero3 / fsdp (transformers)."""
+    """Which published figures describe the recipe's stack: guide (NeMo 1.x defaults, unfused), fused_pretrain /
+    fused_finetune (NVIDIA's performance settings - Bridge, pretraining, the fast recipe - by what the plan runs:
+    NVIDIA's pretraining rows or its fine-tuning rows), zero3 / fsdp (transformers)."""
     from vdkit.planner.predict import _fused_path, regime
 
     if regime(recipe) == "hf":
         return "zero3" if recipe.parallelism.sharding == "zero3" else "fsdp"
-    return "fused" if _fused_path(recipe) else "guide"
+    if not _fused_path(recipe):
+        return "guide"
+    return "fused_pretrain" if recipe.method.name == "pretrain" else "fused_finetune"
 
 
 def _table(recipe) -> dict:
@@ -35,6 +38,8 @@ def interval(recipe, step_s: float) -> Tuple[float, float, str]:
     row = _table(recipe)[group(recipe)]
     lo, hi = step_s / (1 + float(row["max"])), step_s / (1 + float(row["min"]))
     note = row["figures"]
+    if group(recipe) == "fused_finetune" and not recipe.data.packed:
+        note += "; those rows packed 4096-token sequences, this plan's samples are unpacked: no such run was checked"
     ref = _reference_gpu(recipe)
     if ref and recipe.cluster.gpu_type != ref:
         note += f"; measured on {ref}, no {recipe.cluster.gpu_type} run of this stack checked"
@@ -55,9 +60,7 @@ def basis(recipe) -> Dict[str, str]:
     if g in ("zero3", "fsdp"):
         out = dict.fromkeys(("compute", "per-micro-batch overhead", "communication", "pipeline bubble", "optimizer"),
                             PHYSICS)
-        if recipe.cluster.transport == "tcp" and recipe.cluster.nodes > 1:
-            out["communication"] = "cluster.inter_node_gb_s (a site figure; the blog's fitted 39 GB/s for its TCP cells)"
-        return out
+        return _fabric_basis(recipe, out)
     from vdkit.planner.predict import fitted
 
     k = fitted()
@@ -67,6 +70,18 @@ def basis(recipe) -> Dict[str, str]:
                                         "touched per micro batch (Table 9)") if g == "guide" else
            "physics: the roofline's excess (weights streamed from HBM once per GEMM pass)",
            "communication": PHYSICS, "pipeline bubble": "physics: the layout x the stage time", "optimizer": PHYSICS}
+    return _fabric_basis(recipe, out)
+
+
+def _fabric_basis(recipe, out: Dict[str, str]) -> Dict[str, str]:
+    """On more than one node the communication term rests on the fabric's figures: the site's measured
+    one, the adapters' datasheet rate, or a stated default (vdkit.planner.interconnect)."""
+    if recipe.cluster.nodes > 1:
+        from vdkit.planner.interconnect import interconnect
+
+        f = interconnect(recipe.cluster)
+        out["communication"] = {"cluster": "the cluster file's inter-node bandwidth (cluster.inter_node_gb_s)",
+                                "adapters": PHYSICS}.get(f.source, f"assumed: the {f.transport} fabric's stated default")
     return out
 
 

@@ -18,8 +18,10 @@ and pipeline stage (one GPU's share of the work):
 - **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
   recompute) over NVLink (450 GB/s per direction of 900); pipeline point-to-point sends (NVLink or
   InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
-  NVLink within a node or InfiniBand (400 Gb/s per adapter, the cluster's adapters shared by its
-  GPUs) across nodes; each collective pays ``collective_latency_us``.
+  NVLink within a node or, across nodes, the cluster's fabric (vdkit.planner.interconnect: InfiniBand or RoCE
+  adapters x their rate, TCP's sockets default, or the site's measured ``cluster.inter_node_gb_s``;
+  the node's bandwidth shared by its GPUs); each collective pays ``collective_latency_us`` per ring step
+  inside a node, the fabric's latency across nodes.
 - **pipeline bubble**: (PP - 1) / VP micro-batch times of the stage per step (1F1B, interleaved).
 - **optimizer**: one memory-bound pass over the optimizer state each step.
 
@@ -40,6 +42,7 @@ from typing import Dict, Optional
 
 from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
+from vdkit.planner.interconnect import interconnect
 from vdkit.planner.memory import recompute_share
 from vdkit.schema import Prediction, StepTime
 
@@ -262,17 +265,27 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     tp_mb = layers * (4 + 2 * share) * per_collective
     # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
     # overlap_p2p_comm is on (interleaved schedule on the fused path).
-    adapters = len(c.ib_hcas) or int(hw["default_adapters_per_node"])
-    ib_per_gpu = adapters * float(hw["ib_gb_s_per_adapter"]) / c.gpus_per_node
-    pp_link = nvlink if tp * pp <= c.gpus_per_node else ib_per_gpu
-    pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + latency)) if pp > 1 and not (fused and vp > 1) else 0.0
-    cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu, latency, nb["activation"])
+    # Across nodes: the cluster's fabric (transport, adapters or the site's measured figure; vdkit.planner.interconnect),
+    # the node's bandwidth shared by its GPUs, and the fabric's own latency per ring step (TCP's is 4x RDMA's).
+    fab = interconnect(c)
+    ib_per_gpu = fab.per_gpu_gb_s(c.gpus_per_node)
+    fab_latency = fab.latency_us * 1e-6
+    inter_pp = tp * pp > c.gpus_per_node
+    pp_link, pp_lat = (ib_per_gpu, fab_latency) if inter_pp else (nvlink, latency)
+    pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + pp_lat)) if pp > 1 and not (fused and vp > 1) else 0.0
+    cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
+                       fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
     stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
 
     # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
-    # (megatron-core reduces them over the data-parallel x context-parallel group)
-    dp_link = nvlink if r.world_size <= c.gpus_per_node else ib_per_gpu
-    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, latency)
+    # (megatron-core reduces them over the data-parallel x context-parallel group.) Across nodes NCCL runs one
+    # ring per channel, each crossing between nodes on its own adapter, so all the node's adapters carry the
+    # reduction at once: its bus bandwidth is the node's fabric bandwidth, capped by NVLink (nccl-tests across
+    # nodes report busbw ~ adapters x the per-adapter rate, e.g. ~95 GB/s on 4 NICs, NVIDIA/nccl-tests#252) -
+    # not one adapter's share per GPU, which a point-to-point send between two GPUs (PP, CP) does get.
+    dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
+                       else (min(nvlink, fab.node_gb_s), fab_latency))
+    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, dp_lat)
     # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * nb["optimizer_pass"] / hbm

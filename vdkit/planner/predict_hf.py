@@ -20,8 +20,9 @@ vdkit.tokens) on one GPU:
   reduce-scatter its bf16 gradients - ZeRO-3 on every micro batch, the HF Trainer's FSDP once per step
   (``no_sync`` while accumulating; the memory cost is in vdkit.planner.sharded). DDP all-reduces the gradients
   once per step. Ring bus bandwidth: the node's fabric (NVSwitch / Infinity Fabric), or across nodes the
-  slower of that and the node's inter-node bandwidth (adapters x usable rate, or the cluster's stated
-  ``inter_node_gb_s`` - TCP); ``collective_latency_us`` per ring step.
+  slower of that and the node's inter-node bandwidth (vdkit.planner.interconnect: the site's measured
+  ``inter_node_gb_s``, adapters x usable rate, or TCP's stated default); ``collective_latency_us`` per
+  ring step, the fabric's across nodes.
 - **overlap**: the next layer's gather is prefetched while this layer computes, so each layer exposes
   only ``max(0, comm - compute)``, plus the first gather of each pass: overlap is a function of the
   tokens per micro batch, not a fraction. Where a stack does not prefetch in backward
@@ -63,8 +64,9 @@ def why_not_hf(recipe, tp: int = 1, pp: int = 1, calib: Optional[dict] = None) -
     """Why this regime predicts no step time for ``recipe`` laid out TP x PP; None when it predicts one.
 
     The layout first (the regime models data-parallel layouts only, whatever the GPU), then the GPU
-    (hf_step_time.yaml's ``gpus``), then a multi-node cluster's inter-node bandwidth (:func:`bus_gb_s`):
-    the one home of these reasons, which the plan's note and the time plan's note both quote."""
+    (hf_step_time.yaml's ``gpus``): the one home of these reasons, which the plan's note and the time plan's
+    note both quote. (Every cluster has a fabric: a TCP one without a measured figure takes the file's
+    stated default, vdkit.planner.interconnect, and the plan says so.)"""
     if (tp, pp) != (1, 1):
         return (f"the transformers-engine regime (vdkit.planner.predict_hf) models data-parallel layouts only, "
                 f"not TP {tp} x PP {pp}")
@@ -72,33 +74,25 @@ def why_not_hf(recipe, tp: int = 1, pp: int = 1, calib: Optional[dict] = None) -
     if gpu_profile(recipe, calib) is None:
         return (f"conf/calibration/hf_step_time.yaml describes {', '.join(calib['gpus'])}, "
                 f"not {recipe.cluster.gpu_type}")
-    if bus_gb_s(recipe, calib) is None:
-        c = recipe.cluster
-        return (f"cluster {c.name} ({c.transport}) states no cluster.inter_node_gb_s and has no RDMA adapters "
-                "to derive it from")
     return None
 
 
-def inter_node_gb_s(cluster, calib: Optional[dict] = None) -> Optional[float]:
-    """Usable inter-node bandwidth per node and direction (GB/s): the cluster's figure, else adapters x
-    the transport's usable rate; None when neither is known (a TCP cluster that states none)."""
-    if cluster.inter_node_gb_s:
-        return float(cluster.inter_node_gb_s)
-    calib = calib or constants()
-    rate = (calib.get("adapter_gb_s") or {}).get(cluster.transport)
-    if rate is None or not cluster.ib_hcas:
-        return None
-    return len(cluster.ib_hcas) * float(rate)
+def inter_node_gb_s(cluster, calib: Optional[dict] = None) -> float:
+    """Usable inter-node bandwidth per node and direction (GB/s): the cluster's fabric
+    (:func:`vdkit.planner.interconnect.interconnect`: the site's figure, else adapters x the transport's rate, else
+    the transport's stated default)."""
+    from vdkit.planner.interconnect import interconnect
+
+    return interconnect(cluster, calib).node_gb_s
 
 
-def bus_gb_s(recipe, calib: Optional[dict] = None) -> Optional[float]:
+def bus_gb_s(recipe, calib: Optional[dict] = None) -> float:
     """The ring bus bandwidth a data-parallel collective over the whole job reaches (GB/s per GPU)."""
     prof = gpu_profile(recipe, calib)
     intra = float(prof["intra_node_gb_s"])
     if recipe.cluster.nodes <= 1:
         return intra
-    inter = inter_node_gb_s(recipe.cluster, calib)
-    return None if inter is None else min(intra, inter)
+    return min(intra, inter_node_gb_s(recipe.cluster, calib))
 
 
 def _quantization(n: float, m: float, tile, units: int) -> float:
@@ -138,16 +132,16 @@ def _stored_activation_bytes(m, tokens: float) -> float:
 def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = None) -> Optional[StepTime]:
     """Predicted seconds per step of a transformers-engine recipe (DDP / FSDP / ZeRO-3), by term.
 
-    None when the GPU is not described or a multi-node TCP cluster states no ``inter_node_gb_s``."""
+    None when the GPU is not described."""
     from vdkit.planner.arch import param_counts, trainable_params
     from vdkit.planner.calibration import memory
     from vdkit.tokens import micro_batch_tokens
 
     calib = calib or constants()
     prof = gpu_profile(recipe, calib)
-    bus = bus_gb_s(recipe, calib) if prof else None
-    if prof is None or bus is None:
+    if prof is None:
         return None
+    bus = bus_gb_s(recipe, calib)
     stack = calib["stack"]
     r, m, t = recipe, recipe.model, recipe.train
     kind = r.parallelism.sharding
@@ -194,6 +188,10 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
     # Communication: bf16 gathers of every layer forward and backward, gradient reduce-scatters.
     latency = float(prof["collective_latency_us"]) * 1e-6
+    if r.cluster.nodes > 1:  # a ring across nodes steps at the slower of the GPU link's and the fabric's latency
+        from vdkit.planner.interconnect import interconnect
+
+        latency = max(latency, interconnect(r.cluster, calib).latency_us * 1e-6)
     cb = float(stack["comm_bytes_per_param"])
     trainable = min(trainable_params(r), counts.total)
     frac = (p - 1) / p if p > 1 else 0.0

@@ -217,8 +217,11 @@ def _prediction(r: Recipe, recompute: str) -> Optional[Prediction]:
     """The transformers-engine regime of the step-time model (vdkit.planner.predict_hf), where it knows the GPU."""
     from vdkit.planner.predict_hf import predict_hf_step
 
+    from vdkit.planner.interval import attach
+
     step = predict_hf_step(r, recompute)
-    return None if step is None else Prediction(step, r.train.target_steps, r.world_size)
+    # with its range, as every plan's: where the published runs of this stack fell (vdkit.planner.interval)
+    return None if step is None else attach(Prediction(step, r.train.target_steps, r.world_size), r)
 
 
 def _what_would_fit(r: Recipe, rc: str) -> str:
