@@ -91,10 +91,22 @@ class Interval:
 
 
 @dataclass
+class FabricCalib:
+    """One inter-node transport (hf_step_time.yaml ``fabric``, by ``cluster.transport``)."""
+
+    latency_us: float = MISSING  # one ring step across nodes
+    default_adapters: Optional[int] = None  # RDMA: adapters when cluster.ib_hcas lists none
+    adapter: Optional[str] = None  # RDMA: the adapter and its rate's source
+    gb_s_per_node: Optional[float] = None  # TCP: the per-node default
+    source: Optional[str] = None
+
+
+@dataclass
 class HfStepTimeCalib:
     gpus: Dict[str, GpuCalib] = MISSING
     gemm_tile: List[int] = MISSING
     adapter_gb_s: Dict[str, float] = MISSING
+    fabric: Dict[str, FabricCalib] = MISSING
     stack: HfStack = MISSING
     data_defaults: DataDefaults = MISSING
     cross_checks: List[CrossCheck] = field(default_factory=list)
@@ -109,8 +121,6 @@ class Hardware:
     peak_tflops_fp8: float = MISSING
     hbm_gb_s: float = MISSING
     nvlink_gb_s: float = MISSING
-    ib_gb_s_per_adapter: float = MISSING
-    default_adapters_per_node: int = MISSING
     collective_latency_us: float = MISSING
 
 
