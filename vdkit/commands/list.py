@@ -40,15 +40,12 @@ def run(args) -> int:
 
         print(json.dumps(engine_records(), indent=2))
         return 0
-    blocks = []
-    if "engines" in kinds:  # the capability table rather than one line each
+    if kinds == ["engines"]:  # the capability table (with other kinds: one line each, as every kind)
         from vdkit.catalog import engine_table
 
-        kinds = [k for k in kinds if k != "engines"]
-        blocks.append(engine_table())
-        if not kinds:
-            print(blocks[0])
-            return 0
+        print(engine_table())
+        return 0
+    blocks = []
     if [k for k in kinds if k != "keys"] or not kinds:
         blocks.append(render([k for k in kinds if k != "keys"]))
     if "keys" in kinds:
