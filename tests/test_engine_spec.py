@@ -133,3 +133,23 @@ def test_engines_that_build_qwen_build_it_exactly(engine, extra, tmp_path):
     text = report.text()
     assert f"{QWEN_PARAMS:,} parameters" in text and f"plan {QWEN_PARAMS:,}" in text, text
     assert not report.defects, text
+
+
+def test_no_engine_name_is_compared_or_keyed_in_the_core():
+    """What an engine can do is its spec's: vdkit/ never compares with an engine's name nor keys a table by one."""
+    import ast
+    from pathlib import Path
+
+    names = set(engines.names())
+    found = []
+    for path in sorted((Path(__file__).resolve().parents[1] / "vdkit").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare):
+                consts = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant)}
+            elif isinstance(node, ast.Dict):
+                consts = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            else:
+                continue
+            if consts & names:
+                found.append(f"{path.name}:{node.lineno} {sorted(consts & names)}")
+    assert not found, "engine names in the core (read the engine's spec instead):\n" + "\n".join(found)
