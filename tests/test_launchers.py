@@ -103,7 +103,7 @@ def test_local_launcher_refuses_an_engine_that_does_not_run_here(tmp_path, capsy
 
 
 def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
-    """JobSpec.pmi comes from the engine's NEEDS_PMI; cluster.mpi is honoured for it and only for it."""
+    """JobSpec.pmi comes from the engine spec's needs_pmi; cluster.mpi is honoured for it and only for it."""
     from helpers import sbatch_of
     from vdkit.prepare import job_spec
 

@@ -105,7 +105,7 @@ class ClusterCfg:
     max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (its spec's needs_pmi): pmix | pmi2 | none
     partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
     account: Optional[str] = None  # sbatch --account (site option)
     qos: Optional[str] = None  # sbatch --qos (site option)
