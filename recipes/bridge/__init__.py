@@ -28,7 +28,6 @@ from vdkit.recipes.spec import EngineSpec
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 CONTAINER_PYTHON = "python"
-PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 
 
 def in_container(plan) -> bool:
@@ -63,7 +62,8 @@ NUMA_GPUS, NUMA_NODES = 8, 2
 
 
 def check(plan) -> None:
-    """What Bridge cannot run: P-tuning, non-Llama models, interleaving without a multiple of PP micro batches."""
+    """What Bridge cannot run beyond its spec (P-tuning and non-Llama fields are refused at the door): FP8 without the
+    distributed optimizer, interleaving without a multiple of PP micro batches, a missing base checkpoint."""
     from vdkit.recipes.bridge.config import check_model
     from vdkit.recipes.bridge.data import dataset_root
 
@@ -71,9 +71,6 @@ def check(plan) -> None:
 
     r = plan.recipe
     check_rocm(plan)
-    if r.method.name == "ptuning" or r.method.peft_scheme == "ptuning":
-        raise UserError("Megatron-Bridge has no P-tuning (its PEFT: LoRA, DoRA, canonical LoRA)",
-                        "use engine=" + " or engine=".join(PTUNING_ENGINES) + " for method=ptuning")
     check_model(r)
     p = r.parallelism
     if r.train.precision == "fp8" and not p.distributed_optimizer:
