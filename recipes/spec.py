@@ -126,6 +126,10 @@ class EngineSpec:
         for key in ("rope_scaling", "run_dir_files", "images", "runtime_modules"):
             if not isinstance(getattr(self, key), tuple):
                 bad(f"{key} must be a tuple")
+        if self.base_model_key is not None and self.base_model_key not in fields:
+            bad(f"base_model_key={self.base_model_key!r} is not a model field")
+        if self.make_base and not self.base_model_key:
+            bad("make_base without the base_model_key it fills")
         if self.runtime_modules and not self.extra:
             bad("runtime_modules without the extra that installs them")
 
