@@ -17,6 +17,9 @@ from pathlib import Path, PurePosixPath
 from typing import List, Union
 
 from vdkit.jobspec import Container
+from vdkit.recipes.nemo_check.venv import NEMO_VERSION
+from vdkit.recipes.spec import EngineSpec
+from vdkit.rundir import NEMO_CONFIG_FILE
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import check_nemo_config
 
@@ -58,17 +61,6 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 
 
 # ----------------------------------------------------------------------------- the engine interface
-RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
-WRITES_HEARTBEAT = True  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
-STEP_TIME_REGIME = "unfused"  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
-ROPE_SCALING = ("linear",)  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
-CONTEXT_PARALLEL = True  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
-GPU_VENDORS = ("nvidia",)  # NVIDIA's NeMo image: CUDA only
-# NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;
-# a USR1 would reach Lightning's SLURM handler, which runs `scontrol requeue` inside the container.
-CATCHES_STOP_SIGNALS = False
-
-
 def finished_line(plan) -> str:
     """What Lightning's fit loop logs on rank 0 when every step is done (lightning/pytorch/loops/fit_loop.py);
     a max_time stop exits 0 without it."""
@@ -195,3 +187,38 @@ def check_runs(run_dirs) -> list:
     from vdkit.recipes.nemo_check import check_runs as run_checks
 
     return run_checks(run_dirs, render_nemo_yaml)
+
+
+SPEC = EngineSpec(
+    name="nemo", summary=f"NVIDIA NeMo {NEMO_VERSION} (the design guides' stack), in its container on the cluster",
+    command=command, files=files, inputs=inputs, env=env, container=container, check_runs=check_runs,
+    finished_line=finished_line,
+    families=("llama", "opt"),
+    maps={"name": "run names", "num_layers": "model.num_layers", "hidden_size": "model.hidden_size",
+          "ffn_hidden_size": "model.ffn_hidden_size", "num_attention_heads": "model.num_attention_heads",
+          "num_query_groups": "model.num_query_groups", "vocab_size": "the tokenizer's (padded by NeMo)",
+          "max_position_embeddings": "model.max_position_embeddings", "pretrain_tp": "the planner's layout",
+          "pretrain_pp": "the planner's layout", "nemo_path": "model.restore_from_path",
+          "arch": "the fields below", "norm": "model.normalization", "norm_eps": "model.layernorm_epsilon",
+          "activation": "model.activation", "bias": "model.bias", "position_embedding": "model.position_embedding_type",
+          "rope_base": "model.rotary_base", "rope_scaling": "model.seq_len_interpolation_factor (linear)",
+          "tied_embeddings": "model.share_embeddings_and_output_weights", "tokenizer": "model.tokenizer.library",
+          "hf_path": "the one-time HF -> .nemo conversion job (NeMo's Llama converter)"},
+    ignores={"megatron_path": "engine=bridge's base model"},
+    refuses={"qkv_bias": ("NeMo 1.23's GPT model has no Q/K/V-only bias (no qkv_bias key in its code) and its HF "
+                          "import is the Llama converter, which would drop the biases"),
+             "embedding_dim": "NeMo's GPT model has no projected word embedding",
+             "pre_norm": "NeMo's GPT model config here is pre-norm"},
+    methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16", "fp8"),
+    context_parallel=True,  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
+    rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
+    step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
+    run_dir_files=(NEMO_CONFIG_FILE,),
+    gpu_vendors=("nvidia",),  # NVIDIA's NeMo image: CUDA only
+    images=("engine.container_image",), stack={"NeMo": NEMO_VERSION},
+    runs_locally=False,  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
+    writes_heartbeat=True,  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
+    # NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;
+    # a USR1 would reach Lightning's SLURM handler, which runs `scontrol requeue` inside the container.
+    catches_stop_signals=False,
+)

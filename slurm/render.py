@@ -148,7 +148,7 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
     """The whole srun command line as argv: srun flags, pyxis flags (when the job has a container), the rank command.
 
     ``--mpi=<cluster.mpi>`` only where the engine's ranks bootstrap through PMI (``job.pmi``, the engine's
-    ``NEEDS_PMI``: NeMo's userbuffers TP overlap would; no engine enables it today), never for ranks that
+    spec's ``needs_pmi``: NeMo's userbuffers TP overlap would; no engine enables it today), never for ranks that
     read Slurm's variables."""
     r = plan.recipe
     argv = ["srun", *SRUN_FLAGS]

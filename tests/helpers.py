@@ -227,3 +227,20 @@ def sbatch_of(plan, out_dir) -> tuple:
 
     cell = prepare(plan, out_dir, check_mounts=False)
     return cell.files[SBATCH_FILE], cell.run_dir
+
+
+def toy_engine_module(module_name: str, engine_name: str = "toy", **spec):
+    """A throwaway engine module: ``SPEC`` is the reference engine's capabilities with no functions but the ones
+    given (``command`` at least) and ``name`` = ``engine_name``; register it with
+    ``monkeypatch.setitem(sys.modules, module_name, mod)`` and ``engines.REGISTRY[engine_name] = module_name``."""
+    import dataclasses
+    import types
+
+    from vdkit.recipes import engines
+    from vdkit.recipes.spec import HOOKS
+
+    base = engines.get("reference").spec
+    mod = types.ModuleType(module_name)
+    mod.SPEC = dataclasses.replace(base, **{"name": engine_name, **{h: None for h in HOOKS}, "runtime_modules": (),
+                                            "extra": "", **spec})
+    return mod

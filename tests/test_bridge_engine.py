@@ -229,7 +229,8 @@ def test_ptuning_is_refused_naming_the_engines_that_do_it(tmp_path):
     out = _cli("render", "engine=bridge", "method=ptuning", "--out", str(tmp_path / "runs"), cwd=tmp_path)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     lines = [l for l in out.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and "no P-tuning" in lines[0] and "engine=nemo or engine=megatron" in lines[0]
+    assert len(lines) == 1 and "method.name=ptuning: engine=bridge has no such method" in lines[0]
+    assert "engine=nemo or engine=reference or engine=megatron" in lines[0]  # every engine whose spec has it
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 

@@ -85,8 +85,7 @@ def test_list_takes_singular_and_plural(capsys):
 
 def test_every_verb_that_writes_run_dirs_names_every_engine_and_its_files():
     from vdkit.cli import build_parser
-    from vdkit.recipes.engines import names
-    from vdkit.rundir import ENGINE_FILES
+    from vdkit.recipes.engines import names, specs
 
     sub = next(a for a in build_parser()._actions if a.dest == "verb")
     for verb in ("render", "run", "submit", "demo"):
@@ -94,5 +93,5 @@ def test_every_verb_that_writes_run_dirs_names_every_engine_and_its_files():
         for engine in names():
             assert engine in text, (verb, engine)
         if verb != "demo":
-            for files in ENGINE_FILES.values():
+            for files in (s.run_dir_files for s in specs()):
                 assert all(f in text for f in files), (verb, files)

@@ -44,6 +44,9 @@ def test_config_engines_come_from_the_registry(monkeypatch):
         assert compose([f"engine={name}"]).engine.name == name
     with pytest.raises(UserError, match="engine.name='toy' is not an engine"):
         compose(["engine.name=toy"])
+    from helpers import toy_engine_module
+
+    monkeypatch.setitem(sys.modules, "toy_engine", toy_engine_module("toy_engine", command=lambda plan, run_dir: []))
     monkeypatch.setitem(engines.REGISTRY, "toy", "toy_engine")  # config asks the registry when it validates
     assert compose(["engine.name=toy"]).engine.name == "toy"
 
@@ -51,7 +54,7 @@ def test_config_engines_come_from_the_registry(monkeypatch):
 @pytest.mark.parametrize("name", engines.names())
 def test_every_registered_engine_imports_and_has_a_command(name):
     engine = engines.get(name)
-    assert engine.name == name and callable(engine.module.command)
+    assert engine.name == name and engine.spec.name == name and callable(engine.spec.command)
     assert isinstance(engine.runs_locally, bool)
 
 
@@ -64,12 +67,14 @@ def test_unknown_engine_is_one_clear_error():
 
 def test_a_new_engine_is_a_module_plus_one_registry_line(monkeypatch, tmp_path):
     """A toy engine plugs in through the registry alone; render carries its data into the script."""
-    toy = types.ModuleType("toy_engine_for_test")
-    toy.command = lambda plan, run_dir: ["toy-train", "--run", str(run_dir)]
-    toy.files = lambda plan, run_dir: {"toy.cfg": f"tp={plan.tp}\n"}
-    toy.env = lambda plan: {"TOY_MODE": "fast"}
-    toy.container = lambda plan, run_dir: Container("nvcr.io#nvidia/pytorch:24.01-py3",
-                                                    (("the run directory", str(run_dir)),), str(run_dir))
+    from helpers import toy_engine_module
+
+    toy = toy_engine_module(
+        "toy_engine_for_test", command=lambda plan, run_dir: ["toy-train", "--run", str(run_dir)],
+        files=lambda plan, run_dir: {"toy.cfg": f"tp={plan.tp}\n"}, env=lambda plan: {"TOY_MODE": "fast"},
+        container=lambda plan, run_dir: Container("nvcr.io#nvidia/pytorch:24.01-py3",
+                                                  (("the run directory", str(run_dir)),), str(run_dir)),
+        runs_locally=False)
     monkeypatch.setitem(sys.modules, "toy_engine_for_test", toy)
     monkeypatch.setitem(engines.REGISTRY, "toy", "toy_engine_for_test")
 

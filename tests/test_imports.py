@@ -291,8 +291,8 @@ def _engine_names_in(tree: ast.AST, engines) -> List[Tuple[str, int]]:
 
 
 def test_no_engine_name_is_keyed_in_the_prediction_code():
-    """Which step-time regime describes an engine is the engine's attribute (STEP_TIME_REGIME, read through
-    the registry), never a table of engine names in the planner."""
+    """Which step-time regime describes an engine is the engine spec's step_time_regime, read through
+    the registry, never a table of engine names in the planner."""
     engines = set(_engine_packages())
     found = [f"{name}:{line} {value!r}" for name, path in modules().items() if name.startswith("vdkit.planner")
              for value, line in _engine_names_in(ast.parse(path.read_text(), str(path)), engines)]

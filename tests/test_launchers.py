@@ -19,6 +19,7 @@ from vdkit.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
+from helpers import toy_engine_module
 from vdkit.rundir import LOCK_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
 
 TINY = ["model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=2"]
@@ -46,9 +47,9 @@ def toy(monkeypatch):
 
     launcher = _module("toy_launcher", files=files, check=check, submit=lambda run_dir: "toy-1",
                        status=lambda run_dir: "COMPLETED")
-    engine = _module("toy_engine", command=lambda plan, run_dir: ["toy-train", str(run_dir)],
-                     env=lambda plan: {"TOY_THREADS": "3"},
-                     files=lambda plan, run_dir: {"toy.yaml": f"model: {plan.recipe.model.name}\n"})
+    engine = toy_engine_module("toy_engine", command=lambda plan, run_dir: ["toy-train", str(run_dir)],
+                               env=lambda plan: {"TOY_THREADS": "3"},
+                               files=lambda plan, run_dir: {"toy.yaml": f"model: {plan.recipe.model.name}\n"})
     monkeypatch.setitem(sys.modules, "toy_launcher", launcher)
     monkeypatch.setitem(sys.modules, "toy_engine", engine)
     monkeypatch.setitem(launchers.REGISTRY, "toy", "toy_launcher")
@@ -102,13 +103,16 @@ def test_local_launcher_refuses_an_engine_that_does_not_run_here(tmp_path, capsy
 
 
 def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
-    """JobSpec.pmi comes from the engine's NEEDS_PMI; cluster.mpi is honoured for it and only for it."""
+    """JobSpec.pmi comes from the engine spec's needs_pmi; cluster.mpi is honoured for it and only for it."""
     from helpers import sbatch_of
     from vdkit.prepare import job_spec
 
     plan = make_plan(compose(["cluster.mpi=pmi2"]))
     assert job_spec(plan, tmp_path).pmi is False and "--mpi" not in sbatch_of(plan, tmp_path)[0]
-    monkeypatch.setattr(engines.get("nemo").module, "NEEDS_PMI", True, raising=False)
+    import dataclasses
+
+    nemo = engines.get("nemo").module
+    monkeypatch.setattr(nemo, "SPEC", dataclasses.replace(nemo.SPEC, needs_pmi=True))
     assert job_spec(plan, tmp_path).pmi is True and "--mpi=pmi2" in sbatch_of(plan, tmp_path)[0]
     assert "--mpi" not in sbatch_of(make_plan(compose(["cluster.mpi=none"])), tmp_path)[0]
 

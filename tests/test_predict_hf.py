@@ -147,7 +147,7 @@ def test_plan_prints_the_published_figure_of_its_cell(capsys):
 
 
 def test_each_engine_picks_its_regime_in_one_place():
-    """The regime is the engine's own STEP_TIME_REGIME, read through the registry."""
+    """The regime is the engine spec's own step_time_regime, read through the registry."""
     from vdkit.planner.predict import _fused_path, regime
 
     assert regime(compose(["engine=reference"])) == "hf" and regime(compose(["engine=nemo"])) == "unfused"

@@ -136,7 +136,7 @@ def test_blog_deepspeed_settings_resolve_like_transformers():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["parallelism.sharding=fsdp"], "needs the transformers engine"),
+    (["parallelism.sharding=fsdp"], "engine=nemo has no such sharding .*use engine=reference"),
     (["engine=reference", "parallelism.sharding=zero2"], "is not a sharding"),
     (["engine=reference", "parallelism.cpu_offload=true"], "needs a sharded strategy"),
     (["engine=reference", "parallelism.sharding=fsdp", "parallelism.deepspeed_config=blog_llama31_8b"],

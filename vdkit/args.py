@@ -54,11 +54,10 @@ def add_override_args(parser: argparse.ArgumentParser, sweeps: bool = True) -> N
 
 def run_dir_files_help() -> str:
     """What a run directory holds, per engine (every engine of the registry named): for the verbs' --help."""
-    from vdkit.recipes.engines import names
-    from vdkit.rundir import ENGINE_FILES, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+    from vdkit.recipes.engines import specs
+    from vdkit.rundir import OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
 
-    per = "; ".join(f"engine={e}: " + (", ".join(ENGINE_FILES[e]) if e in ENGINE_FILES else "no other file")
-                    for e in names())
+    per = "; ".join(f"engine={s.name}: " + (", ".join(s.run_dir_files) or "no other file") for s in specs())
     return (f"Each run directory holds {RECIPE_FILE}, {PLAN_FILE}, {OVERRIDES_FILE}, the launcher's file "
             f"({SBATCH_FILE} for Slurm, manifests for Kubernetes) and the engine's ({per}).")
 

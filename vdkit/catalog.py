@@ -150,9 +150,59 @@ def group_entries(group: str, facts: Optional[Callable[[Path], str]] = None) -> 
 
 # ----------------------------------------------------------------------------- registries
 def engine_entries() -> List[Entry]:
+    """The engines ``engine.name`` may name: each spec's one-line summary (`vdkit list engines` prints the table)."""
     from vdkit.recipes import engines
 
-    return [Entry(name, docstring_line(module)) for name, module in engines.REGISTRY.items()]
+    return [Entry(s.name, s.summary) for s in engines.specs()]
+
+
+def engine_records() -> List[dict]:
+    """What each registered engine can do, from its spec (`vdkit list engines --json`); ``images`` with the values
+    conf/engine/<name>.yaml gives the keys."""
+    from vdkit.conftree import conf_dir
+    from vdkit.recipes import engines
+
+    out = []
+    for spec in engines.specs():
+        row = spec.table_row()
+        path = conf_dir() / "engine" / f"{spec.name}.yaml"
+        values = _load(path) if path.is_file() else {}
+        row["images"] = {k: values.get(k.split(".", 1)[1]) for k in spec.images if k.startswith("engine.")}
+        row["images"].update({k: "the cluster's" for k in spec.images if not k.startswith("engine.")})
+        out.append(row)
+    return out
+
+
+# the table's rows: (label, record key, how a value reads)
+_ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("shardings", "shardings", None),
+                ("precisions", "precisions", None), ("context parallel", "context_parallel", None),
+                ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
+                ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),
+                ("stack", "stack", lambda v: ", ".join(f"{k} {x}" for k, x in v.items()) or "unpinned"),
+                ("runs here (vdkit run)", "runs_locally", None), ("run-dir files", "run_dir_files", None))
+
+
+def engine_table() -> str:
+    """`vdkit list engines`: one column per engine, one row per capability (what `vdkit plan` accepts)."""
+    records = engine_records()
+
+    def cell(value, how):
+        if how:
+            return how(value)
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, (list, dict)):
+            return ", ".join(value) or "-"
+        return str(value)
+
+    rows = [("engine=NAME", [r["name"] for r in records])]
+    rows += [(label, [cell(r[key], how) for r in records]) for label, key, how in _ENGINE_ROWS]
+    first = max(len(label) for label, _ in rows)
+    widths = [max(len(cells[i]) for _, cells in rows) for i in range(len(records))]
+    lines = ["engines (engine=NAME; what each spec holds: vdkit/recipes/spec.py)"]
+    lines += ["  " + label.ljust(first) + "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+              for label, cells in rows]
+    return "\n".join(lines)
 
 
 def launcher_entries() -> List[Entry]:

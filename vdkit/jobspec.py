@@ -68,16 +68,16 @@ class JobSpec:
     when the engine stops by its own clock (NeMo's ``max_time_per_run``) and must not be signalled.
     ``finished_line``: for engines whose ranks exit 0 on a clean stop too, the text rank 0 prints
     when every step is done (None: exit 0 means finished).
-    ``pmi``: the ranks bootstrap through PMI (the engine's ``NEEDS_PMI``; Slurm then passes
+    ``pmi``: the ranks bootstrap through PMI (the engine spec's ``needs_pmi``; Slurm then passes
     ``srun --mpi=<cluster.mpi>``), otherwise they read the launcher's variables.
-    ``runs_locally``: the engine's ranks can run as processes on this machine (its ``RUNS_LOCALLY``).
-    ``heartbeat``: the ranks write the heartbeat the launcher's hang watchdog reads (``WRITES_HEARTBEAT``).
+    ``runs_locally``: the engine's ranks can run as processes on this machine (its spec's ``runs_locally``).
+    ``heartbeat``: the ranks write the heartbeat the launcher's hang watchdog reads (the spec's ``writes_heartbeat``).
     """
 
     argv: List[str]
     env: Dict[str, str] = field(default_factory=dict)
     container: Optional[Container] = None
-    pmi: bool = False  # the ranks bootstrap through PMI (the engine's NEEDS_PMI); the launcher's variables otherwise
+    pmi: bool = False  # the ranks bootstrap through PMI (the engine spec's needs_pmi); the launcher's variables otherwise
     runs_locally: bool = False
     stop_signal: Optional[str] = PREEMPT_SIGNAL
     finished_line: Optional[str] = None

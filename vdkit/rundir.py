@@ -46,9 +46,7 @@ BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the 
 IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
 BRIDGE_IMPORT_FILE = IMPORT_FILE
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
-# The files each engine adds to a run directory (engines not named add none): what `--help` says.
-ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
-                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
+# The files each engine adds to a run directory: its spec's run_dir_files (vdkit.recipes.spec).
 EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"

@@ -19,6 +19,13 @@ from typing import Any, Dict, List, Optional, Tuple
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
 RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
 VAL_TIMES_PER_RUN = 5  # run.mode=train without train.val_every_n_steps: validations over the run (a five-point loss curve; with train.val_batches 4, ~0.7 % of the training compute)
+# The vocabularies a recipe and an engine's spec (vdkit.recipes.spec) share: here, below both.
+METHODS = ("sft", "lora", "ptuning", "pretrain")
+PRECISIONS = ("bf16", "fp8")
+SHARDINGS = ("none", "fsdp", "zero3")
+GPU_VENDORS = ("nvidia", "amd")
+ARCHS = ("llama", "opt")
+STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / Megatron defaults, NVIDIA's fused path, HF
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -45,6 +52,7 @@ class ModelCfg:
     norm_eps: float = 1e-5  # epsilon of every norm layer
     activation: str = "swiglu"  # MLP: swiglu (gated, 3 matrices) | relu | gelu (2 matrices)
     bias: bool = False  # bias terms in the linear layers (OPT: true)
+    qkv_bias: bool = False  # bias terms on the query, key and value projections only (Qwen2: true; implied by bias)
     position_embedding: str = "rope"  # rope | learned (absolute, OPT)
     rope_base: float = 10000.0  # RoPE theta (Llama 3.1: 500000)
     rope_scaling: Any = None  # a mapping or null (typed Any: OmegaConf cannot merge into a None Dict); e.g. Llama 3.1's {rope_type: llama3, factor: 8, ...}
@@ -97,7 +105,7 @@ class ClusterCfg:
     max_lost_work_min: float = 60.0  # the most training a failure between checkpoints may lose (minutes): caps the checkpoint interval; a site's choice
     ib_hcas: List[str] = field(default_factory=list)  # exact-match NCCL_IB_HCA list
     socket_ifname: Optional[str] = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME
-    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (NEEDS_PMI): pmix | pmi2 | none
+    mpi: str = "pmix"  # srun --mpi for an engine whose ranks bootstrap through PMI (its spec's needs_pmi): pmix | pmi2 | none
     partition: Optional[str] = None  # sbatch --partition (site option); None: the site's default
     account: Optional[str] = None  # sbatch --account (site option)
     qos: Optional[str] = None  # sbatch --qos (site option)

@@ -22,21 +22,12 @@ from typing import List
 
 from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
-from vdkit.rundir import BRIDGE_JOB_FILE as JOB_FILE
-from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG  # noqa: F401  (the image <-> Bridge map)
+from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE
+from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG, MCORE_VERSION  # noqa: F401  (the image <-> Bridge map)
+from vdkit.recipes.spec import EngineSpec
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
-RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
-EXTRA = "bridge"
-RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
-WRITES_HEARTBEAT = True  # every rank beats through Bridge's callbacks (job.heartbeat_callback): the launcher watches
-STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
-ROPE_SCALING = ("llama3", "linear")  # the provider's rope_scaling / seq_len_interpolation_factor (megatron-core's)
-MCORE_ROPE = True  # llama3 scaling is megatron-core's (fixed low / high frequency factors)
-CONTEXT_PARALLEL = True  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
-GPU_VENDORS = ("nvidia", "amd")  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
 CONTAINER_PYTHON = "python"
-PTUNING_ENGINES = ("nemo", "megatron")  # the engines that do P-tuning
 
 
 def in_container(plan) -> bool:
@@ -71,7 +62,8 @@ NUMA_GPUS, NUMA_NODES = 8, 2
 
 
 def check(plan) -> None:
-    """What Bridge cannot run: P-tuning, non-Llama models, interleaving without a multiple of PP micro batches."""
+    """What Bridge cannot run beyond its spec (P-tuning and non-Llama fields are refused at the door): FP8 without the
+    distributed optimizer, interleaving without a multiple of PP micro batches, a missing base checkpoint."""
     from vdkit.recipes.bridge.config import check_model
     from vdkit.recipes.bridge.data import dataset_root
 
@@ -79,9 +71,6 @@ def check(plan) -> None:
 
     r = plan.recipe
     check_rocm(plan)
-    if r.method.name == "ptuning" or r.method.peft_scheme == "ptuning":
-        raise UserError("Megatron-Bridge has no P-tuning (its PEFT: LoRA, DoRA, canonical LoRA)",
-                        "use engine=" + " or engine=".join(PTUNING_ENGINES) + " for method=ptuning")
     check_model(r)
     p = r.parallelism
     if r.train.precision == "fp8" and not p.distributed_optimizer:
@@ -245,3 +234,49 @@ def check_runs(run_dirs) -> list:
     from vdkit.recipes.bridge.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs, render_bridge_yaml)
+
+
+def make_base(recipe, directory) -> str:
+    """A seeded toy HF model of ``recipe``'s size converted into a Bridge checkpoint at ``directory`` (the demo's
+    base model: what a site does once with its own weights); its path."""
+    from vdkit.recipes.bridge.convert import make_base as make
+
+    return make(recipe, directory)
+
+
+SPEC = EngineSpec(
+    name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama providers, NVIDIA's performance settings)",
+    command=command, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
+    resume_check=resume_check, check_runs=check_runs, make_base=make_base,
+    families=("llama",),
+    maps={"name": "the provider (conf names Bridge has a provider for) and run names",
+          "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",
+          "ffn_hidden_size": "provider.ffn_hidden_size", "num_attention_heads": "provider.num_attention_heads",
+          "num_query_groups": "provider.num_query_groups", "vocab_size": "provider.vocab_size",
+          "max_position_embeddings": "provider.seq_length", "pretrain_tp": "the planner's layout",
+          "pretrain_pp": "the planner's layout", "arch": "Bridge's Llama providers", "norm": "RMSNorm (Llama)",
+          "norm_eps": "provider.layernorm_epsilon", "activation": "SwiGLU (Llama)", "position_embedding": "RoPE (Llama)",
+          "rope_base": "provider.rotary_base", "rope_scaling": "provider rope_scaling / seq_len_interpolation_factor",
+          "tied_embeddings": "provider.share_embeddings_and_output_weights",
+          "tokenizer": "Bridge's TokenizerConfig", "hf_path": "AutoBridge.import_ckpt (the one-time import job)",
+          "megatron_path": "checkpoint.pretrained_checkpoint"},
+    ignores={"nemo_path": "engine=nemo's base model"},
+    refuses={"bias": "the kit renders Bridge's Llama providers, which have no linear biases",
+             "qkv_bias": ("the kit renders Bridge's Llama providers (no Q/K/V bias); Bridge's Qwen2 providers are "
+                          "not wired into its config"),
+             "embedding_dim": "Llama providers have no projected word embedding",
+             "pre_norm": "Llama providers are pre-norm only"},
+    methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
+    precisions=("bf16", "fp8"),
+    context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
+    rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
+    step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
+    run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, EXPORT_FILE),
+    gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
+    images=("engine.container_image", "engine.rocm_image"),
+    stack={"Megatron-Bridge": BRIDGE_VERSION, "megatron-core": MCORE_VERSION, "image": IMAGE_TAG},
+    runtime_modules=("torch", "megatron.core", "megatron.bridge"), extra="bridge",
+    runs_locally=True,  # CPU over gloo with the shim: `vdkit run engine=bridge`
+    writes_heartbeat=True,  # every rank beats through Bridge's callbacks (job.heartbeat_callback): the launcher watches
+    base_model_key="megatron_path",
+)

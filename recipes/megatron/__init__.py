@@ -18,6 +18,9 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from vdkit.recipes.mcore_cpu import TESTED_VERSION
+from vdkit.recipes.spec import EngineSpec
+
 
 MODULE = "vdkit.recipes.megatron"
 
@@ -27,16 +30,6 @@ def megatron_command(run_dir: Union[str, Path], python: str = sys.executable) ->
     return [python, "-m", MODULE, str(run_dir)]
 
 
-RUNTIME_MODULES = ("torch", "megatron.core")  # checked before training here (vdkit.recipes.engines)
-EXTRA = "megatron"
-RUNS_LOCALLY = True  # CPU over gloo works here; `vdkit run engine=megatron`
-STEP_TIME_REGIME = "unfused"  # megatron-core with NeMo's settings (vdkit.planner.predict)
-ROPE_SCALING = ("llama3", "linear")  # GPTModel(rope_scaling, rope_scaling_factor / seq_len_interpolation_factor)
-MCORE_ROPE = True  # llama3 scaling is megatron-core's (fixed low / high frequency factors)
-NO_CONTEXT_PARALLEL = ("it builds megatron-core's local layer spec, whose DotProductAttention asserts "
-                       "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)")
-WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
-GPU_VENDORS = ("nvidia", "amd")  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
 MCORE_SERIES = "0.16"  # the megatron-core API this engine is written against (CPU shim: 0.16.1 exactly)
 
 
@@ -115,3 +108,38 @@ def check_runs(run_dirs) -> list:
     from vdkit.recipes.megatron.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs)
+
+
+SPEC = EngineSpec(
+    name="megatron", summary="megatron-core's GPTModel, schedules and optimizer, for real (CPU over gloo here, GPUs on a cluster)",
+    command=command, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
+    families=("llama", "opt"),
+    maps={"name": "run names", "num_layers": "TransformerConfig.num_layers", "hidden_size": "TransformerConfig.hidden_size",
+          "ffn_hidden_size": "TransformerConfig.ffn_hidden_size",
+          "num_attention_heads": "TransformerConfig.num_attention_heads",
+          "num_query_groups": "TransformerConfig.num_query_groups", "vocab_size": "GPTModel.vocab_size",
+          "max_position_embeddings": "GPTModel.max_sequence_length", "pretrain_tp": "the planner's layout",
+          "pretrain_pp": "the planner's layout", "arch": "the fields below", "norm": "TransformerConfig.normalization",
+          "norm_eps": "TransformerConfig.layernorm_epsilon", "activation": "gated_linear_unit / activation_func",
+          "bias": "TransformerConfig.add_bias_linear (and add_qkv_bias)", "qkv_bias": "TransformerConfig.add_qkv_bias",
+          "position_embedding": "GPTModel.position_embedding_type", "rope_base": "GPTModel.rotary_base",
+          "rope_scaling": "GPTModel rope_scaling / seq_len_interpolation_factor",
+          "tied_embeddings": "GPTModel.share_embeddings_and_output_weights",
+          "tokenizer": "the kit's data path (vdkit.recipes.common.data)"},
+    ignores={"nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model",
+             "hf_path": "it trains from its own layout-independent initial weights (no HF import)"},
+    refuses={"embedding_dim": "GPTModel has no projected word embedding",
+             "pre_norm": "megatron-core's layer spec is pre-norm only"},
+    methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16",),
+    context_parallel=False,
+    no_context_parallel=("it builds megatron-core's local layer spec, whose DotProductAttention asserts "
+                         "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)"),
+    rope_scaling=("llama3", "linear"), mcore_rope=True,  # GPTModel(rope_scaling, rope_scaling_factor): fixed factors
+    step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
+    gpu_vendors=("nvidia", "amd"),  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
+    images=("engine.container_image", "engine.rocm_image"),
+    stack={"megatron-core": TESTED_VERSION},
+    runtime_modules=("torch", "megatron.core"), extra="megatron",
+    runs_locally=True,  # CPU over gloo works here; `vdkit run engine=megatron`
+    writes_heartbeat=True,  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+)

@@ -80,7 +80,7 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
         num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
         num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
         normalization="RMSNorm" if m.norm == "rmsnorm" else "LayerNorm", layernorm_epsilon=m.norm_eps,
-        gated_linear_unit=m.activation == "swiglu", activation_func=activation, add_bias_linear=m.bias, hidden_dropout=0.0, attention_dropout=0.0, init_method_std=INIT_STD,
+        gated_linear_unit=m.activation == "swiglu", activation_func=activation, add_bias_linear=m.bias, add_qkv_bias=m.qkv_bias, hidden_dropout=0.0, attention_dropout=0.0, init_method_std=INIT_STD,
         tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
         virtual_pipeline_model_parallel_size=layout.vp, sequence_parallel=layout.sequence_parallel,
         params_dtype=dtype, pipeline_dtype=dtype, bf16=cuda, use_cpu_initialization=not cuda,

@@ -19,13 +19,7 @@ from pathlib import Path
 from typing import List, Union
 
 from vdkit.errors import UserError
-
-RUNS_LOCALLY = True
-STEP_TIME_REGIME = "hf"  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
-ROPE_SCALING = ("linear", "dynamic", "yarn", "longrope", "llama3")  # transformers' ROPE_INIT_FUNCTIONS
-NO_CONTEXT_PARALLEL = ("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
-                       "not the sequence)")
-WRITES_HEARTBEAT = True  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+from vdkit.recipes.spec import EngineSpec
 
 # What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
 # plan, render and submit; training here needs these).
@@ -176,3 +170,34 @@ def check_runs(run_dirs) -> list:
     from vdkit.recipes.reference.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs)
+
+
+SPEC = EngineSpec(
+    name="reference", summary="Lightning Fabric + transformers + peft (+ DeepSpeed): data parallel, DDP / FSDP / ZeRO-3",
+    command=command, check=check, inputs=inputs, env=env, container=container, local_check=local_check,
+    check_runs=check_runs,
+    families=("llama", "opt"),
+    maps={"name": "run names", "num_layers": "num_hidden_layers", "hidden_size": "hidden_size",
+          "ffn_hidden_size": "intermediate_size / ffn_dim", "num_attention_heads": "num_attention_heads",
+          "num_query_groups": "num_key_value_heads", "vocab_size": "vocab_size",
+          "max_position_embeddings": "max_position_embeddings", "arch": "LlamaConfig / Qwen2Config / OPTConfig",
+          "norm": "RMSNorm (Llama) / LayerNorm (OPT)", "norm_eps": "rms_norm_eps", "activation": "hidden_act / activation_function",
+          "bias": "OPTConfig.enable_bias", "qkv_bias": "Qwen2Config (q/k/v biases, o without)",
+          "position_embedding": "rotary (Llama) / learned (OPT)", "rope_base": "rope_theta", "rope_scaling": "rope_scaling",
+          "tied_embeddings": "tie_word_embeddings", "tokenizer": "the kit's data path (vdkit.recipes.common.data)",
+          "embedding_dim": "OPTConfig.word_embed_proj_dim", "pre_norm": "OPTConfig.do_layer_norm_before",
+          "hf_path": "from_pretrained (weights and tokenizer)"},
+    ignores={"pretrain_tp": "data parallel only", "pretrain_pp": "data parallel only",
+             "nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model"},
+    methods=("sft", "lora", "ptuning", "pretrain"), shardings=("none", "fsdp", "zero3"),
+    precisions=("bf16",),  # no FP8 GEMMs: a plan at fp8 would predict a precision the run does not use
+    context_parallel=False,
+    no_context_parallel=("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
+                         "not the sequence)"),
+    rope_scaling=("linear", "dynamic", "yarn", "longrope", "llama3"),  # transformers' ROPE_INIT_FUNCTIONS
+    step_time_regime="hf",  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
+    gpu_vendors=("nvidia", "amd"), images=("engine.container_image", "cluster.container_image"),
+    stack={},  # unpinned: the reference extra's lower bounds (pyproject.toml)
+    runtime_modules=RUNTIME_MODULES, extra=EXTRA, runs_locally=True,
+    writes_heartbeat=True,  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+)

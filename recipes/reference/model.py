@@ -13,15 +13,16 @@ from vdkit.errors import UserError
 
 
 def llama_config(model_cfg, tok, attention: str = "sdpa"):
-    """A transformers LlamaConfig from ModelCfg's sizes and architecture fields, with the tokenizer's ids."""
-    from transformers import LlamaConfig
+    """A transformers LlamaConfig from ModelCfg's sizes and architecture fields, with the tokenizer's ids; a
+    Qwen2Config for ``qkv_bias`` (Qwen2: the Llama block with biases on q, k and v only, none on o)."""
+    from transformers import LlamaConfig, Qwen2Config
 
     m = model_cfg
     if (m.arch, m.norm, m.activation, m.position_embedding, m.bias) != ("llama", "rmsnorm", "swiglu", "rope", False):
         raise UserError(f"the reference engine builds Llama-architecture models; model {m.name} is arch={m.arch} "
                         f"norm={m.norm} activation={m.activation} position_embedding={m.position_embedding} "
                         f"bias={m.bias}", "use a Llama model (model=tiny_llama, llama2_7b, ...)")
-    return LlamaConfig(
+    return (Qwen2Config if m.qkv_bias else LlamaConfig)(
         vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.ffn_hidden_size,
         num_hidden_layers=m.num_layers, num_attention_heads=m.num_attention_heads,
         num_key_value_heads=m.num_query_groups, max_position_embeddings=m.max_position_embeddings,
@@ -86,11 +87,12 @@ def build_model(recipe, tok, fabric=None):
     """The model to train (a peft model for lora / ptuning).
 
     ``model.hf_path`` set: the pretrained weights (transformers' own loader); otherwise
-    transformers' own class for ``model.arch`` (LlamaForCausalLM, OPTForCausalLM) initialised from
+    transformers' own class for ``model.arch`` (LlamaForCausalLM or, with ``qkv_bias``, Qwen2ForCausalLM;
+    OPTForCausalLM) initialised from
     ``train.seed``. ``parallelism.recompute=full`` turns on transformers' gradient checkpointing.
     """
     import torch
-    from transformers import LlamaForCausalLM, OPTForCausalLM
+    from transformers import AutoModelForCausalLM, OPTForCausalLM
 
     torch.manual_seed(recipe.train.seed)  # every rank builds the same initial weights
     if recipe.model.hf_path:
@@ -98,7 +100,7 @@ def build_model(recipe, tok, fabric=None):
     elif recipe.model.arch == "opt":
         model = OPTForCausalLM(opt_config(recipe.model, tok, recipe.engine.attention))
     else:
-        model = LlamaForCausalLM(llama_config(recipe.model, tok, recipe.engine.attention))
+        model = AutoModelForCausalLM.from_config(llama_config(recipe.model, tok, recipe.engine.attention))
     if recipe.parallelism.recompute == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     method = recipe.method

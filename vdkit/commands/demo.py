@@ -188,19 +188,16 @@ def _with_bridge_base(cells, out: Path):
 
     done = {}
     result = []
+    from vdkit.recipes import engines
+
     for cell in cells:
         r = compose(cell)
-        if r.engine.name == "bridge" and r.method.name != "pretrain" and not r.model.megatron_path:
+        engine = engines.get(r.engine.name)
+        spec = engine.spec  # an engine whose fine-tuning reads a converted base checkpoint (bridge: model.megatron_path)
+        if spec.make_base and r.method.name != "pretrain" and not getattr(r.model, spec.base_model_key):
             key = (r.model.name, r.model.num_layers, r.model.hidden_size)
             if key not in done:
-                from vdkit.recipes import engines
-
-                # the conversion runs Bridge here: a missing torch / Bridge is the engine's one line, first
-                bridge = engines.get(r.engine.name)
-                engines.require_modules(getattr(bridge.module, "RUNTIME_MODULES", ()),
-                                        getattr(bridge.module, "EXTRA", ""), bridge.name)
-                from vdkit.recipes.bridge.convert import make_base
-
+                engine.require_runtime()  # the conversion runs the stack here: a missing one is the engine's one line, first
                 print(f"demo: converting a seeded toy HF {r.model.name} into a Megatron-Bridge checkpoint "
                       "(the base the bridge cells fine-tune; a site converts its Llama 2 weights once) ...",
                       end="", flush=True)
@@ -208,9 +205,9 @@ def _with_bridge_base(cells, out: Path):
                 base = out / "base" / f"{r.model.name}_{r.model.num_layers}l"
                 log = out / "base" / f"{base.name}.log"
                 with _output_to(log):  # Bridge's and DeepSpeed's warnings and bars: to the log, not the screen
-                    done[key] = make_base(r, base)
+                    done[key] = spec.make_base(r, base)
                 print(f" done in {time.monotonic() - t0:.0f} s (log: {log})", flush=True)
-            cell = [*cell, f"model.megatron_path={done[key]}"]
+            cell = [*cell, f"model.{spec.base_model_key}={done[key]}"]
         result.append(cell)
     return result
 

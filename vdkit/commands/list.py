@@ -15,6 +15,8 @@ def register(sub) -> None:
     # (checked in run: argparse's `choices` refuses an empty nargs="*" list when options and positionals mix)
     p.add_argument("kinds", nargs="*", metavar="KIND",
                    help="one or more of: " + ", ".join(names) + " (singular too: cluster, model, ...)")
+    p.add_argument("--json", action="store_true",
+                   help="with `engines`: each engine's capabilities (its spec) as JSON, what `vdkit plan` accepts")
     p.set_defaults(func=run)
 
 
@@ -29,6 +31,20 @@ def run(args) -> int:
     for kind in kinds:
         if kind not in names:
             raise UserError(f"{kind!r} is not a kind of thing vdkit lists", "use one or more of " + ", ".join(names))
+    if args.json:
+        if kinds != ["engines"]:
+            raise UserError("--json lists the engines only", "use `vdkit list engines --json`")
+        import json
+
+        from vdkit.catalog import engine_records
+
+        print(json.dumps(engine_records(), indent=2))
+        return 0
+    if kinds == ["engines"]:  # the capability table (with other kinds: one line each, as every kind)
+        from vdkit.catalog import engine_table
+
+        print(engine_table())
+        return 0
     blocks = []
     if [k for k in kinds if k != "keys"] or not kinds:
         blocks.append(render([k for k in kinds if k != "keys"]))

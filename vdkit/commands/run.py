@@ -1,4 +1,4 @@
-"""`vdkit run`: compose, plan, write a run directory and train it here (engines with RUNS_LOCALLY).
+"""`vdkit run`: compose, plan, write a run directory and train it here (engines whose spec says runs_locally).
 
 Local processes stand in for the ranks (cluster=local: cluster.nodes x cluster.gpus_per_node
 processes); the logs land in the run directory exactly as a Slurm job's would. Groups the user

@@ -5,7 +5,7 @@ model's name, and checked against transformers' own model classes (tests/test_ar
 conf/model/*.yaml on the meta device and counts):
 
 - attention: Q and O are h x h, K and V h x (KV heads x head dim); biases on all four when
-  ``bias`` (OPT);
+  ``bias`` (OPT), on Q, K and V only when ``qkv_bias`` (Qwen2);
 - MLP: SwiGLU has three h x f matrices (gate, up, down), ReLU / GeLU two (fc1, fc2); biases
   f (+ f for a gated MLP) + h when ``bias``;
 - norms: two per layer, RMSNorm a weight (h), LayerNorm a weight and a bias (2h); a final norm
@@ -60,7 +60,8 @@ def param_counts(m) -> ParamCounts:
     bias = bool(getattr(m, "bias", False))
     gated = getattr(m, "activation", "swiglu") == "swiglu"
     norm_params = (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * h
-    attn = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if bias else 0)
+    qkv_bias = bias or bool(getattr(m, "qkv_bias", False))  # Qwen2: q, k and v carry biases, the output projection none
+    attn = 2 * h * h + 2 * h * kv + ((h + 2 * kv) if qkv_bias else 0) + (h if bias else 0)
     mlp = (3 if gated else 2) * h * f + (((2 * f if gated else f) + h) if bias else 0)
     per_layer = attn + mlp + 2 * norm_params
     e = getattr(m, "embedding_dim", None) or h

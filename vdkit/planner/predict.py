@@ -40,11 +40,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.memory import recompute_share
-from vdkit.schema import Prediction, StepTime
+from vdkit.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
@@ -325,21 +324,17 @@ def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink:
     return layers * (cp - 1) * (1 + 2 + share) * hop
 
 
-REGIMES = ("unfused", "fused", "hf")  # the step-time regimes an engine may name (its STEP_TIME_REGIME)
+REGIMES = STEP_TIME_REGIMES  # the step-time regimes an engine may name (its spec's step_time_regime)
 
 
 def regime(recipe) -> str:
-    """The step-time regime of ``recipe``'s engine: the engine's own ``STEP_TIME_REGIME`` (read through the
+    """The step-time regime of ``recipe``'s engine: its spec's ``step_time_regime`` (read through the
     registry, vdkit.recipes.engines): "unfused" (this module: NeMo / Megatron's defaults; NVIDIA's fused path
     when the rendered config is NVIDIA's), "fused" (this module, always on NVIDIA's fused path), "hf"
     (vdkit.planner.predict_hf: eager Hugging Face + DDP / FSDP / ZeRO-3)."""
     from vdkit.recipes import engines
 
-    name = engines.get(recipe.engine.name).step_time_regime
-    if name not in REGIMES:
-        raise UserError(f"engine={recipe.engine.name} names the step-time regime {name!r}",
-                        f"set its STEP_TIME_REGIME to one of {', '.join(REGIMES)}")
-    return name
+    return engines.get(recipe.engine.name).step_time_regime  # one of REGIMES: checked when its spec is built
 
 
 def _fused_path(recipe) -> bool:

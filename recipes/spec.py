@@ -1,0 +1,200 @@
+"""What an engine is: its functions and what it can build, as one typed, frozen :class:`EngineSpec`.
+
+Each engine module ends with ``SPEC = EngineSpec(...)`` (in the spirit of torchtitan's ``TrainSpec``);
+the registry (:mod:`vdkit.recipes.engines`) reads it and nothing else. A spec is checked when it is
+built - at registration - so a misspelt capability is a ``TypeError`` (an unknown keyword), and a model
+field the spec neither maps, ignores nor refuses is a ``TypeError`` naming the field: adding a field to
+:class:`vdkit.schema.ModelCfg` makes every engine say what it does with it before anything runs.
+
+The door (:func:`refusal`, asked by composition through the registry) refuses a recipe the spec does not
+hold in one line naming the field or capability and the engines that have it. Standard library only at
+import (``vdkit plan`` stays torch-free); the kit's vocabularies come from :mod:`vdkit.schema` (below both).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional, Tuple
+
+HOOKS = ("files", "check", "inputs", "check_runs", "local_check", "resume_check", "env", "container",
+         "finished_line", "make_base")  # the optional functions; ``command`` is required
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSpec:
+    """One engine: its functions and its capabilities as data (see docs/architecture.md, "Adding an engine").
+
+    Functions (``plan`` a :class:`vdkit.schema.Plan`, ``run_dir`` the run directory's Path):
+
+    - ``command(plan, run_dir) -> list[str]``: the argv every rank runs (required);
+    - ``files(plan, run_dir) -> dict``: extra run-directory files, name -> content (their names in ``run_dir_files``);
+    - ``check(plan)``: refuse (UserError) what the stack cannot run beyond the capabilities below; pure;
+    - ``inputs(plan) -> [(what, path, must_be_dir)]``: the engine's own local inputs (mount check);
+    - ``check_runs(run_dirs) -> [vdkit.jobcheck.Report]``: ``vdkit check``, one stack import for all;
+    - ``local_check(plan)``: before training on this machine (data, tokenizer); ``runtime_modules`` first;
+    - ``resume_check(plan, run_dir)``: before a stopped run continues in its run directory;
+    - ``env(plan[, run_dir]) -> dict``: variables every rank needs beyond the cluster's;
+    - ``container(plan, run_dir) -> vdkit.jobspec.Container | None``: the image and mounts (None: host Python);
+    - ``finished_line(plan) -> str | None``: for ranks that exit 0 on a clean stop too, what rank 0 prints when done;
+    - ``make_base(recipe, directory) -> path``: a seeded toy base checkpoint at ``base_model_key`` (the demo).
+    """
+
+    name: str  # engine.name
+    summary: str  # one line: what the engine runs (`vdkit list engines`)
+    command: Callable
+    files: Optional[Callable] = None
+    check: Optional[Callable] = None
+    inputs: Optional[Callable] = None
+    check_runs: Optional[Callable] = None
+    local_check: Optional[Callable] = None
+    resume_check: Optional[Callable] = None
+    env: Optional[Callable] = None
+    container: Optional[Callable] = None
+    finished_line: Optional[Callable] = None
+    make_base: Optional[Callable] = None  # (recipe, directory) -> path: a seeded toy base for base_model_key (the demo)
+    # --- the model: every ModelCfg field is in exactly one of maps / ignores / refuses
+    families: Tuple[str, ...]  # model.arch values it builds
+    maps: Mapping[str, str]  # model field -> where it lands in the stack (built exactly, any value)
+    ignores: Mapping[str, str] = field(default_factory=dict)  # model field -> why this engine never reads it
+    refuses: Mapping[str, str] = field(default_factory=dict)  # model field -> why a non-default value is refused
+    # --- what it runs
+    methods: Tuple[str, ...]  # method.name values
+    shardings: Tuple[str, ...] = ("none",)  # parallelism.sharding values
+    precisions: Tuple[str, ...]  # train.precision values
+    context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
+    no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
+    rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
+    mcore_rope: bool = False  # its llama3 scaling is megatron-core's (fixed low / high frequency factors)
+    step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
+    # --- how it runs
+    run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.rundir)
+    gpu_vendors: Tuple[str, ...]  # cluster.gpu_vendor values its image is built for
+    images: Tuple[str, ...] = ()  # engine.* keys naming its images (their values: conf/engine/<name>.yaml)
+    stack: Mapping[str, str]  # library -> the version the engine is written and tested against
+    runtime_modules: Tuple[str, ...] = ()  # what a rank imports (checked before training here)
+    extra: str = ""  # the pyproject extra that installs runtime_modules
+    runs_locally: bool  # `vdkit run` may start its ranks as processes here
+    catches_stop_signals: bool = True  # ranks stop cleanly on USR1 / TERM (False: by their own clock)
+    writes_heartbeat: bool  # ranks write the launcher's heartbeat (hang watchdog)
+    needs_pmi: bool = False  # ranks bootstrap through PMI (srun --mpi=<cluster.mpi>)
+    base_model_key: Optional[str] = None  # model.* key fine-tuning reads its base weights from, when it needs one
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise TypeError naming the first thing this spec gets wrong (its registration fails)."""
+        from vdkit import schema
+        from vdkit.schema import STEP_TIME_REGIMES as REGIMES, ModelCfg
+
+        who = f"engine spec {self.name!r}"
+
+        def bad(why):
+            raise TypeError(f"{who}: {why}")
+
+        if not self.name or not self.name.isidentifier():
+            bad("name must be an identifier")
+        if not callable(self.command):
+            bad("command is not callable")
+        for hook in HOOKS:
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                bad(f"{hook} is neither None nor callable")
+        fields = [f.name for f in dataclasses.fields(ModelCfg)]
+        said = {"maps": self.maps, "ignores": self.ignores, "refuses": self.refuses}
+        for kind, got in said.items():
+            unknown = sorted(set(got) - set(fields))
+            if unknown:
+                bad(f"{kind} names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} not a model "
+                    "field (vdkit.schema.ModelCfg)")
+        twice = sorted(f for f in fields if sum(f in got for got in said.values()) > 1)
+        if twice:
+            bad(f"model field(s) {', '.join(twice)} named in more than one of maps / ignores / refuses")
+        missing = [f for f in fields if not any(f in got for got in said.values())]
+        if missing:
+            bad(f"model field(s) {', '.join(missing)} neither mapped, ignored nor refused: say what the engine "
+                "does with each (maps / ignores / refuses)")
+        for key, allowed in (("families", schema.ARCHS), ("methods", schema.METHODS), ("shardings", schema.SHARDINGS),
+                             ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS)):
+            value = getattr(self, key)
+            if isinstance(value, str) or not isinstance(value, tuple):
+                bad(f"{key} must be a tuple of names, not {value!r}")
+            odd = [v for v in value if v not in allowed]
+            if odd:
+                bad(f"{key} names {odd}, not among {allowed}")
+        if self.step_time_regime not in REGIMES:
+            bad(f"step_time_regime={self.step_time_regime!r} is not one of {', '.join(REGIMES)}")
+        for key in ("rope_scaling", "run_dir_files", "images", "runtime_modules"):
+            if not isinstance(getattr(self, key), tuple):
+                bad(f"{key} must be a tuple")
+        if self.base_model_key is not None and self.base_model_key not in fields:
+            bad(f"base_model_key={self.base_model_key!r} is not a model field")
+        if self.make_base and not self.base_model_key:
+            bad("make_base without the base_model_key it fills")
+        if self.runtime_modules and not self.extra:
+            bad("runtime_modules without the extra that installs them")
+
+    # ------------------------------------------------------------------ what it holds
+    def holds(self, key: str, value) -> bool:
+        """Whether this engine accepts ``value`` for the recipe key ``key`` (the door's keys, :data:`DOOR`)."""
+        return value in getattr(self, DOOR[key][0])
+
+    def model_refusal(self, model) -> Optional[str]:
+        """Why this engine cannot build ``model`` (a ModelCfg or a subclass with more fields), or None."""
+        if model.arch not in self.families:
+            return f"model.arch={model.arch} (model {model.name}): engine={self.name} builds {'/'.join(self.families)}"
+        for f in dataclasses.fields(model):
+            if f.name in self.maps or f.name in self.ignores:
+                continue
+            value = getattr(model, f.name)
+            if value == _default(f):
+                continue
+            why = self.refuses.get(f.name, "its spec does not map this field")
+            return f"model.{f.name}={_word(value)} (model {model.name}): engine={self.name} does not build it ({why})"
+        return None
+
+    def table_row(self) -> dict:
+        """The capabilities as plain data (`vdkit list engines --json`)."""
+        out = {"name": self.name, "summary": self.summary}
+        for f in dataclasses.fields(self):
+            if f.name in ("name", "summary", "command") + HOOKS:
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = dict(v) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v
+        return out
+
+
+# recipe key -> (the spec's field, the capability's words in a refusal)
+DOOR = {"method.name": ("methods", "method"), "parallelism.sharding": ("shardings", "sharding"),
+        "train.precision": ("precisions", "precision")}
+
+
+def _default(f):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def _word(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else "null" if value is None else str(value)
+
+
+def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
+    """``(what, fix)`` when ``spec`` cannot run ``recipe``, else None; ``others`` every registered spec (to name
+    the engines that can)."""
+    m = recipe.model
+    why = spec.model_refusal(m)
+    if why:
+        can = [s.name for s in others if s.model_refusal(m) is None]
+        return why, (("use engine=" + " or engine=".join(can)) if can else "no registered engine builds it: "
+                     "add it to an engine's spec (docs/architecture.md)") + ", or another model"
+    for key, (attr, word) in DOOR.items():
+        section, name = key.split(".")
+        value = getattr(getattr(recipe, section), name)
+        if value not in getattr(spec, attr):
+            can = [s.name for s in others if value in getattr(s, attr)]
+            return (f"{key}={value}: engine={spec.name} has no such {word} (its {attr}: {', '.join(getattr(spec, attr))})",
+                    ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
+                    + " or ".join(f"{key}={v}" for v in getattr(spec, attr)))
+    return None
