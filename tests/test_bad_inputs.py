@@ -157,6 +157,17 @@ for name, argv, expect in [
 ]:
     case(name, argv, expect)
 
+# ----------------------------------------------------------------------------- runs / logs / cancel (issue 36)
+for name, argv, expect in [
+    ("runs-missing-root", ["runs", "{ws}/nothing"], "is not a directory"),
+    ("logs-not-a-run", ["logs", "{ws}"], "is not a run directory"),
+    ("logs-never-ran", ["logs", "{ws}/run"], "has no logs yet"),
+    ("logs-negative-lines", ["logs", "-n", "-2", "{ws}/run"], "--lines"),
+    ("cancel-not-a-run", ["cancel", "{ws}/nothing"], "is not a run directory"),
+    ("cancel-negative-settle", ["cancel", "--settle", "-1", "{ws}/run"], "--settle"),
+]:
+    case(name, argv, expect)
+
 # ----------------------------------------------------------------------------- validate / report
 for name, argv, expect in [
     ("validate-missing", ["validate", "{ws}/nothing"], "nothing"),

@@ -243,7 +243,8 @@ def _lock(ws: Path, kind: str) -> None:
 
 
 # The launchers' other state files (vdkit.rundir.STATE_FILES), by the short name a case's `needs` gives.
-STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes"}
+STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes",
+                    "cancelled": "cancelled"}
 
 
 def _state_file(ws: Path, name: str, kind: str) -> None:
