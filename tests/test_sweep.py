@@ -67,3 +67,17 @@ def test_percent_in_the_out_dir_is_escaped_for_sbatch_patterns(tmp_path, capsys)
     escaped = run_dir.replace("%", "%%")
     assert f"#SBATCH --output={escaped}/slurm-%j.out" in text.replace("'", "")
     assert f"#SBATCH --error={escaped}/slurm-%j.err" in text.replace("'", "")
+
+
+def test_plan_of_a_sweep_skips_the_cells_its_engine_cannot_run_with_a_note(capsys):
+    """`vdkit plan --sweep table9 engine=bridge` stopped at the first P-tuning cell (exit 2); the README says cells
+    that cannot run are skipped with a note (issue 36)."""
+    from vdkit.cli import main
+
+    assert main(["plan", "--sweep", "table9", "engine=bridge"]) == 0
+    out, err = capsys.readouterr()
+    notes = err.strip().splitlines()
+    assert notes and all(n.startswith("vdkit plan: skipped ") and "_ptuning_" in n and "no P-tuning" in n
+                         for n in notes), notes
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("llama2_")]
+    assert rows and {r[1] for r in rows} == {"sft", "lora"}
