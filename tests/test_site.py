@@ -201,3 +201,8 @@ def test_a_site_file_is_held_to_the_command_lines_rules(tmp_path, capsys, line, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and text in err and "fix:" in err, err
     assert main(["plan", "--config-dir", str(tmp_path), "cluster=fine", "model=llama2_7b", "method=lora"]) == 0
+
+
+def test_a_partition_that_cannot_be_checked_is_said_not_written():
+    pr = site.probe(run=_hostile_node(sinfo=None), route_file=FIX / "proc_net_route.txt", partition="gpu")
+    assert "partition" not in pr.values and "could not be checked" in pr.missing["partition"]

@@ -277,6 +277,8 @@ def probe(run: Runner = run_command, sysfs: Path = Path("/sys/class/infiniband")
     else:
         for k in ("max_time_min", "max_nodes"):
             pr.missing[k] = "no sinfo answered (not a Slurm node?)"
+        if partition:  # never written unchecked: a misspelt partition would only fail at sbatch
+            pr.missing["partition"] = f"--partition {partition!r} could not be checked (no sinfo answered): not written"
     enroot = run(["enroot", "version"])
     srun_help = run(["srun", "--help"]) or ""
     pyxis = "--container-image" in srun_help
