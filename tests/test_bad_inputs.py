@@ -165,6 +165,7 @@ for name, argv, expect in [
     ("logs-negative-lines", ["logs", "-n", "-2", "{ws}/run"], "--lines"),
     ("cancel-not-a-run", ["cancel", "{ws}/nothing"], "is not a run directory"),
     ("cancel-negative-settle", ["cancel", "--settle", "-1", "{ws}/run"], "--settle"),
+    ("cancel-never-started", ["cancel", "{ws}/run"], "has never been started"),
     ("site-name-number", ["site", "probe", "--name", "123", "--out", "{ws}/s"], "is not a cluster name"),
     ("site-name-shipped", ["site", "probe", "--name", "xe9680", "--out", "{ws}/s"], "is a cluster the kit ships"),
 ]:

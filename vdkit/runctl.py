@@ -160,6 +160,11 @@ def cancel(target, settle_s: float = 60.0) -> dict:
     if (run_dir / FINISHED_FILE).is_file():
         raise UserError(f"{run_dir} has finished (its file {FINISHED_FILE} says so); there is nothing to cancel",
                         "start a new run to train again")
+    from vdkit.rundir import JOB_ID_FILE, JOB_STATE_FILE, LOCK_FILE
+
+    if not any((run_dir / name).exists() for name in (JOB_ID_FILE, LOCK_FILE, JOB_STATE_FILE)):
+        raise UserError(f"{run_dir} has never been started (no {JOB_ID_FILE}, {LOCK_FILE} or {JOB_STATE_FILE}); "
+                        "there is nothing to cancel", "to drop a rendered run, remove its directory")
     launcher = _launcher(run_dir)
     jobs = launcher.cancel(run_dir, settle_s)
     record = {"at": now_text(), "launcher": launcher.name, "jobs": jobs,
