@@ -114,3 +114,24 @@ def job_state(run_dir: Path) -> str:
     kubectl = require_cluster()
     resource, path = STATE_PATHS[kind]
     return describe(kind, _run([kubectl, "get", "-n", ns, resource, name, "-o", f"jsonpath={path}"]).strip())
+
+
+def delete(run_dir: Path) -> List[str]:
+    """``kubectl delete -f MANIFEST --ignore-not-found``: the job and its pods; returns ``[namespace/kind/name]``."""
+    kubectl = require_cluster()
+    ns, kind, name = job_ref(run_dir)
+    _run([kubectl, "delete", "--ignore-not-found", "-f", str(manifest_path(run_dir))])
+    return [f"{ns}/{kind}/{name}"]
+
+
+# kind -> the pods' selector: KubeRay's submitter Job carries the RayJob's name; the training operator labels pods
+LOG_SELECTORS = {"RayJob": "job-name={name}", "PyTorchJob": "training.kubeflow.org/job-name={name}"}
+
+
+def logs_argv(run_dir: Path, follow: bool = False) -> List[str]:
+    """The ``kubectl logs`` command line of the run's pods (every container, each line prefixed by its pod)."""
+    kubectl = require_cluster()
+    ns, kind, name = job_ref(run_dir)
+    argv = [kubectl, "logs", "-n", ns, "-l", LOG_SELECTORS[kind].format(name=name), "--prefix", "--all-containers",
+            "--tail=-1"]
+    return argv + (["-f"] if follow else [])

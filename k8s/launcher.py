@@ -132,3 +132,29 @@ def status(run_dir) -> str:
     from vdkit.k8s.kubectl import job_state
 
     return job_state(Path(run_dir))
+
+
+def cancel(run_dir, settle_s: float = 60.0):
+    """``kubectl delete`` the run's manifest (the operator's job and its pods; a restart cannot follow)."""
+    from vdkit.k8s.kubectl import delete
+
+    return delete(Path(run_dir))
+
+
+def continue_command(run_dir) -> str:
+    """Remove the cancel record and apply the manifest again (the job resumes from the latest checkpoint)."""
+    import shlex
+
+    from vdkit.k8s.kubectl import manifest_path
+    from vdkit.rundir import CANCELLED_FILE
+
+    run_dir = Path(run_dir)
+    return (f"rm {shlex.quote(str(run_dir / CANCELLED_FILE))} && "
+            f"kubectl apply -f {shlex.quote(str(manifest_path(run_dir)))}")
+
+
+def log_command(run_dir, follow: bool = False):
+    """``kubectl logs`` of the run's pods (a RayJob's submitter job; a PyTorchJob's pods by its label)."""
+    from vdkit.k8s.kubectl import logs_argv
+
+    return logs_argv(Path(run_dir), follow)

@@ -102,3 +102,17 @@ def job_alive(job_id: str) -> bool:
 
     st = job_state(job_id)
     return not st.done and st.source not in ("none", "unreachable")  # unreachable: the lock file's flock decides
+
+
+def cancel(run_dir: Path, settle_s: float = 60.0):
+    """scancel every job of the run (job_id.txt's and any queued job running its launch.sbatch: a successor)."""
+    from vdkit.slurm.submit import cancel_run
+
+    return cancel_run(run_dir, settle_s)
+
+
+def continue_command(run_dir: Path) -> str:
+    """``sbatch RUN_DIR/launch.sbatch``: the next allocation resumes from the latest checkpoint."""
+    import shlex
+
+    return f"sbatch {shlex.quote(str(Path(run_dir) / SBATCH_FILE))}"

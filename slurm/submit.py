@@ -380,3 +380,44 @@ def cancel(target: RunOrJob) -> None:
 
     run_dir, job_id = resolve(target)
     SlurmJob(folder=run_dir or Path.cwd(), job_id=job_id).cancel(check=True)
+
+
+def run_jobs(run_dir: Path) -> List[str]:
+    """The run's jobs Slurm still queues or runs: job_id.txt's, and any job whose script is its launch.sbatch
+    (a successor the batch shell submitted, or a plain ``sbatch``). One-line UserError when Slurm is unreachable."""
+    try:
+        proc = _run(["squeue", "-h", "-o", "%i|%o|%T"])
+    except _Unreachable as exc:
+        raise UserError(f"cannot reach Slurm to cancel the run in {run_dir}: {exc}",
+                        "run on a login node of the cluster (or point SLURM_CONF at its slurm.conf)") from None
+    if proc is None:
+        raise UserError("squeue is not on PATH, so the run's jobs cannot be found", "run on a login node of the cluster")
+    known, script = set(job_ids(run_dir)), str((Path(run_dir) / SBATCH_FILE).absolute())
+    out = []
+    for line in proc.stdout.splitlines():
+        job, _, rest = line.strip().partition("|")
+        command, _, state = rest.rpartition("|")
+        if (job in known or command.strip() == script) and _state_word(state) not in TERMINAL_STATES:
+            out.append(job)
+    return out
+
+
+def cancel_run(run_dir: Path, settle_s: float = 60.0) -> List[str]:
+    """scancel the run's jobs (:func:`run_jobs`), wait up to ``settle_s`` for them to leave the queue, and cancel
+    any successor one of them submitted meanwhile; every job cancelled."""
+    cancelled: List[str] = []
+    deadline = time.monotonic() + settle_s
+    while True:
+        jobs = [j for j in run_jobs(run_dir) if j not in cancelled]
+        if jobs:
+            proc = subprocess.run(["scancel", *jobs], capture_output=True, text=True, timeout=60)
+            if proc.returncode != 0 and any(s in proc.stderr for s in UNREACHABLE):
+                raise UserError(f"Slurm's controller cannot be reached to cancel {', '.join(jobs)}",
+                                "run on a login node of the cluster, then `vdkit cancel` again")
+            cancelled += jobs
+        alive = run_jobs(run_dir)
+        if not alive and not jobs:
+            return cancelled
+        if time.monotonic() >= deadline:  # every job still listed was cancelled: Slurm is ending it (COMPLETING)
+            return cancelled
+        time.sleep(1.0)

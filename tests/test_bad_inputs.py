@@ -157,6 +157,20 @@ for name, argv, expect in [
 ]:
     case(name, argv, expect)
 
+# ----------------------------------------------------------------------------- runs / logs / cancel (issue 36)
+for name, argv, expect in [
+    ("runs-missing-root", ["runs", "{ws}/nothing"], "is not a directory"),
+    ("logs-not-a-run", ["logs", "{ws}"], "is not a run directory"),
+    ("logs-never-ran", ["logs", "{ws}/run"], "has no logs yet"),
+    ("logs-negative-lines", ["logs", "-n", "-2", "{ws}/run"], "--lines"),
+    ("cancel-not-a-run", ["cancel", "{ws}/nothing"], "is not a run directory"),
+    ("cancel-negative-settle", ["cancel", "--settle", "-1", "{ws}/run"], "--settle"),
+    ("cancel-never-started", ["cancel", "{ws}/run"], "has never been started"),
+    ("site-name-number", ["site", "probe", "--name", "123", "--out", "{ws}/s"], "is not a cluster name"),
+    ("site-name-shipped", ["site", "probe", "--name", "xe9680", "--out", "{ws}/s"], "is a cluster the kit ships"),
+]:
+    case(name, argv, expect)
+
 # ----------------------------------------------------------------------------- validate / report
 for name, argv, expect in [
     ("validate-missing", ["validate", "{ws}/nothing"], "nothing"),
@@ -318,5 +332,5 @@ def test_the_table_is_big_enough_and_covers_every_verb():
     assert len(CASES) >= 150, len(CASES)
     assert {"list", "plan", "render", "submit", "run", "status", "validate", "report", "data", "demo", "cluster"} <= verbs
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    # a new verb must add its rows here; `check` (issue 29) and `site` (issue 28) have none in this table yet
-    assert set(sub.choices) - verbs == {"check", "site"}, sorted(set(sub.choices) - verbs)
+    # a new verb must add its rows here; `check` (issue 29) has none in this table yet
+    assert set(sub.choices) - verbs == {"check"}, sorted(set(sub.choices) - verbs)

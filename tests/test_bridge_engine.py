@@ -501,3 +501,33 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
     # (a copied run dir: its paths still name the clean one's, listed after the two edits)
     assert ("(each of the type Megatron-Bridge 0.3.1's dataclass field declares): train.train_samples, optimizer.lr, "
             "logger.tensorboard_dir") in out.stdout, out.stdout[-3000:]
+
+
+def test_the_export_runs_only_after_the_runs_last_allocation(tmp_path):
+    """export_hf.sbatch advised afterok of the run's first job, which hands over and exits 0: the export started
+    mid-run (issue 36). Now, until `finished` exists, it queues itself after the run's latest job and exits."""
+    import subprocess
+
+    run_dir = _render(ISSUE_CELL, tmp_path / "runs")
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    for tool, body in (("squeue", 'echo "squeue $*" >> CALLS; [ -n "$QUEUED" ] && echo "$QUEUED"; exit 0'),
+                       ("sbatch", 'echo "sbatch $*" >> CALLS'), ("srun", 'echo "srun" >> CALLS')):
+        (bin_dir / tool).write_text("#!/bin/sh\n" + body.replace("CALLS", str(calls)) + "\n")
+        (bin_dir / tool).chmod(0o755)
+    script = run_dir / "export_hf.sbatch"
+
+    def run(queued=""):
+        calls.write_text("")
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "QUEUED": queued}
+        proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=30)
+        return proc.returncode, calls.read_text().splitlines(), proc.stdout + proc.stderr
+
+    (run_dir / "job_id.txt").write_text("101\n102\n")  # 101 handed over to 102, which runs
+    rc, seen, out = run(queued="102")
+    assert rc == 0 and f"sbatch --dependency=afterany:102 {script}" in seen and "srun" not in seen, (seen, out)
+    rc, seen, out = run()  # nothing queued and not finished: the run ended unfinished
+    assert rc == 1 and "srun" not in seen and "has not finished" in out
+    (run_dir / "finished").touch()
+    rc, seen, out = run()
+    assert rc == 0 and seen == ["srun"], (seen, out)

@@ -58,6 +58,7 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
     dirs = [_render(tmp_path, s) for s in ("none", "fsdp", "zero3")]
     outs = _train_all(tmp_path, dirs)
     assert "sharding fsdp" in outs[0] and "sharding zero3" in outs[0]
+    assert "ZeRO-3: building DeepSpeed ops" in outs[0] and "ZeRO-3: DeepSpeed ready in" in outs[0]  # no silent start-up
     # known-harmless library warnings are silenced at their source (vdkit.recipes.known_warnings)
     assert "FutureWarning" not in outs[0] and "unable to detect" not in outs[0], outs[0][-2000:]
     ddp, fsdp, zero3 = (_losses(d) for d in dirs)

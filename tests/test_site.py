@@ -118,3 +118,91 @@ def test_bad_names_and_dirs_are_one_line(tmp_path, capsys):
     assert main(["plan", "--config-dir", str(tmp_path), "cluster=xe9680"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 3
+
+
+# ----------------------------------------------------------------------------- the door (issue 36)
+def _hostile_node(**answers):
+    """The recorded XE9680 with some commands answering otherwise."""
+    return lambda argv: answers[argv[0]] if argv[0] in answers else _fake_node(argv)
+
+
+def test_a_sinfo_without_a_time_limit_is_no_traceback():
+    assert site.parse_sinfo("batch* - 4 idle\n") == {"partition": "batch", "max_time_min": None, "max_nodes": 4}
+    assert site.slurm_minutes("-") is None and site.slurm_minutes("soon") is None
+
+
+def test_an_unknown_partition_is_refused_not_replaced_by_the_default(tmp_path):
+    from vdkit.errors import UserError
+
+    with pytest.raises(UserError, match="--partition 'xe968' is not a partition sinfo lists"):
+        site.probe(run=_fake_node, route_file=FIX / "proc_net_route.txt", partition="xe968")
+
+
+def test_probed_facts_out_of_bounds_are_not_written(tmp_path, capsys, monkeypatch):
+    evil = _text("ibv_devinfo_xe9680_8ib.txt").replace("mlx5_0", "evil;touch", 1)
+    node = _hostile_node(ibv_devinfo=evil, sinfo="xe9680* 4:00:00 0 idle\n",
+                         **{"nvidia-smi": "NVIDIA H100 80GB HBM3, 100000000000000000000 MiB\n"})
+    pr = site.probe(run=node, route_file=FIX / "proc_net_route.txt")
+    for key in ("ib_hcas", "transport", "max_nodes", "gpu_memory_gb"):
+        assert key not in pr.values and pr.missing[key].startswith("not written: "), key
+    assert pr.values["gpus_per_node"] == 1 and pr.values["max_time_min"] == 240
+    monkeypatch.setattr(site, "probe", lambda **kw: pr)
+    assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "cluster" / "lab.yaml").read_text()
+    data = yaml.safe_load(text)
+    assert "evil" not in yaml.safe_dump(data["ib_hcas"]) and data["max_nodes"] == 6 and data["gpu_memory_gb"] == 80
+
+
+@pytest.mark.parametrize("name,text", [("123", "is not a cluster name"), ("null", "is not a cluster name"),
+                                       ("True", "is not a cluster name"), ("xe9680", "is a cluster the kit ships")])
+def test_names_that_would_break_or_shadow_a_cluster_are_refused(tmp_path, capsys, name, text):
+    assert main(["site", "probe", "--name", name, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and text in err and "fix:" in err and not any(tmp_path.iterdir())
+
+
+def test_an_out_whose_cluster_is_a_file_or_a_loop_and_an_existing_file(tmp_path, capsys, monkeypatch):
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "cluster").write_text("x")
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "cluster").symlink_to(tmp_path / "loop" / "cluster")
+    for out, text in (("f", "is not a directory"), ("loop", "is a loop of symbolic links")):
+        assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path / out)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and text in err and "Traceback" not in err
+    pr = site.probe(run=_fake_node, route_file=FIX / "proc_net_route.txt")
+    monkeypatch.setattr(site, "probe", lambda **kw: pr)
+    edited = tmp_path / "site" / "cluster" / "lab.yaml"
+    edited.parent.mkdir(parents=True)
+    edited.write_text("# edited by hand\nname: lab\n")
+    assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path / "site")]) == 2
+    assert "is not overwritten" in capsys.readouterr().err and edited.read_text().startswith("# edited by hand")
+    assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path / "site"), "--force"]) == 0
+    assert "ib_hcas" in edited.read_text()
+
+
+@pytest.mark.parametrize("line,text", [
+    ("partition: ${oc.env:HOME}", "partition: environment interpolation ${oc.env:...} is refused"),
+    ("gpus_per_node: lots", "gpus_per_node: 'lots' is not a value of its type"),
+    ("extra_key: 1", "extra_key is not a cluster key"),
+    ("nödes: 2", "key 'nödes' is not a cluster key"),
+    ("nccl_debug: x-${env:SECRET}", "nccl_debug: environment interpolation"),
+])
+def test_a_site_file_is_held_to_the_command_lines_rules(tmp_path, capsys, line, text):
+    """A site file's ${oc.env:HOME} rendered `#SBATCH --partition=/root`; a wrong type, extra or Unicode key said
+    only "ValidationError raised while composing config" with an unrelated fix."""
+    conf = Path(__file__).resolve().parent.parent / "conf" / "cluster" / "xe9680.yaml"
+    path = tmp_path / "cluster" / "lab.yaml"
+    path.parent.mkdir()
+    kept = [ln for ln in conf.read_text().splitlines() if not ln.startswith(line.split(":")[0] + ":")]
+    path.write_text("\n".join(kept).replace("name: xe9680", "name: lab") + "\n" + line + "\n")
+    (tmp_path / "cluster" / "fine.yaml").write_text(conf.read_text().replace("name: xe9680", "name: fine"))
+    assert main(["plan", "--config-dir", str(tmp_path), "cluster=lab", "model=llama2_7b", "method=lora"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and text in err and "fix:" in err, err
+    assert main(["plan", "--config-dir", str(tmp_path), "cluster=fine", "model=llama2_7b", "method=lora"]) == 0
+
+
+def test_a_partition_that_cannot_be_checked_is_said_not_written():
+    pr = site.probe(run=_hostile_node(sinfo=None), route_file=FIX / "proc_net_route.txt", partition="gpu")
+    assert "partition" not in pr.values and "could not be checked" in pr.missing["partition"]

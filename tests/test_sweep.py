@@ -67,3 +67,46 @@ def test_percent_in_the_out_dir_is_escaped_for_sbatch_patterns(tmp_path, capsys)
     escaped = run_dir.replace("%", "%%")
     assert f"#SBATCH --output={escaped}/slurm-%j.out" in text.replace("'", "")
     assert f"#SBATCH --error={escaped}/slurm-%j.err" in text.replace("'", "")
+
+
+def test_plan_of_a_sweep_skips_the_cells_its_engine_cannot_run_with_a_note(capsys):
+    """`vdkit plan --sweep table9 engine=bridge` stopped at the first P-tuning cell (exit 2); the README says cells
+    that cannot run are skipped with a note (issue 36)."""
+    from vdkit.cli import main
+
+    assert main(["plan", "--sweep", "table9", "engine=bridge"]) == 0
+    out, err = capsys.readouterr()
+    notes = err.strip().splitlines()
+    assert notes and all(n.startswith("vdkit plan: skipped ") and "_ptuning_" in n and "no P-tuning" in n
+                         for n in notes), notes
+    rows = [ln.split() for ln in out.splitlines() if ln.startswith("llama2_")]
+    assert rows and {r[1] for r in rows} == {"sft", "lora"}
+
+
+def test_a_checked_sweep_prints_one_line_per_cell_and_a_total(tmp_path, capsys, monkeypatch):
+    """`render --sweep table9 --check` printed 281 lines, cells unnamed, no total (issue 36)."""
+    from pathlib import Path
+
+    from vdkit.commands import check
+    from vdkit.jobcheck import Report
+
+    def fake_check(dirs):  # the engines' checks are test_check.py's: here only what render prints of them
+        out = []
+        for i, d in enumerate(dirs):
+            rep = Report(Path(d), "stack 1.0", seconds=0.5)
+            rep.checked("config built")
+            rep.not_here("the image")
+            if i:
+                rep.defect("bad", "engine.x", "use y")
+            out.append(rep)
+        return out
+
+    monkeypatch.setattr(check, "check_dirs", fake_check)
+    assert main(["render", "-m", "engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1",
+                 "train.seed=1,2,3", "--check", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    cells = [ln for ln in err if ln.startswith(str(tmp_path)) and "checked, " in ln]
+    assert len(cells) == 3 and cells[0].endswith(": ok (1 checked, 1 not checked here, 0.5 s)")
+    assert cells[1].endswith(": 1 defect(s) (1 checked, 1 not checked here, 0.5 s)")
+    assert any(ln.startswith("checked 3 run dir(s): 1 ok, 2 with defects, 1.5 s") for ln in err)
+    assert not any(ln.startswith("  checked ") for ln in err)  # no finding-by-finding listing

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "vdkit.commands.check",
     "vdkit.commands.submit",
     "vdkit.commands.status",
+    "vdkit.commands.runs",
     "vdkit.commands.cluster",
     "vdkit.commands.run",
     "vdkit.commands.validate",

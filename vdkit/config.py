@@ -169,11 +169,13 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
     from vdkit import rules
     from vdkit.confsource import compose_by_groups, search_path, split_overrides
     from vdkit.rules.overrides import check_overrides
+    from vdkit.rules.sitefiles import check_chosen_user_files
 
     _register_schema()
     _register_user_configs()
     overrides = list(overrides)
     refuse_env_interpolation(overrides)
+    check_chosen_user_files(overrides, _user_options)  # a site file held to the command line's rules
     check_overrides(overrides, duplicates=False)  # ~key, hydra.*, sweep syntax in a single recipe
     GlobalHydra.instance().clear()
     try:

@@ -44,6 +44,12 @@ class Report:
     def defects(self) -> List[str]:
         return [text for kind, text in self.lines if kind == DEFECT]
 
+    def summary(self) -> str:
+        """The report as one line (a checked sweep's): the run dir, its verdict and the count of each kind."""
+        n = {kind: sum(1 for k, _ in self.lines if k == kind) for kind in KINDS}
+        verdict = f"{n[DEFECT]} defect(s)" if n[DEFECT] else "ok"
+        return f"{self.run_dir}: {verdict} ({n[CHECKED]} checked, {n[NOT_HERE]} not checked here, {self.seconds:.1f} s)"
+
     def text(self) -> str:
         """The report as the CLI prints it: a header line, then one indented line per finding."""
         head = f"{self.run_dir}" + (f" ({self.stack})" if self.stack else "") + f": {self.seconds:.1f} s"

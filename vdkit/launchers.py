@@ -56,6 +56,13 @@ default as shown). ``plan`` is a :class:`vdkit.schema.Plan`, ``job`` the engine'
 ``next_command(files) -> str``  (default: ``"sbatch {}/launch.sbatch"``)
     What the user runs to start a rendered run directory (``{}`` stands for it), from the files
     :func:`files` returned; ``vdkit render`` prints it.
+``cancel(run_dir, settle_s) -> list[str]``  (default: refuse)
+    Stop every job of the run and any successor it queued (`vdkit cancel`); the jobs it stopped, as
+    :func:`job` names them ([] when none ran). Waits up to ``settle_s`` for them to end.
+``continue_command(run_dir) -> str``  (default: ``sbatch RUN_DIR/launch.sbatch``)
+    The command that continues a cancelled run from its latest checkpoint; `vdkit cancel` records it.
+``log_command(run_dir, follow) -> list[str] | None``  (default: None: the run dir's own files)
+    The argv that prints the run's logs where the scheduler keeps them (``kubectl logs``); `vdkit logs`.
 ``job_alive(job_id) -> bool``  (default: ``False``)
     Whether job ``job_id`` of this launcher still runs; ``vdkit status`` names the holder of a
     run directory's lock (:mod:`vdkit.runlock`) only while it does.
@@ -171,6 +178,20 @@ class Launcher:
     def next_command(self, files) -> str:
         fn = getattr(self.module, "next_command", None)
         return str(fn(files)) if fn else "sbatch {}/launch.sbatch"
+
+    def cancel(self, run_dir, settle_s: float = 60.0) -> List[str]:
+        fn = getattr(self.module, "cancel", None)
+        if fn is None:
+            raise UserError(f"cluster.launcher={self.name} cannot cancel a run", "stop its job with the scheduler")
+        return [str(j) for j in fn(Path(run_dir), settle_s)]
+
+    def continue_command(self, run_dir) -> str:
+        fn = getattr(self.module, "continue_command", None)
+        return str(fn(Path(run_dir))) if fn else f"sbatch {Path(run_dir)}/launch.sbatch"
+
+    def log_command(self, run_dir, follow: bool = False) -> Optional[List[str]]:
+        fn = getattr(self.module, "log_command", None)
+        return fn(Path(run_dir), follow) if fn else None
 
     def job_alive(self, job_id: str) -> bool:
         fn = getattr(self.module, "job_alive", None)

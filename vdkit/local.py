@@ -310,3 +310,34 @@ def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO
             fh.close()
         os.close(lock_fd)
 
+
+
+def cancel(run_dir: Path, settle_s: float = 60.0) -> List[str]:
+    """Stop the local job holding the run dir (TERM to its `vdkit run`: the ranks finish their step, checkpoint
+    and stop) and wait up to ``settle_s`` for it to let go; the job stopped (``local <pid>``), or [] when none ran."""
+    from vdkit.runlock import is_held, read_holder
+
+    held = read_holder(run_dir)
+    if held is None or held[0] != NAME or not is_held(run_dir):  # only a live holder is signalled (no reused pid)
+        return []
+    try:
+        os.kill(int(held[1]), signal.SIGTERM)
+    except (ValueError, ProcessLookupError):
+        return []
+    except PermissionError:
+        raise UserError(f"the local job {held[1]} holding {run_dir} belongs to another user",
+                        f"ask its owner, or stop it as that user: kill -TERM {held[1]}") from None
+    deadline = time.monotonic() + settle_s
+    while is_held(run_dir) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if is_held(run_dir):
+        raise UserError(f"the local job {held[1]} still holds {run_dir} {settle_s:.0f} s after TERM",
+                        f"wait for it to checkpoint, or kill it: kill -KILL {held[1]}")
+    return [f"{NAME} {held[1]}"]
+
+
+def continue_command(run_dir: Path) -> str:
+    """`vdkit run --resume RUN_DIR`: the same ranks again, from the latest checkpoint."""
+    import shlex
+
+    return f"vdkit run --resume {shlex.quote(str(run_dir))}"

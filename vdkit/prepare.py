@@ -170,6 +170,11 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     if times.predicted and times.allocations == 0 and plan.feasible:
         # not one step fits between start-up and the stop's lead: every allocation would end before a
         # checkpoint, and a continued job would start over for ever
+        from vdkit.planner.timeplan import VALIDATION_NOTE
+
+        if (times.note or "").startswith(VALIDATION_NOTE):  # the steps fit: the validation does not
+            what, _, fix = times.note.partition(": ")
+            raise UserError(what + ", so the job would never reach a checkpoint", fix)
         key = "cluster.time_limit_min" if times.time_source == "pinned" else "cluster.max_time_min"
         raise UserError(f"{key}={times.time_limit_min}: one step ({times.step_s:.3g} s) after start-up "
                         f"({times.startup_s:.0f} s) and before the stop's lead ({times.lead_s} s) does not fit in one "

@@ -13,6 +13,7 @@ directory (every engine, every launcher):
     job_id.txt         every job id submitted from it (vdkit submit)
     run.lock           held (flock) by the one job running in the dir; names it (vdkit.runlock)
     finished           the run's last step is done (the launcher writes it; no job starts again)
+    cancelled          `vdkit cancel` stopped it: when, which jobs, how to continue (vdkit.runs)
     heartbeat/         rank<R>: each rank's liveness and progress, read by the launcher's watchdog (vdkit.faults)
     faults.jsonl       one line per failed job step: cause, rank, node, last checkpoint, restart (vdkit.faults)
     excluded_nodes     nodes a failure was blamed on; later allocations run without them
@@ -54,6 +55,7 @@ LOCK_FILE = "run.lock"
 JOB_ID_FILE = "job_id.txt"
 JOB_STATE_FILE = "job_state.json"
 FINISHED_FILE = "finished"  # written by the launcher when the run's last step is done: it never starts again
+CANCELLED_FILE = "cancelled"  # written by `vdkit cancel`: when, which jobs, and the command that continues the run
 LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
 HEARTBEAT_DIR = "heartbeat"  # each rank's rank<R> file: liveness and progress (vdkit.faults)
 FAULTS_FILE = "faults.jsonl"  # the launcher's record of every failed job step (vdkit.faults)
@@ -63,7 +65,7 @@ EXCLUDED_NODES_FILE = "excluded_nodes"  # nodes a failure was blamed on, one a l
 # fails obscurely or reads as empty (a restart count reset to 0). Checked by type before anything opens them:
 # the Slurm batch shell's at its start (vdkit.runlock.lock_lines), all at the door (vdkit.runlock.check_state_files).
 SHELL_STATE_FILES = (LOCK_FILE, JOB_ID_FILE, FINISHED_FILE, FAULTS_FILE, EXCLUDED_NODES_FILE)  # the batch shell's
-STATE_FILES = SHELL_STATE_FILES + (JOB_STATE_FILE,)  # and the local launcher's record of its last job
+STATE_FILES = SHELL_STATE_FILES + (JOB_STATE_FILE, CANCELLED_FILE)  # and the local launcher's record, vdkit cancel's
 MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
 INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
 

@@ -148,10 +148,14 @@ def parse_rocm_smi(text: str) -> Optional[Dict[str, object]]:
             "node_gpus": len(series), "gpus_per_node": len(series), "product": series[0]}
 
 
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d+){0,2}")
+
+
 def slurm_minutes(limit: str) -> Optional[int]:
-    """A Slurm time limit ("4:00:00", "1-00:00:00", "2-12", "30", "UNLIMITED") -> minutes; None: unlimited."""
+    """A Slurm time limit ("4:00:00", "1-00:00:00", "2-12", "30", "UNLIMITED") -> minutes; None: unlimited, or not a
+    time Slurm writes (sinfo's "-" for a partition without one, anything else): nothing is read from it."""
     limit = limit.strip()
-    if limit.lower() in ("infinite", "unlimited", "n/a"):
+    if limit.lower() in ("infinite", "unlimited", "n/a") or not _SLURM_TIME.fullmatch(limit):
         return None
     days, _, rest = limit.rpartition("-")
     parts = [int(p) for p in rest.split(":")]
@@ -173,6 +177,12 @@ def parse_sinfo(text: str, partition: Optional[str] = None) -> Optional[Dict[str
     if not rows:
         return None
     pick = [r for r in rows if r[0].rstrip("*") == partition] if partition else [r for r in rows if r[0].endswith("*")]
+    if partition and not pick:
+        from vdkit.errors import UserError
+
+        names = ", ".join(dict.fromkeys(r[0].rstrip("*") for r in rows))
+        raise UserError(f"--partition {partition!r} is not a partition sinfo lists ({names})",
+                        "pass one of those, or leave --partition out for the default partition")
     pick = pick or rows[:1]
     name = pick[0][0].rstrip("*")
     nodes = sum(r[2] for r in rows if r[0].rstrip("*") == name)  # one line per node state
@@ -276,6 +286,8 @@ def probe(run: Runner = run_command, sysfs: Path = Path("/sys/class/infiniband")
     else:
         for k in ("max_time_min", "max_nodes"):
             pr.missing[k] = "no sinfo answered (not a Slurm node?)"
+        if partition:  # never written unchecked: a misspelt partition would only fail at sbatch
+            pr.missing["partition"] = f"--partition {partition!r} could not be checked (no sinfo answered): not written"
     enroot = run(["enroot", "version"])
     srun_help = run(["srun", "--help"]) or ""
     pyxis = "--container-image" in srun_help
@@ -291,7 +303,38 @@ def probe(run: Runner = run_command, sysfs: Path = Path("/sys/class/infiniband")
         pr.missing["storage_write_gbps_per_node"] = "no --run-dir to sample"
     for k in ("startup_s", "mtbf_h"):
         pr.missing[k] = "not readable on a node (startup_s: a job's log; mtbf_h: your incident history)"
+    bound_facts(pr)
     return pr
+
+
+# What a probed fact may be before it is written (a node's answer out of these is not a fact of an XE9680-class
+# node: e.g. sinfo's 0 nodes of a drained partition, a broken driver's 1e17 GB, an adapter name a shell would run).
+FACT_BOUNDS = {"gpus_per_node": (1, 64), "node_gpus": (1, 64), "gpu_memory_gb": (1, 4096), "max_nodes": (1, 100_000),
+               "max_time_min": (1, 366 * 1440), "storage_write_gbps_per_node": (1e-4, 1e4)}
+FACT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+@-]{0,63}")  # adapters, NICs, GPU types, partitions
+
+
+def bound_facts(pr: Probe) -> None:
+    """Move every probed value outside :data:`FACT_BOUNDS` (or a name outside :data:`FACT_NAME`) from the facts
+    to ``missing`` with the value it had: the file keeps the documented default and says why."""
+    for key, value in list(pr.values.items()):
+        why = None
+        if key in FACT_BOUNDS:
+            lo, hi = FACT_BOUNDS[key]
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and lo <= value <= hi
+            why = None if ok else f"the node said {value!r}, outside {lo}..{hi}"
+        elif key in ("ib_hcas", "socket_ifname", "gpu_type", "partition"):
+            names = value if isinstance(value, list) else [value]
+            bad = [n for n in names if not isinstance(n, str) or not FACT_NAME.fullmatch(n)]
+            why = f"the node named {bad[0]!r}, not an adapter / interface / GPU name" if bad else None
+        if why:
+            pr.values.pop(key)
+            pr.sources.pop(key, None)
+            pr.missing[key] = f"not written: {why}"
+            if key == "ib_hcas":  # the transport was read from the same adapters
+                pr.values.pop("transport", None)
+                pr.sources.pop("transport", None)
+                pr.missing["transport"] = "not written: read from the adapters above"
 
 
 def cluster_yaml(name: str, pr: Probe, base: dict) -> str:

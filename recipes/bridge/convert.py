@@ -54,8 +54,10 @@ def import_sbatch(plan, run_dir) -> str:
 
 def export_sbatch(plan, run_dir, ckpt_dir) -> str:
     """run.mode=train: the job that turns the run's last checkpoint into HF weights (``ckpt_dir``/hf),
-    as sbatch text (one whole node, one task, the run's container); submit it after the run ends:
-    ``sbatch --dependency=afterok:JOBID export_hf.sbatch``."""
+    as sbatch text (one whole node, one task, the run's container). It exports only once the run has
+    finished: a run longer than one allocation hands over (its first job ends 0, so ``afterok`` of it would
+    start the export mid-run), so until the run's ``finished`` file exists the job queues itself again after
+    the run's latest job (:func:`wait_for_the_run_lines`) and exits."""
     from vdkit.recipes.common import staging
 
     r = plan.recipe
@@ -64,12 +66,39 @@ def export_sbatch(plan, run_dir, ckpt_dir) -> str:
     comments = [
         f"After the run: export its last checkpoint ({ckpt_dir}) to Hugging Face weights in {out}",
         "with Bridge's own AutoBridge.export_ckpt (LoRA adapters merged into the base), inside the same container.",
-        "  sbatch --dependency=afterok:<the run's job id> export_hf.sbatch",
+        "  sbatch --dependency=afterany:<any job of the run> export_hf.sbatch   (or at once: sbatch export_hf.sbatch)",
+        "It exports only after the run's last allocation: until the run dir's file `finished` exists it queues",
+        "itself again after the run's latest job (job_id.txt) and exits.",
     ]
     mounts = {str(PurePosixPath(ckpt_dir))} | ({src} if staging.is_local(src) else set())
-    return staging.one_node_sbatch(plan, f"export-{r.run_name}", comments, r.engine.container_image or "", mounts,
+    text = staging.one_node_sbatch(plan, f"export-{r.run_name}", comments, r.engine.container_image or "", mounts,
                                    ["python", "-c", EXPORT_PY, src, str(ckpt_dir), out], time="02:00:00",
                                    secrets=not staging.is_local(src))
+    return text.replace("set -euo pipefail\n", "set -euo pipefail\n" + "\n".join(wait_for_the_run_lines(run_dir))
+                        + "\n", 1)
+
+
+def wait_for_the_run_lines(run_dir) -> list:
+    """Batch-shell lines: continue only when the run has finished; else queue this script again after the run's
+    latest job while one is queued or running, or stop (exit 1) saying the run ended unfinished."""
+    from vdkit.rundir import BRIDGE_EXPORT_FILE, FINISHED_FILE, JOB_ID_FILE
+
+    q = shlex.quote
+    run = str(run_dir)
+    return [
+        "# Only after the run's last allocation (a job that hands over ends 0 too: afterok of it is mid-run)",
+        f"if [ ! -e {q(run + '/' + FINISHED_FILE)} ]; then",
+        f"  LAST=$(tail -n 1 {q(run + '/' + JOB_ID_FILE)} 2>/dev/null || true)",
+        '  if [ -n "$LAST" ] && squeue -h -j "$LAST" -o %i 2>/dev/null | grep -qx "$LAST"; then',
+        f'    sbatch --dependency=afterany:"$LAST" {q(run + "/" + BRIDGE_EXPORT_FILE)}',
+        '    echo "vdkit: the run has not finished; the export waits for its job $LAST"',
+        "    exit 0",
+        "  fi",
+        f'  echo "vdkit: the run has not finished (its run dir has no {FINISHED_FILE}) and none of its jobs is queued: '
+        'nothing to export; continue the run (vdkit status RUN_DIR), then submit this again" >&2',
+        "  exit 1",
+        "fi",
+    ]
 
 
 def convert_on_cpu(hf_dir: str, out_dir: str) -> None:

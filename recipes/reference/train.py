@@ -106,6 +106,22 @@ def _export(recipe, model, sharding_kind: str, fabric, run_dir, progress) -> Non
     fabric.barrier()
 
 
+def _say(stream, line: str) -> None:
+    import sys
+
+    print(line, file=stream or sys.stdout, flush=True)
+
+
+def _say_ds_start(sharding_kind: str, rank: int, stream):
+    """ZeRO-3 on rank 0: one line before DeepSpeed starts (its first start on a machine builds its ops, minutes
+    of silence otherwise); the start time, for the 'ready' line. None for other shardings and ranks."""
+    if sharding_kind != "zero3" or rank != 0:
+        return None
+    _say(stream, "[vdkit I] ZeRO-3: building DeepSpeed ops and starting its engine (the first start on a machine "
+                 "compiles its ops: minutes) ...")
+    return time.monotonic()
+
+
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
 
@@ -142,6 +158,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     order = rdata.BatchOrder(len(samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
 
     sharding_kind = recipe.parallelism.sharding
+    ds_started = _say_ds_start(sharding_kind, dist.rank, stream)
     fabric = make_fabric(plan, dist)
     model = build_model(recipe, tok, fabric)
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -153,6 +170,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                                       betas=adam_betas(recipe), weight_decay=recipe.method.weight_decay)
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
+    if ds_started is not None:
+        _say(stream, f"[vdkit I] ZeRO-3: DeepSpeed ready in {time.monotonic() - ds_started:.0f} s")
 
     ckpt_dir = checkpoint_dir(recipe, run_dir)
     if fabric.global_rank == 0:

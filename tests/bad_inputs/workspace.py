@@ -243,7 +243,8 @@ def _lock(ws: Path, kind: str) -> None:
 
 
 # The launchers' other state files (vdkit.rundir.STATE_FILES), by the short name a case's `needs` gives.
-STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes"}
+STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes",
+                    "cancelled": "cancelled"}
 
 
 def _state_file(ws: Path, name: str, kind: str) -> None:
@@ -280,7 +281,23 @@ def _edited_recipes(ws: Path) -> None:
         (dst / "recipe.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+def _site_files(ws: Path) -> None:
+    """--config-dir {ws}/site with one broken cluster file per finding of issue 36 (each otherwise xe9680's)."""
+    from vdkit.config import conf_dir
+
+    base = (conf_dir() / "cluster" / "xe9680.yaml").read_text()
+    (ws / "site" / "cluster").mkdir(parents=True)
+    for name, line in (("s_env", "partition: ${oc.env:HOME}"), ("s_type", "max_restarts: many"),
+                       ("s_extra", "nodez: 2"), ("s_unicode", "nødes: 2")):
+        (ws / "site" / "cluster" / f"{name}.yaml").write_text(base.replace("name: xe9680", f"name: {name}") + line + "\n")
+
+
 EXTRAS = {
+    "site_files": _site_files,
+    "site_out_file": lambda ws: ((ws / "sfile").mkdir(), (ws / "sfile" / "cluster").write_text("x")),
+    "site_out_loop": lambda ws: ((ws / "sloop").mkdir(), os.symlink(ws / "sloop" / "cluster", ws / "sloop" / "cluster")),
+    "site_existing": lambda ws: ((ws / "sexist" / "cluster").mkdir(parents=True),
+                                 (ws / "sexist" / "cluster" / "lab.yaml").write_text("# edited by hand\nname: lab\n")),
     "symfarm300": lambda ws: _symfarm(ws, 300),
     "symfarm3000": lambda ws: _symfarm(ws, 3000),
     "fifo": lambda ws: os.mkfifo(ws / "fifo.jsonl"),

@@ -49,13 +49,18 @@ def check_dirs(run_dirs) -> list:
     return reports
 
 
-def report(reports, out=None, err=None) -> int:
-    """Print the reports (stdout) and each defect as one line (stderr); the exit code."""
+def report(reports, out=None, err=None, brief: bool = False) -> int:
+    """Print the reports (stdout) and each defect as one line (stderr); the exit code. ``brief`` (a checked sweep):
+    one line per run directory and a total, not every finding."""
     # sys.stdout / sys.stderr of the call, not of the import (a caller may have swapped them since).
     out, err = out or sys.stdout, err or sys.stderr
     bad = 0
     for r in reports:
-        print(r.text(), file=out, flush=True)
+        print(r.summary() if brief else r.text(), file=out, flush=True)
+    if brief:
+        failed = sum(1 for r in reports if r.defects)
+        print(f"checked {len(reports)} run dir(s): {len(reports) - failed} ok, {failed} with defects, "
+              f"{sum(r.seconds for r in reports):.1f} s (`vdkit check RUN_DIR` lists one's findings)", file=out, flush=True)
     for r in reports:
         for text in r.defects:
             bad += 1

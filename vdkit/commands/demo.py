@@ -134,11 +134,11 @@ def _pipeline(args, out: Path, slurm_env) -> int:
         p = r.parallelism
         print(f"demo: [{i}/{len(plans)}] {r.model.name} {r.method.name} on {r.cluster.nodes} node(s) x "
               f"{r.cluster.gpus_per_node} ({r.world_size} ranks, {r.engine.name} tp={p.tp} pp={p.pp} vp={p.vp} "
-              f"dp={plan.dp}): training {r.train.max_steps} steps ...",
-              end="", flush=True)
+              f"dp={plan.dp}): training {r.train.max_steps} steps ...", flush=True)
         t0 = time.monotonic()
         run_dir, ok = _train(cell, slurm_env)
-        print(f" {'done' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s  ({run_dir})", flush=True)
+        print(f"demo: [{i}/{len(plans)}] {'done' if ok else 'FAILED'} in {time.monotonic() - t0:.0f} s  ({run_dir})",
+              flush=True)
         if not ok:
             print(f"demo: the run failed; its output is in {run_dir}", file=sys.stderr)
             return 1
@@ -240,15 +240,29 @@ class _output_to:
         return False
 
 
+TICK_S = 15.0  # a progress line at most this often while a cell trains (the demo's cells take 1-3 minutes)
+
+
 def _train(cell, env):
     """Write the cell's run directory and train it through its launcher; (run_dir, succeeded)."""
-    from vdkit.prepare import engine_of, launcher_of
+    from vdkit.prepare import launcher_of
+    from vdkit.runs import Ticker
 
     plan = cell.plan
     launcher = launcher_of(plan)
     if env is not None:
         os.environ.update(env)  # the local Slurm's SLURM_CONF for sbatch / squeue / scontrol
     run_dir = cell.write()
+    if sys.stdout.isatty() and launcher.executes_here:  # the ranks' own live bar is on the terminal
+        return _train_in(cell, launcher, run_dir)
+    with Ticker(run_dir, plan.recipe.train.max_steps, prefix="demo:   ", every_s=TICK_S):  # a step counter and ETA
+        return _train_in(cell, launcher, run_dir)
+
+
+def _train_in(cell, launcher, run_dir):
+    from vdkit.prepare import engine_of
+
+    plan = cell.plan
     if not launcher.executes_here:
         from vdkit.launchers import succeeded
 

@@ -58,8 +58,7 @@ def run(args) -> int:
 
     many = bool(args.multirun or args.sweep is not None)
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
-    for plan in plans:  # a plan render would refuse is no answer: the same engine and launcher checks
-        check_runnable(plan)
+    plans = runnable(plans, many)  # a plan render would refuse is no answer: the same engine and launcher checks
     if args.json:
         for plan in plans:
             figure = _published(plan)
@@ -77,6 +76,33 @@ def run(args) -> int:
     if args.check and (len(plans) < len(sets) or not all(p.feasible for p in plans)):
         return EXIT_DOES_NOT_FIT
     return 0
+
+
+def runnable(plans, many: bool) -> list:
+    """``plans`` that their engine and launcher can run (:func:`check_runnable`). A sweep's cell they cannot (P-tuning
+    on Bridge) is skipped with a one-line note on stderr, as the README promises; a single recipe, or a sweep with
+    no cell left, is refused (UserError)."""
+    import sys
+
+    from vdkit.errors import UserError
+
+    kept, skipped = [], []
+    for plan in plans:
+        try:
+            check_runnable(plan)
+        except UserError as exc:
+            if not many:
+                raise
+            skipped.append((plan, exc))
+            continue
+        kept.append(plan)
+    if not kept and skipped:
+        plan, exc = skipped[0]
+        raise UserError(f"no cell of the sweep can run, nothing to plan: {plan.recipe.run_name}: {exc.what}"
+                        + (f" (and {len(skipped) - 1} more cell(s))" if len(skipped) > 1 else ""), exc.fix)
+    for plan, exc in skipped:
+        print(f"vdkit plan: skipped {plan.recipe.run_name}: {exc}", file=sys.stderr)
+    return kept
 
 
 def check_runnable(plan) -> None:

@@ -51,7 +51,7 @@ def run(args) -> int:
     if getattr(args, "check", False):
         from vdkit.commands.check import check_dirs, report
 
-        return report(check_dirs(written), out=sys.stderr)
+        return report(check_dirs(written), out=sys.stderr, brief=len(written) > 1)  # a sweep: a line per cell
     return 0
 
 

@@ -29,6 +29,8 @@ def register(sub) -> None:
                    help="where runs will write (checkpoints): the storage sample is taken there (default: --out)")
     q.add_argument("--sample-mb", type=int, default=None, help="MB written for the storage sample (default 256)")
     q.add_argument("--partition", help="the partition to read (default: sinfo's default partition)")
+    q.add_argument("--force", action="store_true", help="replace DIR/cluster/NAME.yaml when it exists (a hand-edited "
+                                                         "file is never overwritten without it)")
     q.set_defaults(func=run)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -40,14 +42,14 @@ def run(args) -> int:
     from vdkit.errors import UserError
     from vdkit.files import replace_all
 
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", args.name):
-        raise UserError(f"--name {args.name!r} is not a cluster name", "use letters, digits, _ . - (e.g. --name mysite)")
+    check_name(args.name)
     if args.sample_mb is not None and not 1 <= args.sample_mb <= 65536:
         raise UserError(f"--sample-mb {args.sample_mb} is out of range", "use 1 to 65536 (default 256)")
     out = Path(args.out).absolute()
+    target = out / "cluster" / f"{args.name}.yaml"
+    check_target(target, args.force)  # before the probe: nothing is sampled for a file that cannot be written
     sample_dir = Path(args.run_dir or args.out).absolute()
     pr = site.probe(storage_dir=sample_dir, sample_mb=args.sample_mb or site.SAMPLE_MB, partition=args.partition)
-    target = out / "cluster" / f"{args.name}.yaml"
     target.parent.mkdir(parents=True, exist_ok=True)
     replace_all(target.parent, {target.name: site.cluster_yaml(args.name, pr, base_cluster()).encode()})
     for k in sorted(pr.sources):
@@ -59,6 +61,44 @@ def run(args) -> int:
     print(target)
     print(f"use it: vdkit plan --config-dir {out} cluster={args.name} ...", file=sys.stderr)
     return 0
+
+
+# Names a YAML reader takes for something else than a string (cluster=null composes no cluster, cluster=123 an int)
+YAML_WORDS = frozenset({"null", "none", "true", "false", "yes", "no", "on", "off", "nan", "inf", "y", "n"})
+
+
+def check_name(name: str) -> None:
+    """Refuse a --name that would not name this cluster: not a plain name, a YAML word or number (``null``,
+    ``123``), or the name of a cluster the kit ships (``xe9680``: --config-dir refuses the shadowing file)."""
+    import re
+
+    from vdkit.config import conf_dir
+    from vdkit.errors import UserError
+
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", name) or name.lower() in YAML_WORDS:
+        raise UserError(f"--name {name!r} is not a cluster name (cluster={name} must read back as this name: a letter "
+                        "first, then letters, digits, _ . -; not a YAML word such as null or true)",
+                        "use e.g. --name mysite")
+    if (conf_dir() / "cluster" / f"{name}.yaml").is_file():
+        raise UserError(f"--name {name!r} is a cluster the kit ships (conf/cluster/{name}.yaml); a site file of that name "
+                        "would shadow it", f"use a name of your own, e.g. --name {name}_site")
+
+
+def check_target(target: Path, force: bool) -> None:
+    """The cluster file's folder must be a folder (not a file, not a loop of links); an existing file is replaced
+    only with --force."""
+    import os
+
+    from vdkit.errors import UserError
+
+    folder = target.parent
+    if os.path.lexists(folder) and not folder.is_dir():
+        kind = "a loop of symbolic links" if folder.is_symlink() and not folder.exists() else "not a directory"
+        raise UserError(f"{folder} is {kind}, so {target.name} cannot be written there",
+                        "pass an --out whose cluster/ is a directory (or does not exist yet)")
+    if os.path.lexists(target) and not force:
+        raise UserError(f"{target} exists (maybe edited by hand); it is not overwritten",
+                        "pass --force to replace it, or choose another --name")
 
 
 def base_cluster() -> dict:

@@ -56,22 +56,75 @@ def _target(target):
     return launchers.get("slurm"), run_dir, job_id
 
 
+def _answer(target):
+    """(launcher, run dir or None, job, or the UserError that made ``target`` unreadable)."""
+    from vdkit.errors import UserError
+
+    try:
+        return _target(target) + (None,)
+    except UserError as exc:
+        return None, None, None, exc
+
+
+def _state(launcher, run_dir, job) -> str:
+    """The run dir's own markers (finished, cancelled) before the scheduler, which may be down or have forgotten."""
+    if run_dir is None:
+        return launcher.status(job)
+    from vdkit.runs import state
+
+    return state(run_dir, launcher)
+
+
+def _watch(run_dir):
+    """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s, straggler: ...' (None before the first step)."""
+    from vdkit.rundir import load_recipe
+    from vdkit.runs import progress
+
+    try:
+        p = progress(run_dir, load_recipe(run_dir).train.max_steps)
+    except Exception:  # noqa: BLE001 - progress is a note: status answers without it
+        return None
+    return p.text() if p.done is not None else None
+
+
 def run_status(args) -> int:
+    """One line per target, every target answered (an unreadable one says why on its line); exit 2 when one
+    could not be read, else 0 (with --wait: 1 unless every job COMPLETED)."""
+    import sys
+
+    from vdkit.errors import UserError
     from vdkit.launchers import succeeded
     from vdkit.faults import summary as fault_summary
     from vdkit.runlock import holder_note
 
-    targets = [_target(t) for t in args.targets]  # all checked before any output
+    answers = [_answer(t) for t in args.targets]
+    bad = 0
+    for target, (_, _, _, exc) in zip(args.targets, answers):
+        if exc is not None:  # said first, on stderr: the lines below are the answers
+            print(f"vdkit status: error: {target}: {exc}", file=sys.stderr)
+            bad = 2
+    targets = [a[:3] for a in answers if a[3] is None]
     if args.wait:  # each line as its job ends
         rc = 0
         for launcher, run_dir, job in targets:
-            state = launcher.wait(run_dir if run_dir is not None else job, timeout=args.timeout)
+            from vdkit.runs import marker_state
+
+            state = (run_dir is not None and marker_state(run_dir)) or \
+                launcher.wait(run_dir if run_dir is not None else job, timeout=args.timeout)
             print(job_line(run_dir if run_dir is not None else "-", launcher.job(run_dir) if run_dir else job, state),
                   flush=True)
             rc |= 0 if succeeded(state) else 1
-        return rc
-    states = [launcher.status(run_dir if run_dir is not None else job) for launcher, run_dir, job in targets]
-    for (launcher, run_dir, job), state in zip(targets, states):  # all answered before any output
-        notes = [holder_note(run_dir), fault_summary(run_dir)] if run_dir is not None else []
-        print(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
-    return 0
+        return bad or rc
+    lines = []
+    for launcher, run_dir, job in targets:  # all answered before any output
+        try:
+            state = _state(launcher, run_dir, job)
+        except UserError as exc:
+            print(f"vdkit status: error: {run_dir or job}: {exc}", file=sys.stderr)
+            bad = 2
+            continue
+        notes = [holder_note(run_dir), _watch(run_dir), fault_summary(run_dir)] if run_dir is not None else []
+        lines.append(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
+    for line in lines:
+        print(line)
+    return bad

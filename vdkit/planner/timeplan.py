@@ -52,6 +52,7 @@ MARGIN = 0.25  # on the predicted wall time of a one-allocation run (prediction 
 MIN_TIME_LIMIT_MIN = 10  # a predicted-short run still gets ten minutes
 FALLBACK_EVERY_N_STEPS = checkpoint_policy.FALLBACK_EVERY_N_STEPS  # (kept importable from here)
 WEIGHT_BYTES = checkpoint_policy.WEIGHT_BYTES  # bf16 weights read at start-up
+VALIDATION_NOTE = "one validation of"  # the start of the note when a validation, not a step, overruns an allocation
 FORWARD_SHARE = 1 / 3  # a validation batch's share of a training step: forward only (backward ~ 2x forward)
 # The cluster fields a site sets for the time plan (docs/cluster-guide.md "What a site must set").
 SITE_FIELDS = ("max_time_min", "storage_write_gbps_per_node", "startup_s", "mtbf_h", "max_lost_work_min")
@@ -193,7 +194,13 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     usable = limit * 60 - startup_s - lead
     per_alloc = int(usable // per_step) if usable > 0 else 0
     note = None
-    if per_alloc < 1:
+    one_validation_s = t.val_batches * step_s * FORWARD_SHARE if r.val_every else 0.0
+    if per_alloc < 1 and one_validation_s > 0 and step_s + (write_s / every if every else 0.0) < usable:
+        allocations, wall = 0, None  # the steps fit: the validation is what does not (not the partition's limit)
+        note = (f"{VALIDATION_NOTE} train.val_batches={t.val_batches} global batches (~{one_validation_s:,.3g} s) "
+                f"does not fit in {limit} min with the steps between: lower train.val_batches (the default is 4), or "
+                "raise train.val_every_n_steps")
+    elif per_alloc < 1:
         allocations, wall = 0, None
         note = (f"one step ({step_s:.3g} s) with start-up ({startup_s:.0f} s) and the stop's lead ({lead} s) does "
                 f"not fit in {limit} min: raise cluster.max_time_min (the partition's limit) or use more nodes")
@@ -239,7 +246,10 @@ def describe(tp: TimePlan) -> list:
     end = {"none": "", "full": "; the end's holds weights and optimizer states",
            "weights": "; the end's holds the weights only (nothing resumes from it)"}[tp.final]
     lines = [f"  mode        run.mode={tp.mode}: " + (
-        "the guides' timing run - no validation, no checkpoint but the stop one" if tp.mode == "timing" else
+        ("the guides' timing run - no validation; checkpoints every "
+         f"{tp.every_n_steps} steps as engine.checkpoint_every_n_steps pins them (not the guides' method: "
+         "their timing runs save only when stopped)" if tp.every_n_steps and tp.every_source == "pinned" else
+         "the guides' timing run - no validation, no checkpoint but the stop one") if tp.mode == "timing" else
         f"a real fine-tune - validation every {tp.val_every} steps, {tp.keep} checkpoints kept, final weights")]
     if tp.predicted:
         val = f" + validation {tp.validation_s / 60:,.1f} min" if tp.val_every else ""

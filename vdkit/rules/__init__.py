@@ -9,6 +9,8 @@ module per concern:
   scaling that transformers can build;
 - :mod:`.paths`: the files the kit itself reads (a DeepSpeed config, a local ``model.hf_path``) and
   ``run.name`` / ``run.out_dir``;
+- :mod:`.contradictions`: two settings that are fine alone and contradict each other (run.mode=train with
+  train.val_every_n_steps above train.max_steps);
 - :mod:`.environment`: ``cluster.env`` free of job-breaking names (PATH, UID, LD_*, SLURM_*, rendezvous
   variables, ...: the deny-list) and of secrets;
 - :mod:`.secrets`: no token in any other recipe value; ``run.secrets_file``'s names and its mode;
@@ -22,6 +24,7 @@ rules on names and obvious pairs in :func:`vdkit.config.validate_fields`.
 """
 from __future__ import annotations
 
+from vdkit.rules.contradictions import check_contradictions
 from vdkit.rules.environment import check_cluster_env
 from vdkit.rules.families import check_architecture
 from vdkit.rules.numbers import check_numbers
@@ -41,6 +44,7 @@ def check_values(recipe) -> None:
     """The rules on the recipe's values alone (no file is opened): what a recipe read back from a run
     directory's edited recipe.yaml must pass too (vdkit.rundir.load_recipe)."""
     check_numbers(recipe)
+    check_contradictions(recipe)
     check_names(recipe)
     check_architecture(recipe.model)
     check_cluster_env(recipe.cluster.env)

@@ -40,6 +40,7 @@ DOMAINS = {
     "cluster.max_nodes": (1, True, INF, False, "cluster.max_nodes=6"),
     "cluster.nodes": (1, True, INF, False, "cluster.nodes=1"),
     "cluster.time_limit_min": (1, True, INF, False, "cluster.time_limit_min=240"),
+    "cluster.max_restarts": (0, True, 1000, True, "cluster.max_restarts=3"),  # restarts without end: a run that never stops
     "engine.log_every_n_steps": (1, True, INF, False, "engine.log_every_n_steps=1"),
     "engine.checkpoint_every_n_steps": (0, True, INF, False, "engine.checkpoint_every_n_steps=0 (no periodic checkpoint)"),
     "train.seed": (0, True, 2 ** 32, False, "train.seed=1234"),  # numpy / torch seeds: [0, 2**32)
