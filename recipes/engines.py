@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import Dict, List, Optional, Tuple
 
-from vdkit.errors import UserError
+from vdkit.errors import EngineCannot, UserError
 from vdkit.recipes.spec import EngineSpec
 
 # engine.name -> module. One line per engine; the order is the order `--help` / errors list them.
@@ -178,7 +178,7 @@ def check_recipe(recipe) -> None:
     if refusal(recipe, spec, ()) is None:  # the usual case: the other engines are not imported
         return
     what, fix = refusal(recipe, spec, [s for s in specs() if s.name != spec.name])
-    raise UserError(what, fix)
+    raise EngineCannot(what, fix)
 
 
 # ----------------------------------------------------------------------------- helpers for engines

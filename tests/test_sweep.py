@@ -77,8 +77,8 @@ def test_plan_of_a_sweep_skips_the_cells_its_engine_cannot_run_with_a_note(capsy
     assert main(["plan", "--sweep", "table9", "engine=bridge"]) == 0
     out, err = capsys.readouterr()
     notes = err.strip().splitlines()
-    assert notes and all(n.startswith("vdkit plan: skipped ") and "_ptuning_" in n and "no P-tuning" in n
-                         for n in notes), notes
+    assert notes and all(n.startswith("vdkit plan: skipped ") and "method=ptuning" in n
+                         and "engine=bridge has no such method" in n for n in notes), notes
     rows = [ln.split() for ln in out.splitlines() if ln.startswith("llama2_")]
     assert rows and {r[1] for r in rows} == {"sft", "lora"}
 

@@ -18,6 +18,11 @@ class KeepRunDir(UserError):
     job may be queued that writes into it (removing it would lose that job's output)."""
 
 
+class EngineCannot(UserError):
+    """A recipe its engine's spec does not hold (a method, model field, sharding or precision the engine cannot
+    build): a sweep skips such a cell with a note, as it skips a cell that does not fit; one recipe is refused."""
+
+
 def environment_error(exc: OSError):
     """A UserError for an OSError the machine (not the kit) caused, else None."""
     import errno

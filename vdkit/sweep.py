@@ -14,7 +14,7 @@ from typing import List, Optional, Sequence
 
 from vdkit.config import group_options, hydra_message, refuse_env_interpolation
 from vdkit.conftree import conf_dir
-from vdkit.errors import UserError
+from vdkit.errors import EngineCannot, UserError
 
 
 # ----------------------------------------------------------------------------- expansion
@@ -89,7 +89,8 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
 
     a cell of a sweep (``many``) that has no valid layout - or, with ``require_fit``, does not fit - is
     skipped with a one-line note on stderr naming ``verb``; a single recipe raises the UserError.
-    Composition errors (a bad key or option) are never skipped: they are the command line's. Raises
+    Composition errors (a bad key or option) are never skipped: they are the command line's; a cell its engine's
+    spec cannot build (:class:`vdkit.errors.EngineCannot`) is skipped like one that does not fit. Raises
     when no cell is left.
     """
     from vdkit.config import compose
@@ -98,7 +99,13 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
     plans: List = []
     skipped: List[tuple] = []  # (cell, error): notes only when some cell is left, else one line
     for cell in cells:
-        recipe = compose(list(cell))
+        try:
+            recipe = compose(list(cell))
+        except EngineCannot as exc:  # the engine's spec lacks what the cell asks (P-tuning on Bridge): skipped
+            if not many:
+                raise
+            skipped.append((cell, None, exc))
+            continue
         try:
             plan = make_plan(recipe)
             if require_fit:
@@ -112,10 +119,10 @@ def plan_cells(cells: Sequence[Sequence[str]], many: bool, verb: str, require_fi
     if not plans:
         cell, recipe, exc = skipped[0]
         more = f" (and {len(skipped) - 1} more cell(s))" if len(skipped) > 1 else ""
-        raise UserError(f"no cell of the sweep is feasible, nothing to {verb}: {' '.join(cell) or recipe.run_name}: "
+        raise UserError(f"no cell of the sweep is feasible, nothing to {verb}: {' '.join(cell) or getattr(recipe, 'run_name', '')}: "
                         f"{exc.what}{more}", exc.fix or "change the sweep")
     for cell, recipe, exc in skipped:
-        print(f"vdkit {verb}: skipped {' '.join(cell) or recipe.run_name}: {exc}", file=sys.stderr)
+        print(f"vdkit {verb}: skipped {' '.join(cell) or getattr(recipe, 'run_name', '')}: {exc}", file=sys.stderr)
     return plans
 
 
