@@ -91,10 +91,9 @@ def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = Non
 def check_results_room(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
     """Refuse a results directory (on this machine, under the ``check_mounts`` rule) that is not writable or
     has no room for the checkpoints the run keeps plus the one being written (vdkit.rundir holds the check)."""
-    from vdkit.recipes.common.checkpoint import KEEP
     from vdkit.rundir import check_results_room as check
 
-    check(plan, run_dir, KEEP + 1, check_mounts)
+    check(plan, run_dir, check_mounts)
 
 
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
