@@ -32,6 +32,12 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     Checked before rendering under the ``--check-mounts`` rule (auto: only where the path's
     top-level directory exists here). ``data.data_dir`` and a squashfs container image are added
     for every engine; list only what is the engine's own (e.g. the base-model file).
+``preflight(plan, run_dir) -> list[tuple[str, str, str]]``  (default: :func:`inputs` as ``dir`` / ``file``)
+    What the job's pre-flight (:mod:`vdkit.recipes.preflight`, before any rank builds a model, on the
+    cluster) checks beyond the common set (data.data_dir, data.tokenizer_model, a squashfs image, the
+    checkpoint room): ``(what, path, kind)``, ``kind`` one of ``preflight.KINDS`` - the base model as the
+    stack reads it (``megatron_checkpoint``, ``nemo``, ``hf``), data files (``file``, ``npy``), the tokenizer.
+    An entry with the same ``what`` as a common one replaces it.
 ``check_runs(run_dirs) -> list[vdkit.jobcheck.Report]``  (default: each says it has no check)
     ``vdkit check``: run what each rendered job runs, in the engine's own library, as far as this CPU
     goes (configs built and validated by the stack, the model on the meta device, the first batch);
@@ -170,6 +176,13 @@ class Engine:
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = getattr(self.module, "inputs", None)
         return list(fn(plan)) if fn else []
+
+    def preflight(self, plan, run_dir) -> List[Tuple[str, str, str]]:
+        """The engine's pre-flight needs (what, path, kind); from :meth:`inputs` when it declares none."""
+        fn = getattr(self.module, "preflight", None)
+        if fn is not None:
+            return [(str(w), str(p), str(k)) for w, p, k in fn(plan, Path(run_dir))]
+        return [(w, str(p), "dir" if is_dir else "file") for w, p, is_dir in self.inputs(plan)]
 
     def check_runs(self, run_dirs) -> list:
         """One :class:`vdkit.jobcheck.Report` per run directory (``vdkit check``); timed here."""

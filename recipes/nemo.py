@@ -174,6 +174,27 @@ def inputs(plan) -> list:
     return out
 
 
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base .nemo (a tar NeMo's restore opens, holding
+    model_config.yaml), the packed .npy files (their headers load) or the JSONL files NeMo's datasets read."""
+    r = plan.recipe
+    out = []
+    if r.method.name != "pretrain":
+        out.append(("model.nemo_path", r.model.nemo_path or "", "nemo"))
+    d = r.data
+    if d.kind == "sft" and d.data_dir:
+        from pathlib import PurePosixPath as P
+
+        if d.packed:
+            from vdkit.recipes.packing import packed_files
+
+            out += [("data.packed (vdkit data pack)", npy, "npy") for _src, npy in packed_files(r)]
+        else:
+            out += [("data.train_files", str(P(d.data_dir) / n), "file") for n in d.train_files]
+        out += [("data.validation_files", str(P(d.data_dir) / n), "file") for n in d.validation_files]
+    return out
+
+
 def env(plan) -> dict:
     """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (NVIDIA's launcher's rule): it orders
     their communication before compute."""

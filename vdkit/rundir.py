@@ -43,6 +43,8 @@ NEMO_CONFIG_FILE = "nemo.yaml"
 BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigContainer (what the ranks load)
 BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
+PREFLIGHT_FILE = "preflight.json"  # what the job's pre-flight checks (vdkit.recipes.preflight; vdkit.prepare writes it)
+PREFLIGHT_SCRIPT = "vdkit_preflight.py"  # the pre-flight itself, a copy of vdkit/recipes/preflight.py (no vdkit import)
 IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
 BRIDGE_IMPORT_FILE = IMPORT_FILE
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights

@@ -190,6 +190,24 @@ def inputs(plan) -> list:
     return out
 
 
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base as Bridge loads it (its tracker, the
+    iteration it names, that iteration's distributed checkpoint: without the tracker Bridge's SFT silently starts
+    from random weights, training/setup.py), the staged tokenizer, the JSONL files Bridge reads."""
+    r = plan.recipe
+    out = []
+    if r.method.name != "pretrain":
+        out.append(("model.megatron_path", r.model.megatron_path or "", "megatron_checkpoint"))
+    if not r.data.tokenizer_model and r.model.hf_path and r.model.hf_path.startswith("/"):
+        out.append(("model.hf_path (the staged tokenizer)", r.model.hf_path, "tokenizer"))
+    if r.method.name != "pretrain" and r.data.name != "synthetic" and r.data.kind == "sft" and r.data.data_dir:
+        from vdkit.recipes.bridge.data import TRAIN_FILE, VALIDATION_FILE
+
+        for name in (TRAIN_FILE,) + (() if r.timing else (VALIDATION_FILE,)):  # train mode validates
+            out.append((f"data.data_dir's {name}", str(PurePosixPath(r.data.data_dir) / name), "file"))
+    return out
+
+
 def env(plan) -> dict:
     """NVIDIA's environment for this stack (Bridge's NeMo-Run executors and PerfEnvPlugin).
 

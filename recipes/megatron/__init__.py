@@ -91,6 +91,14 @@ def local_check(plan) -> None:
     check_inputs(plan.recipe)
 
 
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): the training JSONL files. (This engine loads no base model:
+    its methods train its own layout-independent seeded weights, docs/architecture.md.)"""
+    from vdkit.recipes.common.data import preflight_needs
+
+    return preflight_needs(plan.recipe)
+
+
 def container(plan, run_dir):
     """The image every rank runs in (engine.container_image), or None: the host's Python."""
     if not in_container(plan):
