@@ -90,9 +90,16 @@ def command(plan, run_dir) -> List[str]:
 
     from vdkit.recipes.nemo_heartbeat import CALLBACK_DIR
 
-    callbacks = shlex.quote(str(PurePosixPath(Path(run_dir).absolute()) / CALLBACK_DIR))
-    return ["bash", "-c", f"PYTHONPATH={callbacks}${{PYTHONPATH:+:$PYTHONPATH}} exec "
-                          f"{shlex.join(nemo_command(plan, run_dir))}"]
+    from vdkit.rundir import PREFLIGHT_FILE, PREFLIGHT_SCRIPT
+
+    run = PurePosixPath(Path(run_dir).absolute())
+    callbacks = shlex.quote(str(run / CALLBACK_DIR))
+    nemo = nemo_command(plan, run_dir)
+    # Before NeMo's script: the base .nemo is there and a .nemo (the run dir's pre-flight, --base: a few reads), so a
+    # rank never starts NeMo on a missing base (its FileNotFoundError is exit 1, which the launchers retry).
+    base = shlex.join([nemo[0], str(run / PREFLIGHT_SCRIPT), "--base", str(run / PREFLIGHT_FILE)])
+    return ["bash", "-c", f"{base} || exit $?; PYTHONPATH={callbacks}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+                          f"{shlex.join(nemo)}"]
 
 
 def heartbeat_files() -> dict:

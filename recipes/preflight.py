@@ -43,6 +43,7 @@ SQUASHFS_MAGIC = b"hsqs"
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "vocab.json", "vocab.txt", "tokenizer_config.json")
 NEMO_CONFIG = "model_config.yaml"
 NEMO_MEMBERS_READ = 10000  # a .nemo holds a handful of members; never walk an unrelated huge tar to the end
+BASE_KINDS = ("megatron_checkpoint", "nemo", "hf")  # a fine-tune's base model as its stack reads it
 KINDS = ("dir", "file", "data_dir", "npy", "megatron_checkpoint", "nemo", "hf", "tokenizer", "image")
 
 
@@ -263,11 +264,19 @@ def check(spec):
     return f"{found} (fix: {FIXES['room']})" if found else None
 
 
+def base_only(spec):
+    """``spec`` with only its base-model needs (:data:`BASE_KINDS`) and no room check: what a rank checks itself."""
+    return {"needs": [n for n in spec.get("needs", ()) if n.get("kind") in BASE_KINDS]}
+
+
 def main(argv=None) -> int:
-    """``python3 vdkit_preflight.py PREFLIGHT_JSON``: exit 0, or one line and :data:`EXIT_REFUSED`."""
+    """``python3 vdkit_preflight.py [--base] PREFLIGHT_JSON``: exit 0, or one line and :data:`EXIT_REFUSED`.
+    ``--base``: the base model only (a rank of an engine whose ranks run the stack's own script, before it)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    base = bool(args) and args[0] == "--base"
+    args = args[1:] if base else args
     if len(args) != 1:
-        print("usage: python3 vdkit_preflight.py PREFLIGHT_JSON", file=sys.stderr)
+        print("usage: python3 vdkit_preflight.py [--base] PREFLIGHT_JSON", file=sys.stderr)
         return EXIT_REFUSED
     try:
         with open(args[0]) as fh:
@@ -276,10 +285,15 @@ def main(argv=None) -> int:
         print(f"{PREFIX}cannot read {args[0]} ({type(exc).__name__}) (fix: render the run dir again)",
               file=sys.stderr, flush=True)
         return EXIT_REFUSED
+    spec = base_only(spec) if base else spec
     found = check(spec)
     if found:
+        if base:  # a rank's refusal: nothing has started, nothing will
+            found = found.replace(" (fix: ", "; no step trained (fix: ", 1)
         print(PREFIX + found, file=sys.stderr, flush=True)
         return EXIT_REFUSED
+    if base:
+        return 0
     print(f"{PREFIX}every input is in place ({len(spec.get('needs', ()))} path(s), room for "
           f"{(spec.get('room') or {}).get('gb') or 0:,.1f} GB of checkpoints)", flush=True)
     return 0

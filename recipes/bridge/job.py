@@ -46,6 +46,8 @@ import sys
 import time
 
 EXIT_STOPPED = 75  # the contract's "stopped cleanly, continue me" (vdkit.jobspec; tests check they agree)
+EXIT_REFUSED = 2  # the recipe's fault: the launchers never restart it (vdkit.jobspec; tests check they agree)
+PREFLIGHT_MODULE = "vdkit_preflight"  # the run dir's copy of vdkit.recipes.preflight (vdkit.rundir.PREFLIGHT_SCRIPT)
 STOP_AT_ENV = "VDKIT_STOP_AT"
 TRACKER = "latest_checkpointed_iteration.txt"  # Bridge's / Megatron's "latest complete checkpoint" file
 # The launcher's watchdog and process-group timeout (vdkit.faults' names; tests check they agree): each rank
@@ -381,14 +383,47 @@ def keep_loss_mask_cache() -> bool:
     return True
 
 
+def _preflight():
+    """The pre-flight's checks (vdkit.recipes.preflight): the run dir's copy beside this file in the container, the
+    kit's module under vdkit's own rank."""
+    import importlib
+
+    try:
+        return importlib.import_module(PREFLIGHT_MODULE)  # sys.path[0]: this file's directory, the run dir
+    except ImportError:
+        return importlib.import_module("vdkit.recipes.preflight")
+
+
+def base_refused(cfg):
+    """Why this fine-tune cannot start from its base (one line with the fix), or None. A fine-tune is a run with
+    PEFT or with ``checkpoint.pretrained_checkpoint``; Bridge loads that base only where its tracker exists
+    (training/setup.py: ``checkpoint_exists(pretrained_checkpoint)``, training/utils/checkpoint_utils.py) and
+    otherwise trains a full fine-tune from random weights, exit 0. Not asked of a full fine-tune resuming from its
+    own checkpoint (``checkpoint.load``: the base's weights are in it); PEFT reloads the frozen base every time."""
+    base = cfg.checkpoint.pretrained_checkpoint
+    if cfg.peft is None and base is None:
+        return None  # pretraining
+    if cfg.peft is None and cfg.checkpoint.load and checkpointed_iteration(cfg.checkpoint.load) > 0:
+        return None
+    if not base:
+        return ("a fine-tune needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model) "
+                "(fix: set model.megatron_path and render again)")
+    check = _preflight()
+    why = check.problem("checkpoint.pretrained_checkpoint", str(base), "megatron_checkpoint")
+    return None if why is None else f"{why}; no step trained (fix: {check.FIXES['megatron_checkpoint']})"
+
+
 def run(cfg, callbacks=None, beat=None) -> int:
     """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop.
     ``beat``: this rank's heartbeat (:func:`start_heartbeat`), told of every step."""
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
-    if cfg.peft is not None and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
-        raise SystemExit("bridge_job: LoRA needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model)")
+    base = base_refused(cfg)
+    if base:  # before Bridge builds anything: a fine-tune never trains from random weights
+        if _rank() == 0:
+            print(f"bridge_job: {base}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     save = cfg.checkpoint.save
     if save and _rank() == 0:
         trust_latest(save, lambda line: print(line, flush=True))
