@@ -147,7 +147,7 @@ def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = No
         return
     skipped = set(unchecked_inputs(plan, run_dir, check_mounts))
     missing = []  # every missing input in one line: three runs to find three would be two too many
-    for what, path, is_dir in _common_inputs(plan, run_dir):
+    for what, path, is_dir in local_inputs(plan, run_dir):
         p = Path(path).expanduser()
         if (what, path) in skipped:
             continue
