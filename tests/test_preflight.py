@@ -288,3 +288,35 @@ def test_a_reference_rank_refuses_a_local_hf_path_that_is_not_a_model(tmp_path):
             check_base(compose(["engine=reference", "model=tiny_llama", f"model.hf_path={path}"]))
     check_base(compose(["engine=reference", "model=tiny_llama", f"model.hf_path={_hf(tmp_path / 'ok')}"]))
     check_base(compose(["engine=reference", "model=tiny_llama"]))  # no base named: its own seeded weights
+
+
+# ----------------------------------------------------------------------------- on a real (local) Slurm
+def test_a_slurm_job_whose_data_went_away_fails_its_pre_flight_once_and_is_not_restarted(local_slurm, tmp_path, capsys):
+    """sbatch of a rendered job whose training file was removed after render: the batch shell's pre-flight refuses
+    (exit 2, one line in the .err), no rank runs, no successor is queued, `vdkit status` says the recipe's fault."""
+    import time
+
+    from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("training.jsonl", "validation.jsonl"):
+        (data / name).write_text('{"input": "a b", "output": "c"}\n' * 8)
+    assert main(["render", "model=tiny_llama", "method=sft", "engine=reference", "cluster=xe9680", "cluster.nodes=1",
+                 "cluster.gpus_per_node=1", "data=dolly", f"data.data_dir={data}", "train.max_steps=2",
+                 "train.global_batch_size=4", "cluster.mpi=none", "cluster.socket_ifname=lo",
+                 "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr().err
+    run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    (data / "training.jsonl").unlink()
+    job = local_slurm.run("sbatch", "--parsable", str(run_dir / SBATCH_FILE), check=True).stdout.strip().split(";")[0]
+    deadline = time.time() + 120
+    while time.time() < deadline and not (run_dir / "faults.jsonl").exists():
+        time.sleep(1)
+    time.sleep(2)  # the batch shell's exit after its record
+    err = (run_dir / f"slurm-{job}.err").read_text()
+    refused = [line for line in err.splitlines() if line.startswith("vdkit pre-flight: ")]
+    assert len(refused) == 1 and f"data.train_files={data}/training.jsonl does not exist" in refused[0], err
+    assert "srun: error" not in err and not (run_dir / "heartbeat" / "rank0").exists()  # no rank started
+    assert (run_dir / JOB_ID_FILE).read_text().split() == [job]  # no successor
+    assert main(["status", str(run_dir)]) in (0, 1)
+    assert "not restarted (the recipe's fault)" in capsys.readouterr().out
