@@ -116,7 +116,7 @@ def check_results_room(plan, run_dir, check_mounts: Optional[bool] = None) -> No
     free, need = st.f_bavail * st.f_frsize, room_gb(plan) * 1e9
     if free < need:
         raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, the run needs "
-                        f"{need / 1e9:,.2f} GB (the plan's storage: the checkpoints it keeps plus the one being "
+                        f"{need / 1e9:,.2f} GB (the plan's storage: the checkpoints kept plus the one being "
                         f"written, at {plan.checkpoint_gb:,.3g} GB each)", fix + " (or free some space)")
 
 
