@@ -24,6 +24,7 @@ from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
 from vdkit.rundir import BRIDGE_JOB_FILE as JOB_FILE
 from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG  # noqa: F401  (the image <-> Bridge map)
+from vdkit.recipes.preflight import TRACKERS as BASE_MARKERS  # what Bridge checks for (standard library only)
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
@@ -102,9 +103,6 @@ def check(plan) -> None:
                             f"and set model.megatron_path=/path/to/{r.model.name}-bridge")
 
 
-BASE_MARKERS = ("latest_train_state.pt", "latest_checkpointed_iteration.txt")  # what Bridge checks for
-
-
 def local_check(plan) -> None:
     """Before a local run: packed sequences need TE's attention (GPU); the base checkpoint exists."""
     r = plan.recipe
@@ -127,6 +125,11 @@ def local_check(plan) -> None:
                             f"(no {' or '.join(BASE_MARKERS)})",
                             "point it at the directory `python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR` wrote "
                             "(OUT_DIR, the one holding iter_0000000/)")
+        from vdkit.recipes.preflight import FIXES, problem
+
+        why = problem("model.megatron_path", r.model.megatron_path, "megatron_checkpoint")  # the iteration it names too
+        if why:
+            raise UserError(why, FIXES["megatron_checkpoint"])
         if r.data.name != "synthetic":
             from vdkit.recipes.bridge.data import TRAIN_FILE, dataset_root
 
