@@ -1,7 +1,7 @@
 """The job's pre-flight: before any rank builds a model, every path the job reads is there and of the right kind,
 and the checkpoint file system has the room the plan asks. Standard library only, no vdkit import: the run
-directory carries this file as ``vdkit_preflight.py`` (``vdkit.rundir.PREFLIGHT_SCRIPT``), so it runs on a cluster node's
-own ``python3`` or in NVIDIA's stock image as well as in the kit's Python.
+directory carries this file as ``vdkit_preflight.py`` (``vdkit.rundir.PREFLIGHT_SCRIPT``), so it runs on a
+cluster node's own ``python3`` or in NVIDIA's stock image as well as in the kit's Python.
 
     python3 RUN_DIR/vdkit_preflight.py RUN_DIR/preflight.json
 
@@ -264,6 +264,30 @@ def check(spec):
     return f"{found} (fix: {FIXES['room']})" if found else None
 
 
+def base_problem(what, path, kind):
+    """A rank's refusal of its fine-tune's base (:data:`BASE_KINDS`): one line with the fix, or None."""
+    why = problem(what, str(path) if path else "", kind)
+    return None if why is None else f"{why}; no step trained (fix: {FIXES[kind]})"
+
+
+def bridge_base_refused(cfg):
+    """A Megatron-Bridge rank's refusal of its fine-tune's base (``cfg`` its ConfigContainer; one line, or None).
+    Bridge trains a full fine-tune from random weights where ``checkpoint.pretrained_checkpoint`` has no tracker
+    (training/setup.py ``checkpoint_exists``); PEFT reloads the base on every start; a full fine-tune resuming from
+    its own checkpoint (``checkpoint.load``'s tracker past iteration 0) has the base's weights in it."""
+    base, peft, load = cfg.checkpoint.pretrained_checkpoint, cfg.peft is not None, cfg.checkpoint.load
+    if not peft and base is None:
+        return None  # pretraining
+    if not peft and load:
+        try:
+            with open(os.path.join(str(load), TRACKERS[1])) as fh:
+                if int(fh.read().strip()) > 0:
+                    return None
+        except (OSError, ValueError):
+            pass
+    return base_problem("checkpoint.pretrained_checkpoint", base, "megatron_checkpoint")
+
+
 def base_only(spec):
     """``spec`` with only its base-model needs (:data:`BASE_KINDS`) and no room check: what a rank checks itself."""
     return {"needs": [n for n in spec.get("needs", ()) if n.get("kind") in BASE_KINDS]}
@@ -285,11 +309,12 @@ def main(argv=None) -> int:
         print(f"{PREFIX}cannot read {args[0]} ({type(exc).__name__}) (fix: render the run dir again)",
               file=sys.stderr, flush=True)
         return EXIT_REFUSED
-    spec = base_only(spec) if base else spec
-    found = check(spec)
+    if base:  # a rank's own check, before its stack starts: the base only
+        found = next(filter(None, (base_problem(n.get("what"), n.get("path"), n["kind"])
+                                   for n in base_only(spec)["needs"])), None)
+    else:
+        found = check(spec)
     if found:
-        if base:  # a rank's refusal: nothing has started, nothing will
-            found = found.replace(" (fix: ", "; no step trained (fix: ", 1)
         print(PREFIX + found, file=sys.stderr, flush=True)
         return EXIT_REFUSED
     if base:

@@ -235,7 +235,7 @@ def _cfg(base, peft=None, load=None):
 def test_a_bridge_fine_tune_refuses_a_missing_empty_or_foreign_base(tmp_path):
     """Bridge trains a full fine-tune from random weights when its base has no tracker (training/setup.py:
     checkpoint_exists(pretrained_checkpoint)); the rank's guard says so in one line instead, LoRA or SFT."""
-    from vdkit.recipes.bridge.job import base_refused
+    from vdkit.recipes.preflight import bridge_base_refused as base_refused
 
     (tmp_path / "empty").mkdir()
     for base, words in ((tmp_path / "gone", "does not exist"), (tmp_path / "empty", "it is empty"),
@@ -243,7 +243,7 @@ def test_a_bridge_fine_tune_refuses_a_missing_empty_or_foreign_base(tmp_path):
         for peft in (None, "lora"):
             why = base_refused(_cfg(str(base), peft))
             assert words in why and "no step trained" in why and "fix:" in why
-    assert "needs checkpoint.pretrained_checkpoint" in base_refused(_cfg(None, "lora"))
+    assert "checkpoint.pretrained_checkpoint is not set" in base_refused(_cfg(None, "lora"))
     assert base_refused(_cfg(str(_bridge_base(tmp_path / "ok")))) is None
     assert base_refused(_cfg(None)) is None  # pretraining
     own = _bridge_base(tmp_path / "own", 4)  # a full fine-tune resuming from its own checkpoint: the base is in it

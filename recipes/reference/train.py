@@ -114,10 +114,10 @@ def check_base(recipe) -> None:
     from vdkit.recipes import preflight
 
     hf = recipe.model.hf_path
-    if hf and hf.startswith("/"):
-        why = preflight.problem("model.hf_path", hf, "hf")
-        if why:
-            raise UserError(f"{why}; no step trained", preflight.FIXES["hf"])
+    why = preflight.base_problem("model.hf_path", hf, "hf") if hf and hf.startswith("/") else None
+    if why:
+        what, fix = why.rsplit(" (fix: ", 1)
+        raise UserError(what, fix[:-1])
 
 
 def train(run_dir, stream=None, preempt=None) -> int:
