@@ -36,6 +36,7 @@ Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-c
 (both call :func:`run`).
 """
 import functools
+import importlib
 import inspect
 import os
 import shutil
@@ -257,8 +258,6 @@ def start_heartbeat():
     dir's vdkit_heartbeat.py beside this file; None when the launcher asked for none."""
     if not os.environ.get(HEARTBEAT_ENV):
         return None
-    import importlib
-
     try:
         module = importlib.import_module(HEARTBEAT_MODULE)  # sys.path[0]: this file's directory, the run dir
     except ImportError:
@@ -386,10 +385,10 @@ def run(cfg, callbacks=None, beat=None) -> int:
     from megatron.bridge.training.pretrain import pretrain
 
     try:  # the pre-flight's checks: the run dir's copy beside this file (sys.path[0]) in the container, else vdkit's
-        from vdkit_preflight import bridge_base_refused
+        check = importlib.import_module("vdkit_preflight")
     except ImportError:
-        from vdkit.recipes.preflight import bridge_base_refused
-    refused = bridge_base_refused(cfg)  # before Bridge builds anything: a fine-tune never trains random weights
+        check = importlib.import_module("vdkit.recipes.preflight")
+    refused = check.bridge_base_refused(cfg)  # before Bridge builds anything: a fine-tune never trains random weights
     if refused:
         if _rank() == 0:
             print(f"bridge_job: {refused}", file=sys.stderr, flush=True)
