@@ -153,9 +153,25 @@ def container(plan, job: JobSpec, run_dir, s: ks.KubeSettings, name: str, image:
     return out
 
 
+PREFLIGHT_CONTAINER = "preflight"
+
+
+def preflight_container(job: JobSpec, the_container: dict) -> Optional[dict]:
+    """The pod's init container: the job's pre-flight (:mod:`vdkit.recipes.preflight`) in the pod's image, with its
+    volumes, before the ranks start; its refusal is one line in the init container's log and exit 2 (no GPU, no
+    rank ever starts). None when the job has no pre-flight."""
+    if not job.preflight:
+        return None
+    argv = [str(a) for a in job.preflight]
+    argv[0] = POD_PYTHON
+    return {"name": PREFLIGHT_CONTAINER, "image": the_container["image"], "command": argv,
+            "workingDir": the_container["workingDir"], "volumeMounts": copy.deepcopy(the_container["volumeMounts"])}
+
+
 def pod_template(plan, s: ks.KubeSettings, the_container: dict, labels: Dict[str, str],
-                 restart_policy: Optional[str] = None) -> dict:
-    """A PodTemplateSpec around ``the_container``: host network, volumes, service account, pull secret."""
+                 restart_policy: Optional[str] = None, init: Optional[dict] = None) -> dict:
+    """A PodTemplateSpec around ``the_container`` (after ``init``, the pre-flight): host network, volumes, service
+    account, pull secret."""
     spec: dict = {}
     if s.host_network:
         spec["hostNetwork"] = True
@@ -166,6 +182,8 @@ def pod_template(plan, s: ks.KubeSettings, the_container: dict, labels: Dict[str
         spec["imagePullSecrets"] = [{"name": s.image_pull_secret}]
     if restart_policy:
         spec["restartPolicy"] = restart_policy
+    if init:
+        spec["initContainers"] = [init]
     spec["containers"] = [the_container]
     spec["volumes"] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": s.shm_size}}] + [
         {"name": f"{SHARED_VOLUME}-{i}", **({"persistentVolumeClaim": {"claimName": v.claim}} if v.claim
@@ -222,7 +240,7 @@ def rayjob(plan, job: JobSpec, run_dir, name: str, s: ks.KubeSettings) -> dict:
     cluster_spec: dict = {
         "rayVersion": ks.RAY_VERSION,
         "headGroupSpec": {"rayStartParams": ray_start_params(plan, head=True),
-                          "template": pod_template(plan, s, head_c, labels)},
+                          "template": pod_template(plan, s, head_c, labels, init=preflight_container(job, head_c))},
     }
     workers = c.nodes - 1
     if workers:
@@ -253,8 +271,9 @@ def pytorchjob(plan, job: JobSpec, run_dir, name: str, s: ks.KubeSettings) -> di
     labels = {"vdkit/run": name}
     the_container = container(plan, job, run_dir, s, PYTORCH_CONTAINER, image,
                               command=list(TORCHRUN), args=pod_argv(job))
+    init = preflight_container(job, the_container)
     replica = lambda n: {"replicas": n, "restartPolicy": "OnFailure",  # noqa: E731 - see the module docstring
-                         "template": pod_template(plan, s, copy.deepcopy(the_container), labels)}
+                         "template": pod_template(plan, s, copy.deepcopy(the_container), labels, init=init)}
     replicas = {"Master": replica(1)}
     if c.nodes > 1:
         replicas["Worker"] = replica(c.nodes - 1)

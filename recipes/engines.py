@@ -96,6 +96,13 @@ class Engine:
         fn = self.spec.inputs
         return list(fn(plan)) if fn else []
 
+    def preflight(self, plan, run_dir) -> List[Tuple[str, str, str]]:
+        """The engine's pre-flight needs (what, path, kind); from :meth:`inputs` when it declares none."""
+        fn = self.spec.preflight
+        if fn is not None:
+            return [(str(w), str(p), str(k)) for w, p, k in fn(plan, Path(run_dir))]
+        return [(w, str(p), "dir" if is_dir else "file") for w, p, is_dir in self.inputs(plan)]
+
     def check_runs(self, run_dirs) -> list:
         """One :class:`vdkit.jobcheck.Report` per run directory (``vdkit check``); timed here."""
         import time

@@ -82,9 +82,16 @@ def command(plan, run_dir) -> List[str]:
 
     from vdkit.recipes.nemo_heartbeat import CALLBACK_DIR
 
-    callbacks = shlex.quote(str(PurePosixPath(Path(run_dir).absolute()) / CALLBACK_DIR))
-    return ["bash", "-c", f"PYTHONPATH={callbacks}${{PYTHONPATH:+:$PYTHONPATH}} exec "
-                          f"{shlex.join(nemo_command(plan, run_dir))}"]
+    from vdkit.rundir import PREFLIGHT_FILE, PREFLIGHT_SCRIPT
+
+    run = PurePosixPath(Path(run_dir).absolute())
+    callbacks = shlex.quote(str(run / CALLBACK_DIR))
+    nemo = nemo_command(plan, run_dir)
+    # Before NeMo's script: the base .nemo is there and a .nemo (the run dir's pre-flight, --base: a few reads), so a
+    # rank never starts NeMo on a missing base (its FileNotFoundError is exit 1, which the launchers retry).
+    base = shlex.join([nemo[0], str(run / PREFLIGHT_SCRIPT), "--base", str(run / PREFLIGHT_FILE)])
+    return ["bash", "-c", f"{base} || exit $?; PYTHONPATH={callbacks}${{PYTHONPATH:+:$PYTHONPATH}} exec "
+                          f"{shlex.join(nemo)}"]
 
 
 def heartbeat_files() -> dict:
@@ -166,6 +173,27 @@ def inputs(plan) -> list:
     return out
 
 
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base .nemo (a tar NeMo's restore opens, holding
+    model_config.yaml), the packed .npy files (their headers load) or the JSONL files NeMo's datasets read."""
+    r = plan.recipe
+    out = []
+    if r.method.name != "pretrain":
+        out.append(("model.nemo_path", r.model.nemo_path or "", "nemo"))
+    d = r.data
+    if d.kind == "sft" and d.data_dir:
+        from pathlib import PurePosixPath as P
+
+        if d.packed:
+            from vdkit.recipes.packing import packed_files
+
+            out += [("data.packed (vdkit data pack)", npy, "npy") for _src, npy in packed_files(r)]
+        else:
+            out += [("data.train_files", str(P(d.data_dir) / n), "file") for n in d.train_files]
+        out += [("data.validation_files", str(P(d.data_dir) / n), "file") for n in d.validation_files]
+    return out
+
+
 def env(plan) -> dict:
     """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (NVIDIA's launcher's rule): it orders
     their communication before compute."""
@@ -191,7 +219,7 @@ def check_runs(run_dirs) -> list:
 
 SPEC = EngineSpec(
     name="nemo", summary=f"NVIDIA NeMo {NEMO_VERSION} (the design guides' stack), in its container on the cluster",
-    command=command, files=files, inputs=inputs, env=env, container=container, check_runs=check_runs,
+    command=command, preflight=preflight, files=files, inputs=inputs, env=env, container=container, check_runs=check_runs,
     finished_line=finished_line,
     families=("llama", "opt"),
     maps={"name": "run names", "num_layers": "model.num_layers", "hidden_size": "model.hidden_size",

@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
-HOOKS = ("files", "check", "inputs", "check_runs", "local_check", "resume_check", "env", "container",
+HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "resume_check", "env", "container",
          "finished_line", "make_base")  # the optional functions; ``command`` is required
 
 
@@ -30,6 +30,8 @@ class EngineSpec:
     - ``files(plan, run_dir) -> dict``: extra run-directory files, name -> content (their names in ``run_dir_files``);
     - ``check(plan)``: refuse (UserError) what the stack cannot run beyond the capabilities below; pure;
     - ``inputs(plan) -> [(what, path, must_be_dir)]``: the engine's own local inputs (mount check);
+    - ``preflight(plan, run_dir) -> [(what, path, kind)]``: what the job's pre-flight (:mod:`vdkit.recipes.preflight`,
+      on the cluster before any rank builds a model) checks beyond the common set; default: ``inputs`` as dir / file;
     - ``check_runs(run_dirs) -> [vdkit.jobcheck.Report]``: ``vdkit check``, one stack import for all;
     - ``local_check(plan)``: before training on this machine (data, tokenizer); ``runtime_modules`` first;
     - ``resume_check(plan, run_dir)``: before a stopped run continues in its run directory;
@@ -45,6 +47,7 @@ class EngineSpec:
     files: Optional[Callable] = None
     check: Optional[Callable] = None
     inputs: Optional[Callable] = None
+    preflight: Optional[Callable] = None
     check_runs: Optional[Callable] = None
     local_check: Optional[Callable] = None
     resume_check: Optional[Callable] = None

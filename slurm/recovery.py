@@ -30,9 +30,10 @@ import shlex
 from typing import List
 
 from vdkit import faults
+from vdkit.jobspec import EXIT_REFUSED
 
 # Words for a rank's exit code in the record (others: "exited with code N").
-EXIT_WORDS = {2: "refused its input (exit 2: the recipe's fault, not restarted)",
+EXIT_WORDS = {EXIT_REFUSED: f"refused its input (exit {EXIT_REFUSED}: the recipe's fault, not restarted)",
               faults.EXIT_NO_SPACE: f"could not write its checkpoint (exit {faults.EXIT_NO_SPACE}: no space or "
                                     "not writable)",
               1: "failed (exit 1: a Python error; see the job's .err)"}
@@ -194,7 +195,8 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     again = f"sbatch {echo(run_dir)}/{SBATCH_FILE}"
     codes = " ".join(f'{code}) cause="{words}" ;;' for code, words in EXIT_WORDS.items())
     return last_step_lines(ckpt_dir) + [
-        "vdkit_failed() {  # $1: the step's exit code, $2: the cause when the shell knows it. Record; restart",
+        "vdkit_failed() {  # $1: the step's exit code, $2: the cause when the shell knows it, $3 'recipe': the recipe's "
+        "fault (the pre-flight). Record; restart",
         '  local rc=$1 cause= rank= node= line= code= last= used restart=0 why= retry=1 exclude=',
         '  if [ -n "${2:-}" ]; then',
         '    cause=$2',
@@ -222,7 +224,7 @@ def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
         "    fi",
         "  fi",
         '  [ -n "$cause" ] || cause="the step failed (exit $rc)"',
-        '  [ "$code" = 2 ] && { retry=; why="the recipe\'s fault"; }',
+        f'  {{ [ "$code" = {EXIT_REFUSED} ] || [ "${{3:-}}" = recipe ]; }} && {{ retry=; why="the recipe\'s fault"; }}',
         "  last=$(vdkit_last_step)",
         f'  used=$(grep -c \'"restart": [1-9]\' {run}/{FAULTS_FILE} 2>/dev/null || true); used=${{used:-0}}',
         f'  [ "$used" -ge {max_restarts} ] && [ -n "$retry" ] && {{ retry=; why="{max_restarts} restart(s) used: '

@@ -32,7 +32,7 @@ from typing import Dict, List, Union
 
 from vdkit import fabric
 from vdkit.errors import UserError
-from vdkit.jobspec import EXIT_STOPPED, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
+from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
 from vdkit.slurm import env as slurm_env
 
 # SIGNAL_NAME goes to the batch shell only (B:): the shell forwards it to engines that catch it
@@ -271,13 +271,38 @@ def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
     return lines + [""]
 
 
+def preflight_lines(job: JobSpec) -> List[str]:
+    """The job's pre-flight (``job.preflight``, :mod:`vdkit.recipes.preflight`) in the batch shell, on the first node,
+    before srun starts any rank: its one line goes to the job's log; exit :data:`EXIT_REFUSED` is recorded as the
+    recipe's fault and never restarted (``vdkit_failed ... recipe``; `vdkit status` shows it). Outside the container,
+    so the image itself can be checked, with the node's own ``python3`` (standard library only): the container
+    mounts the same paths at the same place. A node without a Python gets a warning, and the job starts."""
+    if not job.preflight:
+        return []
+    argv, q = shlex.join(job.preflight), shlex.quote
+    return [
+        "# Pre-flight (vdkit.recipes.preflight): every path the job reads is there and of the kind its stack needs, "
+        "and the checkpoints have room",
+        f"PREFLIGHT_RC=0; PREFLIGHT=$({argv} 2>&1) || PREFLIGHT_RC=$?",
+        "# its refusal is one line with its prefix and exit 2 (a Python that cannot start it exits 2 too: not a refusal)",
+        'case "$PREFLIGHT_RC:$PREFLIGHT" in',
+        '  0:*) echo "$PREFLIGHT" ;;',
+        f'  {q(f"{EXIT_REFUSED}:{PREFLIGHT_PREFIX}")}*) echo "$PREFLIGHT" >&2',
+        f'     vdkit_failed {EXIT_REFUSED} "$PREFLIGHT" recipe',
+        f"     exit {EXIT_REFUSED} ;;",
+        '  *) echo "vdkit: the pre-flight did not run on $(hostname) (exit $PREFLIGHT_RC: $(echo "$PREFLIGHT" | tail -n1)); '
+        'the job starts without it" >&2 ;;',
+        "esac",
+    ]
+
+
 def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     """The launch.sbatch text for ``plan`` running ``job`` in ``run_dir`` (a pure function of the three)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
     run_dir = str(run_dir)
     params = sbatch_parameters(plan, run_dir)
-    command = "\n".join(recovery_functions(plan, run_dir, job) + [
+    command = "\n".join(recovery_functions(plan, run_dir, job) + preflight_lines(job) + [
         "# The step runs in the background so that this shell can take Slurm's signals",
         f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
         f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}; vdkit_on_term' TERM",

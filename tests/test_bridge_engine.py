@@ -53,7 +53,8 @@ def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
     assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
-                     "overrides.txt", "plan.json", "recipe.yaml", "vdkit_heartbeat.py"]  # run.mode=train: export_hf.sbatch
+                     "overrides.txt", "plan.json", "preflight.json", "recipe.yaml", "vdkit_heartbeat.py",
+                     "vdkit_preflight.py"]  # run.mode=train: export_hf.sbatch
     for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
         _check_golden(f"bridge_llama2_70b_lora_2node.{name}", (run_dir / name).read_text().replace(str(run_dir), "@RUN_DIR@"))
 

@@ -120,3 +120,42 @@ def test_nemo_train_run_keeps_the_best_and_the_last():
     params = build_config(plan, "/runs/x")["exp_manager"]["checkpoint_callback_params"]
     assert params["save_top_k"] + 1 == checkpoint_policy.KEEP and params["save_last"] is True
     assert params["every_n_train_steps"] > 0 and params["save_nemo_on_train_end"] is True
+
+
+def test_the_door_asks_the_room_the_plan_holds_not_three_checkpoints_per_cell(tmp_path, monkeypatch):
+    """Issue 34 item 5: a timing cell of table9 keeps only its stop's save, so render asks room for one checkpoint
+    (held + the one being written), the figure `vdkit plan --json` prints; a train run keeping two asks three."""
+    import os
+
+    from vdkit.errors import UserError
+    from vdkit.rundir import check_results_room
+    from vdkit.sweep import sweep_cells
+
+    cell = next(c for c in sweep_cells("table9") if "model=llama2_7b" in c and "method=sft" in c)
+    plan = make_plan(compose(list(cell) + [f"run.results_dir={tmp_path}/res"]))
+    assert plan.time.room_gb == pytest.approx(plan.checkpoint_gb)  # the stop's save, being written
+    long_run = make_plan(compose(ISSUE_PLAN + ["train.max_steps=100000"]))
+    assert long_run.time.room_gb == pytest.approx((checkpoint_policy.KEEP + 1) * long_run.checkpoint_gb)
+
+    real = os.statvfs
+
+    def free(gb):
+        class St:
+            f_frsize, f_bavail = 1, int(gb * 1e9)
+        monkeypatch.setattr(os, "statvfs", lambda p: St if str(p).startswith(str(tmp_path)) else real(p))
+
+    free(1.2 * plan.checkpoint_gb)  # room for one 7B SFT checkpoint: enough for a timing cell
+    check_results_room(plan, tmp_path / "run", check_mounts=True)
+    free(0.8 * plan.checkpoint_gb)
+    with pytest.raises(UserError, match="the plan's storage"):
+        check_results_room(plan, tmp_path / "run", check_mounts=True)
+
+
+def test_plan_json_carries_the_room_figure_for_every_table9_cell(capsys):
+    from vdkit.cli import main
+
+    assert main(["plan", "--sweep", "table9", "--json"]) == 0
+    cells = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    for cell in (c for c in cells if c["feasible"]):
+        s = cell["schedule"]
+        assert s["room_gb"] == pytest.approx(s["checkpoint_gb"], abs=0.01), cell

@@ -286,10 +286,13 @@ def _full_disk(tmp_path, cell):
         run_dir, job = cell.submit(tmp_path / "runs", f"run.results_dir={mount}")
         ckpts = mount / run_dir.name / "checkpoints"
         filler = mount / "filler"
-        # Another user's file takes all but ~100 kB (a checkpoint is 260 kB, megatron's 3.5 MB) as soon as the job
-        # is queued: in place seconds before the ranks start, so the first save's room check sees it. (Filling
-        # at step 65 left a window of ~25 steps, about a second, that a loaded machine missed: the save then
-        # passed its check, met the full disk mid-write, and the refusal this scenario is about never happened.)
+        # Another user's file takes all but ~100 kB (a checkpoint is 260 kB, megatron's 3.5 MB) as soon as the job's
+        # pre-flight has found room (issue 34: a disk full before the job starts is its refusal, exit 2): in place
+        # seconds before the ranks start, so the first save's room check sees it. (Filling at step 65 left a window
+        # of ~25 steps, about a second, that a loaded machine missed: the save then passed its check, met the full
+        # disk mid-write, and the refusal this scenario is about never happened.)
+        _wait_for("the job's pre-flight", lambda: any("vdkit pre-flight: every input is in place" in p.read_text(
+            errors="replace") for p in run_dir.glob("slurm-*.out")), 300, run_dir)
         with open(filler, "wb") as f:
             f.write(b"\0" * max(0, shutil.disk_usage(mount).free - 100_000))
         assert not _steps(run_dir, job), "the job trained before the disk was full"

@@ -86,7 +86,8 @@ def test_the_blog_sweep_writes_six_rayjobs_that_pass_every_check(blog):
     tmp, dirs = blog
     assert [d.name for d in dirs] == BLOG_CELLS
     for d in dirs:
-        assert sorted(p.name for p in d.iterdir()) == ["overrides.txt", "plan.json", "rayjob.yaml", "recipe.yaml"]
+        assert sorted(p.name for p in d.iterdir()) == ["overrides.txt", "plan.json", "preflight.json", "rayjob.yaml",
+                                                        "recipe.yaml", "vdkit_preflight.py"]
         doc = load(d)
         all_checks(doc, load_plan(d))
         spec = doc["spec"]
@@ -147,7 +148,8 @@ def test_a_nemo_stack_engine_on_the_h100_cluster_writes_a_checked_pytorchjob(tmp
     # import_hf.sbatch: the engine's one-time HF -> .nemo conversion (issue 29) is written as a Slurm job on
     # every launcher today; a Kubernetes form of it is open work (closing note of this stop)
     assert sorted(p.name for p in d.iterdir()) == ["import_hf.sbatch", "nemo.yaml", "nemo_callbacks", "overrides.txt",
-                                                    "plan.json", "pytorchjob.yaml", "recipe.yaml"]
+                                                    "plan.json", "preflight.json", "pytorchjob.yaml", "recipe.yaml",
+                                                    "vdkit_preflight.py"]
     doc = load(d)
     all_checks(doc, load_plan(d))
     spec = doc["spec"]

@@ -20,7 +20,7 @@ from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
 from helpers import toy_engine_module
-from vdkit.rundir import LOCK_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+from vdkit.rundir import LOCK_FILE, PLAN_FILE, PREFLIGHT_FILE, PREFLIGHT_SCRIPT, RECIPE_FILE, SBATCH_FILE
 
 TINY = ["model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=2"]
 
@@ -62,7 +62,8 @@ def test_a_throwaway_launcher_and_engine_render_a_run(toy, tmp_path, capsys):
     assert rc == 0, capsys.readouterr().err
     run_dir = Path(capsys.readouterr().out.strip())
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == sorted([RECIPE_FILE, PLAN_FILE, "overrides.txt", "toy.yaml", "toy-job.sh", "toy-manifest.txt"])
+    assert names == sorted([RECIPE_FILE, PLAN_FILE, "overrides.txt", "toy.yaml", "toy-job.sh", "toy-manifest.txt",
+                            PREFLIGHT_FILE, PREFLIGHT_SCRIPT])  # every engine's job gets the pre-flight
     assert (run_dir / "toy-job.sh").read_text() == f"#!/bin/sh\ntoy-train {run_dir}\n"
     assert os.stat(run_dir / "toy-job.sh").st_mode & stat.S_IXUSR  # a script is written executable
     assert not os.stat(run_dir / "toy-manifest.txt").st_mode & stat.S_IXUSR

@@ -52,7 +52,13 @@ print("SEEN", seen)
 def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_beats(tmp_path, capsys):
     from vdkit import faults
 
-    assert main(["render", *CELL, "--out", str(tmp_path / "runs")]) == 0
+    import tarfile
+
+    base = tmp_path / "base.nemo"  # the rank's pre-flight opens the base .nemo before NeMo's script starts
+    (tmp_path / "model_config.yaml").write_text("precision: bf16\n")
+    with tarfile.open(base, "w") as tar:
+        tar.add(tmp_path / "model_config.yaml", arcname="./model_config.yaml")
+    assert main(["render", *CELL, f"model.nemo_path={base}", "--out", str(tmp_path / "runs")]) == 0
     run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
     sbatch = (run_dir / "launch.sbatch").read_text()
     assert "vdkit_watchdog & WATCH_PID=$!" in sbatch and "export VDKIT_HEARTBEAT_DIR=" in sbatch
@@ -75,6 +81,12 @@ def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_be
     res = subprocess.run([argv[0], argv[1], line], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "VdkitHeartbeat" in res.stdout.split("CALLBACKS", 1)[1].splitlines()[0]  # found by Lightning itself
+    # issue 34: the same rank with its base gone refuses in one line, exit 2 (the recipe's fault), before NeMo's script
+    base.rename(tmp_path / "elsewhere.nemo")
+    gone = subprocess.run([argv[0], argv[1], line], env=env, capture_output=True, text=True, timeout=300)
+    assert gone.returncode == 2 and "CALLBACKS" not in gone.stdout, gone.stdout[-2000:] + gone.stderr[-2000:]
+    assert gone.stderr.strip().splitlines() == [gone.stderr.strip()] and f"model.nemo_path={base}" in gone.stderr
+    assert "no step trained" in gone.stderr
     seen = eval(res.stdout.split("SEEN", 1)[1].strip())  # noqa: S307 - our own script's list of lists
     # each step's start sees the previous step's progress; a save (every 2 steps) is phase 'save' until then
     assert [s[0] for s in seen] == [0, 1, 2, 3, 4]

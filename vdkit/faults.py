@@ -122,6 +122,15 @@ def read_faults(run_dir) -> List[dict]:
     return out
 
 
+def append_fault(run_dir, **fields) -> None:
+    """Add one fault to the run directory's record (the keys :func:`cause_text` and :func:`summary` read; the Slurm
+    batch shell writes the same line from its ``vdkit_failed``)."""
+    from vdkit.rundir import FAULTS_FILE
+
+    with open(Path(run_dir) / FAULTS_FILE, "a") as fh:
+        fh.write(json.dumps(fields) + "\n")
+
+
 def _set_aside(run_dir) -> List[str]:
     """Names of the checkpoints a resume found damaged and renamed (vdkit.recipes.common.trust)."""
     try:

@@ -39,6 +39,10 @@ STOP_SIGNALS = ("USR1", "TERM")
 # A rank that stopped cleanly before the end of the run (checkpoint written): continue it.
 # EX_TEMPFAIL from sysexits.h: "try again later".
 EXIT_STOPPED = 75
+# A rank or the pre-flight refused the recipe (a missing or wrong input, a file the stack refuses): the
+# recipe's fault, never restarted or retried (vdkit's UserError exit; vdkit.recipes.preflight.EXIT_REFUSED).
+EXIT_REFUSED = 2
+PREFLIGHT_PREFIX = "vdkit pre-flight: "  # how the pre-flight's one line starts (vdkit.recipes.preflight.PREFIX)
 # Seconds since the epoch after which a rank stops cleanly by itself (the launcher's budget for
 # this allocation: the time limit less the lead its stop needs). Unset: no budget.
 STOP_AT_ENV = "VDKIT_STOP_AT"
@@ -72,6 +76,9 @@ class JobSpec:
     ``srun --mpi=<cluster.mpi>``), otherwise they read the launcher's variables.
     ``runs_locally``: the engine's ranks can run as processes on this machine (its spec's ``runs_locally``).
     ``heartbeat``: the ranks write the heartbeat the launcher's hang watchdog reads (the spec's ``writes_heartbeat``).
+    ``preflight``: the argv the launcher runs once before the ranks (``python3 RUN/vdkit_preflight.py
+    RUN/preflight.json``, :mod:`vdkit.recipes.preflight`): exit :data:`EXIT_REFUSED` is the recipe's fault
+    (one line in the job's log; never restarted, never retried); empty: none.
     """
 
     argv: List[str]
@@ -82,3 +89,4 @@ class JobSpec:
     stop_signal: Optional[str] = PREEMPT_SIGNAL
     finished_line: Optional[str] = None
     heartbeat: bool = False  # the ranks write vdkit.faults' heartbeat files (the launcher may watch them)
+    preflight: Tuple[str, ...] = ()  # run once before the ranks: every input in place, room for the checkpoints

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, List, Optional
 
 from vdkit.errors import UserError
-from vdkit.jobspec import EXIT_STOPPED, STOP_SIGNALS, JobSpec
+from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, STOP_SIGNALS, JobSpec
 from vdkit.rundir import JOB_STATE_FILE, LOCAL_OUT_FILE as LOCAL_OUT
 
 STOP_GRACE_S = 10.0
@@ -152,7 +152,9 @@ def run(run_dir: Path, plan, command: List[str], terminal: Optional[BinaryIO] = 
     r = plan.recipe
     if r.run.secrets_file:  # the ranks inherit them (as a job's shell exports them); never written anywhere
         os.environ.update(read_secrets_file(r.run.secrets_file))
-    rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
+    rc = preflight(run_dir)
+    if rc == 0:
+        rc = launch_local(run_dir, r.world_size, r.cluster.gpus_per_node, terminal=terminal, command=command)
     word = COMPLETED if rc == 0 else (STOPPED if rc == EXIT_STOPPED else FAILED)  # STOPPED: `vdkit run --resume`
     state = {NAME: {"state": word, "exit_code": rc}}
     (Path(run_dir) / JOB_STATE_FILE).write_text(json.dumps(state) + "\n")
@@ -231,6 +233,30 @@ def _await_stop(procs: List[subprocess.Popen]):
         if p.returncode != EXIT_STOPPED:
             return rank, p.returncode
     return None
+
+
+def preflight(run_dir) -> int:
+    """The run dir's pre-flight (vdkit.recipes.preflight, as the Slurm batch shell runs it before srun): 0, or its one
+    line on stderr, a fault record (the recipe's: `vdkit status` shows it; never resumed by itself) and
+    :data:`EXIT_REFUSED`. A run dir rendered before the pre-flight existed has none: 0."""
+    from vdkit.faults import append_fault
+    from vdkit.rundir import PREFLIGHT_FILE, PREFLIGHT_SCRIPT
+
+    run_dir = Path(run_dir)
+    if not (run_dir / PREFLIGHT_SCRIPT).is_file():
+        return 0
+    proc = subprocess.run([sys.executable, str(run_dir / PREFLIGHT_SCRIPT), str(run_dir / PREFLIGHT_FILE)],
+                          capture_output=True, text=True, timeout=600)
+    line = (proc.stderr.strip().splitlines() or [""])[-1]
+    if proc.returncode == EXIT_REFUSED and line.startswith(PREFLIGHT_PREFIX):
+        print(line, file=sys.stderr, flush=True)
+        append_fault(run_dir, job=NAME, rc=EXIT_REFUSED, cause=line, why="the recipe's fault",
+                     **{"continue": f"vdkit run --resume {run_dir}"})
+        return EXIT_REFUSED
+    if proc.returncode:  # the checker itself failed: say so, and train (the ranks check their own inputs)
+        print(f"vdkit run: the pre-flight did not run (exit {proc.returncode}: {line}); the ranks start without it",
+              file=sys.stderr, flush=True)
+    return 0
 
 
 def launch_local(run_dir, world: int, per_node: int, terminal: Optional[BinaryIO] = None,

@@ -44,12 +44,48 @@ def job_spec(plan, run_dir: PathLike) -> JobSpec:
     and its side of the job contract (whether it catches the stop signals; its finished line)."""
     from vdkit.jobspec import PREEMPT_SIGNAL
 
+    import sys
+
+    from vdkit.rundir import PREFLIGHT_FILE, PREFLIGHT_SCRIPT
+
     engine = engine_of(plan)
     run_dir = Path(run_dir)
+    container = engine.container(plan, run_dir)
+    # The pre-flight runs where the launcher starts the job (Slurm: the batch shell on the first node, outside
+    # any container: the node's python3, standard library only; the container mounts the same paths there).
+    python = "python3" if container is not None else sys.executable
+    preflight = (python, str(run_dir / PREFLIGHT_SCRIPT), str(run_dir / PREFLIGHT_FILE))
     return JobSpec(argv=engine.command(plan, run_dir), env=engine.env(plan, run_dir),
-                   container=engine.container(plan, run_dir), pmi=engine.needs_pmi, runs_locally=engine.runs_locally,
+                   container=container, pmi=engine.needs_pmi, runs_locally=engine.runs_locally,
                    stop_signal=PREEMPT_SIGNAL if engine.catches_stop_signals else None,
-                   finished_line=engine.finished_line(plan), heartbeat=engine.writes_heartbeat)
+                   finished_line=engine.finished_line(plan), heartbeat=engine.writes_heartbeat, preflight=preflight)
+
+
+def preflight_files(plan, run_dir: PathLike) -> Dict[str, str]:
+    """The run dir's pre-flight (:mod:`vdkit.recipes.preflight`): its needs as ``preflight.json`` - the common set
+    (data.data_dir, data.tokenizer_model, a squashfs image, the run's secrets file), the engine's own (its base
+    model as its stack reads it, data files, tokenizer; same ``what``: the engine's wins) and the room the plan's
+    checkpoints need (vdkit.rundir.room_gb) - and the checker itself as ``vdkit_preflight.py``."""
+    import json
+
+    from vdkit.recipes import preflight
+    from vdkit.rundir import PREFLIGHT_FILE, PREFLIGHT_SCRIPT, checkpoint_dir, room_gb
+
+    kinds = {"data.data_dir": "data_dir", "data.tokenizer_model": "tokenizer", "run.secrets_file": "file"}
+    needs: Dict[str, tuple] = {}
+    for what, path, is_dir in _common_inputs(plan, run_dir):
+        kind = "image" if what.endswith("container_image") else kinds.get(what, "dir" if is_dir else "file")
+        needs[what] = (what, path, kind)
+    own = engine_of(plan).preflight(plan, run_dir)
+    for what, path, kind in own:
+        needs.pop(what, None)
+    listed = [dict(what=w, path=str(p), kind=k) for w, p, k in list(needs.values()) + own]
+    for need in listed:
+        if need["kind"] not in preflight.KINDS:
+            raise ValueError(f"pre-flight kind {need['kind']!r} of {need['what']} is not one of {preflight.KINDS}")
+    spec = {"run": str(run_dir), "needs": listed,
+            "room": {"path": str(checkpoint_dir(plan.recipe, run_dir)), "gb": round(room_gb(plan), 3)}}
+    return {PREFLIGHT_FILE: json.dumps(spec, indent=1) + "\n", PREFLIGHT_SCRIPT: Path(preflight.__file__).read_text()}
 
 
 # ----------------------------------------------------------------------------- local inputs
@@ -64,15 +100,24 @@ def local_inputs(plan, run_dir: PathLike) -> List[tuple]:
     """(what, path, must_be_dir) the job reads: data.data_dir, the engine's own inputs, a squashfs image."""
     r = plan.recipe
     engine = engine_of(plan)
+    wanted = [w for w in _common_inputs(plan, run_dir) if w[0] == "data.data_dir"] + engine.inputs(plan)
+    wanted += [w for w in _common_inputs(plan, run_dir)
+               if w[0] != "data.data_dir" and not any(x[0] == w[0] for x in wanted)]
+    return wanted
+
+
+def _common_inputs(plan, run_dir: PathLike) -> List[tuple]:
+    """(what, path, must_be_dir) every engine's job reads: data.data_dir, data.tokenizer_model, the run's
+    secrets file, a squashfs image."""
+    r = plan.recipe
     wanted = []
     if r.data.data_dir:
         wanted.append(("data.data_dir", r.data.data_dir, True))
-    wanted += engine.inputs(plan)
-    if r.data.tokenizer_model and not any(w == "data.tokenizer_model" for w, _, _ in wanted):
+    if r.data.tokenizer_model:
         wanted.append(("data.tokenizer_model", r.data.tokenizer_model, False))
     if r.run.secrets_file:  # read by the job's shell at run time; its names were checked at composition
         wanted.append(("run.secrets_file", r.run.secrets_file, False))
-    container = engine.container(plan, Path(run_dir))
+    container = engine_of(plan).container(plan, Path(run_dir))
     image = (container.image or "") if container is not None else ""
     if image.startswith("/") or image.startswith("./"):
         wanted.append((container.image_key, image, False))
@@ -91,10 +136,9 @@ def unchecked_inputs(plan, run_dir: PathLike, check_mounts: Optional[bool] = Non
 def check_results_room(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
     """Refuse a results directory (on this machine, under the ``check_mounts`` rule) that is not writable or
     has no room for the checkpoints the run keeps plus the one being written (vdkit.rundir holds the check)."""
-    from vdkit.recipes.common.checkpoint import KEEP
     from vdkit.rundir import check_results_room as check
 
-    check(plan, run_dir, KEEP + 1, check_mounts)
+    check(plan, run_dir, check_mounts)
 
 
 def check_local_paths(plan, run_dir: PathLike, check_mounts: Optional[bool] = None) -> None:
@@ -202,6 +246,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     if launcher.executes_here:
         engine.local_check(plan)
     files = engine.files(plan, run_dir)
+    files.update(preflight_files(plan, run_dir))
     files.update(launcher.files(plan, job, Path(run_dir)))
     files[PLAN_FILE] = plan_json(plan)
     return Prepared(plan, run_dir, files)

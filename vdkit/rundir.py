@@ -44,6 +44,8 @@ NEMO_CONFIG_FILE = "nemo.yaml"
 BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigContainer (what the ranks load)
 BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
+PREFLIGHT_FILE = "preflight.json"  # what the job's pre-flight checks (vdkit.recipes.preflight; vdkit.prepare writes it)
+PREFLIGHT_SCRIPT = "vdkit_preflight.py"  # the pre-flight itself, a copy of vdkit/recipes/preflight.py (no vdkit import)
 IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
 BRIDGE_IMPORT_FILE = IMPORT_FILE
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
@@ -82,7 +84,7 @@ def results_root(recipe, run_dir) -> Path:
     return Path(shared).expanduser() / run_dir.name
 
 
-def check_results_room(plan, run_dir, copies: int = 1, check_mounts: Optional[bool] = None) -> None:
+def check_results_room(plan, run_dir, check_mounts: Optional[bool] = None) -> None:
     """Refuse, before a run dir exists or a step is computed, a results directory the run could not checkpoint
     into: its nearest existing parent not a directory, not writable, or its file system without room for
     ``copies`` checkpoints of the plan's size. One-line UserError naming the path and the real cause.
@@ -111,11 +113,21 @@ def check_results_room(plan, run_dir, copies: int = 1, check_mounts: Optional[bo
         why = "read-only" if exc.errno == errno.EROFS else f"not writable ({exc.strerror})"
         raise UserError(f"checkpoints would go to {root}, but {probe} is {why}", fix) from None
     st = os.statvfs(probe)
-    free, need = st.f_bavail * st.f_frsize, copies * plan.checkpoint_gb * 1e9
+    free, need = st.f_bavail * st.f_frsize, room_gb(plan) * 1e9
     if free < need:
         raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, the run needs "
-                        f"{need / 1e9:,.2f} GB ({copies} x {plan.checkpoint_gb:,.3g} GB, the plan's checkpoint "
-                        f"size: the checkpoints kept plus the one being written)", fix + " (or free some space)")
+                        f"{need / 1e9:,.2f} GB (the plan's storage: the checkpoints kept plus the one being "
+                        f"written, at {plan.checkpoint_gb:,.3g} GB each)", fix + " (or free some space)")
+
+
+def room_gb(plan) -> float:
+    """The room the plan's checkpoints need (GB): its time plan's figure (vdkit.planner.checkpoint_policy.room_gb),
+    else retention's bound for a plan without one."""
+    if plan.time is not None:
+        return plan.time.room_gb
+    from vdkit.planner.checkpoint_policy import KEEP
+
+    return (KEEP + 1) * plan.checkpoint_gb
 
 
 def checkpoint_dir(recipe, run_dir) -> Path:

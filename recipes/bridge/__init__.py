@@ -25,6 +25,7 @@ from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE a
 from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE
 from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG, MCORE_VERSION  # noqa: F401  (the image <-> Bridge map)
 from vdkit.recipes.spec import EngineSpec
+from vdkit.recipes.preflight import TRACKERS as BASE_MARKERS  # what Bridge checks for (standard library only)
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 CONTAINER_PYTHON = "python"
@@ -91,9 +92,6 @@ def check(plan) -> None:
                             f"and set model.megatron_path=/path/to/{r.model.name}-bridge")
 
 
-BASE_MARKERS = ("latest_train_state.pt", "latest_checkpointed_iteration.txt")  # what Bridge checks for
-
-
 def local_check(plan) -> None:
     """Before a local run: packed sequences need TE's attention (GPU); the base checkpoint exists."""
     r = plan.recipe
@@ -116,6 +114,11 @@ def local_check(plan) -> None:
                             f"(no {' or '.join(BASE_MARKERS)})",
                             "point it at the directory `python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR` wrote "
                             "(OUT_DIR, the one holding iter_0000000/)")
+        from vdkit.recipes.preflight import FIXES, problem
+
+        why = problem("model.megatron_path", r.model.megatron_path, "megatron_checkpoint")  # the iteration it names too
+        if why:
+            raise UserError(why, FIXES["megatron_checkpoint"])
         if r.data.name != "synthetic":
             from vdkit.recipes.bridge.data import TRAIN_FILE, dataset_root
 
@@ -176,6 +179,24 @@ def inputs(plan) -> list:
         out.append(("model.megatron_path", r.model.megatron_path, True))
     if not r.data.tokenizer_model and r.model.hf_path and r.model.hf_path.startswith("/"):
         out.append(("model.hf_path (the staged tokenizer)", r.model.hf_path, True))
+    return out
+
+
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base as Bridge loads it (its tracker, the
+    iteration it names, that iteration's distributed checkpoint: without the tracker Bridge's SFT silently starts
+    from random weights, training/setup.py), the staged tokenizer, the JSONL files Bridge reads."""
+    r = plan.recipe
+    out = []
+    if r.method.name != "pretrain":
+        out.append(("model.megatron_path", r.model.megatron_path or "", "megatron_checkpoint"))
+    if not r.data.tokenizer_model and r.model.hf_path and r.model.hf_path.startswith("/"):
+        out.append(("model.hf_path (the staged tokenizer)", r.model.hf_path, "tokenizer"))
+    if r.method.name != "pretrain" and r.data.name != "synthetic" and r.data.kind == "sft" and r.data.data_dir:
+        from vdkit.recipes.bridge.data import TRAIN_FILE, VALIDATION_FILE
+
+        for name in (TRAIN_FILE,) + (() if r.timing else (VALIDATION_FILE,)):  # train mode validates
+            out.append((f"data.data_dir's {name}", str(PurePosixPath(r.data.data_dir) / name), "file"))
     return out
 
 
@@ -246,7 +267,7 @@ def make_base(recipe, directory) -> str:
 
 SPEC = EngineSpec(
     name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama providers, NVIDIA's performance settings)",
-    command=command, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
+    command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
     resume_check=resume_check, check_runs=check_runs, make_base=make_base,
     families=("llama",),
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",

@@ -1,43 +1,42 @@
 """A Megatron-Bridge training job from a ConfigContainer YAML: what every rank runs in the container.
 
 This file is copied into each run directory (``bridge_job.py``) and runs in NVIDIA's
-``nvcr.io/nvidia/nemo:26.02.01`` image as it is (Megatron-Bridge 0.3.1): it imports nothing from
-vdkit. One process per GPU (srun task); Bridge finds its rank from torchrun's or Slurm's variables.
+``nvcr.io/nvidia/nemo:26.02.01`` image as it is (Megatron-Bridge 0.3.1): it imports nothing from vdkit. One process
+per GPU (srun task); Bridge finds its rank from torchrun's or Slurm's variables.
 
     python bridge_job.py bridge.yaml
 
-It loads the file with Bridge's own ``ConfigContainer.from_yaml`` and runs Bridge's own loop
-(``pretrain()``; ``finetune()`` is the same call after checking there is a base model), with
-Bridge's GPT ``forward_step``. vdkit's local runner (``python -m vdkit.recipes.bridge.rank``) calls
-:func:`load` and :func:`run` the same way, after its CPU shim.
+It loads the file with Bridge's ``ConfigContainer.from_yaml`` and runs Bridge's loop (``pretrain()``; ``finetune()``
+is the same call after checking the base: the run dir's ``vdkit_preflight.py``, exit 2 without one) with its GPT
+``forward_step``; vdkit's local rank (``python -m vdkit.recipes.bridge.rank``) does the same after its CPU shim.
 
-The job contract (vdkit's, for every engine): USR1 (the launcher, before the time limit) or TERM,
-or the clock passing ``VDKIT_STOP_AT`` (epoch seconds): finish the step, checkpoint, exit
-:data:`EXIT_STOPPED`; exit 0 only when every step is done; started again, resume from the latest
-complete checkpoint. Bridge does the stopping itself - ``train.exit_signal_handler`` with
-``exit_signal`` USR1 (TERM is forwarded to it) and ``train.exit_duration_in_mins`` - and exits 0
-either way; this wrapper tells the two apart by the checkpointed iteration. Bridge 0.3.1 builds its
-``DistributedSignalHandler`` but never enters it (no OS handler: USR1 killed the rank; fixed upstream in
-NVIDIA-NeMo/Megatron-Bridge#3823): :class:`_EnterSignalHandler` enters it as training starts, and a
-stop asked for during start-up (model build, checkpoint load) is noted until then and passed on.
+The job contract (vdkit's, for every engine): USR1 (the launcher, before the time limit) or TERM, or the clock
+passing ``VDKIT_STOP_AT`` (epoch seconds): finish the step, checkpoint, exit :data:`EXIT_STOPPED`; exit 0 only when
+every step is done; started again, resume from the latest complete checkpoint. Bridge does the stopping itself -
+``train.exit_signal_handler`` with ``exit_signal`` USR1 (TERM is forwarded to it) and
+``train.exit_duration_in_mins`` - and exits 0 either way; this wrapper tells the two apart by the checkpointed
+iteration. Bridge 0.3.1 builds its ``DistributedSignalHandler`` but never enters it (no OS handler: USR1 killed the
+rank; fixed upstream in NVIDIA-NeMo/Megatron-Bridge#3823): :class:`_EnterSignalHandler` enters it as training
+starts, and a stop asked for during start-up (model build, checkpoint load) is noted until then and passed on.
 
-A weights-only end (the rendered ``checkpoint.save_optim``/``save_rng`` false: the plan expects nothing to
-resume from the end's save) is Bridge's one set of flags for every save, so a stop would write weights
-only and the next allocation resume without optimizer and RNG state (losses off the uninterrupted run's).
-:func:`weights_only_at_the_end` keeps the full state for every save and load, and applies the rendered
-flags as training ends (``on_train_end`` fires after the last step only: a stop has exited before it).
+A weights-only end (the rendered ``checkpoint.save_optim``/``save_rng`` false: the plan expects nothing to resume
+from the end's save) is Bridge's one set of flags for every save, so a stop would write weights only and the next
+allocation resume without optimizer and RNG state (losses off the uninterrupted run's): :func:`weights_only_at_the_end`
+keeps the full state for every save and load, and applies the rendered flags as training ends (``on_train_end``
+fires after the last step only: a stop has exited before it).
 
-Faults (vdkit's issue 27): each rank beats for the launcher's watchdog (``$VDKIT_HEARTBEAT_DIR``) through
-Bridge's callbacks (:func:`heartbeat_callback`: progress after every step, ``save`` while Bridge's save timers
-run), using the run dir's ``vdkit_heartbeat.py`` beside this file; the process groups time out after the
-launcher's ``$VDKIT_COLLECTIVE_TIMEOUT_S`` (:func:`collective_timeout`); before a resume, :func:`trust_latest`
-sets aside a damaged or incomplete latest checkpoint (renamed, never deleted) and resumes from the previous one.
+Faults (vdkit's issue 27): each rank beats for the launcher's watchdog (``$VDKIT_HEARTBEAT_DIR``) through Bridge's
+callbacks (:func:`heartbeat_callback`: progress after every step, ``save`` while Bridge's save timers run), using
+the run dir's ``vdkit_heartbeat.py`` beside this file; the process groups time out after the launcher's
+``$VDKIT_COLLECTIVE_TIMEOUT_S`` (:func:`collective_timeout`); before a resume, :func:`trust_latest` sets aside a
+damaged or incomplete latest checkpoint (renamed, never deleted) and resumes from the previous one.
 
-Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask
-cache (:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's
-CPU runs alike (both call :func:`run`).
+Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask cache
+(:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's CPU runs alike
+(both call :func:`run`).
 """
 import functools
+import importlib
 import inspect
 import os
 import shutil
@@ -45,7 +44,7 @@ import signal
 import sys
 import time
 
-EXIT_STOPPED = 75  # the contract's "stopped cleanly, continue me" (vdkit.jobspec; tests check they agree)
+EXIT_STOPPED, EXIT_REFUSED = 75, 2  # "stopped cleanly, continue me"; "the recipe's fault" (vdkit.jobspec; tested)
 STOP_AT_ENV = "VDKIT_STOP_AT"
 TRACKER = "latest_checkpointed_iteration.txt"  # Bridge's / Megatron's "latest complete checkpoint" file
 # The launcher's watchdog and process-group timeout (vdkit.faults' names; tests check they agree): each rank
@@ -259,8 +258,6 @@ def start_heartbeat():
     dir's vdkit_heartbeat.py beside this file; None when the launcher asked for none."""
     if not os.environ.get(HEARTBEAT_ENV):
         return None
-    import importlib
-
     try:
         module = importlib.import_module(HEARTBEAT_MODULE)  # sys.path[0]: this file's directory, the run dir
     except ImportError:
@@ -387,8 +384,15 @@ def run(cfg, callbacks=None, beat=None) -> int:
     from megatron.bridge.training.gpt_step import forward_step
     from megatron.bridge.training.pretrain import pretrain
 
-    if cfg.peft is not None and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
-        raise SystemExit("bridge_job: LoRA needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model)")
+    try:  # the pre-flight's checks: the run dir's copy beside this file (sys.path[0]) in the container, else vdkit's
+        check = importlib.import_module("vdkit_preflight")
+    except ImportError:
+        check = importlib.import_module("vdkit.recipes.preflight")
+    refused = check.bridge_base_refused(cfg)  # before Bridge builds anything: a fine-tune never trains random weights
+    if refused:
+        if _rank() == 0:
+            print(f"bridge_job: {refused}", file=sys.stderr, flush=True)
+        return EXIT_REFUSED
     save = cfg.checkpoint.save
     if save and _rank() == 0:
         trust_latest(save, lambda line: print(line, flush=True))
@@ -430,7 +434,7 @@ def main(argv=None):
 
 def refused(path, exc) -> int:
     """One line (rank 0) for a bridge.yaml Bridge's loader refuses (a syntax error, a misspelt key, a wrong
-    type); exit 2, which the batch shell reads as the recipe's fault and does not restart."""
+    type); exit 2 (EXIT_REFUSED), which the batch shell reads as the recipe's fault and does not restart."""
     if _rank() == 0:
         detail = " ".join(f"{type(exc).__name__}: {exc}".split())
         print(f"bridge_job: Bridge's ConfigContainer.from_yaml refuses {path}: {detail[:800]} (fix: correct the key "

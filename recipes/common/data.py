@@ -181,6 +181,17 @@ def check_inputs(recipe) -> None:
     load_tokenizer(recipe)
 
 
+def preflight_needs(recipe) -> List[Tuple[str, str, str]]:
+    """(what, path, "file") for each training JSONL file the kit's engines read, for the job's pre-flight
+    (vdkit.recipes.preflight); none for synthetic data (the run dir holds it)."""
+    d = recipe.data
+    if d.name == "synthetic" or d.kind != "sft" or not d.data_dir:
+        return []
+    from pathlib import PurePosixPath
+
+    return [("data.train_files", str(PurePosixPath(d.data_dir) / n), "file") for n in d.train_files]
+
+
 # ----------------------------------------------------------------------------- samples
 @dataclass(frozen=True)
 class Sample:

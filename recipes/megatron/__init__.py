@@ -84,6 +84,14 @@ def local_check(plan) -> None:
     check_inputs(plan.recipe)
 
 
+def preflight(plan, run_dir) -> list:
+    """The job's pre-flight (vdkit.recipes.preflight): the training JSONL files. (This engine loads no base model:
+    its methods train its own layout-independent seeded weights, docs/architecture.md.)"""
+    from vdkit.recipes.common.data import preflight_needs
+
+    return preflight_needs(plan.recipe)
+
+
 def container(plan, run_dir):
     """The image every rank runs in (engine.container_image), or None: the host's Python."""
     if not in_container(plan):
@@ -112,7 +120,7 @@ def check_runs(run_dirs) -> list:
 
 SPEC = EngineSpec(
     name="megatron", summary="megatron-core's GPTModel, schedules and optimizer, for real (CPU over gloo here, GPUs on a cluster)",
-    command=command, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
+    command=command, preflight=preflight, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
     families=("llama", "opt"),
     maps={"name": "run names", "num_layers": "TransformerConfig.num_layers", "hidden_size": "TransformerConfig.hidden_size",
           "ffn_hidden_size": "TransformerConfig.ffn_hidden_size",

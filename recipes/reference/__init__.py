@@ -78,6 +78,16 @@ def inputs(plan):
     return [("model.hf_path", hf, True)] if hf and hf.startswith("/") else []  # relative: absolute at the door
 
 
+def preflight(plan, run_dir):
+    """The job's pre-flight (vdkit.recipes.preflight): a local model.hf_path as transformers loads it (config.json and
+    weights: a missing one would be tried as a hub id offline), the training JSONL files."""
+    r = plan.recipe
+    out = [("model.hf_path", r.model.hf_path, "hf")] if r.model.hf_path and r.model.hf_path.startswith("/") else []
+    from vdkit.recipes.common.data import preflight_needs
+
+    return out + preflight_needs(r)
+
+
 MIN_ROOM = 4  # tokens a sample needs next to the virtual tokens (prompt, answer, EOS)
 
 
@@ -174,7 +184,7 @@ def check_runs(run_dirs) -> list:
 
 SPEC = EngineSpec(
     name="reference", summary="Lightning Fabric + transformers + peft (+ DeepSpeed): data parallel, DDP / FSDP / ZeRO-3",
-    command=command, check=check, inputs=inputs, env=env, container=container, local_check=local_check,
+    command=command, preflight=preflight, check=check, inputs=inputs, env=env, container=container, local_check=local_check,
     check_runs=check_runs,
     families=("llama", "opt"),
     maps={"name": "run names", "num_layers": "num_hidden_layers", "hidden_size": "hidden_size",

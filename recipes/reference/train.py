@@ -122,6 +122,20 @@ def _say_ds_start(sharding_kind: str, rank: int, stream):
     return time.monotonic()
 
 
+def check_base(recipe) -> None:
+    """A fine-tune from a local ``model.hf_path`` starts only from a Hugging Face model there (config.json and
+    weights): a missing one would reach transformers as a hub id (offline: a traceback, retried by the launcher).
+    UserError: one line, exit 2, the recipe's fault; no step trained. (No ``hf_path`` at all is the recipe's own
+    choice of seeded random weights: ``ModelCfg.hf_path``.)"""
+    from vdkit.recipes import preflight
+
+    hf = recipe.model.hf_path
+    why = preflight.base_problem("model.hf_path", hf, "hf") if hf and hf.startswith("/") else None
+    if why:
+        what, fix = why.rsplit(" (fix: ", 1)
+        raise UserError(what, fix[:-1])
+
+
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
 
@@ -148,6 +162,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
+    check_base(recipe)
     beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM (vdkit.recipes.reference): check_layout said so
 

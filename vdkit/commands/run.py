@@ -46,8 +46,11 @@ def with_local_defaults(overrides) -> list:
 
 def _finish(run_dir, rc: int) -> int:
     """Print the run dir (stdout) and, for a clean stop, how to continue; the verb's exit code."""
-    from vdkit.jobspec import EXIT_STOPPED
+    from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED
 
+    if rc == EXIT_REFUSED:  # the pre-flight or a rank refused the recipe (one line said why): the recipe's fault
+        print(run_dir, flush=True)
+        return EXIT_REFUSED
     if rc == EXIT_STOPPED:
         print(f"vdkit run: stopped cleanly after a checkpoint; continue with: vdkit run --resume {run_dir}",
               file=sys.stderr, flush=True)

@@ -91,6 +91,20 @@ class CheckpointCost:
     saves: int  # periodic + stops + the end's
     cost_s: float
     held_gb: float
+    room_gb: float = 0.0  # the most the checkpoint directory holds at once (:func:`room_gb`)
+
+
+def room_gb(policy: CheckpointPolicy, saves, checkpoint_gb: float) -> float:
+    """The room a run's checkpoint file system needs: the checkpoints it holds plus the one being written.
+
+    ``saves``: the run's saves (None: unknown, as many as retention allows). A stop's save can come to any
+    run (the time limit, a preemption), so even a timing run that plans none needs room for that one; a
+    train run holding :data:`KEEP` needs ``KEEP + 1`` while the next is written (retention removes the
+    oldest only after it). Counted at the full checkpoint's size (a stop's save carries the optimizer):
+    an upper bound. The one home of the figure: ``vdkit plan`` prints it, ``vdkit render`` checks it
+    (:func:`vdkit.rundir.check_results_room`) and every job's pre-flight checks it again (:mod:`vdkit.preflight`)."""
+    writes = policy.keep + 1 if saves is None else max(int(saves), 1)
+    return min(writes, policy.keep + 1) * checkpoint_gb
 
 
 def cost(policy: CheckpointPolicy, steps: int, allocations: int, checkpoint_gb: float, weights_gb: float,
@@ -104,4 +118,4 @@ def cost(policy: CheckpointPolicy, steps: int, allocations: int, checkpoint_gb: 
     end = 0 if policy.final == "none" else 1
     saves = periodic + stops + end
     held = min(saves, policy.keep) * size
-    return CheckpointCost(saves, saves * size * write_s_per_gb, held)
+    return CheckpointCost(saves, saves * size * write_s_per_gb, held, room_gb(policy, saves, checkpoint_gb))

@@ -88,6 +88,7 @@ class TimePlan:
     async_save: bool = False  # periodic saves written in the background where the engine can
     final: str = "full"  # the end's checkpoint: none | full | weights (vdkit.planner.checkpoint_policy)
     held_gb: float = 0.0  # checkpoint storage the run holds at its end
+    room_gb: float = 0.0  # room its checkpoint file system needs: held + the one being written (checkpoint_policy.room_gb)
 
     @property
     def policy(self) -> checkpoint_policy.CheckpointPolicy:
@@ -181,7 +182,8 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
                         pol.every_n_steps, pol.every_source, 0, 0.0, 0, None, limit,
                         "pinned" if pinned_limit else "partition maximum", max_min, None,
                         note=_no_prediction_note(plan, pinned_limit), site=site, mode=r.run.mode,
-                        val_every=r.val_every, keep=pol.keep, async_save=pol.async_save, final=pol.final)
+                        val_every=r.val_every, keep=pol.keep, async_save=pol.async_save, final=pol.final,
+                        room_gb=checkpoint_policy.room_gb(pol, None, plan.checkpoint_gb))  # allocations unknown
     # Cadence first (vdkit.planner.checkpoint_policy; it does not depend on the allocations), then the
     # allocations, then what the end saves.
     every = checkpoint_policy.decide(r, step_s, write_s, 0).every_n_steps
@@ -224,7 +226,8 @@ def time_plan(plan, step_s: Optional[float] = None) -> TimePlan:
     return TimePlan(True, steps, step_s, plan.checkpoint_gb, write_s, startup_s, lead, every, pol.every_source,
                     checkpoints, cost, allocations, wall, limit, time_source, max_min, lost, note, site,
                     mode=r.run.mode, val_every=r.val_every, validation_s=steps * validation_s, keep=pol.keep,
-                    async_save=pol.async_save, final=pol.final, held_gb=spent.held_gb)
+                    async_save=pol.async_save, final=pol.final, held_gb=spent.held_gb,
+                    room_gb=spent.room_gb)
 
 
 def hms(seconds: float) -> str:
@@ -268,7 +271,7 @@ def describe(tp: TimePlan) -> list:
     lines.append(f"  cadence     checkpoint {every}{cost}{lost}{end}")
     if tp.predicted and tp.wall_s:
         lines.append(f"  storage     {tp.checkpoints} checkpoint(s) written, at most {tp.keep} kept: {tp.held_gb:,.1f} GB "
-                     "held at the end")
+                     f"held at the end; room for {tp.room_gb:,.1f} GB (held + the one being written)")
     if tp.site:
         lines.append("  site        " + ", ".join(f"cluster.{k}={v:g}" for k, v in tp.site.items())
                      + " (the site's facts: docs/cluster-guide.md)")
