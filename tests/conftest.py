@@ -9,6 +9,7 @@ fixture are marked ``slurm`` automatically (select or drop them with ``-m slurm`
 """
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -60,3 +61,22 @@ def nemo_venv():
         return venv.create()
     except Exception as exc:  # noqa: BLE001 - pip's or venv's failure, named
         pytest.fail(f"cannot make NeMo {venv.NEMO_VERSION}'s venv at {venv.location()}: {exc}")
+
+
+@pytest.fixture
+def fake_kubectl(tmp_path, monkeypatch):
+    """A kubectl that records its argv (JSON lines) and answers ``get`` with $FAKE_STATE."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
+    bin_dir.mkdir()
+    (bin_dir / "kubectl").write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        "if sys.argv[1] == 'get': print(os.environ.get('FAKE_STATE', ''), end='')\n"
+        "elif '--dry-run=server' in sys.argv: print('rayjob.ray.io/x created (server dry run)')\n"
+        "else: print('rayjob.ray.io/x created')\n")
+    (bin_dir / "kubectl").chmod(0o755)
+    config = tmp_path / "kubeconfig"
+    config.write_text("apiVersion: v1\nkind: Config\n")
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    return lambda: [json.loads(line) for line in log.read_text().splitlines()]

@@ -244,3 +244,12 @@ def toy_engine_module(module_name: str, engine_name: str = "toy", **spec):
     mod.SPEC = dataclasses.replace(base, **{"name": engine_name, **{h: None for h in HOOKS}, "runtime_modules": (),
                                             "extra": "", **spec})
     return mod
+
+
+# The Kubernetes launcher's smallest recipe (a CPU RayJob) and its shared volume (tests/test_k8s_launcher.py, test_runs.py).
+K8S_TINY = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=k8s_cpu"]
+
+
+def k8s_vols(tmp_path) -> str:
+    """The cluster.kubernetes.storage override mounting ``tmp_path`` at the same path (a hostPath)."""
+    return f"cluster.kubernetes.storage=[{{mount_path:'{tmp_path}',host_path:'{tmp_path}'}}]"

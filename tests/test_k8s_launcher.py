@@ -12,11 +12,7 @@ import yaml
 
 from vdkit.cli import main
 
-TINY = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=k8s_cpu"]
-
-
-def vols(tmp_path) -> str:
-    return f"cluster.kubernetes.storage=[{{mount_path:'{tmp_path}',host_path:'{tmp_path}'}}]"
+from helpers import K8S_TINY as TINY, k8s_vols as vols  # fake_kubectl: a conftest fixture
 
 
 def one_line_error(capsys, argv, text, out_dir: Path):
@@ -97,23 +93,6 @@ def test_status_without_a_kubeconfig_says_so(tmp_path, capsys, monkeypatch):
     assert len(err.splitlines()) == 1 and "no kubeconfig here" in err
 
 
-@pytest.fixture
-def fake_kubectl(tmp_path, monkeypatch):
-    """A kubectl that records its argv (JSON lines) and answers ``get`` with $FAKE_STATE."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
-    bin_dir.mkdir()
-    (bin_dir / "kubectl").write_text(
-        "#!/usr/bin/env python3\nimport json, os, sys\n"
-        f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "if sys.argv[1] == 'get': print(os.environ.get('FAKE_STATE', ''), end='')\n"
-        "elif '--dry-run=server' in sys.argv: print('rayjob.ray.io/x created (server dry run)')\n"
-        "else: print('rayjob.ray.io/x created')\n")
-    (bin_dir / "kubectl").chmod(0o755)
-    config = tmp_path / "kubeconfig"
-    config.write_text("apiVersion: v1\nkind: Config\n")
-    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("KUBECONFIG", str(config))
-    return lambda: [json.loads(line) for line in log.read_text().splitlines()]
 
 
 def test_submit_applies_the_manifest_and_status_reads_the_job(tmp_path, capsys, monkeypatch, fake_kubectl):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers import make_run
-from test_k8s_launcher import TINY, fake_kubectl, vols  # noqa: F401 - fake_kubectl is a fixture
+from helpers import K8S_TINY as TINY, k8s_vols as vols  # fake_kubectl: a conftest fixture
 from vdkit.cli import main
 
 LOCAL = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local", "train.max_steps=40"]
