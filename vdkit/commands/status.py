@@ -72,6 +72,6 @@ def run_status(args) -> int:
         return rc
     states = [launcher.status(run_dir if run_dir is not None else job) for launcher, run_dir, job in targets]
     for (launcher, run_dir, job), state in zip(targets, states):  # all answered before any output
-        notes = [holder_note(run_dir), fault_summary(run_dir)] if run_dir is not None else []
+        notes = [holder_note(run_dir), fault_summary(run_dir, job, state)] if run_dir is not None else []
         print(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
     return 0
