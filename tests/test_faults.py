@@ -7,6 +7,9 @@ faults are real where this machine allows: SIGKILL / SIGSTOP of a rank process, 
 rank killed, bytes of the latest checkpoint cut or flipped (megatron's: the newest step's rank file beside its
 .sha256), a tmpfs that fills, Slurm's TERM to every process of the job, slurmctld stopped while the batch shell
 hands over. Each test prints one row of the note's table: fault | continued | steps redone | status said.
+The SIGKILL comes at three timings (mid-step, during a save, just after one: tests/fault_kill.py), each with a
+process of the failed job holding the run dir's lock after its batch shell exited (issue 37: the successor used
+to refuse it and the run stopped for good); benchmarks/bench_recovery.py repeats them, idle and loaded.
 
 Speed (CI's budget): the scenarios that leave the cluster alone run at once on the six emulated nodes (one
 module fixture starts each in a thread; each test waits for its own and re-raises its failure, so a failure
