@@ -16,6 +16,13 @@ What the batch shell (outside any container, on the first node) does besides con
   (``--dependency=afterany``): it resumes from the last good checkpoint (the engines verify it), without
   any node a dead rank was blamed on (``--exclude``, from ``excluded_nodes``).
 - **Submitting the successor** (:func:`submit_lines`) retries with back-off while the controller is away.
+- **The hand-over** (:func:`handover_lines`): Slurm counts a job as ended, and starts its ``afterany``
+  successor, when the batch shell exits; a process of that job that inherited the lock may still hold it
+  (slurmstepd ends it a moment later, or a process left the job's process group). A successor the run
+  chained after the lock's holder waits for it (``Limits.handover_wait_s``), and if it is still held then,
+  that is the successor's own failure to start: recorded and restarted like any fault (bounded by
+  ``cluster.max_restarts``), or the run stops with the record saying why and how to continue. Any other
+  job that finds the lock held (a second ``sbatch``) is refused at once.
 
 Why a new allocation rather than srun again inside this one: the allocation holds exactly
 ``cluster.nodes`` nodes, so a dead node cannot be left out of it, and a node that Slurm has not yet
@@ -129,6 +136,40 @@ def submit_lines(run_dir, limits: faults.Limits) -> List[str]:
         "    delay=$((delay * 2)); [ $delay -gt 60 ] && delay=60",
         "  done",
         '  rm -f "$err"; return 1',
+        "}",
+    ]
+
+
+def handover_lines(run_dir, limits: faults.Limits) -> List[str]:
+    """``vdkit_handover``: the run dir's lock is held; 0 once this successor has it, 1 to refuse at once.
+
+    The holder (the lock file's ``slurm P``) is this job's predecessor when ``P`` precedes this job in
+    ``job_id.txt`` and either a fault record names this job as the next of a failed job (the restart chain)
+    or Slurm no longer runs ``P`` (a stop's or the time limit's hand-over: ``afterany`` starts this job only
+    after P). A second submit while ``P`` runs is neither. After ``handover_wait_s`` the successor records
+    its failure to start (``vdkit_failed``: restarted while restarts are left) and exits 1."""
+    from vdkit.rundir import FAULTS_FILE, JOB_ID_FILE, LOCK_FILE
+    from vdkit.runlock import LOCK_FD
+
+    run = shlex.quote(str(run_dir))
+    wait = limits.handover_wait_s
+    return [
+        "vdkit_handover() {  # the run dir's lock is held: wait for the predecessor's last processes, or refuse",
+        f'  local prev; prev=$(cat {run}/{LOCK_FILE} 2>/dev/null || true); prev=${{prev#slurm }}',
+        '  case "$prev" in ""|*[!0-9]*) return 1 ;; esac',
+        '  [ "$prev" != "$SLURM_JOB_ID" ] || return 1',
+        rf'  sed -n "/^$prev\$/,\$p" {run}/{JOB_ID_FILE} 2>/dev/null | grep -qx "$SLURM_JOB_ID" || return 1  # after it',
+        f'  if ! grep -qsE "\"next\": \"$SLURM_JOB_ID\"" {run}/{FAULTS_FILE}; then  # not a restart: has P ended?',
+        '    case "$(squeue -h -j "$prev" -o %T 2>/dev/null || true)" in',
+        "      *RUNNING*|*PENDING*|*SUSPENDED*|*CONFIGURING*|*RESIZING*|*REQUEUE*) return 1 ;;",
+        "    esac",
+        "  fi",
+        f'  echo "vdkit: job $prev has ended but its last processes still hold the run directory; job $SLURM_JOB_ID '
+        f'waits up to {wait} s for them" >&2',
+        f"  flock -w {wait} {LOCK_FD} && return 0",
+        f'  vdkit_failed 1 "job $SLURM_JOB_ID did not start: the run directory was still held by processes of job '
+        f'$prev {wait} s after it ended"',
+        "  exit 1",
         "}",
     ]
 

@@ -34,6 +34,7 @@ from vdkit import fabric
 from vdkit.errors import UserError
 from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
 from vdkit.slurm import env as slurm_env
+from vdkit.runlock import LOCK_FD, lock_lines
 
 # SIGNAL_NAME goes to the batch shell only (B:): the shell forwards it to engines that catch it
 # (vdkit.recipes.preemption); NeMo's ranks never get it (Lightning's handler would run scontrol).
@@ -105,13 +106,14 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     """The script's setup lines (everything before srun)."""
     r = plan.recipe
     q = shlex.quote
-    from vdkit.runlock import lock_lines
 
     run = q(str(run_dir))
     from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE
 
     times = plan.time
-    lines = ["set -euo pipefail", ""] + lock_lines(run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}") + [
+    # The recovery functions come first: a successor that cannot take the lock records that as a fault
+    lines = ["set -euo pipefail", ""] + recovery_functions(plan, run_dir, job) + lock_lines(
+        run_dir, "slurm", f"${{{slurm_env.JOB_ID_VAR}:-?}}", on_held="vdkit_handover") + [
         f"export {STOP_AT_ENV}=$(( $(date +%s) + {times.stop_after_s} ))  # the ranks' own budget: stop cleanly by then",
         "# This job in the run's record (`vdkit status RUN_DIR` after a plain sbatch too)",
         f'grep -qx "$SLURM_JOB_ID" {run}/{JOB_ID_FILE} 2>/dev/null || echo "$SLURM_JOB_ID" >> {run}/{JOB_ID_FILE}',
@@ -205,7 +207,7 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
 
     lines = ["STEP_PID=$!"]
     if job.heartbeat:
-        lines += ["vdkit_watchdog & WATCH_PID=$!"]
+        lines += [f"vdkit_watchdog {LOCK_FD}>&- & WATCH_PID=$!  # without the run dir's lock (its sleep may outlive us)"]
     lines += [
         "rc=0",
         "while :; do  # a trapped signal interrupts `wait`: wait for the step again",
@@ -267,6 +269,7 @@ def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
     if job.heartbeat:
         lines += recovery.watchdog_lines(r.world_size, fault_limits(plan))
     lines += recovery.submit_lines(run_dir, fault_limits(plan)) + recovery.term_lines(run_dir)
+    lines += recovery.handover_lines(run_dir, fault_limits(plan))
     lines += recovery.failure_lines(run_dir, checkpoint_dir(r, run_dir), r.cluster.max_restarts, _echo)
     return lines + [""]
 
@@ -302,10 +305,11 @@ def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
 
     run_dir = str(run_dir)
     params = sbatch_parameters(plan, run_dir)
-    command = "\n".join(recovery_functions(plan, run_dir, job) + preflight_lines(job) + [
-        "# The step runs in the background so that this shell can take Slurm's signals",
+    command = "\n".join(preflight_lines(job) + [
+        "# The step runs in the background so that this shell can take Slurm's signals; srun does not inherit the",
+        "# run dir's lock (a process that outlived this shell would hold it from the successor: vdkit.runlock)",
         f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
         f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}; vdkit_on_term' TERM",
-        _srun_text(srun_argv(plan, run_dir, job)) + " &"] + continuation_lines(plan, run_dir, job))
+        _srun_text(srun_argv(plan, run_dir, job)) + f" {LOCK_FD}>&- &"] + continuation_lines(plan, run_dir, job))
     return _make_sbatch_string(command=command, folder=run_dir,
                                setup=body_lines(plan, run_dir, job), use_srun=False, **params)

@@ -7,6 +7,9 @@ faults are real where this machine allows: SIGKILL / SIGSTOP of a rank process, 
 rank killed, bytes of the latest checkpoint cut or flipped (megatron's: the newest step's rank file beside its
 .sha256), a tmpfs that fills, Slurm's TERM to every process of the job, slurmctld stopped while the batch shell
 hands over. Each test prints one row of the note's table: fault | continued | steps redone | status said.
+The SIGKILL comes at three timings (mid-step, during a save, just after one: tests/fault_kill.py), each with a
+process of the failed job holding the run dir's lock after its batch shell exited (issue 37: the successor used
+to refuse it and the run stopped for good); benchmarks/bench_recovery.py repeats them, idle and loaded.
 
 Speed (CI's budget): the scenarios that leave the cluster alone run at once on the six emulated nodes (one
 module fixture starts each in a thread; each test waits for its own and re-raises its failure, so a failure
@@ -36,6 +39,7 @@ from typing import Tuple
 
 import pytest
 
+from fault_kill import batch_shell_lock, kill_at, rank_pids as _ranks, release_when_waited
 from vdkit.slurm import submit as sub
 
 WATCHDOG = ("cluster.heartbeat_timeout_s=8", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5")
@@ -95,22 +99,6 @@ def _steps(run_dir, job_id) -> list:
 
     path = Path(run_dir) / f"slurm-{job_id}.out"
     return [r.step + 1 for r in parse_text_log(path).steps] if path.exists() else []
-
-
-def _ranks(run_dir, engine):
-    """{SLURM_PROCID: pid} of the run's rank processes on this machine."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"vdkit.recipes.{engine}".encode() in cmd and str(run_dir).encode() in cmd:
-            for item in env:
-                if item.startswith(b"SLURM_PROCID="):
-                    found[int(item.split(b"=")[1])] = int(pid)
-    return found
 
 
 def _wait_for(what, pred, timeout=180, run_dir=None):
@@ -181,16 +169,29 @@ def _freeze(run_dir, cell, ckpt_dir) -> dict:
 
 
 # ----------------------------------------------------------------------------- the scenarios
-def _sigkilled_rank(tmp_path, cell):
+def _sigkilled_rank(tmp_path, cell, timing="step"):
+    """A rank SIGKILLed at ``timing`` (tests/fault_kill.py: mid-step, during a save, just after one) while a
+    process of the failed job still holds the run dir's lock after its batch shell has exited (issue 37: the
+    successor refused it and the run stopped for good): the successor waits for it, and the run finishes."""
+    from vdkit.rundir import checkpoint_dir, load_recipe
+
     run_dir, _ = cell.submit(tmp_path)
-    _at(run_dir, cell.inject_at)
-    os.kill(_ranks(run_dir, cell.engine)[1], signal.SIGKILL)
+    _at(run_dir, cell.inject_at if timing == "step" else cell.inject_at - cell.every)
+    held = batch_shell_lock(run_dir)
+    assert held is not None, "no process holds the run dir's lock"
+    failed = _current_job(run_dir)
+    try:
+        victim = kill_at(run_dir, cell.engine, checkpoint_dir(load_recipe(run_dir), run_dir), timing)
+    except BaseException:
+        os.close(held)
+        raise
+    waited = release_when_waited(run_dir, held, failed, sub.job_ids)
     figures = _finish(run_dir, cell.max_steps)
-    assert "rank 1 on xe9680-" in figures["status"] and "killed (SIGKILL: out of memory?)" in figures["status"]
+    assert f"rank {victim} on xe9680-" in figures["status"] and "killed (SIGKILL: out of memory?)" in figures["status"]
     from vdkit.faults import read_faults
 
     assert f"restart {len(read_faults(run_dir))} of 3" in figures["status"] and figures["redone"] >= 0
-    return _row("rank SIGKILLed", cell, figures)
+    return _row(f"rank SIGKILLed ({timing}; a straggler held the lock: {waited.split(': ', 1)[-1]})", cell, figures)
 
 
 def _damaged_checkpoint(tmp_path, cell, damage):
@@ -315,7 +316,10 @@ SCENARIOS = {"sigkill": _sigkilled_rank, "truncated": lambda t, c: _damaged_chec
              "bit-flipped": lambda t, c: _damaged_checkpoint(t, c, "bit-flipped"), "hang": _hung_rank,
              "term": _term_at_the_limit, "disk": _full_disk}
 AT_ONCE = {**{f"{name}-{engine}": (fn, cell) for name, fn in SCENARIOS.items() for engine, cell in CELLS.items()},
-           "cancel-reference": (_cancelled, REFERENCE)}
+           "cancel-reference": (_cancelled, REFERENCE),
+           # The other kill timings (issue 37), one short run each: the rank killed during a save, just after one
+           **{f"sigkill-{timing}-{engine}": (lambda t, c, timing=timing: _sigkilled_rank(t, c, timing), cell)
+              for timing in ("save", "after-save") for engine, cell in CELLS.items()}}
 NEEDS_MEGATRON = pytest.mark.skipif(not HAVE_MEGATRON, reason="megatron-core not installed")
 
 
@@ -360,7 +364,8 @@ def _result(scenarios, name):
         print(row)
 
 
-@pytest.mark.parametrize("scenario", _each_engine("sigkill"))
+@pytest.mark.parametrize("scenario", _each_engine("sigkill") + _each_engine("sigkill-save")
+                         + _each_engine("sigkill-after-save"))
 def test_a_sigkilled_rank_is_restarted_from_the_last_checkpoint(scenario, scenarios):
     _result(scenarios, scenario)
 

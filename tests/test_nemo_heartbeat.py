@@ -61,7 +61,7 @@ def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_be
     assert main(["render", *CELL, f"model.nemo_path={base}", "--out", str(tmp_path / "runs")]) == 0
     run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])
     sbatch = (run_dir / "launch.sbatch").read_text()
-    assert "vdkit_watchdog & WATCH_PID=$!" in sbatch and "export VDKIT_HEARTBEAT_DIR=" in sbatch
+    assert "vdkit_watchdog 9>&- & WATCH_PID=$!" in sbatch and "export VDKIT_HEARTBEAT_DIR=" in sbatch
     # the rank command, as srun runs it: bash -c '<PYTHONPATH=callbacks...> exec python -u <NeMo script> ...'
     from vdkit.recipes import engines
     from vdkit.rundir import load_plan

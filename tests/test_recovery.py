@@ -6,6 +6,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ def rendered(tmp_path, capsys):
 
 def _functions(run_dir: Path) -> str:
     text = (run_dir / "launch.sbatch").read_text()
-    return text[text.index("# Recovery"):text.index("# The step runs in the background")]
+    return text[text.index("# Recovery"):text.index("# The run's state files must be regular files")]
 
 
 def _shell(run_dir, tmp_path, body, sbatch_script='echo "4242;cluster"', env=None):
@@ -50,7 +52,7 @@ def test_the_script_traps_term_and_usr1_and_is_valid_bash(rendered):
     text = (run_dir / "launch.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(run_dir / "launch.sbatch")]).returncode == 0
     assert re.search(r"trap '.*' USR1$", text, re.M) and re.search(r"trap '.*' TERM$", text, re.M)
-    assert "vdkit_watchdog & WATCH_PID=$!" in text and "export VDKIT_COLLECTIVE_TIMEOUT_S=" in text
+    assert "vdkit_watchdog 9>&- & WATCH_PID=$!" in text and "export VDKIT_COLLECTIVE_TIMEOUT_S=" in text
     timeout = int(re.search(r"VDKIT_COLLECTIVE_TIMEOUT_S=(\d+)", text).group(1))
     assert 60 < timeout < 1800  # from the plan: above the watchdog's limits, below torch's 30 minutes
 
@@ -194,3 +196,126 @@ def test_the_record_names_the_last_complete_checkpoint_in_each_engines_naming(en
     assert r.returncode == 0, r.stderr
     assert json.loads((run_dir / "faults.jsonl").read_text())["last_step"] == want
     assert f"(step {want or 0})" in r.stderr
+
+
+# ----------------------------------------------------------------------------- the hand-over (issue 37)
+def _hold_lock(run_dir, seconds):
+    """A process that holds ``run_dir``'s lock for ``seconds`` (a predecessor's last process); returns once held."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(run_dir / "run.lock"), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _successor(run_dir, tmp_path, squeue="", flock_wait_fails=False, jobs="30 77"):
+    """Job 77's start (the recovery functions, then the lock lines) after job 30 in the run dir's record, with
+    stand-in squeue (printing ``squeue``) and, optionally, a flock whose bounded wait fails at once."""
+    from vdkit.runlock import lock_lines
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "squeue").write_text(f"#!/bin/bash\necho '{squeue}'\n")
+    if flock_wait_fails:
+        (bin_dir / "flock").write_text(f'#!/bin/bash\n[ "$1" = -w ] && {{ echo "$2" > {tmp_path}/waited; exit 1; }}\n'
+                                       'exec /usr/bin/flock "$@"\n')
+    for tool in ("squeue", "flock"):
+        if (bin_dir / tool).exists():
+            (bin_dir / tool).chmod(0o755)
+    (run_dir / "job_id.txt").write_text("".join(f"{j}\n" for j in jobs.split()))
+    (run_dir / "run.lock").write_text("slurm 30\n")
+    body = "\n".join(lock_lines(run_dir, "slurm", "${SLURM_JOB_ID:-?}", on_held="vdkit_handover")) + "\necho started"
+    start = time.monotonic()
+    res = _shell(run_dir, tmp_path, body)
+    return res, time.monotonic() - start
+
+
+def _restart_record(run_dir, job="30", nxt="77"):
+    (run_dir / "faults.jsonl").write_text(json.dumps({"job": job, "rc": 137, "rank": "1", "node": "xe9680-2",
+                                                      "cause": "killed", "last_step": "60", "restart": 1,
+                                                      "max_restarts": 3, "next": nxt, "why": "",
+                                                      "continue": "sbatch x"}) + "\n")
+
+
+def test_a_successor_waits_for_its_predecessors_last_process_then_starts(rendered, tmp_path):
+    """Job 30's straggler still holds the inherited lock when its restart (job 77) starts: 77 waits, then trains."""
+    run_dir = rendered("cluster.kill_grace_s=1")  # a wait of 12 s
+    _restart_record(run_dir)
+    holder = _hold_lock(run_dir, 2)
+    try:
+        res, took = _successor(run_dir, tmp_path, squeue="COMPLETING")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 0 and res.stdout.strip() == "started", res.stderr
+    assert "job 30 has ended but its last processes still hold the run directory; job 77 waits up to 12 s" \
+        in res.stderr
+    assert 1 < took < 12 and (run_dir / "run.lock").read_text() == "slurm 77\n"
+
+
+def test_a_stop_hand_over_waits_too_but_a_second_submit_is_refused_at_once(rendered, tmp_path):
+    """Without a restart record the holder must have ended (a stop's successor); a job submitted while it runs,
+    or one the run never chained (a plain second sbatch), is refused at once, naming the holder."""
+    run_dir = rendered("cluster.kill_grace_s=1")
+    holder = _hold_lock(run_dir, 30)
+    try:
+        res, took = _successor(run_dir, tmp_path, squeue="RUNNING")
+        assert res.returncode == 1 and "started" not in res.stdout and took < 5
+        assert res.stderr.strip() == ("vdkit: the run directory is held by slurm 30; job 77 did not start: wait for "
+                                      "that job or cancel it, or render a new run dir")
+        _restart_record(run_dir, nxt="78")  # a record naming another job is not this job's hand-over
+        res, took = _successor(run_dir, tmp_path, squeue="RUNNING")
+        assert res.returncode == 1 and took < 5
+        (run_dir / "faults.jsonl").unlink()
+        res, _ = _successor(run_dir, tmp_path, squeue="COMPLETING", flock_wait_fails=True)
+        assert "job 30 has ended" in res.stderr  # ended: a stop's successor waits
+        _restart_record(run_dir)
+        res, took = _successor(run_dir, tmp_path, squeue="COMPLETING", jobs="30")  # never chained: a plain sbatch
+        assert res.returncode == 1 and took < 5 and "did not start: wait for that job" in res.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize("restarts_left", [True, False])
+def test_a_successor_that_cannot_take_the_lock_is_a_fault_the_recovery_handles(restarts_left, rendered, tmp_path):
+    """Still held after the bounded wait: job 77 records its own failure to start and is restarted while
+    cluster.max_restarts allows; else the record says the run stopped, why, and the command that continues it."""
+    run_dir = rendered("cluster.kill_grace_s=1", f"cluster.max_restarts={3 if restarts_left else 1}")
+    _restart_record(run_dir)
+    holder = _hold_lock(run_dir, 30)
+    try:
+        res, _ = _successor(run_dir, tmp_path, squeue="", flock_wait_fails=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert res.returncode == 1 and "started" not in res.stdout
+    assert (tmp_path / "waited").read_text().strip() == "12"
+    last = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines()][-1]
+    assert last["job"] == "77" and last["cause"].startswith("job 77 did not start: the run directory was still held "
+                                                            "by processes of job 30 12 s after it ended")
+    from vdkit.faults import summary
+
+    if restarts_left:
+        assert (last["restart"], last["next"]) == (2, "4242") and "--dependency=afterany:77" in \
+            (tmp_path / "sbatch.args").read_text()
+        assert "restart 2 of 3: job 4242 continues" in res.stderr
+    else:
+        assert (last["restart"], last["next"]) == (0, "") and not (tmp_path / "sbatch.args").exists()
+        line = summary(run_dir, "77", "FAILED exit=1:0")
+        assert "job 77 did not start" in line and "not restarted (1 restart(s) used" in line
+        assert f"continue: sbatch {run_dir}/launch.sbatch" in line and "continues" not in line
+
+
+def test_status_says_a_chain_stopped_when_the_named_successor_failed(tmp_path):
+    """The record named job 31 as the restart, and job 31 failed without a record of its own: the run has stopped,
+    and the line says so with the continue command, never 'job 31 continues'."""
+    from vdkit.faults import summary
+
+    _restart_record(tmp_path, nxt="31")
+    line = summary(tmp_path, "31", "FAILED exit=1:0")
+    assert "job 31 continues" not in line
+    assert "job 31 ended (FAILED exit=1:0) without continuing the run: the run has stopped; continue: sbatch x" in line
+    assert "job 31 continues" in summary(tmp_path, "31", "RUNNING")  # while it runs it does
+    assert "job 31 continues" in summary(tmp_path, "31", "PENDING")

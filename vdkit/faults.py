@@ -32,6 +32,8 @@ DEAD_AFTER_S = 20  # a rank whose heartbeat is this old is dead or stopped (10 m
 KILL_GRACE_S = 10  # after killing the step, the watchdog waits this long for srun before killing srun itself
 RESTART_DELAY_S = 30  # a successor that excludes a node starts this long after the failure (sbatch --begin=now+N):
 #                       the failed job may stay COMPLETING until Slurm declares the node down, so no dependency
+HANDOVER_FACTOR = 12  # a successor waits up to this many kill graces (120 s by default) for the last processes of
+#                       the job it was chained after to release the run dir's lock (vdkit.slurm.recovery.handover_lines)
 HANG_FACTOR = 10  # no progress for this many step times is a hang (NVRx's default section timeouts are coarser)
 HANG_MIN_S = 60  # ... but never less: a tiny step's 10x would fire on a slow save or a busy file system
 COLLECTIVE_MARGIN_S = 60  # the process group's timeout exceeds the watchdog's limits by this much
@@ -56,6 +58,11 @@ class Limits:
     dead_after_s: int = DEAD_AFTER_S  # a rank silent this long is dead or stopped (cluster.heartbeat_timeout_s)
     kill_grace_s: int = KILL_GRACE_S  # srun's time to end after the step's kill (cluster.kill_grace_s)
     restart_delay_s: int = RESTART_DELAY_S  # a node-excluding successor's start delay (cluster.restart_delay_s)
+
+    @property
+    def handover_wait_s(self) -> int:
+        """How long a successor waits for its predecessor's last processes to release the run dir's lock."""
+        return HANDOVER_FACTOR * self.kill_grace_s
 
 
 def limits(startup_s: float, step_s: Optional[float], checkpoint_write_s: float, dead_after_s=None,
@@ -142,8 +149,24 @@ def _set_aside(run_dir) -> List[str]:
         return []
 
 
-def summary(run_dir) -> Optional[str]:
-    """The last fault and what followed, for `vdkit status`: None when the run had none."""
+# A scheduler's words for a job that has not ended (Slurm's spelling; `vdkit status` passes the latest job's).
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
+                 "REQUEUE_FED", "RESIZING", "STAGE_OUT", "SIGNALING", "UNKNOWN")
+
+
+def _next_failed(last: dict, job, state) -> bool:
+    """Whether the successor the record names is the run's latest job and ended without success (it did not
+    start, or failed before a record of its own): the chain stopped there."""
+    word = str(state or "").split(" ", 1)[0].upper()
+    return bool(word) and str(job) == str(last.get("next")) and word != "COMPLETED" and word not in ACTIVE_STATES
+
+
+def summary(run_dir, job=None, state=None) -> Optional[str]:
+    """The last fault and what followed, for `vdkit status`: None when the run had none.
+
+    ``job`` and ``state``: the run's latest job and its state as the launcher words it. When that job is the
+    successor the record named and it ended without success, the run has stopped: the line says so, why, and
+    the command that continues it (never that the failed job continues)."""
     faults = read_faults(run_dir)
     if not faults:
         return None
@@ -154,7 +177,10 @@ def summary(run_dir) -> Optional[str]:
     aside = _set_aside(run_dir)
     if aside:
         text += f"; set aside as damaged: {', '.join(aside)}"
-    if last.get("next"):
+    if last.get("next") and _next_failed(last, job, state):
+        text += (f"; restart {last.get('restart')} of {last.get('max_restarts')}: job {last['next']} ended "
+                 f"({state}) without continuing the run: the run has stopped; continue: {last.get('continue')}")
+    elif last.get("next"):
         text += f"; restart {last.get('restart')} of {last.get('max_restarts')}: job {last['next']} continues"
     elif last.get("continue"):
         text += f"; not restarted ({last.get('why', 'no restarts left')}); continue: {last['continue']}"

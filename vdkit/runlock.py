@@ -3,9 +3,11 @@
 ``sbatch launch.sbatch`` twice would otherwise run two jobs in one directory at once: they write
 the same checkpoints and logs, and `vdkit validate` would merge their timings. The job script
 opens ``<run_dir>/run.lock`` and takes an exclusive ``flock`` on it before anything else; the
-lock is held by the batch shell and every process it starts (the descriptor is inherited), and
+lock is held by the batch shell and every process it starts that inherits the descriptor, and
 released by the kernel when the last of them exits - a killed or requeued job cannot leave it
-stale. A second job finds it held, prints one line naming the holder and exits 1 without
+stale. The Slurm script closes it for the processes that could outlive its shell (srun, the watchdog:
+``LOCK_FD>&-``), and a successor the run chained after a job whose last processes still hold it waits
+for them, a bounded time (:func:`vdkit.slurm.recovery.handover_lines`). A second job finds it held, prints one line naming the holder and exits 1 without
 touching anything. The file's text names the holder (``<launcher> <job id>``: ``slurm 1234`` or
 ``local 4321``) for ``vdkit status``; that text may outlive the job, so it is only reported while
 that job is alive (asked of the launcher that wrote it, through :mod:`vdkit.launchers`).
@@ -27,12 +29,14 @@ from vdkit.rundir import LOCK_FILE, SHELL_STATE_FILES, STATE_FILES
 LOCK_FD = 9  # the job script's descriptor for the lock (inherited by srun and the ranks)
 
 
-def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
+def lock_lines(run_dir, launcher: str, job_id_expr: str, on_held: str = "") -> List[str]:
     """Bash lines for the job script: check the run's state files, then take the run dir's lock or stop with one
     line naming the holder.
 
     ``launcher`` names the holder's kind in the lock file; ``job_id_expr`` is the shell expression of
-    the job's id (e.g. ``${SLURM_JOB_ID:-?}``). Every state file the script reads or appends
+    the job's id (e.g. ``${SLURM_JOB_ID:-?}``). ``on_held`` (a shell command, e.g. Slurm's ``vdkit_handover``)
+    runs when the lock is held: exit 0 when it has taken the lock after all (a successor that waited for its
+    predecessor's last processes), non-zero for the refusal. Every state file the script reads or appends
     (:data:`vdkit.rundir.SHELL_STATE_FILES`) must be a regular file or missing; anything else stops the
     script before it writes anything, in one line naming the file, what it is and the fix."""
     run = Path(run_dir)
@@ -50,7 +54,7 @@ def lock_lines(run_dir, launcher: str, job_id_expr: str) -> List[str]:
         "done",
         "# One job at a time in this run directory (a second `sbatch launch.sbatch` stops here)",
         f"exec {LOCK_FD}>>{lock}",
-        f"if ! flock -n {LOCK_FD}; then",
+        f"if ! flock -n {LOCK_FD}{' && ! ' + on_held if on_held else ''}; then",
         f'  echo "vdkit: the run directory is held by $(cat {lock} 2>/dev/null || echo another job); job '
         f'{job_id_expr} did not start: wait for that job or cancel it, or render a new run dir" >&2',
         "  exit 1",

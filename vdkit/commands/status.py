@@ -123,7 +123,7 @@ def run_status(args) -> int:
             print(f"vdkit status: error: {run_dir or job}: {exc}", file=sys.stderr)
             bad = 2
             continue
-        notes = [holder_note(run_dir), _watch(run_dir), fault_summary(run_dir)] if run_dir is not None else []
+        notes = [holder_note(run_dir), _watch(run_dir), fault_summary(run_dir, job, state)] if run_dir is not None else []
         lines.append(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
     for line in lines:
         print(line)
