@@ -6,19 +6,72 @@ and stops it at the end. Where Slurm cannot start (not root, packages missing, m
 tests using it are skipped with the reason, unless VDKIT_REQUIRE_SLURM=1 (CI), which turns the
 reason into an error so that a broken cluster cannot hide behind a skip. Tests that use the
 fixture are marked ``slurm`` automatically (select or drop them with ``-m slurm``/``-m 'not slurm'``).
+
+The bad-input tables (tests/test_bad_inputs.py, tests/test_bad_input_classes.py: half the collected
+tests) run a fixed sample of each defect class unless ``VDKIT_FULL_TESTS=1`` (CI: .ci/run sets it): a
+module's ``TABLE_CLASSES`` maps each row's test id to its class, and ``SAMPLE_FRACTION`` of each class
+(at least ``SAMPLE_MIN`` rows), drawn with a fixed seed, is kept; the rest are deselected (the summary
+counts them). Naming rows (``-k``, ``file::test[id]``) runs what was named, unsampled.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import random
+from collections import defaultdict
 
 import pytest
+
+FULL_TESTS_ENV = "VDKIT_FULL_TESTS"
+SAMPLE_FRACTION = 1 / 8
+SAMPLE_MIN = 3
+SAMPLE_SEED = "vdkit-bad-inputs"
+
+
+def full_tests() -> bool:
+    """True when every row of the bad-input tables runs (CI), False for the sampled default."""
+    return os.environ.get(FULL_TESTS_ENV) == "1"
+
+
+def _narrowed(config) -> bool:
+    """A selection by keyword or node id: the developer named the rows to run."""
+    return bool(config.getoption("keyword")) or any("::" in str(a) for a in config.args)
+
+
+def sampled_out(items) -> list:
+    """The table rows not in the fixed per-class sample (deterministic: the same rows every run)."""
+    by_class = defaultdict(list)
+    for item in items:
+        classes = getattr(getattr(item, "module", None), "TABLE_CLASSES", None)
+        callspec = getattr(item, "callspec", None)
+        if classes and callspec is not None and callspec.id in classes:
+            by_class[(item.module.__name__, classes[callspec.id])].append(item)
+    drop = []
+    for (module, cls), rows in sorted(by_class.items(), key=lambda kv: str(kv[0])):
+        n = min(len(rows), max(SAMPLE_MIN, math.ceil(len(rows) * SAMPLE_FRACTION)))
+        keep = set(random.Random(f"{SAMPLE_SEED}:{module}:{cls}").sample(range(len(rows)), n))
+        drop += [row for i, row in enumerate(rows) if i not in keep]
+    return drop
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if "local_slurm" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
+    if full_tests() or _narrowed(config):
+        return
+    drop = {id(item) for item in sampled_out(items)}
+    if drop:
+        config.hook.pytest_deselected(items=[item for item in items if id(item) in drop])
+        items[:] = [item for item in items if id(item) not in drop]
+
+
+def pytest_report_header(config):
+    if full_tests():
+        return f"bad-input tables: every row ({FULL_TESTS_ENV}=1)"
+    return (f"bad-input tables: a fixed sample of each defect class ({FULL_TESTS_ENV}=1 runs every row, "
+            "as CI does)")
 
 
 @pytest.fixture(scope="session")
@@ -55,10 +108,17 @@ def local_slurm(tmp_path_factory):
 def nemo_venv():
     """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo_check.venv): made once from the package
     index (about a minute), reused while its pins are unchanged. A failure to make it fails the test."""
+    import fcntl
+
     from vdkit.recipes.nemo_check import venv
 
+    lock = venv.location().with_name(venv.location().name + ".lock")
     try:
-        return venv.create()
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with open(lock, "w") as held:
+            # one maker at a time: xdist workers (-n 2) and other checkouts share the venv's location
+            fcntl.flock(held, fcntl.LOCK_EX)
+            return venv.create()
     except Exception as exc:  # noqa: BLE001 - pip's or venv's failure, named
         pytest.fail(f"cannot make NeMo {venv.NEMO_VERSION}'s venv at {venv.location()}: {exc}")
 

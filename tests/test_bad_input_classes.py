@@ -21,6 +21,9 @@ from harness import CLASSES, HANG_S, SECRET, classify, load_cases, run_case, war
 from workspace import build_template, workspace  # noqa: E402
 
 CASES = load_cases()
+# Each row's defect class (1-8): without VDKIT_FULL_TESTS=1 a fixed sample of each class runs (tests/conftest.py);
+# CI runs every row.
+TABLE_CLASSES = {c.id: c.cls for c in CASES}
 
 
 @pytest.fixture(scope="module")
@@ -48,3 +51,26 @@ def test_the_table_covers_every_class_with_1000_inputs():
     assert sum(counts.values()) >= 1000, counts
     assert set(counts) == set(CLASSES), counts  # class 8 also has tests/test_run_losses.py
     assert sum(c.subprocess for c in CASES) >= 3
+
+
+def test_a_plain_run_samples_each_class_and_ci_runs_every_row():
+    """Without VDKIT_FULL_TESTS=1 a fixed sample of each defect class is collected (a seeded draw: the same rows
+    each time); with it, as in CI (.ci/run), every row (tests/conftest.py)."""
+    import os
+    import subprocess
+
+    def collected(full: bool) -> list:
+        env = {k: v for k, v in os.environ.items() if k != "VDKIT_FULL_TESTS"}
+        if full:
+            env["VDKIT_FULL_TESTS"] = "1"
+        p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            "-p", "no:xdist", __file__], capture_output=True, text=True, env=env, timeout=300,
+                           cwd=Path(__file__).parent)
+        assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+        return [ln.split("[", 1)[1][:-1] for ln in p.stdout.splitlines() if "::test_bad_input_is_refused" in ln]
+
+    sample, every = collected(False), collected(True)
+    assert every == [c.id for c in CASES]
+    assert set(sample) < set(every) and len(sample) < len(every) / 4, (len(sample), len(every))
+    by_id = {c.id: c.cls for c in CASES}
+    assert {by_id[i] for i in sample} == set(CLASSES)  # every defect class keeps rows

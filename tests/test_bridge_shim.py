@@ -75,6 +75,7 @@ print(json.dumps({"te_in_sys_modules": any(k.split('.')[0] == "transformer_engin
 """
 
 
+@pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_apply_keeps_megatron_core_off_transformer_engine():
     out = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -109,6 +110,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_the_shim_reaches_spawned_children(tmp_path):
     (tmp_path / "probe_mod.py").write_text(_PROBE_MODULE)
     script = tmp_path / "spawn_probe.py"

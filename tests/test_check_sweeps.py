@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from vdkit.conftree import conf_dir
 
 
@@ -25,6 +27,7 @@ def _render(out: Path, *args) -> list:
     return [Path(line) for line in p.stdout.split()]
 
 
+@pytest.mark.slow  # every sweep rendered and checked: the quick loop's slowest test (412 s at load ~15)
 def test_every_shipped_sweep_cell_passes_check(tmp_path, nemo_venv):
     base = tmp_path / "base"  # the demo's Bridge cell fine-tunes a converted base: only its marker is read here
     base.mkdir()

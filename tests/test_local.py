@@ -88,6 +88,7 @@ def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     assert "2 processes were started" in (run_dir / "local-1.out").read_text()
 
 
+@pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
     """SIGKILL a real run after a checkpoint, restart it, and compare with an uninterrupted run."""
     import torch
@@ -174,6 +175,7 @@ def _losses(run_dir: Path) -> dict:
     return {e.step: e.value for e in acc.Scalars("reduced_train_loss")}
 
 
+@pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_a_stopped_local_run_resumes_in_its_run_dir_and_finishes_unbroken(tmp_path, capsys):
     vdkit = [sys.executable, "-m", "vdkit", "run"]
     whole = subprocess.Popen([*vdkit, *RUN, "--out", str(tmp_path / "whole")], env=_env(), stdout=subprocess.PIPE,

@@ -117,6 +117,7 @@ def _run_until_step(cmd, env, cwd, at_step: int, timeout: float = 150):
     return proc, chunks, reader
 
 
+@pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
     from vdkit.config import compose
     from vdkit.planner.plan import make_plan

@@ -64,6 +64,26 @@ def test_fresh_machine_commands_are_the_ci_ones():
     assert "bridge," in tests.split("&&")[1]
 
 
+def test_the_quick_loop_is_named_beside_the_full_one():
+    """README names a quicker command that leaves out only declared markers, with pytest-xdist in the test extra;
+    .ci/run sets VDKIT_FULL_TESTS=1 (every bad-input row) before it runs README's full line."""
+    import tomllib
+
+    from conftest import FULL_TESTS_ENV
+
+    quick = bash_block("## Tests while you change code")
+    assert len(quick) == 1 and quick[0].startswith(".venv/bin/python -m pytest -q -m "), quick
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())
+    declared = {m.split(":")[0] for m in project["tool"]["pytest"]["ini_options"]["markers"]}
+    expr = re.search(r'-m "([^"]+)"', quick[0]).group(1)
+    assert set(re.findall(r"\b(?!not\b|and\b|or\b)\w+", expr)) <= declared, expr
+    if " -n " in quick[0]:
+        assert any(d.startswith("pytest-xdist") for d in project["project"]["optional-dependencies"]["test"])
+    ci = [ln.strip() for ln in (README.parent / ".ci" / "run").read_text().splitlines()]
+    _, tests = fresh_machine_commands()
+    assert f"export {FULL_TESTS_ENV}=1" in ci[:ci.index(tests)], ".ci/run runs every bad-input row"
+
+
 def test_the_readme_names_where_the_data_comes_from():
     text = README.read_text()
     for dataset, source in (("dolly", "databricks/databricks-dolly-15k"), ("alpaca", "tatsu-lab/stanford_alpaca"),
