@@ -204,6 +204,10 @@ def assert_memory_agrees(run_dir: Path, world: int) -> dict:
         assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
         assert r["measured"]["weights"] > 0
     assert disagreements(report) == [], report
+    for r in report["ranks"]:  # bytes each layer saves for backward: the planner's formula within 5 %
+        acts = r["activations_per_layer"]
+        assert len(acts["measured"]) == len(acts["planned"]) > 0
+        assert all(abs(got - want) <= 0.05 * want for got, want in zip(acts["measured"], acts["planned"])), acts
     return report
 
 
