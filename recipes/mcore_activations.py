@@ -55,11 +55,11 @@ def saved_bytes_per_layer(layers: Sequence, params: Sequence, forward: Callable[
     return totals
 
 
-def block_bytes(config, seq: int, micro_batch: int) -> List[int]:
+def block_bytes(config, seq: int, micro_batch: int, frozen: bool = False) -> List[int]:
     """Bytes each layer of a megatron-core ``TransformerBlock`` (local spec, no final norm) built from
     ``config`` saves in one forward of ``micro_batch`` sequences of ``seq`` tokens on this rank.
 
-    Model parallel state must be initialised (TP = ``config.tensor_model_parallel_size``). The first
+    ``frozen``: every weight frozen. Model parallel state must be initialised (TP = ``config.tensor_model_parallel_size``). The first
     layer also carries the block's shared RoPE table (``s x d`` elements), saved once for all layers."""
     import torch
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -68,6 +68,8 @@ def block_bytes(config, seq: int, micro_batch: int) -> List[int]:
     from vdkit.recipes.mcore_cpu import local_block_spec
 
     block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False)
+    for p in block.parameters() if frozen else ():  # P-tuning's frozen base model
+        p.requires_grad_(False)
     rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(seq)
     local = seq // config.tensor_model_parallel_size if config.sequence_parallel else seq
     x = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
@@ -105,9 +107,11 @@ def chunk_report(chunks, plan, cuda: bool) -> dict:
                                               lambda: block(x, attention_mask=None, rotary_pos_emb=rope), final)
         recomputed = len(block.layers) if p.recompute == "full" and not p.recompute_num_layers else \
             (p.recompute_num_layers or 0) if p.recompute == "full" else 0
+        peft = r.method.name if r.method.name in ("lora", "ptuning") else ""
         rest = "none" if p.recompute == "full" else (p.recompute or "none")  # partial: the others keep all
         planned += [layer_bytes(m, seq, t.micro_batch_size, tp, sp,
-                                "full" if i < recomputed else rest, "local", 2.0 if cuda else 4.0)
+                                "full" if i < recomputed else rest, "local", 2.0 if cuda else 4.0,
+                                peft, r.method.lora_adapter_dim)
                     for i in range(len(block.layers))]
         if recomputed and rope is not None:  # the first checkpoint also saves the chunk's RoPE table
             planned[len(planned) - len(block.layers)] += rope.numel() * rope.element_size()

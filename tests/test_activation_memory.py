@@ -45,17 +45,17 @@ def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation
         gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
 
 
-def _measure(tp, sp, mode, mbs, **kw):
+def _measure(tp, sp, mode, mbs, frozen=False, **kw):
     from vdkit.recipes.mcore_activations import block_bytes
 
-    return block_bytes(_config(tp, sp, mode, **kw), SEQ, mbs)
+    return block_bytes(_config(tp, sp, mode, **kw), SEQ, mbs, frozen)
 
 
-def _check(got, mode, mbs, tp=1, sp=False, model=None, recomputed=0):
+def _check(got, mode, mbs, tp=1, sp=False, model=None, recomputed=0, peft=""):
     """Layers 1.. (layer 0 also holds the shared RoPE table): the formula within TOL."""
     model = model or _model()
     for i, measured in enumerate(got[1:], start=1):
-        want = layer_bytes(model, SEQ, mbs, tp, sp, "full" if i < recomputed else mode, "local", 4.0)
+        want = layer_bytes(model, SEQ, mbs, tp, sp, "full" if i < recomputed else mode, "local", 4.0, peft)
         assert abs(measured - want) <= TOL * want, (mode, mbs, tp, sp, i, measured, want)
 
 
@@ -80,6 +80,12 @@ def test_partial_recompute_counts_each_layer(one_rank):
     got = _measure(1, False, "full", 1, num_layers_recomputed=2)
     _check(got, "none", 1, recomputed=2)
     assert got[2] > 10 * got[1]
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_frozen_weights_keep_no_linear_inputs(one_rank, mode):
+    # P-tuning's base model: every weight frozen (LoRA's adapter case runs in tests/test_megatron_engine.py)
+    _check(_measure(1, False, mode, 1, frozen=True), mode, 1, peft="ptuning")
 
 
 @pytest.mark.parametrize("activation", ["relu", "gelu"])

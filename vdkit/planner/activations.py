@@ -37,6 +37,12 @@ SwiGLU, not measured here - the CPU has neither kernel):
 - SwiGLU: fc1's output ``2sbf / t`` (the fused kernel recomputes the activation) and fc2's input ``sbf / t``;
   GeLU ``2sbf / t``, ReLU ``sbf / t`` as on the local path.
 
+Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen linears
+(``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
+projection, fc1, fc2 and the two norms keep ``(sbh/t + sbh n + sbf/t + 2sbh n)`` less; QKV keeps its
+input only for LoRA's adapter, whose A output (gathered, rank r) adds ``sbr``. (Transformer Engine's frozen linears are
+not derived here: the fused set counts them as trainable, an over-count for PEFT.)
+
 Full recompute: a layer keeps only its input, ``sbh n`` (megatron's ``CheckpointFunction``); one
 layer's full set is live again while it is recomputed (the memory model adds it once).
 Bias terms (OPT) are not counted.
@@ -48,11 +54,12 @@ MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask
 
 
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
-                kernels: str = "fused", element: float = 2.0) -> float:
+                kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
-    vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU)."""
+    vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
+    (frozen base weights; local kernels only, see the module docstring), ``lora_dim`` LoRA's rank."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
@@ -74,7 +81,11 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
         else:
             attention = (3 * s * b * h / tp + b * (a / tp) * s * s) * e + s * s  # the mask: 1 byte each
         mlp = (5 if gated else mlp_plain) * s * b * f / tp * e
-        return replicated + rope + attention + s * b * h / tp * e + mlp
+        total = replicated + rope + attention + s * b * h / tp * e + mlp
+        if peft:  # frozen linears keep no input, frozen norms no normalised input (module docstring)
+            total -= (s * b * h / tp + s * b * h * n + s * b * f / tp + 2 * s * b * h * n) * e
+            total += s * b * lora_dim * e if peft == "lora" else -s * b * h * n * e
+        return total
     replicated = 2 * (2 * s * b * h * e + 4 * s * b) * n  # two fused norm + linear pairs
     attention = (2 * s * b * h + 2 * s * b * kv) / tp * e
     lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
