@@ -39,8 +39,9 @@ SwiGLU, not measured here - the CPU has neither kernel):
 
 Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen linears
 (``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
-projection, fc1, fc2 and the two norms keep ``(sbh/t + sbh n + sbf/t + 2sbh n)`` less; QKV keeps its
-input only for LoRA's adapter, whose A output (gathered, rank r) adds ``sbr``. (Transformer Engine's frozen linears are
+projection, QKV, fc1, fc2 and the two norms keep ``(sbh/t + 2sbh n + sbf/t + 2sbh n)`` less; LoRA's
+adapter on QKV (vdkit's NeMo split) gathers QKV's input over the sequence itself and keeps it, ``sbh``,
+and its A output (rank r, gathered), ``sbr``. (Transformer Engine's frozen linears are
 not derived here: the fused set counts them as trainable, an over-count for PEFT.)
 
 Full recompute: a layer keeps only its input, ``sbh n`` (megatron's ``CheckpointFunction``); one
@@ -83,8 +84,9 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
         mlp = (5 if gated else mlp_plain) * s * b * f / tp * e
         total = replicated + rope + attention + s * b * h / tp * e + mlp
         if peft:  # frozen linears keep no input, frozen norms no normalised input (module docstring)
-            total -= (s * b * h / tp + s * b * h * n + s * b * f / tp + 2 * s * b * h * n) * e
-            total += s * b * lora_dim * e if peft == "lora" else -s * b * h * n * e
+            total -= (s * b * h / tp + 2 * s * b * h * n + s * b * f / tp + 2 * s * b * h * n) * e
+            if peft == "lora":  # the adapter gathers QKV's input itself (whole sequence) and keeps A's output
+                total += (s * b * h + s * b * lora_dim) * e
         return total
     replicated = 2 * (2 * s * b * h * e + 4 * s * b) * n  # two fused norm + linear pairs
     attention = (2 * s * b * h + 2 * s * b * kv) / tp * e
