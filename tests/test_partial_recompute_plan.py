@@ -43,3 +43,20 @@ def test_partial_recompute_is_faster_than_recomputing_every_layer():
 
 def test_nvidia_70b_layout_plans_without_recompute():
     assert make_plan(compose(LLAMA3_70B)).recipe.parallelism.recompute == "none"
+
+
+def _preset_note(plan):
+    return [n for n in plan.notes if "NVIDIA's" in n and "llama3.py" in n]
+
+
+def test_nvidia_preset_is_scored_beside_the_planners_choice():
+    # 8B on 8 GPUs, layout left to the planner: NVIDIA's TP1 PP1 CP2 is weighed and the departure explained
+    auto = [o for o in LLAMA3_8B if not o.startswith(("parallelism.tp", "parallelism.pp"))]
+    plan = make_plan(compose(auto))
+    (note,) = _preset_note(plan)
+    assert "TP 1 x PP 1 x CP 2" in note and ("GB per GPU" in note or "slower" in note)
+
+
+def test_the_preset_itself_is_named_as_such():
+    (note,) = _preset_note(make_plan(compose(LLAMA3_70B)))
+    assert note.startswith("this is NVIDIA's published layout")

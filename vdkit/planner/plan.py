@@ -24,6 +24,7 @@ from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
 from vdkit.planner.memory import estimate_memory
+from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.schema import Candidate, Plan, Prediction, Recipe
 
@@ -219,6 +220,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
+    if feasible and regime(recipe) == "fused":  # NVIDIA's presets are fused-stack layouts
+        notes += preset_notes(recipe, chosen, dist_opt)
     prediction = None
     if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.planner.predict_hf)
         from vdkit.planner.predict_hf import predict_hf_step
