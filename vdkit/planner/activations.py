@@ -76,7 +76,7 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     if kernels == "local":
         norm = (2 * s * b * h + s * b) if m.norm == "rmsnorm" else (s * b * h + 2 * s * b)
         replicated = (2 * norm + 2 * s * b * h) * n * e  # two norms and the QKV / fc1 inputs
-        rope = 4 * s * d * e
+        rope = 4 * s * d * e if getattr(m, "position_embedding", "rope") == "rope" else 0.0  # learned: none
         if recompute == "selective":
             attention = (s * b * (2 * h + 3 * kv) / tp) * e + MASK_TYPE_BYTES
         else:
