@@ -193,9 +193,10 @@ def word_level_tokenizer(path: Path) -> Path:
     return path
 
 
-def assert_memory_agrees(run_dir: Path, world: int) -> dict:
+def assert_memory_agrees(run_dir: Path, world: int, activations: bool = False) -> dict:
     """The run's memory.json: every rank measured weights, gradients and optimizer, and none disagrees with
-    the plan beyond the engine's tolerance (vdkit.recipes.mcore_memory). Returns the report."""
+    the plan beyond the engine's tolerance (vdkit.recipes.mcore_memory); with ``activations`` (the megatron
+    engine) each layer's saved bytes within 5 % of the plan's too. Returns the report."""
     from vdkit.recipes.mcore_memory import disagreements
 
     report = json.loads((run_dir / "memory.json").read_text())
@@ -204,6 +205,10 @@ def assert_memory_agrees(run_dir: Path, world: int) -> dict:
         assert set(r["measured"]) == set(r["planned"]) == {"weights", "gradients", "optimizer"}
         assert r["measured"]["weights"] > 0
     assert disagreements(report) == [], report
+    for r in report["ranks"] if activations else ():  # bytes each layer saves for backward vs the formula
+        acts = r["activations_per_layer"]
+        assert len(acts["measured"]) == len(acts["planned"]) > 0
+        assert all(abs(got - want) <= 0.05 * want for got, want in zip(acts["measured"], acts["planned"])), acts
     return report
 
 

@@ -261,6 +261,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
     from vdkit.recipes.megatron import checkpoint as ckpt
     from vdkit.recipes import mcore_cpu as cpu_shim
+    from vdkit.recipes import mcore_activations as activations
     from vdkit.recipes import mcore_memory as memory
     from vdkit.recipes.megatron.data import step_micro_batches
 
@@ -378,7 +379,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
             "tp_rank": ps.get_tensor_model_parallel_rank(), "dp_rank": dp_rank,
             "measured": memory.measure(chunks, optimizer),
             "planned": memory.planned(plan, ps.get_pipeline_model_parallel_rank(),
-                                      "bf16" if cuda else "fp32")}  # fp8 recipes train in bf16 here
+                                      "bf16" if cuda else "fp32"),  # fp8 recipes train in bf16 here
+            # bytes each layer saves for backward (one micro batch), beside the plan's figure
+            "activations_per_layer": activations.chunk_report(chunks, plan, cuda)}
     gathered = [None] * dist.world_size
     torch.distributed.all_gather_object(gathered, mine)
     if progress is not None:

@@ -135,7 +135,10 @@ def describe(plan) -> str:
         f"{r.model.name} {r.method.name} on {r.cluster.name}: {r.cluster.nodes} node(s) x {r.cluster.gpus_per_node} GPUs"
         f" = {r.world_size} GPUs, engine {r.engine.name}",
         f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
-        f"{on[p.sequence_parallel]}, recompute {p.recompute}, distributed optimizer {on[p.distributed_optimizer]}",
+        f"{on[p.sequence_parallel]}, recompute {p.recompute}"
+        + (f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp} layers per stage)"
+           if p.recompute == "full" and p.recompute_num_layers else "")
+        + f", distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
         f"{plan.grad_accum}, seq {r.train.seq_length}, {r.train.precision}, {r.train.max_steps} steps "
         f"(estimates for {r.train.target_steps})",

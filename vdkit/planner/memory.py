@@ -17,12 +17,10 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16, flash attention (no s^2 term; so selective
-  recomputation of core attention saves nothing more): s*b*(12h + 4kv + 6f) bytes, where the
-  attention half stores the norm input, the QKV input, Q/K after RoPE, V and the projection input,
-  and the SwiGLU MLP half the norm input, fc1 input, gate and up outputs and the down-projection
-  input. Tensor parallelism divides it (the norm inputs, 4sbh, only with sequence parallelism).
-  Full recomputation keeps only each layer's input (2sbh, / TP with SP) plus one layer's working
+- activations, per layer and micro batch, bf16: what megatron-core's Transformer Engine layers with
+  flash attention save for backward, tensor by tensor (:mod:`vdkit.planner.activations`; the same
+  derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
+  Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
   times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
   the loss: 6*s*b*V / TP).
@@ -39,6 +37,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from vdkit.planner.activations import layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.layout import data_parallel
@@ -135,14 +134,11 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
 
     # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
     s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
-    b, h, f = t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
-    kv = m.num_query_groups * (h // m.num_attention_heads)
-    sharded = s * b * (8 * h + 4 * kv + 6 * f) / tp
-    norms = s * b * 4 * h / (tp if sequence_parallel else 1)
-    per_layer = sharded + norms
+    b = t.micro_batch_size
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute)
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers)
-        stored_per_layer = share * 2 * s * b * h / (tp if sequence_parallel else 1) + (1 - share) * per_layer
+        stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0

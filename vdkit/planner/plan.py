@@ -24,6 +24,7 @@ from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
 from vdkit.planner.memory import estimate_memory
+from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.schema import Candidate, Plan, Prediction, Recipe
 
@@ -60,14 +61,43 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
                 mem = estimate_memory(r, ltp, lpp, lvp, sp, rc, distributed_optimizer)
                 out.append(Candidate(ltp, lpp, lvp, rc, mem, mem.total_gb <= cap,
                                      mem.total_gb <= cap * (1 - HEADROOM)))
+            if recompute is None and r.parallelism.recompute_num_layers is None:
+                partial = _partial_recompute(r, ltp, lpp, lvp, sp, distributed_optimizer)
+                out += [partial] if partial else []
     return out
+
+
+def _partial_recompute(r: Recipe, tp: int, pp: int, vp: int, sp: bool, distributed_optimizer: bool
+                       ) -> Optional[Candidate]:
+    """Full recompute of only as many layers per stage as memory needs (megatron's block method), or None
+    when no recompute or every layer is what it takes. Interleaved layouts (VP > 1) recompute per
+    virtual stage and are left to none / selective / full."""
+    cap, layers = r.cluster.gpu_memory_gb, r.model.num_layers // pp
+    if vp > 1 or layers < 2:
+        return None
+
+    def memory(n):
+        return estimate_memory(r.with_parallelism(recompute_num_layers=n), tp, pp, vp, sp, "full",
+                               distributed_optimizer)
+
+    if estimate_memory(r, tp, pp, vp, sp, "none", distributed_optimizer).total_gb <= cap * (1 - HEADROOM):
+        return None
+    lo, hi = 1, layers  # the fewest layers whose recompute leaves the headroom (memory falls with n)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if memory(mid).total_gb <= cap * (1 - HEADROOM) else (mid + 1, hi)
+    if lo >= layers:
+        return None
+    mem = memory(lo)
+    return Candidate(tp, pp, vp, "full", mem, True, True, recompute_num_layers=lo)
 
 
 def rank_candidates(r: Recipe, candidates: List[Candidate], distributed_optimizer: bool,
                     constants: Optional[dict] = None) -> List[Candidate]:
     """The candidates that fit, fastest first (predicted step time; ties: less memory)."""
-    ranked = [dataclasses.replace(c, step=predict_step(r, c.tp, c.pp, c.vp, c.recompute, distributed_optimizer,
-                                                       constants))
+    ranked = [dataclasses.replace(c, step=predict_step(
+                  r.with_parallelism(recompute_num_layers=c.recompute_num_layers) if c.recompute_num_layers else r,
+                  c.tp, c.pp, c.vp, c.recompute, distributed_optimizer, constants))
               for c in candidates if c.fits]
     ranked.sort(key=lambda c: (round(c.step.total_s, 9), c.memory.total_gb))
     return ranked
@@ -86,12 +116,18 @@ def choose(ranked: List[Candidate], pinned: bool = False
     pool = roomy if roomy and not pinned else ranked  # a pinned TP x PP only has to fit
     if not pool:
         return None, None, None
-    # Near-ties (within TIE) go to the simpler layout: no or less interleaving, fewer model-parallel GPUs.
+    # Near-ties (within TIE) go to the simpler layout: no or less interleaving, fewer model-parallel GPUs,
+    # less recomputation.
     near = [c for c in pool if c.step.total_s <= pool[0].step.total_s * (1 + TIE)]
-    chosen = min(near, key=lambda c: (c.vp, c.tp * c.pp, c.step.total_s))
+    chosen = min(near, key=lambda c: (c.vp, c.tp * c.pp, _recompute_rank(c), c.step.total_s))
     runner = next((c for c in pool if (c.tp, c.pp) != (chosen.tp, chosen.pp)), None)
     faster = next((c for c in ranked if not c.roomy and c.step.total_s < chosen.step.total_s), None)
     return chosen, runner, faster
+
+
+def _recompute_rank(c: Candidate) -> int:
+    """Less recomputation is simpler (and what published layouts run): none, selective, partial, full."""
+    return {"none": 0, "selective": 1}.get(c.recompute, 3 if c.recompute_num_layers is None else 2)
 
 
 def _why_lost(chosen: Candidate, other: Candidate) -> str:
@@ -158,7 +194,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     ltp, lpp, lvp, rc, mem = chosen.tp, chosen.pp, chosen.vp, chosen.recompute, chosen.memory
     sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
     resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=lvp, sequence_parallel=sp, recompute=rc,
-                                       distributed_optimizer=dist_opt)
+                                       distributed_optimizer=dist_opt,
+                                       recompute_num_layers=chosen.recompute_num_layers or p.recompute_num_layers)
     dp = data_parallel(recipe, ltp, lpp)
     grad_accum = recipe.train.global_batch_size // (recipe.train.micro_batch_size * dp)
     feasible = chosen.fits
@@ -183,6 +220,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
+    if feasible and regime(recipe) == "fused":  # NVIDIA's presets are fused-stack layouts
+        notes += preset_notes(recipe, chosen, dist_opt)
     prediction = None
     if feasible and regime(recipe) == "hf":  # the transformers engine's DDP: its own regime (vdkit.planner.predict_hf)
         from vdkit.planner.predict_hf import predict_hf_step

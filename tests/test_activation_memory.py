@@ -1,0 +1,128 @@
+"""The planner's activation bytes per layer equal what megatron-core saves for backward, counted live.
+
+A 3-layer tiny Llama (GQA, SwiGLU, RMSNorm) block of megatron-core's local spec on CPU, one forward under
+torch's saved-tensor hooks (vdkit.recipes.mcore_activations), against
+vdkit.planner.activations.layer_bytes(kernels="local", fp32) for every recompute mode the planner uses
+(none, selective, full, partial = full on the first N layers), MBS 1 and 2, and ReLU / GeLU MLPs with
+LayerNorm. Layer 0 also holds the block's shared RoPE table, so layers 1.. are compared. Tensor and
+sequence parallelism run as two gloo ranks (slow: a second process imports megatron).
+"""
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("megatron.core")
+
+from vdkit.planner.activations import layer_bytes  # noqa: E402
+
+TOL = 0.05  # the issue's bar; the counts agree to the byte today
+SEQ, H, F, HEADS, GROUPS = 64, 64, 160, 8, 2
+
+
+def _model(norm="rmsnorm", activation="swiglu"):
+    return SimpleNamespace(hidden_size=H, ffn_hidden_size=F, num_attention_heads=HEADS, num_query_groups=GROUPS,
+                           norm=norm, activation=activation)
+
+
+def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation="swiglu"):
+    import torch
+    import torch.nn.functional as fn
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from vdkit import recompute
+
+    keys = recompute.mcore(SimpleNamespace(recompute=mode, recompute_num_layers=num_layers_recomputed))
+    return TransformerConfig(
+        num_layers=3, hidden_size=H, ffn_hidden_size=F, num_attention_heads=HEADS, num_query_groups=GROUPS,
+        normalization="RMSNorm" if norm == "rmsnorm" else "LayerNorm", gated_linear_unit=activation == "swiglu",
+        activation_func={"swiglu": fn.silu, "relu": fn.relu, "gelu": fn.gelu}[activation], add_bias_linear=False,
+        hidden_dropout=0.0, attention_dropout=0.0, tensor_model_parallel_size=tp, sequence_parallel=sp,
+        params_dtype=torch.float32, use_cpu_initialization=True, bias_activation_fusion=False,
+        masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False,
+        gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
+
+
+def _measure(tp, sp, mode, mbs, frozen=False, **kw):
+    from vdkit.recipes.mcore_activations import block_bytes
+
+    return block_bytes(_config(tp, sp, mode, **kw), SEQ, mbs, frozen)
+
+
+def _check(got, mode, mbs, tp=1, sp=False, model=None, recomputed=0, peft=""):
+    """Layers 1.. (layer 0 also holds the shared RoPE table): the formula within TOL."""
+    model = model or _model()
+    for i, measured in enumerate(got[1:], start=1):
+        want = layer_bytes(model, SEQ, mbs, tp, sp, "full" if i < recomputed else mode, "local", 4.0, peft)
+        assert abs(measured - want) <= TOL * want, (mode, mbs, tp, sp, i, measured, want)
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    from vdkit.recipes import mcore_cpu
+
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    mcore_cpu.apply()
+    mcore_cpu.single_rank_model_parallel()
+    model_parallel_cuda_manual_seed(1)
+
+
+@pytest.mark.parametrize("mode,mbs", [("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 2)])
+def test_each_recompute_mode_per_layer(one_rank, mode, mbs):
+    _check(_measure(1, False, mode, mbs), mode, mbs)
+
+
+def test_partial_recompute_counts_each_layer(one_rank):
+    # recompute_num_layers=2 (block): layers 0 and 1 keep their input, layer 2 everything
+    got = _measure(1, False, "full", 1, num_layers_recomputed=2)
+    _check(got, "none", 1, recomputed=2)
+    assert got[2] > 10 * got[1]
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_frozen_weights_keep_no_linear_inputs(one_rank, mode):
+    # P-tuning's base model: every weight frozen (LoRA's adapter case runs in tests/test_megatron_engine.py)
+    _check(_measure(1, False, mode, 1, frozen=True), mode, 1, peft="ptuning")
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_plain_mlp_layernorm(one_rank, activation):
+    got = _measure(1, False, "none", 1, norm="layernorm", activation=activation)
+    _check(got, "none", 1, model=_model("layernorm", activation))
+
+
+def _two_ranks(rank, port, out):
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from vdkit.recipes import mcore_cpu
+
+    mcore_cpu.apply()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    ps.initialize_model_parallel(2, 1)
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    model_parallel_cuda_manual_seed(1)
+    for mode, sp, mbs in [("none", True, 1), ("none", False, 2), ("selective", True, 2), ("full", True, 1)]:
+        got = _measure(2, sp, mode, mbs)
+        if rank == 0:
+            out.put((mode, sp, mbs, got))
+    dist.destroy_process_group()
+
+
+@pytest.mark.slow  # two processes importing megatron-core: ~60 s on 2 cores
+def test_tensor_and_sequence_parallel():
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    mp.start_processes(_two_ranks, args=(port, out), nprocs=2, start_method="spawn")
+    for _ in range(4):
+        mode, sp, mbs, got = out.get(timeout=5)
+        _check(got, mode, mbs, tp=2, sp=sp)

@@ -1,0 +1,62 @@
+"""The planner recomputes only what memory needs: full recompute of the fewest layers per stage
+(megatron's block method, ``recompute_num_layers``) when keeping every layer does not leave the headroom;
+and NVIDIA's published layouts that ran without recompute plan without it."""
+from vdkit.config import compose
+from vdkit.planner.calibration import HEADROOM
+from vdkit.planner.memory import estimate_memory
+from vdkit.planner.plan import make_plan
+
+# NVIDIA's Megatron-Bridge preset for Llama 3 8B (recipes/llama/llama3.py llama3_8b_pretrain_config:
+# TP1 PP1 CP2, no recompute, bf16) on one XE9680, GBS 128
+LLAMA3_8B = ["model=llama3_1_8b", "model.rope_scaling=null", "engine=bridge", "method=pretrain", "data=synthetic",
+             "cluster.nodes=1", "train.seq_length=8192", "train.global_batch_size=128", "parallelism.tp=1",
+             "parallelism.pp=1", "parallelism.cp=2"]
+# NVIDIA's 70B pretraining layout (64 GPUs, TP4 PP4 VP5 CP2, FP8; NeMo 24.07 performance summary), no recompute
+LLAMA3_70B = ["model=llama3_1_70b", "model.rope_scaling=null", "engine=bridge", "method=pretrain", "data=synthetic",
+              "cluster.nodes=8", "cluster.max_nodes=8", "train.seq_length=8192", "train.precision=fp8",
+              "train.global_batch_size=128", "parallelism.tp=4", "parallelism.pp=4", "parallelism.vp=5",
+              "parallelism.cp=2"]
+
+
+def _memory(r, n):
+    p = r.parallelism
+    return estimate_memory(r.with_parallelism(recompute_num_layers=n), p.tp, p.pp, p.vp, bool(p.sequence_parallel),
+                           "full", bool(p.distributed_optimizer)).total_gb
+
+
+def test_recomputes_only_the_layers_memory_needs():
+    plan = make_plan(compose(LLAMA3_8B))
+    r = plan.recipe
+    n, layers = r.parallelism.recompute_num_layers, r.model.num_layers
+    assert r.parallelism.recompute == "full" and n is not None and 0 < n < layers
+    usable = r.cluster.gpu_memory_gb * (1 - HEADROOM)
+    assert _memory(r, n) <= usable < _memory(r, n - 1) if n > 1 else _memory(r, n) <= usable
+    assert plan.memory.total_gb == _memory(r, n)
+
+
+def test_partial_recompute_is_faster_than_recomputing_every_layer():
+    partial = make_plan(compose(LLAMA3_8B))
+    every = make_plan(compose(LLAMA3_8B + ["parallelism.recompute=full"]))
+    assert every.recipe.parallelism.recompute_num_layers is None
+    assert partial.prediction.step.total_s < every.prediction.step.total_s
+
+
+def test_nvidia_70b_layout_plans_without_recompute():
+    assert make_plan(compose(LLAMA3_70B)).recipe.parallelism.recompute == "none"
+
+
+def _preset_note(plan):
+    return [n for n in plan.notes if "NVIDIA's" in n and "llama3.py" in n]
+
+
+def test_nvidia_preset_is_scored_beside_the_planners_choice():
+    # 8B on 8 GPUs, layout left to the planner: NVIDIA's TP1 PP1 CP2 is weighed and the departure explained
+    auto = [o for o in LLAMA3_8B if not o.startswith(("parallelism.tp", "parallelism.pp"))]
+    plan = make_plan(compose(auto))
+    (note,) = _preset_note(plan)
+    assert "TP 1 x PP 1 x CP 2" in note and ("GB per GPU" in note or "slower" in note)
+
+
+def test_the_preset_itself_is_named_as_such():
+    (note,) = _preset_note(make_plan(compose(LLAMA3_70B)))
+    assert note.startswith("this is NVIDIA's published layout")

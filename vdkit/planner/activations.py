@@ -1,0 +1,95 @@
+"""Bytes one decoder layer saves for backward, per micro batch: what megatron-core keeps, tensor by tensor.
+
+Derived from what megatron-core 0.16.1 saves (the tensors autograd holds between a layer's forward and
+its backward), not fitted. ``s`` is this GPU's share of the sequence (``seq / CP``), ``b`` the micro batch,
+``h`` hidden, ``kv`` the key/value width (query groups x head dim), ``f`` the MLP width, ``a`` heads, ``d``
+the head dim, ``t`` TP; ``n`` = 1 / t under sequence parallelism, else 1 (the tensors before the
+column-parallel linears are replicated over TP without it). Element bytes ``e``: 2 in bf16, 4 in fp32.
+
+Two kernel sets, as each engine runs them:
+
+``local`` (megatron-core's local layer spec: torch norms, unfused ``DotProductAttention``, unfused RoPE
+and GLU; the CPU engines). Counted with saved-tensor hooks on a live model
+(:mod:`vdkit.recipes.mcore_activations`, tests/test_activation_memory.py):
+
+- each RMSNorm: its input, the normalised input and 1/rms: ``(2sbh + sb) n`` elements (LayerNorm: input,
+  mean and 1/std, ``(sbh + 2sb) n``); the QKV and fc1 linears their input, ``sbh n`` each (under
+  sequence parallelism the local shard, gathered again in backward);
+- RoPE: cos and sin for Q and K, ``4sd`` (no batch dimension);
+- attention, no recompute: Q, K and V with K/V repeated to every head (``3sbh / t``), the softmax output
+  ``b (a/t) s^2``, and the causal mask ``s^2`` bytes (bool); selective recompute keeps only the
+  checkpoint's inputs: Q (``sbh / t``), K after RoPE (``sbkv / t``) and V, a view that keeps the whole
+  QKV output alive (``sb(h + 2kv) / t``), plus a 4-byte mask-type tensor;
+- the output projection's input ``sbh / t``; SwiGLU: fc1's output ``2sbf / t``, the activation's output
+  and the linear half plus its offset (``x_linear + glu_linear_offset`` is a new tensor) ``2sbf / t``, fc2's
+  input ``sbf / t``; GeLU: fc1's output and fc2's input, ``2sbf / t``; ReLU: fc2's input only (ReLU's
+  backward reads its own output), ``sbf / t``.
+
+``fused`` (Transformer Engine layer spec with flash / cuDNN attention: NeMo, Bridge and the megatron
+engine on GPUs; read from TE's ``_LayerNormLinear`` and ``FusedAttention`` and megatron-core's fused
+SwiGLU, not measured here - the CPU has neither kernel):
+
+- each fused norm + linear: its input and the norm's output, ``2sbh n`` elements, plus 1/rms in fp32
+  (``4sb n`` bytes);
+- attention: Q and K after RoPE, V and the output, ``(2sbh + 2sbkv) / t``, plus the softmax
+  log-sum-exp in fp32 (``4 b (a/t) s`` bytes); no s^2 term, so selective recompute frees only the
+  log-sum-exp; fused RoPE keeps only its (shared) frequency table;
+- SwiGLU: fc1's output ``2sbf / t`` (the fused kernel recomputes the activation) and fc2's input ``sbf / t``;
+  GeLU ``2sbf / t``, ReLU ``sbf / t`` as on the local path.
+
+Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen linears
+(``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
+projection, QKV, fc1, fc2 and the two norms keep ``(sbh/t + 2sbh n + sbf/t + 2sbh n)`` less; LoRA's
+adapter on QKV (vdkit's NeMo split) gathers QKV's input over the sequence itself and keeps it, ``sbh``,
+and its A output (rank r, gathered), ``sbr``. (Transformer Engine's frozen linears are
+not derived here: the fused set counts them as trainable, an over-count for PEFT.)
+
+Full recompute: a layer keeps only its input, ``sbh n`` (megatron's ``CheckpointFunction``); one
+layer's full set is live again while it is recomputed (the memory model adds it once).
+Bias terms (OPT) are not counted.
+"""
+from __future__ import annotations
+
+KERNELS = ("fused", "local")
+MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
+
+
+def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
+                kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0) -> float:
+    """Bytes one layer keeps for backward for one micro batch (see the module docstring).
+
+    ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
+    vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
+    (frozen base weights; local kernels only, see the module docstring), ``lora_dim`` LoRA's rank."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
+    h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
+    d = h // a
+    kv = m.num_query_groups * d
+    n = 1.0 / tp if sequence_parallel else 1.0
+    e = element
+    if recompute == "full":
+        return s * b * h * n * e
+    gated = getattr(m, "activation", "swiglu") == "swiglu"
+    # ReLU's backward reads its output (fc2's input, one tensor); GeLU's its input (fc1's output) too
+    mlp_plain = 1 if getattr(m, "activation", "swiglu") == "relu" else 2
+    if kernels == "local":
+        norm = (2 * s * b * h + s * b) if m.norm == "rmsnorm" else (s * b * h + 2 * s * b)
+        replicated = (2 * norm + 2 * s * b * h) * n * e  # two norms and the QKV / fc1 inputs
+        rope = 4 * s * d * e if getattr(m, "position_embedding", "rope") == "rope" else 0.0  # learned: none
+        if recompute == "selective":
+            attention = (s * b * (2 * h + 3 * kv) / tp) * e + MASK_TYPE_BYTES
+        else:
+            attention = (3 * s * b * h / tp + b * (a / tp) * s * s) * e + s * s  # the mask: 1 byte each
+        mlp = (5 if gated else mlp_plain) * s * b * f / tp * e
+        total = replicated + rope + attention + s * b * h / tp * e + mlp
+        if peft:  # frozen linears keep no input, frozen norms no normalised input (module docstring)
+            total -= (s * b * h / tp + 2 * s * b * h * n + s * b * f / tp + 2 * s * b * h * n) * e
+            if peft == "lora":  # the adapter gathers QKV's input itself (whole sequence) and keeps A's output
+                total += (s * b * h + s * b * lora_dim) * e
+        return total
+    replicated = 2 * (2 * s * b * h * e + 4 * s * b) * n  # two fused norm + linear pairs
+    attention = (2 * s * b * h + 2 * s * b * kv) / tp * e
+    lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
+    mlp = (3 if gated else mlp_plain) * s * b * f / tp * e
+    return replicated + attention + lse + mlp
