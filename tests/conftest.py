@@ -53,10 +53,11 @@ def local_slurm(tmp_path_factory):
 @pytest.fixture(scope="session")
 def nemo_venv():
     """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo_check.venv): made once from the package
-    index (about a minute), reused while its pins are unchanged. A failure to make it fails the test."""
+    index (about a minute), reused while its pins and this checkout are unchanged. A failure to make it fails
+    the test."""
     from vdkit.recipes.nemo_check import venv
 
     try:
-        return venv.create()
-    except Exception as exc:  # noqa: BLE001 - pip's or venv's failure, named
-        pytest.fail(f"cannot make NeMo {venv.NEMO_VERSION}'s venv at {venv.location()}: {exc}")
+        return venv.ensure()
+    except venv.CannotCheck as exc:
+        pytest.fail(str(exc))

@@ -151,7 +151,9 @@ def test_nemo_yaml_hand_edits_refused_before_nemo(tmp_path, monkeypatch, capsys)
     is accepted and listed; an untouched render lists no edits."""
     from vdkit.cli import main
 
-    monkeypatch.setenv("VDKIT_NEMO_VENV", str(tmp_path / "no-venv"))  # NeMo's probe never runs here
+    blocker = tmp_path / "a-file"  # NeMo's venv cannot be made under a file: its probe never runs here
+    blocker.write_text("")
+    monkeypatch.setenv("VDKIT_NEMO_VENV", str(blocker / "venv"))
     dirs = {}
     for name in ["clean", "new-lr", *NEMO_EDITS]:
         assert main(["render", *NEMO_CELL, f"run.name={name}", "--out", str(tmp_path), "--no-check-mounts"]) == 0

@@ -7,7 +7,9 @@ directory. Each line is one of :data:`KINDS`:
   meta device, a dataset's first item), with what it showed;
 - ``not checked here``: what only the cluster holds (a file under its storage, a GPU kernel), named
   with the setting that points at it - never a silent pass;
-- ``defect``: what the job would fail on or waste its run on: one line (what, which setting, the fix).
+- ``defect``: what the job would fail on or waste its run on: one line (what, which setting, the fix);
+- ``could not check``: a probe that did not run here (its stack could not be installed or started): the
+  check is not a pass, and `vdkit check` exits :data:`EXIT_NOT_CHECKED`, never 0.
 
 Standard library only (the CLI imports it for every verb's help).
 """
@@ -17,8 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, List, Tuple
 
-CHECKED, NOT_HERE, DEFECT = "checked", "not checked here", "defect"
-KINDS = (CHECKED, NOT_HERE, DEFECT)
+CHECKED, NOT_HERE, DEFECT, UNCHECKED = "checked", "not checked here", "defect", "could not check"
+KINDS = (CHECKED, NOT_HERE, DEFECT, UNCHECKED)
+EXIT_DEFECT = 2  # a defect (the kit's UserError code)
+EXIT_NOT_CHECKED = 3  # no defect found, but a stack's probe did not run: not a pass
 
 
 @dataclass
@@ -39,6 +43,14 @@ class Report:
     def defect(self, what: str, setting: str, fix: str) -> None:
         """One defect: what is wrong, the setting that makes it, how to fix it."""
         self.lines.append((DEFECT, f"{what} ({setting}; fix: {fix})"))
+
+    def unchecked(self, text: str) -> None:
+        """A probe that did not run here (why, and how to make it run)."""
+        self.lines.append((UNCHECKED, text))
+
+    @property
+    def not_checked(self) -> List[str]:
+        return [text for kind, text in self.lines if kind == UNCHECKED]
 
     @property
     def defects(self) -> List[str]:
