@@ -24,6 +24,10 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     :class:`vdkit.errors.UserError` for anything the engine cannot run. ``recipe.yaml``,
     ``plan.json`` and ``overrides.txt`` are written for every engine, the launcher's files
     (``launch.sbatch`` on Slurm) for every run.
+``CONFIG_FILES: tuple[str, ...]``  (default ``()``)
+    The run-dir files a person may edit (the engine's config, e.g. ``nemo.yaml``): ``check_runs`` holds them to
+    the stack's types and the command line's value rules. ``vdkit check`` compares every other rendered file
+    with the kit's render byte for byte before anything runs (:mod:`vdkit.rendercheck`).
 ``check(plan) -> None``  (default: accept)
     Refuse (UserError) a plan this engine cannot execute: a layout, method, model or data kind it
     lacks. Pure (no I/O); runs for every cell of render / submit / run before anything is written.
@@ -158,6 +162,10 @@ class Engine:
     @property
     def gpu_vendors(self) -> Tuple[str, ...]:
         return tuple(getattr(self.module, "GPU_VENDORS", ("nvidia", "amd")))
+
+    @property
+    def config_files(self) -> Tuple[str, ...]:
+        return tuple(getattr(self.module, "CONFIG_FILES", ()))
 
     @property
     def catches_stop_signals(self) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import List, Union
 
 from vdkit.jobspec import Container
+from vdkit.rundir import NEMO_CONFIG_FILE
 from vdkit.recipes.nemo_config import build_config
 from vdkit.recipes.nemo_contract import check_nemo_config
 
@@ -58,6 +59,7 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 
 
 # ----------------------------------------------------------------------------- the engine interface
+CONFIG_FILES = (NEMO_CONFIG_FILE,)  # held to NeMo's types and the value rules, not bytes
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
 WRITES_HEARTBEAT = True  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
 STEP_TIME_REGIME = "unfused"  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)

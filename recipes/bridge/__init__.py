@@ -22,12 +22,13 @@ from typing import List
 
 from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
-from vdkit.rundir import BRIDGE_JOB_FILE as JOB_FILE
+from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE
 from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG  # noqa: F401  (the image <-> Bridge map)
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 RUNTIME_MODULES = ("torch", "megatron.core", "megatron.bridge")
 EXTRA = "bridge"
+CONFIG_FILES = (BRIDGE_CONFIG_FILE,)  # held to Bridge's types and the value rules, not bytes
 RUNS_LOCALLY = True  # CPU over gloo with the shim: `vdkit run engine=bridge`
 WRITES_HEARTBEAT = True  # every rank beats through Bridge's callbacks (job.heartbeat_callback): the launcher watches
 STEP_TIME_REGIME = "fused"  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)

@@ -28,7 +28,9 @@ def register(sub) -> None:
 
 
 def check_dirs(run_dirs) -> list:
-    """Every run directory's :class:`vdkit.jobcheck.Report`, engines in registry order, one call each."""
+    """Every run directory's :class:`vdkit.jobcheck.Report`, in the order given: first its files against the kit's
+    render of its recipe (:mod:`vdkit.rendercheck`: one that differs is refused and nothing of it runs), then the
+    engines' checks, one call per engine."""
     from vdkit.errors import UserError
     from vdkit.recipes import engines
     from vdkit.rundir import RECIPE_FILE, load_recipe
@@ -42,13 +44,36 @@ def check_dirs(run_dirs) -> list:
     import contextlib
     import warnings
 
-    reports = []
+    import time
+
+    from vdkit.jobcheck import Report
+    from vdkit.rendercheck import check as against_render
+
+    reports, refused = [], []
+    for name in list(groups):  # before anything of a run dir runs: its files are the kit's render of its recipe
+        kept = []
+        for path in groups[name]:
+            start = time.perf_counter()
+            found = against_render(path)
+            if found:
+                rep = Report(path, f"engine={name}")
+                for what, setting, fix in found:
+                    rep.defect(what, setting, fix)
+                rep.seconds = time.perf_counter() - start
+                refused.append(rep)
+            else:
+                kept.append(path)
+        groups[name] = kept
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):  # the stacks' own chatter: stderr
         warnings.simplefilter("ignore")
         for name in engines.names():
-            if name in groups:
+            if groups.get(name):
                 reports += engines.get(name).check_runs(groups[name])
-    return reports
+    for rep in reports:
+        rep.lines.insert(0, ("checked", "every file the job runs or reads is the kit's render of its recipe.yaml "
+                                        "(the engine's config held to the stack's types and value rules)"))
+    order = {Path(d).resolve(): i for i, d in enumerate(run_dirs)}
+    return sorted(refused + reports, key=lambda r: order.get(Path(r.run_dir).resolve(), 0))
 
 
 def report(reports, out=None, err=None) -> int:
