@@ -20,6 +20,7 @@ PROBE = Path(__file__).parent / "probe.py"
 
 
 def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
+    from vdkit.planner.arch import trainable_params
     from vdkit.rundir import NEMO_CONFIG_FILE, load_plan
 
     plan = load_plan(run_dir)
@@ -33,7 +34,7 @@ def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
     restore = m.nemo_path or ""
     return {"run_dir": str(run_dir), "config": str(run_dir / NEMO_CONFIG_FILE), "finetune": r.method.name != "pretrain",
             "restore_from_path": restore, "restore_here": bool(restore) and Path(restore).is_file(), "model": model,
-            "tokenizer_dir": tokenizer_dir,
+            "tokenizer_dir": tokenizer_dir, "trainable": trainable_params(r),
             "virtual_tokens": r.method.ptuning_virtual_tokens if r.method.peft_scheme == "ptuning" else 0,
             "plan": {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp,
                      "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
