@@ -28,6 +28,9 @@ directory's absolute :class:`~pathlib.Path` (it may not exist yet: renderers nee
     The run-dir files a person may edit (the engine's config, e.g. ``nemo.yaml``): ``check_runs`` holds them to
     the stack's types and the command line's value rules. ``vdkit check`` compares every other rendered file
     with the kit's render byte for byte before anything runs (:mod:`vdkit.rendercheck`).
+``NO_PEFT_INTERLEAVING: str``  (default ``""``: it can)
+    Why the engine's stack cannot run an interleaved pipeline (VP > 1) with a PEFT method; the planner then
+    never picks one (:func:`vdkit.planner.layout.layout_violations`).
 ``check(plan) -> None``  (default: accept)
     Refuse (UserError) a plan this engine cannot execute: a layout, method, model or data kind it
     lacks. Pure (no I/O); runs for every cell of render / submit / run before anything is written.
@@ -162,6 +165,10 @@ class Engine:
     @property
     def gpu_vendors(self) -> Tuple[str, ...]:
         return tuple(getattr(self.module, "GPU_VENDORS", ("nvidia", "amd")))
+
+    @property
+    def no_peft_interleaving(self) -> str:
+        return str(getattr(self.module, "NO_PEFT_INTERLEAVING", ""))
 
     @property
     def config_files(self) -> Tuple[str, ...]:

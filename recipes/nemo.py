@@ -59,6 +59,10 @@ def render_nemo_yaml(plan, run_dir: Union[str, Path]) -> str:
 
 
 # ----------------------------------------------------------------------------- the engine interface
+# NeMo 1.23 nlp_adapter_mixins.py:176 add_adapter: "Virtual pipeline model parallel is not supported when using
+# PEFT" (merge_cfg_with copies model.virtual_pipeline_model_parallel_size into the model's config); `vdkit check`
+# runs that precondition (recipes/nemo_check/probe.py check_peft)
+NO_PEFT_INTERLEAVING = "NeMo 1.23's add_adapter refuses it (nlp_adapter_mixins.py:176)"
 CONFIG_FILES = (NEMO_CONFIG_FILE,)  # held to NeMo's types and the value rules, not bytes
 RUNS_LOCALLY = False  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
 WRITES_HEARTBEAT = True  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
