@@ -58,3 +58,20 @@ def test_every_planted_defect_is_one_line(tmp_path, nemo_venv, capsys):
         if len(lines) != 1 or row["expect"] not in lines[0]:
             missed[row["id"]] = lines
     assert not missed, missed
+
+
+def test_no_shipped_nemo_peft_cell_interleaves_the_pipeline(capsys):
+    """NeMo 1.23's add_adapter refuses VP with PEFT (nlp_adapter_mixins.py:176; the check found table9_fast's 70B
+    LoRA / P-tuning cells planned with VP 2): the planner never picks it there."""
+    import json
+
+    from vdkit.cli import main
+    from vdkit.conftree import conf_dir
+
+    for sweep in sorted(p.stem for p in (conf_dir() / "sweep").glob("*.yaml")):
+        capsys.readouterr()
+        assert main(["plan", "--sweep", sweep, "--json"]) == 0
+        for line in capsys.readouterr().out.splitlines():
+            cell = json.loads(line)
+            if cell["engine"] == "nemo" and cell["method"] in ("lora", "ptuning"):
+                assert (cell["vp"] or 1) == 1, (sweep, cell["model"], cell["method"], cell["nodes"], cell["vp"])
