@@ -47,6 +47,7 @@ def no_nemo(tmp_path, monkeypatch):
     monkeypatch.setenv("VDKIT_NEMO_VENV", str(blocker / "venv"))
 
 
+@pytest.mark.slow  # several renders and one `vdkit check` (Bridge imported): ~20-60 s on 2 cores
 def test_scripts_differing_from_the_render_are_refused(tmp_path, capsys, no_nemo):
     """A copied run dir (its scripts name the original), launch.sbatch with --nodes=64 or --time=1, a deleted
     launch.sbatch, a bridge_job.py that starts with `raise SystemExit(0)`, an edited NeMo callback: one line each,
@@ -114,6 +115,7 @@ NEMO_VALUES = [
 ]
 
 
+@pytest.mark.slow  # several renders and one `vdkit check` (Bridge imported): ~20-60 s on 2 cores
 def test_hand_edited_values_follow_the_command_lines_rules(tmp_path, capsys, no_nemo):
     dirs = []
     for i, (path, value, frag) in enumerate(NEMO_VALUES):

@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -63,6 +64,7 @@ finally:
 """
 
 
+@pytest.mark.slow  # a render and NeMo 1.23's probe in its venv: ~30-60 s on 2 cores
 def test_probe_imports_only_pinned_or_declared_packages(tmp_path, nemo_venv):
     """Every distribution NeMo's probe imports (a LoRA cell with its data here: optimizer registry, restore merge,
     GPTSFTDataset) is pinned in the venv or installed by README's install line - none is in the kit's

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 CASES = yaml.safe_load((Path(__file__).parent / "planted" / "cases.yaml").read_text())
@@ -46,6 +47,7 @@ def test_table_is_grown_from_nvidias_source():
     assert {r["id"][0] for r in rows} == {"b", "n"}
 
 
+@pytest.mark.slow  # 26 renders and one `vdkit check` of both stacks (NeMo's probe): ~2-4 min on 2 cores
 def test_every_planted_defect_is_one_line(tmp_path, nemo_venv, capsys):
     dirs = plant(tmp_path)
     capsys.readouterr()
