@@ -162,6 +162,8 @@ class Engine:
     context_parallel = property(lambda self: self.spec.context_parallel)
     no_context_parallel = property(lambda self: self.spec.no_context_parallel)
     writes_heartbeat = property(lambda self: self.spec.writes_heartbeat)
+    no_peft_interleaving = property(lambda self: self.spec.no_peft_interleaving)
+    config_files = property(lambda self: self.spec.config_files)
 
 
 def get(name: str) -> Engine:

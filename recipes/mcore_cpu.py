@@ -22,6 +22,7 @@ is never applied.
 from __future__ import annotations
 
 import functools
+import os
 
 TESTED_VERSION = "0.16.1"
 _APPLIED = False
@@ -172,6 +173,18 @@ def local_block_spec(config, vp_stage=None):
     return TransformerBlockSubmodules(layer_specs=[layer] * n, layer_norm=Norm)
 
 
+_INHERITED: list = []  # the gloo groups a forked child inherited and forgot (kept referenced: never torn down)
+_FORKED = False  # this process is a fork of one that may hold a gloo group (set after fork, in the child)
+
+
+def _forked(value: bool = True) -> None:
+    global _FORKED
+    _FORKED = value
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def single_rank_model_parallel() -> None:
     """A one-process gloo group with TP = PP = 1 (idempotent): what megatron-core needs to build a whole
     model in this process, e.g. on the meta device for `vdkit check`."""
@@ -180,6 +193,20 @@ def single_rank_model_parallel() -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    if _FORKED and dist.is_initialized():
+        # inherited through fork (`vdkit check` checks each run dir in a forked child): gloo's threads stayed in
+        # the parent, so its first barrier would wait for ever - a group of this process's own instead
+        # the parent's group is left alone (destroying it here joins threads this process lacks: a crash), only
+        # forgotten: torch's registry of groups starts empty (private names of torch 2.x, tested by
+        # tests/test_check_fooled.py)
+        import torch.distributed.distributed_c10d as c10d
+
+        # every inherited group stays referenced (never collected: its destructor would join those threads)
+        _INHERITED.extend([c10d._world, c10d.GroupMember.WORLD, dict(vars(ps))])
+        ps.destroy_model_parallel()
+        c10d._world = c10d._World()
+        c10d.GroupMember.WORLD = None
+    _forked(False)
     if not dist.is_initialized():
         dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(prefix="vdkit-check-"), 1), rank=0,
                                 world_size=1)

@@ -245,6 +245,10 @@ SPEC = EngineSpec(
     gpu_vendors=("nvidia",),  # NVIDIA's NeMo image: CUDA only
     images=("engine.container_image",), stack={"NeMo": NEMO_VERSION},
     runs_locally=False,  # NeMo runs only in its container on the cluster (it needs Apex and GPUs)
+    config_files=(NEMO_CONFIG_FILE,),  # held to NeMo's types and the value rules, not bytes
+    # NeMo 1.23 nlp_adapter_mixins.py:176 add_adapter: "Virtual pipeline model parallel is not supported when using
+    # PEFT"; `vdkit check` runs that precondition (recipes/nemo_check/probe.py check_peft)
+    no_peft_interleaving="NeMo 1.23's add_adapter refuses it (nlp_adapter_mixins.py:176)",
     writes_heartbeat=True,  # a Lightning callback from the run dir (vdkit.recipes.nemo_heartbeat): the launcher watches
     # NeMo stops by its own clock (exp_manager.max_time_per_run, rendered from the plan) and exits 0;
     # a USR1 would reach Lightning's SLURM handler, which runs `scontrol requeue` inside the container.

@@ -67,10 +67,15 @@ class EngineSpec:
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
     no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
     rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
+    # why its stack cannot run an interleaved pipeline (VP > 1) with PEFT ("": it can); the planner never picks one
+    no_peft_interleaving: str = ""
     mcore_rope: bool = False  # its llama3 scaling is megatron-core's (fixed low / high frequency factors)
     step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.rundir)
+    # the run-dir files a person may edit (its config): `vdkit check` holds them to the stack's types and the value
+    # rules; every other rendered file is compared with the kit's render byte for byte (vdkit.rendercheck)
+    config_files: Tuple[str, ...] = ()
     gpu_vendors: Tuple[str, ...]  # cluster.gpu_vendor values its image is built for
     images: Tuple[str, ...] = ()  # engine.* keys naming its images (their values: conf/engine/<name>.yaml)
     stack: Mapping[str, str]  # library -> the version the engine is written and tested against

@@ -107,7 +107,8 @@ def local_slurm(tmp_path_factory):
 @pytest.fixture(scope="session")
 def nemo_venv():
     """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo_check.venv): made once from the package
-    index (about a minute), reused while its pins are unchanged. A failure to make it fails the test."""
+    index (about a minute), reused while its pins and this checkout are unchanged. A failure to make it fails
+    the test."""
     import fcntl
 
     from vdkit.recipes.nemo_check import venv
@@ -118,9 +119,9 @@ def nemo_venv():
         with open(lock, "w") as held:
             # one maker at a time: xdist workers (-n 2) and other checkouts share the venv's location
             fcntl.flock(held, fcntl.LOCK_EX)
-            return venv.create()
-    except Exception as exc:  # noqa: BLE001 - pip's or venv's failure, named
-        pytest.fail(f"cannot make NeMo {venv.NEMO_VERSION}'s venv at {venv.location()}: {exc}")
+            return venv.ensure()
+    except venv.CannotCheck as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

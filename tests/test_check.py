@@ -29,10 +29,13 @@ def _render(out: Path, *overrides) -> Path:
 
 
 def _copy(src: Path, dst: Path) -> Path:
-    import shutil
+    """The run of ``src`` rendered again as run ``dst.name`` beside it (a copied run dir's scripts name the
+    original's path: `vdkit check` refuses a copy)."""
+    from vdkit.cli import main
 
-    shutil.copytree(src, dst)
-    return dst
+    overrides = [o for o in (src / "overrides.txt").read_text().split() if not o.startswith("run.name=")]
+    assert main(["render", *overrides, f"run.name={dst.name}", "--out", str(src.parent), "--no-check-mounts"]) == 0
+    return src.parent / dst.name
 
 
 def _edit_yaml(path: Path, edit) -> None:
@@ -151,7 +154,9 @@ def test_nemo_yaml_hand_edits_refused_before_nemo(tmp_path, monkeypatch, capsys)
     is accepted and listed; an untouched render lists no edits."""
     from vdkit.cli import main
 
-    monkeypatch.setenv("VDKIT_NEMO_VENV", str(tmp_path / "no-venv"))  # NeMo's probe never runs here
+    blocker = tmp_path / "a-file"  # NeMo's venv cannot be made under a file: its probe never runs here
+    blocker.write_text("")
+    monkeypatch.setenv("VDKIT_NEMO_VENV", str(blocker / "venv"))
     dirs = {}
     for name in ["clean", "new-lr", *NEMO_EDITS]:
         assert main(["render", *NEMO_CELL, f"run.name={name}", "--out", str(tmp_path), "--no-check-mounts"]) == 0

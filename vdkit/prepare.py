@@ -245,11 +245,16 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     check_results_room(plan, run_dir, True if launcher.executes_here else check_mounts)
     if launcher.executes_here:
         engine.local_check(plan)
-    files = engine.files(plan, run_dir)
-    files.update(preflight_files(plan, run_dir))
-    files.update(launcher.files(plan, job, Path(run_dir)))
+    files = files_for(plan, run_dir)
     files[PLAN_FILE] = plan_json(plan)
     return Prepared(plan, run_dir, files)
+
+
+def files_for(plan, run_dir: PathLike) -> Dict[str, Union[str, bytes]]:
+    """The engine's and the launcher's files of a run directory (name -> content), rendered in memory:
+    what render writes, and what `vdkit check` compares a run directory's files with (:mod:`vdkit.rendercheck`)."""
+    return {**engine_of(plan).files(plan, run_dir), **preflight_files(plan, run_dir),
+            **launcher_of(plan).files(plan, job_spec(plan, run_dir), Path(run_dir))}
 
 
 def prepare_all(plans, out_dir: Optional[PathLike] = None, check_mounts: Optional[bool] = None) -> List[Prepared]:

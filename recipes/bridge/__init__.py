@@ -298,6 +298,7 @@ SPEC = EngineSpec(
     stack={"Megatron-Bridge": BRIDGE_VERSION, "megatron-core": MCORE_VERSION, "image": IMAGE_TAG},
     runtime_modules=("torch", "megatron.core", "megatron.bridge"), extra="bridge",
     runs_locally=True,  # CPU over gloo with the shim: `vdkit run engine=bridge`
+    config_files=(BRIDGE_CONFIG_FILE,),  # held to Bridge's types and the value rules, not bytes
     writes_heartbeat=True,  # every rank beats through Bridge's callbacks (job.heartbeat_callback): the launcher watches
     base_model_key="megatron_path",
 )

@@ -32,6 +32,12 @@ STACK = f"Megatron-Bridge {BRIDGE_VERSION}"
 POSITIVE = common.MEGATRON_POSITIVE | frozenset({"train_iters", "log_interval", "peft.dim"})
 POSITIVE_WHY = {"train_iters": " (its loop runs while step < train_iters: it would train nothing)",
                 "log_interval": " (its loop takes iteration % log_interval: a division by zero)"}
+# The numbers the command line holds to a range (common.Range; any *dropout key is a probability anyway).
+RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common.domain("method.min_lr"),
+          "optimizer.weight_decay": common.domain("method.weight_decay"),
+          "scheduler.lr_warmup_iters": common.domain("method.warmup_steps"),
+          "peft.dim": common.domain("method.lora_adapter_dim")}
+KEEP = "checkpoint.most_recent_k"
 TARGET = "_target_"
 
 
@@ -185,9 +191,18 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
         return [common.Defect(f"the kit cannot render this run's Bridge config to compare with: {exc.what}",
                               RECIPE_FILE, exc.fix or FIX_RERENDER)], []
     rendered = common.flat(rendered_tree)
+    edited = common.flat(tree)
     defects, changed, removed = common.compare(
-        path, common.flat(tree), rendered, _expect(tree, rendered), stack=STACK, fix=FIX_RERENDER,
-        positive=POSITIVE, positive_why=POSITIVE_WHY)
+        path, edited, rendered, _expect(tree, rendered), stack=STACK, fix=FIX_RERENDER,
+        positive=POSITIVE, positive_why=POSITIVE_WHY, ranges=RANGES)
+    keep = edited.get(KEEP)
+    if common.kind(keep) == "int" and keep != -1 and keep < 1:
+        # checkpointing.py (0.3.1) cleanup_old_non_persistent_checkpoint: sorted_iter_ckpts[:-leave_ckpt_num] is
+        # [:-0] == [] for 0, so every checkpoint is kept; below -1 the `most_recent_k > -1` guard skips it too
+        defects.append(common.Defect(
+            f"{KEEP}={keep} in {path}: {STACK} keeps every checkpoint then (checkpointing.py "
+            "cleanup_old_non_persistent_checkpoint removes sorted_iter_ckpts[:-most_recent_k], empty for 0)", KEEP,
+            f"keep a number >= 1{common.was(rendered, KEEP)}, {FIX_RERENDER}"))
     return defects, changed + [f"{k} (removed: Bridge's default)" for k in removed]
 
 

@@ -62,9 +62,6 @@ def _world_size(n: int):
         bcfg.get_world_size_safe = real
 
 
-_STARTED = False
-
-
 def _import_bridge() -> None:
     """Megatron-Bridge importable in this process: the CPU shim where there is no CUDA (DeepSpeed, which Bridge's
     imports reach, told it is on a CPU only while Bridge imports: it would log a failed GPU detection)."""
@@ -74,18 +71,6 @@ def _import_bridge() -> None:
         with _env(DS_ACCELERATOR=os.environ.get("DS_ACCELERATOR", "cpu")):
             cpu_shim.apply()
             import megatron.bridge.training.config  # noqa: F401 (imported while DeepSpeed is told)
-
-
-def _start() -> None:
-    """The CPU shim, and a one-process gloo group with TP = PP = 1 for the meta-device model."""
-    global _STARTED
-    if _STARTED:
-        return
-    _import_bridge()
-    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
-
-    single_rank_model_parallel()
-    _STARTED = True
 
 
 def _job_module(run_dir: Path):
@@ -107,7 +92,7 @@ def _versions() -> str:
 def check_runs(run_dirs, render) -> list:
     """One Report per run directory (see the module docstring). ``render``: the engine's bridge.yaml renderer
     (:func:`vdkit.recipes.bridge.render_bridge_yaml`), for the hand-edit comparison."""
-    _start()
+    _import_bridge()  # once, here; each run dir's process makes its own gloo group (_check)
     stack = _versions()
     return check_each(run_dirs, stack, lambda run_dir, rep: _check(run_dir, rep, render), "Megatron-Bridge",
                       "bridge.yaml")
@@ -184,6 +169,9 @@ def check_resume(run_dir: Path, plan, render) -> None:
 
 def _check(run_dir: Path, rep: Report, render) -> None:
     from vdkit import launchers
+    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+
+    single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     from vdkit.recipes.bridge.config import CONFIG_FILE
     from vdkit.rundir import load_plan
 
@@ -222,11 +210,69 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    "(megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer or FSDP)",
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
+    if not _microbatches(cfg, plan, rep):
+        return
     _checkpoint(full, plan, on_cluster, rep)
     tok = _tokenizer(cfg, on_cluster, rep)
     _model(cfg, plan, tok, rep)
     if tok is not None:
         _first_batch(cfg, plan, tok, rep)
+
+
+def _microbatches(cfg, plan, rep: Report) -> bool:
+    """Megatron-core's micro-batch calculator as Bridge starts it (training/initialize.py:107, the resolved DP):
+    its divisibility asserts (num_microbatches_calculator.py:340), and the count against the plan's accumulation."""
+    from megatron.core.num_microbatches_calculator import (get_num_microbatches, init_num_microbatches_calculator,
+                                                            unset_num_microbatches_calculator)
+
+    t = cfg.train
+    try:
+        init_num_microbatches_calculator(0, t.rampup_batch_size, t.global_batch_size, t.micro_batch_size,
+                                         cfg.data_parallel_size, t.decrease_batch_size_if_needed)
+        n = get_num_microbatches()
+    except (AssertionError, ValueError, TypeError, ZeroDivisionError) as exc:
+        rep.defect(f"megatron-core's init_num_microbatches_calculator (Bridge's training/initialize.py:107; "
+                   f"megatron/core/num_microbatches_calculator.py) refuses GBS {t.global_batch_size}, MBS "
+                   f"{t.micro_batch_size}, DP {cfg.data_parallel_size}: {one_line(exc) if str(exc) else 'AssertionError'}",
+                   "train.global_batch_size / train.micro_batch_size", "a global batch divisible by micro batch x DP "
+                   "(vdkit plan shows the layout), or re-render")
+        return False
+    finally:
+        unset_num_microbatches_calculator()
+    line = (f"megatron-core's micro-batch calculator as Bridge starts it: GBS {t.global_batch_size} = MBS "
+            f"{t.micro_batch_size} x DP {cfg.data_parallel_size} x {n} micro-batches; plan {plan.grad_accum}")
+    if n == plan.grad_accum:
+        rep.checked(line)
+        return True
+    rep.defect(line, "train.global_batch_size / train.micro_batch_size", "re-render: bridge.yaml and plan.json disagree")
+    return False
+
+
+def _peft(cfg, plan, model, rep: Report) -> None:
+    """Bridge's own PEFT (``cfg.peft``, e.g. peft/lora.py LoRA) applied to the meta model as setup does
+    (peft/base.py ``__call__``: freeze everything, then transform each module its matcher names): the trainable
+    parameters against the plan's. A ``target_modules`` that matches no module raises nothing in Bridge: the base
+    is frozen and nothing trains."""
+    from vdkit.planner.arch import trainable_params
+
+    peft = cfg.peft
+    if peft is None:
+        return
+    peft(model, training=True)
+    got = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    want = trainable_params(plan.recipe)
+    name = type(peft).__name__
+    line = (f"Bridge's {name} (peft.target_modules {list(getattr(peft, 'target_modules', []) or [])}) applied to the meta "
+            f"model: {got:,} trainable parameters, plan {want:,}")
+    if got == want:
+        rep.checked(line)
+    elif got == 0:
+        rep.defect(line + f" - its matcher names no module of {type(model).__name__}: the base is frozen and nothing "
+                   "trains (Bridge raises nothing)", "peft.target_modules", "name modules the model has (linear_qkv, "
+                   "linear_proj, linear_fc1, linear_fc2), or re-render")
+    else:
+        rep.defect(line + " - another adapter than planned", "peft.target_modules / peft.dim",
+                   "align them with the plan (method.lora_adapter_dim, engine.lora_qkv), or re-render")
 
 
 def _model(cfg, plan, tok, rep: Report) -> None:
@@ -258,6 +304,9 @@ def _model(cfg, plan, tok, rep: Report) -> None:
     else:
         rep.defect(line + " - the model Bridge builds is not the one planned", "model (bridge.yaml model section)",
                    "align the model config with the plan (vdkit plan) and re-render")
+        return
+    with torch.device("meta"):
+        _peft(cfg, plan, model, rep)
 
 
 def _checkpoint(cfg, plan, on_cluster: bool, rep: Report) -> None:

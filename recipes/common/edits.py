@@ -10,6 +10,9 @@ or :data:`OPEN`: anything, below it too; or None: a key the stack does not know)
 - a value of another kind than the stack reads (bool / int / float / str / list / mapping / null; an int where
   a float is read is fine), or not one of a Literal's values -> refused;
 - a count the stack needs positive (the engine's set, :data:`MEGATRON_POSITIVE` shared) that is <= 0 -> refused;
+- a number outside the range the command line holds its recipe key to (:class:`Range`, the engine's table, most
+  from :data:`vdkit.rules.numbers.DOMAINS`: an lr of 1e30, -0.001 or NaN, a dropout outside [0, 1)), a number that
+  is not finite where the render has a number, a micro-batch that does not divide its global batch -> refused;
 - everything else (a new lr, another path) accepted, and the keys that differ from the render listed.
 
 Pure Python (no engine import: an engine imports this module, never the reverse).
@@ -17,6 +20,7 @@ Pure Python (no engine import: an engine imports this module, never the reverse)
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -52,6 +56,72 @@ class Defect(NamedTuple):
     what: str
     setting: str
     fix: str
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take, as the command line holds its recipe key (``source``) to them."""
+
+    lo: float
+    lo_in: bool
+    hi: float
+    hi_in: bool
+    source: str
+
+    def holds(self, v: float) -> bool:
+        return (v >= self.lo if self.lo_in else v > self.lo) and (v <= self.hi if self.hi_in else v < self.hi)
+
+    def text(self) -> str:
+        lo, hi = f"{'[' if self.lo_in else '('}{self.lo:g}", f"{self.hi:g}{']' if self.hi_in else ')'}"
+        return f"in {lo}, {hi}" if math.isfinite(self.hi) else (f">= {self.lo:g}" if self.lo_in else f"> {self.lo:g}")
+
+
+def domain(recipe_key: str) -> Range:
+    """The command line's range of a recipe key (:data:`vdkit.rules.numbers.DOMAINS`), for a config key that
+    carries it."""
+    from vdkit.rules.numbers import DOMAINS
+
+    lo, lo_in, hi, hi_in, _fix = DOMAINS[recipe_key]
+    return Range(lo, lo_in, hi, hi_in, f"the command line's {recipe_key}")
+
+
+# Any key whose last part ends in "dropout" is a probability (the model's hidden / attention / ffn dropout, an
+# adapter's): method.lora_dropout's range.
+DROPOUT_SUFFIX = "dropout"
+
+
+def _range_of(key: str, ranges: Dict[str, Range]) -> Optional[Range]:
+    last = key.rsplit(".", 1)[-1]
+    for k in (key, ".".join(key.split(".")[-2:]), last):
+        if k in ranges:
+            return ranges[k]
+    return domain("method.lora_dropout") if last.endswith(DROPOUT_SUFFIX) else None
+
+
+def value_defects(path, edited: Dict[str, Any], rendered: Dict[str, Any], ranges: Dict[str, Range], *, stack: str,
+                  fix: str, skip=()) -> List[Defect]:
+    """Numbers held to the command line's value rules (``ranges``: config key, its last two parts or its last part
+    -> :class:`Range`), finite where the render has a number, and each micro-batch dividing its global batch."""
+    out: List[Defect] = []
+    for key, value in edited.items():
+        if key in skip or kind(value) not in ("int", "float"):
+            continue
+        rng = _range_of(key, ranges)
+        if isinstance(value, float) and not math.isfinite(value) and (rng or kind(rendered.get(key)) in ("int", "float")):
+            out.append(Defect(f"{key}={value} in {path} is not a finite number", key, f"write a number{was(rendered, key)}, {fix}"))
+        elif rng is not None and not rng.holds(value):
+            out.append(Defect(f"{key}={value} in {path} must be {rng.text()} (as {rng.source}; {stack} would take it and "
+                              "train on it)", key, f"write a value {rng.text()}{was(rendered, key)}, {fix}"))
+    for key, gbs in edited.items():
+        if not key.endswith("global_batch_size") or key in skip:
+            continue
+        mkey = key[: -len("global_batch_size")] + "micro_batch_size"
+        mbs = edited.get(mkey)
+        if kind(gbs) == kind(mbs) == "int" and gbs > 0 and mbs > 0 and gbs % mbs:
+            out.append(Defect(f"{mkey}={mbs} does not divide {key}={gbs} in {path}: Megatron's micro-batch calculator "
+                              "asserts global batch % (micro batch x data-parallel size) == 0 at start-up", mkey,
+                              f"use a micro-batch that divides the global batch{was(rendered, mkey)}, {fix}"))
+    return out
 
 
 def flat(node: Any, prefix: str = "") -> Dict[str, Any]:
@@ -115,10 +185,12 @@ def positive_key(key: str, positive) -> bool:
 
 def compare(path, edited: Dict[str, Any], rendered: Dict[str, Any], expect: Callable[[str], Optional[Expect]], *,
             stack: str, fix: str, positive=MEGATRON_POSITIVE, positive_why: Optional[Dict[str, str]] = None,
-            unknown: Optional[str] = None, known=()) -> Tuple[List[Defect], List[str], List[str]]:
+            unknown: Optional[str] = None, known=(), ranges: Optional[Dict[str, Range]] = None
+            ) -> Tuple[List[Defect], List[str], List[str]]:
     """The edits of one file: ``edited`` and ``rendered`` flat (:func:`flat`), ``expect(key)`` what ``stack`` reads
     there. ``unknown``: why a key ``expect`` does not know is refused (None: such keys pass, the stack's own loader
     judges them); ``known``: the keys offered as did-you-mean. ``fix`` ends every fix (how to start over).
+    ``ranges``: the engine's value rules for :func:`value_defects` (dropout keys are held to [0, 1) always).
 
     Returns (defects, keys whose value differs from the render, keys the render has and the file lacks)."""
     why = positive_why or {}
@@ -163,6 +235,8 @@ def compare(path, edited: Dict[str, Any], rendered: Dict[str, Any], expect: Call
             continue
         if got != "mapping" and rendered.get(key, _MISSING) != value:
             changed.append(key)
+    refused = {d.setting for d in defects}
+    defects += value_defects(path, edited, rendered, ranges or {}, stack=stack, fix=fix, skip=refused)
     removed = [k for k in rendered if k not in edited and (k.rpartition(".")[0] in edited or "." not in k)]
     return defects, changed, removed
 

@@ -18,9 +18,6 @@ def check_runs(run_dirs) -> list:
     """One Report per run directory."""
     from importlib.metadata import version
 
-    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
-
-    single_rank_model_parallel()
     stack = f"megatron-core {version('megatron-core')}"
     return check_each(run_dirs, stack, _check, "megatron-core", "recipe.yaml / plan.json")
 
@@ -33,6 +30,9 @@ def _check(run_dir: Path, rep: Report) -> None:
     from vdkit.recipes.megatron.model import Layout, build_chunks, transformer_config
     from vdkit.rundir import load_plan
 
+    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+
+    single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     plan = load_plan(run_dir)
     layout = Layout.from_plan(plan)
     try:

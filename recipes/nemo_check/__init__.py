@@ -2,8 +2,9 @@
 
 The kit side (this module) turns each run directory into what the probe needs (the plan's layout and
 model dimensions, the stand-in tokenizer) and runs :mod:`.probe` once for all of them in the venv of
-:mod:`.venv`; the probe prints findings as JSON lines. Where the venv is not made, one line per run
-says so and how to make it ("not checked here": never a silent pass).
+:mod:`.venv`; the probe prints findings as JSON lines. Where the venv is not made it is made first (a
+progress line on stderr); where it cannot be, each run says so ("could not check": `vdkit check` exits 3,
+never a pass).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ PROBE = Path(__file__).parent / "probe.py"
 
 
 def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
+    from vdkit.planner.arch import trainable_params
     from vdkit.rundir import NEMO_CONFIG_FILE, load_plan
 
     plan = load_plan(run_dir)
@@ -32,7 +34,7 @@ def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
     restore = m.nemo_path or ""
     return {"run_dir": str(run_dir), "config": str(run_dir / NEMO_CONFIG_FILE), "finetune": r.method.name != "pretrain",
             "restore_from_path": restore, "restore_here": bool(restore) and Path(restore).is_file(), "model": model,
-            "tokenizer_dir": tokenizer_dir,
+            "tokenizer_dir": tokenizer_dir, "trainable": trainable_params(r),
             "virtual_tokens": r.method.ptuning_virtual_tokens if r.method.peft_scheme == "ptuning" else 0,
             "plan": {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp,
                      "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
@@ -67,11 +69,14 @@ def check_runs(run_dirs, render) -> list:
     run_dirs = [d for d in run_dirs if str(d) not in refused]
     if not run_dirs:
         return list(refused.values())
-    py = venv.python()
-    if py is None:
+    import sys
+
+    try:
+        py = venv.ensure(progress=lambda line: print(f"vdkit check: {line}", file=sys.stderr, flush=True))
+    except venv.CannotCheck as exc:
         for rep in reports.values():
-            rep.not_here(f"NeMo {venv.NEMO_VERSION} is not installed for vdkit check (its own venv, {venv.location()}): "
-                         "make it with `python -m vdkit.recipes.nemo_check.venv` (about a minute), then rerun")
+            rep.unchecked(f"NeMo {venv.NEMO_VERSION}'s code did not run: {exc} (fix: give this machine the package "
+                          "index, or make it where there is one: `python -m vdkit.recipes.nemo_check.venv`)")
         return [{**refused, **reports}[k] for k in order]
     with tempfile.TemporaryDirectory(prefix="vdkit-nemo-tok-") as tok:
         for name, text in byte_tokenizer_files("").items():

@@ -37,6 +37,11 @@ POSITIVE = common.MEGATRON_POSITIVE | frozenset({
     "encoder_seq_length", "max_position_embeddings", "max_seq_length",
     "adapter_dim", "virtual_tokens", "bottleneck_dim", "embedding_dim",
 })
+# The numbers the command line holds to a range (common.Range; any *dropout key is a probability anyway).
+RANGES = {"optim.lr": common.domain("method.lr"), "sched.min_lr": common.domain("method.min_lr"),
+          "optim.weight_decay": common.domain("method.weight_decay"),
+          "sched.warmup_steps": common.domain("method.warmup_steps"),
+          "adapter_dim": common.domain("method.lora_adapter_dim")}
 POSITIVE_WHY = {"max_steps": " (it sizes its datasets from it: Lightning's -1, no limit, fails there)"}
 STACK = "NeMo " + ".".join(NEMO_VERSION.split(".")[:2])  # "NeMo 1.23", as its release names it
 
@@ -102,7 +107,7 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
 
     defects, changed, removed = common.compare(
         path, edited, rendered, expect, stack=STACK, fix=FIX_RERENDER, positive=POSITIVE, positive_why=POSITIVE_WHY,
-        unknown=f"{STACK} ignores it silently", known=known)
+        unknown=f"{STACK} ignores it silently", known=known, ranges=RANGES)
     defects = [tuple(d) for d in defects]
     sections = [k for k in removed if "." not in k]
     if sections:  # NeMo's script reads cfg.trainer / cfg.exp_manager / cfg.model: it stops at once without one

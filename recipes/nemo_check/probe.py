@@ -51,6 +51,12 @@ def from_source(module, qualname, namespace):
     with open(spec.origin) as fh:
         tree = ast.parse(fh.read(), spec.origin)
     cls_name, _, fn_name = qualname.rpartition(".")
+    for node in tree.body if not cls_name else ():
+        if isinstance(node, ast.FunctionDef) and node.name == fn_name:
+            node.decorator_list = []
+            ns = dict(namespace)
+            exec(compile(ast.Module(body=[node], type_ignores=[]), spec.origin, "exec"), ns)
+            return ns[fn_name], f"{spec.origin.split('site-packages/')[-1]}:{node.lineno}"
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == cls_name:
             for item in node.body:
@@ -140,6 +146,101 @@ def check_merge(cell, cfg):
     return merged
 
 
+class _Reached(Exception):
+    """add_adapter got past its preconditions to the model's own modules (not built here)."""
+
+
+def check_precision(cell, merged):
+    """The precision the model is built in: NeMo's torch_dtype_from_precision (utils_funcs.py; the module imports
+    sklearn, so the function is run from its source) on the merged config's precision (merge_cfg_with copies
+    trainer.precision there), as MegatronBaseModel.__init__ calls it (megatron_base_model.py:125)."""
+    import typing
+
+    import torch
+
+    d = cell["run_dir"]
+    fn, at = from_source("nemo.collections.nlp.parts.utils_funcs", "torch_dtype_from_precision",
+                         {"torch": torch, "Union": typing.Union, "Optional": typing.Optional})
+    try:
+        dtype = fn(merged.get("precision"))
+    except ValueError as exc:
+        say(d, "defect", f"NeMo 1.23's torch_dtype_from_precision ({at}, from MegatronBaseModel.__init__, "
+                         f"megatron_base_model.py:125) refuses the model's precision: {one_line(exc)} "
+                         "(trainer.precision, copied to model.precision on restore; fix: bf16-mixed, 16-mixed or 32)")
+        return False
+    say(d, "checked", f"precision {merged.get('precision')}: NeMo's torch_dtype_from_precision ({at}) -> {dtype}")
+    return True
+
+
+def check_peft(cell, cfg, merged):
+    """NeMo's PEFT set-up as megatron_gpt_finetuning.py does it: ``PEFT_CONFIG_MAP[model.peft.peft_scheme]``
+    (peft_config.py), the config class built on the merged model config, then ``add_adapter``
+    (nlp_adapter_mixins.py, run from its source) up to the model's modules; the LoRA adapter's parameters against
+    the plan's."""
+    from nemo.collections.nlp.parts.peft_config import PEFT_CONFIG_MAP, PEFTConfig, PtuningPEFTConfig
+
+    d = cell["run_dir"]
+    peft = cfg.model.get("peft")
+    scheme = peft.get("peft_scheme") if peft is not None else None
+    try:
+        cls = PEFT_CONFIG_MAP[scheme]
+    except KeyError:
+        say(d, "defect", f"NeMo 1.23 has no PEFT scheme model.peft.peft_scheme={scheme}: PEFT_CONFIG_MAP[...] raises "
+                         f"KeyError (nemo/collections/nlp/parts/peft_config.py; it has "
+                         f"{', '.join(sorted(str(k) for k in PEFT_CONFIG_MAP if k))}) (model.peft.peft_scheme; fix: "
+                         "lora, ptuning or none, or re-render)")
+        return
+    if cls is None:
+        say(d, "checked", f"model.peft.peft_scheme={scheme}: no adapter (PEFT_CONFIG_MAP), every weight trains")
+        return
+    try:
+        peft_cfg = cls(merged)
+    except Exception as exc:
+        say(d, "defect", f"NeMo 1.23's {cls.__name__} (peft_config.py) refuses the model: {one_line(exc)} "
+                         f"(model.peft.*; fix: the setting it names, or re-render)")
+        return
+    add, at = from_source("nemo.collections.nlp.parts.mixins.nlp_adapter_mixins", "NLPAdapterModelMixin.add_adapter",
+                          {"List": list, "Union": __import__("typing").Union, "PEFTConfig": PEFTConfig,
+                           "PtuningPEFTConfig": PtuningPEFTConfig})
+
+    def reached(*_a, **_k):
+        raise _Reached()
+    holder = types.SimpleNamespace(cfg=merged, _get_all_keys=reached)
+    try:
+        add(holder, peft_cfg)
+    except _Reached:
+        pass
+    except Exception as exc:
+        say(d, "defect", f"NeMo 1.23's add_adapter ({at}) refuses the run: {one_line(exc)} (model.peft / layout; fix: "
+                         "the setting it names, e.g. no virtual pipeline with PEFT; or re-render)")
+        return
+    per_layer = sum(int(c.dim) * (int(c.in_features) + int(c.out_features))
+                    for c in peft_cfg.name_key_to_cfg.values() if hasattr(c, "dim") and hasattr(c, "in_features"))
+    got = per_layer * int(merged.num_layers)
+    want = cell.get("trainable")
+    line = (f"{cls.__name__} from PEFT_CONFIG_MAP[{scheme}] on the merged config, add_adapter's preconditions ({at}) "
+            f"pass")
+    if scheme == "lora" and want:
+        line += f"; LoRA adapters {got:,} trainable parameters, plan {want:,}"
+        if got != want:
+            say(d, "defect", line + " (model.peft.lora_tuning.adapter_dim; fix: the plan's method.lora_adapter_dim, or "
+                                    "re-render)")
+            return
+    say(d, "checked", line)
+
+
+def sample_rows(ds, n=4, long_chars=0):
+    """A few JSONL rows with the keys the prompt template names (and the label), as the run's data would have;
+    the first ``long_chars`` long, so that truncation runs."""
+    import re
+
+    keys = set(re.findall(r"{(.*?)}", str(ds.get("prompt_template") or ""))) | {str(ds.get("label_key", "output"))}
+    rows = []
+    for i in range(n):
+        rows.append({k: ("x " * (long_chars // 2) if (i == 0 and long_chars) else f"{k} {i}") for k in sorted(keys)})
+    return rows
+
+
 def check_data(cell, cfg, merged):
     d = cell["run_dir"]
     ds = cfg.model.data.train_ds
@@ -156,6 +257,15 @@ def check_data(cell, cfg, merged):
     for f in files:
         if f not in here:
             say(d, "not checked here", f"{f} (model.data.train_ds.file_names): cluster storage; {cls} reads it there")
+    sample = None
+    if not here and not packed:  # the data is the cluster's: NeMo's class on a few rows made from the settings
+        import tempfile
+
+        sample = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+        rows = sample_rows(ds, long_chars=int(cell["plan"]["seq_length"]) + 64)
+        sample.write("".join(json.dumps(r) + "\n" for r in rows))
+        sample.close()
+        here = files = [sample.name]
     if not here or len(here) != len(files):
         return
     from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
@@ -175,12 +285,28 @@ def check_data(cell, cfg, merged):
                                   tokenizer=tok, sep_id=None, virtual_tokens=cell["virtual_tokens"])
     data_cfg = ds.copy()
     data_cfg.max_steps = cfg.trainer.max_steps
+    if sample is not None:
+        data_cfg.file_names = [sample.name]
     try:
         dataset = build(model, data_cfg, is_train=False)[0]
         item = dataset[0]
     except Exception as exc:
+        if sample is not None:
+            os.unlink(sample.name)
+            say(d, "defect", f"NeMo 1.23's {cls} refuses the run's data settings on rows made from them: "
+                             f"{one_line(exc) if str(exc) else type(exc).__name__} (gpt_sft_dataset.py "
+                             "_maybe_validate_prompt_template / _process_example; model.data.train_ds.prompt_template, "
+                             "label_key, truncation_field, truncation_method; fix: the setting it names, or re-render)")
+            return
         say(d, "defect", f"NeMo 1.23's {cls} cannot read {here[0]}: {one_line(exc)} (model.data.train_ds; fix: the file "
                          f"{cls} expects{' (packed .npy)' if packed else ' (JSONL with the prompt template keys)'})")
+        return
+    if sample is not None:
+        os.unlink(sample.name)
+        n = len(item.get("input_ids", []))
+        say(d, "checked", f"{type(dataset).__name__} (MegatronGPTSFTModel._build_dataset executed from {at}) on "
+                          f"{len(dataset)} rows made from the run's prompt template and keys (the data is the "
+                          f"cluster's), the first truncated to {n} tokens; the template's rules hold")
         return
     ids = item.get("input_ids", item.get("input_ids"))
     n = len(ids) if ids is not None else 0
@@ -201,6 +327,8 @@ def main():
             check_optim(cell, cfg)
             if cell["finetune"]:
                 merged = check_merge(cell, cfg)
+                check_peft(cell, cfg, merged)
+                check_precision(cell, merged)
                 if not cell.get("restore_here"):
                     say(d, "not checked here", f"{cfg.model.restore_from_path} (model.restore_from_path): the base .nemo "
                                                "on cluster storage (weights, tokenizer)")

@@ -3,8 +3,9 @@
 Run directories are grouped by engine and each engine checks its group in one go (one import of its
 stack for all of them): :func:`vdkit.recipes.engines.Engine.check_runs`. stdout: per run directory a
 header and one line per finding (checked / not checked here / defect, :mod:`vdkit.jobcheck`).
-Exit 0 when no directory has a defect; otherwise each defect is repeated on stderr as one line
-(``vdkit check: error: RUN_DIR: ...``) and the exit code is 2.
+Exit 0 only when no directory has a defect and every stack's probe ran; each defect is repeated on stderr
+as one line (``vdkit check: error: RUN_DIR: ...``, exit 2); a probe that could not run here (NeMo's venv
+could not be made) is one line per reason (``vdkit check: cannot check N run directories: ...``, exit 3).
 """
 from __future__ import annotations
 
@@ -20,13 +21,16 @@ def register(sub) -> None:
                                    "ConfigContainer and validate(), the model on the meta device, NeMo 1.23's "
                                    "optimizer registry and dataset class, ...) in the engine's real library "
                                    "version; name what only the cluster holds ('not checked here'); refuse a "
-                                   "defect in one line (exit 2). docs/checking-jobs.md says how far each stack goes.")
+                                   "defect in one line (exit 2); exit 3 when a stack's probe could not run here (never 0 "
+                                   "unchecked). docs/checking-jobs.md says how far each stack goes.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     p.set_defaults(func=run)
 
 
 def check_dirs(run_dirs) -> list:
-    """Every run directory's :class:`vdkit.jobcheck.Report`, engines in registry order, one call each."""
+    """Every run directory's :class:`vdkit.jobcheck.Report`, in the order given: first its files against the kit's
+    render of its recipe (:mod:`vdkit.rendercheck`: one that differs is refused and nothing of it runs), then the
+    engines' checks, one call per engine."""
     from vdkit.errors import UserError
     from vdkit.recipes import engines
     from vdkit.rundir import RECIPE_FILE, load_recipe
@@ -40,21 +44,48 @@ def check_dirs(run_dirs) -> list:
     import contextlib
     import warnings
 
-    reports = []
+    import time
+
+    from vdkit.jobcheck import Report
+    from vdkit.rendercheck import check as against_render
+
+    reports, refused = [], []
+    for name in list(groups):  # before anything of a run dir runs: its files are the kit's render of its recipe
+        kept = []
+        for path in groups[name]:
+            start = time.perf_counter()
+            found = against_render(path)
+            if found:
+                rep = Report(path, f"engine={name}")
+                for what, setting, fix in found:
+                    rep.defect(what, setting, fix)
+                rep.seconds = time.perf_counter() - start
+                refused.append(rep)
+            else:
+                kept.append(path)
+        groups[name] = kept
     with warnings.catch_warnings(), contextlib.redirect_stdout(sys.stderr):  # the stacks' own chatter: stderr
         warnings.simplefilter("ignore")
         for name in engines.names():
-            if name in groups:
+            if groups.get(name):
                 reports += engines.get(name).check_runs(groups[name])
-    return reports
+    for rep in reports:
+        rep.lines.insert(0, ("checked", "every file the job runs or reads is the kit's render of its recipe.yaml "
+                                        "(the engine's config held to the stack's types and value rules)"))
+    order = {Path(d).resolve(): i for i, d in enumerate(run_dirs)}
+    return sorted(refused + reports, key=lambda r: order.get(Path(r.run_dir).resolve(), 0))
 
 
 def report(reports, out=None, err=None, brief: bool = False) -> int:
-    """Print the reports (stdout) and each defect as one line (stderr); the exit code. ``brief`` (a checked sweep):
-    one line per run directory and a total, not every finding."""
+    """Print the reports (stdout), each defect as one line and each reason a probe did not run as one line
+    (stderr); the exit code (:data:`vdkit.jobcheck.EXIT_DEFECT`, :data:`~vdkit.jobcheck.EXIT_NOT_CHECKED`, 0).
+    ``brief`` (a checked sweep): one line per run directory and a total, not every finding."""
+    from vdkit.jobcheck import EXIT_DEFECT, EXIT_NOT_CHECKED
+
     # sys.stdout / sys.stderr of the call, not of the import (a caller may have swapped them since).
     out, err = out or sys.stdout, err or sys.stderr
     bad = 0
+    unchecked = {}
     for r in reports:
         print(r.summary() if brief else r.text(), file=out, flush=True)
     if brief:
@@ -65,7 +96,12 @@ def report(reports, out=None, err=None, brief: bool = False) -> int:
         for text in r.defects:
             bad += 1
             print(f"vdkit check: error: {r.run_dir}: {text}", file=err, flush=True)
-    return 2 if bad else 0
+        for text in r.not_checked:
+            unchecked.setdefault(text, []).append(r.run_dir)
+    for text, dirs in unchecked.items():  # one line per reason, however many run dirs it kept unchecked
+        n = f"{len(dirs)} run directories" if len(dirs) > 1 else str(dirs[0])
+        print(f"vdkit check: cannot check {n}: {text}", file=err, flush=True)
+    return EXIT_DEFECT if bad else EXIT_NOT_CHECKED if unchecked else 0
 
 
 def run(args) -> int:

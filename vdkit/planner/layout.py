@@ -26,6 +26,12 @@ def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:
         out.append(f"PP must divide the layers ({m.num_layers}); pp={pp} does not")
     if vp > 1 and (pp < 2 or m.num_layers % (pp * vp)):
         out.append(f"VP needs PP > 1 and PP x VP dividing the layers ({m.num_layers}); pp={pp} vp={vp}")
+    if vp > 1 and r.is_peft:
+        from vdkit.recipes import engines
+
+        why = engines.get(r.engine.name).no_peft_interleaving
+        if why:
+            out.append(f"engine={r.engine.name} cannot interleave the pipeline (VP) with PEFT: {why}; vp={vp}")
     cp = r.parallelism.cp
     if r.world_size % (tp * pp * cp):
         out.append(f"TP x PP{' x CP' * (cp > 1)} must divide the world size ({r.world_size} GPUs); {tp} x {pp}"

@@ -12,8 +12,9 @@ from vdkit.errors import UserError
 INF = math.inf
 # key: (low, low inclusive, high, high inclusive, example fix). None values pass (optional fields).
 DOMAINS = {
-    "method.lr": (0, True, INF, False, "method.lr=1e-4"),  # 0: a control run that must not learn
-    "method.min_lr": (0, True, INF, False, "method.min_lr=0"),
+    # 0: a control run that must not learn; above 1 no optimizer the engines run (Adam) trains: a typo (1e30)
+    "method.lr": (0, True, 1, True, "method.lr=1e-4"),
+    "method.min_lr": (0, True, 1, True, "method.min_lr=0"),
     "method.warmup_steps": (0, True, INF, False, "method.warmup_steps=50"),
     "method.weight_decay": (0, True, INF, False, "method.weight_decay=0.01"),
     "method.lora_adapter_dim": (1, True, INF, False, "method.lora_adapter_dim=32"),

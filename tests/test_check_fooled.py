@@ -1,0 +1,177 @@
+"""`vdkit check` cannot be fooled: a run dir's files are the kit's render of its recipe before anything of it runs,
+each run dir is checked in its own process with a time limit, hand-edited values follow the command line's rules,
+and a file's contents are never echoed."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from vdkit.cli import main
+
+NEMO = ["model=llama2_7b", "method=lora", "cluster.nodes=1"]
+
+
+def _render(out: Path, name: str, *overrides) -> Path:
+    assert main(["render", *overrides, f"run.name={name}", "--out", str(out), "--no-check-mounts"]) == 0
+    return out / name
+
+
+def _check(capsys, *dirs):
+    capsys.readouterr()
+    code = main(["check", *map(str, dirs)])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def _errors(err: str, run_dir: Path) -> list:
+    return [ln for ln in err.splitlines() if ln.startswith(f"vdkit check: error: {run_dir}:")]
+
+
+def _edit(path: Path, edit) -> None:
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+@pytest.fixture()
+def no_nemo(tmp_path, monkeypatch):
+    """NeMo's venv cannot be made (its place is under a file): these NeMo dirs are refused before its probe."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("VDKIT_NEMO_VENV", str(blocker / "venv"))
+
+
+@pytest.mark.slow  # several renders and one `vdkit check` (Bridge imported): ~20-60 s on 2 cores
+def test_scripts_differing_from_the_render_are_refused(tmp_path, capsys, no_nemo):
+    """A copied run dir (its scripts name the original), launch.sbatch with --nodes=64 or --time=1, a deleted
+    launch.sbatch, a bridge_job.py that starts with `raise SystemExit(0)`, an edited NeMo callback: one line each,
+    exit 2, and nothing of them runs (the SystemExit never silences the check of the others)."""
+    src = _render(tmp_path, "src", *NEMO)
+    copied = tmp_path / "copied"
+    shutil.copytree(src, copied)
+    nodes = _render(tmp_path, "nodes", *NEMO)
+    text = (nodes / "launch.sbatch").read_text()
+    (nodes / "launch.sbatch").write_text(text.replace("#SBATCH --nodes=1", "#SBATCH --nodes=64"))
+    assert "--nodes=64" in (nodes / "launch.sbatch").read_text()
+    gone = _render(tmp_path, "gone", *NEMO)
+    (gone / "launch.sbatch").unlink()
+    callback = _render(tmp_path, "callback", *NEMO)
+    cb = next((callback / "nemo_callbacks").glob("*.py"))
+    cb.write_text("import os\nos._exit(0)\n" + cb.read_text())
+    bridge = ["engine=bridge", "model=llama2_7b", "method=lora", "cluster.nodes=2", "model.megatron_path=/shared/base"]
+    silent = _render(tmp_path, "silent", *bridge)
+    (silent / "bridge_job.py").write_text("raise SystemExit(0)\n" + (silent / "bridge_job.py").read_text())
+    code, out, err = _check(capsys, src, copied, nodes, gone, callback, silent)
+    assert code == 2
+    assert _errors(err, src) == []
+    for d, frag in ((copied, "launch.sbatch (from line"), (nodes, "launch.sbatch (from line"),
+                    (gone, "launch.sbatch is missing"), (callback, f"nemo_callbacks/{cb.name} (from line 1)"),
+                    (silent, "bridge_job.py (from line 1)")):
+        (line,) = _errors(err, d)
+        assert frag in line and "fix: re-render" in line, line
+    assert f"{silent} (engine=bridge)" in out  # refused before Bridge was imported for it
+
+
+def test_a_link_is_refused_and_never_echoed(tmp_path, capsys, no_nemo):
+    """nemo.yaml linked to /etc/passwd, a link loop, a FIFO'd bridge_job.py: one line each, no file's text printed."""
+    passwd = _render(tmp_path, "passwd", *NEMO)
+    (passwd / "nemo.yaml").unlink()
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("root: x:0:0:root:/root:/bin/bash\ndaemon: x:1:1\n")
+    (passwd / "nemo.yaml").symlink_to(secret)
+    loop = _render(tmp_path, "loop", *NEMO)
+    (loop / "nemo.yaml").unlink()
+    (loop / "nemo.yaml").symlink_to(loop / "nemo.yaml")
+    code, out, err = _check(capsys, passwd, loop)
+    assert code == 2 and "x:0:0" not in out + err and "daemon" not in out + err
+    for d in (passwd, loop):
+        (line,) = _errors(err, d)
+        assert "nemo.yaml is a symbolic link" in line, line
+
+
+def test_duplicated_key_is_one_line(tmp_path, capsys, no_nemo):
+    nemo = _render(tmp_path, "nemo", *NEMO)
+    text = (nemo / "nemo.yaml").read_text()
+    (nemo / "nemo.yaml").write_text(text.replace("trainer:\n", "trainer:\n  max_steps: 7\n", 1))
+    code, _out, err = _check(capsys, nemo)
+    (line,) = _errors(err, nemo)
+    assert code == 2 and "nemo.yaml holds key 'max_steps' twice (line" in line, line
+
+
+# key path, value, fragment of the one line. Each passed `vdkit check` before (the type was the render's).
+NEMO_VALUES = [
+    (("model", "optim", "lr"), 1e30, "model.optim.lr=1e+30 in"),
+    (("model", "optim", "lr"), -0.001, "model.optim.lr=-0.001 in"),
+    (("model", "optim", "lr"), float("nan"), "model.optim.lr=nan in"),
+    (("model", "peft", "lora_tuning", "adapter_dropout"), -0.5, "adapter_dropout=-0.5"),
+    (("model", "peft", "lora_tuning", "adapter_dropout"), 2.0, "adapter_dropout=2.0"),
+    (("model", "micro_batch_size"), 1000, "model.micro_batch_size=1000 does not divide model.global_batch_size=128"),
+]
+
+
+@pytest.mark.slow  # several renders and one `vdkit check` (Bridge imported): ~20-60 s on 2 cores
+def test_hand_edited_values_follow_the_command_lines_rules(tmp_path, capsys, no_nemo):
+    dirs = []
+    for i, (path, value, frag) in enumerate(NEMO_VALUES):
+        d = _render(tmp_path, f"v{i}", *NEMO)
+
+        def edit(data, path=path, value=value):
+            node = data
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = value
+        _edit(d / "nemo.yaml", edit)
+        dirs.append((d, frag))
+    b = ["engine=bridge", "model=llama2_7b", "method=lora", "cluster.nodes=2", "model.megatron_path=/shared/base"]
+    keep = _render(tmp_path, "keep0", *b)
+    _edit(keep / "bridge.yaml", lambda d: d["checkpoint"].update(most_recent_k=0))
+    lr = _render(tmp_path, "lr", *b)
+    _edit(lr / "bridge.yaml", lambda d: d["optimizer"].update(lr=1e30))
+    dirs += [(keep, "checkpoint.most_recent_k=0"), (lr, "optimizer.lr=1e+30")]
+    code, _out, err = _check(capsys, *(d for d, _ in dirs))
+    assert code == 2
+    for d, frag in dirs:
+        (line,) = _errors(err, d)
+        assert frag in line and "fix:" in line, line
+
+
+def test_command_line_refuses_an_absurd_lr(capsys):
+    assert main(["plan", "model=llama2_7b", "method=lora", "method.lr=1e30"]) == 2
+    assert "method.lr=1e+30 must be in [0, 1]" in capsys.readouterr().err
+
+
+def _exits(run_dir, rep):
+    raise SystemExit(0)
+
+
+def _hangs(run_dir, rep):
+    while True:
+        pass
+
+
+def _dies(run_dir, rep):
+    os._exit(0)
+
+
+def _fine(run_dir, rep):
+    rep.checked(f"fine {run_dir.name}")
+
+
+def test_each_run_dir_in_its_own_process_with_a_time_limit(tmp_path):
+    """One run dir's check that exits, hangs or kills its interpreter is its own defect: the others are reported."""
+    from vdkit.jobcheck import isolated
+
+    start = time.monotonic()
+    reps = [isolated(tmp_path / n, "s", fn, "who", "setting", 2.0)
+            for n, fn in (("a", _exits), ("b", _hangs), ("c", _dies), ("d", _fine))]
+    assert time.monotonic() - start < 20
+    assert "who stopped the check: SystemExit" in reps[0].defects[0]
+    assert "did not finish in 2 s" in reps[1].defects[0]
+    assert "ended without a report (exit 0" in reps[2].defects[0]
+    assert reps[3].lines == [("checked", "fine d")]
