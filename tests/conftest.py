@@ -23,7 +23,7 @@ from collections import defaultdict
 
 import pytest
 
-FULL_TESTS_ENV = "VDKIT_FULL_TESTS"
+from helpers import FULL_TESTS_ENV  # noqa: E402 - the one home (test_readme reads it too)
 SAMPLE_FRACTION = 1 / 8
 SAMPLE_MIN = 3
 SAMPLE_SEED = "vdkit-bad-inputs"

@@ -258,3 +258,7 @@ K8S_TINY = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=k
 def k8s_vols(tmp_path) -> str:
     """The cluster.kubernetes.storage override mounting ``tmp_path`` at the same path (a hostPath)."""
     return f"cluster.kubernetes.storage=[{{mount_path:'{tmp_path}',host_path:'{tmp_path}'}}]"
+
+
+# Set to 1 (as .ci/run does) to run every row of the bad-input tables; else conftest samples each defect class.
+FULL_TESTS_ENV = "VDKIT_FULL_TESTS"

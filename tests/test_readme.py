@@ -69,7 +69,7 @@ def test_the_quick_loop_is_named_beside_the_full_one():
     .ci/run sets VDKIT_FULL_TESTS=1 (every bad-input row) before it runs README's full line."""
     import tomllib
 
-    from conftest import FULL_TESTS_ENV
+    from helpers import FULL_TESTS_ENV
 
     quick = bash_block("## Tests while you change code")
     assert len(quick) == 1 and quick[0].startswith(".venv/bin/python -m pytest -q -m "), quick
