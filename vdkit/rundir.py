@@ -45,6 +45,9 @@ BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigC
 BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
 IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
 BRIDGE_IMPORT_FILE = IMPORT_FILE
+# Job scripts of the run dir, one a line, that `vdkit submit` submits before launch.sbatch; launch.sbatch then
+# waits on them all (--dependency=afterok): bridge's import_hf.sbatch when the render converts the base model
+FIRST_FILE = "submit_first.txt"
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
 # The files each engine adds to a run directory (engines not named add none): what `--help` says.
 ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
