@@ -51,7 +51,7 @@ FIRST_FILE = "submit_first.txt"
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
 # The files each engine adds to a run directory (engines not named add none): what `--help` says.
 ENGINE_FILES = {"nemo": (NEMO_CONFIG_FILE,),
-                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, BRIDGE_EXPORT_FILE)}
+                "bridge": (BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE, BRIDGE_IMPORT_FILE, FIRST_FILE, BRIDGE_EXPORT_FILE)}
 EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
 LOG_DIR = "logs"
 CHECKPOINT_DIR = "checkpoints"
