@@ -16,6 +16,8 @@ from vdkit.errors import UserError
 from vdkit.jobspec import JobSpec
 from vdkit.rundir import SBATCH_FILE
 
+RUNS_FIRST = True  # submit() sbatches the run dir's FIRST_FILE jobs first, launch.sbatch with afterok on them
+
 
 def check(plan, job: JobSpec) -> None:
     """Refuse a container image pyxis cannot read (before anything is rendered)."""
@@ -30,6 +32,19 @@ def files(plan, job: JobSpec, run_dir: Path) -> Dict[str, str]:
     from vdkit.slurm.render import sbatch_text
 
     return {SBATCH_FILE: sbatch_text(plan, run_dir, job)}
+
+
+def next_command(files) -> str:
+    """``sbatch {}/launch.sbatch``; with jobs that must run first (:data:`vdkit.rundir.FIRST_FILE`: Bridge's
+    import_hf.sbatch) the one line that submits them and training after them (afterok), as `vdkit submit` does."""
+    from vdkit.rundir import FIRST_FILE
+
+    first = [ln.strip() for ln in str(files.get(FIRST_FILE, "")).splitlines() if ln.strip()]
+    if not first:
+        return "sbatch {}/" + SBATCH_FILE
+    subs = " && ".join(f"j{i}=$(sbatch --parsable {{0}}/{name})" for i, name in enumerate(first))
+    deps = ":".join(f"$j{i}" for i in range(len(first)))
+    return f"{subs} && sbatch --dependency=afterok:{deps} {{0}}/{SBATCH_FILE}   (or: vdkit submit ...)"
 
 
 def require() -> None:

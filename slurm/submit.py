@@ -23,7 +23,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from vdkit.errors import KeepRunDir, UserError
 
@@ -119,6 +119,27 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
                             "fix the resources in the recipe (cluster.*) or the cluster's limits")
         return Submission(run_dir, None, message[-1] if message else "", test_only=True)
 
+    # a job the run needs done first (Bridge's import_hf.sbatch): training starts only if it succeeded
+    first = [_sbatch(["sbatch", str(run_dir / name)], run_dir / name, run_dir)[0] for name in first_scripts(run_dir)]
+    argv = ["sbatch", *([f"--dependency=afterok:{':'.join(first)}"] if first else []), str(script)]
+    job_id, output = _sbatch(argv, script, run_dir)
+    if job_id not in job_ids(run_dir):  # the job itself may have started and recorded it already
+        with open(run_dir / JOB_ID_FILE, "a") as f:
+            f.write(f"{job_id}\n")
+    return Submission(run_dir, job_id, output.strip())
+
+
+def first_scripts(run_dir: Path) -> List[str]:
+    """The run dir's job scripts that run before launch.sbatch (:data:`vdkit.rundir.FIRST_FILE`: e.g. Bridge's
+    import_hf.sbatch when the render converts the base model); [] when none."""
+    from vdkit.rundir import FIRST_FILE
+
+    path = run_dir / FIRST_FILE
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
+
+
+def _sbatch(argv: List[str], script: Path, run_dir: Path) -> Tuple[str, str]:
+    """Run ``argv`` (an sbatch call) through submitit; (job id, sbatch's output), or one line for its refusal."""
     from submitit.core.utils import CommandFunction, FailedJobError
     from submitit.slurm.slurm import SlurmExecutor
 
@@ -126,7 +147,7 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
     sink = io.StringIO()
     try:
         with contextlib.redirect_stderr(sink):
-            output = CommandFunction(["sbatch", str(script)], verbose=False, cwd=run_dir)()
+            output = CommandFunction(argv, verbose=False, cwd=run_dir)()
     except FailedJobError as exc:
         line = _first_error_line(str(exc) or sink.getvalue())
         if any(s in line for s in UNREACHABLE):
@@ -143,10 +164,7 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
                       f"the job may be queued, so {run_dir} is kept",
                       f"look for it with `squeue --me`; if it is queued, write its id into {run_dir / JOB_ID_FILE}") \
             from None
-    if job_id not in job_ids(run_dir):  # the job itself may have started and recorded it already
-        with open(run_dir / JOB_ID_FILE, "a") as f:
-            f.write(f"{job_id}\n")
-    return Submission(run_dir, job_id, output.strip())
+    return job_id, output
 
 
 # What sbatch / squeue print when no controller answers (a laptop, a compute node without slurm.conf).

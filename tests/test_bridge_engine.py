@@ -246,7 +246,9 @@ def test_packed_sequences_are_refused_on_this_cpu_in_one_line(tmp_path):
 def test_fine_tuning_without_a_base_checkpoint_is_refused(tmp_path):
     from vdkit.recipes import bridge
 
-    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=sft", "model.megatron_path=null"]))
+    # with neither a Bridge checkpoint nor HF weights to convert one from (tests/test_bridge_chain.py: with them)
+    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=sft", "model.megatron_path=null",
+                              "model.hf_path=null"]))
     with pytest.raises(UserError, match="model.megatron_path is not set"):
         bridge.check(plan)
 

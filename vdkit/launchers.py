@@ -63,6 +63,10 @@ default as shown). ``plan`` is a :class:`vdkit.schema.Plan`, ``job`` the engine'
     The command that continues a cancelled run from its latest checkpoint; `vdkit cancel` records it.
 ``log_command(run_dir, follow) -> list[str] | None``  (default: None: the run dir's own files)
     The argv that prints the run's logs where the scheduler keeps them (``kubectl logs``); `vdkit logs`.
+``RUNS_FIRST: bool``  (default ``False``)
+    Whether ``submit`` (and ``next_command``) honour the run directory's :data:`vdkit.rundir.FIRST_FILE`:
+    its job scripts submitted first, the run only after they succeed (Slurm: ``--dependency=afterok``).
+    An engine writes that file (Bridge's HF import) only for a launcher that does (:func:`runs_first`).
 ``job_alive(job_id) -> bool``  (default: ``False``)
     Whether job ``job_id`` of this launcher still runs; ``vdkit status`` names the holder of a
     run directory's lock (:mod:`vdkit.runlock`) only while it does.
@@ -214,6 +218,11 @@ def get(name: str) -> Launcher:
 def executes_here(name: str) -> bool:
     """Whether launcher ``name`` starts the ranks on this machine (local processes), not on a cluster."""
     return get(name).executes_here
+
+
+def runs_first(name: str) -> bool:
+    """Whether launcher ``name`` submits a run directory's FIRST_FILE jobs before the run (``RUNS_FIRST``)."""
+    return bool(getattr(get(name).module, "RUNS_FIRST", False))
 
 
 def of(plan) -> Launcher:

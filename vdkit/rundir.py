@@ -48,6 +48,9 @@ PREFLIGHT_FILE = "preflight.json"  # what the job's pre-flight checks (vdkit.rec
 PREFLIGHT_SCRIPT = "vdkit_preflight.py"  # the pre-flight itself, a copy of vdkit/recipes/preflight.py (no vdkit import)
 IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
 BRIDGE_IMPORT_FILE = IMPORT_FILE
+# Job scripts of the run dir, one a line, that `vdkit submit` submits before launch.sbatch; launch.sbatch then
+# waits on them all (--dependency=afterok): bridge's import_hf.sbatch when the render converts the base model
+FIRST_FILE = "submit_first.txt"
 BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
 # The files each engine adds to a run directory: its spec's run_dir_files (vdkit.recipes.spec).
 EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it

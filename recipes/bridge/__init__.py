@@ -22,7 +22,7 @@ from typing import List
 
 from vdkit.errors import UserError
 from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
-from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE
+from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE, FIRST_FILE
 from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG, MCORE_VERSION  # noqa: F401  (the image <-> Bridge map)
 from vdkit.recipes.spec import EngineSpec
 from vdkit.recipes.preflight import TRACKERS as BASE_MARKERS  # what Bridge checks for (standard library only)
@@ -86,10 +86,24 @@ def check(plan) -> None:
         dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
         from vdkit import launchers
 
-        if not r.model.megatron_path and not launchers.executes_here(r.cluster.launcher):
+        from vdkit.recipes.bridge.convert import chains_import
+
+        # without model.megatron_path a Slurm render converts model.hf_path first (convert.chains_import)
+        if (not r.model.megatron_path and not launchers.executes_here(r.cluster.launcher)
+                and not chains_import(r, in_container(plan))):
+            how = (f"stage the HF weights ({staging_hint(r)}; on cluster.launcher=slurm the render then converts "
+                   "them before training) or " if not r.model.hf_path else
+                   f"convert the HF weights once (the run dir's {IMPORT_FILE}) and ")
             raise UserError(f"model.megatron_path is not set: {r.method.name} fine-tunes a base model from a "
-                            "Megatron-Bridge checkpoint", f"convert the HF weights once (the run dir's {IMPORT_FILE}) "
-                            f"and set model.megatron_path=/path/to/{r.model.name}-bridge")
+                            "Megatron-Bridge checkpoint", f"{how}set model.megatron_path=/path/to/{r.model.name}-bridge")
+
+
+def staging_hint(recipe) -> str:
+    """How to stage the model's HF weights (:func:`vdkit.recipes.common.staging.stage_hint`)."""
+    from vdkit.recipes.common.staging import stage_hint
+
+    return stage_hint(recipe)
+
 
 
 def local_check(plan) -> None:
@@ -149,7 +163,12 @@ def files(plan, run_dir) -> dict:
     if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):
         out.update(byte_tokenizer_files(TOKENIZER_DIR))
     if in_container(plan) and r.method.name != "pretrain" and r.model.hf_path:  # (a site's own checkpoint: none)
-        out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir)
+        chained = convert.chains_import(r, True)
+        out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir, chained)
+        if chained:  # no model.megatron_path: the conversion runs first, training after it (vdkit submit)
+            from vdkit.rundir import FIRST_FILE
+
+            out[FIRST_FILE] = IMPORT_FILE + "\n"
     if in_container(plan) and not r.timing and r.model.hf_path:  # run.mode=train: the final weights as HF
         out[EXPORT_FILE] = convert.export_sbatch(plan, run_dir, checkpoint_dir(r, run_dir))
     return out
@@ -175,7 +194,7 @@ def inputs(plan) -> list:
     """The base model's Bridge checkpoint a fine-tuning job starts from; the staged tokenizer directory."""
     r = plan.recipe
     out = []
-    if r.method.name != "pretrain" and r.model.megatron_path:
+    if r.method.name != "pretrain" and r.model.megatron_path:  # (a chained import's output does not exist yet)
         out.append(("model.megatron_path", r.model.megatron_path, True))
     if not r.data.tokenizer_model and r.model.hf_path and r.model.hf_path.startswith("/"):
         out.append(("model.hf_path (the staged tokenizer)", r.model.hf_path, True))
@@ -227,7 +246,10 @@ def container(plan, run_dir):
     from vdkit.recipes.engines import standard_mounts
 
     r = plan.recipe
-    extra = [("model.megatron_path", r.model.megatron_path)] if (r.model.megatron_path and r.method.name != "pretrain") else []
+    from vdkit.recipes.bridge.convert import base_checkpoint
+
+    base = base_checkpoint(r, True)
+    extra = [("model.megatron_path", base)] if base else []
     for what, path in (("data.tokenizer_model", r.data.tokenizer_model), ("model.hf_path", r.model.hf_path)):
         if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
             extra.append((what, path))
@@ -292,7 +314,7 @@ SPEC = EngineSpec(
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
-    run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, EXPORT_FILE),
+    run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),
     gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
     images=("engine.container_image", "engine.rocm_image"),
     stack={"Megatron-Bridge": BRIDGE_VERSION, "megatron-core": MCORE_VERSION, "image": IMAGE_TAG},

@@ -245,6 +245,8 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     runs save synchronously. An end's weights-only save (nothing resumes from it): ``save_optim`` and the other
     state flags false - Bridge's flags for every save, so ``job.py`` (:func:`weights_only_at_the_end`) keeps
     the full state for a stop's save and its resume and applies these flags only as training ends."""
+    from vdkit.recipes.bridge.convert import base_checkpoint
+
     r = plan.recipe
     pol = plan.time.policy
     every = r.engine.checkpoint_every_n_steps if r.engine.checkpoint_every_n_steps is not None else pol.every_n_steps
@@ -255,7 +257,7 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     out = {_T: _CFG + "CheckpointConfig", "save": str(ckpt_dir), "load": str(ckpt_dir),
            "save_interval": interval, "most_recent_k": pol.keep, "ckpt_format": "torch_dist",
            "fully_parallel_save": True,
-           "pretrained_checkpoint": (r.model.megatron_path if r.method.name != "pretrain" else None)}
+           "pretrained_checkpoint": base_checkpoint(r, in_container)}  # a chained import's output by default
     if pol.async_save and in_container:
         out["async_save"] = True
     if not pol.saves_optimizer:

@@ -30,17 +30,46 @@ EXPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
              "AutoBridge.from_hf_pretrained(sys.argv[1]).export_ckpt(sys.argv[2], sys.argv[3])")
 
 
-def import_sbatch(plan, run_dir) -> str:
-    """The one-time conversion job (one whole node, one task, in the run's container), as sbatch text."""
+def default_base(recipe) -> str:
+    """Where the import writes a model's Bridge checkpoint when ``model.megatron_path`` is not set: beside the
+    staged HF weights (``/shared/models/<model>-bridge``), once per site and model."""
+    from vdkit.recipes.common import staging
+
+    return f"{staging.STAGED_ROOT}/{recipe.model.name}-bridge"
+
+
+def chains_import(recipe, in_container: bool) -> bool:
+    """Whether the render chains the conversion before training: a cluster fine-tuning run from staged HF weights
+    (``model.hf_path``) with no ``model.megatron_path`` given, on a launcher that runs jobs first (Slurm). The run dir's ``import_hf.sbatch`` then runs first
+    and training waits on it (``--dependency=afterok``, :data:`vdkit.rundir.FIRST_FILE`)."""
+    from vdkit.launchers import runs_first
+
+    return (in_container and recipe.method.name != "pretrain" and not recipe.model.megatron_path
+            and bool(recipe.model.hf_path) and runs_first(recipe.cluster.launcher))
+
+
+def base_checkpoint(recipe, in_container: bool):
+    """The Bridge checkpoint a fine-tuning run loads: ``model.megatron_path``, else (when the render chains the
+    import) :func:`default_base`; None when there is none."""
+    if recipe.method.name == "pretrain":
+        return None
+    return default_base(recipe) if chains_import(recipe, in_container) else recipe.model.megatron_path
+
+
+def import_sbatch(plan, run_dir, chained: bool = False) -> str:
+    """The one-time conversion job (one whole node, one task, in the run's container), as sbatch text;
+    ``chained``: the run's training job waits on it (`vdkit submit` submits both)."""
     from vdkit.recipes.common import staging
 
     r = plan.recipe
-    out = r.model.megatron_path or f"{staging.STAGED_ROOT}/{r.model.name}-bridge"
+    out = r.model.megatron_path or default_base(r)
     src = staging.conversion_source(r)
+    how = ("`vdkit submit` (or the line `vdkit render` prints) submits it first and training after it "
+           "(--dependency=afterok)" if chained else "Run it once per site and model (not per job):   sbatch import_hf.sbatch")
     comments = [
         f"One-time step before fine-tuning {r.model.name} with engine=bridge: convert the staged HF weights",
         f"({src}) to a Megatron-Bridge checkpoint with Bridge's own AutoBridge.import_ckpt, in the same container.",
-        "Run it once per site and model (not per job):   sbatch import_hf.sbatch",
+        how,
         f"It writes {out}/iter_0000000 (and its tokenizer); launch.sbatch loads it as checkpoint.pretrained_checkpoint",
         "(model.megatron_path) and Bridge reshards it to the run's TP / PP. The whole node: the import builds the",
         "model in host memory (use_cpu_initialization; a 70B holds ~140 GB).",

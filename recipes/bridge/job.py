@@ -381,9 +381,8 @@ def keep_loss_mask_cache() -> bool:
 def run(cfg, callbacks=None, beat=None) -> int:
     """Bridge's own loop on ``cfg``; returns 0 when every step is done, EXIT_STOPPED after a clean stop.
     ``beat``: this rank's heartbeat (:func:`start_heartbeat`), told of every step."""
-    from megatron.bridge.training.gpt_step import forward_step
-    from megatron.bridge.training.pretrain import pretrain
-
+    if cfg.peft is not None and cfg.checkpoint.pretrained_checkpoint is None and cfg.checkpoint.load is None:
+        raise SystemExit("bridge_job: LoRA needs checkpoint.pretrained_checkpoint (a Bridge checkpoint of the base model)")
     try:  # the pre-flight's checks: the run dir's copy beside this file (sys.path[0]) in the container, else vdkit's
         check = importlib.import_module("vdkit_preflight")
     except ImportError:
@@ -393,6 +392,8 @@ def run(cfg, callbacks=None, beat=None) -> int:
         if _rank() == 0:
             print(f"bridge_job: {refused}", file=sys.stderr, flush=True)
         return EXIT_REFUSED
+    from megatron.bridge.training.gpt_step import forward_step  # after the guard: a refusal saves the import's minute
+    from megatron.bridge.training.pretrain import pretrain
     save = cfg.checkpoint.save
     if save and _rank() == 0:
         trust_latest(save, lambda line: print(line, flush=True))

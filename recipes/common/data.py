@@ -203,7 +203,14 @@ class Sample:
 
 
 def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> Sample:
-    """One training sample: BOS + "{input} " + output + EOS, input truncated first to fit max_len."""
+    """One training sample: BOS + "{input} " + output + EOS, input truncated first to fit max_len; with a
+    tokenizer that carries a chat template (Instruct models), that template's conversation (:mod:`.chat`)."""
+    from vdkit.recipes.common.chat import chat_tokenizer, encode_chat
+
+    hf = chat_tokenizer(tok)
+    if hf is not None:
+        ids, n_prompt = encode_chat(hf, inp, out, max_len)
+        return Sample(tuple(ids), tuple(([IGNORE] * n_prompt + ids[n_prompt:]) if answer_only else ids))
     prompt = tok.encode_one(f"{inp} ")
     answer = tok.encode_one(out)
     head = [tok.bos_id] if tok.bos_id is not None else []
