@@ -450,6 +450,18 @@ TYPED = ("word-count", "list-mbs", "yaml-1e-4", "zero-log", "literal")  # `vdkit
 _RESUME = _RESUME.replace("TYPED", repr(TYPED))
 
 
+def _copy_run_dir(clean: Path, dest: Path) -> Path:
+    """A copy of a rendered run dir as if rendered at ``dest``: its pre-flight names its own paths (`vdkit check`
+    refuses a copy whose preflight.json still points at the original)."""
+    import shutil
+
+    d = Path(shutil.copytree(clean, dest))
+    pre = d / "preflight.json"
+    if pre.is_file():
+        pre.write_text(pre.read_text().replace(str(clean), str(d)))
+    return d
+
+
 def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(tmp_path):
     """`vdkit run --resume RUN_DIR` after a hand edit of bridge.yaml that Bridge refuses: each rank started, imported
     Bridge and exited 2. The door now loads the file as `vdkit check` does (the run dir's own loader, then Bridge's
@@ -464,7 +476,7 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
     text = (clean / "bridge.yaml").read_text()
     dirs = {}
     for name, (edit, _) in _EDITS.items():
-        d = dirs[name] = Path(shutil.copytree(clean, tmp_path / name))
+        d = dirs[name] = _copy_run_dir(clean, tmp_path / name)
         if edit is None or edit == "job":
             target = d / ("bridge.yaml" if edit is None else "bridge_job.py")
             target.unlink()
@@ -475,7 +487,7 @@ def test_vdkit_run_resume_refuses_an_edited_bridge_yaml_before_any_rank_starts(t
             continue
         (d / "bridge.yaml").write_text(edit(text))
         assert (d / "bridge.yaml").read_text() != text, name
-    accepted = Path(shutil.copytree(clean, tmp_path / "accepted"))  # a new lr and a null train_samples: Bridge's types
+    accepted = _copy_run_dir(clean, tmp_path / "accepted")  # a new lr and a null train_samples: Bridge's types
     (accepted / "bridge.yaml").write_text(text.replace("  lr: 0.0002\n", "  lr: 0.0003\n", 1)
                                           .replace("train_iters: 50\n", "train_iters: 50\n  train_samples: null\n", 1))
     out = subprocess.run([sys.executable, "-c", _RESUME, str(clean), *map(str, dirs.values()), str(accepted)],

@@ -86,7 +86,7 @@ def check(plan) -> None:
         dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
         from vdkit import launchers
 
-        from vdkit.recipes.bridge.convert import chains_import
+        from vdkit.recipes.bridge.base import chains_import
 
         # without model.megatron_path a Slurm render converts model.hf_path first (convert.chains_import)
         if (not r.model.megatron_path and not launchers.executes_here(r.cluster.launcher)
@@ -246,7 +246,7 @@ def container(plan, run_dir):
     from vdkit.recipes.engines import standard_mounts
 
     r = plan.recipe
-    from vdkit.recipes.bridge.convert import base_checkpoint
+    from vdkit.recipes.bridge.base import base_checkpoint
 
     base = base_checkpoint(r, True)
     extra = [("model.megatron_path", base)] if base else []

@@ -245,7 +245,7 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
     runs save synchronously. An end's weights-only save (nothing resumes from it): ``save_optim`` and the other
     state flags false - Bridge's flags for every save, so ``job.py`` (:func:`weights_only_at_the_end`) keeps
     the full state for a stop's save and its resume and applies these flags only as training ends."""
-    from vdkit.recipes.bridge.convert import base_checkpoint
+    from vdkit.recipes.bridge.base import base_checkpoint
 
     r = plan.recipe
     pol = plan.time.policy

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path, PurePosixPath
 
 from vdkit.errors import UserError
+from vdkit.recipes.bridge.base import base_checkpoint, chains_import, default_base  # noqa: F401 (used here; tests)
 
 IMPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
              "AutoBridge.import_ckpt(sys.argv[1], sys.argv[2])")
@@ -28,32 +29,6 @@ IMPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
 # adapters merged): a run.mode=train run's final weights in the HF format vLLM / transformers serve.
 EXPORT_PY = ("from megatron.bridge import AutoBridge; import sys; "
              "AutoBridge.from_hf_pretrained(sys.argv[1]).export_ckpt(sys.argv[2], sys.argv[3])")
-
-
-def default_base(recipe) -> str:
-    """Where the import writes a model's Bridge checkpoint when ``model.megatron_path`` is not set: beside the
-    staged HF weights (``/shared/models/<model>-bridge``), once per site and model."""
-    from vdkit.recipes.common import staging
-
-    return f"{staging.STAGED_ROOT}/{recipe.model.name}-bridge"
-
-
-def chains_import(recipe, in_container: bool) -> bool:
-    """Whether the render chains the conversion before training: a cluster fine-tuning run from staged HF weights
-    (``model.hf_path``) with no ``model.megatron_path`` given, on a launcher that runs jobs first (Slurm). The run dir's ``import_hf.sbatch`` then runs first
-    and training waits on it (``--dependency=afterok``, :data:`vdkit.rundir.FIRST_FILE`)."""
-    from vdkit.launchers import runs_first
-
-    return (in_container and recipe.method.name != "pretrain" and not recipe.model.megatron_path
-            and bool(recipe.model.hf_path) and runs_first(recipe.cluster.launcher))
-
-
-def base_checkpoint(recipe, in_container: bool):
-    """The Bridge checkpoint a fine-tuning run loads: ``model.megatron_path``, else (when the render chains the
-    import) :func:`default_base`; None when there is none."""
-    if recipe.method.name == "pretrain":
-        return None
-    return default_base(recipe) if chains_import(recipe, in_container) else recipe.model.megatron_path
 
 
 def import_sbatch(plan, run_dir, chained: bool = False) -> str:
