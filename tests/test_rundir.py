@@ -83,7 +83,7 @@ RECIPE_EDITS = {
     "model.num_layers": (-3, ": model.num_layers=-3 must be >= 1 (fix: edit it (use e.g. model.num_layers=32), " + FIX),
     "cluster.nodes": (0, ": cluster.nodes=0 must be >= 1 (fix: edit it (use e.g. cluster.nodes=1), " + FIX),
     "model.hidden_size": ("big", ": model.hidden_size: Value 'big' of type 'str' could not be converted to Integer "
-                                 "(fix: correct that key, " + FIX),
+                                 "(key model.hidden_size) (fix: correct that key, " + FIX),
     "engine.name": ("vllm", ": engine.name='vllm' is not an engine (fix: edit it (use engine=nemo or engine=reference or "
                             "engine=megatron or engine=bridge), " + FIX),
 }
