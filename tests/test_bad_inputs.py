@@ -173,7 +173,7 @@ for name, argv, expect in [
     ("site-name-number", ["site", "probe", "--name", "123", "--out", "{ws}/s"], "is not a cluster name"),
     ("site-name-shipped", ["site", "probe", "--name", "xe9680", "--out", "{ws}/s"], "is a cluster the kit ships"),
 ]:
-    case(name, argv, expect)
+    case(name, argv, expect, "runs")
 
 # ----------------------------------------------------------------------------- validate / report
 for name, argv, expect in [
