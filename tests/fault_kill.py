@@ -22,8 +22,9 @@ TIMINGS = ("step", "save", "after-save")
 SYS_PIDFD_GETFD = 438  # x86_64 and aarch64 (Linux >= 5.6)
 
 
-def rank_pids(run_dir, engine) -> Dict[int, int]:
-    """{SLURM_PROCID: pid} of the run's rank processes on this machine."""
+def rank_pids(run_dir, engine, module: str = "") -> Dict[int, int]:
+    """{SLURM_PROCID: pid} of the run's rank processes on this machine (``python -m vdkit.recipes.ENGINE``, or
+    ``module`` where the engine's ranks run another, e.g. Bridge's ``vdkit.recipes.bridge.rank``)."""
     found = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -31,7 +32,7 @@ def rank_pids(run_dir, engine) -> Dict[int, int]:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"vdkit.recipes.{engine}".encode() in cmd and str(run_dir).encode() in cmd:
+        if (module or f"vdkit.recipes.{engine}").encode() in cmd and str(run_dir).encode() in cmd:
             for item in env:
                 if item.startswith(b"SLURM_PROCID="):
                     found[int(item.split(b"=")[1])] = int(pid)

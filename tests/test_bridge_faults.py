@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from fault_kill import rank_pids
+
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(importlib.util.find_spec("megatron.bridge") is None,
                                                    reason="megatron-bridge not installed (extra [bridge])")]
 
@@ -48,16 +50,7 @@ def _steps(run_dir: Path, job_id: str) -> list:
 
 def _rank_pids(run_dir: Path) -> dict:
     """{SLURM_PROCID: pid} of the run's Bridge rank processes (not their checkpoint writers' children)."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"vdkit.recipes.bridge.rank" in cmd and str(run_dir).encode() in cmd:
-            found.update({int(e.split(b"=")[1]): int(pid) for e in env if e.startswith(b"SLURM_PROCID=")})
-    return found
+    return rank_pids(run_dir, "bridge", module="vdkit.recipes.bridge.rank")
 
 
 def _wait(what, pred, run_dir, timeout):
