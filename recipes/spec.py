@@ -131,7 +131,7 @@ class EngineSpec:
                 bad(f"{key} names {odd}, not among {allowed}")
         if self.step_time_regime not in REGIMES:
             bad(f"step_time_regime={self.step_time_regime!r} is not one of {', '.join(REGIMES)}")
-        for key in ("rope_scaling", "run_dir_files", "images", "runtime_modules"):
+        for key in ("rope_scaling", "run_dir_files", "config_files", "images", "runtime_modules"):
             if not isinstance(getattr(self, key), tuple):
                 bad(f"{key} must be a tuple")
         if self.base_model_key is not None and self.base_model_key not in fields:
