@@ -206,3 +206,18 @@ def test_a_plan_json_with_an_infinite_count_or_a_scalar_schedule_is_one_line(edi
     (run_dir / PLAN_FILE).write_text(json.dumps(data))
     with pytest.raises(UserError, match="cannot read the plan of"):
         load_plan(run_dir)
+
+
+def test_two_engines_rendering_one_recipe_get_dirs_that_name_the_engine(tmp_path, capsys):
+    """Issue 36: a second engine's render of the same recipe was ``NAME-2``, telling the two apart by nothing.
+    Now ``NAME-ENGINE`` (a sweep over engines too); a re-render by the same engine is still ``NAME-2``, and the
+    first dir keeps its plain name (what a resume or an earlier script looks up)."""
+    from vdkit.cli import main
+
+    out = tmp_path / "runs"
+    for engine in ("megatron", "reference", "reference"):
+        assert main(["render", f"engine={engine}", *LOCAL_REF[1:], "--out", str(out)]) == 0, capsys.readouterr().err
+    stem = "tiny_llama_lora_1n1g"
+    assert sorted(p.name for p in out.iterdir()) == [stem, f"{stem}-reference", f"{stem}-reference-2"]
+    assert main(["render", "-m", "engine=megatron,reference", *LOCAL_REF[1:], "--out", str(tmp_path / "sweep")]) == 0
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [stem, f"{stem}-reference"]

@@ -261,7 +261,7 @@ def prepare_all(plans, out_dir: Optional[PathLike] = None, check_mounts: Optiona
     """:func:`prepare` every plan (distinct run directories even for equal run names) before any is written."""
     out: List[Prepared] = []
     for plan in plans:
-        out.append(prepare(plan, out_dir, check_mounts, taken=[p.run_dir for p in out]))
+        out.append(prepare(plan, out_dir, check_mounts, taken={p.run_dir: p.plan.recipe.engine.name for p in out}))
     return out
 
 

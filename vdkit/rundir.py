@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, Iterator, Optional, Union
 
 from vdkit.errors import UserError
 from vdkit.schema import Memory, Plan, Prediction, Recipe, StepTime
@@ -314,20 +314,55 @@ def remove_empty(dirs) -> None:
             break
 
 
+def _dir_engine(path: Path) -> Optional[str]:
+    """The engine a run directory was rendered for (its recipe.yaml), None when it is not one or unreadable."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((path / RECIPE_FILE).read_text())
+        return str(data["engine"]["name"])
+    except Exception:  # not a run dir, unreadable, a hand-edited recipe: an occupant like any other
+        return None
+
+
+def run_dir_names(stem: str, engine: str, occupant) -> Iterator[str]:
+    """Run-directory names to try in order for ``stem`` rendered by ``engine``.
+
+    ``stem`` first; when ``occupant(stem)`` says another engine's run dir holds it (two engines rendering one
+    recipe), ``stem-ENGINE``, ``stem-ENGINE-2``, ...; else (a re-render by the same engine, or a dir that is
+    no run dir) ``stem-2``, ``stem-3``, ... as before. Existing names never change, so a resume or a lookup
+    by an earlier name still finds its dir.
+    """
+    yield stem
+    other = occupant(stem)
+    head = f"{stem}-{safe_dir_name(engine)}" if isinstance(other, str) and other != engine else stem
+    if head != stem:
+        yield head
+    for n in range(2, 100000):
+        yield f"{head}-{n}"
+
+
 def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None, taken=()) -> Path:
     """The path the next run directory of ``recipe`` will get (nothing is created).
 
     Renderers need the final path inside the files they write; pass it back as
     ``create_run_dir(..., run_dir=path)``. ``taken``: paths already promised to other cells of
-    the same command (a sweep whose cells share a run name gets ``name``, ``name-2``, ...).
+    the same command (a sweep whose cells share a run name gets ``name``, ``name-2``, ...), or a
+    mapping of those paths to their cells' engines (cells of two engines: ``name``, ``name-ENGINE``).
     """
     base = _base_path(recipe, out_dir)  # created only when a run directory is written
-    stem = safe_dir_name(recipe.run_name)
-    taken = {Path(t) for t in taken}
-    n = 1
-    while (base / (stem if n == 1 else f"{stem}-{n}")).exists() or (base / (stem if n == 1 else f"{stem}-{n}")) in taken:
-        n += 1
-    return base / (stem if n == 1 else f"{stem}-{n}")
+    engines = dict(taken) if isinstance(taken, dict) else {Path(t): recipe.engine.name for t in taken}
+    engines = {Path(k): v for k, v in engines.items()}
+
+    def occupant(name):
+        path = base / name
+        return engines.get(path) or (path.exists() and (_dir_engine(path) or True))
+
+    for name in run_dir_names(safe_dir_name(recipe.run_name), recipe.engine.name, occupant):
+        if not (base / name).exists() and base / name not in engines:
+            return base / name
+    raise UserError(f"no free run-directory name next to {base / safe_dir_name(recipe.run_name)}",
+                    "render into another --out directory, or set run.name")
 
 
 def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[Union[str, Path]] = None,
@@ -335,8 +370,9 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
     """Write a new run directory for ``plan`` holding recipe.yaml, plan.json, overrides.txt and ``files``.
 
     Everything is written into a hidden temporary directory first and renamed into place, so a
-    failure leaves nothing half-written. Without ``run_dir`` the name is the run name, with ``-2``,
-    ``-3``, ... added when a directory of that name exists (an earlier run is never overwritten).
+    failure leaves nothing half-written. Without ``run_dir`` the name is the run name, with ``-ENGINE``
+    added when another engine's run dir has it and ``-2``, ``-3``, ... when a directory of the name exists
+    (:func:`run_dir_names`; an earlier run is never overwritten).
     With ``run_dir`` (from :func:`reserve_run_dir`) exactly that path is used, and it is an error
     if it has appeared in the meantime.
     """
@@ -374,8 +410,8 @@ def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[
             if isinstance(data, str) and data.startswith("#!"):
                 os.chmod(tmp / name, file_mode(executable=True))
         os.chmod(tmp, dir_mode())  # mkdtemp made it 0700; a run dir follows the umask like any dir
-        candidates = [run_dir] if run_dir is not None else (
-            base / (stem if n == 1 else f"{stem}-{n}") for n in range(1, 100000))
+        candidates = [run_dir] if run_dir is not None else (base / name for name in run_dir_names(
+            stem, recipe.engine.name, lambda name: (base / name).exists() and (_dir_engine(base / name) or True)))
         for final in candidates:
             if final.exists():
                 continue
