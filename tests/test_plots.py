@@ -185,3 +185,76 @@ def test_a_cpu_runs_spread_is_not_flagged_below_the_cpu_threshold():
     on_gpu = plots.trace_figure(log, est, title="run").axes[0].get_title()
     on_cpu = plots.trace_figure(log, cpu_est, title="run").axes[0].get_title()
     assert "FLUCTUATING" in on_gpu and "FLUCTUATING" not in on_cpu and "spread of a CPU run" in on_cpu
+
+
+def _demo_table():
+    """The demo's mix: LoRA at 4 GPUs on Bridge, at 8 and 16 on megatron (each figure distinct), published too."""
+    t = table()
+    for c in t.cells:
+        c.engine = "bridge" if (c.method, c.gpus) == ("lora", 4) else "megatron"
+        c.ours *= 1.01  # LoRA's were equal to the published figures: distinct here, to tell the lines apart
+        c.predicted = c.ours * 1.3 + c.gpus  # distinct from every other figure drawn
+    return t
+
+
+def _joined(ax):
+    """The y values of every drawn line through two or more points (a line style, not markers alone)."""
+    return [set(line.get_ydata()) for line in ax.get_lines()
+            if len(line.get_xdata()) > 1 and line.get_linestyle() not in ("None", "none", "")]
+
+
+def test_a_line_never_joins_two_engines():
+    """Issue 36: the demo's scaling line joined a Bridge point to a megatron point. Each line holds one
+    engine's figures (this kit's or the plan's), and the legend names each engine's line style."""
+    t = _demo_table()
+    fig = plots.scaling_figure(t)
+    (ax,) = fig.axes
+    by_engine = {e: {v for c in t.cells if c.engine == e for v in (c.ours, c.predicted)} for e in ("bridge", "megatron")}
+    lines = _joined(ax)
+    assert lines and all(any(ys <= values for values in by_engine.values()) for ys in lines), lines
+    labels = legend_labels(fig)
+    assert {"engine=bridge", "engine=megatron"} <= set(labels)
+    styles = {h.get_label(): h.get_linestyle() for legend in fig.legends for h in legend.legend_handles}
+    assert styles["engine=bridge"] != styles["engine=megatron"]
+
+
+def test_published_figures_are_points_not_bands():
+    """Issue 36: published figures were a wide pale band through the crosses, read as a range. Each is a
+    cross, joined to nothing, and the legend's "published" entry is a cross without a line."""
+    t = _demo_table()
+    fig = plots.scaling_figure(t)
+    (ax,) = fig.axes
+    published = {c.published for c in t.cells if c.published is not None}
+    assert not [ys for ys in _joined(ax) if ys & published]
+    assert [line for line in ax.get_lines() if line.get_marker() == "x" and set(line.get_ydata()) <= published]
+    (handle,) = [h for legend in fig.legends for h in legend.legend_handles if h.get_label() == "published"]
+    assert handle.get_marker() == "x" and handle.get_linestyle() in ("None", "none", "")
+
+
+def test_the_plans_range_is_a_bar_only_where_it_is_a_range():
+    """The plan's low .. high is drawn as a vertical bar for a cell whose plan has a range, nothing for a
+    point range (low = high) or none, and the legend names it only when one is drawn."""
+    t = table(published=False, status="measured")
+    for c in t.cells:
+        c.interval, c.predicted = None, c.ours * 1.2
+    lora = [c for c in t.cells if c.method == "lora"]
+    lora[0].predicted_range = (lora[0].predicted * 0.8, lora[0].predicted * 1.5)
+    lora[1].predicted_range = (lora[1].predicted, lora[1].predicted)  # a point, not a range
+    fig = plots.scaling_figure(t)
+    (ax,) = fig.axes
+    segments = [seg for coll in ax.collections for seg in coll.get_segments()]
+    assert len(segments) == 1
+    (x0, y0), (x1, y1) = segments[0]
+    assert x0 == x1 and sorted((y0, y1)) == sorted(lora[0].predicted_range)
+    assert "predicted range (vdkit plan)" in legend_labels(fig)
+    lora[0].predicted_range = None
+    assert "predicted range (vdkit plan)" not in legend_labels(plots.scaling_figure(t))
+
+
+def test_a_planned_table_carries_the_plans_range():
+    """tables.build fills each planned cell's range from its plan's interval (minutes, like its prediction)."""
+    from vdkit.validation import tables
+
+    t = tables.build("alpaca_opt")  # built by the test above too (its plans are cached)
+    ranged = [c for c in t.cells if c.predicted_range]
+    assert ranged and all(0 < lo < hi for c in ranged for lo, hi in [c.predicted_range])

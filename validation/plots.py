@@ -9,9 +9,13 @@ Rules every plot here keeps (issue 21: each was broken once):
 - a legend names only what is drawn (no "published" entry in a plot without published figures);
 - GPU counts double (4, 8, 16): the GPU axis is log2 and minutes are log, so halving the time per
   doubling is a straight line and 4 -> 8 -> 16 are evenly spaced;
-- methods are nudged apart along the GPU axis (a few per cent), so two published lines with the same
+- methods are nudged apart along the GPU axis (a few per cent), so two published points with the same
   figures (LoRA and P-tuning) or a measured point equal to the published one stay visible: the
-  published figure is a wide pale band with a cross, this kit's a thin line with circles drawn on top.
+  published figure is a large cross, this kit's a smaller circle drawn on top;
+- a line joins points of one method *and one engine* only (issue 36: the demo's line joined a Bridge
+  point to a megatron point); each engine has its own line style, named in the legend when there are two;
+- a published figure is a point (a cross, never a band or a line that reads as a range); a range is
+  drawn as a bar only where there is one (this kit's 95 % interval, the plan's low .. high).
 """
 from __future__ import annotations
 
@@ -25,15 +29,16 @@ DODGE_OCTAVES = 0.1  # how far (in doublings of GPUs) neighbouring methods are n
 STYLE = {
     "measured": dict(marker="o", markersize=6, linestyle="-", linewidth=1.5, zorder=5),
     "extrapolated": dict(marker="o", markersize=6, markerfacecolor="white", linestyle="-", linewidth=1.5, zorder=5),
-    "published": dict(marker="x", markersize=8, markeredgewidth=2.0, zorder=3),  # the cross, opaque ...
-    "published band": dict(linestyle="-", linewidth=6, alpha=0.28, solid_capstyle="round", zorder=2),  # ... on a band
+    "published": dict(marker="x", markersize=9, markeredgewidth=2.0, linestyle="none", zorder=3),  # a point
     "interval": dict(linewidth=1.2, zorder=4),
     "predicted": dict(marker="+", markersize=8, linestyle=":", linewidth=1.2, zorder=4),  # the step-time model
+    "predicted range": dict(linewidth=4, alpha=0.35, zorder=3),  # the plan's low .. high, where it has one
 }
+ENGINE_LINESTYLES = ("-", "--", "-.", (0, (1, 1)))  # one per engine on a panel, in name order
 SERIES_COLORS = {"predicted": "tab:gray", "this kit": "tab:blue", "published": "tab:orange"}  # same in every bar plot
 KEY_LABELS = {"measured": "this kit, measured", "extrapolated": "this kit, extrapolated",
               "published": "published", "interval": "this kit, 95 % interval",
-              "predicted": "predicted (vdkit plan)"}
+              "predicted": "predicted (vdkit plan)", "predicted range": "predicted range (vdkit plan)"}
 
 
 def _pyplot():
@@ -62,10 +67,9 @@ def _key_handles(kinds: Sequence[str]) -> list:
         if kind == "interval":
             handles.append(Line2D([], [], color="black", marker="|", markersize=12, linestyle="none",
                                   label=KEY_LABELS[kind]))
-        elif kind == "published":
-            band = {k: v for k, v in STYLE["published band"].items() if k != "zorder"}
-            handles.append(Line2D([], [], color="black", label=KEY_LABELS[kind], **band, marker="x",
-                                  markersize=8, markeredgewidth=2.0))
+        elif kind == "predicted range":
+            handles.append(Line2D([], [], color="black", marker="|", markersize=14, markeredgewidth=style["linewidth"],
+                                  alpha=style["alpha"], linestyle="none", label=KEY_LABELS[kind]))
         else:
             handles.append(Line2D([], [], color="black", label=KEY_LABELS[kind], **style))
     return handles
@@ -108,17 +112,20 @@ def scaling_png(table) -> bytes:
 
 
 def scaling_figure(table):
-    """Minutes vs GPUs, one panel per model, one colour per method (log2 GPUs, log minutes).
+    """Minutes vs GPUs, one panel per model, one colour per method, one line style per engine (log2 GPUs, log minutes).
 
-    This kit: thin line, filled circle = measured, hollow = extrapolated, bar = 95 % interval.
-    Published: wide pale band with a cross. Predicted (the step-time model, vdkit plan): dotted line with
-    plus signs. One legend under the panels names only what is drawn.
+    This kit: line per method and engine, filled circle = measured, hollow = extrapolated, bar = 95 % interval.
+    Published: a cross per figure (never joined). Predicted (the step-time model, vdkit plan): dotted line per
+    method and engine with plus signs, the plan's range as a pale bar where it has one. One legend under the
+    panels names only what is drawn.
     """
     plt = _pyplot()
     from matplotlib.lines import Line2D
 
     models: List[str] = list(dict.fromkeys(c.model for c in table.cells))
-    engines = sorted({c.engine for c in table.cells if c.ours is not None and c.engine})
+    engines = sorted({c.engine for c in table.cells
+                      if (c.ours is not None or c.predicted is not None) and c.engine})
+    dash = {e: ENGINE_LINESTYLES[i % len(ENGINE_LINESTYLES)] for i, e in enumerate(engines)}
     methods: List[str] = list(dict.fromkeys(c.method for c in table.cells))
     n = max(1, len(models))
     fig, axes = plt.subplots(1, n, figsize=(4.3 * n, 3.9), squeeze=False)
@@ -133,35 +140,15 @@ def scaling_figure(table):
             color = METHOD_COLORS.get(method, "tab:gray")
             nudge = 2 ** ((i - (len(methods) - 1) / 2) * DODGE_OCTAVES)
             pub = [c for c in mc if c.published is not None]
-            if pub:
-                xs, ys = [c.gpus * nudge for c in pub], [c.published for c in pub]
-                ax.plot(xs, ys, color=color, **STYLE["published band"])
-                ax.plot(xs, ys, color=color, linestyle="none", **STYLE["published"])
+            if pub:  # points: a published figure is one number, not a range, and two cells' figures are not a line
+                ax.plot([c.gpus * nudge for c in pub], [c.published for c in pub], color=color, **STYLE["published"])
                 drawn_kinds.add("published")
                 values += [c.published for c in pub]
-            pred = [c for c in mc if getattr(c, "predicted", None) is not None]
-            if pred:  # the step-time model's minutes for the cell as planned
-                ax.plot([c.gpus * nudge for c in pred], [c.predicted for c in pred], color=color, **STYLE["predicted"])
-                drawn_kinds.add("predicted")
-                values += [c.predicted for c in pred]
-            ours = [c for c in mc if c.ours is not None]
-            if ours:
-                ax.plot([c.gpus * nudge for c in ours], [c.ours for c in ours], color=color, linestyle="-",
-                        linewidth=STYLE["measured"]["linewidth"], zorder=STYLE["measured"]["zorder"])
-                for c in ours:
-                    kind = "extrapolated" if c.status == "extrapolated" else "measured"
-                    style = {k: v for k, v in STYLE[kind].items() if k not in ("linestyle", "linewidth")}
-                    ax.plot([c.gpus * nudge], [c.ours], color=color, linestyle="none", **style)
-                    if len(engines) > 1:  # points from different engines: say which is which
-                        ax.annotate(c.engine, (c.gpus * nudge, c.ours), textcoords="offset points", xytext=(4, 3),
-                                    fontsize=6, color=color)
-                    drawn_kinds.add(kind)
-                    values.append(c.ours)
-                    if c.interval and c.interval[1] > c.interval[0]:
-                        ax.vlines(c.gpus * nudge, c.interval[0], c.interval[1], color=color, **STYLE["interval"])
-                        drawn_kinds.add("interval")
-                        values += list(c.interval)
-            if (pub or ours or pred) and method not in drawn_methods:
+            drawn = bool(pub)
+            for engine in dict.fromkeys(c.engine for c in mc):  # never a line from one engine's point to another's
+                drawn |= _engine_series(ax, [c for c in mc if c.engine == engine], color, nudge,
+                                        dash.get(engine, "-"), len(engines) > 1, drawn_kinds, values)
+            if drawn and method not in drawn_methods:
                 drawn_methods.append(method)
         _log2_gpu_axis(ax, sorted({c.gpus for c in cells}))
         _log_minutes_axis(ax, values)
@@ -170,14 +157,50 @@ def scaling_figure(table):
         ax.grid(True, which="major", alpha=0.3)
     handles = [Line2D([], [], color=METHOD_COLORS.get(m, "tab:gray"), linewidth=2.5, label=table.labels.get(m, m))
                for m in drawn_methods]
-    handles += _key_handles([k for k in ("measured", "extrapolated", "interval", "published", "predicted")
-                             if k in drawn_kinds])
+    if len(engines) > 1:
+        handles += [Line2D([], [], color="black", linestyle=dash[e], linewidth=1.5, label=f"engine={e}")
+                    for e in engines]
+    handles += _key_handles([k for k in ("measured", "extrapolated", "interval", "published", "predicted",
+                                         "predicted range") if k in drawn_kinds])
     if handles:
         fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 3 if n == 1 else 7),
                    fontsize=8, frameon=False)
     fig.suptitle(table.title + caption(table), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def _engine_series(ax, cells, color, nudge, dash, name_points, drawn_kinds, values) -> bool:
+    """One method's cells of one engine: the plan's prediction (and its range) and this kit's points and line."""
+    pred = [c for c in cells if c.predicted is not None]
+    if pred:  # the step-time model's minutes for the cell as planned
+        ax.plot([c.gpus * nudge for c in pred], [c.predicted for c in pred], color=color, **STYLE["predicted"])
+        drawn_kinds.add("predicted")
+        values += [c.predicted for c in pred]
+    for c in pred:
+        lo, hi = c.predicted_range or (None, None)
+        if lo is not None and hi > lo:  # a range only where the plan gives one (low < high)
+            ax.vlines(c.gpus * nudge, lo, hi, color=color, **STYLE["predicted range"])
+            drawn_kinds.add("predicted range")
+            values += [lo, hi]
+    ours = [c for c in cells if c.ours is not None]
+    if ours:
+        ax.plot([c.gpus * nudge for c in ours], [c.ours for c in ours], color=color, linestyle=dash,
+                linewidth=STYLE["measured"]["linewidth"], zorder=STYLE["measured"]["zorder"])
+    for c in ours:
+        kind = "extrapolated" if c.status == "extrapolated" else "measured"
+        style = {k: v for k, v in STYLE[kind].items() if k not in ("linestyle", "linewidth")}
+        ax.plot([c.gpus * nudge], [c.ours], color=color, linestyle="none", **style)
+        if name_points:  # points from different engines: say which is which
+            ax.annotate(c.engine, (c.gpus * nudge, c.ours), textcoords="offset points", xytext=(4, 3),
+                        fontsize=6, color=color)
+        drawn_kinds.add(kind)
+        values.append(c.ours)
+        if c.interval and c.interval[1] > c.interval[0]:
+            ax.vlines(c.gpus * nudge, c.interval[0], c.interval[1], color=color, **STYLE["interval"])
+            drawn_kinds.add("interval")
+            values += list(c.interval)
+    return bool(pred or ours)
 
 
 def caption(table) -> str:

@@ -170,6 +170,7 @@ class Cell:
     checkpoint_gb: Optional[float] = None
     published_checkpoint_gb: Optional[float] = None
     predicted: Optional[float] = None  # the step-time model for the cell as run (or planned)
+    predicted_range: Optional[Tuple[float, float]] = None  # the plan's low .. high for it (None: the plan has none)
     predicted_fast: Optional[float] = None  # ... for the same samples with the alternative sweep's recipe
     engine: str = ""  # the engine of the run the cell shows (plots name it per point when they differ)
     hardware: str = ""  # cluster.gpu_type of that run ("cpu": a run on this machine's cores)
@@ -305,6 +306,8 @@ def build(name: str, runs: Sequence = (), folder: Optional[Path] = None) -> Tabl
             cell.reason = plan.reason or "" if not plan.feasible else ""
             if plan.prediction is not None and cell.target_steps:
                 cell.predicted = plan.prediction.step_seconds * cell.target_steps * per_s
+                if plan.prediction.interval_s:
+                    cell.predicted_range = tuple(s * cell.target_steps * per_s for s in plan.prediction.interval_s)
         if key in fast:
             cell.predicted_fast = fast[key]
         p = published.get(key)
