@@ -179,7 +179,9 @@ _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("
                 ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
                 ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),
                 ("stack", "stack", lambda v: ", ".join(f"{k} {x}" for k, x in v.items()) or "unpinned"),
-                ("runs here (vdkit run)", "runs_locally", None), ("run-dir files", "run_dir_files", None))
+                ("runs here (vdkit run)", "runs_locally", None),
+                ("hang watchdog", "writes_heartbeat", lambda v: "yes (ranks beat)" if v else "no (ranks write no heartbeat)"),
+                ("run-dir files", "run_dir_files", None))
 
 
 def engine_table() -> str:
