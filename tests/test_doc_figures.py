@@ -5,7 +5,7 @@ and NeMo ranks write no heartbeat, while every engine's ranks beat).
 Where docs (README.md, docs/*.md) quote the tool, they say which command printed it, in one of three ways:
 
 - a ``bash`` block line ``vdkit plan|list ...  # comment``: the figures in the comment are that command's;
-- an HTML comment ``<!-- vdkit-output: ARGS -->`` on the line before a paragraph: the figures in that
+- an HTML comment ``<!-- vdkit-output: ARGS -->`` on its own line before a paragraph: the figures in that
   paragraph are ``vdkit ARGS``'s;
 - a ``console`` block: ``$ vdkit ARGS`` then lines of its output, each a whole line of what it prints today
   (spacing aside).
@@ -27,7 +27,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CHEAP_VERBS = ("plan", "list")  # what a doc's quote may re-run here in seconds (never render, run, submit ...)
-MARKER = re.compile(r"<!--\s*vdkit-output:\s*(.+?)\s*-->")
+MARKER = re.compile(r"^\s*<!--\s*vdkit-output:\s*(.+?)\s*-->\s*$")  # a line of its own
 COMMAND = re.compile(r"^(?:\.venv/bin/)?vdkit\s+(.*)$")
 # a figure: digits (thousands commas, decimals) not glued to a word or a path (30B, 1n8g, v0.3.1, nemo:26.02)
 FIGURE = re.compile(r"(?<![\w.:/\-])(~?)(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?(?=x?(?![\w]|\.\d))")
@@ -71,11 +71,11 @@ def quotes(path: Path) -> List[Quote]:
                 argv = tuple(shlex.split(args))
                 if argv and argv[0] in CHEAP_VERBS and figures(comment):
                     out.append(Quote(f"{name}:{i + 1}", argv, "figures", comment))
-        elif fence is None and MARKER.search(line):
+        elif fence is None and MARKER.match(line):
             j = i + 1
             while j < len(lines) and lines[j].strip():
                 j += 1
-            argv = tuple(shlex.split(MARKER.search(line).group(1)))
+            argv = tuple(shlex.split(MARKER.match(line).group(1)))
             out.append(Quote(f"{name}:{i + 1}", argv, "figures", "\n".join(lines[i + 1:j])))
             i = j
             continue
