@@ -221,3 +221,17 @@ def test_two_engines_rendering_one_recipe_get_dirs_that_name_the_engine(tmp_path
     assert sorted(p.name for p in out.iterdir()) == [stem, f"{stem}-reference", f"{stem}-reference-2"]
     assert main(["render", "-m", "engine=megatron,reference", *LOCAL_REF[1:], "--out", str(tmp_path / "sweep")]) == 0
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [stem, f"{stem}-reference"]
+
+
+def test_a_name_held_by_a_fifo_recipe_is_skipped_without_reading_it(tmp_path):
+    """Naming reads the occupant's recipe.yaml for its engine: a FIFO there (a hostile run dir) is never
+    opened (a read would block for ever); the dir counts as taken by no engine, so the next name is NAME-2."""
+    import os
+
+    from vdkit.rundir import RECIPE_FILE, reserve_run_dir
+
+    recipe = compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"])
+    taken = tmp_path / "tiny_llama_lora_1n1g"
+    taken.mkdir()
+    os.mkfifo(taken / RECIPE_FILE)
+    assert reserve_run_dir(recipe, tmp_path).name == "tiny_llama_lora_1n1g-2"

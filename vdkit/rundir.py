@@ -318,9 +318,11 @@ def _dir_engine(path: Path) -> Optional[str]:
     """The engine a run directory was rendered for (its recipe.yaml), None when it is not one or unreadable."""
     import yaml
 
-    try:
-        data = yaml.safe_load((path / RECIPE_FILE).read_text())
-        return str(data["engine"]["name"])
+    recipe = path / RECIPE_FILE
+    try:  # a regular file of a recipe's size only: a FIFO would block the read for ever, a huge file stall it
+        if not recipe.is_file() or recipe.stat().st_size > 1 << 20:
+            return None
+        return str(yaml.safe_load(recipe.read_text())["engine"]["name"])
     except Exception:  # not a run dir, unreadable, a hand-edited recipe: an occupant like any other
         return None
 
