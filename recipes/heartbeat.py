@@ -3,20 +3,28 @@
 The launcher names the directory in ``$VDKIT_HEARTBEAT_DIR`` (unset: no heartbeat, e.g. ``vdkit run``).
 Rank R rewrites ``<dir>/rank<R>`` (write a hidden file, rename) with one line::
 
-    <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase>
+    <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase> <compute ms>
 
 ``phase`` is ``start`` (building, loading), ``train`` or ``save`` (a checkpoint being written): the
 watchdog allows the start-up grace, the hang limit or the save grace accordingly; ``exit`` once the
 process leaves Python (a killed rank never writes it: the watchdog blames the silent one). The epochs are
 written, not the file's mtime, because an NFS client's attribute cache can serve a stale mtime.
+
+``compute ms`` is the median of the rank's last :data:`COMPUTE_WINDOW` compute times: a step's time until the
+rank reaches the step's gradient reduction (its own forward and backward, before it waits for its peers), ``-``
+while the engine reports none. In data parallelism every rank leaves the reduction together, so step times are
+equal and only this field tells a slow rank from its peers (`vdkit status`'s straggler, vdkit.runs). It comes
+last: a reader of the first six fields (the watchdog's ``read``) is unchanged.
 """
 from __future__ import annotations
 
 import os
 import socket
+import statistics
 import threading
 import time
 from pathlib import Path
+from collections import deque
 from typing import Optional
 
 from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S
@@ -27,6 +35,7 @@ STANDALONE_NAME = "vdkit_heartbeat"
 _FAULTS_IMPORT = "from vdkit.faults import HEARTBEAT_ENV, HEARTBEAT_S\n"
 
 
+COMPUTE_WINDOW = 5  # steps whose median compute time the heartbeat carries: one step's hiccup names no straggler
 _STARTED: list = []  # this process's started heartbeats, for leave_all
 
 
@@ -48,6 +57,7 @@ class Heartbeat:
         self.interval = interval
         self.step, self.step_ms, self.phase = 0, 0, "start"
         self.progress_at = time.time()
+        self.compute = deque(maxlen=COMPUTE_WINDOW)  # the last steps' compute seconds (see the module docstring)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -83,15 +93,19 @@ class Heartbeat:
 
     def write(self) -> None:
         with self._lock:
+            compute = f"{int(statistics.median(self.compute) * 1000)}" if self.compute else "-"
             line = (f"{int(time.time())} {int(self.progress_at)} {self.step} {self.step_ms} {self.node} "
-                    f"{self.phase}\n")
+                    f"{self.phase} {compute}\n")
             tmp = self.path.with_name(f".{self.path.name}.tmp")
             tmp.write_text(line)
             os.replace(tmp, self.path)
 
-    def progress(self, step: int, step_s: float) -> None:
-        """Step ``step`` (1-based count of steps done) finished in ``step_s`` seconds (the thread writes it
-        within ``interval``: no file write per step)."""
+    def progress(self, step: int, step_s: float, compute_s: Optional[float] = None) -> None:
+        """Step ``step`` (1-based count of steps done) finished in ``step_s`` seconds, ``compute_s`` of them
+        before the gradient reduction (None: not measured); the thread writes it within ``interval``: no file
+        write per step."""
+        if compute_s is not None:
+            self.compute.append(max(0.0, compute_s))
         self.step, self.step_ms, self.phase = step, int(step_s * 1000), "train"
         self.progress_at = time.time()
 
