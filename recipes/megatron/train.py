@@ -246,7 +246,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     dist = resolve_dist_env()
     check_layout(plan, dist)
     from vdkit.recipes.heartbeat import Heartbeat
-    from vdkit.recipes.common.compute_clock import ComputeClock
+    from vdkit.recipes.heartbeat import ComputeClock
 
     beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     virtual = virtual_tokens(recipe)

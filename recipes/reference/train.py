@@ -156,7 +156,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.rundir import LOG_DIR, load_plan
 
     from vdkit.recipes.heartbeat import Heartbeat
-    from vdkit.recipes.common.compute_clock import ComputeClock
+    from vdkit.recipes.heartbeat import ComputeClock
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
