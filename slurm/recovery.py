@@ -63,13 +63,13 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
     hb = f'"${faults.HEARTBEAT_ENV}"'
     return [
         "vdkit_watchdog() {  # kill the step when a rank stops beating or no rank progresses (vdkit.faults)",
-        "  local started now f beat prog step ms node phase n newest slowest limit why starting saving oldest who",
+        "  local started now f beat prog step ms node phase compute n newest slowest limit why starting saving oldest who",
         "  started=$(date +%s)",
         f"  while sleep {faults.HEARTBEAT_S}; do",
         "    now=$(date +%s); n=0; newest=0; slowest=0; why=; starting=; saving=; oldest=; who=",
         f"    for f in {hb}/rank*; do",
         '      [ -e "$f" ] || continue',
-        '      read -r beat prog step ms node phase < "$f" || continue',
+        '      read -r beat prog step ms node phase compute < "$f" || continue',  # the 7th field (compute ms) is vdkit status's
         '      case "$beat$prog$step$ms" in ""|*[!0-9]*) continue ;; esac',
         "      n=$((n + 1))",
         "      # a rank that left Python says 'exit'; of the silent others the first to stop is the culprit",

@@ -95,3 +95,17 @@ def test_every_verb_that_writes_run_dirs_names_every_engine_and_its_files():
         if verb != "demo":
             for files in (s.run_dir_files for s in specs()):
                 assert all(f in text for f in files), (verb, files)
+
+
+def test_a_future_stop_at_is_said_not_refused_and_other_verbs_ignore_what_they_do_not_read():
+    """`vdkit run` with the Slurm budget variable set for later: the ranks will stop then, and the line says so
+    (a stale one is refused: the bad-input table's i36-env rows)."""
+    import time
+
+    from vdkit.envcheck import check_environment
+
+    later = {"VDKIT_STOP_AT": str(int(time.time()) + 600)}
+    (line,) = check_environment("run", later)
+    assert "VDKIT_STOP_AT" in line and "stop cleanly" in line and "unset it" in line
+    assert check_environment("plan", {"VDKIT_STOP_AT": "1", "DS_ACCELERATOR": "tpu", "SLURM_CONF": "/nowhere"}) == []
+    assert check_environment("run", {"DS_ACCELERATOR": "cpu"}) == []

@@ -13,8 +13,18 @@ from vdkit.recipes.heartbeat import Heartbeat
 
 
 def _fields(path):
-    beat, prog, step, ms, node, phase = path.read_text().split()
+    beat, prog, step, ms, node, phase = path.read_text().split()[:6]  # the 7th, compute ms: the test below
     return int(beat), int(prog), int(step), int(ms), node, phase
+
+
+def test_the_beat_carries_the_median_compute_time_of_the_last_steps(tmp_path):
+    hb = Heartbeat(tmp_path, 1)
+    hb.write()
+    assert (tmp_path / "rank1").read_text().split()[6] == "-"  # no compute time reported yet
+    for step, compute in enumerate([0.1, 0.1, 0.9, 0.1, 0.3, 0.3, 0.3], start=1):  # one hiccup at step 3
+        hb.progress(step, 1.0, compute)
+    hb.write()
+    assert (tmp_path / "rank1").read_text().split()[2:] == ["7", "1000", hb.node, "train", "300"]
 
 
 def test_the_thread_beats_and_steps_are_progress(tmp_path):

@@ -142,6 +142,39 @@ def test_status_watches_the_run_against_its_plan_and_names_a_straggler(tmp_path,
     assert "straggler" not in capsys.readouterr().out
 
 
+def test_status_names_the_rank_whose_compute_runs_behind_though_step_times_are_equal(tmp_path, capsys):
+    """Data parallelism: every rank leaves the gradient all-reduce together, so step times are equal; the
+    heartbeat's compute field (time before the reduction) tells the slow rank (issue 36)."""
+    run_dir = make_run(tmp_path, LOCAL + ["cluster.gpus_per_node=4"])
+    beats = run_dir / "heartbeat"
+    beats.mkdir()
+    now = int(time.time())
+
+    def beat(computes):
+        for rank, ms in enumerate(computes):
+            (beats / f"rank{rank}").write_text(f"{now} {now} 10 400 node{rank // 2} train {ms}\n")
+        assert main(["status", str(run_dir)]) == 0
+        return capsys.readouterr().out
+
+    line = beat([100, 110, 320, 95])
+    assert "straggler: rank 2 on node1: 0.32 s of compute per step (before the gradient reduction) " \
+           "vs its peers' 0.1" in line and "rank 0" not in line and "rank 1" not in line
+    assert "straggler" not in beat([100, 110, 130, 95])  # 30 % slower: inside the rule
+    assert "straggler" not in beat([10, 11, 40, 9])  # 4x but 30 ms: a tiny step's jitter
+    (beats / "rank3").write_text(f"{now} {now} 10 400 node1 train -\n")  # one rank reports none: step times
+    assert "straggler" not in beat([100, 110, 320])
+
+
+@pytest.mark.parametrize("value, peers, slow", [
+    (0.32, [0.10, 0.11, 0.095], True),
+    (0.28, [0.10, 0.18, 0.14, 0.06], False),  # noisy peers: 0.16 above their median is under 5 MADs (0.2)
+    (0.16, [0.10], True), (0.14, [0.10], False), (0.3, [], False)])
+def test_the_straggler_rule(value, peers, slow):
+    from vdkit.runs import is_slow
+
+    assert is_slow(value, peers) is slow
+
+
 def test_runs_logs_cancel_on_a_kubernetes_run(tmp_path, capsys, monkeypatch, fake_kubectl):  # noqa: F811
     assert main(["submit", *TINY, vols(tmp_path), "--out", str(tmp_path / "runs")]) == 0
     run_dir = Path(capsys.readouterr().out.split("\t")[0])

@@ -167,3 +167,32 @@ def test_report_errors(tmp_path, capsys):
     (tmp_path / "plain").mkdir()
     assert main(["report", str(tmp_path / "plain")]) == 2
     assert "recipe.yaml" in capsys.readouterr().err
+
+
+def _nonfinite_log(path, fmt: str, bad: str):
+    """50 steps of ~0.5 s with steps 30-39 timed ``bad`` as the format prints it."""
+    from helpers import bar_update
+
+    lines = []
+    for step in range(50):
+        t = bad if 30 <= step < 40 else f"{0.5 + 0.001 * (step % 3):.3f}"
+        if fmt == "nemo1":  # Lightning's TQDM bar pads inf / nan to 'inf.0' / 'nan.0' (Tqdm.format_num)
+            lines.append(bar_update(step + 1, 50, step, 0.5).replace("=0.500", f"={t}"))
+        elif fmt == "nemo2":
+            lines.append(f"Training epoch 0, iteration {step}/49 | lr: 1e-05 | global_step: {step} | "
+                         f"reduced_train_loss: 2.1 | train_step_timing in s: {t} | consumed_samples: {(step + 1) * 4}")
+        else:
+            ms = t if bad in t else f"{float(t) * 1000:.1f}"
+            lines.append(f" iteration {step + 1:8d}/      50 | consumed samples: {(step + 1) * 4:10d} | elapsed time per "
+                         f"iteration (ms): {ms} | learning rate: 1.0E-05 | lm loss: 2.1E+00 |")
+    path.write_text("\r".join(lines) + "\n" if fmt == "nemo1" else "\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("fmt, bad", [("nemo1", "inf.0"), ("nemo1", "nan.0"), ("nemo2", "inf"), ("nemo2", "nan"),
+                                      ("megatron", "inf"), ("megatron", "nan")])
+def test_validate_warns_of_infinite_or_nan_step_times_never_a_silent_figure(tmp_path, capsys, fmt, bad):
+    log = _nonfinite_log(tmp_path / "job.out", fmt, bad)
+    assert main(["validate", str(log), "--target-steps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "10 of 50 step timings" in out and "NaN, infinite" in out and "left out of the estimate" in out, out

@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from typing import Dict, List, Optional, Tuple
 
-from vdkit.validation.numbers import loss, number
+from vdkit.validation.numbers import loss, number, timing
 from vdkit.validation.steps import StepRecord
 
 ANCHOR = "elapsed time per iteration"
@@ -52,7 +52,7 @@ class MegatronParser:
                 i += len(key)
                 j = rest.find("|", i)
                 text = (rest[i:] if j < 0 else rest[i:j]).lstrip(" :")
-                values[name] = loss(text) if name == "loss" else number(text)
+                values[name] = loss(text) if name == "loss" else timing(text) if name == "ms" else number(text)
         if "ms" not in values:
             return False
         iteration = int(m.group(1))

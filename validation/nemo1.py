@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 # The metric names have one home, shared with the engines that write them (vdkit.logformat).
 from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
-from vdkit.validation.numbers import exact_int, loss, number, short_form_matches
+from vdkit.validation.numbers import exact_int, loss, number, short_form_matches, timing as step_timing
 from vdkit.validation.steps import StepRecord
 
 _BAR_COUNTER = re.compile(r"(\d+)(?:/(\d+|\?)|it)\s*\[")
@@ -141,9 +141,7 @@ class Nemo1Parser:
                 timing_text: str) -> None:
         timing_value = metrics.get(TIMING_KEY)
         rate = rate_seconds(timing_text) if timing_value is None else None
-        timing = number(timing_value)
-        if timing is None and timing_value and timing_value.strip().lower().lstrip("+-") in ("nan", "inf", "infinity"):
-            timing = float(timing_value)  # kept: read_source counts and reports non-finite timings, never drops them silently
+        timing = step_timing(timing_value)  # kept: read_source counts and reports non-finite timings
         steps[step] = StepRecord(step, timing, loss(metrics.get(LOSS_KEY)),
                                  number(metrics.get(SAMPLES_KEY)), 1, rate)  # the last update of a step wins
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step

@@ -17,7 +17,7 @@ import re
 from typing import Dict, Optional
 
 from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
-from vdkit.validation.numbers import exact_int, loss, number
+from vdkit.validation.numbers import exact_int, loss, number, timing
 from vdkit.validation.steps import StepRecord
 
 ANCHOR = "Training epoch"
@@ -48,7 +48,7 @@ class Nemo2Parser:
         self.lines += 1
         self.step = step
         self.last_step = step if self.last_step is None or step > self.last_step else self.last_step
-        steps[step] = StepRecord(step, number(_field(rest, _TIMING)), loss(_field(rest, _LOSS)),
+        steps[step] = StepRecord(step, timing(_field(rest, _TIMING)), loss(_field(rest, _LOSS)),
                                  number(_field(rest, _SAMPLES)))
         return True
 

@@ -31,6 +31,17 @@ def loss(text: Optional[str]) -> Optional[float]:
     return number(text)
 
 
+def timing(text: Optional[str]) -> Optional[float]:
+    """A logged step time: like :func:`loss`, ``nan`` / ``inf`` kept, in Lightning's padded forms too (its
+    TQDM bar prints ``inf.0`` and ``nan.0``): the screen (vdkit.validation.logs.screen_steps) says how many
+    there were and leaves them out, never a step dropped without a word."""
+    if text and text.strip().lower().lstrip("+-").startswith(("nan", "inf")):
+        word = text.strip().split()[0].rstrip(",|")
+        sign = "-" if word.startswith("-") else ""
+        return float(sign + ("nan" if "nan" in word.lower() else "inf"))
+    return number(text)
+
+
 def exact_int(text: Optional[str]) -> Optional[int]:
     """The integer a value shows exactly (``49.00``, ``1664``), None for short forms (``2e+3``)."""
     if not text or "e" in text or "E" in text:

@@ -97,6 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point: parse, run the verb, turn a UserError into one line on stderr and exit 2."""
+    if sys.stdout is None:  # `vdkit ... >&-`: Python starts without a stdout, and every answer goes there
+        if sys.stderr is not None:
+            print("vdkit: error: stdout is closed (`>&-`): vdkit writes its answer there (fix: redirect it to a "
+                  "file or to /dev/null instead of closing it)", file=sys.stderr)
+        return 2
     try:
         parser = build_parser()  # help texts list conf/'s options: a broken VDKIT_CONF_DIR is found here
         args = parser.parse_args(argv)
@@ -111,6 +116,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             from vdkit.config import use_config_dir
 
             use_config_dir(args.config_dir)
+        from vdkit.envcheck import check_environment
+
+        for line in check_environment(args.verb):
+            print(printable(f"vdkit {args.verb}: warning: {line}"), file=sys.stderr)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # inside the try: a reader that closed the pipe is answered here, not at exit
         return code

@@ -22,8 +22,11 @@ from vdkit.rundir import (CANCELLED_FILE, FINISHED_FILE, HEARTBEAT_DIR, JOB_ID_F
                           RECIPE_FILE)
 
 MAX_DEPTH = 4  # how deep `vdkit runs` looks under a root for run directories (runs/<sweep>/<cell>/ is 2)
-STRAGGLER_FACTOR = 1.5  # a rank whose step takes this many times its peers' median is a straggler ...
-STRAGGLER_MIN_S = 0.05  # ... and at least this much longer (a tiny CPU step's jitter is no straggler)
+# A straggler (docs/cluster-guide.md, "Stragglers"): a rank whose compute time per step (the heartbeat's, vdkit.recipes.heartbeat; its
+# step time where a rank reports none) is above its peers' median by all three of these ...
+STRAGGLER_FACTOR = 1.5  # ... this many times the median (50 % slower) ...
+STRAGGLER_MIN_S = 0.05  # ... at least this many seconds longer (a tiny CPU step's jitter is no straggler) ...
+STRAGGLER_MAD_K = 5  # ... and this many of its peers' median absolute deviations (robust to one noisy peer)
 STRAGGLER_BEHIND = 2  # ... or one this many steps behind the leading rank
 NOT_SUBMITTED = "NOT_SUBMITTED"  # a run directory rendered for a scheduler and never handed to it
 CANCELLED = "CANCELLED"  # the state word of a run `vdkit cancel` stopped (Slurm's own spelling too)
@@ -106,6 +109,7 @@ class Beat:
     step_s: float
     node: str
     phase: str
+    compute_s: Optional[float] = None  # the median of its last steps' time before the gradient reduction
 
 
 def heartbeats(run_dir) -> Dict[int, Beat]:
@@ -121,33 +125,48 @@ def heartbeats(run_dir) -> Dict[int, Beat]:
             rank = int(path.name[4:])
             if not path.is_file() or path.stat().st_size > 4096:
                 continue
-            beat, prog, steps, ms, node, phase = path.read_text().split()[:6]
-            out[rank] = Beat(rank, float(beat), float(prog), int(steps), int(ms) / 1000.0, node, phase)
+            fields = path.read_text().split()
+            beat, prog, steps, ms, node, phase = fields[:6]
+            compute = int(fields[6]) / 1000.0 if len(fields) > 6 and fields[6].isdigit() else None
+            out[rank] = Beat(rank, float(beat), float(prog), int(steps), int(ms) / 1000.0, node, phase, compute)
         except (OSError, ValueError):
             continue
     return out
 
 
+def is_slow(value: float, peers: List[float]) -> bool:
+    """Whether ``value`` runs well behind ``peers`` (another rank's figures): above their median by
+    STRAGGLER_FACTOR x, by STRAGGLER_MIN_S seconds and by STRAGGLER_MAD_K median absolute deviations."""
+    if not peers:
+        return False
+    median = statistics.median(peers)
+    mad = statistics.median(abs(p - median) for p in peers)
+    return value > STRAGGLER_FACTOR * median and value - median > max(STRAGGLER_MIN_S, STRAGGLER_MAD_K * mad)
+
+
 def straggler(beats: Dict[int, Beat]) -> Optional[str]:
     """'rank 3 on node-2: 0.9 s/step vs its peers' 0.2' for a rank whose steps run well behind its peers'
-    (STRAGGLER_FACTOR x their median step time, or STRAGGLER_BEHIND steps behind the leader), else None."""
+    (:func:`is_slow`; compute times when every rank reports one, else step times), or STRAGGLER_BEHIND steps
+    behind the leader; the slowest such rank, else None."""
     live = [b for b in beats.values() if b.steps > 0]
     if len(live) < 2:
         return None
+    compute = all(b.compute_s is not None for b in live)
+    time_of = (lambda b: b.compute_s) if compute else (lambda b: b.step_s)  # noqa: E731
     lead = max(b.steps for b in live)
     worst = None
     for b in live:
-        peers = [p.step_s for p in live if p.rank != b.rank]
-        median = statistics.median(peers)
-        slow = b.step_s > STRAGGLER_FACTOR * median and b.step_s - median > STRAGGLER_MIN_S
+        peers = [time_of(p) for p in live if p.rank != b.rank]
         behind = lead - b.steps >= STRAGGLER_BEHIND
-        if (slow or behind) and (worst is None or b.step_s - median > worst[1]):
-            worst = (b, b.step_s - median, median)
+        gap = time_of(b) - statistics.median(peers)
+        if (is_slow(time_of(b), peers) or behind) and (worst is None or gap > worst[1]):
+            worst = (b, gap, statistics.median(peers))
     if worst is None:
         return None
     b, _, median = worst
     gap = f"; {lead - b.steps} step(s) behind" if lead - b.steps else ""
-    return f"straggler: rank {b.rank} on {b.node}: {b.step_s:.3g} s/step vs its peers' {median:.3g}{gap}"
+    what = "s of compute per step (before the gradient reduction)" if compute else "s/step"
+    return f"straggler: rank {b.rank} on {b.node}: {time_of(b):.3g} {what} vs its peers' {median:.3g}{gap}"
 
 
 @dataclass

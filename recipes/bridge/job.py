@@ -26,14 +26,11 @@ keeps the full state for every save and load, and applies the rendered flags as 
 fires after the last step only: a stop has exited before it).
 
 Faults (vdkit's issue 27): each rank beats for the launcher's watchdog (``$VDKIT_HEARTBEAT_DIR``) through Bridge's
-callbacks (:func:`heartbeat_callback`: progress after every step, ``save`` while Bridge's save timers run), using
-the run dir's ``vdkit_heartbeat.py`` beside this file; the process groups time out after the launcher's
-``$VDKIT_COLLECTIVE_TIMEOUT_S`` (:func:`collective_timeout`); before a resume, :func:`trust_latest` sets aside a
-damaged or incomplete latest checkpoint (renamed, never deleted) and resumes from the previous one.
-
+callbacks (:func:`heartbeat_callback`: progress and compute time after every step, ``save`` while Bridge's save
+timers run) and the run dir's ``vdkit_heartbeat.py``; the process groups time out after ``$VDKIT_COLLECTIVE_TIMEOUT_S``
+(:func:`collective_timeout`); :func:`trust_latest` sets a damaged latest checkpoint aside (renamed) before a resume.
 Before Bridge builds its datasets, :func:`keep_loss_mask_cache` fixes megatron-core's GPTDataset loss-mask cache
-(:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has that bug, on GPUs and on vdkit's CPU runs alike
-(both call :func:`run`).
+(:data:`LOSS_MASK_CACHE_BUG`) where the installed megatron-core has it, on GPUs and on vdkit's CPU runs alike.
 """
 import functools
 import importlib
@@ -261,21 +258,23 @@ def start_heartbeat():
     try:
         module = importlib.import_module(HEARTBEAT_MODULE)  # sys.path[0]: this file's directory, the run dir
     except ImportError:
-        print(f"bridge_job: {HEARTBEAT_ENV} is set but {HEARTBEAT_MODULE}.py is not beside {__file__}: no "
-              "heartbeat (render the run dir again)", flush=True)
-        return None
+        return print(f"bridge_job: {HEARTBEAT_ENV} is set but {HEARTBEAT_MODULE}.py is not beside {__file__}: no "
+                     "heartbeat (render the run dir again)", flush=True)  # None
     return module.Heartbeat.from_env(_rank())
 
 
 def heartbeat_callback(beat):
-    """A Bridge callback that reports each step to ``beat`` (a vdkit heartbeat: progress after every optimizer step,
-    phase ``save`` while Bridge's save timers run, a validation step counts as progress)."""
+    """A Bridge callback that reports each step to ``beat`` (a vdkit heartbeat: progress and compute time after every
+    optimizer step, phase ``save`` while Bridge's save timers run, a validation step counts as progress)."""
+    import torch
     from megatron.bridge.training.callbacks import Callback
 
+    clock = sys.modules[type(beat).__module__].ComputeClock(torch.cuda.is_available())  # the heartbeat's own module
     class _Heartbeat(Callback):
         started = time.monotonic()
 
         def on_train_start(self, context):
+            clock.wrap_config(context.model[0].config)  # Bridge's finalize_model_grads (training/setup.py)
             # Bridge brackets every save with these timers (train.py save_checkpoint_and_time): a long save is
             # no hang. Made here with the log level Bridge asks them with (0), so the same objects are wrapped.
             for name in SAVE_TIMERS:
@@ -285,9 +284,10 @@ def heartbeat_callback(beat):
 
         def on_train_step_start(self, context):
             self.started = time.monotonic()
+            clock.start()
 
         def on_train_step_end(self, context):  # fired before Bridge counts the step (train.py: step += 1 after)
-            beat.progress(context.state.train_state.step + 1, time.monotonic() - self.started)
+            beat.progress(context.state.train_state.step + 1, time.monotonic() - self.started, clock.seconds())
 
         def on_eval_step_end(self, context):
             beat.progress(beat.step, beat.step_ms / 1000.0)

@@ -17,6 +17,7 @@ import math
 import os
 import time
 from datetime import timedelta
+from importlib.metadata import version
 from pathlib import Path
 
 from vdkit.errors import UserError
@@ -70,8 +71,9 @@ def _init_distributed(dist, cuda: bool):
         rank=dist.rank, world_size=dist.world_size, timeout=timedelta(seconds=collective_timeout_s()))
 
 
-def build(plan, cuda: bool):
-    """(layout, DDP-wrapped chunks, optimizer) for this rank, parallel state initialised."""
+def build(plan, cuda: bool, clock=None):
+    """(layout, DDP-wrapped chunks, optimizer) for this rank, parallel state initialised; ``clock`` (a
+    ComputeClock) notes when each step's gradient reduction starts."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
@@ -93,7 +95,7 @@ def build(plan, cuda: bool):
     wrapped = [DistributedDataParallel(config=config, ddp_config=ddp_config, module=c, disable_bucketing=i > 0)
                for i, c in enumerate(chunks)]
     config.no_sync_func = [w.no_sync for w in wrapped] if len(wrapped) > 1 else wrapped[0].no_sync
-    config.finalize_model_grads_func = finalize_model_grads
+    config.finalize_model_grads_func = clock.wrap(finalize_model_grads) if clock else finalize_model_grads
     m = recipe.method
     opt_config = OptimizerConfig(optimizer="adam", lr=m.lr, min_lr=m.min_lr, weight_decay=m.weight_decay,
                                  adam_beta1=adam_betas(recipe)[0], adam_beta2=adam_betas(recipe)[1], adam_eps=ADAM_EPS, clip_grad=GRAD_CLIP,
@@ -244,6 +246,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     dist = resolve_dist_env()
     check_layout(plan, dist)
     from vdkit.recipes.heartbeat import Heartbeat
+    from vdkit.recipes.heartbeat import ComputeClock
 
     beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     virtual = virtual_tokens(recipe)
@@ -281,7 +284,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
     tok = rdata.load_tokenizer(recipe)
     samples = rdata.load_samples(recipe, run_dir, tok, room)
     order = rdata.BatchOrder(len(samples), t.seed, t.micro_batch_size, plan.dp, plan.grad_accum)
-    layout, chunks, optimizer = build(plan, cuda)
+    clock = ComputeClock(cuda)  # the heartbeat's compute time: until finalize_model_grads reduces (see its module)
+    layout, chunks, optimizer = build(plan, cuda, clock)
     dp_rank = ps.get_data_parallel_rank()
     forward_backward = get_forward_backward_func()
 
@@ -300,7 +304,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         progress = ProgressLogger(run_dir / LOG_DIR, t.max_steps, step, stream=stream)
         n_train = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
         progress.message(
-            f"[vdkit I] megatron engine (megatron-core {_mcore_version()}): {recipe.model.name} {recipe.method.name}, "
+            f"[vdkit I] megatron engine (megatron-core {version('megatron-core')}): {recipe.model.name} {recipe.method.name}, "
             f"{dist.world_size} rank(s) ({dist.source}, {'cuda' if cuda else 'cpu'}), tp={layout.tp} pp={layout.pp} "
             f"vp={layout.vp or 1} dp={plan.dp} sp={layout.sequence_parallel} "
             f"distributed_optimizer={layout.distributed_optimizer} mbs={t.micro_batch_size} "
@@ -319,6 +323,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     n_chunks = len(chunks)
     while step < t.max_steps:
         start = time.perf_counter()
+        clock.start()
         lr = lr_at(step, recipe.method, t.max_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -342,7 +347,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if progress is not None:
             progress.update(epoch, step, reduced, lr, step * t.global_batch_size, timing)
         if beat is not None:
-            beat.progress(step, timing)
+            beat.progress(step, timing, clock.seconds())
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(lambda f: _flag_sum(f, cuda))
         improved = False
@@ -435,12 +440,6 @@ def _room_for_a_save(plan, rank: int, ckpt_dir, cuda: bool) -> None:
             why = exc
     if _flag_sum(int(why is not None), cuda) > 0:
         raise why or trust.SaveRefused(f"rank 0 found no room for the next checkpoint in {ckpt_dir}")
-
-
-def _mcore_version() -> str:
-    from importlib.metadata import version
-
-    return version("megatron-core")
 
 
 def main(argv=None) -> int:

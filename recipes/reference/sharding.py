@@ -170,7 +170,11 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     else:
         strategy = "auto" if dist.world_size == 1 else DDPStrategy(
             cluster_environment=env, process_group_backend=backend,
-            timeout=timedelta(seconds=collective_timeout_s()))  # the launcher's, from the plan (vdkit.faults)
+            timeout=timedelta(seconds=collective_timeout_s()),  # the launcher's, from the plan (vdkit.faults)
+            # The models' only buffers are constants every rank builds alike (RoPE's inv_freq): DDP's broadcast of
+            # them before every forward is a collective that would make each rank wait for the slowest there,
+            # hiding a straggler's compute time (vdkit.recipes.heartbeat.ComputeClock).
+            broadcast_buffers=False)
         precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
         plugins = None
     fabric = Fabric(accelerator="cuda" if cuda else "cpu", devices=dist.local_world_size, num_nodes=nodes,

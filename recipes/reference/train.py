@@ -156,6 +156,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     from vdkit.rundir import LOG_DIR, load_plan
 
     from vdkit.recipes.heartbeat import Heartbeat
+    from vdkit.recipes.heartbeat import ComputeClock
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
@@ -185,6 +186,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
                                       betas=adam_betas(recipe), weight_decay=recipe.method.weight_decay)
     optimizer = fabric.setup_optimizers(optimizer)
     wrapped = getattr(fabric, "module", None) or wrapped  # the DeepSpeed engine is the callable model
+    clock = ComputeClock(fabric.device.type == "cuda")  # the heartbeat's compute time (DDP only: see the module)
+    timed = dist.world_size > 1 and sharding_kind not in ("fsdp", "zero3") and clock.ddp_hook(wrapped)
     if ds_started is not None:
         _say(stream, f"[vdkit I] ZeRO-3: DeepSpeed ready in {time.monotonic() - ds_started:.0f} s")
 
@@ -212,6 +215,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     wrapped.train()
     while step < t.max_steps:
         start = time.perf_counter()
+        clock.start()
         lr = lr_at(step, recipe.method, t.max_steps)
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -237,7 +241,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         if progress is not None:
             progress.update(epoch, step, float(reduced), lr, step * t.global_batch_size, timing)
         if beat is not None:
-            beat.progress(step, timing)
+            beat.progress(step, timing, clock.seconds() if timed else None)
         # Every rank asks after every step (a collective): all stop at the same step or none does.
         stopping = step < t.max_steps and preempt is not None and preempt.stop_now(
             lambda flag: float(fabric.all_reduce(torch.tensor(float(flag)), reduce_op="sum")))

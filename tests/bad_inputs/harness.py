@@ -61,6 +61,7 @@ class Case:
     subprocess: bool = False
     entry: Optional[str] = None  # "module:function" called with argv instead of vdkit.cli.main (a rank's entry)
     keeps: bool = False  # a refusal that must keep what it wrote (e.g. a run dir whose job may be queued)
+    stdout_closed: bool = False  # ``subprocess`` only: the command starts with its stdout closed (`vdkit ... >&-`)
 
     @property
     def expects(self) -> List[str]:
@@ -96,7 +97,8 @@ def load_cases(path: Path = CASES_FILE) -> List[Case]:
                             argv=argv if row.get("entry") else _argv(argv), expect=expect, outcome=row.get("outcome", "refuse"),
                             needs=list(row.get("needs", [])), env=dict(row.get("env", {})),
                             fsize=row.get("fsize"), subprocess=bool(row.get("subprocess", False)),
-                            entry=row.get("entry"), keeps=bool(row.get("keeps", False))))
+                            entry=row.get("entry"), keeps=bool(row.get("keeps", False)),
+                            stdout_closed=bool(row.get("stdout_closed", False))))
     for prod in data.get("products", []):  # one row per verb x value of ``x`` ({x} in argv / env / expect)
         for x, cls in prod["x"].items():
             for verb in prod["verbs"]:
@@ -246,11 +248,13 @@ def _run_subprocess(case: Case, ws: Path, limit: float) -> Result:
     cmd = ([exe] if os.path.exists(exe) else [sys.executable, "-m", "vdkit.cli"]) + [_subst(a, ws) for a in case.argv]
     t0 = time.monotonic()
     try:
-        p = subprocess.run(cmd, cwd=ws, env=env, capture_output=True, text=True, timeout=limit,
-                           errors="replace", start_new_session=True)
+        streams = ({"stdout": None, "stderr": subprocess.PIPE, "preexec_fn": lambda: os.close(1)}
+                   if case.stdout_closed else {"capture_output": True})
+        p = subprocess.run(cmd, cwd=ws, env=env, text=True, timeout=limit, errors="replace", start_new_session=True,
+                           **streams)
     except subprocess.TimeoutExpired as exc:
         return Result("hang", "", str(exc.stderr or ""), time.monotonic() - t0)
-    return Result(p.returncode, p.stdout, p.stderr, time.monotonic() - t0)
+    return Result(p.returncode, p.stdout or "", p.stderr, time.monotonic() - t0)
 
 
 def warm_up(template: Path) -> float:
