@@ -42,6 +42,9 @@ def rows() -> List[dict]:
         tokens = r.train.global_batch_size * r.train.seq_length
         if "tokens_per_s_per_gpu" in run:
             tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        elif "samples_per_s" in run:  # the whole job's samples per second (MLPerf's tracked_stats throughput)
+            tps = run["samples_per_s"] * r.train.seq_length / r.world_size
+            text = f"{run['samples_per_s']} samples/s ({tps:.0f} tok/s/GPU)"
         else:
             tps = run["tflops"] * 1e12 / P.flops_per_token(r)
             text = f"{run['tflops']} TFLOP/s ({tps:.0f} tok/s/GPU)"

@@ -122,6 +122,7 @@ class Hardware:
     hbm_gb_s: float = MISSING
     nvlink_gb_s: float = MISSING
     collective_latency_us: float = MISSING
+    gpu_speed_cv: float = MISSING  # spread of identical GPUs' speed (one standard deviation, relative)
 
 
 @dataclass

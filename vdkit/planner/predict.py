@@ -242,9 +242,11 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     share = recompute_share(r, recompute, layers)  # full recompute: the share of layers rerun forward
     passes = (3 if full else 2) + share
     weight_bytes = (nb["weight_fp8"] if fp8 else nb["weight_bf16"]) * gemm_params
-    # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU
-    flops_mb = n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # seconds at 100 % of peak
-    floor_mb = passes * weight_bytes / hbm
+    # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU;
+    # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
+    slow = straggler(r.world_size, hw)
+    flops_mb = slow * n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # s at 100 % of peak
+    floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
     # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
@@ -299,12 +301,24 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_s,
-               "context_parallel_s": micro * cp_mb,
+               "context_parallel_s": micro * cp_mb, "straggler": slow,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm) + per_step
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
                "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "per_step_s": dp_s + opt_s},
     )
+
+
+def straggler(gpus: int, hw: dict) -> float:
+    """How much slower the slowest of ``gpus`` identical GPUs runs than the average one: 1 + the spread of
+    their speeds (``gpu_speed_cv``, step_time.yaml with its source) x the expected maximum of ``gpus`` standard
+    normal draws (Blom's approximation of the order statistic, exact to ~1 % of it). A synchronous step
+    ends when its slowest GPU does: 1.014 on 8 GPUs, 1.024 on 64, 1.032 on 1024 at a 1 % spread."""
+    from statistics import NormalDist
+
+    if gpus <= 1:
+        return 1.0
+    return 1.0 + float(hw["gpu_speed_cv"]) * NormalDist().inv_cdf((gpus - 0.375) / (gpus + 0.25))
 
 
 def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
