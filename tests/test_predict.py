@@ -55,7 +55,12 @@ def test_fewer_adapters_make_cross_node_gradients_slower():
     eight = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2")
     four = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2", "cluster=xe9680_4nic")
     a, b = P.predict_step(eight, 2, 1, 1, "none", True), P.predict_step(four, 2, 1, 1, "none", True)
-    assert b.parts["data_parallel_s"] == pytest.approx(2 * a.parts["data_parallel_s"], rel=0.01)
+    # the ring runs at the node's fabric, capped by the in-node ring (H100: 370 GB/s measured < 8 x 50 GB/s)
+    from vdkit.planner.interconnect import interconnect
+
+    nvlink = P.gpu_hardware(P.calibration(), eight.cluster.gpu_type)["nvlink_gb_s"]
+    ratio = min(nvlink, interconnect(eight.cluster).node_gb_s) / min(nvlink, interconnect(four.cluster).node_gb_s)
+    assert ratio > 1.5 and b.parts["data_parallel_s"] == pytest.approx(ratio * a.parts["data_parallel_s"], rel=0.01)
     one_node = recipe("model=llama2_13b", "method=sft")  # DP within a node: NVLink
     assert P.predict_step(one_node, 2, 1, 1, "none", True).parts["data_parallel_s"] < a.parts["data_parallel_s"]
 

@@ -16,7 +16,7 @@ and pipeline stage (one GPU's share of the work):
   far below HBM's (Table 9 implies ~1 % of the BF16 peak). NVIDIA's fused path (pretraining, and the
   fast recipe: ``train.fused_kernels``) has no such term; its only overhead is the roofline's excess.
 - **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
-  recompute) over NVLink (450 GB/s per direction of 900); pipeline point-to-point sends (NVLink or
+  recompute) over NVLink at the GPU's measured NCCL bus bandwidth (H100: 370 GB/s per direction); pipeline point-to-point sends (NVLink or
   InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
   NVLink within a node or, across nodes, the cluster's fabric (vdkit.planner.interconnect: InfiniBand or RoCE
   adapters x their rate, TCP's sockets default, or the site's measured ``cluster.inter_node_gb_s``;
@@ -79,26 +79,25 @@ def _gpu_gap(recipe, calib: dict) -> Optional[str]:
 
 
 def gpu_hardware(calib: dict, gpu_type: str) -> dict:
-    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks,
-    HBM and in-node ring bandwidth from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured
-    matmul share of peak relative to the reference GPU's (1.0 for the reference GPU)."""
-    hw = dict(calib["hardware"])
-    ref = hw.get("reference_gpu")
-    if not ref or gpu_type == ref:
-        return {**hw, "gemm_scale": 1.0}
+    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks and
+    HBM from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured matmul share of peak relative to the
+    reference GPU's (1.0 for the reference GPU). Every GPU's in-node ring bandwidth (``nvlink_gb_s``) is its
+    ``gpus`` entry's measured ``intra_node_gb_s`` (a GPU nothing describes is ranked at the reference GPU's)."""
     from vdkit.planner.calibration import load
 
+    hw = dict(calib["hardware"])
+    ref = hw.get("reference_gpu")
     gpus = load("hf_step_time")["gpus"]
-    if gpu_type not in gpus:  # a GPU nothing describes: no prediction is shown (predicts_for), ranking only
-        return {**hw, "gemm_scale": 1.0}
-    g, r = gpus[gpu_type], gpus.get(ref)
-    if r is None:  # the transfer is relative to the reference GPU's measured share of peak
+    g, r = gpus.get(gpu_type), gpus.get(ref)
+    if r is None:  # the reference GPU's facts (its ring bandwidth, its measured share of peak) live there
         raise UserError(f"conf/calibration/step_time.yaml: hardware.reference_gpu={ref} is not in "
                         "conf/calibration/hf_step_time.yaml gpus", f"describe {ref} there, or name a GPU it describes")
+    hw["nvlink_gb_s"] = float((g or r)["intra_node_gb_s"])
+    if gpu_type == ref or g is None:  # not described: no prediction is shown (predicts_for), ranking only
+        return {**hw, "gemm_scale": 1.0}
     # no FP8 peak (e.g. the A100): layouts are ranked at the BF16 peak, and no FP8 prediction is shown (predicts_for)
     hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"] or g["peak_tflops_bf16"],
               hbm_gb_s=g["hbm_gb_s"],
-              nvlink_gb_s=g["intra_node_gb_s"],
               gemm_scale=(g["mamf_tflops_bf16"] / g["peak_tflops_bf16"]) / (r["mamf_tflops_bf16"] / r["peak_tflops_bf16"]))
     return hw
 
