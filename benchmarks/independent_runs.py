@@ -42,13 +42,18 @@ def rows() -> List[dict]:
         tokens = r.train.global_batch_size * r.train.seq_length
         if "tokens_per_s_per_gpu" in run:
             tps, text = run["tokens_per_s_per_gpu"], f"{run['tokens_per_s_per_gpu']} tok/s/GPU"
+        elif "samples_per_s" in run:  # the whole job's samples per second (MLPerf's tracked_stats throughput)
+            tps = run["samples_per_s"] * r.train.seq_length / r.world_size
+            text = f"{run['samples_per_s']} samples/s ({tps:.0f} tok/s/GPU)"
         else:
             tps = run["tflops"] * 1e12 / P.flops_per_token(r)
             text = f"{run['tflops']} TFLOP/s ({tps:.0f} tok/s/GPU)"
         plan = make_plan(r)
         published = tokens / (tps * r.world_size)
         pred = plan.prediction
-        row = {"name": run["name"], "group": run["source"],
+        from vdkit.planner.interval import group
+
+        row = {"name": run["name"], "group": run["source"], "range_group": group(plan.recipe),
                "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
                "published": text, "published_step_s": published, "fits": plan.feasible,
                "memory_gb": plan.memory.total_gb, "recompute": plan.recipe.parallelism.recompute}
@@ -76,11 +81,14 @@ def print_independent() -> None:
         print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f} {w['predicted_step_s']:>8.3f} "
               f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB, recompute {w['recompute']}"
               + ("" if w["fits"] else " (does not fit)"))
-    for group in [None, *dict.fromkeys(w["group"] for w in got)]:  # all runs, then each source's
-        some = [w for w in got if "error" in w and group in (None, w["group"])]
+    keys = [(None, None), *((("group", g)) for g in dict.fromkeys(w["group"] for w in got)),
+            *((("range_group", g)) for g in dict.fromkeys(w["range_group"] for w in got))]
+    for field, value in keys:  # all runs, each source's, then each range group's (vdkit.planner.interval.group)
+        some = [w for w in got if "error" in w and (field is None or w[field] == value)]
         errs = [abs(w["error"]) for w in some]
         widths = [w["interval"][1] / w["interval"][0] for w in some]
-        print(f"  {'all' if group is None else f'[{group}]':<12} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
+        label = "all" if field is None else (f"[{value}]" if field == "group" else f"range {value}")
+        print(f"  {label:<21} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
               f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
               f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
     for key, text in data["sources"].items():

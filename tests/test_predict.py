@@ -55,7 +55,12 @@ def test_fewer_adapters_make_cross_node_gradients_slower():
     eight = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2")
     four = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2", "cluster=xe9680_4nic")
     a, b = P.predict_step(eight, 2, 1, 1, "none", True), P.predict_step(four, 2, 1, 1, "none", True)
-    assert b.parts["data_parallel_s"] == pytest.approx(2 * a.parts["data_parallel_s"], rel=0.01)
+    # the ring runs at the node's fabric, capped by the in-node ring (H100: 370 GB/s measured < 8 x 50 GB/s)
+    from vdkit.planner.interconnect import interconnect
+
+    nvlink = P.gpu_hardware(P.calibration(), eight.cluster.gpu_type)["nvlink_gb_s"]
+    ratio = min(nvlink, interconnect(eight.cluster).node_gb_s) / min(nvlink, interconnect(four.cluster).node_gb_s)
+    assert ratio > 1.5 and b.parts["data_parallel_s"] == pytest.approx(ratio * a.parts["data_parallel_s"], rel=0.01)
     one_node = recipe("model=llama2_13b", "method=sft")  # DP within a node: NVLink
     assert P.predict_step(one_node, 2, 1, 1, "none", True).parts["data_parallel_s"] < a.parts["data_parallel_s"]
 
@@ -147,3 +152,31 @@ def test_every_independent_run_still_plans_and_is_predicted():
     spec.loader.exec_module(module)
     got = module.rows()
     assert got and all("predicted_step_s" in row for row in got), [r["name"] for r in got if "error" not in r]
+
+
+def test_the_slowest_of_more_gpus_is_slower_by_the_order_statistic():
+    """A synchronous step waits for its slowest GPU: 1 + spread x the expected maximum of N standard normals
+    (Blom), so 1 GPU is the average one and the penalty grows like sqrt(2 ln N)."""
+    from statistics import NormalDist
+
+    from vdkit.planner.predict import calibration, gpu_hardware, straggler
+
+    hw = gpu_hardware(calibration(), "H100-SXM5-80GB")
+    cv = float(hw["gpu_speed_cv"])
+    assert straggler(1, hw) == 1.0
+    assert straggler(64, hw) == pytest.approx(1 + cv * NormalDist().inv_cdf((64 - 0.375) / 64.25))
+    assert 1 < straggler(8, hw) < straggler(64, hw) < straggler(1024, hw) < 1 + 4 * cv
+
+
+def test_a_fixed_layout_scaled_out_gets_slower_per_gpu():
+    """MLPerf's 70B LoRA layout (TP4 CP2, one micro batch per DP rank) from 8 to 128 nodes: the step grows with
+    the node count (straggler, DP ring latency) - published 0.638 -> 0.652 s (+2.3 %), benchmarks/independent_runs.yaml."""
+    def step(nodes, gbs):
+        r = recipe("model=llama2_70b", "engine=bridge", "method=lora", "data=synthetic", f"cluster.nodes={nodes}",
+                   f"cluster.max_nodes={nodes}", "train.seq_length=8192", "train.precision=fp8",
+                   f"train.global_batch_size={gbs}", "parallelism.tp=4", "parallelism.pp=1", "parallelism.cp=2")
+        return make_plan(r).prediction.step
+
+    small, large = step(8, 8), step(128, 128)
+    assert large.parts["straggler"] > small.parts["straggler"] > 1
+    assert large.total_s / small.total_s > large.parts["straggler"] / small.parts["straggler"]

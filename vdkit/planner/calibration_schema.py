@@ -120,8 +120,8 @@ class Hardware:
     peak_tflops_bf16: float = MISSING
     peak_tflops_fp8: float = MISSING
     hbm_gb_s: float = MISSING
-    nvlink_gb_s: float = MISSING
     collective_latency_us: float = MISSING
+    gpu_speed_cv: float = MISSING  # spread of identical GPUs' speed (one standard deviation, relative)
 
 
 @dataclass

@@ -16,7 +16,7 @@ and pipeline stage (one GPU's share of the work):
   far below HBM's (Table 9 implies ~1 % of the BF16 peak). NVIDIA's fused path (pretraining, and the
   fast recipe: ``train.fused_kernels``) has no such term; its only overhead is the roofline's excess.
 - **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
-  recompute) over NVLink (450 GB/s per direction of 900); pipeline point-to-point sends (NVLink or
+  recompute) over NVLink at the GPU's measured NCCL bus bandwidth (H100: 370 GB/s per direction); pipeline point-to-point sends (NVLink or
   InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
   NVLink within a node or, across nodes, the cluster's fabric (vdkit.planner.interconnect: InfiniBand or RoCE
   adapters x their rate, TCP's sockets default, or the site's measured ``cluster.inter_node_gb_s``;
@@ -79,26 +79,25 @@ def _gpu_gap(recipe, calib: dict) -> Optional[str]:
 
 
 def gpu_hardware(calib: dict, gpu_type: str) -> dict:
-    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks,
-    HBM and in-node ring bandwidth from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured
-    matmul share of peak relative to the reference GPU's (1.0 for the reference GPU)."""
-    hw = dict(calib["hardware"])
-    ref = hw.get("reference_gpu")
-    if not ref or gpu_type == ref:
-        return {**hw, "gemm_scale": 1.0}
+    """step_time.yaml's ``hardware`` for ``gpu_type``: the reference GPU's as written; another GPU's peaks and
+    HBM from hf_step_time.yaml's ``gpus`` and ``gemm_scale``, its measured matmul share of peak relative to the
+    reference GPU's (1.0 for the reference GPU). Every GPU's in-node ring bandwidth (``nvlink_gb_s``) is its
+    ``gpus`` entry's measured ``intra_node_gb_s`` (a GPU nothing describes is ranked at the reference GPU's)."""
     from vdkit.planner.calibration import load
 
+    hw = dict(calib["hardware"])
+    ref = hw.get("reference_gpu")
     gpus = load("hf_step_time")["gpus"]
-    if gpu_type not in gpus:  # a GPU nothing describes: no prediction is shown (predicts_for), ranking only
-        return {**hw, "gemm_scale": 1.0}
-    g, r = gpus[gpu_type], gpus.get(ref)
-    if r is None:  # the transfer is relative to the reference GPU's measured share of peak
+    g, r = gpus.get(gpu_type), gpus.get(ref)
+    if r is None:  # the reference GPU's facts (its ring bandwidth, its measured share of peak) live there
         raise UserError(f"conf/calibration/step_time.yaml: hardware.reference_gpu={ref} is not in "
                         "conf/calibration/hf_step_time.yaml gpus", f"describe {ref} there, or name a GPU it describes")
+    hw["nvlink_gb_s"] = float((g or r)["intra_node_gb_s"])
+    if gpu_type == ref or g is None:  # not described: no prediction is shown (predicts_for), ranking only
+        return {**hw, "gemm_scale": 1.0}
     # no FP8 peak (e.g. the A100): layouts are ranked at the BF16 peak, and no FP8 prediction is shown (predicts_for)
     hw.update(peak_tflops_bf16=g["peak_tflops_bf16"], peak_tflops_fp8=g["peak_tflops_fp8"] or g["peak_tflops_bf16"],
               hbm_gb_s=g["hbm_gb_s"],
-              nvlink_gb_s=g["intra_node_gb_s"],
               gemm_scale=(g["mamf_tflops_bf16"] / g["peak_tflops_bf16"]) / (r["mamf_tflops_bf16"] / r["peak_tflops_bf16"]))
     return hw
 
@@ -242,9 +241,11 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     share = recompute_share(r, recompute, layers)  # full recompute: the share of layers rerun forward
     passes = (3 if full else 2) + share
     weight_bytes = (nb["weight_fp8"] if fp8 else nb["weight_bf16"]) * gemm_params
-    # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU
-    flops_mb = n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # seconds at 100 % of peak
-    floor_mb = passes * weight_bytes / hbm
+    # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU;
+    # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
+    slow = straggler(r.world_size, hw)
+    flops_mb = slow * n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # s at 100 % of peak
+    floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
     # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
@@ -299,12 +300,24 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_s,
-               "context_parallel_s": micro * cp_mb,
+               "context_parallel_s": micro * cp_mb, "straggler": slow,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm) + per_step
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
                "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "per_step_s": dp_s + opt_s},
     )
+
+
+def straggler(gpus: int, hw: dict) -> float:
+    """How much slower the slowest of ``gpus`` identical GPUs runs than the average one: 1 + the spread of
+    their speeds (``gpu_speed_cv``, step_time.yaml with its source) x the expected maximum of ``gpus`` standard
+    normal draws (Blom's approximation of the order statistic, exact to ~1 % of it). A synchronous step
+    ends when its slowest GPU does: 1.014 on 8 GPUs, 1.024 on 64, 1.032 on 1024 at a 1 % spread."""
+    from statistics import NormalDist
+
+    if gpus <= 1:
+        return 1.0
+    return 1.0 + float(hw["gpu_speed_cv"]) * NormalDist().inv_cdf((gpus - 0.375) / (gpus + 0.25))
 
 
 def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
