@@ -288,25 +288,24 @@ def make_base(recipe, directory) -> str:
 
 
 SPEC = EngineSpec(
-    name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama providers, NVIDIA's performance settings)",
+    name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama and Qwen2 providers, NVIDIA's performance settings)",
     command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
     resume_check=resume_check, check_runs=check_runs, make_base=make_base,
-    families=("llama",),
+    families=("llama",),  # and Qwen2 (the Llama block with model.qkv_bias): Bridge's Qwen2 providers
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",
           "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",
           "ffn_hidden_size": "provider.ffn_hidden_size", "num_attention_heads": "provider.num_attention_heads",
           "num_query_groups": "provider.num_query_groups", "vocab_size": "provider.vocab_size",
           "max_position_embeddings": "provider.seq_length", "pretrain_tp": "the planner's layout",
-          "pretrain_pp": "the planner's layout", "arch": "Bridge's Llama providers", "norm": "RMSNorm (Llama)",
+          "pretrain_pp": "the planner's layout", "arch": "Bridge's Llama / Qwen2 providers", "norm": "RMSNorm (Llama)",
           "norm_eps": "provider.layernorm_epsilon", "activation": "SwiGLU (Llama)", "position_embedding": "RoPE (Llama)",
           "rope_base": "provider.rotary_base", "rope_scaling": "provider rope_scaling / seq_len_interpolation_factor",
           "tied_embeddings": "provider.share_embeddings_and_output_weights",
           "tokenizer": "Bridge's TokenizerConfig", "hf_path": "AutoBridge.import_ckpt (the one-time import job)",
-          "megatron_path": "checkpoint.pretrained_checkpoint"},
+          "megatron_path": "checkpoint.pretrained_checkpoint",
+          "qkv_bias": "Bridge's Qwen2 providers (add_qkv_bias; Qwen25ModelProvider7B for qwen2_5_7b)"},
     ignores={"nemo_path": "engine=nemo's base model"},
-    refuses={"bias": "the kit renders Bridge's Llama providers, which have no linear biases",
-             "qkv_bias": ("the kit renders Bridge's Llama providers (no Q/K/V bias); Bridge's Qwen2 providers are "
-                          "not wired into its config"),
+    refuses={"bias": "the kit renders Bridge's Llama and Qwen2 providers, which have no biases beyond Q/K/V",
              "embedding_dim": "Llama providers have no projected word embedding",
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)

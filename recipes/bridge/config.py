@@ -9,8 +9,9 @@ needs no Bridge install.
 
 What comes from where:
 
-- model: Bridge's Llama 2 providers (``Llama2ModelProvider7B/13B/70B``; other Llama-architecture
-  models: ``LlamaModelProvider`` with their sizes), the planned TP / PP / VP / SP, recompute,
+- model: Bridge's Llama 2 / 3.1 providers (``Llama2ModelProvider7B/13B/70B``, ``Llama31ModelProvider8B/70B``),
+  its Qwen2.5 one (``Qwen25ModelProvider7B``: Q/K/V biases); other Llama-architecture models:
+  ``LlamaModelProvider`` (``Qwen2ModelProvider`` with ``model.qkv_bias``) with their sizes; the planned TP / PP / VP / SP, recompute,
   sequence length; NVIDIA's fusions on (the step time is predicted for this fused stack);
 - train / optimizer / scheduler / ddp: GBS, MBS, steps; Adam with the kit's betas and clipping
   (vdkit.recipes.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
@@ -48,8 +49,12 @@ PROVIDERS = {  # model.name -> Bridge's provider class (its dimensions are the m
     # Llama31ModelProvider); a generic LlamaModelProvider without the scaling is another model than the weights
     "llama3_1_8b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider8B",
     "llama3_1_70b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider70B",
+    # Qwen2.5: the Llama block with biases on Q, K and V only (qwen_provider.py Qwen2ModelProvider: add_qkv_bias
+    # True, add_bias_linear False, RMSNorm eps 1e-6, rotary_base 1e6; Qwen25ModelProvider7B: the model card's sizes)
+    "qwen2_5_7b": "megatron.bridge.models.qwen.qwen_provider.Qwen25ModelProvider7B",
 }
 GENERIC_PROVIDER = "megatron.bridge.models.llama.llama_provider.LlamaModelProvider"
+GENERIC_QKV_BIAS_PROVIDER = "megatron.bridge.models.qwen.qwen_provider.Qwen2ModelProvider"  # model.qkv_bias: true
 # Bridge's mixed-precision recipe names (training/mixed_precision.py). FP8: per-tensor current scaling, what
 # NVIDIA's H100 performance configs run ("fp8_cs"); the delayed-scaling preset is marked experimental there.
 # Both turn on fp8_param_gather, which needs the distributed optimizer (refused at the door otherwise).
@@ -97,15 +102,15 @@ SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "outpu
 
 
 def provider_target(model) -> str:
-    """Bridge's provider class for ``model`` (a Llama-architecture ModelCfg)."""
-    return PROVIDERS.get(model.name, GENERIC_PROVIDER)
+    """Bridge's provider class for ``model`` (a Llama-architecture ModelCfg; with ``qkv_bias``: Qwen2's)."""
+    return PROVIDERS.get(model.name, GENERIC_QKV_BIAS_PROVIDER if model.qkv_bias else GENERIC_PROVIDER)
 
 
 def check_model(recipe) -> None:
     """Refuse models Bridge's Llama providers cannot express."""
     m = recipe.model
     if m.arch != "llama" or m.position_embedding != "rope" or m.bias or m.activation != "swiglu":
-        raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama providers; "
+        raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama and Qwen2 providers; "
                         f"model={m.name} is {m.arch}", "use a Llama model (llama2_7b/13b/70b, tiny_llama) "
                         "or engine=reference for other architectures")
 
@@ -132,7 +137,7 @@ def _model(plan) -> dict:
         out.update(num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
                    num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
                    vocab_size=m.vocab_size, layernorm_epsilon=m.norm_eps, rotary_base=m.rope_base,
-                   share_embeddings_and_output_weights=bool(m.tied_embeddings))
+                   share_embeddings_and_output_weights=bool(m.tied_embeddings), add_qkv_bias=bool(m.qkv_bias))
     vp = p.vp if (p.vp or 1) > 1 else None
     out.update(tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
                virtual_pipeline_model_parallel_size=vp)
