@@ -17,7 +17,9 @@ What comes from where:
   (vdkit.recipes.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
   decay; distributed optimizer as planned (grad reduce / param gather overlapped on GPUs);
 - dataset: the kit's prepared JSONL (``input`` / ``output``; NeMo's prompt template, answer-only
-  loss) through Bridge's ``FinetuningDatasetConfig``; packed sequences (``data.packed``, on with
+  loss) through Bridge's ``FinetuningDatasetConfig``; with a tokenizer that carries a chat template
+  (Instruct models), Bridge's chat dataset on the rows' ``messages`` with that template, the loss on the
+  assistant's turn only (:mod:`vdkit.recipes.bridge.chat`); packed sequences (``data.packed``, on with
   ``recipe=fast``) through its ``PackedSequenceSpecs``; pretraining: Megatron indexed prefixes
   (``GPTDatasetConfig``), or Bridge's mock data for ``data=synthetic``;
 - peft: Bridge's LoRA on the fused QKV projection, the method's adapter dim (NeMo 1.23's targets,
@@ -34,6 +36,7 @@ from typing import Dict, Optional
 from vdkit import recompute
 from vdkit.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
+from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
 from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
@@ -187,7 +190,7 @@ def _workers(recipe, in_container: bool, here: int) -> int:
     return NVIDIA_H100["num_workers_pretrain"] if recipe.method.name == "pretrain" else NVIDIA_H100["num_workers_finetune"]
 
 
-def _dataset(plan, run_dir, in_container: bool = False) -> dict:
+def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> dict:
     r = plan.recipe
     d, t = r.data, r.train
     if r.method.name == "pretrain" and d.kind == "pretrain":
@@ -208,7 +211,9 @@ def _dataset(plan, run_dir, in_container: bool = False) -> dict:
            "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch",
            "num_workers": _workers(r, in_container, 0),
            # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
-           "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+           "do_validation": not r.timing, "do_test": False,
+           # an Instruct tokenizer's chat template: Bridge's chat dataset on `messages` rows (.chat)
+           "dataset_kwargs": dict(CHAT_DATASET_KWARGS if chat else SFT_DATASET_KWARGS)}
     if d.packed:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
@@ -217,6 +222,27 @@ def _dataset(plan, run_dir, in_container: bool = False) -> dict:
             out["packed_sequence_specs"]["pad_seq_to_mult"] = 2 * r.parallelism.cp
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
+
+
+def chat_template(recipe, run_dir):
+    """bridge.yaml's ``tokenizer.chat_template`` (:mod:`vdkit.recipes.bridge.chat`), None for plain data; the kit's
+    byte-level tokenizer in the run dir has no template."""
+    from vdkit.recipes.bridge import chat
+    from vdkit.recipes.common import staging
+
+    if recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe):
+        return None
+    return chat.chat_template(recipe, tokenizer_model(recipe, run_dir))
+
+
+def data_format(recipe, run_dir) -> str:
+    """One line for bridge.yaml's header: how the fine-tuning rows are formatted, and why."""
+    from vdkit.recipes.bridge import chat
+    from vdkit.recipes.common import staging
+
+    if recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe):
+        return "plain '{input} {output}': the kit's byte-level tokenizer (no chat template)"
+    return chat.status(recipe, tokenizer_model(recipe, run_dir))
 
 
 def tokenizer_model(recipe, run_dir) -> str:
@@ -287,6 +313,11 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
+    template = chat_template(r, run_dir)
+    tokenizer = {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
+                 "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)}
+    if template is not None:
+        tokenizer["chat_template"] = template
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
@@ -310,11 +341,10 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
                 "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
                 "overlap_param_gather": bool(r.parallelism.distributed_optimizer),
                 "average_in_collective": not per_token_loss(r)},
-        "dataset": _dataset(plan, run_dir, in_container),
+        "dataset": _dataset(plan, run_dir, in_container, chat=template is not None),
         "logger": {_T: _CFG + "LoggerConfig", "log_interval": e.log_every_n_steps, "tensorboard_dir": logs,
                    "log_timers_to_tensorboard": True, "log_throughput": True},
-        "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
-                      "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
+        "tokenizer": tokenizer,
         "checkpoint": _checkpoint(plan, ckpt_dir, in_container),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
