@@ -88,7 +88,8 @@ def status(recipe, tokenizer_path: str) -> str:
     if where == "none":
         return "plain '{input} {output}': the tokenizer carries no chat template"
     return (f"plain '{{input}} {{output}}': the tokenizer {tokenizer_path} is not readable where this was rendered, so "
-            "its chat template (an Instruct model's) is not known; render where it is to fine-tune on it")
+            "whether it carries a chat template (Instruct models' do) is not known; render where it is readable to "
+            "fine-tune on its template")
 
 
 def require_messages(recipe, root) -> None:
