@@ -112,3 +112,31 @@ def test_bridges_chat_dataset_trains_what_the_reference_path_trains(tmp_path):
     batch = ds.collate_fn([ds[0]])
     got = [t for t, m in zip(batch["labels"][0].tolist(), batch["loss_mask"][0].tolist()) if m]
     assert hf.decode(got) == rows[0]["output"] + "<|eot|>"
+
+
+def test_llama31s_own_template_marked_keeps_its_text_and_masks_the_answer(tmp_path):
+    """Llama 3.1 Instruct's template (Bridge's copy, training/tokenizers/multimodal_tokenizer.py) wrapped by
+    assistant_only: the same ids as the template itself, and transformers' assistant mask - what Bridge's chat
+    dataset trains - exactly the answer and <|eot_id|>, the positions chat.py trains."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("megatron.core")  # its location only: importing megatron-core takes seconds
+    if spec is None:
+        pytest.skip("megatron-core (the bridge extra) is not installed")
+    from transformers import AutoTokenizer
+
+    from vdkit.recipes.bridge.chat import assistant_only
+    from vdkit.recipes.common.chat import chat_ids, messages
+
+    src = (Path(spec.origin).parents[1] / "bridge" / "training" / "tokenizers" / "multimodal_tokenizer.py").read_text()
+    template = next(n.value.value for n in ast.parse(src).body if isinstance(n, ast.Assign)
+                    and getattr(n.targets[0], "id", "") == "llama3p1_chat_template")
+    hf = AutoTokenizer.from_pretrained(str(_tiny_chat_tokenizer(tmp_path / "tok", template=template)))
+    prompt, full = chat_ids(hf, "What is 2+2?", "It is 4.")
+    out = hf.apply_chat_template(messages("What is 2+2?", "It is 4."), chat_template=assistant_only(template),
+                                 tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    assert out["input_ids"] == full
+    trained = [i for i, m in enumerate(out["assistant_masks"]) if m]
+    assert trained == list(range(len(prompt), len(full)))
+    assert hf.decode([full[i] for i in trained]) == "It is 4.<|eot_id|>"
