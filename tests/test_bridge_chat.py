@@ -11,19 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_chat_template import _tiny_chat_tokenizer
+from helpers import prepared_dolly as _prepared
+from helpers import tiny_chat_tokenizer as _tiny_chat_tokenizer
 from vdkit.cli import main
 from vdkit.config import compose
 from vdkit.errors import UserError
-
-
-def _prepared(tmp_path: Path, chat: bool) -> Path:
-    src = tmp_path / "dolly.jsonl"
-    src.write_text("".join(json.dumps({"instruction": f"What is {i} plus {i}?", "context": "" if i % 2 else f"ctx {i}",
-                                       "response": f"It is {2 * i}.", "category": "open_qa"}) + "\n" for i in range(20)))
-    out = tmp_path / ("chat" if chat else "plain")
-    assert main(["data", "prepare", "dolly", str(src), str(out), *(["--chat"] if chat else [])]) == 0
-    return out
 
 
 def _render(tmp_path: Path, data_dir: Path, tok: Path) -> Path:

@@ -25,12 +25,11 @@ def _set(data: dict, key: str, value) -> None:
 def _chat_fixtures(out: Path) -> dict:
     """An Instruct-like tokenizer (a chat template) and `vdkit data prepare --chat` rows for the cells that name
     them (placeholder -> path)."""
-    from test_bridge_chat import _prepared
-    from test_chat_template import _tiny_chat_tokenizer
+    from helpers import prepared_dolly, tiny_chat_tokenizer
 
     root = out / "_chat"
     root.mkdir()
-    return {"@CHAT_TOKENIZER@": str(_tiny_chat_tokenizer(root / "tok")), "@CHAT_DATA@": str(_prepared(root, True))}
+    return {"@CHAT_TOKENIZER@": str(tiny_chat_tokenizer(root / "tok")), "@CHAT_DATA@": str(prepared_dolly(root, True))}
 
 
 def plant(out: Path, rows=None) -> dict:

@@ -79,7 +79,7 @@ def chat_template(recipe, tokenizer_path: str) -> Optional[str]:
     return assistant_only(template) if template else None
 
 
-def status(recipe, tokenizer_path: str) -> str:
+def status(tokenizer_path: str) -> str:
     """One line for bridge.yaml's header: how the fine-tuning data is formatted, and why."""
     template, where = own_template(tokenizer_path)
     if template:

@@ -110,7 +110,7 @@ def provider_target(model) -> str:
 
 
 def check_model(recipe) -> None:
-    """Refuse models Bridge's Llama providers cannot express."""
+    """Refuse models Bridge's Llama and Qwen2 providers cannot express."""
     m = recipe.model
     if m.arch != "llama" or m.position_embedding != "rope" or m.bias or m.activation != "swiglu":
         raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama and Qwen2 providers; "
@@ -224,25 +224,27 @@ def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> d
     return out
 
 
-def chat_template(recipe, run_dir):
-    """bridge.yaml's ``tokenizer.chat_template`` (:mod:`vdkit.recipes.bridge.chat`), None for plain data; the kit's
-    byte-level tokenizer in the run dir has no template."""
-    from vdkit.recipes.bridge import chat
+def _kits_own_tokenizer(recipe) -> bool:
+    """Whether the data is tokenized with the kit's byte-level tokenizer written into the run dir (no chat template)."""
     from vdkit.recipes.common import staging
 
-    if recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe):
-        return None
-    return chat.chat_template(recipe, tokenizer_model(recipe, run_dir))
+    return recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe)
+
+
+def chat_template(recipe, run_dir):
+    """bridge.yaml's ``tokenizer.chat_template`` (:mod:`vdkit.recipes.bridge.chat`), None for plain data."""
+    from vdkit.recipes.bridge import chat
+
+    return None if _kits_own_tokenizer(recipe) else chat.chat_template(recipe, tokenizer_model(recipe, run_dir))
 
 
 def data_format(recipe, run_dir) -> str:
     """One line for bridge.yaml's header: how the fine-tuning rows are formatted, and why."""
     from vdkit.recipes.bridge import chat
-    from vdkit.recipes.common import staging
 
-    if recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe):
+    if _kits_own_tokenizer(recipe):
         return "plain '{input} {output}': the kit's byte-level tokenizer (no chat template)"
-    return chat.status(recipe, tokenizer_model(recipe, run_dir))
+    return chat.status(tokenizer_model(recipe, run_dir))
 
 
 def tokenizer_model(recipe, run_dir) -> str:
