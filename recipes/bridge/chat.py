@@ -56,7 +56,8 @@ def assistant_only(template: str) -> str:
     start with its own generation prompt raises (the answer cannot be told from the prompt, as the kit's other
     engines refuse: :func:`vdkit.recipes.common.chat.chat_ids`)."""
     return (
-        f"{{%- macro {_OWN}(messages, add_generation_prompt) -%}}{template}{{%- endmacro -%}}"
+        # no whitespace control at the template's edges: its text is rendered as it would be on its own
+        f"{{% macro {_OWN}(messages, add_generation_prompt) %}}{template}{{% endmacro %}}"
         "{%- if add_generation_prompt or not messages or messages[-1]['role'] != 'assistant' -%}"
         f"{{{{- {_OWN}(messages, add_generation_prompt) -}}}}"
         "{%- else -%}"
