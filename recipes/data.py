@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
+from vdkit.recipes.common.chat import MESSAGES_KEY
 from vdkit.recipes.json_records import field_of, iter_json_container, iter_jsonl, read_text
 from vdkit.files import DirLock, replace_all
 
@@ -282,11 +283,13 @@ def _jsonl(rows: Sequence[Row]) -> str:
 
 
 def prepare(dataset: str, input_path, out_dir, seed: int = DEFAULT_SEED,
-            split: Sequence[float] = DEFAULT_SPLIT, force: bool = False) -> PrepareReport:
+            split: Sequence[float] = DEFAULT_SPLIT, force: bool = False, chat: bool = False) -> PrepareReport:
     """Convert a public dataset file into NeMo SFT JSONL splits in out_dir; returns the report.
 
     Everything is read and checked before anything is written; existing split files are only
-    replaced with force=True."""
+    replaced with force=True. ``chat``: each row also carries its conversation as ``messages`` (user: the
+    input, assistant: the output; :func:`vdkit.recipes.common.chat.with_messages`), what Bridge's chat dataset
+    reads for Instruct models; the other engines read ``input`` / ``output`` as before."""
     split = tuple(float(p) for p in split)
     if len(split) != 3:
         raise UserError(f"split {split} needs 3 fractions", "use e.g. 0.8,0.1,0.1")
@@ -296,6 +299,10 @@ def prepare(dataset: str, input_path, out_dir, seed: int = DEFAULT_SEED,
         raise UserError(f"{out}: exists and is not a directory", "pass a directory for OUT_DIR")
     _refuse_existing(out, force)  # fail fast; checked again under the lock below
     rows, dropped, read = read_rows(dataset, input_path)  # input errors before OUT_DIR is touched
+    if chat:
+        from vdkit.recipes.common.chat import with_messages
+
+        rows = [with_messages(r) for r in rows]
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -337,6 +344,8 @@ def _prepare_locked(dataset, input_path, out: Path, seed, split, force, rows, dr
         report.files[name] = str(out / fname)
     manifest = report.to_dict()
     manifest["templates"] = _templates(dataset)
+    if rows and MESSAGES_KEY in rows[0]:  # `--chat`: the rows carry their conversation too
+        manifest[MESSAGES_KEY] = True
     contents[MANIFEST_FILE] = json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
     write_files_atomically(out, contents)
     return report

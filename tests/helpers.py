@@ -11,6 +11,8 @@ import random
 import sys
 from pathlib import Path
 
+import pytest
+
 
 # ----------------------------------------------------------------------------- NeMo-format writers
 def tqdm_num(x) -> str:
@@ -262,3 +264,39 @@ def k8s_vols(tmp_path) -> str:
 
 # Set to 1 (as .ci/run does) to run every row of the bad-input tables; else conftest samples each defect class.
 FULL_TESTS_ENV = "VDKIT_FULL_TESTS"
+
+
+# ----------------------------------------------------------------------------- Instruct models (chat templates)
+CHAT_TEMPLATE = (  # Llama-3-shaped: a header per turn, <|eot|> after each
+    "{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}\n\n{{ m['content'] }}<|eot|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start|>assistant\n\n{% endif %}")
+
+
+def tiny_chat_tokenizer(path, template=CHAT_TEMPLATE):
+    """A ~260-id byte-level tokenizer with special tokens and ``template`` in its tokenizer_config.json."""
+    pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
+    raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="<|eot|>", pad_token="<pad>",
+                                  additional_special_tokens=["<|start|>"])
+    if template:
+        tok.chat_template = template
+    tok.save_pretrained(str(path))
+    return path
+
+
+def prepared_dolly(root: Path, chat: bool) -> Path:
+    """`vdkit data prepare dolly` of 20 short rows into ``root``/chat or ``root``/plain (``chat``: with --chat)."""
+    from vdkit.cli import main
+
+    src = root / "dolly.jsonl"
+    src.write_text("".join(json.dumps({"instruction": f"What is {i} plus {i}?", "context": "" if i % 2 else f"ctx {i}",
+                                       "response": f"It is {2 * i}.", "category": "open_qa"}) + "\n" for i in range(20)))
+    out = root / ("chat" if chat else "plain")
+    assert main(["data", "prepare", "dolly", str(src), str(out), *(["--chat"] if chat else [])]) == 0
+    return out

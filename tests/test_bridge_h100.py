@@ -21,6 +21,7 @@ CELLS = [
     ["model=llama3_1_8b", "method=lora", "train.seq_length=4096", "model.megatron_path=/models/llama31-8b-bridge"],
     ["model=llama3_1_70b", "method=lora", "cluster.nodes=2", "train.seq_length=4096",
      "model.megatron_path=/models/llama31-70b-bridge"],
+    ["model=qwen2_5_7b", "method=lora"],
 ]
 
 

@@ -8,28 +8,8 @@ import json
 
 import pytest
 
+from helpers import tiny_chat_tokenizer as _tiny_chat_tokenizer
 from vdkit.config import compose
-
-TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}\n\n{{ m['content'] }}<|eot|>{% endfor %}"
-            "{% if add_generation_prompt %}<|start|>assistant\n\n{% endif %}")
-
-
-def _tiny_chat_tokenizer(path, template=TEMPLATE):
-    """A ~260-id byte-level tokenizer with special tokens and ``template`` in its tokenizer_config.json."""
-    pytest.importorskip("transformers")
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())}
-    raw = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="<|eot|>", pad_token="<pad>",
-                                  additional_special_tokens=["<|start|>"])
-    if template:
-        tok.chat_template = template
-    tok.save_pretrained(str(path))
-    return path
 
 
 def _recipe(tok_dir):

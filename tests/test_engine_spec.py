@@ -109,11 +109,11 @@ def test_list_engines_json_agrees_with_what_plan_accepts(capsys):
 def test_qwen_plans_its_published_parameter_count():
     from vdkit.planner.arch import param_counts
 
-    for engine in ("megatron", "reference"):
+    for engine in ("megatron", "reference", "bridge"):
         assert param_counts(compose(["model=qwen2_5_7b", f"engine={engine}"]).model).total == QWEN_PARAMS
 
 
-@pytest.mark.parametrize("engine", ["nemo", "bridge"])
+@pytest.mark.parametrize("engine", ["nemo"])
 def test_engines_that_cannot_build_qwen_refuse_it_in_one_line(engine):
     with pytest.raises(UserError) as err:
         compose(["model=qwen2_5_7b", f"engine={engine}"])
@@ -122,10 +122,12 @@ def test_engines_that_cannot_build_qwen_refuse_it_in_one_line(engine):
     assert "use engine=reference or engine=megatron" in text and "\n" not in text
 
 
-@pytest.mark.parametrize("engine,extra", [("megatron", []), ("reference", ["parallelism.sharding=fsdp"])])
+@pytest.mark.parametrize("engine,extra", [("megatron", []), ("reference", ["parallelism.sharding=fsdp"]),
+                                          ("bridge", [])])
 def test_engines_that_build_qwen_build_it_exactly(engine, extra, tmp_path):
-    """`vdkit check`: the job's own model builder on the meta device counts the published 7,615,616,512."""
-    pytest.importorskip("megatron.core" if engine == "megatron" else "transformers")
+    """`vdkit check`: the job's own model builder on the meta device counts the published 7,615,616,512 (Bridge:
+    its Qwen25ModelProvider7B.provide(), Q/K/V biases and all)."""
+    pytest.importorskip({"megatron": "megatron.core", "reference": "transformers", "bridge": "megatron.core"}[engine])
     from vdkit.planner.plan import make_plan
     from vdkit.prepare import render_run
 
@@ -135,6 +137,20 @@ def test_engines_that_build_qwen_build_it_exactly(engine, extra, tmp_path):
     text = report.text()
     assert f"{QWEN_PARAMS:,} parameters" in text and f"plan {QWEN_PARAMS:,}" in text, text
     assert not report.defects, text
+
+
+def test_bridge_renders_a_qwen_lora_with_autobridge_importing_its_hf_weights(tmp_path):
+    """`vdkit render engine=bridge model=qwen2_5_7b method=lora`: Bridge's Qwen2.5 provider, and the one-time import
+    job converts the staged HF weights with AutoBridge (its Qwen2ForCausalLM bridge: models/qwen/qwen2_bridge.py:28)."""
+    from vdkit.planner.plan import make_plan
+    from vdkit.prepare import render_run
+
+    plan = make_plan(compose(["model=qwen2_5_7b", "engine=bridge", "method=lora"]))
+    run_dir = render_run(plan, tmp_path, check_mounts=False)
+    yaml_text = (run_dir / "bridge.yaml").read_text()
+    assert "_target_: megatron.bridge.models.qwen.qwen_provider.Qwen25ModelProvider7B" in yaml_text
+    job = (run_dir / "import_hf.sbatch").read_text()
+    assert "AutoBridge.import_ckpt" in job and "/shared/models/Qwen2.5-7B" in job
 
 
 def test_no_engine_name_is_compared_or_keyed_in_the_core():

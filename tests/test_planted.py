@@ -22,13 +22,27 @@ def _set(data: dict, key: str, value) -> None:
     node[parts[-1]] = value
 
 
-def plant(out: Path) -> dict:
-    """Render each row's cell as its own run and apply its edits; id -> run dir."""
+def _chat_fixtures(out: Path) -> dict:
+    """An Instruct-like tokenizer (a chat template) and `vdkit data prepare --chat` rows for the cells that name
+    them (placeholder -> path)."""
+    from helpers import prepared_dolly, tiny_chat_tokenizer
+
+    root = out / "_chat"
+    root.mkdir()
+    return {"@CHAT_TOKENIZER@": str(tiny_chat_tokenizer(root / "tok")), "@CHAT_DATA@": str(prepared_dolly(root, True))}
+
+
+def plant(out: Path, rows=None) -> dict:
+    """Render each row's cell (``rows``: these, else the table's) as its own run and apply its edits; id -> run dir."""
     from vdkit.cli import main
 
-    dirs = {}
-    for row in CASES["rows"]:
+    dirs, fixtures = {}, {}
+    for row in rows or CASES["rows"]:
         cell = CASES["cells"][row["cell"]]
+        if any("@CHAT_" in arg for arg in cell) and not fixtures:
+            fixtures = _chat_fixtures(out)
+        for placeholder, path in fixtures.items():
+            cell = [arg.replace(placeholder, path) for arg in cell]
         assert main(["render", *cell, f"run.name={row['id']}", "--out", str(out), "--no-check-mounts"]) == 0
         d = out / row["id"]
         name = "bridge.yaml" if (d / "bridge.yaml").is_file() else "nemo.yaml"

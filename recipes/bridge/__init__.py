@@ -84,6 +84,7 @@ def check(plan) -> None:
                         "raise train.global_batch_size or unset parallelism.vp")
     if r.method.name != "pretrain":
         dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
+        _require_chat_rows(r)
         from vdkit import launchers
 
         from vdkit.recipes.bridge.base import chains_import
@@ -96,6 +97,22 @@ def check(plan) -> None:
                    f"convert the HF weights once (the run dir's {IMPORT_FILE}) and ")
             raise UserError(f"model.megatron_path is not set: {r.method.name} fine-tunes a base model from a "
                             "Megatron-Bridge checkpoint", f"{how}set model.megatron_path=/path/to/{r.model.name}-bridge")
+
+
+def _require_chat_rows(recipe) -> None:
+    """An Instruct tokenizer's chat template (read at render) needs prepared rows with ``messages`` (.chat)."""
+    from vdkit.recipes.bridge.chat import require_messages
+    from vdkit.recipes.bridge.config import chat_template
+    from vdkit.recipes.bridge.data import dataset_root
+
+    if recipe.data.name == "synthetic":
+        return  # the render writes the synthetic rows, with messages where the template asks for them
+    try:
+        chat = chat_template(recipe, "/run") is not None
+    except UserError:
+        return  # no staged tokenizer: the render says so in its own line
+    if chat:
+        require_messages(recipe, dataset_root(recipe, "/run"))
 
 
 def staging_hint(recipe) -> str:
@@ -159,7 +176,9 @@ def files(plan, run_dir) -> dict:
     out = {CONFIG_FILE: render_bridge_yaml(plan, run_dir), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
            f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
     if r.data.name == "synthetic" and r.method.name != "pretrain":
-        out.update(synthetic_files(r))
+        from vdkit.recipes.bridge.config import chat_template
+
+        out.update(synthetic_files(r, chat=chat_template(r, run_dir) is not None))
     if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):
         out.update(byte_tokenizer_files(TOKENIZER_DIR))
     if in_container(plan) and r.method.name != "pretrain" and r.model.hf_path:  # (a site's own checkpoint: none)
@@ -177,7 +196,7 @@ def files(plan, run_dir) -> dict:
 def render_bridge_yaml(plan, run_dir) -> str:
     """bridge.yaml's text for ``plan`` in ``run_dir`` (what render writes; `vdkit check` and the resume door compare
     a hand-edited file with it: :mod:`.edits`)."""
-    from vdkit.recipes.bridge.config import bridge_config, to_yaml
+    from vdkit.recipes.bridge.config import bridge_config, data_format, to_yaml
     from vdkit.rundir import checkpoint_dir
 
     r = plan.recipe
@@ -187,6 +206,8 @@ def render_bridge_yaml(plan, run_dir) -> str:
               f"VP {r.parallelism.vp or 1} DP {plan.dp}.\n"
               f"# Loaded by Bridge's ConfigContainer.from_yaml; every field not here keeps Bridge's default. Edit and "
               f"rerun; each rank runs:\n#   {shlex.join(command(plan, run_dir))}\n")
+    if r.method.name != "pretrain":
+        header += f"# Fine-tuning rows: {data_format(r, run_dir)}.\n"
     return to_yaml(cfg, header)
 
 
@@ -288,25 +309,24 @@ def make_base(recipe, directory) -> str:
 
 
 SPEC = EngineSpec(
-    name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama providers, NVIDIA's performance settings)",
+    name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama and Qwen2 providers, NVIDIA's performance settings)",
     command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
     resume_check=resume_check, check_runs=check_runs, make_base=make_base,
-    families=("llama",),
+    families=("llama",),  # and Qwen2 (the Llama block with model.qkv_bias): Bridge's Qwen2 providers
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",
           "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",
           "ffn_hidden_size": "provider.ffn_hidden_size", "num_attention_heads": "provider.num_attention_heads",
           "num_query_groups": "provider.num_query_groups", "vocab_size": "provider.vocab_size",
           "max_position_embeddings": "provider.seq_length", "pretrain_tp": "the planner's layout",
-          "pretrain_pp": "the planner's layout", "arch": "Bridge's Llama providers", "norm": "RMSNorm (Llama)",
+          "pretrain_pp": "the planner's layout", "arch": "Bridge's Llama / Qwen2 providers", "norm": "RMSNorm (Llama)",
           "norm_eps": "provider.layernorm_epsilon", "activation": "SwiGLU (Llama)", "position_embedding": "RoPE (Llama)",
           "rope_base": "provider.rotary_base", "rope_scaling": "provider rope_scaling / seq_len_interpolation_factor",
           "tied_embeddings": "provider.share_embeddings_and_output_weights",
           "tokenizer": "Bridge's TokenizerConfig", "hf_path": "AutoBridge.import_ckpt (the one-time import job)",
-          "megatron_path": "checkpoint.pretrained_checkpoint"},
+          "megatron_path": "checkpoint.pretrained_checkpoint",
+          "qkv_bias": "Bridge's Qwen2 providers (add_qkv_bias; Qwen25ModelProvider7B for qwen2_5_7b)"},
     ignores={"nemo_path": "engine=nemo's base model"},
-    refuses={"bias": "the kit renders Bridge's Llama providers, which have no linear biases",
-             "qkv_bias": ("the kit renders Bridge's Llama providers (no Q/K/V bias); Bridge's Qwen2 providers are "
-                          "not wired into its config"),
+    refuses={"bias": "the kit renders Bridge's Llama and Qwen2 providers, which have no biases beyond Q/K/V",
              "embedding_dim": "Llama providers have no projected word embedding",
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)

@@ -9,14 +9,17 @@ needs no Bridge install.
 
 What comes from where:
 
-- model: Bridge's Llama 2 providers (``Llama2ModelProvider7B/13B/70B``; other Llama-architecture
-  models: ``LlamaModelProvider`` with their sizes), the planned TP / PP / VP / SP, recompute,
+- model: Bridge's Llama 2 / 3.1 providers (``Llama2ModelProvider7B/13B/70B``, ``Llama31ModelProvider8B/70B``),
+  its Qwen2.5 one (``Qwen25ModelProvider7B``: Q/K/V biases); other Llama-architecture models:
+  ``LlamaModelProvider`` (``Qwen2ModelProvider`` with ``model.qkv_bias``) with their sizes; the planned TP / PP / VP / SP, recompute,
   sequence length; NVIDIA's fusions on (the step time is predicted for this fused stack);
 - train / optimizer / scheduler / ddp: GBS, MBS, steps; Adam with the kit's betas and clipping
   (vdkit.recipes.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
   decay; distributed optimizer as planned (grad reduce / param gather overlapped on GPUs);
 - dataset: the kit's prepared JSONL (``input`` / ``output``; NeMo's prompt template, answer-only
-  loss) through Bridge's ``FinetuningDatasetConfig``; packed sequences (``data.packed``, on with
+  loss) through Bridge's ``FinetuningDatasetConfig``; with a tokenizer that carries a chat template
+  (Instruct models), Bridge's chat dataset on the rows' ``messages`` with that template, the loss on the
+  assistant's turn only (:mod:`vdkit.recipes.bridge.chat`); packed sequences (``data.packed``, on with
   ``recipe=fast``) through its ``PackedSequenceSpecs``; pretraining: Megatron indexed prefixes
   (``GPTDatasetConfig``), or Bridge's mock data for ``data=synthetic``;
 - peft: Bridge's LoRA on the fused QKV projection, the method's adapter dim (NeMo 1.23's targets,
@@ -33,6 +36,7 @@ from typing import Dict, Optional
 from vdkit import recompute
 from vdkit.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
+from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
 from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
@@ -48,8 +52,12 @@ PROVIDERS = {  # model.name -> Bridge's provider class (its dimensions are the m
     # Llama31ModelProvider); a generic LlamaModelProvider without the scaling is another model than the weights
     "llama3_1_8b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider8B",
     "llama3_1_70b": "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider70B",
+    # Qwen2.5: the Llama block with biases on Q, K and V only (qwen_provider.py Qwen2ModelProvider: add_qkv_bias
+    # True, add_bias_linear False, RMSNorm eps 1e-6, rotary_base 1e6; Qwen25ModelProvider7B: the model card's sizes)
+    "qwen2_5_7b": "megatron.bridge.models.qwen.qwen_provider.Qwen25ModelProvider7B",
 }
 GENERIC_PROVIDER = "megatron.bridge.models.llama.llama_provider.LlamaModelProvider"
+GENERIC_QKV_BIAS_PROVIDER = "megatron.bridge.models.qwen.qwen_provider.Qwen2ModelProvider"  # model.qkv_bias: true
 # Bridge's mixed-precision recipe names (training/mixed_precision.py). FP8: per-tensor current scaling, what
 # NVIDIA's H100 performance configs run ("fp8_cs"); the delayed-scaling preset is marked experimental there.
 # Both turn on fp8_param_gather, which needs the distributed optimizer (refused at the door otherwise).
@@ -97,15 +105,15 @@ SFT_DATASET_KWARGS = {"prompt_template": "{input} {output}", "label_key": "outpu
 
 
 def provider_target(model) -> str:
-    """Bridge's provider class for ``model`` (a Llama-architecture ModelCfg)."""
-    return PROVIDERS.get(model.name, GENERIC_PROVIDER)
+    """Bridge's provider class for ``model`` (a Llama-architecture ModelCfg; with ``qkv_bias``: Qwen2's)."""
+    return PROVIDERS.get(model.name, GENERIC_QKV_BIAS_PROVIDER if model.qkv_bias else GENERIC_PROVIDER)
 
 
 def check_model(recipe) -> None:
-    """Refuse models Bridge's Llama providers cannot express."""
+    """Refuse models Bridge's Llama and Qwen2 providers cannot express."""
     m = recipe.model
     if m.arch != "llama" or m.position_embedding != "rope" or m.bias or m.activation != "swiglu":
-        raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama providers; "
+        raise UserError(f"engine=bridge builds Llama-architecture models from Bridge's Llama and Qwen2 providers; "
                         f"model={m.name} is {m.arch}", "use a Llama model (llama2_7b/13b/70b, tiny_llama) "
                         "or engine=reference for other architectures")
 
@@ -132,7 +140,7 @@ def _model(plan) -> dict:
         out.update(num_layers=m.num_layers, hidden_size=m.hidden_size, ffn_hidden_size=m.ffn_hidden_size,
                    num_attention_heads=m.num_attention_heads, num_query_groups=m.num_query_groups,
                    vocab_size=m.vocab_size, layernorm_epsilon=m.norm_eps, rotary_base=m.rope_base,
-                   share_embeddings_and_output_weights=bool(m.tied_embeddings))
+                   share_embeddings_and_output_weights=bool(m.tied_embeddings), add_qkv_bias=bool(m.qkv_bias))
     vp = p.vp if (p.vp or 1) > 1 else None
     out.update(tensor_model_parallel_size=p.tp, pipeline_model_parallel_size=p.pp,
                virtual_pipeline_model_parallel_size=vp)
@@ -182,7 +190,7 @@ def _workers(recipe, in_container: bool, here: int) -> int:
     return NVIDIA_H100["num_workers_pretrain"] if recipe.method.name == "pretrain" else NVIDIA_H100["num_workers_finetune"]
 
 
-def _dataset(plan, run_dir, in_container: bool = False) -> dict:
+def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> dict:
     r = plan.recipe
     d, t = r.data, r.train
     if r.method.name == "pretrain" and d.kind == "pretrain":
@@ -203,7 +211,9 @@ def _dataset(plan, run_dir, in_container: bool = False) -> dict:
            "seq_length": t.seq_length, "seed": t.seed, "dataloader_type": "batch",
            "num_workers": _workers(r, in_container, 0),
            # run.mode=train: Bridge's validation on <dataset_root>/validation.jsonl; timing: none
-           "do_validation": not r.timing, "do_test": False, "dataset_kwargs": dict(SFT_DATASET_KWARGS)}
+           "do_validation": not r.timing, "do_test": False,
+           # an Instruct tokenizer's chat template: Bridge's chat dataset on `messages` rows (.chat)
+           "dataset_kwargs": dict(CHAT_DATASET_KWARGS if chat else SFT_DATASET_KWARGS)}
     if d.packed:
         out["packed_sequence_specs"] = {
             _T: "megatron.bridge.data.datasets.packed_sequence.PackedSequenceSpecs",
@@ -212,6 +222,29 @@ def _dataset(plan, run_dir, in_container: bool = False) -> dict:
             out["packed_sequence_specs"]["pad_seq_to_mult"] = 2 * r.parallelism.cp
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
+
+
+def _kits_own_tokenizer(recipe) -> bool:
+    """Whether the data is tokenized with the kit's byte-level tokenizer written into the run dir (no chat template)."""
+    from vdkit.recipes.common import staging
+
+    return recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe)
+
+
+def chat_template(recipe, run_dir):
+    """bridge.yaml's ``tokenizer.chat_template`` (:mod:`vdkit.recipes.bridge.chat`), None for plain data."""
+    from vdkit.recipes.bridge import chat
+
+    return None if _kits_own_tokenizer(recipe) else chat.chat_template(recipe, tokenizer_model(recipe, run_dir))
+
+
+def data_format(recipe, run_dir) -> str:
+    """One line for bridge.yaml's header: how the fine-tuning rows are formatted, and why."""
+    from vdkit.recipes.bridge import chat
+
+    if _kits_own_tokenizer(recipe):
+        return "plain '{input} {output}': the kit's byte-level tokenizer (no chat template)"
+    return chat.status(tokenizer_model(recipe, run_dir))
 
 
 def tokenizer_model(recipe, run_dir) -> str:
@@ -282,6 +315,11 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     check_model(r)
     opt, sched = _optimizer_scheduler(plan)
     t, e = r.train, r.engine
+    template = chat_template(r, run_dir)
+    tokenizer = {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
+                 "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)}
+    if template is not None:
+        tokenizer["chat_template"] = template
     from vdkit.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
@@ -305,11 +343,10 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
                 "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
                 "overlap_param_gather": bool(r.parallelism.distributed_optimizer),
                 "average_in_collective": not per_token_loss(r)},
-        "dataset": _dataset(plan, run_dir, in_container),
+        "dataset": _dataset(plan, run_dir, in_container, chat=template is not None),
         "logger": {_T: _CFG + "LoggerConfig", "log_interval": e.log_every_n_steps, "tensorboard_dir": logs,
                    "log_timers_to_tensorboard": True, "log_throughput": True},
-        "tokenizer": {_T: "megatron.bridge.training.tokenizers.config.TokenizerConfig",
-                      "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)},
+        "tokenizer": tokenizer,
         "checkpoint": _checkpoint(plan, ckpt_dir, in_container),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},

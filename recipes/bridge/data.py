@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 from typing import Dict
 
 from vdkit.errors import UserError
+from vdkit.recipes.common.chat import with_messages
 from vdkit.recipes.common.data import synthetic_rows, synthetic_validation_rows  # the kit's synthetic task
 
 TRAIN_FILE = "training.jsonl"  # Bridge's name (data/builders/finetuning_dataset.py:229), the kit's too
@@ -38,12 +39,14 @@ def dataset_root(recipe, run_dir) -> PurePosixPath:
     return PurePosixPath(d.data_dir)
 
 
-def synthetic_files(recipe) -> Dict[str, str]:
-    """Run-dir files of ``data=synthetic`` (name -> text)."""
-    rows = synthetic_rows(recipe.train.seed)
+def synthetic_files(recipe, chat: bool = False) -> Dict[str, str]:
+    """Run-dir files of ``data=synthetic`` (name -> text); ``chat``: each row also as ``messages`` (what Bridge's
+    chat dataset reads, :mod:`.chat`)."""
+    rows = [with_messages(r) for r in synthetic_rows(recipe.train.seed)] if chat else synthetic_rows(recipe.train.seed)
     out = {f"{SYNTHETIC_DIR}/{TRAIN_FILE}": "".join(json.dumps(r) + "\n" for r in rows)}
     if not recipe.timing:  # run.mode=train validates on held-out rows: another seed's draw of the same task
         held_out = synthetic_validation_rows(recipe.train.seed)
+        held_out = [with_messages(r) for r in held_out] if chat else held_out
         out[f"{SYNTHETIC_DIR}/{VALIDATION_FILE}"] = "".join(json.dumps(r) + "\n" for r in held_out)
     return out
 

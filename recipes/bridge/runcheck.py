@@ -19,7 +19,8 @@ In one process for every bridge run directory (Megatron-Bridge is imported once,
    (as the job runs) where the path is on this machine; a hub id is a defect, a cluster path "not
    checked here";
 7. fine-tuning with the data here: Bridge's fine-tuning dataset built from the staged JSONL and the first
-   micro-batch collated by its own ``collate_fn``: the tokens it holds beside the plan's assumption.
+   micro-batch collated by its own ``collate_fn``: the tokens it holds beside the plan's assumption; Bridge's chat
+   dataset (Instruct models, :mod:`.chat`) training the prompt too (a template without ``{% generation %}``) is a defect.
 """
 from __future__ import annotations
 
@@ -378,7 +379,14 @@ def _first_batch(cfg, plan, tok, rep: Report) -> None:
     mbs = cfg.train.micro_batch_size
     with _env(TRANSFORMERS_OFFLINE=1, HF_HUB_OFFLINE=1):
         train, _valid, _test = get_dataset_provider(ds_cfg)([mbs * 2, 0, 0], ds_cfg, tok)
-    batch = train.collate_fn([train[i] for i in range(mbs)])
+    samples = [train[i] for i in range(mbs)]
+    batch = train.collate_fn(samples)
+    if getattr(train, "use_hf_tokenizer_chat_template", False) and all(bool(s["loss_mask"].all()) for s in samples):
+        rep.defect("Bridge's chat dataset trains every token of the first micro-batch, the prompt included: the chat "
+                   "template has no {% generation %} marker, so its assistant mask is all ones (data/datasets/utils.py "
+                   "_chat_preprocess)", "tokenizer.chat_template",
+                   "keep the rendered chat_template (the tokenizer's own, its assistant turn marked) or re-render")
+        return
     tokens = batch["tokens"]
     mask = batch.get("loss_mask")
     real = int((tokens != getattr(tok, "pad", -1)).sum()) if hasattr(tok, "pad") else tokens.numel()

@@ -20,17 +20,32 @@ def chat_tokenizer(tok):
     return inner if getattr(inner, "chat_template", None) and hasattr(inner, "apply_chat_template") else None
 
 
-def _ids(hf, messages, generation_prompt: bool) -> List[int]:
-    return list(hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=generation_prompt,
+MESSAGES_KEY = "messages"  # a row's conversation (Hugging Face's name; Bridge's chat dataset reads it)
+
+
+def messages(inp: str, out: str) -> List[dict]:
+    """One row as a conversation (Hugging Face's ``messages``): ``input`` the user's turn, ``output`` the
+    assistant's. The one home of this shape: the reference / megatron data path, ``vdkit data prepare --chat``'s
+    ``messages`` rows and Bridge's chat dataset (:mod:`vdkit.recipes.bridge.chat`) all read it."""
+    return [{"role": "user", "content": inp}, {"role": "assistant", "content": out}]
+
+
+def with_messages(row: dict) -> dict:
+    """``row`` (``input`` / ``output``) with its conversation beside them as :data:`MESSAGES_KEY`."""
+    return {**row, MESSAGES_KEY: messages(row["input"], row["output"])}
+
+
+def _ids(hf, conversation, generation_prompt: bool) -> List[int]:
+    return list(hf.apply_chat_template(conversation, tokenize=True, add_generation_prompt=generation_prompt,
                                        return_dict=False))
 
 
 def chat_ids(hf, inp: str, out: str) -> Tuple[List[int], List[int]]:
     """(prompt ids, whole conversation ids) of one row under ``hf``'s chat template; UserError when the
     template's conversation does not start with its own generation prompt (no clean answer to mask)."""
-    user = [{"role": "user", "content": inp}]
-    prompt = _ids(hf, user, True)
-    full = _ids(hf, user + [{"role": "assistant", "content": out}], False)
+    conversation = messages(inp, out)
+    prompt = _ids(hf, conversation[:1], True)
+    full = _ids(hf, conversation, False)
     if full[:len(prompt)] != prompt:
         raise UserError("the tokenizer's chat template renders the assistant's turn differently from its generation "
                         "prompt, so the answer cannot be told from the prompt for the loss mask",

@@ -24,7 +24,7 @@ STAGED_ROOT = "/shared/models"  # where the docs and conf/model stage weights (a
 HUB_IDS = {  # the public repositories a site stages from (docs and fix lines; never rendered into a job)
     "llama2_7b": "meta-llama/Llama-2-7b-hf", "llama2_13b": "meta-llama/Llama-2-13b-hf",
     "llama2_70b": "meta-llama/Llama-2-70b-hf", "llama3_1_8b": "meta-llama/Llama-3.1-8B-Instruct",
-    "llama3_1_70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama3_1_70b": "meta-llama/Llama-3.1-70B-Instruct", "qwen2_5_7b": "Qwen/Qwen2.5-7B",
 }
 CONVERT_TIME = "04:00:00"  # a 70B conversion: reading ~140 GB and writing the result at storage speed
 

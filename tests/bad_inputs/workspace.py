@@ -59,6 +59,14 @@ def build_template(root: Path) -> Path:
     row = {"instruction": "q", "context": "", "response": "a", "category": "open_qa"}
     (root / "dolly.jsonl").write_text("".join(json.dumps(row) + "\n" for _ in range(10)))
     (root / "sft.jsonl").write_text(json.dumps({"input": "q", "output": "a"}) + "\n")
+    # an Instruct tokenizer's chat template (what engine=bridge reads at render) and prepared rows without
+    # `messages` (`vdkit data prepare` without --chat)
+    (root / "chat_tok").mkdir()
+    (root / "chat_tok" / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for m in messages %}"
+                                                                         "{{ m['content'] }}{% endfor %}"}))
+    (root / "plain_sft").mkdir()
+    for name in ("training.jsonl", "validation.jsonl"):
+        (root / "plain_sft" / name).write_text(json.dumps({"input": "q", "output": "a"}) + "\n")
     # data inputs that used to escape as tracebacks
     (root / "surrogate.jsonl").write_text('{"instruction": "\\ud800", "context": "", "response": "a", '
                                           '"category": "open_qa"}\n' * 10)

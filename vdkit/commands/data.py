@@ -1,6 +1,6 @@
 """`vdkit data`: prepare public datasets as NeMo SFT JSONL, count their tokens, pack them.
 
-  vdkit data prepare {dolly,alpaca,pubmedqa} INPUT OUT_DIR [--seed S] [--split 0.8,0.1,0.1] [--force]
+  vdkit data prepare {dolly,alpaca,pubmedqa} INPUT OUT_DIR [--seed S] [--split 0.8,0.1,0.1] [--force] [--chat]
   vdkit data stats FILE [--tokenizer PATH] [--field both|input|output] [--json]
   vdkit data pack FILE OUT(.npy|.jsonl) --tokenizer PATH [--max-len 4096] [--truncate]
 
@@ -41,6 +41,9 @@ def register(subparsers) -> None:
                     help=f"train,validation,test fractions (default {default_split}; pubmedqa_blog: the blog's "
                          "0.8,0,0.2)")
     pr.add_argument("--force", action="store_true", help="replace split files already in OUT_DIR")
+    pr.add_argument("--chat", action="store_true",
+                    help="each row also as a conversation ('messages': user = input, assistant = output), what "
+                         "engine=bridge reads to fine-tune an Instruct model on its tokenizer's chat template")
     pr.set_defaults(func=_prepare)
 
     st = sub.add_parser("stats", help="samples, unique samples, tokens per sample, total tokens",
@@ -74,7 +77,8 @@ def _prepare(args: argparse.Namespace) -> int:
     from vdkit.recipes import data
 
     split = data.parse_split(args.split) if args.split is not None else data.default_split(args.dataset)
-    report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force)
+    report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force,
+                          chat=args.chat)
     print("\n".join(report.lines()))
     return 0
 
