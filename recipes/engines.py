@@ -92,6 +92,11 @@ class Engine:
         fn = self.spec.finished_line
         return fn(plan) if fn else None
 
+    def notes(self, recipe) -> List[str]:
+        """What the plan says about this engine's run of ``recipe`` (e.g. a fine-tune on seeded weights)."""
+        fn = self.spec.notes
+        return [str(n) for n in fn(recipe)] if fn else []
+
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = self.spec.inputs
         return list(fn(plan)) if fn else []

@@ -232,7 +232,7 @@ SPEC = EngineSpec(
           "rope_base": "model.rotary_base", "rope_scaling": "model.seq_len_interpolation_factor (linear)",
           "tied_embeddings": "model.share_embeddings_and_output_weights", "tokenizer": "model.tokenizer.library",
           "hf_path": "the one-time HF -> .nemo conversion job (NeMo's Llama converter)"},
-    ignores={"megatron_path": "engine=bridge's base model"},
+    ignores={"megatron_path": "engine=bridge's base model", "pretrained": "its fine-tunes restore model.nemo_path"},
     refuses={"qkv_bias": ("NeMo 1.23's GPT model has no Q/K/V-only bias (no qkv_bias key in its code) and its HF "
                           "import is the Llama converter, which would drop the biases"),
              "embedding_dim": "NeMo's GPT model has no projected word embedding",

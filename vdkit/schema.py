@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 GB = 1e9  # the planner's gigabyte (memory and checkpoint figures)
+SEEDED_NOTE = "seeded weights: "  # how an engine's plan note that a fine-tune starts from seeded weights begins (render prints it)
 RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guides' timing run
 VAL_TIMES_PER_RUN = 5  # run.mode=train without train.val_every_n_steps: validations over the run (a five-point loss curve; with train.val_batches 4, ~0.7 % of the training compute)
 # The vocabularies a recipe and an engine's spec (vdkit.recipes.spec) share: here, below both.
@@ -60,7 +61,8 @@ class ModelCfg:
     tokenizer: str = "sentencepiece"  # tokenizer library: sentencepiece | huggingface | byte-level
     embedding_dim: Optional[int] = None  # word-embedding width when it differs from hidden_size (OPT-350m: 512, projected)
     pre_norm: bool = True  # norm before each block (OPT-350m: false, post-norm without a final norm)
-    hf_path: Optional[str] = None  # transformers engine: pretrained weights + tokenizer (hub id or local dir); None: random init
+    hf_path: Optional[str] = None  # the staged HF weights + tokenizer (hub id or local dir): reference and megatron load a fine-tune's base from it; None: seeded init
+    pretrained: bool = True  # published weights exist: a run.mode=train fine-tune must load them (engine=megatron refuses seeded weights); false: a toy with none (tests, the demo)
     megatron_path: Optional[str] = None  # engine=bridge: the base model as a Megatron-Bridge checkpoint (from hf_path, converted once)
 
 

@@ -325,7 +325,7 @@ SPEC = EngineSpec(
           "tokenizer": "Bridge's TokenizerConfig", "hf_path": "AutoBridge.import_ckpt (the one-time import job)",
           "megatron_path": "checkpoint.pretrained_checkpoint",
           "qkv_bias": "Bridge's Qwen2 providers (add_qkv_bias; Qwen25ModelProvider7B for qwen2_5_7b)"},
-    ignores={"nemo_path": "engine=nemo's base model"},
+    ignores={"nemo_path": "engine=nemo's base model", "pretrained": "its fine-tunes load model.megatron_path"},
     refuses={"bias": "the kit renders Bridge's Llama and Qwen2 providers, which have no biases beyond Q/K/V",
              "embedding_dim": "Llama providers have no projected word embedding",
              "pre_norm": "Llama providers are pre-norm only"},

@@ -71,6 +71,11 @@ def check(plan) -> None:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core {MCORE_SERIES})",
                         "raise train.global_batch_size or unset parallelism.vp")
+    from vdkit.recipes.megatron.base import refusal
+
+    no_base = refusal(plan.recipe)  # a run.mode=train fine-tune loads its base (never random weights)
+    if no_base is not None:
+        raise no_base
     if plan.recipe.data.kind != "sft" and plan.recipe.data.name != "synthetic":
         raise UserError(f"the megatron engine reads NeMo SFT JSONL; data={plan.recipe.data.name} is "
                         f"{plan.recipe.data.kind} data (Megatron indexed files)",
@@ -84,12 +89,28 @@ def local_check(plan) -> None:
     check_inputs(plan.recipe)
 
 
+def inputs(plan):
+    """A fine-tune's base, the local model.hf_path directory (:mod:`.base`)."""
+    from vdkit.recipes.megatron.base import KEY, source
+
+    hf = source(plan.recipe)
+    return [(KEY, hf, True)] if hf else []
+
+
 def preflight(plan, run_dir) -> list:
-    """The job's pre-flight (vdkit.recipes.preflight): the training JSONL files. (This engine loads no base model:
-    its methods train its own layout-independent seeded weights, docs/architecture.md.)"""
+    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base as :mod:`.base` reads it (a Hugging Face
+    directory: config.json and weights), the training JSONL files."""
     from vdkit.recipes.common.data import preflight_needs
 
-    return preflight_needs(plan.recipe)
+    return [(w, p, "hf") for w, p, _ in inputs(plan)] + preflight_needs(plan.recipe)
+
+
+def notes(recipe) -> list:
+    """What the plan and render say about this run: a fine-tune on seeded weights (:func:`.base.seeded_note`)."""
+    from vdkit.recipes.megatron.base import seeded_note
+
+    note = seeded_note(recipe)
+    return [note] if note else []
 
 
 def container(plan, run_dir):
@@ -100,7 +121,8 @@ def container(plan, run_dir):
     from vdkit.recipes.rocm import image as rocm_or_cuda_image
     from vdkit.recipes.engines import standard_mounts
 
-    return Container(image=rocm_or_cuda_image(plan), mounts=standard_mounts(plan, run_dir), workdir=str(run_dir))
+    return Container(image=rocm_or_cuda_image(plan), mounts=standard_mounts(plan, run_dir, [(w, p) for w, p, _ in inputs(plan)]),
+                     workdir=str(run_dir))
 
 
 def env(plan) -> dict:
@@ -120,7 +142,7 @@ def check_runs(run_dirs) -> list:
 
 SPEC = EngineSpec(
     name="megatron", summary="megatron-core's GPTModel, schedules and optimizer, for real (CPU over gloo here, GPUs on a cluster)",
-    command=command, preflight=preflight, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
+    command=command, inputs=inputs, preflight=preflight, notes=notes, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
     families=("llama", "opt"),
     maps={"name": "run names", "num_layers": "TransformerConfig.num_layers", "hidden_size": "TransformerConfig.hidden_size",
           "ffn_hidden_size": "TransformerConfig.ffn_hidden_size",
@@ -133,9 +155,10 @@ SPEC = EngineSpec(
           "position_embedding": "GPTModel.position_embedding_type", "rope_base": "GPTModel.rotary_base",
           "rope_scaling": "GPTModel rope_scaling / seq_len_interpolation_factor",
           "tied_embeddings": "GPTModel.share_embeddings_and_output_weights",
-          "tokenizer": "the kit's data path (vdkit.recipes.common.data)"},
-    ignores={"nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model",
-             "hf_path": "it trains from its own layout-independent initial weights (no HF import)"},
+          "tokenizer": "the kit's data path (vdkit.recipes.common.data)",
+          "hf_path": "a fine-tune's base weights (vdkit.recipes.megatron.base: HF Llama / Qwen2 -> GPTModel)",
+          "pretrained": "run.mode=train fine-tunes need model.hf_path (vdkit.recipes.megatron.base.refusal)"},
+    ignores={"nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model"},
     refuses={"embedding_dim": "GPTModel has no projected word embedding",
              "pre_norm": "megatron-core's layer spec is pre-norm only"},
     methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16",),
@@ -150,4 +173,5 @@ SPEC = EngineSpec(
     runtime_modules=("torch", "megatron.core"), extra="megatron",
     runs_locally=True,  # CPU over gloo works here; `vdkit run engine=megatron`
     writes_heartbeat=True,  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+    base_model_key="hf_path",  # a fine-tune's base (vdkit.recipes.megatron.base)
 )

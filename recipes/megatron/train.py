@@ -1,15 +1,13 @@
 """The megatron engine's training loop: megatron-core's parallel state, schedules, DDP and optimizer.
 
-One process per rank. ``parallel_state`` lays out TP x PP (x VP) x DP; ``get_forward_backward_func``
-picks the schedule (no pipelining, 1F1B, or interleaved 1F1B with VP); megatron's
-``DistributedDataParallel`` keeps fp32 gradients in contiguous buffers and ``finalize_model_grads``
-reduces them (and the sequence-parallel norm gradients); ``get_megatron_optimizer`` builds Adam with
-the method's betas and NeMo's clipping (vdkit.recipes.training_constants), optionally distributed
-(ZeRO-1). One iteration is one optimizer step over GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
+One process per rank. ``parallel_state`` lays out TP x PP (x VP) x DP; ``get_forward_backward_func`` picks the
+schedule (no pipelining, 1F1B, or interleaved 1F1B with VP); megatron's ``DistributedDataParallel`` keeps fp32
+gradients in contiguous buffers and ``finalize_model_grads`` reduces them (and the sequence-parallel norm gradients);
+``get_megatron_optimizer`` builds Adam with the method's betas and NeMo's clipping (vdkit.recipes.training_constants),
+optionally distributed (ZeRO-1). A fine-tune starts from its base (vdkit.recipes.megatron.base). One iteration is one optimizer step over GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
 is NeMo's: the mean over the global batch's micro batches of each micro batch's masked token mean.
 
-On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first and the process group is gloo, fp32; on GPUs
-NCCL, bf16, no shim.
+On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first, gloo, fp32; on GPUs NCCL, bf16, no shim.
 """
 from __future__ import annotations
 
@@ -21,12 +19,13 @@ from importlib.metadata import version
 from pathlib import Path
 
 from vdkit.errors import UserError
+from vdkit.recipes.megatron import base as mbase  # a fine-tune's base (no heavy imports: torch, megatron load lazily)
 
 ADAM_EPS = 1e-8
 
 
 def check_layout(plan, dist) -> None:
-    """The processes started must be the recipe's world, and the plan one this engine runs."""
+    """The processes started must be the recipe's world, the plan one this engine runs, a fine-tune's base there."""
     r = plan.recipe
     if dist.world_size != r.world_size:
         raise UserError(f"{dist.world_size} processes were started ({dist.source}), the recipe needs "
@@ -35,6 +34,7 @@ def check_layout(plan, dist) -> None:
     from vdkit.recipes.megatron import check
 
     check(plan)
+    mbase.check_rank(r)  # before anything is built: a missing, empty or wrong base is one line, exit 2
 
 
 def _quiet() -> None:
@@ -88,7 +88,7 @@ def build(plan, cuda: bool, clock=None):
     ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
                                  virtual_pipeline_model_parallel_size=layout.vp)
     model_parallel_cuda_manual_seed(recipe.train.seed)
-    chunks = build_chunks(recipe, layout, cuda)
+    chunks = build_chunks(recipe, layout, cuda, base=mbase.source(recipe))
     config = chunks[0].config
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                use_distributed_optimizer=layout.distributed_optimizer)
@@ -309,7 +309,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
             f"vp={layout.vp or 1} dp={plan.dp} sp={layout.sequence_parallel} "
             f"distributed_optimizer={layout.distributed_optimizer} mbs={t.micro_batch_size} "
             f"gbs={t.global_batch_size} grad_accum={plan.grad_accum}, {len(samples)} samples, tokenizer {tok.name}, "
-            f"{n_train} trainable parameters on rank 0")
+            f"{n_train} trainable parameters on rank 0, {mbase.describe(recipe)}")
         if found is not None:
             progress.message(resume_line(found, step, t.global_batch_size))
 

@@ -198,7 +198,8 @@ SPEC = EngineSpec(
           "embedding_dim": "OPTConfig.word_embed_proj_dim", "pre_norm": "OPTConfig.do_layer_norm_before",
           "hf_path": "from_pretrained (weights and tokenizer)"},
     ignores={"pretrain_tp": "data parallel only", "pretrain_pp": "data parallel only",
-             "nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model"},
+             "nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model",
+             "pretrained": "from_pretrained when model.hf_path is set, else seeded weights"},
     methods=("sft", "lora", "ptuning", "pretrain"), shardings=("none", "fsdp", "zero3"),
     precisions=("bf16",),  # no FP8 GEMMs: a plan at fp8 would predict a precision the run does not use
     context_parallel=False,

@@ -81,6 +81,9 @@ def cell_lines(plan) -> str:
               if t.allocations else "allocations unknown")
     times = f"--time={t.time_limit_min} min, {allocs}; checkpoint {every}"
     out = f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
+    from vdkit.schema import SEEDED_NOTE
+
+    out += "".join(f"\n  weights    {n.split(': ', 1)[1]}" for n in plan.notes if n.startswith(SEEDED_NOTE))
     if r.cluster.nodes > 1:  # the fabric the prediction assumes (vdkit.planner.interconnect)
         from vdkit.planner.interconnect import interconnect
 

@@ -29,6 +29,13 @@ from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_pre
 from vdkit.schema import Candidate, Plan, Prediction, Recipe
 
 
+def engine_notes(recipe) -> List[str]:
+    """The engine's own notes on the run (its spec's ``notes``, read through the registry), e.g. seeded weights."""
+    from vdkit.recipes import engines
+
+    return engines.get(recipe.engine.name).notes(recipe)
+
+
 # ----------------------------------------------------------------------------- layout search
 # HEADROOM (vdkit.planner.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
 # are only checked against the whole GPU.
@@ -201,7 +208,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    reason, notes = None, seq_notes(recipe) + data_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe)
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
