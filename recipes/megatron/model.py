@@ -233,8 +233,8 @@ def _ptuning_wrapper():
 
 
 # ----------------------------------------------------------------------------- build
-def build_chunks(recipe, layout: Layout, cuda: bool, base: Optional[str] = None) -> List:
-    """This rank's model chunks (one per virtual stage), initialised, trainable parts set; ``base``: a Hugging Face
+def build_chunks(recipe, layout: Layout, cuda: bool, base_dir: Optional[str] = None) -> List:
+    """This rank's model chunks (one per virtual stage), initialised, trainable parts set; ``base_dir``: a Hugging Face
     directory whose weights then replace the seeded ones (:mod:`vdkit.recipes.megatron.base`)."""
     import torch
     from megatron.core import parallel_state as ps
@@ -274,10 +274,10 @@ def build_chunks(recipe, layout: Layout, cuda: bool, base: Optional[str] = None)
                               method.ptuning_embedding_dim, recipe.model.hidden_size, config)
             model = _ptuning_wrapper()(gpt, encoder)
         canonical_init(model, recipe.train.seed, recipe.model.num_layers, recipe.model.tied_embeddings)
-        if base:  # the fine-tune's base (the adapters keep their initial values)
+        if base_dir:  # the fine-tune's base (the adapters keep their initial values)
             from vdkit.recipes.megatron.base import load
 
-            load(model, recipe, base)
+            load(model, recipe, base_dir)
         if cuda:
             model = model.cuda(torch.cuda.current_device())
         chunks.append(model)
