@@ -47,7 +47,7 @@ def test_a_spec_that_omits_a_model_field_fails_at_registration(monkeypatch):
     ({"refuses": {"qkv_bias": "x", "no_such_field": "y"}}, "no_such_field, which is not a model field"),
     ({"ignores": {"qkv_bias": "twice"}}, "qkv_bias named in more than one"),
     ({"base_model_key": "megatron_pth"}, "base_model_key='megatron_pth' is not a model field"),
-    ({"make_base": lambda recipe, directory: directory}, "make_base without the base_model_key"),
+    ({"make_base": lambda recipe, directory: directory, "base_model_key": None}, "make_base without the base_model_key"),
 ])
 def test_a_spec_is_checked_when_built(change, message):
     with pytest.raises(TypeError, match=message):

@@ -172,6 +172,7 @@ def test_the_megatron_engine_runs_its_registry_image_in_a_pytorchjob(tmp_path, c
     from vdkit.rundir import load_plan
 
     args = ["cluster=k8s_h100", "cluster.nodes=1", "model=llama2_7b", "method=lora", "engine=megatron", "data=synthetic",
+            "model.hf_path=/data/models/Llama-2-7b-hf",  # the base it fine-tunes, on a volume the pods mount
             storage(tmp_path), "--out", str(tmp_path / "runs")]
     # its default image is a squashfs file for pyxis: one line says what a pod needs instead
     assert main(["render", *args]) == 2

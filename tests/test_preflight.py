@@ -132,7 +132,7 @@ CELLS = {  # engine -> (overrides, the base kind its pre-flight asks for, or Non
     "bridge": (["engine=bridge", "model=llama2_7b", "method=sft"], "megatron_checkpoint"),
     "reference": (["engine=reference", "model=llama2_7b", "method=lora", "train.global_batch_size=16",
                    "data=dolly"], "hf"),
-    "megatron": (["engine=megatron", "model=llama2_7b", "method=lora", "engine.container_image=/c/mcore.sqsh"], None),
+    "megatron": (["engine=megatron", "model=llama2_7b", "method=lora", "engine.container_image=/c/mcore.sqsh"], "hf"),
 }
 
 
