@@ -83,9 +83,12 @@ def check(plan) -> None:
 
 
 def local_check(plan) -> None:
-    """Data files and tokenizer exist and fit (the reference engine's data rules), before a local run."""
+    """Before a local run: a fine-tune's base is a Hugging Face model of the recipe's sizes (what the rank checks
+    again, :func:`.base.check_rank`); data files and tokenizer exist and fit (the reference engine's data rules)."""
     from vdkit.recipes.common.data import check_inputs
+    from vdkit.recipes.megatron.base import check_rank
 
+    check_rank(plan.recipe)
     check_inputs(plan.recipe)
 
 
