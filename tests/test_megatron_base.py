@@ -144,19 +144,24 @@ def _break(base: Path, how: str) -> str:
     if how == "bridge":  # a Megatron-Bridge checkpoint where a Hugging Face directory belongs
         (base / "latest_checkpointed_iteration.txt").write_text("0")
         return "holds no config.json"
-    (base / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 512, "hidden_size": 128,
-                                                  "num_hidden_layers": 2, "intermediate_size": 176,
-                                                  "num_attention_heads": 4, "num_key_value_heads": 2}))
-    (base / "model.safetensors").write_bytes(b"x" * 8)
+    _config(base, hidden_size=128)
     return "is another model: hidden_size 128"
+
+
+def _config(base: Path, **change) -> Path:
+    """config.json of tiny_llama's sizes (``change`` on top) and a weights file: what the guards read."""
+    cfg = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
+           "intermediate_size": 176, "num_attention_heads": 4, "num_key_value_heads": 2, **change}
+    (base / "config.json").write_text(json.dumps(cfg))
+    (base / "model.safetensors").write_bytes(b"x" * 8)
+    return base
 
 
 def test_a_megatron_rank_refuses_a_missing_empty_or_foreign_base_and_trains_nothing(tmp_path, capsys):
     """Rendered against a good base, which then goes away, is emptied or replaced: one line, exit 2, no step."""
     base = tmp_path / "base"
     base.mkdir()
-    (base / "config.json").write_text("{}")
-    (base / "model.safetensors").write_bytes(b"x" * 8)
+    _config(base)
     assert main(["render", *TINY, "model.pretrained=true", f"model.hf_path={base}", "train.max_steps=2",
                  "--out", str(tmp_path / "runs")]) == 0, capsys.readouterr().err
     run_dir = Path(capsys.readouterr().out.strip().splitlines()[-1])

@@ -88,7 +88,7 @@ def local_check(plan) -> None:
     from vdkit.recipes.common.data import check_inputs
     from vdkit.recipes.megatron.base import check_rank
 
-    check_rank(plan.recipe)
+    check_rank(plan.recipe, rank=False)
     check_inputs(plan.recipe)
 
 

@@ -83,19 +83,22 @@ def refusal(recipe) -> Optional[UserError]:
     return None
 
 
-def check_rank(recipe) -> None:
-    """A rank's guard before anything is built: the base the plan names is a Hugging Face model directory
-    (config.json and weights), its sizes the recipe's. UserError: one line, exit 2 (the recipe's fault), no step."""
+def check_rank(recipe, rank: bool = True) -> None:
+    """A rank's guard before anything is built (also the local door and `vdkit check`, ``rank=False``): the base the
+    plan names is a Hugging Face model directory (config.json and weights), its sizes the recipe's. UserError: one
+    line, exit 2 (the recipe's fault); a rank's says no step was trained."""
     from vdkit.recipes import preflight
 
     path = source(recipe)
     if path is None:
         return
-    why = preflight.base_problem(KEY, path, "hf")
-    if why:
-        what, fix = why.rsplit(" (fix: ", 1)
-        raise UserError(what, fix[:-1])
-    _check_config(recipe, path)
+    why = preflight.problem(KEY, path, "hf")
+    try:
+        if why:
+            raise UserError(why, preflight.FIXES["hf"])
+        _check_config(recipe, path)
+    except UserError as exc:
+        raise UserError(exc.what + ("; no step trained" if rank else ""), exc.fix) from None
 
 
 def _check_config(recipe, path: str) -> dict:
@@ -104,16 +107,16 @@ def _check_config(recipe, path: str) -> dict:
         with open(os.path.join(path, "config.json")) as fh:
             cfg = json.load(fh)
     except (OSError, ValueError) as exc:
-        raise UserError(f"{KEY}={path}: its config.json does not load ({type(exc).__name__}); no step trained",
+        raise UserError(f"{KEY}={path}: its config.json does not load ({type(exc).__name__})",
                         f"point {KEY} at the Hugging Face directory of {m.name}") from None
     kind = cfg.get("model_type")
     if kind not in ("llama", "qwen2"):
-        raise UserError(f"{KEY}={path} is a {kind!r} model; engine=megatron maps Llama / Qwen2 bases; no step trained",
+        raise UserError(f"{KEY}={path} is a {kind!r} model; engine=megatron maps Llama / Qwen2 bases",
                         f"point {KEY} at the Hugging Face directory of {m.name}")
     off = [f"{k} {cfg.get(h)} (model {m.name}: {getattr(m, k)})" for k, h in CONFIG_KEYS.items()
            if cfg.get(h, getattr(m, k) if h == "num_key_value_heads" else None) != getattr(m, k)]
     if off:
-        raise UserError(f"{KEY}={path} is another model: {', '.join(off)}; no step trained",
+        raise UserError(f"{KEY}={path} is another model: {', '.join(off)}",
                         f"point {KEY} at the Hugging Face directory of {m.name}, or pick the model it holds")
     return cfg
 

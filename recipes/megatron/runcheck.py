@@ -56,3 +56,23 @@ def _check(run_dir: Path, rep: Report) -> None:
         rep.checked(line)
     else:
         rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")
+    _check_base(plan.recipe, rep)
+
+
+def _check_base(recipe, rep: Report) -> None:
+    """A fine-tune's base as the rank checks it (:func:`vdkit.recipes.megatron.base.check_rank`), when it is here."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.megatron.base import KEY, check_rank, source
+
+    hf = source(recipe)
+    if hf is None:
+        return
+    if not Path(hf).exists():
+        rep.not_here(f"{hf} ({KEY}): the fine-tune's base on cluster storage (the job's pre-flight checks it)")
+        return
+    try:
+        check_rank(recipe, rank=False)
+    except UserError as exc:
+        rep.defect(exc.what, KEY, exc.fix)
+        return
+    rep.checked(f"{KEY}={hf}: a Hugging Face model of {recipe.model.name}'s sizes (config.json, weights)")
