@@ -134,9 +134,15 @@ def check(plan) -> None:
 
 
 def check_hf_path(recipe) -> None:
-    """On a cluster, ``model.hf_path`` must be a directory on shared storage, staged once (not a hub id):
-    every rank would download the weights into its container, and compute nodes often have no internet."""
+    """A run.mode=train fine-tune of a model with published weights (``model.pretrained``) names them in
+    ``model.hf_path`` (without it, transformers' seeded init would be fine-tuned); on a cluster it must be a directory
+    on shared storage, staged once (not a hub id): every rank would download the weights into its container, and
+    compute nodes often have no internet."""
     hf = recipe.model.hf_path
+    if not hf and recipe.method.name != "pretrain" and recipe.model.pretrained and not recipe.timing:
+        raise UserError(f"engine=reference {recipe.method.name} fine-tunes a base, and model.hf_path is not set: it "
+                        "would train random weights", f"set model.hf_path to {recipe.model.name}'s Hugging Face "
+                        "weights (a staged directory or a hub id), or run.mode=timing for a timing run")
     from vdkit import launchers
 
     if not hf or launchers.executes_here(recipe.cluster.launcher) or str(hf).startswith("/"):

@@ -125,8 +125,8 @@ def _say_ds_start(sharding_kind: str, rank: int, stream):
 def check_base(recipe) -> None:
     """A fine-tune from a local ``model.hf_path`` starts only from a Hugging Face model there (config.json and
     weights): a missing one would reach transformers as a hub id (offline: a traceback, retried by the launcher).
-    UserError: one line, exit 2, the recipe's fault; no step trained. (No ``hf_path`` at all is the recipe's own
-    choice of seeded random weights: ``ModelCfg.hf_path``.)"""
+    UserError: one line, exit 2, the recipe's fault; no step trained. (No ``hf_path`` at all: seeded random weights,
+    which the door allows only for a model without published ones or a timing run: ``check_hf_path``.)"""
     from vdkit.recipes import preflight
 
     hf = recipe.model.hf_path
