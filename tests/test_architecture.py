@@ -37,6 +37,7 @@ rope_base: 10000.0
 rope_scaling: null
 tied_embeddings: true
 tokenizer: byte-level
+pretrained: false  # a throwaway: no published weights to fine-tune from
 """
 
 
