@@ -42,6 +42,7 @@ def compare(hf_dir: str, overrides, rank: int, world: int) -> dict:
     from transformers import AutoModelForCausalLM
 
     from vdkit.config import compose
+    from vdkit.recipes.megatron.base import load
     from vdkit.recipes.megatron.model import Layout, build_chunks
 
     recipe = compose(["engine=megatron", "model=tiny_llama", "method=lora", f"model.hf_path={hf_dir}", *overrides])
@@ -55,7 +56,7 @@ def compare(hf_dir: str, overrides, rank: int, world: int) -> dict:
         ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
         model_parallel_cuda_manual_seed(0)
         layout = Layout(tp=tp, pp=pp, vp=None, sequence_parallel=False, distributed_optimizer=False, recompute="none")
-        [model] = build_chunks(recipe, layout, cuda=False, base_dir=hf_dir)
+        [model] = build_chunks(recipe, layout, cuda=False, load_base=lambda m: load(m, recipe, hf_dir))
         model.eval()
         with torch.no_grad():
             if pp > 1 and ps.is_pipeline_first_stage():  # [s, b, h] to the next stage

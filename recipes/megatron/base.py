@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 from vdkit.errors import UserError
 from vdkit.schema import SEEDED_NOTE
@@ -179,6 +179,12 @@ def _whole(name: str, hf: _Reader, m, tp: int, vocab: int):
         q, k, v = (t.reshape(groups, n * d, *t.shape[1:]) for t, n in ((q, per), (k, 1), (v, 1)))
         return torch.cat([q, k, v], dim=1).reshape(-1, *q.shape[2:])  # per group: its q heads, then k, then v
     raise UserError(f"engine=megatron has no Hugging Face name for {name}", "use engine=reference for this model")
+
+
+def loader(recipe) -> Optional[Callable]:
+    """``build_chunks``' ``load_base``: a function loading the recipe's base into one chunk, or None (seeded weights)."""
+    path = source(recipe)
+    return (lambda model: load(model, recipe, path)) if path else None
 
 
 def load(model, recipe, path: str) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from vdkit.errors import UserError
 
@@ -233,9 +233,10 @@ def _ptuning_wrapper():
 
 
 # ----------------------------------------------------------------------------- build
-def build_chunks(recipe, layout: Layout, cuda: bool, base_dir: Optional[str] = None) -> List:
-    """This rank's model chunks (one per virtual stage), initialised, trainable parts set; ``base_dir``: a Hugging Face
-    directory whose weights then replace the seeded ones (:mod:`vdkit.recipes.megatron.base`)."""
+def build_chunks(recipe, layout: Layout, cuda: bool, load_base: Optional[Callable] = None) -> List:
+    """This rank's model chunks (one per virtual stage), initialised, trainable parts set; ``load_base(chunk)``
+    then replaces the seeded base weights (:func:`vdkit.recipes.megatron.base.loader`: base imports this module,
+    so it is passed in, not imported)."""
     import torch
     from megatron.core import parallel_state as ps
     from megatron.core.models.gpt import GPTModel
@@ -274,10 +275,8 @@ def build_chunks(recipe, layout: Layout, cuda: bool, base_dir: Optional[str] = N
                               method.ptuning_embedding_dim, recipe.model.hidden_size, config)
             model = _ptuning_wrapper()(gpt, encoder)
         canonical_init(model, recipe.train.seed, recipe.model.num_layers, recipe.model.tied_embeddings)
-        if base_dir:  # the fine-tune's base (the adapters keep their initial values)
-            from vdkit.recipes.megatron.base import load
-
-            load(model, recipe, base_dir)
+        if load_base:  # the fine-tune's base (the adapters keep their initial values)
+            load_base(model)
         if cuda:
             model = model.cuda(torch.cuda.current_device())
         chunks.append(model)

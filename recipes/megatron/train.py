@@ -88,7 +88,7 @@ def build(plan, cuda: bool, clock=None):
     ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp,
                                  virtual_pipeline_model_parallel_size=layout.vp)
     model_parallel_cuda_manual_seed(recipe.train.seed)
-    chunks = build_chunks(recipe, layout, cuda, base_dir=mbase.source(recipe))
+    chunks = build_chunks(recipe, layout, cuda, load_base=mbase.loader(recipe))
     config = chunks[0].config
     ddp_config = DistributedDataParallelConfig(grad_reduce_in_fp32=True, overlap_grad_reduce=False,
                                                use_distributed_optimizer=layout.distributed_optimizer)
