@@ -144,7 +144,7 @@ def describe(plan) -> str:
         f"(estimates for {r.train.target_steps})",
         f"  memory/GPU  weights {m.weights_gb:.1f} + gradients {m.gradients_gb:.1f} + optimizer {m.optimizer_gb:.1f}"
         f" + activations {m.activations_gb:.1f} + overhead {m.overhead_gb:.1f} = {m.total_gb:.1f} GB"
-        f" of {r.cluster.gpu_memory_gb:g} GB",
+        f" of {r.cluster.gpu_memory_gb:g} GB (GB = 10^9 bytes, the GPU's reported total: cluster.gpu_memory_gb)",
         f"  verdict     {verdict}" + (f": {plan.reason}" if plan.reason else ""),
         f"  checkpoint  {plan.checkpoint_gb:,.1f} GB (weights + optimizer states)",
     ]

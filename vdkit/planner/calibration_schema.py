@@ -44,6 +44,8 @@ class GpuCalib:
     hf_gemm_efficiency: float = MISSING
     peak_tflops_fp8: Optional[float] = None  # dense FP8 peak; None: no FP8 tensor cores (FP8 plans get no prediction)
     memory_gb: Optional[float] = None  # the GPU's memory as sold (a cluster's gpu_memory_gb is what the planner fits)
+    # what nvidia-smi / rocm-smi report, bytes: the planner's capacity (vdkit.planner.calibration.capacity_gb)
+    memory_total_bytes: Optional[int] = None
     # what nvidia-smi / rocm-smi call it (without "NVIDIA "): `vdkit site probe` writes this gpu_type for them
     product_names: List[str] = field(default_factory=list)
 

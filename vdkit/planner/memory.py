@@ -22,8 +22,17 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
-  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
-  the loss: 6*s*b*V / TP).
+  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits, 6*s*b*V / TP: the
+  bf16 logits (2) live at the loss and the fp32 softmax the loss saves for backward (4) - megatron-core
+  0.16.1's ``vocab_parallel_cross_entropy`` (tensor_parallel/cross_entropy.py: ``.float()`` copy, in-place
+  exp, ``save_for_backward(exp_logits, ...)``), which NeMo 1.23 runs, and its ``native`` fused variant
+  (fusions/fused_cross_entropy.py:119, the same fp32 ``exp_logits``), which Bridge runs as the kit renders it
+  (``cross_entropy_loss_fusion`` on, ``cross_entropy_fusion_impl`` left at megatron-core's ``native``);
+  backward turns the fp32 buffer into the gradient in place and casts it to bf16: 4 + 2 again. Transformer
+  Engine's ``parallel_cross_entropy`` (``cross_entropy_fusion_impl="te"``, NVIDIA's Llama 3 recipes) saves
+  only its bf16 input and writes the gradient into it (2*s*b*V / TP); no engine here renders it.
+- capacity: the cluster's ``gpu_memory_gb`` in the same GB (1e9 bytes) as these totals - the GPU's reported
+  total (hf_step_time.yaml ``memory_total_bytes``; an H100 "80GB" is 81,559 MiB = 85.5 GB).
 - overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
   conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
 
