@@ -126,3 +126,29 @@ def test_tensor_and_sequence_parallel():
     for _ in range(4):
         mode, sp, mbs, got = out.get(timeout=5)
         _check(got, mode, mbs, tp=2, sp=sp)
+
+
+def test_partial_recompute_with_interleaving_counts_n_layers_per_model_chunk(one_rank):
+    """megatron-core's block method with VP > 1: each model chunk is its own TransformerBlock and recomputes its
+    first N layers (measured: 8 layers, PP 2 x VP 2 -> 2-layer chunks, N = 1: layer 0 of every chunk keeps its
+    input, layer 1 everything), so a stage recomputes VP x N of its layers; the planner counted N of the stage's
+    (a quarter here, not half) and never offered partial recompute with VP > 1."""
+    import dataclasses
+
+    import torch
+
+    from vdkit.planner.memory import recompute_share
+
+    cfg = dataclasses.replace(_config(1, False, "full", num_layers_recomputed=1), num_layers=8,
+                              pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                              pipeline_dtype=torch.float32)
+    from vdkit.recipes.mcore_activations import block_bytes
+
+    for chunk in (0, 1):
+        got = block_bytes(cfg, SEQ, 1, vp_stage=chunk)
+        rope = SEQ * (H // HEADS) * 4  # the chunk's RoPE table rides on its first checkpoint
+        assert len(got) == 2
+        assert got[0] - rope == layer_bytes(_model(), SEQ, 1, 1, False, "full", "local", 4.0)
+        assert got[1] == layer_bytes(_model(), SEQ, 1, 1, False, "none", "local", 4.0)
+    recipe = SimpleNamespace(parallelism=SimpleNamespace(recompute_num_layers=1))
+    assert recompute_share(recipe, "full", layers_per_stage=4, vp=2) == 0.5  # 1 of each 2-layer chunk

@@ -136,7 +136,9 @@ def describe(plan) -> str:
         f" = {r.world_size} GPUs, engine {r.engine.name}",
         f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}"
-        + (f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp} layers per stage)"
+        + ((f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp} layers per stage)" if (p.vp or 1) == 1
+            else f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp // p.vp} layers in each of a "
+                 f"stage's {p.vp} model chunks)")
            if p.recompute == "full" and p.recompute_num_layers else "")
         + f", distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "

@@ -56,15 +56,15 @@ from vdkit.schema import GB, Memory, Recipe
 # conf/calibration/memory.yaml, read through vdkit.planner.calibration.
 
 
-def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
+def recompute_share(recipe, recompute: str, layers_per_stage: int, vp: int = 1) -> float:
     """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
-    partial, vdkit.recompute); 0 for none / selective."""
+    partial, the first N of each of the stage's ``vp`` model chunks, vdkit.recompute); 0 for none / selective."""
     from types import SimpleNamespace
 
     from vdkit.recompute import full_share
 
     p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
-    return full_share(p, layers_per_stage)
+    return full_share(p, layers_per_stage, vp)
 
 
 def static_bytes(precision: str) -> Tuple[float, float, float]:
@@ -146,7 +146,7 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute)
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
-        share = recompute_share(r, recompute, layers)
+        share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
