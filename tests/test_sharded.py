@@ -210,3 +210,16 @@ def test_a_sharded_plan_prints_a_range_as_every_plan_does(sharding):
     lo, hi = plan.prediction.interval_s
     assert 0 < lo <= hi and plan.prediction.interval_source
     assert re.search(r"\n  range       [0-9.]+ \.\. [0-9.]+ s/step", describe(plan))
+
+
+def test_recompute_is_chosen_to_leave_the_planners_headroom():
+    """A sharded plan, like an automatic layout, keeps HEADROOM of the GPU free: OPT-13B without checkpointing
+    (73.7 GB) fits the H100's 85.5 GB with room and stays without; on a GPU of 80 GB it would fit with 6 GB
+    spare, under the 8 GB headroom, so the plan checkpoints (before: none, 6 GB from the edge)."""
+    from vdkit.planner.calibration import HEADROOM
+
+    cell = [o for o in OPT if not o.startswith("parallelism.recompute=")] + ["model=opt_13b"]  # the planner chooses
+    roomy = make_plan(compose(cell))
+    assert roomy.recipe.parallelism.recompute == "none"
+    tight = make_plan(compose(cell + ["cluster.gpu_memory_gb=80"]))
+    assert tight.recipe.parallelism.recompute == "full" and tight.memory.total_gb <= 80 * (1 - HEADROOM)

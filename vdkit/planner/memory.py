@@ -144,7 +144,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
     s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
     b = t.micro_batch_size
-    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute)
+    fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8)
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer

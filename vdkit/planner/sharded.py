@@ -114,7 +114,8 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
     """The plan of a sharded data-parallel recipe: TP = PP = 1, DP = world size, the memory above.
 
     Recomputation: the pinned ``parallelism.recompute``, else none, else full (gradient
-    checkpointing) when none does not fit. An infeasible plan says by how much it misses and what
+    checkpointing) when none does not leave the planner's headroom (HEADROOM of the GPU; none is kept when
+    full does not leave it either but none fits). An infeasible plan says by how much it misses and what
     would fit (gradient checkpointing, CPU offload, more nodes).
     """
     p, t = recipe.parallelism, recipe.train
@@ -130,7 +131,9 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
     options = [p.recompute] if p.recompute else ["none", "full"]
     tried = [(rc, estimate_sharded_memory(recipe, rc)) for rc in options]
     fitting = [(rc, mh) for rc, mh in tried if mh[0].total_gb <= cap]
-    rc, (mem, host) = fitting[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
+    # the cheapest recompute that leaves the planner's headroom (as an automatic layout must), else one that fits
+    roomy = [(rc, mh) for rc, mh in fitting if mh[0].total_gb <= cap * (1 - HEADROOM)]
+    rc, (mem, host) = (roomy or fitting)[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
     feasible = bool(fitting)
     borderline = is_borderline(mem.total_gb, cap)
     notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
