@@ -146,7 +146,12 @@ def write(effs: dict, ranges: dict) -> Path:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fit", action="store_true", help="write the efficiencies and the ranges to hf_step_time.yaml")
-    args = ap.parse_args()
+    report(ap.parse_args().fit)
+    return 0
+
+
+def report(fit: bool = False) -> None:
+    """Print the runs, the fit, the leave-one-out errors and the ranges; ``fit``: also write them."""
     runs = load_runs()
     before = {g: float(p["hf_gemm_efficiency"]) for g, p in predict_hf.constants()["gpus"].items()}
     seed_before = seed_rows()
@@ -180,14 +185,13 @@ def main() -> int:
         print(f"zero3 (MI300X, not fitted) {label:<28} published {pub:8.0f} s/epoch predicted {pred:8.0f} ({e:+.0%})")
     print(f"range zero3 from these {len(z)} cells {min(zerr):+.0%} .. {max(zerr):+.0%} "
           f"({(1 + max(zerr)) / (1 + min(zerr)):.2f}x wide)")
-    if args.fit:
+    if fit:
         ranges = {"fsdp": (full, f"leave-one-out errors of {len(full)} public torch FSDP pretraining runs (full rows, "
                                  "seq 4096-8192) on H100 and A100, benchmarks/hf_public_runs.yaml"),
                   "fsdp_unpacked": (unpacked, f"{len(unpacked)} HF Trainer + FSDP Alpaca fine-tuning runs (unpacked "
                                               "rows; LLaMA-7B on A100 #170, the seed's OPT-6.7B / 13B on H100), never fitted"),
                   "zero3": (zerr, f"the multi-node blog's {len(z)} DeepSpeed ZeRO-3 cells on MI300X, never fitted")}
         print(f"wrote {write(effs, ranges)}", file=sys.stderr)
-    return 0
 
 
 if __name__ == "__main__":
