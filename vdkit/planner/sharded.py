@@ -185,7 +185,7 @@ MEMORY_PRESSURE_NOTE = ("prediction: near the GPU's memory the caching allocator
 # and ZeRO-3 plans carry no such note.
 FLOOR_STACKS = ("fsdp",)
 FLOOR_NOTE = ("prediction: read it as a floor - every published HF Trainer + FSDP run on unpacked rows it was checked "
-              "against took longer (the range below says by how much; docs/prediction.md)")
+              "against took longer (its range says by how much; docs/prediction.md)")
 
 
 def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
