@@ -205,6 +205,11 @@ def main() -> int:
     print()
     print_seed_systems()
     print()
+    from hf_efficiency import report
+
+    print("transformers regime's efficiency from public runs (benchmarks/hf_efficiency.py)")
+    report()
+    print()
     from independent_runs import print_independent
 
     print_independent()

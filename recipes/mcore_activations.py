@@ -55,11 +55,12 @@ def saved_bytes_per_layer(layers: Sequence, params: Sequence, forward: Callable[
     return totals
 
 
-def block_bytes(config, seq: int, micro_batch: int, frozen: bool = False) -> List[int]:
+def block_bytes(config, seq: int, micro_batch: int, frozen: bool = False, vp_stage=None) -> List[int]:
     """Bytes each layer of a megatron-core ``TransformerBlock`` (local spec, no final norm) built from
     ``config`` saves in one forward of ``micro_batch`` sequences of ``seq`` tokens on this rank.
 
-    ``frozen``: every weight frozen. Model parallel state must be initialised (TP = ``config.tensor_model_parallel_size``). The first
+    ``frozen``: every weight frozen. ``vp_stage``: the model chunk to build when ``config`` is interleaved (its
+    ``virtual_pipeline_model_parallel_size``): megatron-core then builds layers / (PP x VP) layers. Model parallel state must be initialised (TP = ``config.tensor_model_parallel_size``). The first
     layer also carries the block's shared RoPE table (``s x d`` elements), saved once for all layers."""
     import torch
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
@@ -67,7 +68,7 @@ def block_bytes(config, seq: int, micro_batch: int, frozen: bool = False) -> Lis
 
     from vdkit.recipes.mcore_cpu import local_block_spec
 
-    block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False)
+    block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False, vp_stage=vp_stage)
     for p in block.parameters() if frozen else ():  # P-tuning's frozen base model
         p.requires_grad_(False)
     rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(seq)

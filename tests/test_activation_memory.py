@@ -126,3 +126,51 @@ def test_tensor_and_sequence_parallel():
     for _ in range(4):
         mode, sp, mbs, got = out.get(timeout=5)
         _check(got, mode, mbs, tp=2, sp=sp)
+
+
+def test_partial_recompute_with_interleaving_counts_n_layers_per_model_chunk(one_rank):
+    """megatron-core's block method with VP > 1: each model chunk is its own TransformerBlock and recomputes its
+    first N layers (measured: 8 layers, PP 2 x VP 2 -> 2-layer chunks, N = 1: layer 0 of every chunk keeps its
+    input, layer 1 everything), so a stage recomputes VP x N of its layers; the planner counted N of the stage's
+    (a quarter here, not half) and never offered partial recompute with VP > 1."""
+    import dataclasses
+
+    import torch
+
+    from vdkit.planner.memory import recompute_share
+
+    cfg = dataclasses.replace(_config(1, False, "full", num_layers_recomputed=1), num_layers=8,
+                              pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
+                              pipeline_dtype=torch.float32)
+    from vdkit.recipes.mcore_activations import block_bytes
+
+    for chunk in (0, 1):
+        got = block_bytes(cfg, SEQ, 1, vp_stage=chunk)
+        rope = SEQ * (H // HEADS) * 4  # the chunk's RoPE table rides on its first checkpoint
+        assert len(got) == 2
+        assert got[0] - rope == layer_bytes(_model(), SEQ, 1, 1, False, "full", "local", 4.0)
+        assert got[1] == layer_bytes(_model(), SEQ, 1, 1, False, "none", "local", 4.0)
+    recipe = SimpleNamespace(parallelism=SimpleNamespace(recompute_num_layers=1))
+    assert recompute_share(recipe, "full", layers_per_stage=4, vp=2) == 0.5  # 1 of each 2-layer chunk
+
+
+@pytest.mark.parametrize("activation", ["swiglu", "gelu"])
+def test_fp8_linears_keep_fp8_copies_of_their_inputs(activation):
+    """Transformer Engine's FP8 linears save the FP8 (1-byte) copy of their input, not the bf16 one (derived from
+    TE's module/linear.py and layernorm_linear.py, not measured: the CPU has no TE): per layer the two norm outputs
+    and fc2's input cost half, and the output projection adds an FP8 copy beside flash attention's bf16 output.
+    Before, an FP8 plan counted every saved linear input at 2 bytes."""
+    from vdkit.planner.memory import estimate_memory
+    from vdkit.config import compose
+
+    s, b, tp, h, f = 4096, 1, 2, 4096, 11008
+    m = SimpleNamespace(hidden_size=h, ffn_hidden_size=f, num_attention_heads=32, num_query_groups=8,
+                        norm="rmsnorm", activation=activation)
+    for sp, n in ((False, 1.0), (True, 1 / tp)):
+        bf16 = layer_bytes(m, s, b, tp, sp, "none")
+        fp8 = layer_bytes(m, s, b, tp, sp, "none", fp8=True)
+        assert bf16 - fp8 == 2 * s * b * h * n + s * b * f / tp - s * b * h / tp
+        assert layer_bytes(m, s, b, tp, sp, "full", fp8=True) == layer_bytes(m, s, b, tp, sp, "full")  # bf16 input
+    r = compose(["model=llama2_7b", "engine=bridge", "method=pretrain", "data=synthetic", "train.seq_length=4096"])
+    acts = {p: estimate_memory(r, 2, 1, 1, True, "none", True, p).activations_gb for p in ("bf16", "fp8")}
+    assert acts["fp8"] < acts["bf16"]

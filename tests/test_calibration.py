@@ -81,7 +81,7 @@ def test_h200_figures_come_from_its_calibration_entry():
     hw = gpu_hardware(step_time(), compose(H200_PLAN).cluster.gpu_type)
     gpu = calibration.load("hf_step_time")["gpus"][H200]
     assert (hw["hbm_gb_s"], hw["peak_tflops_fp8"], hw["gemm_scale"]) == (gpu["hbm_gb_s"], gpu["peak_tflops_fp8"], 1.0)
-    assert compose(H200_PLAN).cluster.gpu_memory_gb == gpu["memory_gb"]
+    assert compose(H200_PLAN).cluster.gpu_memory_gb == calibration.capacity_gb(H200)  # GB: 1e9 bytes of its 143,771 MiB
 
 
 def test_a_gpu_without_an_fp8_peak_predicts_bf16_and_says_why_not_fp8(conf_copy, capsys):

@@ -60,9 +60,10 @@ def test_fast_is_at_least_ten_times_sooner_in_every_published_cell_per_method(pr
             guide, fast = predictions[key]
             assert guide is not None and fast is not None, key
             assert minutes / fast >= 10, f"{key}: published {minutes} min, fast predicted {fast:.1f} min"
-    # the guide's N/A cells that cannot run stay N/A in both recipes
+    # the guide's N/A cells: 70B SFT on 8 GPUs cannot run in either recipe; on 16 it fits the H100's 85.5 GB
+    # (81,559 MiB) in the borderline band, so both recipes predict it (the guide published no time)
     assert predictions[("llama2_70b", 8, "sft")] == (None, None)
-    assert predictions[("llama2_70b", 16, "sft")] == (None, None)
+    assert None not in predictions[("llama2_70b", 16, "sft")]
 
 
 def test_the_fast_recipe_leaves_ptuning_unpacked_at_nemos_defaults():

@@ -60,3 +60,18 @@ def test_nvidia_preset_is_scored_beside_the_planners_choice():
 def test_the_preset_itself_is_named_as_such():
     (note,) = _preset_note(make_plan(compose(LLAMA3_70B)))
     assert note.startswith("this is NVIDIA's published layout")
+
+
+def test_interleaved_layouts_recompute_only_the_layers_per_chunk_memory_needs():
+    """VP > 1 (megatron-core applies recompute_num_layers to each model chunk: tests/test_activation_memory.py
+    measures it): NVIDIA's 70B TP4 PP4 VP5 in bf16 without CP on 64 GPUs keeps 2 of each chunk's 4 layers
+    instead of recomputing all 80 (the planner skipped partial recompute with VP > 1), and it is faster."""
+    base = [o for o in LLAMA3_70B if not o.startswith(("train.precision=", "parallelism.cp="))]
+    plan = make_plan(compose(base))
+    p = plan.recipe.parallelism
+    assert (p.vp, p.recompute, p.recompute_num_layers) == (5, "full", 2) and plan.feasible
+    usable = plan.recipe.cluster.gpu_memory_gb * (1 - HEADROOM)
+    assert plan.memory.total_gb <= usable
+    every = make_plan(compose(base + ["parallelism.recompute=full"]))
+    assert every.recipe.parallelism.recompute_num_layers is None
+    assert plan.prediction.step_seconds < every.prediction.step_seconds

@@ -44,11 +44,12 @@ def test_valid_pinned_layout_is_kept():
 def test_13b_sft_on_half_a_node_needs_all_four_gpus_for_the_model():
     p = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4")
     assert p.feasible and p.tp * p.pp == 4
-    # every smaller model-parallel size fails memory
+    # every smaller model-parallel size fails memory or leaves no headroom: TP 1 needs 123 GB; TP 2 fits the
+    # H100's 85.5 GB (81,559 MiB) only in the borderline band (82.9 GB with full recompute)
     for tp in (1, 2):
         smaller = plan("model=llama2_13b", "method=sft", "cluster.gpus_per_node=4", f"parallelism.tp={tp}",
                        "parallelism.pp=1")
-        assert not smaller.feasible
+        assert not smaller.feasible or (tp == 2 and smaller.borderline), tp
 
 
 def test_derived_counts():
@@ -66,19 +67,23 @@ def test_pretraining_uses_the_training_guides_layouts():
 # ----------------------------------------------------------------------------- the seeds' 70B facts
 def test_70b_sft_does_not_fit_on_one_xe9680():
     p = plan("model=llama2_70b", "method=sft")
-    assert not p.feasible and p.memory.total_gb > 80
-    assert "4 nodes" in p.reason  # and it says what would fit
+    assert not p.feasible and p.memory.total_gb > p.recipe.cluster.gpu_memory_gb
+    # and it says what would fit: 2 nodes (82.0 GB of the H100's 85.5 GB, borderline; 4 nodes when 80 was assumed)
+    assert "fits on 2 nodes" in p.reason
     with pytest.raises(UserError, match="does not fit"):
         require_feasible(p)
 
 
 def test_70b_sft_on_two_nodes_is_borderline_in_bf16_and_fp8_parameters_decide_it():
     bf16 = plan("model=llama2_70b", "method=sft", "cluster.nodes=2")
-    assert bf16.borderline and not bf16.feasible
-    assert 80 < bf16.memory.total_gb < 88
-    assert "train.precision=fp8" in bf16.reason and "fits" in bf16.reason
+    # 82.0 GB: over the 80 once assumed, under the H100's 85.5 GB (81,559 MiB), inside the borderline band
+    assert bf16.borderline and bf16.feasible
+    assert 80 < bf16.memory.total_gb < bf16.recipe.cluster.gpu_memory_gb
+    assert any("borderline" in n for n in bf16.notes)
+    tight = plan("model=llama2_70b", "method=sft", "cluster.nodes=2", "cluster.gpu_memory_gb=80")
+    assert "train.precision=fp8" in tight.reason and "fits" in tight.reason
     for part in ("weights", "gradients", "optimizer", "activations"):
-        assert part in bf16.reason  # the arithmetic is shown
+        assert part in tight.reason  # the arithmetic is shown
     nvidia = plan("model=llama2_70b", "method=sft", "cluster.nodes=2", "parallelism.tp=4", "parallelism.pp=4",
                   "parallelism.vp=20", "parallelism.recompute=full", "train.precision=fp8")
     assert nvidia.feasible and nvidia.borderline
@@ -87,7 +92,7 @@ def test_70b_sft_on_two_nodes_is_borderline_in_bf16_and_fp8_parameters_decide_it
 
 def test_70b_sft_fits_on_four_nodes():
     p = plan("model=llama2_70b", "method=sft", "cluster.nodes=4")
-    assert p.feasible and p.memory.total_gb <= 80
+    assert p.feasible and p.memory.total_gb <= p.recipe.cluster.gpu_memory_gb * 0.9
 
 
 @pytest.mark.parametrize("method", ["lora", "ptuning"])
@@ -103,8 +108,9 @@ def test_every_other_table9_cell_fits_with_the_layout_the_kit_picks():
         if not p.feasible:
             infeasible.append((p.recipe.model.name, p.recipe.method.name, p.recipe.world_size))
         else:
-            assert p.memory.total_gb <= 80
-    assert infeasible == [("llama2_70b", "sft", 8), ("llama2_70b", "sft", 16)]
+            assert p.memory.total_gb <= p.recipe.cluster.gpu_memory_gb
+    # 70B SFT on 16 GPUs fits the H100's 85.5 GB (81,559 MiB) in the borderline band; on 8 it does not
+    assert infeasible == [("llama2_70b", "sft", 8)]
 
 
 def test_memory_parts_respond_to_the_options():

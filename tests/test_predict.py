@@ -105,8 +105,9 @@ def _fastest_roomy(r, dist_opt):
 @pytest.mark.parametrize("cell", sweep_cells("table9"), ids=lambda c: "-".join(x.split("=")[1] for x in c[:3]))
 def test_every_table9_auto_layout_is_the_predicted_fastest_with_headroom(cell):
     plan = make_plan(compose(cell))
-    if not plan.feasible:
-        assert (plan.recipe.model.name, plan.recipe.method.name) == ("llama2_70b", "sft")
+    if (plan.recipe.model.name, plan.recipe.method.name) == ("llama2_70b", "sft"):
+        # 8 GPUs: no layout fits; 16: fits the H100's 85.5 GB only in the borderline band, no layout leaves headroom
+        assert not plan.feasible or plan.borderline
         return
     assert plan.memory.total_gb <= plan.recipe.cluster.gpu_memory_gb * (1 - HEADROOM)
     best = _fastest_roomy(compose(cell), plan.recipe.parallelism.distributed_optimizer)
@@ -115,14 +116,17 @@ def test_every_table9_auto_layout_is_the_predicted_fastest_with_headroom(cell):
 
 def test_70b_lora_on_two_nodes_leaves_real_headroom():
     plan = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2"))
-    assert plan.feasible and plan.memory.total_gb <= 80 * (1 - HEADROOM)
-    assert 80 - plan.memory.total_gb >= 15  # GB free, not a sliver
-    # the old rule's pick (smallest TP x PP that fits) leaves no headroom and is not chosen
+    cap = plan.recipe.cluster.gpu_memory_gb  # the H100's 85.5 GB (81,559 MiB)
+    assert plan.feasible and plan.memory.total_gb <= cap * (1 - HEADROOM)
+    assert cap - plan.memory.total_gb >= 15  # GB free, not a sliver
+    # the old rule's pick (smallest TP x PP that fits) leaves a sliver (76.8 of 85.5 GB) and is not chosen
     old = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.tp=2",
                            "parallelism.pp=1"))
-    assert old.feasible and old.memory.total_gb > 80 * (1 - HEADROOM)
+    assert old.feasible and cap - old.memory.total_gb < 10
     assert (plan.tp, plan.pp) != (2, 1)
-    assert any("headroom" in n for n in old.notes)
+    tight = make_plan(recipe("model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.tp=2",
+                             "parallelism.pp=1", "cluster.gpu_memory_gb=80"))
+    assert any("headroom" in n for n in tight.notes)
     assert plan.runner_up and "s/step" in plan.runner_up
 
 

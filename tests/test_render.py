@@ -53,7 +53,7 @@ def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_pat
     assert (plan.tp, plan.pp, plan.dp) == (8, 5, 1)  # 70B LoRA does have a layout on 5 nodes
     lines = err.splitlines()
     assert lines[0] == "  layout     TP 8 x PP 5 x DP 1 (auto), gradient accumulation 128; " \
-                       f"{plan.memory.total_gb:.1f} of 80 GB per GPU"
+                       f"{plan.memory.total_gb:.1f} of 85.5 GB per GPU"
     assert lines[1].startswith(f"  predicted  {plan.prediction.step_seconds:.3g} s/step, "
                                f"{plan.prediction.minutes:,.1f} min for 1000 steps")
     assert lines[3].startswith("  fabric     IB: 400 GB/s per node, 10 us per inter-node ring step (8 adapter(s)")

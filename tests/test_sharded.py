@@ -23,9 +23,10 @@ def test_alpaca_opt_sweep_13b_fits_30b_does_not_with_the_arithmetic():
     assert list(plans) == ["opt_125m", "opt_350m", "opt_1_3b", "opt_2_7b", "opt_6_7b", "opt_13b", "opt_30b"]
     assert all(plans[m].feasible for m in list(plans)[:-1])
     big = plans["opt_30b"]
-    assert not big.feasible and big.memory.total_gb > 80
+    cap = big.recipe.cluster.gpu_memory_gb  # 85.5 GB: the H100's 81,559 MiB
+    assert not big.feasible and big.memory.total_gb > cap
     short = float(re.search(r"short by ([0-9.]+) GB", big.reason).group(1))
-    assert short == pytest.approx(big.memory.total_gb - 80, abs=0.06)
+    assert short == pytest.approx(big.memory.total_gb - cap, abs=0.06)
     parts = [float(x) for x in re.findall(r"(?:blocks|gradients|optimizer|activations|overhead) ([0-9.]+)", big.reason)]
     assert sum(parts) == pytest.approx(big.memory.total_gb, abs=0.3)  # the printed parts add up
     assert "parallelism.recompute=full" in big.reason and "parallelism.cpu_offload=true" in big.reason
@@ -37,7 +38,7 @@ def test_alpaca_opt_sweep_13b_fits_30b_does_not_with_the_arithmetic():
     # + the whole model's bf16 gradient the HF Trainer keeps unsharded while it accumulates (no_sync)
     total = param_counts(p13.recipe.model).total
     assert state == pytest.approx(12 * total / 8 / 1e9 + 2 * total / 1e9, rel=1e-6)
-    assert p13.borderline and p13.memory.total_gb > 0.9 * 80  # how close 13B comes, as published
+    assert p13.memory.total_gb > 0.85 * cap  # how close 13B comes, as published (86 % of the GPU's 85.5 GB)
 
 
 def test_sharding_divides_the_state_by_the_shard_group():
@@ -79,7 +80,7 @@ def test_llama31_roce_plans_all_six_cells():
     assert [(p.recipe.model.name, p.recipe.cluster.nodes, p.recipe.cluster.transport) for p in plans] == [
         ("llama3_1_8b", 1, "roce"), ("llama3_1_8b", 2, "tcp"), ("llama3_1_8b", 2, "roce"),
         ("llama3_1_70b", 1, "roce"), ("llama3_1_70b", 2, "tcp"), ("llama3_1_70b", 2, "roce")]
-    assert all(p.recipe.cluster.gpu_memory_gb == 192 and p.grad_accum == 1 for p in plans)
+    assert all(p.recipe.cluster.gpu_memory_gb == 205.8 and p.grad_accum == 1 for p in plans)  # 205,822,885,888 B
     assert plans[1].memory == plans[2].memory  # the transport changes time, not memory
     # 70B on one node needs gradient checkpointing at the per-device batch that two nodes run without it
     assert plans[3].recipe.parallelism.recompute == "full"
@@ -180,7 +181,7 @@ def test_memory_decides_the_largest_micro_batch():
         t = dc.replace(r.train, micro_batch_size=mbs, global_batch_size=mbs * 8 * 8)
         return estimate_sharded_memory(dc.replace(r, train=t), "none")[0].total_gb
 
-    assert mem(b) <= 72 < mem(b + 1)  # 90 % of 80 GB
+    assert mem(b) <= 0.9 * 85.5 < mem(b + 1)  # 90 % of the H100's 85.5 GB
     assert largest_micro_batch(r, "full", 0.9) > b  # checkpointing frees room for more rows
     assert largest_micro_batch(compose(OPT + ["model=opt_30b"]), "none", 0.9) == 0
     plan = make_plan(r)
@@ -209,3 +210,16 @@ def test_a_sharded_plan_prints_a_range_as_every_plan_does(sharding):
     lo, hi = plan.prediction.interval_s
     assert 0 < lo <= hi and plan.prediction.interval_source
     assert re.search(r"\n  range       [0-9.]+ \.\. [0-9.]+ s/step", describe(plan))
+
+
+def test_recompute_is_chosen_to_leave_the_planners_headroom():
+    """A sharded plan, like an automatic layout, keeps HEADROOM of the GPU free: OPT-13B without checkpointing
+    (73.7 GB) fits the H100's 85.5 GB with room and stays without; on a GPU of 80 GB it would fit with 6 GB
+    spare, under the 8 GB headroom, so the plan checkpoints (before: none, 6 GB from the edge)."""
+    from vdkit.planner.calibration import HEADROOM
+
+    cell = [o for o in OPT if not o.startswith("parallelism.recompute=")] + ["model=opt_13b"]  # the planner chooses
+    roomy = make_plan(compose(cell))
+    assert roomy.recipe.parallelism.recompute == "none"
+    tight = make_plan(compose(cell + ["cluster.gpu_memory_gb=80"]))
+    assert tight.recipe.parallelism.recompute == "full" and tight.memory.total_gb <= 80 * (1 - HEADROOM)

@@ -52,12 +52,12 @@ def test_sysfs_gives_the_same_ports(tmp_path):
 @pytest.mark.parametrize("name", ["nvidia_smi_query_h100.csv", "nvidia_smi_q_h100.txt"])
 def test_nvidia_smi_gives_eight_h100_sxm5(name):
     g = site.parse_nvidia_smi(_text(name))
-    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("H100-SXM5-80GB", 86, 8, "nvidia")
+    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("H100-SXM5-80GB", 85.5, 8, "nvidia")
 
 
 def test_rocm_smi_gives_eight_mi300x():
     g = site.parse_rocm_smi(_text("rocm_smi_mi300x.txt"))
-    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("MI300X-192GB", 192, 8, "amd")
+    assert (g["gpu_type"], g["gpu_memory_gb"], g["node_gpus"], g["gpu_vendor"]) == ("MI300X-192GB", 205.8, 8, "amd")
 
 
 def test_sinfo_partitions_and_time_limits():
@@ -150,7 +150,7 @@ def test_probed_facts_out_of_bounds_are_not_written(tmp_path, capsys, monkeypatc
     assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "cluster" / "lab.yaml").read_text()
     data = yaml.safe_load(text)
-    assert "evil" not in yaml.safe_dump(data["ib_hcas"]) and data["max_nodes"] == 6 and data["gpu_memory_gb"] == 80
+    assert "evil" not in yaml.safe_dump(data["ib_hcas"]) and data["max_nodes"] == 6 and data["gpu_memory_gb"] == 85.5
 
 
 @pytest.mark.parametrize("name,text", [("123", "is not a cluster name"), ("null", "is not a cluster name"),

@@ -5,18 +5,21 @@ softmax and its dropout, the activations that grow with seq^2); ``full`` (each l
 and reruns its forward in backward). ``parallelism.recompute_num_layers=N`` with ``full`` is partial
 recompute: megatron-core's ``recompute_method=block`` (NeMo's ``activations_checkpoint_method=block``)
 recomputes the first N layers of each (virtual) pipeline stage and keeps the others' activations
-(megatron/core/transformer/transformer_block.py ``_checkpointed_forward``). Without N every layer
-recomputes (``uniform``, one layer per checkpoint).
+(megatron/core/transformer/transformer_block.py ``_checkpointed_forward``: its loop runs over the block's own
+layers, and with VP > 1 each model chunk is its own ``TransformerBlock`` of layers / (PP x VP) layers, so a GPU
+recomputes VP x N of its layers). Without N every layer recomputes (``uniform``, one layer per checkpoint).
 """
 from __future__ import annotations
 
 
-def full_share(p, layers_per_stage: int) -> float:
-    """The share of a stage's layers that full recompute reruns (1.0 without recompute_num_layers)."""
+def full_share(p, layers_per_stage: int, vp: int = 1) -> float:
+    """The share of a stage's layers that full recompute reruns (1.0 without recompute_num_layers): the first N
+    of each of its ``vp`` model chunks (module docstring)."""
     if (p.recompute or "none") != "full":
         return 0.0
     n = p.recompute_num_layers
-    return 1.0 if not n or layers_per_stage <= 0 else min(n, layers_per_stage) / layers_per_stage
+    chunk = layers_per_stage // max(1, vp)
+    return 1.0 if not n or chunk <= 0 else min(n, chunk) / chunk
 
 
 def mcore(p) -> dict:

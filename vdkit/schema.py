@@ -356,11 +356,12 @@ class Candidate:
     fits: bool  # within the GPU's memory
     roomy: bool  # within the GPU's memory less the planner's headroom
     step: Optional[StepTime] = None  # filled by vdkit.planner.plan.rank_candidates
-    recompute_num_layers: Optional[int] = None  # partial full recompute: the first N layers of each stage
+    recompute_num_layers: Optional[int] = None  # partial full recompute: the first N layers of each stage (VP: chunk)
 
     @property
     def label(self) -> str:
-        partial = f" (first {self.recompute_num_layers} layers per stage)" if self.recompute_num_layers else ""
+        where = "per model chunk" if self.vp > 1 else "per stage"
+        partial = f" (first {self.recompute_num_layers} layers {where})" if self.recompute_num_layers else ""
         return f"TP {self.tp} x PP {self.pp}" + (f" (VP {self.vp})" if self.vp > 1 else "") + \
                (f", recompute {self.recompute}{partial}" if self.recompute != "none" else "")
 

@@ -112,7 +112,10 @@ def gpu_types() -> Dict[str, str]:
 
 
 def parse_nvidia_smi(text: str) -> Optional[Dict[str, object]]:
-    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`` (or ``nvidia-smi -q``) -> GPU facts."""
+    """``nvidia-smi --query-gpu=name,memory.total --format=csv,noheader`` (or ``nvidia-smi -q``) -> GPU facts
+    (memory in the planner's GB, 1e9 bytes, from nvidia-smi's MiB)."""
+    from vdkit.planner.calibration import gb_of_bytes
+
     names, mems = [], []
     for line in text.splitlines():
         m = re.match(r"\s*(?:NVIDIA\s+)?(.+?),\s*(\d+)\s*MiB\s*$", line)
@@ -130,7 +133,7 @@ def parse_nvidia_smi(text: str) -> Optional[Dict[str, object]]:
     name = names[0]
     mib = mems[0] if mems else None
     return {"gpu_vendor": "nvidia", "gpu_type": gpu_types().get(name, name.replace(" ", "-")),
-            "gpu_memory_gb": round(mib * 2**20 / 1e9) if mib else None, "node_gpus": len(names),
+            "gpu_memory_gb": gb_of_bytes(mib * 2**20) if mib else None, "node_gpus": len(names),
             "gpus_per_node": len(names), "product": name}
 
 
@@ -139,11 +142,11 @@ def parse_rocm_smi(text: str) -> Optional[Dict[str, object]]:
     series = re.findall(r"Card [Ss]eries:\s*(.+?)\s*$", text, re.M)
     if not series:
         return None
-    from vdkit.planner.calibration import load
+    from vdkit.planner.calibration import capacity_gb
 
     types = gpu_types()
     name = next((k for k in types if k in series[0]), series[0])
-    memory = load("hf_step_time")["gpus"][types[name]]["memory_gb"] if name in types else None
+    memory = capacity_gb(types[name]) if name in types else None  # rocm-smi's product line has no size
     return {"gpu_vendor": "amd", "gpu_type": types.get(name, name.replace(" ", "-")), "gpu_memory_gb": memory,
             "node_gpus": len(series), "gpus_per_node": len(series), "product": series[0]}
 

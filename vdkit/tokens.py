@@ -138,11 +138,16 @@ def _read_stats(path: Path):
     return doc, hist
 
 
+def full_rows(recipe) -> bool:
+    """Whether every micro batch is whole train.seq_length rows: pretraining, or packed fine-tuning data."""
+    return recipe.method.name == "pretrain" or recipe.data.kind == "pretrain" or bool(recipe.data.packed)
+
+
 def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTokens:
     """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring)."""
     t = recipe.train
     b, cap = t.micro_batch_size, t.seq_length
-    if recipe.method.name == "pretrain" or recipe.data.kind == "pretrain" or recipe.data.packed:
+    if full_rows(recipe):
         return MicroBatchTokens(b, float(cap), float(cap), f"full rows: {recipe.method.name} / packed rows fill "
                                 f"train.seq_length={cap}")
     path = _stats_file(recipe)

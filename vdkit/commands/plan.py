@@ -136,7 +136,9 @@ def describe(plan) -> str:
         f" = {r.world_size} GPUs, engine {r.engine.name}",
         f"  layout      TP {p.tp} x PP {p.pp}{cp} x DP {plan.dp} ({p.sharding if p.sharding != 'none' else plan.layout_source}), VP {p.vp}, sequence parallel "
         f"{on[p.sequence_parallel]}, recompute {p.recompute}"
-        + (f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp} layers per stage)"
+        + ((f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp} layers per stage)" if (p.vp or 1) == 1
+            else f" (the first {p.recompute_num_layers} of {r.model.num_layers // p.pp // p.vp} layers in each of a "
+                 f"stage's {p.vp} model chunks)")
            if p.recompute == "full" and p.recompute_num_layers else "")
         + f", distributed optimizer {on[p.distributed_optimizer]}",
         f"  batch       MBS {r.train.micro_batch_size}, GBS {r.train.global_batch_size}, gradient accumulation "
@@ -144,7 +146,7 @@ def describe(plan) -> str:
         f"(estimates for {r.train.target_steps})",
         f"  memory/GPU  weights {m.weights_gb:.1f} + gradients {m.gradients_gb:.1f} + optimizer {m.optimizer_gb:.1f}"
         f" + activations {m.activations_gb:.1f} + overhead {m.overhead_gb:.1f} = {m.total_gb:.1f} GB"
-        f" of {r.cluster.gpu_memory_gb:g} GB",
+        f" of {r.cluster.gpu_memory_gb:g} GB (GB = 10^9 bytes, the GPU's reported total: cluster.gpu_memory_gb)",
         f"  verdict     {verdict}" + (f": {plan.reason}" if plan.reason else ""),
         f"  checkpoint  {plan.checkpoint_gb:,.1f} GB (weights + optimizer states)",
     ]

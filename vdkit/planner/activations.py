@@ -36,6 +36,16 @@ SwiGLU, not measured here - the CPU has neither kernel):
   log-sum-exp; fused RoPE keeps only its (shared) frequency table;
 - SwiGLU: fc1's output ``2sbf / t`` (the fused kernel recomputes the activation) and fc2's input ``sbf / t``;
   GeLU ``2sbf / t``, ReLU ``sbf / t`` as on the local path.
+- FP8 (``train.precision=fp8``; read from Transformer Engine's source, NVIDIA/TransformerEngine d0067d0,
+  not measured - the CPU has no TE): a linear keeps the FP8 copy it quantized its input to, 1 byte an element,
+  not the bf16 input (module/linear.py: ``inputmat = input_quantizer(inputmat)`` ... ``saved_inputmat =
+  inputmat``, row-wise data dropped for the column-wise copy the weight gradient reads); a norm + linear
+  quantizes the norm's output in the norm kernel and keeps that (module/layernorm_linear.py
+  ``with_quantized_norm`` ... ``prepare_for_saving(inputmat, ..., ln_out_to_save, mu, rsigma)``: the norm's
+  bf16 input stays). So each norm output costs ``sbh n`` bytes instead of 2x that; the output projection
+  keeps an FP8 copy of the attention output beside the bf16 one flash attention saves (``+ sbh / t`` bytes);
+  fc2 keeps its input in FP8 (``sbf / t`` bytes instead of 2x). Attention itself stays bf16 (no FP8
+  dot-product attention in the kit's renders).
 
 Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen linears
 (``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
@@ -55,12 +65,14 @@ MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask
 
 
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
-                kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0) -> float:
+                kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
+                fp8: bool = False) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
     vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
-    (frozen base weights; local kernels only, see the module docstring), ``lora_dim`` LoRA's rank."""
+    (frozen base weights; local kernels only, see the module docstring), ``lora_dim`` LoRA's rank. ``fp8``:
+    Transformer Engine's FP8 linears (fused kernels only) keep FP8 copies of their inputs."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
@@ -88,8 +100,10 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
             if peft == "lora":  # the adapter gathers QKV's input itself (whole sequence) and keeps A's output
                 total += (s * b * h + s * b * lora_dim) * e
         return total
-    replicated = 2 * (2 * s * b * h * e + 4 * s * b) * n  # two fused norm + linear pairs
-    attention = (2 * s * b * h + 2 * s * b * kv) / tp * e
+    q = 1.0 if fp8 else e  # bytes of a saved linear input: TE keeps its FP8 copy (module docstring)
+    replicated = 2 * (s * b * h * (e + q) + 4 * s * b) * n  # two fused norm + linear pairs: input, norm output, 1/rms
+    attention = (2 * s * b * h + 2 * s * b * kv) / tp * e + (s * b * h / tp * q if fp8 else 0.0)  # + proj's FP8 copy
     lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
-    mlp = (3 if gated else mlp_plain) * s * b * f / tp * e
+    fc1_out = (2 if gated else mlp_plain - 1) * s * b * f / tp * e  # what the activation's backward reads
+    mlp = fc1_out + s * b * f / tp * q  # + fc2's input
     return replicated + attention + lse + mlp

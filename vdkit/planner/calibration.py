@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Optional
 
 from vdkit.errors import UserError
+from vdkit.schema import GB
 
 CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a wheel)
 
@@ -81,6 +83,21 @@ def memory() -> dict:
 def overhead_gb(cluster) -> float:
     """Per-GPU reserve: the cluster's ``memory_overhead_gb``, else the calibration default."""
     return float(memory()["overhead_gb"]) if cluster.memory_overhead_gb is None else float(cluster.memory_overhead_gb)
+
+
+def gb_of_bytes(total_bytes: float) -> float:
+    """A device's memory in the planner's GB (1e9 bytes), rounded down to 0.1 GB: never more than the device has."""
+    import math
+
+    return math.floor(total_bytes / GB * 10) / 10
+
+
+def capacity_gb(gpu_type: str) -> Optional[float]:
+    """The GPU's memory as the planner compares it (GB = 1e9 bytes) from what its tools report
+    (hf_step_time.yaml ``memory_total_bytes``); GPU makers sell "80GB" that is ~80 GiB (85.5 GB). None: unknown."""
+    gpu = (load("hf_step_time")["gpus"] or {}).get(gpu_type) or {}
+    total = gpu.get("memory_total_bytes")
+    return gb_of_bytes(float(total)) if total else None
 
 
 def is_borderline(total_gb: float, cap_gb: float) -> bool:

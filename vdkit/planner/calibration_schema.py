@@ -40,8 +40,12 @@ class GpuCalib:
     intra_node_gb_s: float = MISSING  # in-node collective bus bandwidth per direction
     collective_latency_us: float = MISSING  # per ring step
     compute_units: int = MISSING  # SMs / CUs (wave quantization)
+    # the transformers regime's fitted fraction of MAMF its GEMMs reach in a step (benchmarks/hf_efficiency.py)
+    hf_gemm_efficiency: float = MISSING
     peak_tflops_fp8: Optional[float] = None  # dense FP8 peak; None: no FP8 tensor cores (FP8 plans get no prediction)
     memory_gb: Optional[float] = None  # the GPU's memory as sold (a cluster's gpu_memory_gb is what the planner fits)
+    # what nvidia-smi / rocm-smi report, bytes: the planner's capacity (vdkit.planner.calibration.capacity_gb)
+    memory_total_bytes: Optional[int] = None
     # what nvidia-smi / rocm-smi call it (without "NVIDIA "): `vdkit site probe` writes this gpu_type for them
     product_names: List[str] = field(default_factory=list)
 

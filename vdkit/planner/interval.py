@@ -17,20 +17,27 @@ PHYSICS = "physics (datasheet / measured hardware figures, the model's FLOPs and
 def group(recipe) -> str:
     """Which published figures describe the recipe's stack: guide (NeMo 1.x defaults, unfused), fused_pretrain /
     fused_finetune (NVIDIA's performance settings - Bridge, pretraining, the fast recipe - by what the plan runs:
-    NVIDIA's pretraining rows or its fine-tuning rows), zero3 / fsdp (transformers)."""
+    NVIDIA's pretraining rows or its fine-tuning rows), zero3 / fsdp (full rows) / fsdp_unpacked (transformers:
+    benchmarks/hf_efficiency.py)."""
     from vdkit.planner.predict import _fused_path, regime
+    from vdkit.tokens import full_rows
 
     if regime(recipe) == "hf":
-        return "zero3" if recipe.parallelism.sharding == "zero3" else "fsdp"
+        if recipe.parallelism.sharding == "zero3":
+            return "zero3"
+        return "fsdp" if full_rows(recipe) else "fsdp_unpacked"
     if not _fused_path(recipe):
         return "guide"
     return "fused_pretrain" if recipe.method.name == "pretrain" else "fused_finetune"
 
 
+HF_GROUPS = ("zero3", "fsdp", "fsdp_unpacked")
+
+
 def _table(recipe) -> dict:
     from vdkit.planner.calibration import load
 
-    return load("hf_step_time" if group(recipe) in ("zero3", "fsdp") else "step_time")["intervals"]
+    return load("hf_step_time" if group(recipe) in HF_GROUPS else "step_time")["intervals"]
 
 
 def interval(recipe, step_s: float) -> Tuple[float, float, str]:
@@ -47,7 +54,7 @@ def interval(recipe, step_s: float) -> Tuple[float, float, str]:
 
 
 def _reference_gpu(recipe) -> Optional[str]:
-    if group(recipe) in ("zero3", "fsdp"):
+    if group(recipe) in HF_GROUPS:
         return None
     from vdkit.planner.predict import calibration
 
@@ -57,9 +64,14 @@ def _reference_gpu(recipe) -> Optional[str]:
 def basis(recipe) -> Dict[str, str]:
     """Each printed term -> what it rests on (physics, or the fitted constant and its value)."""
     g = group(recipe)
-    if g in ("zero3", "fsdp"):
-        out = dict.fromkeys(("compute", "per-micro-batch overhead", "communication", "pipeline bubble", "optimizer"),
-                            PHYSICS)
+    if g in HF_GROUPS:
+        from vdkit.planner.predict_hf import gpu_profile
+
+        out = dict.fromkeys(("per-micro-batch overhead", "communication", "pipeline bubble", "optimizer"), PHYSICS)
+        eff = float(gpu_profile(recipe)["hf_gemm_efficiency"])
+        out["compute"] = (f"fitted: hf_gemm_efficiency={eff:.3g} of the {recipe.cluster.gpu_type}'s MAMF "
+                          "(public torch FSDP runs, benchmarks/hf_efficiency.py)" if eff != 1.0 else
+                          f"{PHYSICS}; no public run of this stack on the {recipe.cluster.gpu_type} fitted")
         return _fabric_basis(recipe, out)
     from vdkit.planner.predict import fitted
 

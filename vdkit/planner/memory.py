@@ -22,8 +22,17 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
-  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits (bf16 + fp32 for
-  the loss: 6*s*b*V / TP).
+  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits, 6*s*b*V / TP: the
+  bf16 logits (2) live at the loss and the fp32 softmax the loss saves for backward (4) - megatron-core
+  0.16.1's ``vocab_parallel_cross_entropy`` (tensor_parallel/cross_entropy.py: ``.float()`` copy, in-place
+  exp, ``save_for_backward(exp_logits, ...)``), which NeMo 1.23 runs, and its ``native`` fused variant
+  (fusions/fused_cross_entropy.py:119, the same fp32 ``exp_logits``), which Bridge runs as the kit renders it
+  (``cross_entropy_loss_fusion`` on, ``cross_entropy_fusion_impl`` left at megatron-core's ``native``);
+  backward turns the fp32 buffer into the gradient in place and casts it to bf16: 4 + 2 again. Transformer
+  Engine's ``parallel_cross_entropy`` (``cross_entropy_fusion_impl="te"``, NVIDIA's Llama 3 recipes) saves
+  only its bf16 input and writes the gradient into it (2*s*b*V / TP); no engine here renders it.
+- capacity: the cluster's ``gpu_memory_gb`` in the same GB (1e9 bytes) as these totals - the GPU's reported
+  total (hf_step_time.yaml ``memory_total_bytes``; an H100 "80GB" is 81,559 MiB = 85.5 GB).
 - overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
   conf/calibration/memory.yaml, or the cluster's ``memory_overhead_gb``: 0 for CPU processes).
 
@@ -47,15 +56,15 @@ from vdkit.schema import GB, Memory, Recipe
 # conf/calibration/memory.yaml, read through vdkit.planner.calibration.
 
 
-def recompute_share(recipe, recompute: str, layers_per_stage: int) -> float:
+def recompute_share(recipe, recompute: str, layers_per_stage: int, vp: int = 1) -> float:
     """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
-    partial, vdkit.recompute); 0 for none / selective."""
+    partial, the first N of each of the stage's ``vp`` model chunks, vdkit.recompute); 0 for none / selective."""
     from types import SimpleNamespace
 
     from vdkit.recompute import full_share
 
     p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
-    return full_share(p, layers_per_stage)
+    return full_share(p, layers_per_stage, vp)
 
 
 def static_bytes(precision: str) -> Tuple[float, float, float]:
@@ -135,9 +144,10 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     # context parallelism: each GPU holds 1 / CP of every sequence's activations (and logits)
     s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
     b = t.micro_batch_size
-    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute)
+    fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8)
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
-        share = recompute_share(r, recompute, layers)
+        share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:

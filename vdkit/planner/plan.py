@@ -76,11 +76,11 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
 
 def _partial_recompute(r: Recipe, tp: int, pp: int, vp: int, sp: bool, distributed_optimizer: bool
                        ) -> Optional[Candidate]:
-    """Full recompute of only as many layers per stage as memory needs (megatron's block method), or None
-    when no recompute or every layer is what it takes. Interleaved layouts (VP > 1) recompute per
-    virtual stage and are left to none / selective / full."""
-    cap, layers = r.cluster.gpu_memory_gb, r.model.num_layers // pp
-    if vp > 1 or layers < 2:
+    """Full recompute of only as many layers per model chunk as memory needs (megatron's block method: the
+    first N layers of each of a stage's VP chunks, vdkit.recompute), or None when no recompute or every
+    layer is what it takes."""
+    cap, layers = r.cluster.gpu_memory_gb, r.model.num_layers // pp // vp
+    if layers < 2:
         return None
 
     def memory(n):
@@ -89,7 +89,7 @@ def _partial_recompute(r: Recipe, tp: int, pp: int, vp: int, sp: bool, distribut
 
     if estimate_memory(r, tp, pp, vp, sp, "none", distributed_optimizer).total_gb <= cap * (1 - HEADROOM):
         return None
-    lo, hi = 1, layers  # the fewest layers whose recompute leaves the headroom (memory falls with n)
+    lo, hi = 1, layers  # the fewest layers per chunk whose recompute leaves the headroom (memory falls with n)
     while lo < hi:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if memory(mid).total_gb <= cap * (1 - HEADROOM) else (mid + 1, hi)

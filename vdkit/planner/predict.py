@@ -180,7 +180,7 @@ def _matmul_per_layer(m, counts) -> int:
     return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
 
 
-def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1) -> float:
+def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1, vp: int = 1) -> float:
     """Model FLOPs per token for one training step (forward, backward and recomputation)."""
     m = recipe.model
     counts = param_counts(m)
@@ -188,7 +188,7 @@ def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = Non
     layers_fwd = 2 * m.num_layers * matmul_per_layer + 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
     logits_fwd = 2 * m.hidden_size * m.vocab_size
     passes = 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
-    recompute_fwd = recompute_share(recipe, recompute, m.num_layers // pp)
+    recompute_fwd = recompute_share(recipe, recompute, m.num_layers // pp, vp)
     return (passes + recompute_fwd) * layers_fwd + passes * logits_fwd
 
 
@@ -238,13 +238,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 
     # Compute, on the roofline: FLOPs at the achieved GEMM rate, but never faster than streaming the
     # weights from HBM once per GEMM pass (forward, activation gradient, weight gradient).
-    share = recompute_share(r, recompute, layers)  # full recompute: the share of layers rerun forward
+    share = recompute_share(r, recompute, layers, vp)  # full recompute: the share of layers rerun forward
     passes = (3 if full else 2) + share
     weight_bytes = (nb["weight_fp8"] if fp8 else nb["weight_bf16"]) * gemm_params
     # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU;
     # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
     slow = straggler(r.world_size, hw)
-    flops_mb = slow * n * flops_per_token(r, recompute, calib, pp) / (tp * pp * cp) / peak  # s at 100 % of peak
+    flops_mb = slow * n * flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp) / peak  # s at 100 % of peak
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro

@@ -11,8 +11,13 @@ vdkit.tokens) on one GPU:
   backward GEMMs (activation and weight gradients; LoRA / P-tuning skip frozen weight gradients), each
   on the roofline ``max(FLOPs / MAMF, bytes / HBM)`` - MAMF the GPU's *measured* maximum achievable matmul
   rate, less what tile and wave quantization of the GEMM's output cost on the GPU's compute units, so a
-  small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its size allows; attention scores over the padded row length; element-wise work as HBM traffic of the
-  stored activations. Full recomputation repeats the forward. The gradient's own HBM traffic: the stack's
+  small micro batch (few tokens, the weights still streamed whole) reaches the efficiency its size allows;
+  attention scores over the padded row length; element-wise work as HBM traffic of the stored activations.
+  The one fitted constant, per GPU: ``hf_gemm_efficiency``, the fraction of MAMF eager PyTorch's GEMMs reach
+  inside a training step (MAMF is one GEMM in a loop; a step interleaves them with launches, hooks and
+  collectives on the same SMs), fitted by benchmarks/hf_efficiency.py on public torch FSDP runs on H100 and
+  A100 (full rows), with leave-one-out. Full recomputation repeats the forward of the layers it covers (``recompute_num_layers`` of
+  them, else all). The gradient's own HBM traffic: the stack's
   copy of every gradient (FSDP's flat-parameter concatenation, ZeRO-3's contiguous reduce bucket) and the
   in-place accumulation into a resident gradient on a step's later micro batches (FSDP under ``no_sync``, DDP).
 - **communication** (sharded): FSDP / ZeRO-3 gather each decoder layer's parameters in bf16 before its
@@ -129,6 +134,15 @@ def _stored_activation_bytes(m, tokens: float) -> float:
     return tokens * (11 * h + mlp + 4 * h)
 
 
+def recompute_fraction(recipe, recompute: str) -> float:
+    """Share of the decoder layers whose forward full recomputation repeats: ``recompute_num_layers`` of them
+    when set (the rest keep their activations), else all; 0 without full recomputation."""
+    if recompute != "full":
+        return 0.0
+    n = recipe.parallelism.recompute_num_layers
+    return min(1.0, n / recipe.model.num_layers) if n else 1.0
+
+
 def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = None) -> Optional[StepTime]:
     """Predicted seconds per step of a transformers-engine recipe (DDP / FSDP / ZeRO-3), by term.
 
@@ -151,7 +165,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     n, row = mb.tokens, mb.padded_row
     if r.method.name == "ptuning":
         n += t.micro_batch_size * r.method.ptuning_virtual_tokens
-    mamf = float(prof["mamf_tflops_bf16"]) * 1e12
+    mamf = float(prof["mamf_tflops_bf16"]) * 1e12 * float(prof["hf_gemm_efficiency"])
     hbm = float(prof["hbm_gb_s"]) * 1e9
     counts = param_counts(m)
     full = r.method.name in ("sft", "pretrain")
@@ -170,7 +184,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     attn_bytes = float(stack["attention_score_passes"]) * 2.0 * t.micro_batch_size * heads * row * row * eager
     attn_fwd = max(attn_flops / mamf, attn_bytes / hbm)
     elementwise = float(stack["elementwise_passes"]) * _stored_activation_bytes(m, n) / hbm
-    recomputed = 1.0 if recompute == "full" else 0.0
+    recomputed = recompute_fraction(recipe, recompute)
     # The gradient's own HBM traffic outside the GEMMs: the stack's copy of each gradient (FSDP's flat-parameter
     # concatenation, ZeRO-3's contiguous bucket) and the in-place accumulation into a resident gradient on
     # every micro batch of a step but its first; averaged over the step's micro batches.

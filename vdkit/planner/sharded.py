@@ -18,7 +18,7 @@ model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 
   mask), MLP 2sbh + 4sbf (ReLU / GeLU: fc1 output and activation) or 2sbh + 8sbf (SwiGLU: gate,
   up, activation and product) + sbh dropout mask, and 4sbh for the two norms. Gradient
   checkpointing (``recompute=full``) keeps only each block's input (2sbh) plus one block's working
-  set. The logits: bf16 plus the fp32 upcast and its gradient for the loss, 10 s b V.
+  set; with ``recompute_num_layers`` N < L only N layers are checkpointed, the others keep all. The logits: bf16 plus the fp32 upcast and its gradient for the loss, 10 s b V.
 - CPU offload (``parallelism.cpu_offload``): the sharded state lives in host memory (reported per
   node), the GPU keeps the gathered units and activations.
 - unsharded gradients during gradient accumulation (``accumulation_grad_bytes``): the HF Trainer runs
@@ -38,6 +38,7 @@ from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
 from vdkit.schema import GB, Memory, Plan, Prediction, Recipe
+from vdkit.tokens import full_rows
 
 # The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
 # conf/calibration/memory.yaml, read here through vdkit.planner.calibration.
@@ -89,8 +90,9 @@ def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[boo
     gathered = (float(consts["gathered_layers"]) * 2.0 + 2.0) * counts.per_layer + 4.0 * counts.outside_layers
     per_layer = activation_bytes_per_layer(r)
     s, b, h = t.seq_length, t.micro_batch_size, m.hidden_size
-    if recompute == "full":
-        acts = m.num_layers * 2 * s * b * h + per_layer
+    if recompute == "full":  # checkpointed layers keep their input; the rest (recompute_num_layers < L) keep all
+        kept = m.num_layers - (r.parallelism.recompute_num_layers or m.num_layers)
+        acts = (m.num_layers - kept) * 2 * s * b * h + kept * per_layer + per_layer
     else:
         acts = m.num_layers * per_layer
     acts += float(consts["logit_bytes"]) * s * b * m.vocab_size
@@ -112,7 +114,8 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
     """The plan of a sharded data-parallel recipe: TP = PP = 1, DP = world size, the memory above.
 
     Recomputation: the pinned ``parallelism.recompute``, else none, else full (gradient
-    checkpointing) when none does not fit. An infeasible plan says by how much it misses and what
+    checkpointing) when none does not leave the planner's headroom (HEADROOM of the GPU; none is kept when
+    full does not leave it either but none fits). An infeasible plan says by how much it misses and what
     would fit (gradient checkpointing, CPU offload, more nodes).
     """
     p, t = recipe.parallelism, recipe.train
@@ -128,7 +131,9 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
     options = [p.recompute] if p.recompute else ["none", "full"]
     tried = [(rc, estimate_sharded_memory(recipe, rc)) for rc in options]
     fitting = [(rc, mh) for rc, mh in tried if mh[0].total_gb <= cap]
-    rc, (mem, host) = fitting[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
+    # the cheapest recompute that leaves the planner's headroom (as an automatic layout must), else one that fits
+    roomy = [(rc, mh) for rc, mh in fitting if mh[0].total_gb <= cap * (1 - HEADROOM)]
+    rc, (mem, host) = (roomy or fitting)[0] if fitting else min(tried, key=lambda x: x[1][0].total_gb)
     feasible = bool(fitting)
     borderline = is_borderline(mem.total_gb, cap)
     notes = [f"sharded data parallel: {LIBRARY[p.sharding]}, shard group {n} GPUs"]
@@ -153,7 +158,7 @@ def make_sharded_plan(recipe: Recipe) -> Plan:
                      f"tokens per micro batch (rows padded to {parts['padded_row']:.0f}, {parts['mean_row']:.0f} "
                      f"on average), collectives at {parts['bus_gb_s']:.0f} GB/s bus bandwidth")
         notes.append(f"tokens: {parts['tokens_source']}")
-        if p.sharding in FLOOR_STACKS:
+        if p.sharding in FLOOR_STACKS and not full_rows(resolved):
             notes.append(FLOOR_NOTE)
         if borderline:
             notes.append(MEMORY_PRESSURE_NOTE)
@@ -174,12 +179,13 @@ MEMORY_PRESSURE_NOTE = ("prediction: near the GPU's memory the caching allocator
                         "leaves out: expect slower than predicted, or lower train.micro_batch_size")
 
 
-# Every published run of the HF Trainer + torch FSDP stack the transformers regime is checked against took longer
-# than it predicts, by a factor that differs between runs of one command (the figures: benchmarks/bench_prediction.py,
-# docs/prediction.md), so no factor is applied: the plan says how to read it. ZeRO-3 plans carry no such note.
+# Every published run of the HF Trainer + torch FSDP stack on unpacked fine-tuning rows the transformers regime is
+# checked against took longer than it predicts (benchmarks/hf_efficiency.py: the fsdp_unpacked range), so the plan
+# says how to read it; full-row FSDP plans (pretraining, packed) are centred on their public runs (the fsdp range)
+# and ZeRO-3 plans carry no such note.
 FLOOR_STACKS = ("fsdp",)
-FLOOR_NOTE = ("prediction: read it as a floor - every published run of the HF Trainer + FSDP stack it was checked "
-              "against took longer, by a factor that differs between runs (docs/prediction.md)")
+FLOOR_NOTE = ("prediction: read it as a floor - every published HF Trainer + FSDP run on unpacked rows it was checked "
+              "against took longer (its range says by how much; docs/prediction.md)")
 
 
 def largest_micro_batch(r: Recipe, recompute: str, fraction: float, limit: int = 256) -> int:
