@@ -57,7 +57,7 @@ def main() -> int:
     ap.add_argument("--only", default=None, help="comma-separated layouts (" + ",".join(LAYOUTS) + ")")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="bench_bridge_"))
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.recipes.bridge.convert import make_base
 
     base = make_base(compose(BASE), out)  # a seeded toy HF tiny_llama converted with Bridge's HF import

@@ -35,8 +35,8 @@ LAYOUTS = {
 def step_times(run_dir: Path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from vdkit.logformat import TIMING_KEY
-    from vdkit.rundir import LOG_DIR
+    from vdkit.run.logformat import TIMING_KEY
+    from vdkit.run.rundir import LOG_DIR
 
     acc = EventAccumulator(str(run_dir / LOG_DIR))
     acc.Reload()

@@ -19,8 +19,8 @@ import tempfile
 import time
 import tracemalloc
 
-from vdkit.logformat import CONSUMED_SAMPLES_KEY, GLOBAL_STEP_KEY, LOSS_KEY, TIMING_KEY  # the metric names' home
-from vdkit.recipes.progress import tqdm_num  # the engine's NeMo-format numbers
+from vdkit.run.logformat import CONSUMED_SAMPLES_KEY, GLOBAL_STEP_KEY, LOSS_KEY, TIMING_KEY  # the metric names' home
+from vdkit.recipes.common.progress import tqdm_num  # the engine's NeMo-format numbers
 
 
 def write_log(path: str, steps: int) -> None:

@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vdkit.planner import predict as P  # noqa: E402
-from vdkit.config import compose, conf_dir  # noqa: E402
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose, conf_dir  # noqa: E402
+from vdkit.render.sweep import sweep_cells
 from vdkit.planner.arch import param_counts  # noqa: E402
 from vdkit.planner.plan import TIE, candidate_layouts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from vdkit.logformat import CONSUMED_SAMPLES_KEY, LOSS_KEY, TIMING_KEY  # the metric names' home
+from vdkit.run.logformat import CONSUMED_SAMPLES_KEY, LOSS_KEY, TIMING_KEY  # the metric names' home
 
 OTHER_TAGS = ("lr", "epoch", "global_step", "grad_norm", "val_loss", "train_backward_timing in s",
               "train_forward_timing in s")

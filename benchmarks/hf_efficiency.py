@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).parent))
 
-from vdkit.config import compose, conf_dir  # noqa: E402
+from vdkit.composition.config import compose, conf_dir  # noqa: E402
 from vdkit.planner import predict_hf  # noqa: E402
 from vdkit.planner.plan import make_plan  # noqa: E402
 
@@ -43,7 +43,7 @@ def _flat(items) -> List[str]:
 def load_runs() -> List[dict]:
     """Each run with its resolved recipe (``recipe``) and published seconds per step (``published_s``)."""
     from bench_prediction import PLAN_ONLY
-    from vdkit.sweep import sweep_cells
+    from vdkit.render.sweep import sweep_cells
 
     data = yaml.safe_load(DATA.read_text())
     base = [o for o in sweep_cells("alpaca_opt", PLAN_ONLY)[0] if not o.startswith(("model=", "model.hf_path="))]

@@ -14,7 +14,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vdkit.config import compose  # noqa: E402
+from vdkit.composition.config import compose  # noqa: E402
 from vdkit.planner import predict as P  # noqa: E402
 from vdkit.planner.plan import make_plan  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import List, Optional, Tuple
 from vdkit.errors import UserError
 
 KUBECTL_TIMEOUT_S = 60
-# The operators' end states in the kit's words (vdkit.launchers.COMPLETED / FAILED).
+# The operators' end states in the kit's words (vdkit.launch.launchers.COMPLETED / FAILED).
 ENDED = {"SUCCEEDED": "COMPLETED", "Succeeded": "COMPLETED", "FAILED": "FAILED", "Failed": "FAILED",
          "STOPPED": "FAILED"}
 # kind -> (kubectl resource name, jsonpath of the state KubeRay / training-operator report)
@@ -82,7 +82,7 @@ def _run(argv: List[str]) -> str:
 
 def apply(run_dir: Path) -> str:
     """``kubectl apply -f MANIFEST``; records and returns ``namespace/kind/name``."""
-    from vdkit.rundir import JOB_ID_FILE
+    from vdkit.run.rundir import JOB_ID_FILE
 
     path = manifest_path(run_dir)
     kubectl = require_cluster()

@@ -1,6 +1,6 @@
 """The Kubernetes launcher (``cluster.launcher=kubernetes``): a RayJob or PyTorchJob, applied with kubectl.
 
-The interface is :mod:`vdkit.launchers`'; the site's facts are ``cluster.kubernetes``
+The interface is :mod:`vdkit.launch.launchers`'; the site's facts are ``cluster.kubernetes``
 (:mod:`vdkit.k8s.settings`), the manifests :mod:`vdkit.k8s.manifests`' (pure functions of the plan
 and the engine's job request), apply and state :mod:`vdkit.k8s.kubectl`'s.
 
@@ -120,7 +120,7 @@ def test(run_dir) -> str:
 
 def job(run_dir) -> str:
     """The run's latest job as ``vdkit submit`` recorded it (namespace/kind/name), else ``-``."""
-    from vdkit.rundir import JOB_ID_FILE
+    from vdkit.run.rundir import JOB_ID_FILE
 
     path = Path(run_dir) / JOB_ID_FILE
     ids = path.read_text().split() if path.is_file() else []
@@ -146,7 +146,7 @@ def continue_command(run_dir) -> str:
     import shlex
 
     from vdkit.k8s.kubectl import manifest_path
-    from vdkit.rundir import CANCELLED_FILE
+    from vdkit.run.rundir import CANCELLED_FILE
 
     run_dir = Path(run_dir)
     return (f"rm {shlex.quote(str(run_dir / CANCELLED_FILE))} && "

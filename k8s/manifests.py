@@ -34,7 +34,7 @@ from pathlib import PurePosixPath
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
-from vdkit.jobspec import JobSpec
+from vdkit.run.jobspec import JobSpec
 
 from vdkit.k8s import settings as ks
 
@@ -53,7 +53,7 @@ POD_PYTHON = "python3"  # the interpreter inside the image
 # ----------------------------------------------------------------------------- what goes into a pod
 def fabric_env(plan, job: JobSpec) -> Dict[str, str]:
     """The cluster's NCCL / RCCL / socket variables and the engine's, exactly as the Slurm job exports them."""
-    from vdkit.fabric import job_env
+    from vdkit.launch.fabric import job_env
 
     return job_env(plan, job.env)
 
@@ -157,7 +157,7 @@ PREFLIGHT_CONTAINER = "preflight"
 
 
 def preflight_container(job: JobSpec, the_container: dict) -> Optional[dict]:
-    """The pod's init container: the job's pre-flight (:mod:`vdkit.recipes.preflight`) in the pod's image, with its
+    """The pod's init container: the job's pre-flight (:mod:`vdkit.recipes.common.preflight`) in the pod's image, with its
     volumes, before the ranks start; its refusal is one line in the init container's log and exit 2 (no GPU, no
     rank ever starts). None when the job has no pre-flight."""
     if not job.preflight:

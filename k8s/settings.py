@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional, Tuple
 
 from vdkit.errors import UserError
-from vdkit.limits import INT32_MAX
+from vdkit.composition.limits import INT32_MAX
 
 # ----------------------------------------------------------------------------- pinned versions
 # The manifests are written for (and tested against the CRDs of) exactly these releases.

@@ -9,8 +9,8 @@ Adding an engine takes three things and nothing else:
 
 ``config`` (what ``engine.name`` may be, and what the engine's spec holds: :func:`check_recipe`),
 ``vdkit render`` / ``submit`` / ``run`` all go through :func:`get`; nothing else branches on an engine's
-name. What an engine returns reaches the launcher (:mod:`vdkit.launchers`) as a
-:class:`vdkit.jobspec.JobSpec`: launchers never import an engine.
+name. What an engine returns reaches the launcher (:mod:`vdkit.launch.launchers`) as a
+:class:`vdkit.run.jobspec.JobSpec`: launchers never import an engine.
 
 Keep an engine module's top level light (standard library, vdkit.errors / rundir / jobspec / recipes.spec):
 the Slurm renderer, ``vdkit plan`` and ``vdkit --help`` import it; import torch & co. inside the training code.
@@ -79,7 +79,7 @@ class Engine:
     def check(self, plan) -> None:
         vendors = self.gpu_vendors
         c = plan.recipe.cluster
-        from vdkit import launchers
+        from vdkit.launch import launchers
 
         if not launchers.executes_here(c.launcher) and c.gpu_vendor not in vendors:
             raise UserError(f"engine={self.name} runs an image built for {'/'.join(vendors)} GPUs and cluster "
@@ -109,10 +109,10 @@ class Engine:
         return [(w, str(p), "dir" if is_dir else "file") for w, p, is_dir in self.inputs(plan)]
 
     def check_runs(self, run_dirs) -> list:
-        """One :class:`vdkit.jobcheck.Report` per run directory (``vdkit check``); timed here."""
+        """One :class:`vdkit.run.jobcheck.Report` per run directory (``vdkit check``); timed here."""
         import time
 
-        from vdkit.jobcheck import Report
+        from vdkit.run.jobcheck import Report
 
         fn = self.spec.check_runs
         if fn is None:

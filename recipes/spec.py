@@ -4,11 +4,11 @@ Each engine module ends with ``SPEC = EngineSpec(...)`` (in the spirit of torcht
 the registry (:mod:`vdkit.recipes.engines`) reads it and nothing else. A spec is checked when it is
 built - at registration - so a misspelt capability is a ``TypeError`` (an unknown keyword), and a model
 field the spec neither maps, ignores nor refuses is a ``TypeError`` naming the field: adding a field to
-:class:`vdkit.schema.ModelCfg` makes every engine say what it does with it before anything runs.
+:class:`vdkit.composition.schema.ModelCfg` makes every engine say what it does with it before anything runs.
 
 The door (:func:`refusal`, asked by composition through the registry) refuses a recipe the spec does not
 hold in one line naming the field or capability and the engines that have it. Standard library only at
-import (``vdkit plan`` stays torch-free); the kit's vocabularies come from :mod:`vdkit.schema` (below both).
+import (``vdkit plan`` stays torch-free); the kit's vocabularies come from :mod:`vdkit.composition.schema` (below both).
 """
 from __future__ import annotations
 
@@ -24,19 +24,19 @@ HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "
 class EngineSpec:
     """One engine: its functions and its capabilities as data (see docs/architecture.md, "Adding an engine").
 
-    Functions (``plan`` a :class:`vdkit.schema.Plan`, ``run_dir`` the run directory's Path):
+    Functions (``plan`` a :class:`vdkit.composition.schema.Plan`, ``run_dir`` the run directory's Path):
 
     - ``command(plan, run_dir) -> list[str]``: the argv every rank runs (required);
     - ``files(plan, run_dir) -> dict``: extra run-directory files, name -> content (their names in ``run_dir_files``);
     - ``check(plan)``: refuse (UserError) what the stack cannot run beyond the capabilities below; pure;
     - ``inputs(plan) -> [(what, path, must_be_dir)]``: the engine's own local inputs (mount check);
-    - ``preflight(plan, run_dir) -> [(what, path, kind)]``: what the job's pre-flight (:mod:`vdkit.recipes.preflight`,
+    - ``preflight(plan, run_dir) -> [(what, path, kind)]``: what the job's pre-flight (:mod:`vdkit.recipes.common.preflight`,
       on the cluster before any rank builds a model) checks beyond the common set; default: ``inputs`` as dir / file;
-    - ``check_runs(run_dirs) -> [vdkit.jobcheck.Report]``: ``vdkit check``, one stack import for all;
+    - ``check_runs(run_dirs) -> [vdkit.run.jobcheck.Report]``: ``vdkit check``, one stack import for all;
     - ``local_check(plan)``: before training on this machine (data, tokenizer); ``runtime_modules`` first;
     - ``resume_check(plan, run_dir)``: before a stopped run continues in its run directory;
     - ``env(plan[, run_dir]) -> dict``: variables every rank needs beyond the cluster's;
-    - ``container(plan, run_dir) -> vdkit.jobspec.Container | None``: the image and mounts (None: host Python);
+    - ``container(plan, run_dir) -> vdkit.run.jobspec.Container | None``: the image and mounts (None: host Python);
     - ``finished_line(plan) -> str | None``: for ranks that exit 0 on a clean stop too, what rank 0 prints when done;
     - ``make_base(recipe, directory) -> path``: a seeded toy base checkpoint at ``base_model_key`` (the demo);
     - ``notes(recipe) -> [str]``: lines the plan (and the render) says about the engine's run, e.g. seeded weights.
@@ -74,9 +74,9 @@ class EngineSpec:
     mcore_rope: bool = False  # its llama3 scaling is megatron-core's (fixed low / high frequency factors)
     step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
     # --- how it runs
-    run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.rundir)
+    run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)
     # the run-dir files a person may edit (its config): `vdkit check` holds them to the stack's types and the value
-    # rules; every other rendered file is compared with the kit's render byte for byte (vdkit.rendercheck)
+    # rules; every other rendered file is compared with the kit's render byte for byte (vdkit.render.rendercheck)
     config_files: Tuple[str, ...] = ()
     gpu_vendors: Tuple[str, ...]  # cluster.gpu_vendor values its image is built for
     images: Tuple[str, ...] = ()  # engine.* keys naming its images (their values: conf/engine/<name>.yaml)
@@ -94,8 +94,8 @@ class EngineSpec:
 
     def validate(self) -> None:
         """Raise TypeError naming the first thing this spec gets wrong (its registration fails)."""
-        from vdkit import schema
-        from vdkit.schema import STEP_TIME_REGIMES as REGIMES, ModelCfg
+        from vdkit.composition import schema
+        from vdkit.composition.schema import STEP_TIME_REGIMES as REGIMES, ModelCfg
 
         who = f"engine spec {self.name!r}"
 
@@ -115,7 +115,7 @@ class EngineSpec:
             unknown = sorted(set(got) - set(fields))
             if unknown:
                 bad(f"{kind} names {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} not a model "
-                    "field (vdkit.schema.ModelCfg)")
+                    "field (vdkit.composition.schema.ModelCfg)")
         twice = sorted(f for f in fields if sum(f in got for got in said.values()) > 1)
         if twice:
             bad(f"model field(s) {', '.join(twice)} named in more than one of maps / ignores / refuses")

@@ -1,8 +1,8 @@
 """The batch script's environment on a Slurm cluster: the fabric's variables, rendezvous, pyxis flags.
 
 Engine-agnostic: what an engine needs (its variables, its container) arrives as data
-(:class:`vdkit.jobspec.JobSpec`); nothing here knows an engine's name. The fabric's variables
-(NCCL / RCCL, from the cluster's data) are :mod:`vdkit.fabric`'s, shared with every launcher; what
+(:class:`vdkit.run.jobspec.JobSpec`); nothing here knows an engine's name. The fabric's variables
+(NCCL / RCCL, from the cluster's data) are :mod:`vdkit.launch.fabric`'s, shared with every launcher; what
 is Slurm's own is here. Pure functions (no I/O): :mod:`vdkit.slurm.render` turns their output into
 shell lines, quoting every value. Facts behind the choices: docs/cluster-guide.md.
 """
@@ -11,15 +11,15 @@ from __future__ import annotations
 import shlex
 from typing import Dict, List, Optional
 
-from vdkit import fabric
+from vdkit.launch import fabric
 from vdkit.errors import UserError
-from vdkit.ports import job_port_shell
+from vdkit.run.ports import job_port_shell
 
 JOB_ID_VAR = "SLURM_JOB_ID"  # what the batch script knows its job by (rendezvous port, run-dir lock)
 
 
 def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
-    """The variables exported before srun, in order: :func:`vdkit.fabric.job_env`, then SRUN_CPUS_PER_TASK
+    """The variables exported before srun, in order: :func:`vdkit.launch.fabric.job_env`, then SRUN_CPUS_PER_TASK
     (Slurm 22.05-23.02 no longer passes --cpus-per-task from sbatch to srun)."""
     env = fabric.job_env(plan, engine_env)
     env["SRUN_CPUS_PER_TASK"] = str(plan.recipe.cluster.cpus_per_task)
@@ -35,7 +35,7 @@ def rendezvous_lines() -> List[str]:
     MASTER_ADDR is the first node's NodeAddr as slurmctld knows it: node names need not resolve
     (emulated nodes, sites without DNS for compute names), the address slurmd uses does.
     ``sed -n 1p`` rather than ``head -n1``: it reads all input, so under ``pipefail`` the
-    producer cannot die of SIGPIPE. MASTER_PORT is derived from the job id (:mod:`vdkit.ports`):
+    producer cannot die of SIGPIPE. MASTER_PORT is derived from the job id (:mod:`vdkit.run.ports`):
     two jobs sharing a host get different ports, all below the ephemeral range.
     """
     return [
@@ -87,7 +87,7 @@ def _mount_path(what: str, path: str) -> str:
 
 
 def pyxis_args(container, run_dir, env_names: List[str], writable: bool = False) -> List[str]:
-    """srun's pyxis flags for a job whose ranks run in ``container`` (a vdkit.jobspec.Container).
+    """srun's pyxis flags for a job whose ranks run in ``container`` (a vdkit.run.jobspec.Container).
 
     Unquoted argv; the renderer quotes them. --container-env lists the job's variables so that
     values baked into the image (enroot's pytorch hook sets MASTER_ADDR/PORT, NCCL_* may be set)

@@ -1,8 +1,8 @@
 """The Slurm launcher (``cluster.launcher=slurm``): launch.sbatch, sbatch through submitit, job state.
 
-The interface is :mod:`vdkit.launchers`'. The script is :mod:`vdkit.slurm.render`'s, submission
+The interface is :mod:`vdkit.launch.launchers`'. The script is :mod:`vdkit.slurm.render`'s, submission
 and state :mod:`vdkit.slurm.submit`'s; this module is the seam the rest of the kit sees.
-Continuation across allocations (the job contract, :mod:`vdkit.jobspec`): the script's batch
+Continuation across allocations (the job contract, :mod:`vdkit.run.jobspec`): the script's batch
 shell, outside any container, passes Slurm's ``--signal=B:USR1`` to the ranks, and when they stop
 cleanly (exit 75) submits the next allocation with ``--dependency=afterany``; a finished run writes
 ``finished`` and never starts again (:func:`vdkit.slurm.render.continuation_lines`).
@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from vdkit.errors import UserError
-from vdkit.jobspec import JobSpec
-from vdkit.rundir import SBATCH_FILE
+from vdkit.run.jobspec import JobSpec
+from vdkit.run.rundir import SBATCH_FILE
 
 RUNS_FIRST = True  # submit() sbatches the run dir's FIRST_FILE jobs first, launch.sbatch with afterok on them
 
@@ -35,9 +35,9 @@ def files(plan, job: JobSpec, run_dir: Path) -> Dict[str, str]:
 
 
 def next_command(files) -> str:
-    """``sbatch {}/launch.sbatch``; with jobs that must run first (:data:`vdkit.rundir.FIRST_FILE`: Bridge's
+    """``sbatch {}/launch.sbatch``; with jobs that must run first (:data:`vdkit.run.rundir.FIRST_FILE`: Bridge's
     import_hf.sbatch) the one line that submits them and training after them (afterok), as `vdkit submit` does."""
-    from vdkit.rundir import FIRST_FILE
+    from vdkit.run.rundir import FIRST_FILE
 
     first = [ln.strip() for ln in str(files.get(FIRST_FILE, "")).splitlines() if ln.strip()]
     if not first:

@@ -20,7 +20,7 @@ def _xe9680_gpus_per_node() -> int:
     """The XE9680's GPU count from its one home, conf/cluster/xe9680.yaml."""
     import yaml
 
-    from vdkit.conftree import conf_dir
+    from vdkit.composition.conftree import conf_dir
 
     return int(yaml.safe_load((conf_dir() / "cluster" / "xe9680.yaml").read_text())["gpus_per_node"])
 
@@ -96,7 +96,7 @@ def write_config(root: Path, node_names: List[str], munge_socket: Path, conf: Pa
         "JobCompType=jobcomp/none",
         f"MinJobAge={MIN_JOB_AGE_S}",
         "SchedulerType=sched/backfill",
-        # Pending jobs whose start time has come (a restart's --begin, vdkit.faults.RESTART_DELAY_S) start
+        # Pending jobs whose start time has come (a restart's --begin, vdkit.run.faults.RESTART_DELAY_S) start
         # within 5 s, not at the next periodic pass (30 s backfill, 60 s main loop by default).
         "SchedulerParameters=bf_interval=5,sched_interval=5",
         "SelectType=select/cons_tres",

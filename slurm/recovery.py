@@ -1,7 +1,7 @@
 """The batch shell's recovery: the heartbeat watchdog, the failed step's record and the bounded restart.
 
 What the batch shell (outside any container, on the first node) does besides continuation
-(:mod:`vdkit.slurm.render`), with the numbers of :mod:`vdkit.faults`:
+(:mod:`vdkit.slurm.render`), with the numbers of :mod:`vdkit.run.faults`:
 
 - **Watchdog** (:func:`watchdog_lines`, a background function while the step runs, for engines whose
   ranks write heartbeats): a rank whose heartbeat is older than ``DEAD_AFTER_S`` (``cluster.heartbeat_timeout_s``) (a dead node, a
@@ -36,8 +36,8 @@ from __future__ import annotations
 import shlex
 from typing import List
 
-from vdkit import faults
-from vdkit.jobspec import EXIT_REFUSED
+from vdkit.run import faults
+from vdkit.run.jobspec import EXIT_REFUSED
 
 # Words for a rank's exit code in the record (others: "exited with code N").
 EXIT_WORDS = {EXIT_REFUSED: f"refused its input (exit {EXIT_REFUSED}: the recipe's fault, not restarted)",
@@ -48,10 +48,10 @@ EXIT_WORDS = {EXIT_REFUSED: f"refused its input (exit {EXIT_REFUSED}: the recipe
 
 def env_lines(run_dir, limits: faults.Limits) -> List[str]:
     """Exports for the ranks: where to beat, the process group's timeout."""
-    from vdkit.rundir import HEARTBEAT_DIR
+    from vdkit.run.rundir import HEARTBEAT_DIR
 
     hb = shlex.quote(f"{run_dir}/{HEARTBEAT_DIR}")
-    return [f"export {faults.HEARTBEAT_ENV}={hb}  # each rank's liveness and progress (vdkit.faults)",
+    return [f"export {faults.HEARTBEAT_ENV}={hb}  # each rank's liveness and progress (vdkit.run.faults)",
             f"export {faults.COLLECTIVE_TIMEOUT_ENV}={limits.collective_timeout_s}  # process-group timeout (s), "
             "from the plan: longer than the watchdog's limits",
             f'mkdir -p "${faults.HEARTBEAT_ENV}"; rm -f "${faults.HEARTBEAT_ENV}"/rank* '
@@ -62,7 +62,7 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
     """``vdkit_watchdog``: the background check of every rank's heartbeat (see the module docstring)."""
     hb = f'"${faults.HEARTBEAT_ENV}"'
     return [
-        "vdkit_watchdog() {  # kill the step when a rank stops beating or no rank progresses (vdkit.faults)",
+        "vdkit_watchdog() {  # kill the step when a rank stops beating or no rank progresses (vdkit.run.faults)",
         "  local started now f beat prog step ms node phase compute n newest slowest limit why starting saving oldest who",
         "  started=$(date +%s)",
         f"  while sleep {faults.HEARTBEAT_S}; do",
@@ -114,7 +114,7 @@ def watchdog_lines(world: int, limits: faults.Limits) -> List[str]:
 
 def submit_lines(run_dir, limits: faults.Limits) -> List[str]:
     """``vdkit_submit_next``: sbatch the next allocation (``--exclude`` the blamed nodes), with back-off."""
-    from vdkit.rundir import EXCLUDED_NODES_FILE, JOB_ID_FILE, SBATCH_FILE
+    from vdkit.run.rundir import EXCLUDED_NODES_FILE, JOB_ID_FILE, SBATCH_FILE
 
     run = shlex.quote(str(run_dir))
     return [
@@ -148,8 +148,8 @@ def handover_lines(run_dir, limits: faults.Limits) -> List[str]:
     or Slurm no longer runs ``P`` (a stop's or the time limit's hand-over: ``afterany`` starts this job only
     after P). A second submit while ``P`` runs is neither. After ``handover_wait_s`` the successor records
     its failure to start (``vdkit_failed``: restarted while restarts are left) and exits 1."""
-    from vdkit.rundir import FAULTS_FILE, JOB_ID_FILE, LOCK_FILE
-    from vdkit.runlock import LOCK_FD
+    from vdkit.run.rundir import FAULTS_FILE, JOB_ID_FILE, LOCK_FILE
+    from vdkit.run.runlock import LOCK_FD
 
     run = shlex.quote(str(run_dir))
     wait = limits.handover_wait_s
@@ -228,7 +228,7 @@ def last_step_lines(ckpt_dir) -> List[str]:
 
 def failure_lines(run_dir, ckpt_dir, max_restarts: int, echo) -> List[str]:
     """``vdkit_failed RC``: record the failed step, restart from the last good checkpoint while allowed."""
-    from vdkit.rundir import EXCLUDED_NODES_FILE, FAULTS_FILE, SBATCH_FILE
+    from vdkit.run.rundir import EXCLUDED_NODES_FILE, FAULTS_FILE, SBATCH_FILE
 
     run = shlex.quote(str(run_dir))
     ckpt = shlex.quote(str(ckpt_dir))

@@ -1,7 +1,7 @@
 """A plan and its engine's launch data -> a Slurm batch script.
 
 Engine-agnostic: the engine's rank command, environment and container arrive as a
-:class:`vdkit.jobspec.JobSpec` (built by :func:`vdkit.prepare.job_spec`); this package never
+:class:`vdkit.run.jobspec.JobSpec` (built by :func:`vdkit.render.prepare.job_spec`); this package never
 imports an engine and never branches on an engine's name.
 
 ``#SBATCH`` directives come from submitit's (private, pinned 1.5.4) renderer
@@ -13,7 +13,7 @@ recorded, a finished run refused, NCCL/IB environment, rendezvous, secrets read 
 ``srun`` of the engine's command and the continuation (:func:`continuation_lines`).
 
 Continuation happens here, in the batch shell, outside any container (the job contract in
-:mod:`vdkit.jobspec`): Slurm signals the batch shell only (``B:``); the shell passes USR1 to the
+:mod:`vdkit.run.jobspec`): Slurm signals the batch shell only (``B:``); the shell passes USR1 to the
 step when the engine catches it; the ranks stop cleanly and exit 75; the shell then submits the
 next allocation with ``sbatch --dependency=afterany:$SLURM_JOB_ID`` (it starts when this job has
 ended, and resumes from the checkpoint). On exit 0 it writes the run dir's ``finished`` file, and
@@ -30,14 +30,14 @@ import shlex
 from pathlib import Path
 from typing import Dict, List, Union
 
-from vdkit import fabric
+from vdkit.launch import fabric
 from vdkit.errors import UserError
-from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
+from vdkit.run.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
 from vdkit.slurm import env as slurm_env
-from vdkit.runlock import LOCK_FD, lock_lines
+from vdkit.run.runlock import LOCK_FD, lock_lines
 
 # SIGNAL_NAME goes to the batch shell only (B:): the shell forwards it to engines that catch it
-# (vdkit.recipes.preemption); NeMo's ranks never get it (Lightning's handler would run scontrol).
+# (vdkit.recipes.common.preemption); NeMo's ranks never get it (Lightning's handler would run scontrol).
 OUTPUT_PATTERN = "slurm-%j.out"
 ERROR_PATTERN = "slurm-%j.err"
 
@@ -52,8 +52,8 @@ def _directive(what: str, value) -> str:
 
 
 def fault_limits(plan):
-    """The watchdog's and the process group's seconds (vdkit.faults.Limits) from the plan's time figures."""
-    from vdkit.faults import limits
+    """The watchdog's and the process group's seconds (vdkit.run.faults.Limits) from the plan's time figures."""
+    from vdkit.run.faults import limits
 
     times, c = plan.time, plan.recipe.cluster
     return limits(times.startup_s, times.step_s, times.checkpoint_write_s, c.heartbeat_timeout_s, c.kill_grace_s,
@@ -108,7 +108,7 @@ def body_lines(plan, run_dir, job: JobSpec) -> List[str]:
     q = shlex.quote
 
     run = q(str(run_dir))
-    from vdkit.rundir import FINISHED_FILE, JOB_ID_FILE
+    from vdkit.run.rundir import FINISHED_FILE, JOB_ID_FILE
 
     times = plan.time
     # The recovery functions come first: a successor that cannot take the lock records that as a fault
@@ -157,7 +157,7 @@ def srun_argv(plan, run_dir, job: JobSpec) -> List[str]:
     if job.pmi and r.cluster.mpi != "none":
         argv.append(f"--mpi={r.cluster.mpi}")
     if job.container is not None:
-        from vdkit.faults import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_ENV
+        from vdkit.run.faults import COLLECTIVE_TIMEOUT_ENV, HEARTBEAT_ENV
 
         names = list(slurm_env.job_env(plan, job.env)) + list(slurm_env.RENDEZVOUS_VARS) + [
             STOP_AT_ENV, HEARTBEAT_ENV, COLLECTIVE_TIMEOUT_ENV]
@@ -187,7 +187,7 @@ def _on_signal(plan, job: JobSpec, name: str = SIGNAL_NAME) -> str:
     when = f"{lead} s before the time limit" if name == SIGNAL_NAME else "at the time limit or a cancel"
     if job.stop_signal:
         # srun itself takes a TERM as "kill the tasks now" (job_force_termination): the step gets USR1, which
-        # the ranks treat as TERM (vdkit.jobspec.STOP_SIGNALS); Slurm's own TERM reaches them directly.
+        # the ranks treat as TERM (vdkit.run.jobspec.STOP_SIGNALS); Slurm's own TERM reaches them directly.
         return (f'echo "vdkit: {name} from Slurm ({when}): the ranks stop after their '
                 f'step and checkpoint" >&2; kill -{job.stop_signal} "$STEP_PID" 2>/dev/null || true')
     return f'echo "vdkit: {name} from Slurm ({when}): the engine stops by its own max_time" >&2'
@@ -203,7 +203,7 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
     """
     q = shlex.quote
     run = q(str(run_dir))
-    from vdkit.rundir import FINISHED_FILE, SBATCH_FILE
+    from vdkit.run.rundir import FINISHED_FILE, SBATCH_FILE
 
     lines = ["STEP_PID=$!"]
     if job.heartbeat:
@@ -258,7 +258,7 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
 
 def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
     """The shell functions of :mod:`vdkit.slurm.recovery` this job uses (watchdog, successor, failure)."""
-    from vdkit.rundir import checkpoint_dir
+    from vdkit.run.rundir import checkpoint_dir
     from vdkit.slurm import recovery
 
     r = plan.recipe
@@ -275,7 +275,7 @@ def recovery_functions(plan, run_dir, job: JobSpec) -> List[str]:
 
 
 def preflight_lines(job: JobSpec) -> List[str]:
-    """The job's pre-flight (``job.preflight``, :mod:`vdkit.recipes.preflight`) in the batch shell, on the first node,
+    """The job's pre-flight (``job.preflight``, :mod:`vdkit.recipes.common.preflight`) in the batch shell, on the first node,
     before srun starts any rank: its one line goes to the job's log; exit :data:`EXIT_REFUSED` is recorded as the
     recipe's fault and never restarted (``vdkit_failed ... recipe``; `vdkit status` shows it). Outside the container,
     so the image itself can be checked, with the node's own ``python3`` (standard library only): the container
@@ -284,7 +284,7 @@ def preflight_lines(job: JobSpec) -> List[str]:
         return []
     argv, q = shlex.join(job.preflight), shlex.quote
     return [
-        "# Pre-flight (vdkit.recipes.preflight): every path the job reads is there and of the kind its stack needs, "
+        "# Pre-flight (vdkit.recipes.common.preflight): every path the job reads is there and of the kind its stack needs, "
         "and the checkpoints have room",
         f"PREFLIGHT_RC=0; PREFLIGHT=$({argv} 2>&1) || PREFLIGHT_RC=$?",
         "# its refusal is one line with its prefix and exit 2 (a Python that cannot start it exits 2 too: not a refusal)",
@@ -307,7 +307,7 @@ def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     params = sbatch_parameters(plan, run_dir)
     command = "\n".join(preflight_lines(job) + [
         "# The step runs in the background so that this shell can take Slurm's signals; srun does not inherit the",
-        "# run dir's lock (a process that outlived this shell would hold it from the successor: vdkit.runlock)",
+        "# run dir's lock (a process that outlived this shell would hold it from the successor: vdkit.run.runlock)",
         f"STEP_PID=; NEXT=; trap 'TRAPPED=1; {_on_signal(plan, job)}' {SIGNAL_NAME}",
         f"GOT_TERM=; trap 'TRAPPED=1; GOT_TERM=1; {_on_signal(plan, job, 'TERM')}; vdkit_on_term' TERM",
         _srun_text(srun_argv(plan, run_dir, job)) + f" {LOCK_FD}>&- &"] + continuation_lines(plan, run_dir, job))

@@ -27,8 +27,8 @@ from typing import Dict, List, Optional, Tuple, Union
 
 from vdkit.errors import KeepRunDir, UserError
 
-from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
-from vdkit.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
+from vdkit.run.rundir import JOB_ID_FILE, SBATCH_FILE
+from vdkit.run.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
 
 # Slurm's terminal job states (squeue/scontrol/sacct spellings).
 TERMINAL_STATES = frozenset({
@@ -130,9 +130,9 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
 
 
 def first_scripts(run_dir: Path) -> List[str]:
-    """The run dir's job scripts that run before launch.sbatch (:data:`vdkit.rundir.FIRST_FILE`: e.g. Bridge's
+    """The run dir's job scripts that run before launch.sbatch (:data:`vdkit.run.rundir.FIRST_FILE`: e.g. Bridge's
     import_hf.sbatch when the render converts the base model); [] when none."""
-    from vdkit.rundir import FIRST_FILE
+    from vdkit.run.rundir import FIRST_FILE
 
     path = run_dir / FIRST_FILE
     return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
@@ -189,7 +189,7 @@ def _found_job(run_dir: Path) -> Optional[str]:
 
     The job script records its id when it starts, and holds the run dir's lock (run.lock names it);
     a job still pending is found in ``squeue`` by its command, the run dir's launch.sbatch."""
-    from vdkit.runlock import read_holder
+    from vdkit.run.runlock import read_holder
 
     held = read_holder(run_dir)
     if held is not None and held[0] == "slurm" and re.fullmatch(r"\d+(_\d+)?", held[1]):

@@ -106,12 +106,12 @@ def local_slurm(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def nemo_venv():
-    """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo_check.venv): made once from the package
+    """NeMo 1.23's own venv for `vdkit check` (vdkit.recipes.nemo.runcheck.venv): made once from the package
     index (about a minute), reused while its pins and this checkout are unchanged. A failure to make it fails
     the test."""
     import fcntl
 
-    from vdkit.recipes.nemo_check import venv
+    from vdkit.recipes.nemo.runcheck import venv
 
     lock = venv.location().with_name(venv.location().name + ".lock")
     try:

@@ -80,7 +80,7 @@ def kill_at(run_dir, engine: str, ckpt_dir: Path, timing: str, deadline_s: float
 def batch_shell_lock(run_dir) -> Optional[int]:
     """A descriptor of this process for the run dir's lock as the batch shell holds it (its fd 9: the same open
     file, so the same flock), or None when no process holds one."""
-    from vdkit.runlock import LOCK_FD
+    from vdkit.run.runlock import LOCK_FD
 
     lock = os.path.realpath(Path(run_dir) / "run.lock")
     libc = ctypes.CDLL(None, use_errno=True)

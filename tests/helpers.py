@@ -81,9 +81,9 @@ def write_events(logdir: Path, values, tag="train_step_timing in s", start=0):
 # ----------------------------------------------------------------------------- run directories
 def make_run(base, overrides, timings=None, kind="out"):
     """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)
     if timings is not None:
@@ -197,9 +197,9 @@ def word_level_tokenizer(path: Path) -> Path:
 
 def assert_memory_agrees(run_dir: Path, world: int, activations: bool = False) -> dict:
     """The run's memory.json: every rank measured weights, gradients and optimizer, and none disagrees with
-    the plan beyond the engine's tolerance (vdkit.recipes.mcore_memory); with ``activations`` (the megatron
+    the plan beyond the engine's tolerance (vdkit.recipes.common.mcore_memory); with ``activations`` (the megatron
     engine) each layer's saved bytes within 5 % of the plan's too. Returns the report."""
-    from vdkit.recipes.mcore_memory import disagreements
+    from vdkit.recipes.common.mcore_memory import disagreements
 
     report = json.loads((run_dir / "memory.json").read_text())
     assert sorted(r["rank"] for r in report["ranks"]) == list(range(world))
@@ -227,10 +227,10 @@ def submit_and_wait(main, capsys, overrides, out_dir: Path, timeout_s: int):
 
 def sbatch_of(plan, out_dir) -> tuple:
     """(launch.sbatch's text, its run directory) as `vdkit render --no-check-mounts` into ``out_dir`` would write
-    them: the real render path (vdkit.prepare.prepare: every check, every file rendered in memory), nothing
+    them: the real render path (vdkit.render.prepare.prepare: every check, every file rendered in memory), nothing
     written. The run directory is ``out_dir``/the run's name."""
-    from vdkit.prepare import prepare
-    from vdkit.rundir import SBATCH_FILE
+    from vdkit.render.prepare import prepare
+    from vdkit.run.rundir import SBATCH_FILE
 
     cell = prepare(plan, out_dir, check_mounts=False)
     return cell.files[SBATCH_FILE], cell.run_dir

@@ -17,7 +17,7 @@ def main(out: str, *models: str) -> None:
     import torch
     import torch.distributed as dist
 
-    from vdkit.recipes import mcore_cpu
+    from vdkit.recipes.common import mcore_cpu
 
     mcore_cpu.apply()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -41,7 +41,7 @@ def compare(hf_dir: str, overrides, rank: int, world: int) -> dict:
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
     from transformers import AutoModelForCausalLM
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.recipes.megatron.base import load
     from vdkit.recipes.megatron.model import Layout, build_chunks
 

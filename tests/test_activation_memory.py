@@ -1,7 +1,7 @@
 """The planner's activation bytes per layer equal what megatron-core saves for backward, counted live.
 
 A 3-layer tiny Llama (GQA, SwiGLU, RMSNorm) block of megatron-core's local spec on CPU, one forward under
-torch's saved-tensor hooks (vdkit.recipes.mcore_activations), against
+torch's saved-tensor hooks (vdkit.recipes.megatron.activations), against
 vdkit.planner.activations.layer_bytes(kernels="local", fp32) for every recompute mode the planner uses
 (none, selective, full, partial = full on the first N layers), MBS 1 and 2, and ReLU / GeLU MLPs with
 LayerNorm. Layer 0 also holds the block's shared RoPE table, so layers 1.. are compared. Tensor and
@@ -32,7 +32,7 @@ def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation
     import torch.nn.functional as fn
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from vdkit import recompute
+    from vdkit.planner import recompute
 
     keys = recompute.mcore(SimpleNamespace(recompute=mode, recompute_num_layers=num_layers_recomputed))
     return TransformerConfig(
@@ -46,7 +46,7 @@ def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation
 
 
 def _measure(tp, sp, mode, mbs, frozen=False, **kw):
-    from vdkit.recipes.mcore_activations import block_bytes
+    from vdkit.recipes.megatron.activations import block_bytes
 
     return block_bytes(_config(tp, sp, mode, **kw), SEQ, mbs, frozen)
 
@@ -61,7 +61,7 @@ def _check(got, mode, mbs, tp=1, sp=False, model=None, recomputed=0, peft=""):
 
 @pytest.fixture(scope="module")
 def one_rank():
-    from vdkit.recipes import mcore_cpu
+    from vdkit.recipes.common import mcore_cpu
 
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
@@ -98,7 +98,7 @@ def _two_ranks(rank, port, out):
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from vdkit.recipes import mcore_cpu
+    from vdkit.recipes.common import mcore_cpu
 
     mcore_cpu.apply()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
@@ -142,7 +142,7 @@ def test_partial_recompute_with_interleaving_counts_n_layers_per_model_chunk(one
     cfg = dataclasses.replace(_config(1, False, "full", num_layers_recomputed=1), num_layers=8,
                               pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2,
                               pipeline_dtype=torch.float32)
-    from vdkit.recipes.mcore_activations import block_bytes
+    from vdkit.recipes.megatron.activations import block_bytes
 
     for chunk in (0, 1):
         got = block_bytes(cfg, SEQ, 1, vp_stage=chunk)
@@ -161,7 +161,7 @@ def test_fp8_linears_keep_fp8_copies_of_their_inputs(activation):
     and fc2's input cost half, and the output projection adds an FP8 copy beside flash attention's bf16 output.
     Before, an FP8 plan counted every saved linear input at 2 bytes."""
     from vdkit.planner.memory import estimate_memory
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     s, b, tp, h, f = 4096, 1, 2, 4096, 11008
     m = SimpleNamespace(hidden_size=h, ffn_hidden_size=f, num_attention_heads=32, num_query_groups=8,

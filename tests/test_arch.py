@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from vdkit.planner.arch import param_counts
-from vdkit.config import compose, group_options
+from vdkit.composition.config import compose, group_options
 
 MODELS = [m for m in group_options("model")]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import conf_dir
+from vdkit.composition.config import conf_dir
 
 TOY_FAMILY = """\
 # A made-up family: OPT's building blocks (LayerNorm, ReLU, biases, learned positions) at Llama-like sizes.
@@ -44,7 +44,7 @@ pretrained: false  # a throwaway: no published weights to fine-tune from
 @pytest.fixture
 def conf_copy(tmp_path, monkeypatch) -> Path:
     """A copy of the shipped conf/ tree that the kit reads instead (VDKIT_CONF_DIR)."""
-    from vdkit import config
+    from vdkit.composition import config
     from vdkit.planner import calibration
 
     copy = tmp_path / "conf"
@@ -61,7 +61,7 @@ def test_a_throwaway_model_family_renders(conf_copy, tmp_path, capsys):
     import json
 
     from vdkit.planner.arch import param_counts
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     (conf_copy / "model" / "toy_family.yaml").write_text(TOY_FAMILY)
     overrides = ["model=toy_family", "engine=reference", "cluster=local", "data=synthetic", "method=lora",

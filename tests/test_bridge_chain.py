@@ -13,10 +13,10 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.prepare import prepare
-from vdkit import rundir
+from vdkit.render.prepare import prepare
+from vdkit.run import rundir
 
 CELL = ["engine=bridge", "model=llama3_1_8b", "method=lora"]  # the command: no model.megatron_path
 
@@ -25,7 +25,7 @@ def test_render_from_hf_weights_chains_the_import_before_training(tmp_path):
     plan = make_plan(compose(CELL))
     assert plan.recipe.model.megatron_path is None and plan.recipe.model.hf_path
     cell = prepare(plan, tmp_path, check_mounts=False)  # refused today: "model.megatron_path is not set"
-    from vdkit.launchers import of
+    from vdkit.launch.launchers import of
     from vdkit.recipes.bridge.convert import default_base
 
     base = default_base(plan.recipe)

@@ -14,13 +14,13 @@ import yaml
 from helpers import prepared_dolly as _prepared
 from helpers import tiny_chat_tokenizer as _tiny_chat_tokenizer
 from vdkit.cli import main
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 
 
 def _render(tmp_path: Path, data_dir: Path, tok: Path) -> Path:
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     recipe = compose(["engine=bridge", "model=tiny_llama", "method=sft", "data=dolly", f"data.data_dir={data_dir}",
                       f"data.tokenizer_model={tok}", "model.megatron_path=/shared/tiny-bridge", "train.max_steps=4"])

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
-from vdkit.prepare import render_run
-from vdkit.rundir import SBATCH_FILE
+from vdkit.render.prepare import render_run
+from vdkit.run.rundir import SBATCH_FILE
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 ISSUE_CELL = ["engine=bridge", "model=llama2_70b", "method=lora", "cluster.nodes=2"]
@@ -270,7 +270,7 @@ def test_byte_tokenizer_gives_the_kits_ids(tmp_path):
 
 def test_the_job_exit_code_is_the_contracts():
     """bridge_job.py cannot import vdkit (it runs in the stock image): its stop code must equal the contract's."""
-    from vdkit import jobspec
+    from vdkit.run import jobspec
     from vdkit.recipes.bridge import job
 
     assert job.EXIT_STOPPED == getattr(jobspec, "EXIT_STOPPED", 75)
@@ -409,7 +409,7 @@ _RESUME = r"""
 import sys, time
 from vdkit.cli import main
 from vdkit.recipes.engines import get
-from vdkit.rundir import load_plan
+from vdkit.run.rundir import load_plan
 get("bridge").resume_check(load_plan(sys.argv[1]), sys.argv[1])  # the rendered file itself passes the door
 print("clean passes", flush=True)
 for d in [d for d in sys.argv[2:] if not d.endswith("/accepted")]:

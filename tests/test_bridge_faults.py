@@ -5,7 +5,7 @@ rank's peer waits in a collective and keeps beating from its thread, so the watc
 Its ranks beat through Bridge's callbacks (vdkit.recipes.bridge.job.heartbeat_callback); rank 1 is SIGSTOPped
 after the first checkpoint; the batch shell's watchdog kills the step, records the fault and submits the next
 allocation without that node; the resumed job trains every later step once. Short watchdog settings
-(cluster.heartbeat_timeout_s, kill_grace_s, restart_delay_s): the production figures are vdkit.faults'.
+(cluster.heartbeat_timeout_s, kill_grace_s, restart_delay_s): the production figures are vdkit.run.faults'.
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.prepare import prepare
+from vdkit.render.prepare import prepare
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "bridge-h100.md"
 CELLS = [

@@ -107,9 +107,9 @@ def test_the_rendered_job_applies_the_fix_without_vdkit(tmp_path):
     cache, and its run() applies the fix before Bridge's pretrain() builds the datasets."""
     import ast
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     run_dir = render_run(make_plan(compose(["engine=bridge", "model=llama2_7b", "method=pretrain", "data=pile"])),
                          tmp_path, check_mounts=False)

@@ -62,7 +62,7 @@ def _losses(run_dir: Path):
 def base(tmp_path_factory) -> Path:
     """The shared starting checkpoint: a seeded toy HF Llama of the runs' size, converted to a Bridge
     checkpoint by ``python -m vdkit.recipes.bridge.convert`` (what the demo does too)."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.recipes.bridge.convert import make_base
 
     out = make_base(compose(BASE), tmp_path_factory.mktemp("bridge_base"))
@@ -175,7 +175,7 @@ def test_loss_falls_against_an_lr0_control(runs, method):
 def test_lora_trains_only_the_adapters(runs):
     """memory.json: gradients (and Adam states) exist for the adapters only - the plan's LoRA count."""
     from vdkit.planner.arch import trainable_params
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     run = runs.get("lora", "one")
     report = assert_memory_agrees(run, 1)
@@ -222,9 +222,9 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
     loss equals the uninterrupted run's - Adam's moments and its step count restored (the shim's
     distrib_optimizer.py:825 / :940 patches: without them step 4 was 0.2 % off)."""
     from vdkit.commands.run import with_local_defaults
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import prepare
+    from vdkit.render.prepare import prepare
 
     recipe = compose(with_local_defaults([*BASE, "method=sft", *LR["sft"], f"model.megatron_path={runs.base}",
                                           *LAYOUTS["dp2"]]))
@@ -234,7 +234,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
     from vdkit.recipes import engines
 
     rank_argv = engines.get("bridge").command(plan, run_dir)  # what `vdkit run` starts per rank
-    launch = ("import sys; from vdkit.local import launch_local; "
+    launch = ("import sys; from vdkit.launch.local import launch_local; "
               "sys.exit(launch_local(sys.argv[1], 2, 2, terminal=open('/dev/null', 'wb'), command=sys.argv[2:]))")
     proc = subprocess.Popen([sys.executable, "-c", launch, str(run_dir), *rank_argv], env=_env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -248,7 +248,7 @@ def test_killed_run_resumes_with_the_uninterrupted_losses(runs, tmp_path):
     assert proc.poll() is None, "the run ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the ranks and their checkpoint-writer children
     proc.wait(60)
-    from vdkit.runlock import is_held
+    from vdkit.run.runlock import is_held
 
     deadline = time.monotonic() + 60
     while is_held(run_dir) and time.monotonic() < deadline:

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from vdkit.cli import main
-from vdkit.config import conf_dir
+from vdkit.composition.config import conf_dir
 from vdkit.errors import UserError
 from vdkit.planner import calibration
 
@@ -75,7 +75,7 @@ def test_h200_plans_predicted_from_its_own_figures_and_cites_no_h100_figure(caps
 
 
 def test_h200_figures_come_from_its_calibration_entry():
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.predict import calibration as step_time, gpu_hardware
 
     hw = gpu_hardware(step_time(), compose(H200_PLAN).cluster.gpu_type)
@@ -106,7 +106,7 @@ def test_a_cluster_file_with_a_misspelt_key_is_one_line_naming_file_and_key(conf
 
 def test_site_probe_names_an_h200_by_its_calibration_entry():
     """nvidia-smi's "NVIDIA H200" is the entry's product name: a probed site gets the gpu_type the kit predicts for."""
-    from vdkit.site import parse_nvidia_smi
+    from vdkit.composition.site import parse_nvidia_smi
 
     facts = parse_nvidia_smi("NVIDIA H200, 143771 MiB\n" * 8)
     assert (facts["gpu_type"], facts["node_gpus"]) == (H200, 8)

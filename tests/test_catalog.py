@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from vdkit import catalog, keys
+from vdkit.commands import catalog, keys
 from vdkit.cli import build_parser, main
-from vdkit.config import conf_dir
-from vdkit.launchers import names as launcher_names
+from vdkit.composition.config import conf_dir
+from vdkit.launch.launchers import names as launcher_names
 from vdkit.recipes import engines
 
 ROOT = Path(__file__).resolve().parents[1]

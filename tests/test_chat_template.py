@@ -9,7 +9,7 @@ import json
 import pytest
 
 from helpers import tiny_chat_tokenizer as _tiny_chat_tokenizer
-from vdkit.config import compose
+from vdkit.composition.config import compose
 
 
 def _recipe(tok_dir):

@@ -59,7 +59,7 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
     base = tmp_path / "base"
     base.mkdir()
     (base / "latest_checkpointed_iteration.txt").write_text("0")
-    (base / "iter_0000000").mkdir()  # the layout the render's base check reads (vdkit.recipes.preflight)
+    (base / "iter_0000000").mkdir()  # the layout the render's base check reads (vdkit.recipes.common.preflight)
     (base / "iter_0000000" / "metadata.json").write_text("{}")
     clean = _render(tmp_path / "r", "model=tiny_llama", "engine=bridge", "cluster=local", "method=lora",
                     "data=synthetic", f"model.megatron_path={base}", "train.max_steps=4", "train.seq_length=64",

@@ -165,7 +165,7 @@ def _fine(run_dir, rep):
 
 def test_each_run_dir_in_its_own_process_with_a_time_limit(tmp_path):
     """One run dir's check that exits, hangs or kills its interpreter is its own defect: the others are reported."""
-    from vdkit.jobcheck import isolated
+    from vdkit.run.jobcheck import isolated
 
     start = time.monotonic()
     reps = [isolated(tmp_path / n, "s", fn, "who", "setting", 2.0)

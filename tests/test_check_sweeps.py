@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.conftree import conf_dir
+from vdkit.composition.conftree import conf_dir
 
 
 def _sweeps():
@@ -32,7 +32,7 @@ def test_every_shipped_sweep_cell_passes_check(tmp_path, nemo_venv):
     base = tmp_path / "base"  # the demo's Bridge cell fine-tunes a converted base: only its marker is read here
     base.mkdir()
     (base / "latest_checkpointed_iteration.txt").write_text("0")
-    (base / "iter_0000000").mkdir()  # the layout the render's base check reads (vdkit.recipes.preflight)
+    (base / "iter_0000000").mkdir()  # the layout the render's base check reads (vdkit.recipes.common.preflight)
     (base / "iter_0000000" / "metadata.json").write_text("{}")
     dirs = []
     for name in _sweeps():

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.rundir import create_run_dir
+from vdkit.run.rundir import create_run_dir
 
 KILLER = r'''
 import os, signal, sys
@@ -46,7 +46,7 @@ COMMON = ["cluster=local", "model=tiny_llama", "data=synthetic", "cluster.gpus_p
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    from vdkit.ports import free_port
+    from vdkit.run.ports import free_port
 
     env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", **extra)

@@ -12,7 +12,7 @@ import math
 import pytest
 
 from vdkit.planner import checkpoint_policy, timeplan as schedule
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
 
 ISSUE_PLAN = ["engine=bridge", "model=llama2_7b", "method=sft", "train.max_steps=1000"]
@@ -103,7 +103,7 @@ def test_bridge_short_train_run_saves_the_weights_at_its_end():
 
 
 def test_nemo_timing_run_writes_no_top_k_and_no_nemo_file():
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     plan = make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly", "run.mode=timing"]))
     params = build_config(plan, "/runs/x")["exp_manager"]["checkpoint_callback_params"]
@@ -113,7 +113,7 @@ def test_nemo_timing_run_writes_no_top_k_and_no_nemo_file():
 
 
 def test_nemo_train_run_keeps_the_best_and_the_last():
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     plan = make_plan(compose(["model.nemo_path=/m/a.nemo", "data.data_dir=/data/dolly", "method=sft",
                               "train.max_steps=100000"]))
@@ -128,8 +128,8 @@ def test_the_door_asks_the_room_the_plan_holds_not_three_checkpoints_per_cell(tm
     import os
 
     from vdkit.errors import UserError
-    from vdkit.rundir import check_results_room
-    from vdkit.sweep import sweep_cells
+    from vdkit.run.rundir import check_results_room
+    from vdkit.render.sweep import sweep_cells
 
     cell = next(c for c in sweep_cells("table9") if "model=llama2_7b" in c and "method=sft" in c)
     plan = make_plan(compose(list(cell) + [f"run.results_dir={tmp_path}/res"]))

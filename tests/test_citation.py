@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.validation import citation, tables
 

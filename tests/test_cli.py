@@ -102,7 +102,7 @@ def test_a_future_stop_at_is_said_not_refused_and_other_verbs_ignore_what_they_d
     (a stale one is refused: the bad-input table's i36-env rows)."""
     import time
 
-    from vdkit.envcheck import check_environment
+    from vdkit.commands.envcheck import check_environment
 
     later = {"VDKIT_STOP_AT": str(int(time.time()) + 600)}
     (line,) = check_environment("run", later)

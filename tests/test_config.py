@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from vdkit.config import compose, conf_dir, group_options
-from vdkit.sweep import override_sets, sweep_cells
+from vdkit.composition.config import compose, conf_dir, group_options
+from vdkit.render.sweep import override_sets, sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 
@@ -143,7 +143,7 @@ def test_conf_dir_is_the_checkout():
 
 def test_every_path_is_made_absolute_once_at_composition(tmp_path, monkeypatch):
     """Issue 12, item 10: relative paths resolve against the directory vdkit ran in, not the job's cwd."""
-    from vdkit.config import PATH_FIELDS
+    from vdkit.composition.config import PATH_FIELDS
 
     monkeypatch.chdir(tmp_path)
     r = compose(["engine=reference", "model=tiny_llama", "data=dolly", "run.results_dir=results",

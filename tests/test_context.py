@@ -1,4 +1,4 @@
-"""vdkit.context and the settings it governs: sequence past the trained maximum, RoPE scaling per engine,
+"""vdkit.planner.context and the settings it governs: sequence past the trained maximum, RoPE scaling per engine,
 context parallelism per engine, and that every setting reaches the prediction (none silently ignored)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 
@@ -48,7 +48,7 @@ def test_rope_scaling_per_engine(engine, model, ok):
 
 
 def test_nemo_renders_linear_position_interpolation():
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     plan = _plan("model=llama2_7b", "method=lora", "train.seq_length=8192",
                  "model.rope_scaling={rope_type:linear,factor:2.0}")
@@ -108,7 +108,7 @@ def test_cp_divides_the_world_and_the_activations():
 
 def test_cp_renders_for_bridge_and_nemo_with_packing_alignment():
     from vdkit.recipes.bridge.config import _dataset, _model
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     plan = _plan("model=llama2_70b", "method=lora", *BRIDGE, "cluster.nodes=2", "train.seq_length=8192",
                  "parallelism.cp=2", "data.packed=true")
@@ -152,7 +152,7 @@ def test_fp8_on_engines_without_fp8_is_refused_not_ignored():
 
 def test_transformers_engine_counts_the_configured_rows_and_attention():
     """Pretraining rows are full-length; eager attention pays its score matrix, sdpa does not."""
-    from vdkit.tokens import micro_batch_tokens
+    from vdkit.planner.tokens import micro_batch_tokens
 
     r = compose(["model=tiny_llama", "engine=reference", "method=pretrain", "data=synthetic", "train.seq_length=512"])
     assert micro_batch_tokens(r).padded_row == 512

@@ -1,4 +1,4 @@
-"""vdkit.recipes.data (`vdkit data prepare`): the three public formats, deterministic disjoint splits, bad
+"""vdkit.recipes.common.dataprep (`vdkit data prepare`): the three public formats, deterministic disjoint splits, bad
 data; and under hostile conditions (issue 12 items 4, 9, 15): racing writers, unreadable files, modes.
 """
 from __future__ import annotations
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vdkit import files
+from vdkit.composition import files
 from vdkit.cli import main
-from vdkit.files import DirLock
-from vdkit.recipes import data
-from vdkit.recipes.data import MANIFEST_FILE, PREPARE_LOCK, SPLIT_FILES
+from vdkit.composition.files import DirLock
+from vdkit.recipes.common import dataprep as data
+from vdkit.recipes.common.dataprep import MANIFEST_FILE, PREPARE_LOCK, SPLIT_FILES
 
 
 def _dolly(path: Path, n: int) -> Path:
@@ -343,7 +343,7 @@ def test_failure_while_writing_leaves_nothing(tmp_path, monkeypatch):
             raise OSError(28, "No space left on device")
         real_fsync(fd)
 
-    monkeypatch.setattr(files.os, "fsync", flaky_fsync)  # vdkit.files.replace_all writes every output
+    monkeypatch.setattr(files.os, "fsync", flaky_fsync)  # vdkit.composition.files.replace_all writes every output
     out = tmp_path / "new" / "o"
     with pytest.raises(OSError):
         data.prepare("dolly", src, out)

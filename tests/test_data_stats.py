@@ -8,7 +8,7 @@ import random
 import pytest
 
 from vdkit.cli import main
-from vdkit.recipes.data_stats import WHITESPACE, dataset_stats, load_tokenizer
+from vdkit.recipes.common.data_stats import WHITESPACE, dataset_stats, load_tokenizer
 
 from helpers import WORDS, make_rows, word_level_tokenizer, write_rows
 

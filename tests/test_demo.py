@@ -6,7 +6,7 @@ import pytest
 
 from vdkit.cli import main
 from vdkit.validation.run_dir import validate_one
-from vdkit.rundir import load_recipe
+from vdkit.run.rundir import load_recipe
 
 
 @pytest.mark.slow
@@ -62,8 +62,8 @@ def test_demo_on_the_local_slurm(tmp_path, capsys, monkeypatch, local_slurm):
 
 def test_the_demo_sweep_plans_the_layouts_its_comment_states():
     """conf/sweep/demo.yaml's header says which layout each cell gets; plan the cells (no training)."""
-    from vdkit.config import compose
-    from vdkit.sweep import sweep_cells
+    from vdkit.composition.config import compose
+    from vdkit.render.sweep import sweep_cells
     from vdkit.planner.plan import make_plan
 
     got = {}

@@ -162,9 +162,9 @@ def test_each_quoted_figure_is_what_the_tool_prints(quote, capsys, tmp_path, mon
 
 
 def test_the_watchdog_figures_are_the_faults_modules():
-    """docs/cluster-guide.md's hang watchdog quotes vdkit/faults.py's constants (the defaults a render writes),
+    """docs/cluster-guide.md's hang watchdog quotes vdkit/run/faults.py's constants (the defaults a render writes),
     which no cheap command prints: each sentence is rebuilt here from the constants and must be in the doc."""
-    from vdkit import faults
+    from vdkit.run import faults
 
     doc = " ".join((ROOT / "docs" / "cluster-guide.md").read_text().split())
     for sentence in (f"rewrites `heartbeat/rank<R>` every {faults.HEARTBEAT_S} s",
@@ -172,5 +172,5 @@ def test_the_watchdog_figures_are_the_faults_modules():
                      f"{faults.HANG_FACTOR} x the slowest measured step (at least {faults.HANG_MIN_S} s",
                      f"gives srun {faults.KILL_GRACE_S} s before",
                      f"starts {faults.RESTART_DELAY_S} s later (`sbatch --begin=now+{faults.RESTART_DELAY_S}`",
-                     f"`vdkit/faults.py`'s {faults.DEAD_AFTER_S}, {faults.KILL_GRACE_S} and {faults.RESTART_DELAY_S} s"):
+                     f"`vdkit/run/faults.py`'s {faults.DEAD_AFTER_S}, {faults.KILL_GRACE_S} and {faults.RESTART_DELAY_S} s"):
         assert sentence in doc, sentence

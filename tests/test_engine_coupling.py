@@ -1,5 +1,5 @@
 """The megatron and bridge engines move to new stack versions apart, but for one named coupling: the
-megatron-core CPU shim ``recipes/mcore_cpu.py`` and its pin (megatron-core 0.16.1), which both use.
+megatron-core CPU shim ``recipes/common/mcore_cpu.py`` and its pin (megatron-core 0.16.1), which both use.
 
 Why it is shared rather than split: nearly all of it patches megatron-core's private names (the CUDA RNG
 state, the default causal mask, the local layer spec), which depend on the megatron-core release, not on
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIM = "vdkit.recipes.mcore_cpu"
+SHIM = "vdkit.recipes.common.mcore_cpu"
 
 
 def series(version: str) -> str:
@@ -43,7 +43,7 @@ def coupling_problems(megatron_series: str, bridge_series: str, shim_version: st
 def _pins():
     from vdkit.recipes import megatron
     from vdkit.recipes.bridge import versions
-    from vdkit.recipes.mcore_cpu import TESTED_VERSION
+    from vdkit.recipes.common.mcore_cpu import TESTED_VERSION
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     return megatron.MCORE_SERIES, versions.MCORE_VERSION, TESTED_VERSION, extras

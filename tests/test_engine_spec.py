@@ -10,11 +10,11 @@ import pytest
 
 from helpers import toy_engine_module
 from vdkit.cli import main
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.recipes import engines
 from vdkit.recipes.spec import EngineSpec
-from vdkit.schema import METHODS, PRECISIONS, SHARDINGS, ModelCfg
+from vdkit.composition.schema import METHODS, PRECISIONS, SHARDINGS, ModelCfg
 
 QWEN_PARAMS = 7_615_616_512  # Qwen2.5-7B's published parameter count
 
@@ -129,7 +129,7 @@ def test_engines_that_build_qwen_build_it_exactly(engine, extra, tmp_path):
     its Qwen25ModelProvider7B.provide(), Q/K/V biases and all)."""
     pytest.importorskip({"megatron": "megatron.core", "reference": "transformers", "bridge": "megatron.core"}[engine])
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     plan = make_plan(compose(["model=qwen2_5_7b", f"engine={engine}", "method=sft", *extra]))
     run_dir = render_run(plan, tmp_path, check_mounts=False)
@@ -143,7 +143,7 @@ def test_bridge_renders_a_qwen_lora_with_autobridge_importing_its_hf_weights(tmp
     """`vdkit render engine=bridge model=qwen2_5_7b method=lora`: Bridge's Qwen2.5 provider, and the one-time import
     job converts the staged HF weights with AutoBridge (its Qwen2ForCausalLM bridge: models/qwen/qwen2_bridge.py:28)."""
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     plan = make_plan(compose(["model=qwen2_5_7b", "engine=bridge", "method=lora"]))
     run_dir = render_run(plan, tmp_path, check_mounts=False)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.config import compose, group_options
+from vdkit.composition.config import compose, group_options
 from vdkit.errors import UserError
-from vdkit.jobspec import Container
+from vdkit.run.jobspec import Container
 from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
 
@@ -78,7 +78,7 @@ def test_a_new_engine_is_a_module_plus_one_registry_line(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "toy_engine_for_test", toy)
     monkeypatch.setitem(engines.REGISTRY, "toy", "toy_engine_for_test")
 
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     plan = make_plan(compose(["engine.name=toy", "model=tiny_llama", "data=synthetic", "cluster.nodes=2"]))
     run_dir = render_run(plan, tmp_path, check_mounts=False)
@@ -90,7 +90,7 @@ def test_a_new_engine_is_a_module_plus_one_registry_line(monkeypatch, tmp_path):
 
 
 def test_engine_checks_run_before_anything_is_written(tmp_path):
-    from vdkit.prepare import prepare
+    from vdkit.render.prepare import prepare
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "parallelism.tp=2"]))
     with pytest.raises(UserError, match="data parallel only"):
@@ -105,7 +105,7 @@ def test_launchers_never_import_recipes_nor_branch_on_an_engine_name(launcher_di
     for path in _py(launcher_dir):
         tree = _tree(path)
         bad = [m for m in _imports(tree) if "recipes" in m]
-        assert not bad, f"{path.name} imports {bad}: pass the engine's data in (vdkit.jobspec)"
+        assert not bad, f"{path.name} imports {bad}: pass the engine's data in (vdkit.run.jobspec)"
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr == "name" and isinstance(node.value, ast.Attribute) \
                     and node.value.attr == "engine":
@@ -120,7 +120,7 @@ def test_commands_never_import_the_cli_and_the_cli_imports_no_verb_statically():
     for path in _py("vdkit/commands"):
         imported = _imports(_tree(path))
         assert not {m for m in imported if m == "vdkit.cli" or m.startswith("vdkit.cli.")}, path.name
-    for name in ("vdkit/args.py", "vdkit/sweep.py", "vdkit/prepare.py"):
+    for name in ("vdkit/commands/args.py", "vdkit/render/sweep.py", "vdkit/render/prepare.py"):
         assert not {m for m in _imports(_tree(ROOT / name)) if m.startswith(("vdkit.cli", "vdkit.commands"))}, name
     for folder in ("recipes", "slurm", "validation"):
         for path in _py(folder):
@@ -146,16 +146,16 @@ def _string_constants(tree):
 def test_run_dir_file_names_live_only_in_rundir():
     for folder in ("vdkit", "recipes", "slurm", "validation"):
         for path in _py(folder):
-            if path == ROOT / "vdkit" / "rundir.py":
+            if path == ROOT / "vdkit" / "run" / "rundir.py":
                 continue
             for node in _string_constants(_tree(path)):
                 assert node.value not in RUN_DIR_NAMES, \
-                    f"{path.relative_to(ROOT)}:{node.lineno} types {node.value!r}; import it from vdkit.rundir"
+                    f"{path.relative_to(ROOT)}:{node.lineno} types {node.value!r}; import it from vdkit.run.rundir"
 
 
 def test_training_constants_are_shared_by_nemo_and_reference():
-    from vdkit.recipes.nemo_config import build_config
-    from vdkit.recipes.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
+    from vdkit.recipes.nemo.config import build_config
+    from vdkit.recipes.common.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
 
     cfg = build_config(make_plan(compose([])), "/runs/x")
     assert cfg["model"]["optim"]["betas"] == list(ADAM_BETAS)
@@ -171,8 +171,8 @@ def test_training_constants_are_shared_by_nemo_and_reference():
 
 
 def test_log_metric_names_have_one_home():
-    from vdkit import logformat
-    from vdkit.recipes.progress import progress_line
+    from vdkit.run import logformat
+    from vdkit.recipes.common.progress import progress_line
     from vdkit.validation import tensorboard_events
 
     assert (tensorboard_events.TIMING_KEY, tensorboard_events.LOSS_KEY) == (logformat.TIMING_KEY, logformat.LOSS_KEY)
@@ -186,7 +186,7 @@ def test_log_metric_names_have_one_home():
 def test_downstream_reads_plan_json_instead_of_re_planning(tmp_path):
     import json
 
-    from vdkit.rundir import PLAN_FILE, create_run_dir, load_plan
+    from vdkit.run.rundir import PLAN_FILE, create_run_dir, load_plan
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"]))
     run_dir = create_run_dir(plan, {}, tmp_path)
@@ -206,7 +206,7 @@ def test_downstream_reads_plan_json_instead_of_re_planning(tmp_path):
 
 def test_cells_sharing_a_run_name_get_their_own_run_dirs(tmp_path, capsys):
     from vdkit.cli import main
-    from vdkit.rundir import SBATCH_FILE
+    from vdkit.run.rundir import SBATCH_FILE
 
     out = tmp_path / "runs"
     assert main(["render", "-m", "method.lr=1e-4,2e-4", "run.name=same", "--no-check-mounts", "--out", str(out)]) == 0
@@ -218,9 +218,9 @@ def test_cells_sharing_a_run_name_get_their_own_run_dirs(tmp_path, capsys):
 
 def test_every_engine_trains_with_the_adam_betas_nemo_renders():
     """One home for Adam's betas: NeMo renders them (fine-tuning: NeMo's; pretraining: NVIDIA's) and the
-    kit's own engines take the same pair from vdkit.recipes.training_constants.adam_betas."""
-    from vdkit.recipes.nemo_config import build_config
-    from vdkit.recipes.training_constants import ADAM_BETAS, adam_betas
+    kit's own engines take the same pair from vdkit.recipes.common.training_constants.adam_betas."""
+    from vdkit.recipes.nemo.config import build_config
+    from vdkit.recipes.common.training_constants import ADAM_BETAS, adam_betas
 
     pre = make_plan(compose(["method=pretrain", "data.data_dir=/data/pile"]))
     assert tuple(build_config(pre, "/runs/x")["model"]["optim"]["betas"]) == adam_betas(pre.recipe) == (0.9, 0.95)

@@ -1,4 +1,4 @@
-"""vdkit.fabric: every rank's NCCL / RCCL variables from the cluster's data, in a fixed order, refused in one line
+"""vdkit.launch.fabric: every rank's NCCL / RCCL variables from the cluster's data, in a fixed order, refused in one line
 where a shell or NCCL could not take them. Pure functions: a plan stand-in with a real ClusterCfg is enough."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from vdkit import fabric
+from vdkit.launch import fabric
 from vdkit.errors import UserError
-from vdkit.schema import ClusterCfg
+from vdkit.composition.schema import ClusterCfg
 
 
 def plan_of(**cluster) -> SimpleNamespace:
@@ -51,8 +51,8 @@ def test_what_a_shell_or_nccl_cannot_take_is_one_line(cluster, engine_env, words
 
 
 def test_nccl_debug_levels_have_one_home():
-    """Composition (vdkit.config) refuses the same levels the fabric exports: one tuple, in fabric.py."""
-    from vdkit import config
+    """Composition (vdkit.composition.config) refuses the same levels the fabric exports: one tuple, in fabric.py."""
+    from vdkit.composition import config
 
     assert config.NCCL_DEBUG_LEVELS is fabric.NCCL_DEBUG_LEVELS
     for level in fabric.NCCL_DEBUG_LEVELS:

@@ -4,8 +4,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from vdkit.config import compose
-from vdkit.sweep import load_sweep, sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import load_sweep, sweep_cells
 from vdkit.planner.plan import make_plan
 from vdkit.validation import report, tables
 
@@ -124,7 +124,7 @@ def test_a_reported_cell_is_predicted_by_its_runs_plan_json(tmp_path):
     import json
 
     from helpers import make_run
-    from vdkit.rundir import PLAN_FILE
+    from vdkit.run.rundir import PLAN_FILE
 
     run = make_run(tmp_path, ["model=llama2_7b", "method=lora", "cluster.gpus_per_node=4"])
     data = json.loads((run / PLAN_FILE).read_text())
@@ -142,7 +142,7 @@ def test_a_prediction_predicts_what_is_rendered(sweep, tmp_path):
     (predicted on NeMo's unfused stack) must not."""
     from vdkit.planner.predict import _fused_path
     from vdkit.recipes.nemo import render_nemo_yaml
-    from vdkit.recipes.nemo_performance import PERFORMANCE_SETTINGS
+    from vdkit.recipes.nemo.performance import PERFORMANCE_SETTINGS
 
     cells = [c for c in sweep_cells(sweep) if "model=llama2_70b" not in c or "method=sft" not in c][::4]
     for cell in cells:

@@ -18,7 +18,7 @@ megatron cells of this phase take one node (2 "GPUs", one rank each) and fewer s
 the same: a checkpoint before the fault and one after it). The two scenarios that take the cluster's daemons
 down (a dead node, the controller) run after them, alone, each as one fault event for a reference and a
 megatron run side by side. The cells use short watchdog settings (cluster.heartbeat_timeout_s, kill_grace_s,
-restart_delay_s; vdkit.faults holds the production defaults): a tiny step takes well under a second here.
+restart_delay_s; vdkit.run.faults holds the production defaults): a tiny step takes well under a second here.
 
 A fault comes after step N of the run's *current* job: a megatron job that fails before any fault (a gloo
 "Connection reset by peer" at its first collective among the other cells' start-ups, seen once in three
@@ -173,7 +173,7 @@ def _sigkilled_rank(tmp_path, cell, timing="step"):
     """A rank SIGKILLed at ``timing`` (tests/fault_kill.py: mid-step, during a save, just after one) while a
     process of the failed job still holds the run dir's lock after its batch shell has exited (issue 37: the
     successor refused it and the run stopped for good): the successor waits for it, and the run finishes."""
-    from vdkit.rundir import checkpoint_dir, load_recipe
+    from vdkit.run.rundir import checkpoint_dir, load_recipe
 
     run_dir, _ = cell.submit(tmp_path)
     _at(run_dir, cell.inject_at if timing == "step" else cell.inject_at - cell.every)
@@ -188,7 +188,7 @@ def _sigkilled_rank(tmp_path, cell, timing="step"):
     waited = release_when_waited(run_dir, held, failed, sub.job_ids)
     figures = _finish(run_dir, cell.max_steps)
     assert f"rank {victim} on xe9680-" in figures["status"] and "killed (SIGKILL: out of memory?)" in figures["status"]
-    from vdkit.faults import read_faults
+    from vdkit.run.faults import read_faults
 
     assert f"restart {len(read_faults(run_dir))} of 3" in figures["status"] and figures["redone"] >= 0
     return _row(f"rank SIGKILLed ({timing}; a straggler held the lock: {waited.split(': ', 1)[-1]})", cell, figures)
@@ -256,7 +256,7 @@ def _term_at_the_limit(tmp_path, cell):
         "the limit did not stop the run"
     # The ranks stop on TERM, but srun answers its own TERM by killing the tasks: either a clean stop
     # (no fault) or a kill the batch shell outlives and hands over from the last checkpoint.
-    from vdkit.faults import read_faults
+    from vdkit.run.faults import read_faults
 
     mine = [f for f in read_faults(run_dir) if f.get("job") == job]
     assert not mine or "killed at the time limit (TERM, then KILL)" in figures["status"]
@@ -277,7 +277,7 @@ def _cancelled(tmp_path, cell):
 def _full_disk(tmp_path, cell):
     import shutil
 
-    from vdkit.faults import read_faults
+    from vdkit.run.faults import read_faults
 
     mount = tmp_path / "small"
     mount.mkdir()
@@ -465,7 +465,7 @@ def test_a_dead_node_is_excluded_and_the_run_continues_elsewhere(alone, local_sl
 
 def test_controller_outage_at_hand_over(alone, local_slurm, tmp_path):
     # One outage for both runs: each batch shell is told to hand over (USR1), then slurmctld stops.
-    from vdkit.faults import read_faults
+    from vdkit.run.faults import read_faults
     from vdkit.slurm.localcluster import _which
 
     runs = _side_by_side(tmp_path, MEGATRON)

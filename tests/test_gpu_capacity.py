@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from vdkit.config import compose, conf_dir
+from vdkit.composition.config import compose, conf_dir
 from vdkit.planner.calibration import capacity_gb
 
 

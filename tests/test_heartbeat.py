@@ -1,4 +1,4 @@
-"""A rank's heartbeat file (vdkit.recipes.heartbeat) and the limits the watchdog applies (vdkit.faults)."""
+"""A rank's heartbeat file (vdkit.recipes.common.heartbeat) and the limits the watchdog applies (vdkit.run.faults)."""
 from __future__ import annotations
 
 import os
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from vdkit import faults
-from vdkit.recipes.heartbeat import Heartbeat
+from vdkit.run import faults
+from vdkit.recipes.common.heartbeat import Heartbeat
 
 
 def _fields(path):
@@ -71,7 +71,7 @@ def test_a_process_that_leaves_python_says_exit_a_killed_one_cannot(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, time; from vdkit.recipes.heartbeat import Heartbeat; "
+    code = ("import sys, time; from vdkit.recipes.common.heartbeat import Heartbeat; "
             f"Heartbeat({str(tmp_path)!r}, int(sys.argv[1]), interval=0.1).start(); "
             "time.sleep(0.3); sys.exit(1) if sys.argv[1] == '0' else time.sleep(60)")
     failed = subprocess.run([sys.executable, "-c", code, "0"], timeout=60)
@@ -89,7 +89,7 @@ def test_the_standalone_copy_runs_without_vdkit_and_writes_the_same_line(tmp_pat
     import subprocess
     import sys
 
-    from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
+    from vdkit.recipes.common.heartbeat import STANDALONE_NAME, standalone_source
 
     (tmp_path / f"{STANDALONE_NAME}.py").write_text(standalone_source())
     code = (f"import sys; sys.modules['vdkit'] = None; sys.path.insert(0, '')\nimport {STANDALONE_NAME} as h\n"
@@ -105,7 +105,7 @@ def test_a_rank_that_ends_with_os_exit_says_exit(engine, tmp_path):
     # The engines' ranks leave with os._exit (no C++ teardown), which skips atexit: the heartbeat must say
     # 'exit' all the same, or a peer slower to leave has the watchdog kill the step and blame this rank.
     code = (f"import runpy, vdkit.recipes.{engine}.train as t\n"
-            "from vdkit.recipes.heartbeat import Heartbeat\n"
+            "from vdkit.recipes.common.heartbeat import Heartbeat\n"
             "def main():\n    Heartbeat.from_env(0)\n    return 75\n"
             f"t.main = main\nrunpy.run_module('vdkit.recipes.{engine}', run_name='__main__')\n")
     env = {**os.environ, faults.HEARTBEAT_ENV: str(tmp_path)}

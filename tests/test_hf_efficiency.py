@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
 from vdkit.planner.predict_hf import constants, predict_hf_step
 
@@ -58,7 +58,7 @@ def test_unpacked_fsdp_plans_print_the_alpaca_runs_range_and_the_floor_note_only
     """An unpacked Alpaca fine-tune (the seed's OPT-6.7B cell) prints the fsdp_unpacked range, which holds its
     published 15 min, and the floor note; an FSDP pretraining plan prints the fsdp range and no floor note."""
     from vdkit.planner.sharded import FLOOR_NOTE
-    from vdkit.sweep import sweep_cells
+    from vdkit.render.sweep import sweep_cells
     from vdkit.validation.tables import PLAN_ONLY
 
     cell = [c for c in sweep_cells("alpaca_opt", PLAN_ONLY) if "model=opt_6_7b" in c][0]

@@ -118,7 +118,7 @@ def test_the_mapping_covers_every_package_folder():
     for pkg, folder in package_dirs().items():
         assert folder.is_dir(), f"{pkg} -> {folder} is not a folder"
     assert {"vdkit.planner.plan", "vdkit.recipes.engines", "vdkit.slurm.render", "vdkit.validation.report",
-            "vdkit.recipes.megatron.train", "vdkit.launchers"} <= set(mods)
+            "vdkit.recipes.megatron.train", "vdkit.launch.launchers"} <= set(mods)
 
 
 def test_no_import_circle():
@@ -157,7 +157,7 @@ def test_no_engine_imports_another_engine():
 
 def test_launchers_import_no_engine():
     """slurm/ (and every launcher module) gets the engine's request as data: nothing from recipes/."""
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
     edges = graph()
     roots = {"vdkit.slurm"} | set(launchers.REGISTRY.values())
@@ -229,7 +229,7 @@ def test_the_diagram_parser_reads_groups_and_wrapped_lines():
     assert labels[0] == "front door" and labels[-1] == "types" and "run directory" in labels
     by_label = dict(layers)
     assert {"validation/merge.py", "validation/steps.py", "validation/plots.py"} <= by_label["validation"]
-    assert "vdkit/prepare.py" in by_label["prepare"] and "recipes/bridge/cpu_shim.py" in by_label["engines"]
+    assert "vdkit/render/prepare.py" in by_label["prepare"] and "recipes/bridge/cpu_shim.py" in by_label["engines"]
 
 
 DOWNWARD_FOLDERS = ("vdkit.recipes", "vdkit.slurm", "vdkit.k8s", "vdkit.validation")

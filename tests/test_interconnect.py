@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vdkit.commands.plan import describe
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.plan import make_plan
 

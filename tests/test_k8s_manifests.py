@@ -81,7 +81,7 @@ def blog(tmp_path_factory):
 
 
 def test_the_blog_sweep_writes_six_rayjobs_that_pass_every_check(blog):
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     tmp, dirs = blog
     assert [d.name for d in dirs] == BLOG_CELLS
@@ -123,7 +123,7 @@ def test_blog_rayjob_golden(blog, cell):
 
 
 def test_the_k8s_clusters_are_the_slurm_machines_with_another_launcher():
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     for k8s, slurm in (("k8s_mi300x", "xe9680_mi300x"), ("k8s_mi300x_noroce", "xe9680_mi300x_noroce")):
         a, b = compose([f"cluster={k8s}"]).cluster, compose([f"cluster={slurm}"]).cluster
@@ -140,7 +140,7 @@ def test_vdkit_list_shows_the_inherited_hardware(capsys):
 
 
 def test_a_nemo_stack_engine_on_the_h100_cluster_writes_a_checked_pytorchjob(tmp_path, capsys):
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     (d,) = render(capsys, "cluster=k8s_h100", "cluster.nodes=2", "model=llama2_7b", "method=lora", "engine=nemo",
                   "engine.container_image=nvcr.io/nvidia/nemo:24.01.01.framework",
@@ -169,7 +169,7 @@ def test_a_nemo_stack_engine_on_the_h100_cluster_writes_a_checked_pytorchjob(tmp
 
 
 def test_the_megatron_engine_runs_its_registry_image_in_a_pytorchjob(tmp_path, capsys):
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     args = ["cluster=k8s_h100", "cluster.nodes=1", "model=llama2_7b", "method=lora", "engine=megatron", "data=synthetic",
             "model.hf_path=/data/models/Llama-2-7b-hf",  # the base it fine-tunes, on a volume the pods mount
@@ -189,7 +189,7 @@ def test_the_megatron_engine_runs_its_registry_image_in_a_pytorchjob(tmp_path, c
 
 
 def test_the_cpu_cluster_rayjob_has_no_gpus(tmp_path, capsys):
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     (d,) = render(capsys, "cluster=k8s_cpu", "engine=reference", "model=tiny_llama", "data=synthetic",
                   f"cluster.kubernetes.storage=[{{mount_path:'{tmp_path}',host_path:'{tmp_path}'}}]", "--out", str(tmp_path))
@@ -204,7 +204,7 @@ def test_the_cpu_cluster_rayjob_has_no_gpus(tmp_path, capsys):
 # ----------------------------------------------------------------------------- the checkers fail when they should
 @pytest.fixture(scope="module")
 def one(blog):
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     _, dirs = blog
     d = [x for x in dirs if x.name == "llama3_1_8b_2n_roce"][0]

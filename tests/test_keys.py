@@ -6,7 +6,8 @@ import re
 import pytest
 import yaml
 
-from vdkit import config, keys, schema
+from vdkit.composition import config, schema
+from vdkit.commands import keys
 from vdkit.cli import main
 from vdkit.errors import UserError
 

@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 
-from vdkit.recipes import known_warnings
-from vdkit.recipes.known_warnings import KNOWN, silence
+from vdkit.recipes.common import known_warnings
+from vdkit.recipes.common.known_warnings import KNOWN, silence
 
 # The messages as the pinned libraries print them (seen in `vdkit run` output: torch 2.13, transformers 5.23,
 # peft 0.21, DeepSpeed 0.19, megatron-core 0.16.1, Megatron-Bridge 0.3.1), one per entry.

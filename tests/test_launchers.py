@@ -1,4 +1,4 @@
-"""The launcher seam (vdkit.launchers): a launcher and an engine are each one module plus a registry line.
+"""The launcher seam (vdkit.launch.launchers): a launcher and an engine are each one module plus a registry line.
 
 The throwaway launcher and engine below are registered by monkeypatching the two registries only
 (and sys.modules, where an installed module would live): no file of the kit is touched.
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from vdkit import launchers
+from vdkit.launch import launchers
 from vdkit.cli import main
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes import engines
 from helpers import toy_engine_module
-from vdkit.rundir import LOCK_FILE, PLAN_FILE, PREFLIGHT_FILE, PREFLIGHT_SCRIPT, RECIPE_FILE, SBATCH_FILE
+from vdkit.run.rundir import LOCK_FILE, PLAN_FILE, PREFLIGHT_FILE, PREFLIGHT_SCRIPT, RECIPE_FILE, SBATCH_FILE
 
 TINY = ["model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=2"]
 
@@ -106,7 +106,7 @@ def test_local_launcher_refuses_an_engine_that_does_not_run_here(tmp_path, capsy
 def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
     """JobSpec.pmi comes from the engine spec's needs_pmi; cluster.mpi is honoured for it and only for it."""
     from helpers import sbatch_of
-    from vdkit.prepare import job_spec
+    from vdkit.render.prepare import job_spec
 
     plan = make_plan(compose(["cluster.mpi=pmi2"]))
     assert job_spec(plan, tmp_path).pmi is False and "--mpi" not in sbatch_of(plan, tmp_path)[0]
@@ -119,7 +119,7 @@ def test_an_engine_that_needs_pmi_gets_srun_mpi(monkeypatch, tmp_path):
 
 
 def test_run_lock_names_its_launcher(tmp_path):
-    from vdkit.runlock import acquire_local, holder_note
+    from vdkit.run.runlock import acquire_local, holder_note
 
     fd = acquire_local(tmp_path, "local")
     try:

@@ -1,4 +1,4 @@
-"""vdkit.local (`vdkit run`) and the engine as real processes: 2-rank gloo run, failures, kill and resume.
+"""vdkit.launch.local (`vdkit run`) and the engine as real processes: 2-rank gloo run, failures, kill and resume.
 
 `vdkit run --resume RUN_DIR` (issue 17 item 5): a local run stopped by a signal continues in its own
 run directory; logs append; `validate` sees the restart; a finished run is left alone.
@@ -75,10 +75,10 @@ def test_vdkit_run_two_ranks_end_to_end(tmp_path):
 
 def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     """Two ranks for a one-rank recipe: each rank refuses (exit 2); the launcher reports it."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.local import launch_local
-    from vdkit.rundir import create_run_dir
+    from vdkit.launch.local import launch_local
+    from vdkit.run.rundir import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])
     run_dir = create_run_dir(make_plan(recipe), {}, tmp_path)
@@ -93,12 +93,12 @@ def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
     """SIGKILL a real run after a checkpoint, restart it, and compare with an uninterrupted run."""
     import torch
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference.checkpoint import load
     from vdkit.recipes.reference.train import train
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     max_steps, gbs = 40, 16
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=sft",

@@ -238,7 +238,7 @@ def test_missing_path_and_empty_run_dir_are_user_errors(tmp_path):
 
 def test_reference_engine_progress_output_parses(tmp_path):
     """The reference engine's own progress writer (its contract with validation), epochs and all."""
-    progress = pytest.importorskip("vdkit.recipes.progress")
+    progress = pytest.importorskip("vdkit.recipes.common.progress")
     with open(tmp_path / "local-1.out", "w") as fh:
         pl = progress.ProgressLogger(tmp_path / "logs", total_steps=1200, start_step=0, stream=fh, tensorboard=False)
         for n in range(1, 1201):

@@ -88,7 +88,7 @@ def _first_batch_loss(run_dir: Path, hf: Path) -> float:
 
     from vdkit.recipes.common import data as rdata
     from vdkit.recipes.megatron.data import step_micro_batches
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     plan = load_plan(run_dir)
     r = plan.recipe

@@ -91,7 +91,7 @@ def runs(tmp_path_factory):
 def _run_again(run_dir: Path) -> None:
     """The job started again (a requeue, a resume): the same command on the same run directory, 2 x 2 ranks
     of one thread each; it must succeed."""
-    from vdkit.local import launch_local
+    from vdkit.launch.local import launch_local
     from vdkit.recipes.megatron import megatron_command
 
     with open(os.devnull, "wb") as sink:
@@ -113,7 +113,7 @@ def test_parallel_layout_trains_exactly_like_one_rank(runs, method, layout, worl
     assert b == pytest.approx(a, rel=1e-4, abs=1e-5), (a, b)
     out = (par / "local-1.out").read_text()
     assert f"{world} rank(s) (local, cpu)" in out
-    # megatron-core's known-harmless CPU warnings are silenced at their source (vdkit.recipes.known_warnings)
+    # megatron-core's known-harmless CPU warnings are silenced at their source (vdkit.recipes.common.known_warnings)
     assert "Warning:" not in out, out[-2000:]
     assert_memory_agrees(par, world, activations=True)
     assert_memory_agrees(one, 1, activations=True)
@@ -171,7 +171,7 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
             break
         time.sleep(0.05)
     first.wait()
-    from vdkit.runlock import is_held
+    from vdkit.run.runlock import is_held
 
     deadline = time.monotonic() + 60  # the killed ranks hold the run-dir lock until the kernel has torn them down
     while is_held(run_dir):
@@ -197,14 +197,14 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     """The job contract for the megatron engine: USR1 reaches only rank 1 of a DP2 run (no Slurm client
     on PATH, as in a container); both ranks stop after the same step, that step's checkpoint is written,
     both exit 75. The resumed run goes on at the next step, and every loss equals the uninterrupted run's."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.local import rank_env
+    from vdkit.launch.local import rank_env
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.megatron import megatron_command
-    from vdkit.ports import free_port
+    from vdkit.run.ports import free_port
     from vdkit.commands.run import with_local_defaults
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
     from helpers import no_slurm_path as _no_slurm_path
 
     whole = runs.get("sft", "dp2")

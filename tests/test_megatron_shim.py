@@ -22,7 +22,7 @@ def test_shim_applies_to_the_pinned_version_and_answers_what_megatron_asks():
         import warnings; warnings.simplefilter("ignore")
         import torch
         assert not torch.cuda.is_available()
-        from vdkit.recipes import mcore_cpu as cpu_shim
+        from vdkit.recipes.common import mcore_cpu as cpu_shim
         assert cpu_shim.apply() is True and cpu_shim.apply() is True   # once, idempotent
         # 1. CUDA devices in tensor factories, .to() and .cuda() land on the CPU
         assert torch.zeros([], dtype=torch.int, device="cuda").device.type == "cpu"
@@ -49,7 +49,7 @@ def test_shim_refuses_another_megatron_core_version_loudly():
         import importlib.metadata as md
         real = md.version
         md.version = lambda name: "0.99.0" if name == "megatron-core" else real(name)
-        from vdkit.recipes import mcore_cpu as cpu_shim
+        from vdkit.recipes.common import mcore_cpu as cpu_shim
         try:
             cpu_shim.apply()
         except cpu_shim.ShimVersionError as exc:
@@ -64,9 +64,9 @@ def test_the_cuda_spots_the_shim_answers_are_still_in_megatron_core():
     from importlib.metadata import version
     from pathlib import Path
 
-    from vdkit.recipes.mcore_cpu import TESTED_VERSION
+    from vdkit.recipes.common.mcore_cpu import TESTED_VERSION
 
-    assert version("megatron-core") == TESTED_VERSION, "megatron-core changed: re-validate recipes/mcore_cpu.py"
+    assert version("megatron-core") == TESTED_VERSION, "megatron-core changed: re-validate recipes/common/mcore_cpu.py"
     root = Path(importlib.util.find_spec("megatron.core").submodule_search_locations[0])
     spots = {"optimizer/clip_grads.py": "torch.cuda.FloatTensor", "optimizer/distrib_optimizer.py": "torch.cuda.FloatTensor",
              "pipeline_parallel/schedules.py": 'device="cuda"', "tensor_parallel/random.py": "def _get_cuda_rng_state",

@@ -6,12 +6,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes.nemo import nemo_command, nemo_script, render_nemo_yaml
-from vdkit.recipes.nemo_config import build_config
-from vdkit.rundir import LOG_DIR, NEMO_CONFIG_FILE
+from vdkit.recipes.nemo.config import build_config
+from vdkit.run.rundir import LOG_DIR, NEMO_CONFIG_FILE
 
 RUN_DIR = Path("/cluster/runs/llama2_7b_lora_1n8g")
 
@@ -143,7 +143,7 @@ def test_packed_sequences_read_the_packed_npy_not_the_jsonl():
 
 
 def test_a_packed_jsonl_and_an_optimizer_nemo_lacks_are_refused():
-    from vdkit.recipes.nemo_contract import check_nemo_config
+    from vdkit.recipes.nemo.contract import check_nemo_config
 
     plan, cfg = _cfg("data.packed=true")
     cfg["model"]["data"]["train_ds"]["file_names"] = ["/data/dolly/training.jsonl"]

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.recipes.common.edits import kind
 from vdkit.recipes.nemo import render_nemo_yaml
-from vdkit.recipes.nemo_config import build_config
-from vdkit.recipes.nemo_contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
+from vdkit.recipes.nemo.config import build_config
+from vdkit.recipes.nemo.contract import DELIBERATE_ADDITIONS, WIDENED_TYPES, check_nemo_config
 
 
 def _reference_dir() -> Path:
@@ -293,7 +293,7 @@ def test_trap_pretrain_data_prefix_and_tokenizer():
 def test_recipe_values_nemo_cannot_take_are_one_line_errors(overrides, match):
     from omegaconf import OmegaConf
 
-    from vdkit.config import recipe_from_dict
+    from vdkit.composition.config import recipe_from_dict
 
     # Composition makes paths absolute (issue 12, item 10); a recipe.yaml edited by hand is not composed,
     # so the NeMo renderer still refuses a relative path it would hand to every node.
@@ -308,7 +308,7 @@ def test_recipe_values_nemo_cannot_take_are_one_line_errors(overrides, match):
 
 
 # ----------------------------------------------------------------------------- NVIDIA's recipe
-from vdkit.recipes.nemo_contract import (NOT_IN_NEMO_1_23, NVIDIA_PRETRAIN_BY_SIZE,  # noqa: E402
+from vdkit.recipes.nemo.contract import (NOT_IN_NEMO_1_23, NVIDIA_PRETRAIN_BY_SIZE,  # noqa: E402
                                          PRETRAIN_DEPARTURES, nvidia_pretrain_settings)
 
 

@@ -1,4 +1,4 @@
-"""NeMo's ranks beat (vdkit.recipes.nemo_heartbeat): the rendered job installs the callback through Lightning's
+"""NeMo's ranks beat (vdkit.recipes.nemo.heartbeat): the rendered job installs the callback through Lightning's
 entry points, and a Trainer built without naming it reports every step, save and the exit.
 
 NeMo cannot train on this CPU: the rank command the sbatch runs is executed as rendered, with NeMo's script
@@ -50,7 +50,7 @@ print("SEEN", seen)
 
 
 def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_beats(tmp_path, capsys):
-    from vdkit import faults
+    from vdkit.run import faults
 
     import tarfile
 
@@ -64,7 +64,7 @@ def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_be
     assert "vdkit_watchdog 9>&- & WATCH_PID=$!" in sbatch and "export VDKIT_HEARTBEAT_DIR=" in sbatch
     # the rank command, as srun runs it: bash -c '<PYTHONPATH=callbacks...> exec python -u <NeMo script> ...'
     from vdkit.recipes import engines
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     argv = engines.get("nemo").command(load_plan(run_dir), run_dir)
     assert shlex.join(argv) in sbatch
@@ -99,8 +99,8 @@ def test_no_heartbeat_asked_no_callback(tmp_path):
     """Without the launcher's $VDKIT_HEARTBEAT_DIR (a NeMo job run by hand) the factories add nothing."""
     import os
 
-    from vdkit.recipes import nemo_heartbeat
-    from vdkit.recipes.heartbeat import STANDALONE_NAME
+    from vdkit.recipes.nemo import heartbeat as nemo_heartbeat
+    from vdkit.recipes.common.heartbeat import STANDALONE_NAME
 
     assert nemo_heartbeat.HEARTBEAT_MODULE == STANDALONE_NAME
     saved = os.environ.pop("VDKIT_HEARTBEAT_DIR", None)

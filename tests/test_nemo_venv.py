@@ -1,4 +1,4 @@
-"""NeMo 1.23's venv for `vdkit check` (vdkit/recipes/nemo_check/venv.py): complete, this checkout's own, and
+"""NeMo 1.23's venv for `vdkit check` (vdkit/recipes/nemo/runcheck/venv.py): complete, this checkout's own, and
 a check that cannot make it is not a pass."""
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ def test_probe_imports_only_pinned_or_declared_packages(tmp_path, nemo_venv):
     environment by chance (a fresh clone failed every NeMo job with `No module named 'requests'`)."""
     from vdkit.cli import main
     from vdkit.recipes.bridge.data import byte_tokenizer_files
-    from vdkit.recipes.nemo_check import PROBE, _cell
-    from vdkit.recipes.nemo_check.venv import PINS
+    from vdkit.recipes.nemo.runcheck import PROBE, _cell
+    from vdkit.recipes.nemo.runcheck.venv import PINS
 
     data = tmp_path / "data"
     data.mkdir()
@@ -102,7 +102,7 @@ def test_venv_location_is_this_checkouts(monkeypatch):
     import sys
 
     import vdkit
-    from vdkit.recipes.nemo_check import venv
+    from vdkit.recipes.nemo.runcheck import venv
 
     monkeypatch.delenv("VDKIT_NEMO_VENV", raising=False)
     here = venv.location()
@@ -115,7 +115,7 @@ def test_venv_location_is_this_checkouts(monkeypatch):
 
 
 def test_stamped_for_another_environment_is_remade(tmp_path):
-    from vdkit.recipes.nemo_check import venv
+    from vdkit.recipes.nemo.runcheck import venv
 
     (tmp_path / venv.READY).write_text("\n".join(venv.PINS))  # yesterday's stamp: the pins only
     assert venv.python(tmp_path) is None
@@ -125,7 +125,7 @@ def test_check_without_nemo_venv_never_exits_0(tmp_path, monkeypatch, capsys):
     """Where NeMo's venv cannot be made (here: its location is under a file), a clean NeMo cell is not a pass:
     one line saying the check could not run NeMo's code, exit 3; stdout says so for the run dir."""
     from vdkit.cli import main
-    from vdkit.jobcheck import EXIT_NOT_CHECKED
+    from vdkit.run.jobcheck import EXIT_NOT_CHECKED
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -146,7 +146,7 @@ def test_check_without_nemo_venv_never_exits_0(tmp_path, monkeypatch, capsys):
 
 
 def test_readme_names_the_check_and_its_first_use_cost():
-    from vdkit.recipes.nemo_check.venv import ABOUT, PINS
+    from vdkit.recipes.nemo.runcheck.venv import ABOUT, PINS
 
     text = " ".join((ROOT / "README.md").read_text().split())
     assert "`vdkit check RUN_DIR...`" in text and f"({ABOUT}, {len(PINS)} packages from the package index" in text

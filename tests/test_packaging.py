@@ -17,7 +17,7 @@ def test_wheel_finds_conf_and_published_data_without_the_checkout(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("vdkit-*.whl")
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
-    code = ("import vdkit, vdkit.config as c, vdkit.sweep as sw, vdkit.validation.tables as t; "
+    code = ("import vdkit, vdkit.composition.config as c, vdkit.render.sweep as sw, vdkit.validation.tables as t; "
             "print(vdkit.__file__); print(c.conf_dir()); "
             "print(c.compose(['model=llama2_70b', 'method=lora']).model.num_layers); "
             "print(len(sw.sweep_cells('table9'))); print(bool(t.load_published('table9'))); "

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vdkit.cli import main
-from vdkit.recipes.packing import pack_samples, pack_sequences, tokenize_sft, write_packed
+from vdkit.recipes.common.packing import pack_samples, pack_sequences, tokenize_sft, write_packed
 
 
 def naive_first_fit_decreasing(lengths, max_len):
@@ -132,7 +132,7 @@ def test_cli_pack_jsonl_and_npy(tmp_path, capsys):
 def test_tokenize_sft_answer_only_mask(tmp_path):
     src = tmp_path / "t.jsonl"
     src.write_text(json.dumps({"input": "a b c", "output": "d e"}) + "\n")
-    from vdkit.recipes.data_stats import load_tokenizer
+    from vdkit.recipes.common.data_stats import load_tokenizer
 
     ids, masks = tokenize_sft(src, load_tokenizer(_word_tokenizer(tmp_path / "tok.json")))
     assert len(ids[0]) == 5 and masks == [[0, 0, 0, 1, 1]]

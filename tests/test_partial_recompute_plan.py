@@ -1,7 +1,7 @@
 """The planner recomputes only what memory needs: full recompute of the fewest layers per stage
 (megatron's block method, ``recompute_num_layers``) when keeping every layer does not leave the headroom;
 and NVIDIA's published layouts that ran without recompute plan without it."""
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.calibration import HEADROOM
 from vdkit.planner.memory import estimate_memory
 from vdkit.planner.plan import make_plan

@@ -1,8 +1,8 @@
 """The planner's rules (each with a case that must fail), the memory model's 70B facts, checkpoints."""
 import pytest
 
-from vdkit.config import compose
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts
 from vdkit.planner.plan import make_plan, require_feasible

@@ -82,7 +82,7 @@ def test_no_shipped_nemo_peft_cell_interleaves_the_pipeline(capsys):
     import json
 
     from vdkit.cli import main
-    from vdkit.conftree import conf_dir
+    from vdkit.composition.conftree import conf_dir
 
     for sweep in sorted(p.stem for p in (conf_dir() / "sweep").glob("*.yaml")):
         capsys.readouterr()

@@ -6,8 +6,8 @@ import sys
 import pytest
 
 from vdkit.planner import predict as P
-from vdkit.config import compose
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import sweep_cells
 from vdkit.planner.calibration import HEADROOM
 from vdkit.planner.plan import TIE, candidate_layouts, make_plan
 

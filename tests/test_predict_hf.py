@@ -1,5 +1,5 @@
 """The step-time model's transformers-engine regime (vdkit.planner.predict_hf) and the tokens it computes on
-(vdkit.tokens): collator padding counted from the data, the stack's synchronisation rules, the
+(vdkit.planner.tokens): collator padding counted from the data, the stack's synchronisation rules, the
 hardware constants' sources, and the seeds' published cells it predicts."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import random
 
 import pytest
 
-from vdkit.config import compose
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
 from vdkit.planner.plan import make_plan
 from vdkit.planner.predict_hf import constants, predict_hf_step
-from vdkit.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
+from vdkit.planner.tokens import expected_longest, lognormal_longest, micro_batch_tokens, stats_path, write_stats
 
 OPT = ["engine=reference", "parallelism.sharding=fsdp", "method=sft", "data=alpaca", "model=opt_6_7b",
        "train.micro_batch_size=4", "train.global_batch_size=256", "train.seq_length=512", "parallelism.recompute=none"]
@@ -29,7 +29,7 @@ def test_expected_longest_row_is_the_order_statistic_of_the_histogram():
     rng = random.Random(1)
     lengths = [int(rng.lognormvariate(4.5, 0.5)) for _ in range(20000)]
     mean = sum(lengths) / len(lengths)
-    from vdkit.tokens import histogram
+    from vdkit.planner.tokens import histogram
 
     # the planner's default (log-normal) agrees with the exact histogram of log-normal data
     assert lognormal_longest(mean, 0.5, 4, 10**6) == pytest.approx(expected_longest(histogram(lengths), 4, 10**6), rel=0.02)

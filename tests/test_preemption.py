@@ -1,4 +1,4 @@
-"""The job contract's stop (vdkit.jobspec): USR1 / TERM / the budget -> finish the step, checkpoint, exit 75.
+"""The job contract's stop (vdkit.run.jobspec): USR1 / TERM / the budget -> finish the step, checkpoint, exit 75.
 
 Without Slurm and without any Slurm client on PATH (as inside a container). The Slurm end-to-end
 checks (a real one-minute time limit over several allocations, USR1 to the batch shell) are in
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.recipes import preemption
+from vdkit.recipes.common import preemption
 from vdkit.recipes.reference import reference_command
 
 from helpers import no_slurm_path
@@ -74,7 +74,7 @@ def test_the_budget_stops_by_the_clock():
 
 
 def test_the_contract_is_one_set_of_constants():
-    from vdkit import jobspec
+    from vdkit.run import jobspec
     from vdkit.slurm import render
 
     assert preemption.STOP_SIGNUMS == (signal.SIGUSR1, signal.SIGTERM) and render.SIGNAL_NAME == jobspec.PREEMPT_SIGNAL
@@ -119,10 +119,10 @@ def _run_until_step(cmd, env, cwd, at_step: int, timeout: float = 150):
 
 @pytest.mark.slow  # real ranks or a Bridge import in a child: minutes under load, CI runs it
 def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_nothing(tmp_path):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.checkpoint import latest
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     max_steps = 400  # far more than the test lets it run before the signal
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
@@ -161,9 +161,9 @@ def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_noth
 
 
 def test_the_budget_stops_a_rank_without_any_signal(tmp_path):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
                       "train.max_steps=100000", "train.global_batch_size=2", *TINY])
@@ -214,9 +214,9 @@ def test_nemo_stops_by_its_own_clock_and_never_gets_the_signal(tmp_path):
     checkpoints come at the plan's cadence; exit 0 counts as finished only with Lightning's max_steps line."""
     import yaml
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import prepare
+    from vdkit.render.prepare import prepare
     from vdkit.planner.timeplan import time_plan
 
     plan = make_plan(compose(["model=llama2_70b", "method=lora", "train.max_steps=1000",
@@ -246,7 +246,7 @@ def test_nemo_stops_by_its_own_clock_and_never_gets_the_signal(tmp_path):
 # ----------------------------------------------------------------------------- one job per run dir (item 3)
 def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
     """The lock lines, run by bash: the first holder wins, a second is refused naming it, release frees it."""
-    from vdkit.runlock import holder_note, is_held, lock_lines
+    from vdkit.run.runlock import holder_note, is_held, lock_lines
 
     script = "set -euo pipefail\n" + "\n".join(lock_lines(tmp_path, "slurm", "${SLURM_JOB_ID:-?}")) + "\necho started\n"
     first = subprocess.Popen(["bash", "-c", script + "sleep 30\n"], env={**_env(), "SLURM_JOB_ID": "111"},
@@ -268,7 +268,7 @@ def test_rendered_script_takes_the_run_dir_lock_first(tmp_path):
 
 def test_vdkit_run_launcher_holds_the_lock_too(tmp_path):
     from vdkit.errors import UserError
-    from vdkit.runlock import acquire_local
+    from vdkit.run.runlock import acquire_local
 
     fd = acquire_local(tmp_path)
     try:
@@ -283,7 +283,7 @@ def test_vdkit_run_launcher_holds_the_lock_too(tmp_path):
 def test_rendered_script_refuses_a_lock_that_is_not_a_file(kind, tmp_path):
     """A run.lock that is a FIFO (opening it blocked the batch shell for ever), a directory or a symlink loop:
     the lock lines stop at once with one line naming the file and the fix, before anything starts."""
-    from vdkit.runlock import lock_lines
+    from vdkit.run.runlock import lock_lines
 
     lock = tmp_path / "run.lock"
     if kind == "fifo":
@@ -303,7 +303,7 @@ def test_rendered_script_refuses_a_lock_that_is_not_a_file(kind, tmp_path):
 
 # ----------------------------------------------------------------------------- the run's state files (issue 27 item 5)
 # Every file in the run dir the batch script reads or appends, as the script names it; a new one must be added
-# to vdkit.rundir.SHELL_STATE_FILES (test_the_batch_script_keeps_its_state_only_in_the_checked_files says so).
+# to vdkit.run.rundir.SHELL_STATE_FILES (test_the_batch_script_keeps_its_state_only_in_the_checked_files says so).
 SCRIPT_STATE = ("run.lock", "job_id.txt", "finished", "faults.jsonl", "excluded_nodes")
 # What the batch script calls outside bash, as a failed two-node step on a dead node sees them.
 _STUBS = {
@@ -317,9 +317,9 @@ _STUBS = {
 def batch_script(tmp_path_factory):
     """The reference engine's rendered launch.sbatch (two nodes, the watchdog, the recovery functions) with its
     run dir as ``@RUN_DIR@``, and a bin dir of Slurm stand-ins: rendered once for the module."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import render_run
+    from vdkit.render.prepare import render_run
 
     root = tmp_path_factory.mktemp("batch")
     run_dir = render_run(make_plan(compose(["model=tiny_llama", "method=lora", "engine=reference", "data=synthetic",
@@ -354,7 +354,7 @@ def test_the_batch_script_keeps_its_state_only_in_the_checked_files(batch_script
     """The control for the test below: a step that fails on a dead node drives the script through every state
     file (job ids, finished, the fault record with its restart count, the excluded node), and every file it
     leaves in the run dir besides its own output and the heartbeat dir is one the script checks at its start."""
-    from vdkit.rundir import SHELL_STATE_FILES
+    from vdkit.run.rundir import SHELL_STATE_FILES
 
     rc, err = _run_batch(batch_script, tmp_path)
     assert rc == 1 and any("restart 1 of 3: job 444" in ln for ln in err), err
@@ -386,9 +386,9 @@ def test_the_batch_script_refuses_a_state_file_that_is_not_a_file(batch_script, 
 @pytest.fixture(scope="module")
 def door_runs(tmp_path_factory):
     """A Slurm run dir (one job recorded) and a local one, rendered once for the module; each test copies one."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     root = tmp_path_factory.mktemp("door")
     slurm = create_run_dir(make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic"])), {},

@@ -2,7 +2,7 @@
 and its checkpoints have room, checked before any rank builds a model; a refusal is one line, exit 2, the recipe's
 fault (never restarted); no fine-tuning rank trains from random weights when its base is missing, empty or wrong.
 
-Unit cases per kind (vdkit.recipes.preflight), the needs every engine renders, the Slurm batch shell running the
+Unit cases per kind (vdkit.recipes.common.preflight), the needs every engine renders, the Slurm batch shell running the
 rendered pre-flight (srun never called, the fault recorded as the recipe's, `vdkit status` naming it), the local
 launcher, and each engine's rank guard (Bridge, NeMo, reference; megatron loads no base).
 """
@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from vdkit.cli import main
-from vdkit.recipes import preflight
+from vdkit.recipes.common import preflight
 
 
 # ----------------------------------------------------------------------------- the kinds
@@ -117,7 +117,7 @@ def test_the_room_counts_what_the_run_holds_and_refuses_a_full_disk(tmp_path, mo
 
 
 def test_the_pre_flight_agrees_with_the_kit_on_its_exit_code_prefix_and_kinds():
-    from vdkit import jobspec
+    from vdkit.run import jobspec
     from vdkit.recipes.bridge import job
 
     assert preflight.EXIT_REFUSED == jobspec.EXIT_REFUSED == job.EXIT_REFUSED == 2
@@ -175,7 +175,7 @@ export -f srun scontrol sbatch squeue
 def test_the_batch_shell_refuses_a_missing_base_before_srun_and_status_names_the_recipe(tmp_path, capsys):
     """A NeMo job whose base .nemo is gone: the sbatch script's pre-flight (the node's python3) exits 2 with one line
     in the job's .err, srun never runs, faults.jsonl says the recipe's fault and no successor is submitted."""
-    from vdkit.faults import read_faults, summary
+    from vdkit.run.faults import read_faults, summary
 
     data = tmp_path / "dolly"
     data.mkdir()
@@ -206,9 +206,9 @@ def test_the_batch_shell_refuses_a_missing_base_before_srun_and_status_names_the
 
 # ----------------------------------------------------------------------------- the local launcher
 def test_the_local_launcher_runs_the_pre_flight_before_any_rank(tmp_path, capsys):
-    from vdkit import local
-    from vdkit.faults import summary
-    from vdkit.rundir import load_plan
+    from vdkit.launch import local
+    from vdkit.run.faults import summary
+    from vdkit.run.rundir import load_plan
 
     data = tmp_path / "data"
     data.mkdir()
@@ -235,7 +235,7 @@ def _cfg(base, peft=None, load=None):
 def test_a_bridge_fine_tune_refuses_a_missing_empty_or_foreign_base(tmp_path):
     """Bridge trains a full fine-tune from random weights when its base has no tracker (training/setup.py:
     checkpoint_exists(pretrained_checkpoint)); the rank's guard says so in one line instead, LoRA or SFT."""
-    from vdkit.recipes.preflight import bridge_base_refused as base_refused
+    from vdkit.recipes.common.preflight import bridge_base_refused as base_refused
 
     (tmp_path / "empty").mkdir()
     for base, words in ((tmp_path / "gone", "does not exist"), (tmp_path / "empty", "it is empty"),
@@ -279,7 +279,7 @@ def test_a_bridge_sft_rank_with_its_base_gone_exits_2_and_trains_nothing(tmp_pat
 
 
 def test_a_reference_rank_refuses_a_local_hf_path_that_is_not_a_model(tmp_path):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.errors import UserError
     from vdkit.recipes.reference.train import check_base
 
@@ -296,7 +296,7 @@ def test_a_slurm_job_whose_data_went_away_fails_its_pre_flight_once_and_is_not_r
     (exit 2, one line in the .err), no rank runs, no successor is queued, `vdkit status` says the recipe's fault."""
     import time
 
-    from vdkit.rundir import JOB_ID_FILE, SBATCH_FILE
+    from vdkit.run.rundir import JOB_ID_FILE, SBATCH_FILE
 
     data = tmp_path / "data"
     data.mkdir()

@@ -94,7 +94,7 @@ def test_the_readme_names_where_the_data_comes_from():
 
 def test_the_readme_layout_claim_is_what_the_planner_says():
     """README: GBS 128 has no layout on 3 or 6 nodes; on 5 nodes 13B and 70B plan TP 8 x PP 5, 7B none."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.errors import UserError
     from vdkit.planner.plan import make_plan
 
@@ -138,7 +138,7 @@ def test_the_tour_plans_and_renders_as_written_cheaply(tmp_path, monkeypatch, ca
     as on a login node where /shared exists: --no-check-mounts checks no path, plan checks none."""
     import shlex
 
-    from vdkit import config, files
+    from vdkit.composition import config, files
     from vdkit.cli import main
 
     if shared:  # /shared's top-level directory "exists here" (nothing under it does)

@@ -75,7 +75,7 @@ def test_a_killed_rank_is_recorded_and_restarted_once_per_allowance(rendered, tm
     assert "not restarted (2 restart(s) used" in r.stderr
     assert (run_dir / "job_id.txt").read_text().split() == ["4242", "4242"]
     assert not (run_dir / "excluded_nodes").exists()  # a killed rank is not its node's fault
-    from vdkit.faults import summary
+    from vdkit.run.faults import summary
 
     assert "rank 1 on xe9680-2: killed (SIGKILL: out of memory?)" in summary(run_dir)
     assert "continue: sbatch " in summary(run_dir)
@@ -95,7 +95,7 @@ def test_the_watchdog_culprit_is_excluded_from_the_next_allocation(rendered, tmp
 
 
 def test_the_watchdog_and_restart_delays_are_cluster_settings(rendered, tmp_path):
-    text = (rendered() / "launch.sbatch").read_text()  # the production defaults (vdkit.faults)
+    text = (rendered() / "launch.sbatch").read_text()  # the production defaults (vdkit.run.faults)
     assert "-gt 20 ]; then" in text and "sleep 10; kill -KILL" in text and "--begin=now+30" in text
     run_dir = rendered("cluster.heartbeat_timeout_s=6", "cluster.kill_grace_s=3", "cluster.restart_delay_s=5")
     text = (run_dir / "launch.sbatch").read_text()
@@ -212,7 +212,7 @@ def _hold_lock(run_dir, seconds):
 def _successor(run_dir, tmp_path, squeue="", flock_wait_fails=False, jobs="30 77"):
     """Job 77's start (the recovery functions, then the lock lines) after job 30 in the run dir's record, with
     stand-in squeue (printing ``squeue``) and, optionally, a flock whose bounded wait fails at once."""
-    from vdkit.runlock import lock_lines
+    from vdkit.run.runlock import lock_lines
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -295,7 +295,7 @@ def test_a_successor_that_cannot_take_the_lock_is_a_fault_the_recovery_handles(r
     last = [json.loads(x) for x in (run_dir / "faults.jsonl").read_text().splitlines()][-1]
     assert last["job"] == "77" and last["cause"].startswith("job 77 did not start: the run directory was still held "
                                                             "by processes of job 30 12 s after it ended")
-    from vdkit.faults import summary
+    from vdkit.run.faults import summary
 
     if restarts_left:
         assert (last["restart"], last["next"]) == (2, "4242") and "--dependency=afterany:77" in \
@@ -311,7 +311,7 @@ def test_a_successor_that_cannot_take_the_lock_is_a_fault_the_recovery_handles(r
 def test_status_says_a_chain_stopped_when_the_named_successor_failed(tmp_path):
     """The record named job 31 as the restart, and job 31 failed without a record of its own: the run has stopped,
     and the line says so with the continue command, never 'job 31 continues'."""
-    from vdkit.faults import summary
+    from vdkit.run.faults import summary
 
     _restart_record(tmp_path, nxt="31")
     line = summary(tmp_path, "31", "FAILED exit=1:0")

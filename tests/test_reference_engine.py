@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.recipes.common import data as rdata
 from vdkit.recipes.common.distributed import resolve_dist_env
-from vdkit.recipes.progress import progress_line, tqdm_num
+from vdkit.recipes.common.progress import progress_line, tqdm_num
 
 
 BASE = ["model=tiny_llama", "data=synthetic", "engine=reference", "cluster=local", "train.seq_length=128",
@@ -117,7 +117,7 @@ def test_synthetic_rows_are_deterministic():
 def test_packed_sequences_keep_samples_apart():
     import torch
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.recipes.reference.model import build_model
 
     tok = rdata.ByteTokenizer()
@@ -139,10 +139,10 @@ def test_packed_sequences_keep_samples_apart():
 
 # ----------------------------------------------------------------------------- training
 def _train(tmp_path, overrides):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.reference.train import train
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     run_dir = create_run_dir(make_plan(compose(BASE + overrides)), {}, tmp_path)
     out = io.StringIO()
@@ -203,7 +203,7 @@ def _assert_kept(ckpt_dir, steps):
 
 
 def test_engine_refuses_a_model_parallel_plan(tmp_path):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.reference.train import check_layout
 
@@ -216,7 +216,7 @@ def test_engine_refuses_a_model_parallel_plan(tmp_path):
 def test_a_configured_sentencepiece_tokenizer_is_used_and_checked(tmp_path):
     import sentencepiece as spm
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     text = tmp_path / "corpus.txt"
     text.write_text("\n".join(f"{r['input']} {r['output']}" for r in rdata.synthetic_rows(1, 400)))
@@ -238,7 +238,7 @@ def test_a_configured_sentencepiece_tokenizer_is_used_and_checked(tmp_path):
 def test_the_planner_counts_the_lora_parameters_the_engine_trains():
     """peft puts LoRA on q, k and v separately: the plan's trainable count is the peft model's own."""
     pytest.importorskip("peft")
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.data import load_tokenizer
     from vdkit.recipes.reference.model import build_model

@@ -11,7 +11,7 @@ import yaml
 
 from helpers import directives  # sbatch's own reading of the #SBATCH lines
 from vdkit.cli import main
-from vdkit.rundir import NEMO_CONFIG_FILE, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
+from vdkit.run.rundir import NEMO_CONFIG_FILE, OVERRIDES_FILE, PLAN_FILE, RECIPE_FILE, SBATCH_FILE
 
 NO_MOUNTS = "--no-check-mounts"  # the default conf's /data and /models are cluster storage
 
@@ -43,7 +43,7 @@ def test_render_writes_a_complete_run_dir(tmp_path, capsys):
 
 
 def test_render_says_the_layout_the_prediction_and_what_it_did_not_check(tmp_path, capsys):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
 
     args = ["model=llama2_70b", "method=lora", "cluster.nodes=5"]
@@ -119,8 +119,8 @@ def test_multirun_skips_cells_without_a_layout(tmp_path, capsys):
 
 
 def test_sweep_table9_renders_every_feasible_cell(tmp_path, capsys):
-    from vdkit.config import compose
-    from vdkit.sweep import sweep_cells
+    from vdkit.composition.config import compose
+    from vdkit.render.sweep import sweep_cells
     from vdkit.planner.plan import make_plan
 
     cells = sweep_cells("table9")

@@ -17,7 +17,7 @@ from vdkit.rules import check_recipe, environment, families, numbers, overrides,
 
 @pytest.fixture(scope="module")
 def base():
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     return compose(["model=tiny_llama", "engine=reference", "data=synthetic", "cluster=local"])
 
@@ -76,11 +76,11 @@ def test_the_pair_rules(base):
 
 
 def test_validate_fields_repeats_no_domain():
-    """One home for a range: no field rule in vdkit.config compares a DOMAINS field with a number."""
+    """One home for a range: no field rule in vdkit.composition.config compares a DOMAINS field with a number."""
     import ast
     import inspect
 
-    from vdkit import config
+    from vdkit.composition import config
 
     tree = ast.parse(inspect.getsource(config))
     fields = {k.split(".", 1)[1] for k in numbers.DOMAINS}

@@ -10,9 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.prepare import prepare
+from vdkit.render.prepare import prepare
 
 REF = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster.gpus_per_node=1"]
 

@@ -1,4 +1,4 @@
-"""Run directories (vdkit.rundir): plan.json carries the plan and its prediction; nothing downstream re-plans."""
+"""Run directories (vdkit.run.rundir): plan.json carries the plan and its prediction; nothing downstream re-plans."""
 from __future__ import annotations
 
 import json
@@ -9,9 +9,9 @@ import textwrap
 import pytest
 
 from helpers import make_run, series
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.rundir import PLAN_FILE, create_run_dir, load_plan
+from vdkit.run.rundir import PLAN_FILE, create_run_dir, load_plan
 
 H100_LORA = ["model=llama2_7b", "method=lora"]  # a recipe the step-time model predicts
 
@@ -134,7 +134,7 @@ def test_every_rendered_recipe_loads_back(tmp_path, capsys):
     """What the kit renders passes the value rules it is read back with (status / validate / report on a
     run dir must keep working): cells of every engine and launcher, rendered by the CLI, loaded back."""
     from vdkit.cli import main
-    from vdkit.rundir import RECIPE_FILE, load_recipe
+    from vdkit.run.rundir import RECIPE_FILE, load_recipe
 
     image = "engine.container_image=nvcr.io/nvidia/nemo:24.01.01.framework"
     volumes = "cluster.kubernetes.storage=[" + ",".join(f"{{mount_path:{p},claim:c{i}}}" for i, p in enumerate(
@@ -163,7 +163,7 @@ def test_a_local_run_read_back_on_a_smaller_machine_is_not_refused(tmp_path, mon
     import os
 
     from vdkit.errors import UserError
-    from vdkit.rundir import load_recipe
+    from vdkit.run.rundir import load_recipe
 
     have = os.cpu_count() or 1
     run_dir = create_run_dir(make_plan(compose([*LOCAL_REF, f"cluster.cpus_per_task={have}"])), {},
@@ -183,7 +183,7 @@ def test_an_edited_rope_scaling_of_the_wrong_kind_is_one_line(scaling, what, tmp
     """A list for rope_type, a word or NaN for a factor: one line naming the key at load (before: a TypeError
     from a set lookup, or a ValueError from float() in the context rules, as a traceback in every verb)."""
     from vdkit.errors import UserError
-    from vdkit.rundir import load_recipe
+    from vdkit.run.rundir import load_recipe
 
     run_dir = _edited_run(tmp_path, "model.rope_scaling", scaling)
     with pytest.raises(UserError) as err:
@@ -198,7 +198,7 @@ def test_a_plan_json_with_an_infinite_count_or_a_scalar_schedule_is_one_line(edi
     import json
 
     from vdkit.errors import UserError
-    from vdkit.rundir import PLAN_FILE, load_plan
+    from vdkit.run.rundir import PLAN_FILE, load_plan
 
     run_dir = create_run_dir(make_plan(compose(LOCAL_REF)), {}, run_dir=tmp_path / "run")
     data = json.loads((run_dir / PLAN_FILE).read_text())
@@ -228,7 +228,7 @@ def test_a_name_held_by_a_fifo_recipe_is_skipped_without_reading_it(tmp_path):
     opened (a read would block for ever); the dir counts as taken by no engine, so the next name is NAME-2."""
     import os
 
-    from vdkit.rundir import RECIPE_FILE, reserve_run_dir
+    from vdkit.run.rundir import RECIPE_FILE, reserve_run_dir
 
     recipe = compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"])
     taken = tmp_path / "tiny_llama_lora_1n1g"

@@ -26,7 +26,7 @@ SLURM = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=xe96
 def _holder(run_dir: Path, seconds: float = 60, write: str = "") -> subprocess.Popen:
     """A stand-in `vdkit run`: holds the run dir's lock as the local launcher does (appending ``write`` to
     local-1.out every 0.2 s), until TERM or ``seconds``."""
-    code = ("import sys, time\nfrom vdkit.runlock import acquire_local\nfd = acquire_local(sys.argv[1])\n"
+    code = ("import sys, time\nfrom vdkit.run.runlock import acquire_local\nfd = acquire_local(sys.argv[1])\n"
             "print('held', flush=True)\nend = time.time() + float(sys.argv[2])\n"
             "while time.time() < end:\n"
             "    if sys.argv[3]:\n        open(sys.argv[1] + '/local-1.out', 'a').write(sys.argv[3] + '\\n')\n"
@@ -170,7 +170,7 @@ def test_status_names_the_rank_whose_compute_runs_behind_though_step_times_are_e
     (0.28, [0.10, 0.18, 0.14, 0.06], False),  # noisy peers: 0.16 above their median is under 5 MADs (0.2)
     (0.16, [0.10], True), (0.14, [0.10], False), (0.3, [], False)])
 def test_the_straggler_rule(value, peers, slow):
-    from vdkit.runs import is_slow
+    from vdkit.run.runs import is_slow
 
     assert is_slow(value, peers) is slow
 
@@ -227,7 +227,7 @@ def test_a_long_wait_shows_a_step_counter_and_an_eta(tmp_path):
     import io
 
     from helpers import write_nemo1_log
-    from vdkit.runs import Ticker
+    from vdkit.run.runs import Ticker
 
     run_dir = make_run(tmp_path, LOCAL)
     sink = io.StringIO()

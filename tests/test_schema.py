@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 
@@ -44,7 +44,7 @@ def test_rope_scaling_is_a_mapping():
 
 
 def test_nemo_pretrain_config_reads_the_model_fields():
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     plan = make_plan(compose(PRETRAIN + ["model.norm_eps=1e-6", "model.rope_base=500000",
                                           "model.tied_embeddings=true", "model.tokenizer=huggingface"]))
@@ -58,7 +58,7 @@ def test_nemo_pretrain_config_reads_the_model_fields():
 
 
 def test_nemo_refuses_what_it_cannot_express():
-    from vdkit.recipes.nemo_config import build_config
+    from vdkit.recipes.nemo.config import build_config
 
     with pytest.raises(UserError, match="model.activation='relu' does not exist in the llama architecture"):
         compose(PRETRAIN + ["model.activation=relu"])  # the door (vdkit.rules) refuses it first

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from vdkit.planner.arch import param_counts
-from vdkit.config import compose
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import sweep_cells
 from vdkit.validation.tables import PLAN_ONLY
 from vdkit.planner.plan import make_plan
 from vdkit.planner.sharded import accumulation_gradient_bytes, estimate_sharded_memory, state_bytes
@@ -88,7 +88,7 @@ def test_llama31_roce_plans_all_six_cells():
 
 def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     from helpers import write_nemo1_log
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
     from vdkit.validation import table_output, tables
 
     cell = next(c for c in sweep_cells("alpaca_opt", PLAN_ONLY) if "model=opt_6_7b" in c)

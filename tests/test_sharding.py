@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 
@@ -29,7 +29,7 @@ def _losses(run_dir: Path):
 
 def _render(tmp_path, sharding: str, extra=()) -> Path:
     from vdkit.recipes.common.data import check_inputs
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     plan = make_plan(compose(RUN + [f"parallelism.sharding={sharding}", f"run.name=s_{sharding}", *extra]))
     check_inputs(plan.recipe)
@@ -38,8 +38,8 @@ def _render(tmp_path, sharding: str, extra=()) -> Path:
 
 def _train_all(tmp_path, dirs):
     """Two ranks (one process each, gloo on CPU / NCCL on GPUs) train every run dir in turn; rank 0's output."""
-    from vdkit.local import rank_env
-    from vdkit.ports import free_port
+    from vdkit.launch.local import rank_env
+    from vdkit.run.ports import free_port
 
     port = free_port()
     cmd = [sys.executable, str(HERE / "sharding_worker.py"), *map(str, dirs)]
@@ -59,7 +59,7 @@ def test_fsdp_and_zero3_match_ddp_on_two_cpu_ranks(tmp_path):
     outs = _train_all(tmp_path, dirs)
     assert "sharding fsdp" in outs[0] and "sharding zero3" in outs[0]
     assert "ZeRO-3: building DeepSpeed ops" in outs[0] and "ZeRO-3: DeepSpeed ready in" in outs[0]  # no silent start-up
-    # known-harmless library warnings are silenced at their source (vdkit.recipes.known_warnings)
+    # known-harmless library warnings are silenced at their source (vdkit.recipes.common.known_warnings)
     assert "FutureWarning" not in outs[0] and "unable to detect" not in outs[0], outs[0][-2000:]
     ddp, fsdp, zero3 = (_losses(d) for d in dirs)
     assert len(ddp) == 5 and ddp[-1] < ddp[0]  # it learns
@@ -112,7 +112,7 @@ def test_fsdp_and_zero3_track_ddp_in_bf16_on_two_gpus(tmp_path):
 
 
 def test_blog_deepspeed_settings_resolve_like_transformers():
-    from vdkit.conftree import deepspeed_config_source
+    from vdkit.composition.conftree import deepspeed_config_source
     from vdkit.recipes.reference.sharding import resolve_deepspeed_config
 
     base = ["model=llama3_1_70b", "engine=reference", "parallelism.sharding=zero3", "cluster=xe9680_mi300x",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vdkit import site
+from vdkit.composition import site
 from vdkit.cli import main
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "site"
@@ -16,8 +16,8 @@ XE9680_HCAS = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5
 
 @pytest.fixture(autouse=True)
 def _no_config_dir_left_behind():
-    """--config-dir is process state (vdkit.config._USER_DIRS): other tests must not see these clusters."""
-    from vdkit import config
+    """--config-dir is process state (vdkit.composition.config._USER_DIRS): other tests must not see these clusters."""
+    from vdkit.composition import config
 
     yield
     config._USER_DIRS.clear()

@@ -125,7 +125,7 @@ def check_unbroken(run_dir: Path, max_steps: int) -> dict:
 def tb_losses(run_dir: Path) -> dict:
     """0-based step -> loss from the run's TensorBoard events, as the kit's parser reads them (NeMo's
     reduced_train_loss or Megatron's ``lm loss``; a later segment's value wins)."""
-    from vdkit.rundir import LOG_DIR
+    from vdkit.run.rundir import LOG_DIR
     from vdkit.validation.tensorboard_events import parse_tensorboard
 
     return {r.step: r.loss for r in parse_tensorboard(run_dir / LOG_DIR).steps if r.loss is not None}

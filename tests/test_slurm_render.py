@@ -31,13 +31,13 @@ from pathlib import Path
 import pytest
 
 from helpers import directives, sbatch_of, sbatch_parse
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
-from vdkit.ports import PORT_BASE, job_port
-from vdkit.prepare import job_spec, render_run
+from vdkit.run.ports import PORT_BASE, job_port
+from vdkit.render.prepare import job_spec, render_run
 from vdkit.recipes import engines
-from vdkit.rundir import SBATCH_FILE
+from vdkit.run.rundir import SBATCH_FILE
 from vdkit.slurm import env as slurm_env, render
 
 
@@ -238,7 +238,7 @@ def test_image_with_hash_reaches_srun_intact():
     assert f"--container-image={r.engine.container_image}" in render.srun_argv(plan, RUN_DIR, job_spec(plan, RUN_DIR))
 
 
-JOB_ID = "1234567"  # what Slurm sets in the batch script (its rendezvous port: vdkit.ports.job_port)
+JOB_ID = "1234567"  # what Slurm sets in the batch script (its rendezvous port: vdkit.run.ports.job_port)
 HOSTILE = "we ird'$(touch PWNED);`touch PWNED2` \"q\" #x &&|<>*?~!"
 
 FAKES = r"""
@@ -336,7 +336,7 @@ def test_rendezvous_uses_node_address_not_name(tmp_path, fake_engine):
 
 def test_two_jobs_on_one_host_get_two_rendezvous_ports(tmp_path, fake_engine):
     """A fixed MASTER_PORT made the second job sharing a host fail with EADDRINUSE: the script
-    derives it from SLURM_JOB_ID, by the rule the engines use (vdkit.ports), below the ephemeral range."""
+    derives it from SLURM_JOB_ID, by the rule the engines use (vdkit.run.ports), below the ephemeral range."""
     text, run_dir = sbatch_of(make_plan(compose(["cluster.nodes=2"])), tmp_path)
     run_dir.mkdir()
     syntax = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)

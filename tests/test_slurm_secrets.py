@@ -60,7 +60,7 @@ def test_unreadable_file_stops_the_job_with_one_line(tmp_path):
 
 
 def test_rendered_script_reads_the_file_as_data(tmp_path):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from helpers import sbatch_of
 
@@ -79,7 +79,7 @@ def test_rendered_script_reads_the_file_as_data(tmp_path):
     "cluster.account=${oc.env:SLURM_ACCOUNT}",
 ])
 def test_environment_interpolation_is_refused(override, monkeypatch):
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.errors import UserError
 
     monkeypatch.setenv("HF_TOKEN", "hf_secret_token_value")
@@ -103,7 +103,7 @@ def test_names_that_break_the_job_are_skipped_at_run_time(tmp_path):
 
 def test_the_local_launchers_secrets_reader(tmp_path):
     """What `vdkit run` exports to its ranks from run.secrets_file (it used to ignore the file)."""
-    from vdkit.local import read_secrets_file
+    from vdkit.launch.local import read_secrets_file
 
     f = tmp_path / "s.env"
     f.write_text("# c\nexport HF_TOKEN='hf_abc'\nWANDB_API_KEY=\"k e y\"\n")
@@ -130,7 +130,7 @@ def _secrets(tmp_path, mode: int):
                          ids=lambda v: f"{v:04o}" if isinstance(v, int) else "")
 def test_a_secrets_file_open_to_others_is_refused_at_the_door(tmp_path, mode, who):
     """As ssh refuses a private key that is 'too open': the file, its mode and the chmod, never the token."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.errors import UserError
 
     f = _secrets(tmp_path, mode)
@@ -160,8 +160,8 @@ def test_the_cli_refuses_it_in_one_line_and_writes_nothing(tmp_path, capsys, ver
 
 @pytest.mark.parametrize("mode", [0o600, 0o400])
 def test_a_private_secrets_file_passes(tmp_path, mode):
-    from vdkit.config import compose
-    from vdkit.local import read_secrets_file
+    from vdkit.composition.config import compose
+    from vdkit.launch.local import read_secrets_file
 
     f = _secrets(tmp_path, mode)
     assert compose([*TINY, f"run.secrets_file={f}"]).run.secrets_file == str(f)
@@ -171,7 +171,7 @@ def test_a_private_secrets_file_passes(tmp_path, mode):
 def test_the_local_reader_refuses_an_open_file_too(tmp_path):
     """`vdkit run` exports the file to its ranks: the same rule, whatever path reaches the reader."""
     from vdkit.errors import UserError
-    from vdkit.local import read_secrets_file
+    from vdkit.launch.local import read_secrets_file
 
     f = _secrets(tmp_path, 0o644)
     with pytest.raises(UserError, match="chmod 600"):

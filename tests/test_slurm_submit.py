@@ -13,8 +13,8 @@ from vdkit.errors import UserError
 
 def _feasible_cells(sweep: str, extra):
     """How many cells of a sweep the planner accepts (what render/submit write), computed, not typed."""
-    from vdkit.config import compose
-    from vdkit.sweep import override_sets
+    from vdkit.composition.config import compose
+    from vdkit.render.sweep import override_sets
     from vdkit.planner.plan import make_plan
 
     return sum(1 for o in override_sets(list(extra), sweep=sweep) if make_plan(compose(o)).feasible)

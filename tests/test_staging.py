@@ -1,7 +1,7 @@
 """Weights and tokenizers staged once, for every engine (vdkit.recipes.common.staging).
 
 Every cell of every shipped sweep, and the Bridge engine on the Table 9 and training shapes, rendered in
-memory (vdkit.prepare, nothing written): no file of any cluster job names a Hugging Face hub id (the jobs
+memory (vdkit.render.prepare, nothing written): no file of any cluster job names a Hugging Face hub id (the jobs
 run offline); the conversion jobs take the whole node; a token comes from run.secrets_file at run time,
 never from the script; a hub-id tokenizer is refused at the door.
 """
@@ -11,11 +11,11 @@ import re
 
 import pytest
 
-from vdkit.config import compose
+from vdkit.composition.config import compose
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
-from vdkit.prepare import prepare
-from vdkit.sweep import override_sets, plan_cells
+from vdkit.render.prepare import prepare
+from vdkit.render.sweep import override_sets, plan_cells
 
 HUB_ID = re.compile(r"\b(meta-llama|facebook|mistralai|huggingface\.co|hf\.co)/")
 SWEEPS = ["table9", "table9_fast", "training", "alpaca_opt", "llama31_roce"]  # demo: this machine's local cells
@@ -77,7 +77,7 @@ def test_a_hub_id_tokenizer_is_refused_at_the_door(tmp_path):
 
 
 def test_check_mounts_checks_the_staged_tokenizer_and_the_packed_file(tmp_path):
-    from vdkit.prepare import local_inputs
+    from vdkit.render.prepare import local_inputs
 
     plan = make_plan(compose(["engine=bridge", "method=pretrain", "data=synthetic"]))  # /shared: not on this machine
     with pytest.raises(UserError, match=r"model.hf_path \(the staged tokenizer\) /shared/models/Llama-2-7b-hf"):

@@ -3,7 +3,7 @@
 A tiny reference LoRA run on two emulated nodes (one rank each, data parallel over gloo): every rank leaves the
 gradient all-reduce together, so the heartbeats' step times are equal. The test slows rank 1 for real - the
 process is stopped (SIGSTOP) for most of every short cycle, as a throttled or oversubscribed node would run it -
-and status must name rank 1 and its node from the compute times the ranks write (vdkit.recipes.heartbeat),
+and status must name rank 1 and its node from the compute times the ranks write (vdkit.recipes.common.heartbeat),
 never rank 0.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from fault_kill import rank_pids
-from vdkit.runs import heartbeats
+from vdkit.run.runs import heartbeats
 
 CELL = ("engine=reference", "method=lora", "model=tiny_llama", "data=synthetic", "cluster.nodes=2",
         "cluster.gpus_per_node=1", "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1",

@@ -88,7 +88,7 @@ def test_a_checked_sweep_prints_one_line_per_cell_and_a_total(tmp_path, capsys, 
     from pathlib import Path
 
     from vdkit.commands import check
-    from vdkit.jobcheck import Report
+    from vdkit.run.jobcheck import Report
 
     def fake_check(dirs):  # the engines' checks are test_check.py's: here only what render prints of them
         out = []

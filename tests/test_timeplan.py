@@ -13,8 +13,8 @@ import re
 import pytest
 
 from vdkit.cli import main
-from vdkit.config import compose
-from vdkit.sweep import sweep_cells
+from vdkit.composition.config import compose
+from vdkit.render.sweep import sweep_cells
 from vdkit.errors import UserError
 from vdkit.planner.plan import make_plan
 from vdkit.planner.timeplan import SITE_FIELDS, time_plan, young_interval_s
@@ -27,7 +27,7 @@ def _times(*extra):
 
 
 def test_the_site_facts_are_cluster_fields_with_their_defaults():
-    from vdkit.schema import ClusterCfg
+    from vdkit.composition.schema import ClusterCfg
 
     c = ClusterCfg()
     assert {k: getattr(c, k) for k in SITE_FIELDS} == {
@@ -105,7 +105,7 @@ def test_table9_nemo_job_stops_before_its_limit_resumes_and_checkpoints(cell, tm
     the sbatch time, signal and allocations agree with the plan."""
     import yaml
 
-    from vdkit.prepare import prepare
+    from vdkit.render.prepare import prepare
 
     plan = make_plan(compose(cell))
     if not plan.feasible:
@@ -224,7 +224,7 @@ def test_recipe_yaml_holds_what_the_user_set_and_the_defaults(tmp_path, capsys, 
     import yaml
 
     from vdkit.planner.timeplan import every_n_steps
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     overrides = [*CELL, *pinned]
     assert main(["render", *overrides, "--out", str(tmp_path), "--no-check-mounts"]) == 0

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from vdkit.faults import EXIT_NO_SPACE
+from vdkit.run.faults import EXIT_NO_SPACE
 from vdkit.recipes.common import trust
 from vdkit.recipes.common.checkpoint import checkpoints
 

@@ -8,8 +8,8 @@ import pytest
 
 from helpers import TINY, make_run, series, write_nemo1_log
 from vdkit.cli import main
-from vdkit.config import compose
-from vdkit.rundir import load_recipe
+from vdkit.composition.config import compose
+from vdkit.run.rundir import load_recipe
 from vdkit.planner.plan import make_plan
 
 

@@ -36,7 +36,7 @@ def matches(recipe, conditions: dict) -> bool:
 
 def _shipped_model(name: str) -> Optional[tuple]:
     """The architecture of the kit's ``conf/model/<name>.yaml`` (:func:`_architecture`), None without one."""
-    from vdkit.conftree import conf_dir
+    from vdkit.composition.conftree import conf_dir
 
     path = conf_dir() / "model" / f"{name}.yaml"
     return _model_file(str(path), path.stat().st_mtime_ns) if path.is_file() else None
@@ -47,8 +47,8 @@ def _model_file(path: str, mtime_ns: int) -> tuple:
     """One parse per model file version (`vdkit plan --sweep` cites a table for every cell)."""
     from omegaconf import OmegaConf
 
-    from vdkit.files import load_yaml
-    from vdkit.schema import ModelCfg
+    from vdkit.composition.files import load_yaml
+    from vdkit.composition.schema import ModelCfg
 
     # typed as composition types it (a YAML "1e-5" is a float there too)
     data = load_yaml(path, "model config")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List, Tuple, Union
 
 from vdkit.errors import UserError
-from vdkit.logformat import TIMING_KEY
+from vdkit.run.logformat import TIMING_KEY
 from vdkit.validation.merge import merge_logs
 from vdkit.validation.steps import StepLog
 from vdkit.validation.tensorboard_events import event_files, parse_tensorboard
@@ -131,9 +131,9 @@ def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
     else its ``*.out`` files merged by global step. Raises UserError when there are no steps
     at all, or (``require_timing``) no step times.
     """
-    from vdkit.rundir import LOG_DIR
+    from vdkit.run.rundir import LOG_DIR
 
-    from vdkit.files import not_a_regular_file
+    from vdkit.composition.files import not_a_regular_file
 
     p = Path(path)
     if not p.exists():

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-# The metric names have one home, shared with the engines that write them (vdkit.logformat).
-from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
+# The metric names have one home, shared with the engines that write them (vdkit.run.logformat).
+from vdkit.run.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.numbers import exact_int, loss, number, short_form_matches, timing as step_timing
 from vdkit.validation.steps import StepRecord
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional
 
-from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
+from vdkit.run.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, GLOBAL_STEP_KEY as STEP_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.numbers import exact_int, loss, number, timing
 from vdkit.validation.steps import StepRecord
 

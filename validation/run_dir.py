@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
-from vdkit.rundir import find_run_dir
-from vdkit.schema import TrainCfg
+from vdkit.run.rundir import find_run_dir
+from vdkit.composition.schema import TrainCfg
 
 DEFAULT_TARGET_STEPS = TrainCfg.target_steps  # the schema's default: used only when no recipe.yaml says one
 
@@ -26,7 +26,7 @@ def checkpoint_every(run_dir: Optional[Path]) -> int:
     if run_dir is None:
         return 0
     from vdkit.planner.timeplan import every_n_steps
-    from vdkit.rundir import load_recipe, load_schedule
+    from vdkit.run.rundir import load_recipe, load_schedule
 
     schedule = load_schedule(run_dir)
     if "every_n_steps" in schedule:
@@ -45,7 +45,7 @@ def recipe_of(source):
     run_dir = find_run_dir(Path(source))
     if run_dir is None:
         return None
-    from vdkit.rundir import load_recipe
+    from vdkit.run.rundir import load_recipe
 
     return load_recipe(run_dir)
 
@@ -75,8 +75,8 @@ class RunResult:
     """What one run directory contributes to a table."""
 
     path: str
-    recipe: object  # vdkit.schema.Recipe
-    plan: object = None  # vdkit.schema.Plan from its plan.json (None: unreadable)
+    recipe: object  # vdkit.composition.schema.Recipe
+    plan: object = None  # vdkit.composition.schema.Plan from its plan.json (None: unreadable)
     log: object = None  # validation.steps.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)
@@ -90,7 +90,7 @@ class RunResult:
 def collect_run(path, target_steps: Optional[int] = None) -> RunResult:
     """Recipe, plan, step log and estimate of one run directory, for ``target_steps`` (None: its recipe's
     ``train.target_steps``)."""
-    from vdkit.rundir import RECIPE_FILE, load_plan, load_recipe
+    from vdkit.run.rundir import RECIPE_FILE, load_plan, load_recipe
     from vdkit.validation.extrapolate import estimate_log
     from vdkit.validation.logs import read_source
 

@@ -218,7 +218,7 @@ def to_csv(table: Table) -> str:
 # ----------------------------------------------------------------------------- files
 def plot_files(table: Table) -> Dict[str, bytes]:
     """The table's PNG plots: a rows table's grouped bars; else the scaling plot and each timed run's trace."""
-    from vdkit.rundir import safe_dir_name
+    from vdkit.run.rundir import safe_dir_name
     from vdkit.validation import plots
 
     if table.layout == "rows":
@@ -253,8 +253,8 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
     The list lives in a hidden manifest per ``report`` (the table's name: ``.<report>.files``), so two
     tables' reports can share a directory; files the kit did not write are never touched.
     """
-    from vdkit.files import replace_all
-    from vdkit.rundir import missing_parents, remove_empty
+    from vdkit.composition.files import replace_all
+    from vdkit.run.rundir import missing_parents, remove_empty
 
     out = Path(out_dir)
     created = missing_parents(out)

@@ -215,8 +215,8 @@ class Table:
 @lru_cache(maxsize=16)
 def _sweep_recipes(sweep: str) -> Tuple[object, ...]:
     """The composed recipes of every cell of ``sweep`` (not planned)."""
-    from vdkit.config import compose
-    from vdkit.sweep import sweep_cells
+    from vdkit.composition.config import compose
+    from vdkit.render.sweep import sweep_cells
 
     return tuple(compose(c) for c in sweep_cells(sweep, PLAN_ONLY))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple, Union
 
 # The metric names have one home, shared with the engines that write them.
-from vdkit.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, LOSS_KEY, TIMING_KEY
+from vdkit.run.logformat import CONSUMED_SAMPLES_KEY as SAMPLES_KEY, LOSS_KEY, TIMING_KEY
 from vdkit.validation.megatron import interval_spans
 from vdkit.validation.steps import TIMING_MEGATRON, TIMING_STEP, StepLog, StepRecord, step_ranges as _ranges
 

@@ -2,7 +2,7 @@
 
 Start-up stays fast: verb modules only declare their arguments here; heavy libraries (torch,
 transformers, matplotlib, submitit) are imported inside the function that runs the verb.
-Imports go one way: cli -> commands -> (vdkit.args, domain modules); no verb imports this module.
+Imports go one way: cli -> commands -> (vdkit.commands.args, domain modules); no verb imports this module.
 """
 from __future__ import annotations
 
@@ -113,10 +113,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     try:
         if getattr(args, "config_dir", None):
-            from vdkit.config import use_config_dir
+            from vdkit.composition.config import use_config_dir
 
             use_config_dir(args.config_dir)
-        from vdkit.envcheck import check_environment
+        from vdkit.commands.envcheck import check_environment
 
         for line in check_environment(args.verb):
             print(printable(f"vdkit {args.verb}: warning: {line}"), file=sys.stderr)

@@ -21,11 +21,11 @@ from pathlib import Path, PurePosixPath
 from typing import List
 
 from vdkit.errors import UserError
-from vdkit.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
-from vdkit.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE, FIRST_FILE
+from vdkit.run.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
+from vdkit.run.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE, FIRST_FILE
 from vdkit.recipes.bridge.versions import BRIDGE_VERSION, IMAGE_TAG, MCORE_VERSION  # noqa: F401  (the image <-> Bridge map)
 from vdkit.recipes.spec import EngineSpec
-from vdkit.recipes.preflight import TRACKERS as BASE_MARKERS  # what Bridge checks for (standard library only)
+from vdkit.recipes.common.preflight import TRACKERS as BASE_MARKERS  # what Bridge checks for (standard library only)
 
 MODULE = "vdkit.recipes.bridge.rank"  # the rank entry point (python -m)
 CONTAINER_PYTHON = "python"
@@ -33,9 +33,9 @@ CONTAINER_PYTHON = "python"
 
 def in_container(plan) -> bool:
     """Ranks run in engine.container_image under Slurm; local processes use this Python."""
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
-    from vdkit.recipes.rocm import image
+    from vdkit.recipes.common.rocm import image
 
     return bool(image(plan)) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
@@ -68,7 +68,7 @@ def check(plan) -> None:
     from vdkit.recipes.bridge.config import check_model
     from vdkit.recipes.bridge.data import dataset_root
 
-    from vdkit.recipes.rocm import check as check_rocm
+    from vdkit.recipes.common.rocm import check as check_rocm
 
     r = plan.recipe
     check_rocm(plan)
@@ -85,7 +85,7 @@ def check(plan) -> None:
     if r.method.name != "pretrain":
         dataset_root(r, "/run")  # refuses data Bridge's fine-tuning dataset cannot read
         _require_chat_rows(r)
-        from vdkit import launchers
+        from vdkit.launch import launchers
 
         from vdkit.recipes.bridge.base import chains_import
 
@@ -145,7 +145,7 @@ def local_check(plan) -> None:
                             f"(no {' or '.join(BASE_MARKERS)})",
                             "point it at the directory `python -m vdkit.recipes.bridge.convert HF_DIR OUT_DIR` wrote "
                             "(OUT_DIR, the one holding iter_0000000/)")
-        from vdkit.recipes.preflight import FIXES, problem
+        from vdkit.recipes.common.preflight import FIXES, problem
 
         why = problem("model.megatron_path", r.model.megatron_path, "megatron_checkpoint")  # the iteration it names too
         if why:
@@ -168,10 +168,10 @@ def files(plan, run_dir) -> dict:
     from vdkit.recipes.bridge import convert
     from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR
     from vdkit.recipes.bridge.data import byte_tokenizer_files, synthetic_files
-    from vdkit.rundir import checkpoint_dir
+    from vdkit.run.rundir import checkpoint_dir
 
     r = plan.recipe
-    from vdkit.recipes.heartbeat import STANDALONE_NAME, standalone_source
+    from vdkit.recipes.common.heartbeat import STANDALONE_NAME, standalone_source
 
     out = {CONFIG_FILE: render_bridge_yaml(plan, run_dir), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
            f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
@@ -185,7 +185,7 @@ def files(plan, run_dir) -> dict:
         chained = convert.chains_import(r, True)
         out[IMPORT_FILE] = convert.import_sbatch(plan, run_dir, chained)
         if chained:  # no model.megatron_path: the conversion runs first, training after it (vdkit submit)
-            from vdkit.rundir import FIRST_FILE
+            from vdkit.run.rundir import FIRST_FILE
 
             out[FIRST_FILE] = IMPORT_FILE + "\n"
     if in_container(plan) and not r.timing and r.model.hf_path:  # run.mode=train: the final weights as HF
@@ -197,7 +197,7 @@ def render_bridge_yaml(plan, run_dir) -> str:
     """bridge.yaml's text for ``plan`` in ``run_dir`` (what render writes; `vdkit check` and the resume door compare
     a hand-edited file with it: :mod:`.edits`)."""
     from vdkit.recipes.bridge.config import bridge_config, data_format, to_yaml
-    from vdkit.rundir import checkpoint_dir
+    from vdkit.run.rundir import checkpoint_dir
 
     r = plan.recipe
     cfg = bridge_config(plan, run_dir, checkpoint_dir(r, run_dir), in_container(plan))
@@ -223,7 +223,7 @@ def inputs(plan) -> list:
 
 
 def preflight(plan, run_dir) -> list:
-    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base as Bridge loads it (its tracker, the
+    """The job's pre-flight (vdkit.recipes.common.preflight): a fine-tune's base as Bridge loads it (its tracker, the
     iteration it names, that iteration's distributed checkpoint: without the tracker Bridge's SFT silently starts
     from random weights, training/setup.py), the staged tokenizer, the JSONL files Bridge reads."""
     r = plan.recipe
@@ -246,7 +246,7 @@ def env(plan) -> dict:
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
     from vdkit.recipes.bridge.config import NVIDIA_H100
-    from vdkit.recipes.rocm import vendor_env
+    from vdkit.recipes.common.rocm import vendor_env
 
     margin = str(NVIDIA_H100["layernorm_sm_margin"])
     return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1" if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else "8",
@@ -263,7 +263,7 @@ def container(plan, run_dir):
     """The NeMo container (engine.container_image) with data, base checkpoint, results and run dir mounted."""
     if not in_container(plan):
         return None
-    from vdkit.jobspec import Container
+    from vdkit.run.jobspec import Container
     from vdkit.recipes.engines import standard_mounts
 
     r = plan.recipe
@@ -274,7 +274,7 @@ def container(plan, run_dir):
     for what, path in (("data.tokenizer_model", r.data.tokenizer_model), ("model.hf_path", r.model.hf_path)):
         if path and path.startswith("/"):  # a local tokenizer the ranks read (a hub id needs no mount)
             extra.append((what, path))
-    from vdkit.recipes.rocm import image
+    from vdkit.recipes.common.rocm import image
 
     return Container(image=image(plan), mounts=standard_mounts(plan, run_dir, extra), workdir=str(run_dir))
 
@@ -335,7 +335,7 @@ SPEC = EngineSpec(
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
     run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),
-    gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.rocm)
+    gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),
     stack={"Megatron-Bridge": BRIDGE_VERSION, "megatron-core": MCORE_VERSION, "image": IMAGE_TAG},
     runtime_modules=("torch", "megatron.core", "megatron.bridge"), extra="bridge",

@@ -17,8 +17,8 @@ def default_base(recipe) -> str:
 def chains_import(recipe, in_container: bool) -> bool:
     """Whether the render chains the conversion before training: a cluster fine-tuning run from staged HF weights
     (``model.hf_path``) with no ``model.megatron_path`` given, on a launcher that runs jobs first (Slurm). The run dir's ``import_hf.sbatch`` then runs first
-    and training waits on it (``--dependency=afterok``, :data:`vdkit.rundir.FIRST_FILE`)."""
-    from vdkit.launchers import runs_first
+    and training waits on it (``--dependency=afterok``, :data:`vdkit.run.rundir.FIRST_FILE`)."""
+    from vdkit.launch.launchers import runs_first
 
     return (in_container and recipe.method.name != "pretrain" and not recipe.model.megatron_path
             and bool(recipe.model.hf_path) and runs_first(recipe.cluster.launcher))

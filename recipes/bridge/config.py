@@ -14,7 +14,7 @@ What comes from where:
   ``LlamaModelProvider`` (``Qwen2ModelProvider`` with ``model.qkv_bias``) with their sizes; the planned TP / PP / VP / SP, recompute,
   sequence length; NVIDIA's fusions on (the step time is predicted for this fused stack);
 - train / optimizer / scheduler / ddp: GBS, MBS, steps; Adam with the kit's betas and clipping
-  (vdkit.recipes.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
+  (vdkit.recipes.common.training_constants), the method's LR / min LR / warm-up / weight decay, cosine
   decay; distributed optimizer as planned (grad reduce / param gather overlapped on GPUs);
 - dataset: the kit's prepared JSONL (``input`` / ``output``; NeMo's prompt template, answer-only
   loss) through Bridge's ``FinetuningDatasetConfig``; with a tokenizer that carries a chat template
@@ -33,12 +33,12 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Dict, Optional
 
-from vdkit import recompute
-from vdkit.context import interpolation_factor, llama3_factor
+from vdkit.planner import recompute
+from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
-from vdkit.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
-from vdkit.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
+from vdkit.run.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
+from vdkit.run.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
 TOKENIZER_DIR = "tokenizer"  # in the run dir for the byte-level tokenizer of CPU models
 
@@ -156,7 +156,7 @@ def _model(plan) -> dict:
 
 
 def _rope(m) -> dict:
-    """RoPE scaling as megatron-core's GPTModel takes it (vdkit.context: llama3 or linear)."""
+    """RoPE scaling as megatron-core's GPTModel takes it (vdkit.planner.context: llama3 or linear)."""
     if llama3_factor(m):
         return {"rope_scaling": True, "rope_scaling_factor": llama3_factor(m)}
     if interpolation_factor(m):
@@ -165,7 +165,7 @@ def _rope(m) -> dict:
 
 
 def _optimizer_scheduler(plan):
-    from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
+    from vdkit.recipes.common.training_constants import GRAD_CLIP, adam_betas
 
     r = plan.recipe
     m, p = r.method, r.parallelism
@@ -320,7 +320,7 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
                  "tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": tokenizer_model(r, run_dir)}
     if template is not None:
         tokenizer["chat_template"] = template
-    from vdkit.rundir import LOG_DIR
+    from vdkit.run.rundir import LOG_DIR
 
     logs = str(PurePosixPath(run_dir) / LOG_DIR)
     cfg = {

@@ -85,7 +85,7 @@ def export_sbatch(plan, run_dir, ckpt_dir) -> str:
 def wait_for_the_run_lines(run_dir) -> list:
     """Batch-shell lines: continue only when the run has finished; else queue this script again after the run's
     latest job while one is queued or running, or stop (exit 1) saying the run ended unfinished."""
-    from vdkit.rundir import BRIDGE_EXPORT_FILE, FINISHED_FILE, JOB_ID_FILE
+    from vdkit.run.rundir import BRIDGE_EXPORT_FILE, FINISHED_FILE, JOB_ID_FILE
 
     q = shlex.quote
     run = str(run_dir)
@@ -114,7 +114,7 @@ def convert_on_cpu(hf_dir: str, out_dir: str) -> None:
     from megatron.bridge import AutoBridge
 
     from vdkit.recipes.bridge.config import FUSIONS
-    from vdkit.recipes.mcore_cpu import local_block_spec
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     if "MASTER_PORT" not in os.environ:

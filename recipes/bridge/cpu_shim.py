@@ -4,7 +4,7 @@ Bridge is written for GPUs with Transformer Engine; on this machine (no CUDA, no
 run-time patches, each answering one upstream line (named at each patch). Nothing
 in site-packages is edited; on a GPU none of this runs. The megatron-core part (CUDA devices, RNG
 state, CUDA type checks) is the megatron-core CPU shim both megatron engines share
-(:mod:`vdkit.recipes.mcore_cpu`); the Bridge part is :data:`PATCHES`, each with the upstream
+(:mod:`vdkit.recipes.common.mcore_cpu`); the Bridge part is :data:`PATCHES`, each with the upstream
 ``file:line`` it answers. Pinned: :data:`TESTED` versions exactly, anything else is refused, and
 ``tests/test_bridge_shim.py`` fails loudly when an answered upstream line moves or changes.
 megatron-core's GPTDataset loss-mask cache bug is no CPU matter: the job fixes it on GPUs too
@@ -148,8 +148,8 @@ def apply() -> bool:
     if not needed():
         return False
     check_versions()
-    from vdkit.recipes import mcore_cpu
-    from vdkit.recipes.known_warnings import silence
+    from vdkit.recipes.common import mcore_cpu
+    from vdkit.recipes.common.known_warnings import silence
 
     # before the first megatron import: its optional-kernel notices fire at import (each with its reason there)
     silence("megatron", "megatron-cpu", "bridge")

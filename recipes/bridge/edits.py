@@ -158,7 +158,7 @@ def _load(path: Path) -> dict:
     from omegaconf.errors import OmegaConfBaseException
 
     from vdkit.errors import UserError
-    from vdkit.files import load_yaml
+    from vdkit.composition.files import load_yaml
 
     data = load_yaml(path, "Bridge config")
     try:  # a bad interpolation or a key OmegaConf cannot hold: one line, as Bridge's own loader would stop
@@ -178,7 +178,7 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
 
     from vdkit.errors import UserError
     from vdkit.recipes.bridge.config import CONFIG_FILE
-    from vdkit.rundir import RECIPE_FILE
+    from vdkit.run.rundir import RECIPE_FILE
 
     path = Path(run_dir) / CONFIG_FILE
     try:
@@ -207,7 +207,7 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
 
 
 def check(run_dir: Path, plan, report, render) -> bool:
-    """The comparison's lines into ``report`` (:class:`vdkit.jobcheck.Report`); True when no edit was refused."""
+    """The comparison's lines into ``report`` (:class:`vdkit.run.jobcheck.Report`); True when no edit was refused."""
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
     defects, changed = compare(run_dir, plan, render)

@@ -41,11 +41,11 @@ import signal
 import sys
 import time
 
-EXIT_STOPPED, EXIT_REFUSED = 75, 2  # "stopped cleanly, continue me"; "the recipe's fault" (vdkit.jobspec; tested)
+EXIT_STOPPED, EXIT_REFUSED = 75, 2  # "stopped cleanly, continue me"; "the recipe's fault" (vdkit.run.jobspec; tested)
 STOP_AT_ENV = "VDKIT_STOP_AT"
 TRACKER = "latest_checkpointed_iteration.txt"  # Bridge's / Megatron's "latest complete checkpoint" file
-# The launcher's watchdog and process-group timeout (vdkit.faults' names; tests check they agree): each rank
-# beats through the run dir's vdkit_heartbeat.py (vdkit.recipes.heartbeat as one file, beside this one).
+# The launcher's watchdog and process-group timeout (vdkit.run.faults' names; tests check they agree): each rank
+# beats through the run dir's vdkit_heartbeat.py (vdkit.recipes.common.heartbeat as one file, beside this one).
 HEARTBEAT_ENV, COLLECTIVE_TIMEOUT_ENV = "VDKIT_HEARTBEAT_DIR", "VDKIT_COLLECTIVE_TIMEOUT_S"
 HEARTBEAT_MODULE = "vdkit_heartbeat"
 SAVE_TIMERS = ("save-checkpoint", "save-checkpoint-non-persistent")  # Bridge's timers around every save (train.py)
@@ -386,7 +386,7 @@ def run(cfg, callbacks=None, beat=None) -> int:
     try:  # the pre-flight's checks: the run dir's copy beside this file (sys.path[0]) in the container, else vdkit's
         check = importlib.import_module("vdkit_preflight")
     except ImportError:
-        check = importlib.import_module("vdkit.recipes.preflight")
+        check = importlib.import_module("vdkit.recipes.common.preflight")
     refused = check.bridge_base_refused(cfg)  # before Bridge builds anything: a fine-tune never trains random weights
     if refused:
         if _rank() == 0:

@@ -16,7 +16,7 @@ from vdkit.recipes.bridge import job  # standard library only: quick
 job.hold_stops(forward_term=__name__ == "__main__")
 BEAT = None
 if __name__ == "__main__":  # the rank itself (not a writer's child) beats from now on: start-up is watched too
-    from vdkit.recipes.heartbeat import Heartbeat
+    from vdkit.recipes.common.heartbeat import Heartbeat
 
     BEAT = Heartbeat.from_env(job._rank())
 

@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from vdkit.jobcheck import Report, check_each, one_line
+from vdkit.run.jobcheck import Report, check_each, one_line
 
 HUB_ID_FIX = "stage the tokenizer once (huggingface-cli download ID --local-dir /shared/...) and set data.tokenizer_model=PATH"
 
@@ -76,7 +76,7 @@ def _import_bridge() -> None:
 
 def _job_module(run_dir: Path):
     """The run dir's own bridge_job.py, imported as a module (its __main__ block does not run)."""
-    from vdkit.rundir import BRIDGE_JOB_FILE
+    from vdkit.run.rundir import BRIDGE_JOB_FILE
 
     spec = importlib.util.spec_from_file_location(f"bridge_job_check_{abs(hash(str(run_dir)))}", run_dir / BRIDGE_JOB_FILE)
     mod = importlib.util.module_from_spec(spec)
@@ -111,10 +111,10 @@ class Refused(Exception):
 def load(run_dir: Path):
     """Step 1: the run dir's bridge.yaml through its own bridge_job.py's loader (Bridge's
     ``ConfigContainer.from_yaml``, strict: a syntax error, an unknown key or class is refused); Refused if not."""
-    from vdkit.files import not_a_regular_file
+    from vdkit.composition.files import not_a_regular_file
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
-    from vdkit.rundir import BRIDGE_JOB_FILE
+    from vdkit.run.rundir import BRIDGE_JOB_FILE
 
     for name in (CONFIG_FILE, BRIDGE_JOB_FILE):  # opened as they are: a FIFO would block the door for ever
         kind = not_a_regular_file(run_dir / name)
@@ -169,12 +169,12 @@ def check_resume(run_dir: Path, plan, render) -> None:
 
 
 def _check(run_dir: Path, rep: Report, render) -> None:
-    from vdkit import launchers
-    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+    from vdkit.launch import launchers
+    from vdkit.recipes.common.mcore_cpu import single_rank_model_parallel
 
     single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     from vdkit.recipes.bridge.config import CONFIG_FILE
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     plan = load_plan(run_dir)
     on_cluster = not launchers.executes_here(plan.recipe.cluster.launcher)
@@ -283,7 +283,7 @@ def _model(cfg, plan, tok, rep: Report) -> None:
     import torch
     from megatron.bridge.training.setup import _validate_and_set_vocab_size
     from vdkit.planner.arch import param_counts
-    from vdkit.recipes.mcore_cpu import local_block_spec
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
 
     m = copy.deepcopy(cfg.model)
     vocab = tok.vocab_size if tok is not None else plan.recipe.model.vocab_size

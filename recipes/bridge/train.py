@@ -6,7 +6,7 @@ ConfigContainer CPU-runnable, saying each change in the log: gloo instead of NCC
 of bf16 mixed precision, Bridge's local (non-TE) layer spec, fusions off, CPU initialisation. Layout,
 batch sizes, optimizer, data, checkpoints and PEFT stay as written. After training every rank's live
 weight / gradient / optimizer bytes go to ``memory.json`` next to the plan's (Bridge's ``on_train_end``
-callback; :mod:`vdkit.recipes.mcore_memory`).
+callback; :mod:`vdkit.recipes.common.mcore_memory`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def make_cpu_runnable(cfg) -> None:
     """The CPU changes (see :data:`CPU_CHANGES`), in place on Bridge's ConfigContainer."""
     import torch
     from vdkit.recipes.bridge.config import FUSIONS
-    from vdkit.recipes.mcore_cpu import local_block_spec
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
 
     if cfg.dataset is not None and getattr(cfg.dataset, "packed_sequence_specs", None) is not None \
             and cfg.dataset.packed_sequence_specs.packed_sequence_size > 0:
@@ -62,7 +62,7 @@ class MemoryReport:
         import torch
         from megatron.core import parallel_state as ps
 
-        from vdkit.recipes import mcore_memory as memory
+        from vdkit.recipes.common import mcore_memory as memory
 
         stage = ps.get_pipeline_model_parallel_rank()
         mine = {"rank": torch.distributed.get_rank(), "stage": stage, "tp_rank": ps.get_tensor_model_parallel_rank(),
@@ -79,9 +79,9 @@ class MemoryReport:
 
 def train(run_dir, beat=None) -> int:
     """Train the run dir's bridge.yaml on this rank; 0 when every step is done, 75 after a clean stop.
-    ``beat``: this rank's heartbeat (vdkit.recipes.heartbeat), told of every step by Bridge's callbacks."""
+    ``beat``: this rank's heartbeat (vdkit.recipes.common.heartbeat), told of every step by Bridge's callbacks."""
     from vdkit.recipes.bridge.config import CONFIG_FILE, RESOLVED_FILE
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)

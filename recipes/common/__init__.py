@@ -6,6 +6,6 @@
 - :mod:`.schedule`: the learning-rate schedule (NeMo's CosineAnnealing);
 - :mod:`.checkpoint`: checkpoint naming, the latest checkpoint, how many are kept.
 
-Preemption (:mod:`vdkit.recipes.preemption`) and progress lines (:mod:`vdkit.recipes.progress`) are
+Preemption (:mod:`vdkit.recipes.common.preemption`) and progress lines (:mod:`vdkit.recipes.common.progress`) are
 shared the same way. An engine package imports from here and from the core, never from another engine.
 """

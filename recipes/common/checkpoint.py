@@ -1,7 +1,7 @@
 """Checkpoint naming every engine the kit runs shares: where, what a step's checkpoint is called, which is latest.
 
 A checkpoint of step N is ``step=<N>.ckpt`` (a file for the reference engine, a directory of per-rank
-files for the megatron engine) in the run's checkpoint directory (:func:`vdkit.rundir.checkpoint_dir`);
+files for the megatron engine) in the run's checkpoint directory (:func:`vdkit.run.rundir.checkpoint_dir`);
 the last :data:`KEEP` are kept. Resume finds either engine's checkpoints the same way.
 """
 from __future__ import annotations

@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from vdkit.errors import UserError
-from vdkit.recipes.data import SPLIT_FILES
+from vdkit.recipes.common.dataprep import SPLIT_FILES
 
 IGNORE = -100  # label value the loss skips (Hugging Face / PyTorch convention)
 SYNTHETIC_ROWS = 2048
 SYNTHETIC_DIR = "data/synthetic"  # inside the run directory
-TRAIN_FILE = SPLIT_FILES["train"]  # what `vdkit data prepare` writes (vdkit.recipes.data)
+TRAIN_FILE = SPLIT_FILES["train"]  # what `vdkit data prepare` writes (vdkit.recipes.common.dataprep)
 VALIDATION_FILE = SPLIT_FILES["validation"]
 
 
@@ -44,7 +44,7 @@ class ByteTokenizer:
 
 
 class _Wrapped:
-    """A tokenizer from recipes/data_stats.load_tokenizer (SentencePiece or Hugging Face)."""
+    """A tokenizer from recipes/common/data_stats.load_tokenizer (SentencePiece or Hugging Face)."""
 
     def __init__(self, tok, vocab_size: int):
         self.tok, self.name, self.vocab_size = tok, tok.name, vocab_size
@@ -85,7 +85,7 @@ def load_tokenizer(recipe):
         tok = ByteTokenizer()
         need = tok.vocab_size
     else:
-        from vdkit.recipes.data_stats import load_tokenizer as load_any
+        from vdkit.recipes.common.data_stats import load_tokenizer as load_any
 
         try:
             tok = _Wrapped(load_any(path), vocab)
@@ -183,7 +183,7 @@ def check_inputs(recipe) -> None:
 
 def preflight_needs(recipe) -> List[Tuple[str, str, str]]:
     """(what, path, "file") for each training JSONL file the kit's engines read, for the job's pre-flight
-    (vdkit.recipes.preflight); none for synthetic data (the run dir holds it)."""
+    (vdkit.recipes.common.preflight); none for synthetic data (the run dir holds it)."""
     d = recipe.data
     if d.name == "synthetic" or d.kind != "sft" or not d.data_dir:
         return []
@@ -230,7 +230,7 @@ def encode_sample(tok, inp: str, out: str, max_len: int, answer_only: bool) -> S
 def load_samples(recipe, run_dir: Path, tok, max_len: int, split: str = "train") -> List[Sample]:
     """Every row of the recipe's training (or ``split="validation"``) data, tokenized (files concatenated
     in order), packed into sequences of max_len when data.packed is true."""
-    from vdkit.recipes.data_stats import iter_sft_rows
+    from vdkit.recipes.common.data_stats import iter_sft_rows
 
     answer_only = recipe.method.name != "pretrain"
     samples = []
@@ -246,11 +246,11 @@ def load_samples(recipe, run_dir: Path, tok, max_len: int, split: str = "train")
 
 
 def pack(samples: Sequence[Sample], max_len: int) -> List[Sample]:
-    """Pack samples first-fit-decreasing (recipes/packing.py) into sequences of at most max_len.
+    """Pack samples first-fit-decreasing (recipes/common/packing.py) into sequences of at most max_len.
 
     Position ids restart at every sample, which makes transformers' attention keep samples apart;
     each sample's first token gets no label, so nothing is predicted across a boundary."""
-    from vdkit.recipes.packing import pack_samples
+    from vdkit.recipes.common.packing import pack_samples
 
     result = pack_samples([len(s.ids) for s in samples], max_len)
     packed = []

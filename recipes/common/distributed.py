@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 from vdkit.errors import UserError
-from vdkit.ports import LOCAL_DEFAULT_PORT
+from vdkit.run.ports import LOCAL_DEFAULT_PORT
 
 
 
@@ -69,7 +69,7 @@ def resolve_dist_env(env: Optional[Mapping[str, str]] = None) -> DistEnv:
     if world > 1 and not addr:
         raise UserError(f"MASTER_ADDR is not set for a {world}-rank job",
                         "export MASTER_ADDR=<first node's address> (the rendered sbatch does this)")
-    # The launcher exports MASTER_PORT (its own rule, e.g. vdkit.ports.job_port of the job id): the
+    # The launcher exports MASTER_PORT (its own rule, e.g. vdkit.run.ports.job_port of the job id): the
     # rank does not guess it from a scheduler's variables.
     if world > 1 and "MASTER_PORT" not in env:
         raise UserError(f"MASTER_PORT is not set for a {world}-rank job",

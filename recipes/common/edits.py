@@ -280,7 +280,7 @@ def annotation_expect(annotation: Any, where: str) -> Union[Expect, None]:
 
 
 def report(defects: List[Defect], changed: List[str], rep, file_name: str, known_to: str) -> bool:
-    """The comparison's lines into ``rep`` (:class:`vdkit.jobcheck.Report`); True when no edit was refused.
+    """The comparison's lines into ``rep`` (:class:`vdkit.run.jobcheck.Report`); True when no edit was refused.
     ``known_to``: what every accepted key was held to (e.g. "known to NeMo 1.23, of the rendered type")."""
     for d in defects:
         rep.defect(d.what, d.setting, d.fix)

@@ -10,7 +10,7 @@
   (set aside, never deleted: the bytes may matter to someone) and the previous one is tried, said in one line.
 - Before every save :func:`check_room` compares the file system's free bytes with what the save needs
   (the largest checkpoint already in the directory, else the plan's size) and its writability; a refusal
-  is :class:`SaveRefused`, exit :data:`vdkit.faults.EXIT_NO_SPACE`, naming the path.
+  is :class:`SaveRefused`, exit :data:`vdkit.run.faults.EXIT_NO_SPACE`, naming the path.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, List, Optional, Tuple
 
 from vdkit.errors import UserError
-from vdkit.faults import EXIT_NO_SPACE
+from vdkit.run.faults import EXIT_NO_SPACE
 
 SUM_SUFFIX = ".sha256"
 DAMAGED_MARK = ".damaged-"

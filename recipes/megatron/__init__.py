@@ -6,11 +6,11 @@ runs locally (CPU over gloo, or GPUs), or on a cluster on the host's Python or i
 (``engine.container_image``: an NGC PyTorch image with megatron-core 0.16 and vdkit installed),
 NCCL on GPUs; NeMo 1.x logs.
 
-Modules (plus the shared megatron-core CPU shim ``vdkit.recipes.mcore_cpu``): ``model`` (Llama as
+Modules (plus the shared megatron-core CPU shim ``vdkit.recipes.common.mcore_cpu``): ``model`` (Llama as
 GPTModel chunks, LoRA, P-tuning, layout-independent initial weights), ``data`` (micro batches from
-the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume); the shared ``vdkit.recipes.mcore_memory``
+the kit's samples), ``train`` (the loop), ``checkpoint`` (per-rank, atomic, resume); the shared ``vdkit.recipes.common.mcore_memory``
 (measured vs planned bytes per rank: memory.json). Logs are the reference engine's NeMo-style
-progress lines and TensorBoard scalars (vdkit.recipes.progress).
+progress lines and TensorBoard scalars (vdkit.recipes.common.progress).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
-from vdkit.recipes.mcore_cpu import TESTED_VERSION
+from vdkit.recipes.common.mcore_cpu import TESTED_VERSION
 from vdkit.recipes.spec import EngineSpec
 
 
@@ -39,9 +39,9 @@ CONTAINER_PYTHON = "python"  # the image's interpreter (NGC PyTorch / NeMo image
 def in_container(plan) -> bool:
     """Ranks run in engine.container_image on a cluster; a launcher that starts them on this machine
     (local processes) uses this Python."""
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
-    from vdkit.recipes.rocm import image
+    from vdkit.recipes.common.rocm import image
 
     return bool(image(plan)) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
@@ -56,7 +56,7 @@ def check(plan) -> None:
     """Refuse what this engine cannot run: interleaving needs micro batches in multiples of PP."""
     from vdkit.errors import UserError
 
-    from vdkit.recipes.rocm import check as check_rocm
+    from vdkit.recipes.common.rocm import check as check_rocm
 
     check_rocm(plan)
     p = plan.recipe.parallelism
@@ -101,7 +101,7 @@ def inputs(plan):
 
 
 def preflight(plan, run_dir) -> list:
-    """The job's pre-flight (vdkit.recipes.preflight): a fine-tune's base as :mod:`.base` reads it (a Hugging Face
+    """The job's pre-flight (vdkit.recipes.common.preflight): a fine-tune's base as :mod:`.base` reads it (a Hugging Face
     directory: config.json and weights), the training JSONL files."""
     from vdkit.recipes.common.data import preflight_needs
 
@@ -120,8 +120,8 @@ def container(plan, run_dir):
     """The image every rank runs in (engine.container_image), or None: the host's Python."""
     if not in_container(plan):
         return None
-    from vdkit.jobspec import Container
-    from vdkit.recipes.rocm import image as rocm_or_cuda_image
+    from vdkit.run.jobspec import Container
+    from vdkit.recipes.common.rocm import image as rocm_or_cuda_image
     from vdkit.recipes.engines import standard_mounts
 
     return Container(image=rocm_or_cuda_image(plan), mounts=standard_mounts(plan, run_dir, [(w, p) for w, p, _ in inputs(plan)]),
@@ -130,8 +130,8 @@ def container(plan, run_dir):
 
 def env(plan) -> dict:
     """Megatron orders tensor-parallel communication before compute with one CUDA connection; on AMD the
-    ROCm settings instead (vdkit.recipes.rocm)."""
-    from vdkit.recipes.rocm import vendor_env
+    ROCm settings instead (vdkit.recipes.common.rocm)."""
+    from vdkit.recipes.common.rocm import vendor_env
 
     return vendor_env(plan, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 else {})
 
@@ -170,11 +170,11 @@ SPEC = EngineSpec(
                          "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)"),
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # GPTModel(rope_scaling, rope_scaling_factor): fixed factors
     step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
-    gpu_vendors=("nvidia", "amd"),  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.rocm)
+    gpu_vendors=("nvidia", "amd"),  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),
     stack={"megatron-core": TESTED_VERSION},
     runtime_modules=("torch", "megatron.core"), extra="megatron",
     runs_locally=True,  # CPU over gloo works here; `vdkit run engine=megatron`
-    writes_heartbeat=True,  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+    writes_heartbeat=True,  # every rank beats (vdkit.recipes.common.heartbeat): the launcher watches for hangs
     base_model_key="hf_path",  # a fine-tune's base (vdkit.recipes.megatron.base)
 )

@@ -2,7 +2,7 @@
 import os
 import sys
 
-from vdkit.recipes.heartbeat import leave_all
+from vdkit.recipes.common.heartbeat import leave_all
 from vdkit.recipes.megatron.train import main
 
 code = main()

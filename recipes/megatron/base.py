@@ -21,7 +21,7 @@ import os
 from typing import Callable, Optional
 
 from vdkit.errors import UserError
-from vdkit.schema import SEEDED_NOTE
+from vdkit.composition.schema import SEEDED_NOTE
 
 KEY = "model.hf_path"  # the recipe key naming the base (one home; also the spec's base_model_key)
 ARCHS = ("llama",)  # model.arch values whose HF layout this module maps (Llama, and Qwen2 = Llama + qkv_bias)
@@ -87,7 +87,7 @@ def check_rank(recipe, rank: bool = True) -> None:
     """A rank's guard before anything is built (also the local door and `vdkit check`, ``rank=False``): the base the
     plan names is a Hugging Face model directory (config.json and weights), its sizes the recipe's. UserError: one
     line, exit 2 (the recipe's fault); a rank's says no step was trained."""
-    from vdkit.recipes import preflight
+    from vdkit.recipes.common import preflight
 
     path = source(recipe)
     if path is None:

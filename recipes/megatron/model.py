@@ -46,10 +46,10 @@ class Layout:
 
     @property
     def recompute_keys(self) -> dict:
-        """megatron-core's recompute keys (vdkit.recompute), None values left out."""
+        """megatron-core's recompute keys (vdkit.planner.recompute), None values left out."""
         from types import SimpleNamespace
 
-        from vdkit import recompute
+        from vdkit.planner import recompute
 
         keys = recompute.mcore(SimpleNamespace(recompute=self.recompute, recompute_num_layers=self.recompute_num_layers))
         return {k: v for k, v in keys.items() if v is not None}
@@ -94,8 +94,8 @@ def transformer_config(recipe, layout: Layout, cuda: bool):
 
 
 def rope_keys(m) -> dict:
-    """GPTModel's RoPE scaling arguments (vdkit.context: llama3 with megatron-core's fixed factors, or linear)."""
-    from vdkit.context import interpolation_factor, llama3_factor
+    """GPTModel's RoPE scaling arguments (vdkit.planner.context: llama3 with megatron-core's fixed factors, or linear)."""
+    from vdkit.planner.context import interpolation_factor, llama3_factor
 
     if llama3_factor(m):
         return {"rope_scaling": True, "rope_scaling_factor": llama3_factor(m)}
@@ -107,8 +107,8 @@ def rope_keys(m) -> dict:
 # ----------------------------------------------------------------------------- layer spec
 def layer_specs(config, vp_stage):
     """megatron-core's local GPT layer spec with sequence-parallel-capable torch norms (shared with the
-    bridge engine: :func:`vdkit.recipes.mcore_cpu.local_block_spec`)."""
-    from vdkit.recipes.mcore_cpu import local_block_spec
+    bridge engine: :func:`vdkit.recipes.common.mcore_cpu.local_block_spec`)."""
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
 
     return local_block_spec(config, vp_stage)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vdkit.jobcheck import Report, check_each, one_line
+from vdkit.run.jobcheck import Report, check_each, one_line
 
 
 def check_runs(run_dirs) -> list:
@@ -28,9 +28,9 @@ def _check(run_dir: Path, rep: Report) -> None:
     from vdkit.errors import UserError
     from vdkit.planner.arch import param_counts, trainable_params
     from vdkit.recipes.megatron.model import Layout, build_chunks, transformer_config
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
-    from vdkit.recipes.mcore_cpu import single_rank_model_parallel
+    from vdkit.recipes.common.mcore_cpu import single_rank_model_parallel
 
     single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     plan = load_plan(run_dir)

@@ -3,11 +3,11 @@
 One process per rank. ``parallel_state`` lays out TP x PP (x VP) x DP; ``get_forward_backward_func`` picks the
 schedule (no pipelining, 1F1B, or interleaved 1F1B with VP); megatron's ``DistributedDataParallel`` keeps fp32
 gradients in contiguous buffers and ``finalize_model_grads`` reduces them (and the sequence-parallel norm gradients);
-``get_megatron_optimizer`` builds Adam with the method's betas and NeMo's clipping (vdkit.recipes.training_constants),
+``get_megatron_optimizer`` builds Adam with the method's betas and NeMo's clipping (vdkit.recipes.common.training_constants),
 optionally distributed (ZeRO-1). A fine-tune starts from its base (vdkit.recipes.megatron.base). One iteration is one optimizer step over GBS samples in grad_accum micro batches per DP rank, in the reference engine's batch order; the loss
 is NeMo's: the mean over the global batch's micro batches of each micro batch's masked token mean.
 
-On a CPU the pinned megatron-core shim (recipes/mcore_cpu.py) is applied first, gloo, fp32; on GPUs NCCL, bf16, no shim.
+On a CPU the pinned megatron-core shim (recipes/common/mcore_cpu.py) is applied first, gloo, fp32; on GPUs NCCL, bf16, no shim.
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def check_layout(plan, dist) -> None:
 
 
 def _quiet() -> None:
-    """Silence megatron-core's known-harmless warnings (each with its reason: vdkit.recipes.known_warnings)."""
-    from vdkit.recipes.known_warnings import silence
+    """Silence megatron-core's known-harmless warnings (each with its reason: vdkit.recipes.common.known_warnings)."""
+    from vdkit.recipes.common.known_warnings import silence
 
     silence("megatron")
 
@@ -62,7 +62,7 @@ def check_megatron_version() -> None:
 def _init_distributed(dist, cuda: bool):
     import torch
 
-    from vdkit.faults import collective_timeout_s  # the launcher's, from the plan
+    from vdkit.run.faults import collective_timeout_s  # the launcher's, from the plan
 
     if cuda:
         torch.cuda.set_device(dist.local_rank)
@@ -81,7 +81,7 @@ def build(plan, cuda: bool, clock=None):
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     from vdkit.recipes.megatron.model import Layout, build_chunks
-    from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
+    from vdkit.recipes.common.training_constants import GRAD_CLIP, adam_betas
 
     recipe = plan.recipe
     layout = Layout.from_plan(plan)
@@ -216,7 +216,7 @@ def _stop_for_preemption(preempt, rank: int, progress, step: int, ckpt_dir) -> N
     """After the checkpoint of ``step``: rank 0 says so; every rank leaves (raises Preempted, exit 75)."""
     import torch
 
-    from vdkit.recipes import preemption
+    from vdkit.recipes.common import preemption
 
     if rank == 0:
         progress.message(preemption.stop_message(preempt, step, ckpt_dir))
@@ -228,16 +228,16 @@ def _stop_for_preemption(preempt, rank: int, progress, step: int, ckpt_dir) -> N
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` on this rank; returns the final global step count.
 
-    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when a stop signal
+    ``preempt`` (a :class:`vdkit.recipes.common.preemption.Preemption`, installed): when a stop signal
     comes (to any rank) or its time budget runs out, every rank finishes the step, the checkpoint of
-    that step is written and every rank raises ``Preempted`` (the job contract, vdkit.jobspec).
+    that step is written and every rank raises ``Preempted`` (the job contract, vdkit.run.jobspec).
     """
     from vdkit.recipes.common import data as rdata
     from vdkit.recipes.common.checkpoint import read_best, resume_line, write_best
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.distributed import resolve_dist_env
     from vdkit.recipes.common.schedule import lr_at
-    from vdkit.rundir import LOG_DIR, checkpoint_dir, load_plan
+    from vdkit.run.rundir import LOG_DIR, checkpoint_dir, load_plan
     from vdkit.planner.timeplan import every_n_steps
 
     run_dir = Path(run_dir).absolute()
@@ -245,10 +245,10 @@ def train(run_dir, stream=None, preempt=None) -> int:
     recipe, t = plan.recipe, plan.recipe.train
     dist = resolve_dist_env()
     check_layout(plan, dist)
-    from vdkit.recipes.heartbeat import Heartbeat
-    from vdkit.recipes.heartbeat import ComputeClock
+    from vdkit.recipes.common.heartbeat import Heartbeat
+    from vdkit.recipes.common.heartbeat import ComputeClock
 
-    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
+    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.run.faults)
     virtual = virtual_tokens(recipe)
     room = t.seq_length - virtual
     if room < 4:
@@ -263,14 +263,14 @@ def train(run_dir, stream=None, preempt=None) -> int:
     import torch
 
     from vdkit.recipes.megatron import checkpoint as ckpt
-    from vdkit.recipes import mcore_cpu as cpu_shim
-    from vdkit.recipes import mcore_activations as activations
-    from vdkit.recipes import mcore_memory as memory
+    from vdkit.recipes.common import mcore_cpu as cpu_shim
+    from vdkit.recipes.megatron import activations
+    from vdkit.recipes.common import mcore_memory as memory
     from vdkit.recipes.megatron.data import step_micro_batches
 
     cuda = torch.cuda.is_available()
     if not cuda:
-        from vdkit.recipes.known_warnings import silence
+        from vdkit.recipes.common.known_warnings import silence
 
         silence("megatron-cpu")  # CUDA-only advice
         cpu_shim.apply()
@@ -299,7 +299,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
         step = _restore(chunks, optimizer, ckpt.load_rank(found, dist.rank))
     progress = None
     if dist.rank == 0:
-        from vdkit.recipes.progress import ProgressLogger
+        from vdkit.recipes.common.progress import ProgressLogger
 
         progress = ProgressLogger(run_dir / LOG_DIR, t.max_steps, step, stream=stream)
         n_train = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
@@ -444,6 +444,6 @@ def _room_for_a_save(plan, rank: int, ckpt_dir, cuda: bool) -> None:
 
 def main(argv=None) -> int:
     """``python -m vdkit.recipes.megatron RUN_DIR``: train; a UserError is one line and exit 2."""
-    from vdkit.recipes import preemption
+    from vdkit.recipes.common import preemption
 
     return preemption.rank_main("megatron", train, argv)

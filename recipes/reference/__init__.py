@@ -10,7 +10,7 @@ clusters' ROCm image); no extra run-dir files, data parallel only, NeMo 1.x logs
 Modules: ``distributed`` (ranks from Slurm or local env), ``data`` (tokenizer, samples, the
 deterministic batch order), ``model`` (Llama / OPT from ModelCfg or ``model.hf_path``, + peft),
 ``sharding`` (the strategies and their checkpoints), ``checkpoint`` (atomic save, resume), ``train``
-(the loop); NeMo-style progress lines come from ``vdkit.recipes.progress``.
+(the loop); NeMo-style progress lines come from ``vdkit.recipes.common.progress``.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def command(plan, run_dir) -> List[str]:
 
 def container(plan, run_dir):
     """The image and mounts when one is configured (data, a local model.hf_path, results, run dir); else None."""
-    from vdkit.jobspec import Container
+    from vdkit.run.jobspec import Container
     from vdkit.recipes.engines import standard_mounts
 
     image, key = _image(plan)
@@ -79,7 +79,7 @@ def inputs(plan):
 
 
 def preflight(plan, run_dir):
-    """The job's pre-flight (vdkit.recipes.preflight): a local model.hf_path as transformers loads it (config.json and
+    """The job's pre-flight (vdkit.recipes.common.preflight): a local model.hf_path as transformers loads it (config.json and
     weights: a missing one would be tried as a hub id offline), the training JSONL files."""
     r = plan.recipe
     out = [("model.hf_path", r.model.hf_path, "hf")] if r.model.hf_path and r.model.hf_path.startswith("/") else []
@@ -143,7 +143,7 @@ def check_hf_path(recipe) -> None:
         raise UserError(f"engine=reference {recipe.method.name} fine-tunes a base, and model.hf_path is not set: it "
                         "would train random weights", f"set model.hf_path to {recipe.model.name}'s Hugging Face "
                         "weights (a staged directory or a hub id), or run.mode=timing for a timing run")
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
     if not hf or launchers.executes_here(recipe.cluster.launcher) or str(hf).startswith("/"):
         return
@@ -157,14 +157,14 @@ def check_hf_path(recipe) -> None:
 def env(plan, run_dir=None) -> dict:
     """On a cluster the job runs offline (weights and tokenizer are local paths); Hugging Face's cache
     (HF_HOME) on the shared results storage, never in the container's temporary space."""
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
     r = plan.recipe
     if launchers.executes_here(r.cluster.launcher):
         return {}
     out = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     if run_dir is not None:
-        from vdkit.rundir import results_root
+        from vdkit.run.rundir import results_root
 
         out["HF_HOME"] = str(results_root(r, run_dir) / HF_HOME_DIR)
     return out
@@ -216,5 +216,5 @@ SPEC = EngineSpec(
     gpu_vendors=("nvidia", "amd"), images=("engine.container_image", "cluster.container_image"),
     stack={},  # unpinned: the reference extra's lower bounds (pyproject.toml)
     runtime_modules=RUNTIME_MODULES, extra=EXTRA, runs_locally=True,
-    writes_heartbeat=True,  # every rank beats (vdkit.recipes.heartbeat): the launcher watches for hangs
+    writes_heartbeat=True,  # every rank beats (vdkit.recipes.common.heartbeat): the launcher watches for hangs
 )

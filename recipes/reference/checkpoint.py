@@ -30,7 +30,7 @@ def remove_partial(ckpt_dir: Path) -> list:
     """Delete the temporary files of saves that never finished (a job killed mid-write); returns them.
 
     Only called where no save is in flight: on resume, and by save() itself after its rename
-    (one job holds a run dir at a time, see vdkit.rundir's lock).
+    (one job holds a run dir at a time, see vdkit.run.rundir's lock).
     """
     removed = []
     if Path(ckpt_dir).is_dir():

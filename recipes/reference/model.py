@@ -105,7 +105,7 @@ def build_model(recipe, tok, fabric=None):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     method = recipe.method
     if recipe.is_peft:
-        from vdkit.recipes.known_warnings import silence
+        from vdkit.recipes.common.known_warnings import silence
 
         silence("peft")  # peft reads a property transformers 5 deprecates
     if method.name == "lora":

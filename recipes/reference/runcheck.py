@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 
-from vdkit.jobcheck import Report, check_each
+from vdkit.run.jobcheck import Report, check_each
 
 
 def check_runs(run_dirs) -> list:
@@ -29,7 +29,7 @@ def _check(run_dir: Path, rep: Report) -> None:
 
     from vdkit.planner.arch import param_counts, trainable_params
     from vdkit.recipes.reference.model import build_model
-    from vdkit.rundir import load_plan
+    from vdkit.run.rundir import load_plan
 
     plan = load_plan(run_dir)
     r = plan.recipe

@@ -31,7 +31,7 @@ import os
 from pathlib import Path
 from typing import List, Optional
 
-from vdkit.conftree import deepspeed_config_source
+from vdkit.composition.conftree import deepspeed_config_source
 from vdkit.recipes.common.checkpoint import KEEP
 from vdkit.errors import UserError
 
@@ -143,11 +143,11 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     from lightning.fabric import Fabric
     from lightning.fabric.strategies import DDPStrategy, ModelParallelStrategy
 
-    from vdkit.recipes.training_constants import CPU_PRECISION, GPU_PRECISION
+    from vdkit.recipes.common.training_constants import CPU_PRECISION, GPU_PRECISION
 
     from datetime import timedelta
 
-    from vdkit.faults import collective_timeout_s
+    from vdkit.run.faults import collective_timeout_s
 
     kind = plan.recipe.parallelism.sharding
     cuda = torch.cuda.is_available()
@@ -170,10 +170,10 @@ def make_fabric(plan, dist, grad_clip: float, betas):
     else:
         strategy = "auto" if dist.world_size == 1 else DDPStrategy(
             cluster_environment=env, process_group_backend=backend,
-            timeout=timedelta(seconds=collective_timeout_s()),  # the launcher's, from the plan (vdkit.faults)
+            timeout=timedelta(seconds=collective_timeout_s()),  # the launcher's, from the plan (vdkit.run.faults)
             # The models' only buffers are constants every rank builds alike (RoPE's inv_freq): DDP's broadcast of
             # them before every forward is a collective that would make each rank wait for the slowest there,
-            # hiding a straggler's compute time (vdkit.recipes.heartbeat.ComputeClock).
+            # hiding a straggler's compute time (vdkit.recipes.common.heartbeat.ComputeClock).
             broadcast_buffers=False)
         precision = GPU_PRECISION if cuda else CPU_PRECISION  # fp8 recipes train in bf16 here
         plugins = None
@@ -212,7 +212,7 @@ class DeepSpeedFabric:
         import torch
         import torch.distributed as tdist
 
-        from vdkit.recipes.known_warnings import silence
+        from vdkit.recipes.common.known_warnings import silence
 
         silence("deepspeed")  # torch's deprecation of the collectives DeepSpeed calls, once per all-gather
         if not cuda:  # say it, so that DeepSpeed does not warn it "was unable to detect" a GPU

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vdkit.errors import UserError
 
-from vdkit.recipes.training_constants import GRAD_CLIP, adam_betas
+from vdkit.recipes.common.training_constants import GRAD_CLIP, adam_betas
 
 
 def check_layout(plan, dist) -> None:
@@ -38,7 +38,7 @@ def make_fabric(plan, dist):
 
 def _stop_for_preemption(preempt, fabric, progress, step: int, ckpt_dir) -> None:
     """After the checkpoint of ``step``: rank 0 says so; every rank leaves (raises Preempted, exit 75)."""
-    from vdkit.recipes import preemption
+    from vdkit.recipes.common import preemption
 
     if fabric.global_rank == 0:
         progress.message(preemption.stop_message(preempt, step, ckpt_dir))
@@ -88,7 +88,7 @@ def _export(recipe, model, sharding_kind: str, fabric, run_dir, progress) -> Non
     """run.mode=train: the final weights as Hugging Face's save_pretrained writes them (LoRA / P-tuning:
     peft's adapter directory, served beside the base model) in the run dir's export/; sharded runs
     (fsdp, zero3) keep their checkpoint, which this engine does not gather into one file."""
-    from vdkit.rundir import EXPORT_DIR
+    from vdkit.run.rundir import EXPORT_DIR
 
     out = Path(run_dir) / EXPORT_DIR
     if sharding_kind != "none":
@@ -127,7 +127,7 @@ def check_base(recipe) -> None:
     weights): a missing one would reach transformers as a hub id (offline: a traceback, retried by the launcher).
     UserError: one line, exit 2, the recipe's fault; no step trained. (No ``hf_path`` at all: seeded random weights,
     which the door allows only for a model without published ones or a timing run: ``check_hf_path``.)"""
-    from vdkit.recipes import preflight
+    from vdkit.recipes.common import preflight
 
     hf = recipe.model.hf_path
     why = preflight.base_problem("model.hf_path", hf, "hf") if hf and hf.startswith("/") else None
@@ -139,24 +139,24 @@ def check_base(recipe) -> None:
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` (recipe.yaml) on this rank; returns the final global step count.
 
-    ``preempt`` (a :class:`vdkit.recipes.preemption.Preemption`, installed): when a stop signal comes
+    ``preempt`` (a :class:`vdkit.recipes.common.preemption.Preemption`, installed): when a stop signal comes
     or its time budget runs out, the loop finishes the step, checkpoints and raises ``Preempted``.
     """
     from vdkit.recipes.reference import checkpoint as ckpt
     from vdkit.recipes.common import data as rdata
     from vdkit.recipes.common.distributed import resolve_dist_env
-    from vdkit.rundir import checkpoint_dir
+    from vdkit.run.rundir import checkpoint_dir
     from vdkit.recipes.reference import sharding
     from vdkit.recipes.common.data import virtual_tokens
     from vdkit.recipes.common.checkpoint import read_best, resume_line, write_best
     from vdkit.recipes.common.schedule import lr_at
     from vdkit.planner.timeplan import every_n_steps
     from vdkit.recipes.reference.model import build_model
-    from vdkit.recipes.progress import ProgressLogger
-    from vdkit.rundir import LOG_DIR, load_plan
+    from vdkit.recipes.common.progress import ProgressLogger
+    from vdkit.run.rundir import LOG_DIR, load_plan
 
-    from vdkit.recipes.heartbeat import Heartbeat
-    from vdkit.recipes.heartbeat import ComputeClock
+    from vdkit.recipes.common.heartbeat import Heartbeat
+    from vdkit.recipes.common.heartbeat import ComputeClock
 
     run_dir = Path(run_dir).absolute()
     plan = load_plan(run_dir)  # the plan rendered into the run directory, never re-planned
@@ -164,7 +164,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
     dist = resolve_dist_env()
     check_layout(plan, dist)
     check_base(recipe)
-    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
+    beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.run.faults)
     room = t.seq_length - virtual_tokens(recipe)  # >= MIN_ROOM (vdkit.recipes.reference): check_layout said so
 
     import torch  # after the checks above: a misconfigured rank fails in a second, not after torch loads
@@ -280,7 +280,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
 def main(argv=None) -> int:
     """``python -m vdkit.recipes.reference RUN_DIR``: train; a UserError is one line and exit 2."""
-    from vdkit.recipes import preemption
+    from vdkit.recipes.common import preemption
     from vdkit.recipes.reference import require_runtime
 
     return preemption.rank_main("reference", train, argv, require=require_runtime)

@@ -48,9 +48,9 @@ ALIAS_BOMB = "\n".join(["a: &a [x, x, x, x, x, x, x, x, x]"]
 
 def build_template(root: Path) -> Path:
     """Write every shared input under ``root`` (returns it)."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "afile").write_text("a file, not a directory\n")
@@ -190,7 +190,7 @@ def build_template(root: Path) -> Path:
 
 def _badconf(ws: Path) -> None:
     """A copy of conf/ (VDKIT_CONF_DIR) whose sweep/ holds hostile sweep files (the third hostile pass)."""
-    from vdkit.conftree import conf_dir
+    from vdkit.composition.conftree import conf_dir
 
     conf = ws / "badconf"
     shutil.copytree(conf_dir(), conf)
@@ -222,9 +222,9 @@ def _badconf(ws: Path) -> None:
 
 def _local_run(ws: Path) -> Path:
     """A run directory rendered for this machine (cluster=local), as `vdkit run` writes it, without training."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.rundir import create_run_dir
+    from vdkit.run.rundir import create_run_dir
 
     return create_run_dir(make_plan(compose(["engine=reference", "cluster=local", "model=tiny_llama",
                                              "data=synthetic"])), {}, run_dir=ws / "run_local")
@@ -250,7 +250,7 @@ def _lock(ws: Path, kind: str) -> None:
         os.symlink(path, path)  # a loop
 
 
-# The launchers' other state files (vdkit.rundir.STATE_FILES), by the short name a case's `needs` gives.
+# The launchers' other state files (vdkit.run.rundir.STATE_FILES), by the short name a case's `needs` gives.
 STATE_FILE_NEEDS = {"jobids": "job_id.txt", "finished": "finished", "faults": "faults.jsonl", "excluded": "excluded_nodes",
                     "cancelled": "cancelled"}
 
@@ -291,7 +291,7 @@ def _edited_recipes(ws: Path) -> None:
 
 def _site_files(ws: Path) -> None:
     """--config-dir {ws}/site with one broken cluster file per finding of issue 36 (each otherwise xe9680's)."""
-    from vdkit.config import conf_dir
+    from vdkit.composition.config import conf_dir
 
     base = (conf_dir() / "cluster" / "xe9680.yaml").read_text()
     (ws / "site" / "cluster").mkdir(parents=True)

@@ -2,7 +2,7 @@
 
 Run directories are grouped by engine and each engine checks its group in one go (one import of its
 stack for all of them): :func:`vdkit.recipes.engines.Engine.check_runs`. stdout: per run directory a
-header and one line per finding (checked / not checked here / defect, :mod:`vdkit.jobcheck`).
+header and one line per finding (checked / not checked here / defect, :mod:`vdkit.run.jobcheck`).
 Exit 0 only when no directory has a defect and every stack's probe ran; each defect is repeated on stderr
 as one line (``vdkit check: error: RUN_DIR: ...``, exit 2); a probe that could not run here (NeMo's venv
 could not be made) is one line per reason (``vdkit check: cannot check N run directories: ...``, exit 3).
@@ -28,12 +28,12 @@ def register(sub) -> None:
 
 
 def check_dirs(run_dirs) -> list:
-    """Every run directory's :class:`vdkit.jobcheck.Report`, in the order given: first its files against the kit's
-    render of its recipe (:mod:`vdkit.rendercheck`: one that differs is refused and nothing of it runs), then the
+    """Every run directory's :class:`vdkit.run.jobcheck.Report`, in the order given: first its files against the kit's
+    render of its recipe (:mod:`vdkit.render.rendercheck`: one that differs is refused and nothing of it runs), then the
     engines' checks, one call per engine."""
     from vdkit.errors import UserError
     from vdkit.recipes import engines
-    from vdkit.rundir import RECIPE_FILE, load_recipe
+    from vdkit.run.rundir import RECIPE_FILE, load_recipe
 
     groups = {}
     for d in run_dirs:
@@ -46,8 +46,8 @@ def check_dirs(run_dirs) -> list:
 
     import time
 
-    from vdkit.jobcheck import Report
-    from vdkit.rendercheck import check as against_render
+    from vdkit.run.jobcheck import Report
+    from vdkit.render.rendercheck import check as against_render
 
     reports, refused = [], []
     for name in list(groups):  # before anything of a run dir runs: its files are the kit's render of its recipe
@@ -78,9 +78,9 @@ def check_dirs(run_dirs) -> list:
 
 def report(reports, out=None, err=None, brief: bool = False) -> int:
     """Print the reports (stdout), each defect as one line and each reason a probe did not run as one line
-    (stderr); the exit code (:data:`vdkit.jobcheck.EXIT_DEFECT`, :data:`~vdkit.jobcheck.EXIT_NOT_CHECKED`, 0).
+    (stderr); the exit code (:data:`vdkit.run.jobcheck.EXIT_DEFECT`, :data:`~vdkit.run.jobcheck.EXIT_NOT_CHECKED`, 0).
     ``brief`` (a checked sweep): one line per run directory and a total, not every finding."""
-    from vdkit.jobcheck import EXIT_DEFECT, EXIT_NOT_CHECKED
+    from vdkit.run.jobcheck import EXIT_DEFECT, EXIT_NOT_CHECKED
 
     # sys.stdout / sys.stderr of the call, not of the import (a caller may have swapped them since).
     out, err = out or sys.stdout, err or sys.stderr

@@ -4,7 +4,7 @@
   vdkit data stats FILE [--tokenizer PATH] [--field both|input|output] [--json]
   vdkit data pack FILE OUT(.npy|.jsonl) --tokenizer PATH [--max-len 4096] [--truncate]
 
-The work lives in vdkit.recipes.data / data_stats / packing, imported only when a sub-verb runs
+The work lives in vdkit.recipes.common.dataprep / data_stats / packing, imported only when a sub-verb runs
 (tokenizer libraries load only inside those), so `vdkit --help` stays fast.
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ import argparse
 import json
 import sys
 
-from vdkit.args import out_path
+from vdkit.commands.args import out_path
 from vdkit.errors import UserError
 # Light (standard library only): the dataset names and defaults have one home.
-from vdkit.recipes.data import DATASETS, DEFAULT_SEED, DEFAULT_SPLIT
+from vdkit.recipes.common.dataprep import DATASETS, DEFAULT_SEED, DEFAULT_SPLIT
 
 DEFAULT_MAX_LEN = 4096  # Llama 2's context length (published.md), NeMo's packed-sequence length
 
@@ -74,7 +74,7 @@ def register(subparsers) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> int:
-    from vdkit.recipes import data
+    from vdkit.recipes.common import dataprep as data
 
     split = data.parse_split(args.split) if args.split is not None else data.default_split(args.dataset)
     report = data.prepare(args.dataset, args.input, args.out_dir, seed=args.seed, split=split, force=args.force,
@@ -84,7 +84,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    from vdkit.recipes.data_stats import dataset_stats, load_tokenizer
+    from vdkit.recipes.common.data_stats import dataset_stats, load_tokenizer
 
     if args.plan and (args.tokenizer is None or args.field != "both"):
         raise UserError("--plan counts the collated rows with the model's tokenizer",
@@ -93,8 +93,8 @@ def _stats(args: argparse.Namespace) -> int:
     stats = dataset_stats(args.file, tok, field=args.field)
     print(json.dumps(stats.to_dict(), indent=2) if args.json else "\n".join(stats.lines()))
     if args.plan:
-        from vdkit.recipes.data_stats import token_counts
-        from vdkit.tokens import SPECIAL_TOKENS, write_stats
+        from vdkit.recipes.common.data_stats import token_counts
+        from vdkit.planner.tokens import SPECIAL_TOKENS, write_stats
 
         counts, _ = token_counts(args.file, tok, "both")
         path = write_stats(args.file, [c + SPECIAL_TOKENS for c in counts], tok.name)
@@ -106,8 +106,8 @@ def _stats(args: argparse.Namespace) -> int:
 def _pack(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from vdkit.recipes.data_stats import load_tokenizer
-    from vdkit.recipes.packing import pack_sequences, tokenize_sft, write_packed
+    from vdkit.recipes.common.data_stats import load_tokenizer
+    from vdkit.recipes.common.packing import pack_sequences, tokenize_sft, write_packed
 
     out = Path(args.out)
     if out.suffix not in (".npy", ".jsonl"):
@@ -117,7 +117,7 @@ def _pack(args: argparse.Namespace) -> int:
         raise UserError(f"{out}: already exists", "pass another path, or --force to replace it")
     if args.max_len < 1:
         raise UserError(f"--max-len {args.max_len} is not a positive number of tokens", "use e.g. --max-len 4096")
-    from vdkit.files import not_a_regular_file
+    from vdkit.composition.files import not_a_regular_file
 
     kind = not_a_regular_file(args.file)  # before loading a tokenizer (seconds) for nothing
     if kind:

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from vdkit.args import add_override_args
+from vdkit.commands.args import add_override_args
 
 DEMO_SWEEP = "demo"
 # The local Slurm's emulated XE9680s share this machine: the demo's ranks per "node" (its
@@ -34,7 +34,7 @@ def register(sub) -> None:
                                    "write the table (Markdown, CSV, JSON) and plots. Overrides apply to every "
                                    "cell; -m replaces the sweep's cells with a cartesian product.")
     add_override_args(p)
-    from vdkit.args import out_path
+    from vdkit.commands.args import out_path
 
     p.add_argument("--out", metavar="DIR", default="demo", type=out_path,
                    help="where runs/ (one run directory per cell, with logs/ and checkpoints/) and report/ "
@@ -46,7 +46,7 @@ def register(sub) -> None:
 
 
 def _cells(args):
-    from vdkit.sweep import load_sweep, override_sets
+    from vdkit.render.sweep import load_sweep, override_sets
 
     if args.multirun:
         base = [str(x) for x in load_sweep(DEMO_SWEEP).get("base") or []]
@@ -107,8 +107,8 @@ def run(args) -> int:
 
 
 def _pipeline(args, out: Path, slurm_env) -> int:
-    from vdkit.prepare import prepare_all
-    from vdkit.sweep import plan_cells
+    from vdkit.render.prepare import prepare_all
+    from vdkit.render.sweep import plan_cells
 
     cells = _with_bridge_base(_cells(args), out)
     if slurm_env is not None:
@@ -120,7 +120,7 @@ def _pipeline(args, out: Path, slurm_env) -> int:
     refuse_what_cannot_run_here(prepared, slurm_env is not None)
     plans = [cell.plan for cell in prepared]
     if slurm_env is not None:  # the emulated nodes are this machine: its Python runs the ranks too
-        from vdkit.prepare import engine_of
+        from vdkit.render.prepare import engine_of
 
         for cell in prepared:
             engine_of(cell.plan).local_check(cell.plan)  # e.g. torch missing: one line naming the extra
@@ -165,7 +165,7 @@ def refuse_what_cannot_run_here(prepared, on_local_slurm: bool) -> None:
     engine needs its container (engine=nemo) or whose launcher would submit elsewhere is refused before
     any cell trains, in one line."""
     from vdkit.errors import UserError
-    from vdkit.prepare import engine_of, launcher_of
+    from vdkit.render.prepare import engine_of, launcher_of
 
     for cell in prepared:
         r = cell.plan.recipe
@@ -184,7 +184,7 @@ def _with_bridge_base(cells, out: Path):
     """Bridge fine-tunes from a Megatron-Bridge checkpoint (model.megatron_path): for the demo's bridge
     cells that have none, make one once - a seeded toy HF model of the cell's size, converted with
     Bridge's HF import (what a site does once with its Llama 2 weights) - and point the cells at it."""
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     done = {}
     result = []
@@ -245,8 +245,8 @@ TICK_S = 15.0  # a progress line at most this often while a cell trains (the dem
 
 def _train(cell, env):
     """Write the cell's run directory and train it through its launcher; (run_dir, succeeded)."""
-    from vdkit.prepare import launcher_of
-    from vdkit.runs import Ticker
+    from vdkit.render.prepare import launcher_of
+    from vdkit.run.runs import Ticker
 
     plan = cell.plan
     launcher = launcher_of(plan)
@@ -260,11 +260,11 @@ def _train(cell, env):
 
 
 def _train_in(cell, launcher, run_dir):
-    from vdkit.prepare import engine_of
+    from vdkit.render.prepare import engine_of
 
     plan = cell.plan
     if not launcher.executes_here:
-        from vdkit.launchers import succeeded
+        from vdkit.launch.launchers import succeeded
 
         launcher.submit(run_dir)
         return run_dir, succeeded(launcher.wait(run_dir, timeout=plan.time.time_limit_min * 60))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def register(sub) -> None:
     """Add the `list` verb."""
-    from vdkit.catalog import KINDS
+    from vdkit.commands.catalog import KINDS
 
     names = [k.name for k in KINDS] + ["keys"]
     p = sub.add_parser("list", help="what exists: models, methods, clusters, data, engines, launchers, sweeps, tables",
@@ -21,7 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from vdkit.catalog import KINDS, render
+    from vdkit.commands.catalog import KINDS, render
     from vdkit.errors import UserError
 
     names = [k.name for k in KINDS] + ["keys"]
@@ -36,12 +36,12 @@ def run(args) -> int:
             raise UserError("--json lists the engines only", "use `vdkit list engines --json`")
         import json
 
-        from vdkit.catalog import engine_records
+        from vdkit.commands.catalog import engine_records
 
         print(json.dumps(engine_records(), indent=2))
         return 0
     if kinds == ["engines"]:  # the capability table (with other kinds: one line each, as every kind)
-        from vdkit.catalog import engine_table
+        from vdkit.commands.catalog import engine_table
 
         print(engine_table())
         return 0
@@ -49,7 +49,7 @@ def run(args) -> int:
     if [k for k in kinds if k != "keys"] or not kinds:
         blocks.append(render([k for k in kinds if k != "keys"]))
     if "keys" in kinds:
-        from vdkit.keys import all_keys
+        from vdkit.commands.keys import all_keys
 
         width = max(len(d.key) for d in all_keys())
         blocks.append("keys (KEY=VALUE on any verb; `vdkit plan --explain KEY`)\n"

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from vdkit.args import add_override_args
+from vdkit.commands.args import add_override_args
 
 
 def register(sub) -> None:
@@ -30,8 +30,8 @@ EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is 
 
 
 def run(args) -> int:
-    from vdkit.config import compose
-    from vdkit.sweep import override_sets
+    from vdkit.composition.config import compose
+    from vdkit.render.sweep import override_sets
     from vdkit.errors import UserError
 
     if args.explain and (args.multirun or args.sweep is not None or args.cfg):
@@ -41,7 +41,7 @@ def run(args) -> int:
                         f"drop {other} (or --explain): `vdkit plan --explain KEY [overrides]`")
     sets = override_sets(args.overrides, args.multirun, args.sweep)
     if args.explain:
-        from vdkit.keys import explain, lookup
+        from vdkit.commands.keys import explain, lookup
 
         for key in args.explain:  # every key checked before any output
             lookup(key)
@@ -49,12 +49,12 @@ def run(args) -> int:
         print("\n".join(explain(key, recipe) for key in args.explain))
         return 0
     if args.cfg:
-        from vdkit.keys import annotated_yaml
+        from vdkit.commands.keys import annotated_yaml
 
         for i, overrides in enumerate(sets):
             print(("---\n" if i else "") + annotated_yaml(compose(overrides)), end="")
         return 0
-    from vdkit.sweep import plan_cells
+    from vdkit.render.sweep import plan_cells
 
     many = bool(args.multirun or args.sweep is not None)
     plans = plan_cells(sets, many, "plan", require_fit=False)  # no-layout cells: a note, like render
@@ -107,15 +107,15 @@ def runnable(plans, many: bool) -> list:
 
 def check_runnable(plan) -> None:
     """Refuse (UserError) a plan that fits but that its engine or launcher cannot run - the checks
-    `render` makes before writing (vdkit.prepare), all pure: P-tuning on an engine without it, a LoRA
+    `render` makes before writing (vdkit.render.prepare), all pure: P-tuning on an engine without it, a LoRA
     placement the engine does not plan, a Kubernetes job with a secrets file, an image its launcher cannot
     read. A plan that does not fit is answered by its verdict instead."""
     if not plan.feasible:
         return
     from pathlib import Path
 
-    from vdkit.prepare import engine_of, job_spec, launcher_of
-    from vdkit.rundir import safe_dir_name
+    from vdkit.render.prepare import engine_of, job_spec, launcher_of
+    from vdkit.run.rundir import safe_dir_name
 
     r = plan.recipe
     notional = Path(r.run.out_dir or ".").expanduser().absolute() / safe_dir_name(r.run_name)  # never created

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import PurePosixPath
 
-from vdkit.args import add_render_args, run_dir_files_help
+from vdkit.commands.args import add_render_args, run_dir_files_help
 
 
 def register(sub) -> None:
@@ -32,8 +32,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from vdkit.prepare import prepare_all
-    from vdkit.sweep import feasible_plans
+    from vdkit.render.prepare import prepare_all
+    from vdkit.render.sweep import feasible_plans
 
     plans = feasible_plans(args.overrides, args.multirun, args.sweep, "render")
     # Every cell is checked and rendered in memory before any run directory is written.
@@ -44,7 +44,7 @@ def run(args) -> int:
         written.append(run_dir)
         print(run_dir, flush=True)
         print(cell_lines(cell.plan), file=sys.stderr, flush=True)
-    from vdkit.launchers import of
+    from vdkit.launch.launchers import of
 
     start = of(cells[0].plan).next_command(cells[0].files) if cells else ""
     print(closing_lines(cells, written, args.check_mounts, start), file=sys.stderr)
@@ -81,7 +81,7 @@ def cell_lines(plan) -> str:
               if t.allocations else "allocations unknown")
     times = f"--time={t.time_limit_min} min, {allocs}; checkpoint {every}"
     out = f"  layout     {layout}\n  predicted  {timing}\n  time       {times}"
-    from vdkit.schema import SEEDED_NOTE
+    from vdkit.composition.schema import SEEDED_NOTE
 
     out += "".join(f"\n  weights    {n.split(': ', 1)[1]}" for n in plan.notes if n.startswith(SEEDED_NOTE))
     if r.cluster.nodes > 1:  # the fabric the prediction assumes (vdkit.planner.interconnect)
@@ -92,10 +92,10 @@ def cell_lines(plan) -> str:
 
 
 def site_assumptions(cells) -> list:
-    """One block: the site facts (vdkit.site.SITE_FACTS) the rendered jobs use that nobody read on a node
+    """One block: the site facts (vdkit.composition.site.SITE_FACTS) the rendered jobs use that nobody read on a node
     (not in ``cluster.probed``), for clusters whose ranks run elsewhere (not the local launcher)."""
-    from vdkit import launchers
-    from vdkit.site import SITE_FACTS
+    from vdkit.launch import launchers
+    from vdkit.composition.site import SITE_FACTS
 
     seen, lines = set(), []
     for cell in cells:
@@ -115,7 +115,7 @@ def site_assumptions(cells) -> list:
 
 def closing_lines(cells, run_dirs, check_mounts, run_command: str) -> str:
     """What was not checked here (with the flag that checks it) and how to start the job(s)."""
-    from vdkit.prepare import unchecked_inputs
+    from vdkit.render.prepare import unchecked_inputs
 
     found = {}
     for cell in cells:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from vdkit.args import add_override_args
+from vdkit.commands.args import add_override_args
 
 # The embedded default: what `vdkit run` trains when the command line names no such group.
 LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic")
 
 
 def register(sub) -> None:
-    from vdkit.args import run_dir_files_help
+    from vdkit.commands.args import run_dir_files_help
 
     p = sub.add_parser("run", help="train a recipe here (reference, megatron or bridge engine; local processes as ranks)",
                        description="Compose the recipe, plan it, write a run directory and train it on this "
@@ -27,7 +27,7 @@ def register(sub) -> None:
                                    "cluster.nodes x cluster.gpus_per_node local processes (gloo on CPU, NCCL on GPU). Unnamed groups default to "
                                    + " ".join(LOCAL_DEFAULTS) + ". Prints the run directory.")
     add_override_args(p, sweeps=False)
-    from vdkit.args import out_path
+    from vdkit.commands.args import out_path
 
     p.add_argument("--out", metavar="DIR", type=out_path, help="parent directory of the run directory (default: run.out_dir)")
     p.add_argument("--resume", metavar="RUN_DIR",
@@ -46,7 +46,7 @@ def with_local_defaults(overrides) -> list:
 
 def _finish(run_dir, rc: int) -> int:
     """Print the run dir (stdout) and, for a clean stop, how to continue; the verb's exit code."""
-    from vdkit.jobspec import EXIT_REFUSED, EXIT_STOPPED
+    from vdkit.run.jobspec import EXIT_REFUSED, EXIT_STOPPED
 
     if rc == EXIT_REFUSED:  # the pre-flight or a rank refused the recipe (one line said why): the recipe's fault
         print(run_dir, flush=True)
@@ -63,8 +63,8 @@ def resume(args) -> int:
     from pathlib import Path
 
     from vdkit.errors import UserError
-    from vdkit.prepare import engine_of, launcher_of
-    from vdkit.rundir import FINISHED_FILE, RECIPE_FILE, load_plan
+    from vdkit.render.prepare import engine_of, launcher_of
+    from vdkit.run.rundir import FINISHED_FILE, RECIPE_FILE, load_plan
 
     if not str(args.resume).strip():
         raise UserError("--resume was given an empty path", "pass the run directory to continue: vdkit run --resume RUN_DIR")
@@ -75,7 +75,7 @@ def resume(args) -> int:
     if not (run_dir / RECIPE_FILE).is_file():
         raise UserError(f"{run_dir} is not a run directory (no {RECIPE_FILE})",
                         "pass a run directory written by `vdkit run`")
-    from vdkit.runlock import check_state_files
+    from vdkit.run.runlock import check_state_files
 
     check_state_files(run_dir)  # a FIFO or directory among them: one line now, not a hang or a run that "finished"
     if (run_dir / FINISHED_FILE).exists():
@@ -99,10 +99,10 @@ def resume(args) -> int:
 
 
 def run(args) -> int:
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
     from vdkit.errors import UserError
     from vdkit.planner.plan import make_plan
-    from vdkit.prepare import engine_of, launcher_of, prepare
+    from vdkit.render.prepare import engine_of, launcher_of, prepare
 
     if args.resume is not None:
         return resume(args)

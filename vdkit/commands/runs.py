@@ -1,8 +1,8 @@
 """`vdkit runs`, `vdkit logs`, `vdkit cancel`: the run directories under a results root as things to list,
-follow and stop, on every launcher (:mod:`vdkit.runs`, :mod:`vdkit.runctl`)."""
+follow and stop, on every launcher (:mod:`vdkit.run.runs`, :mod:`vdkit.run.runctl`)."""
 from __future__ import annotations
 
-from vdkit.args import finite_seconds
+from vdkit.commands.args import finite_seconds
 
 
 def register(sub) -> None:
@@ -37,7 +37,7 @@ def register(sub) -> None:
 
 def run_runs(args) -> int:
     """Print one tab-separated line per run directory under the root; exit 1 when one could not be read."""
-    from vdkit.runs import describe, find_runs
+    from vdkit.run.runs import describe, find_runs
 
     rc = 0
     for path in find_runs(args.root):
@@ -49,7 +49,7 @@ def run_runs(args) -> int:
 
 def run_logs(args) -> int:
     from vdkit.errors import UserError
-    from vdkit.runctl import show_logs
+    from vdkit.run.runctl import show_logs
 
     if args.lines is not None and args.lines < 0:
         raise UserError(f"--lines {args.lines} is negative", "pass a count of lines, e.g. -n 50")
@@ -57,7 +57,7 @@ def run_logs(args) -> int:
 
 
 def run_cancel(args) -> int:
-    from vdkit.runctl import cancel
+    from vdkit.run.runctl import cancel
 
     record = cancel(args.run_dir, settle_s=args.settle)
     jobs = ", ".join(record["jobs"]) or "no job was running"

@@ -1,4 +1,4 @@
-"""`vdkit site probe --name NAME --out DIR`: this node's facts -> DIR/cluster/NAME.yaml (vdkit.site).
+"""`vdkit site probe --name NAME --out DIR`: this node's facts -> DIR/cluster/NAME.yaml (vdkit.composition.site).
 
 Run it on a compute node (`srun -N1 --exclusive vdkit site probe ...`) so it sees the adapters, GPUs
 and storage a job sees; then `vdkit plan --config-dir DIR cluster=NAME ...` uses the file.
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vdkit.args import out_path
+from vdkit.commands.args import out_path
 
 
 def register(sub) -> None:
@@ -22,7 +22,7 @@ def register(sub) -> None:
     s = p.add_subparsers(dest="site_verb", metavar="probe")
     q = s.add_parser("probe", help="write DIR/cluster/NAME.yaml from this node's facts",
                      description="Read this node's facts and write DIR/cluster/NAME.yaml; what cannot be read is "
-                                 "named in the file and keeps the documented default (vdkit/schema.py ClusterCfg).")
+                                 "named in the file and keeps the documented default (vdkit/composition/schema.py ClusterCfg).")
     q.add_argument("--name", required=True, help="the cluster's name (cluster=NAME)")
     q.add_argument("--out", required=True, type=out_path, metavar="DIR", help="the config dir (--config-dir DIR)")
     q.add_argument("--run-dir", metavar="DIR", type=out_path,
@@ -38,9 +38,9 @@ def register(sub) -> None:
 def run(args) -> int:
     import re
 
-    from vdkit import site
+    from vdkit.composition import site
     from vdkit.errors import UserError
-    from vdkit.files import replace_all
+    from vdkit.composition.files import replace_all
 
     check_name(args.name)
     if args.sample_mb is not None and not 1 <= args.sample_mb <= 65536:
@@ -72,7 +72,7 @@ def check_name(name: str) -> None:
     ``123``), or the name of a cluster the kit ships (``xe9680``: --config-dir refuses the shadowing file)."""
     import re
 
-    from vdkit.config import conf_dir
+    from vdkit.composition.config import conf_dir
     from vdkit.errors import UserError
 
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_.-]{0,63}", name) or name.lower() in YAML_WORDS:
@@ -105,6 +105,6 @@ def base_cluster() -> dict:
     """The values a probed file starts from: the kit's XE9680 cluster (conf/cluster/xe9680.yaml) as composed."""
     import dataclasses
 
-    from vdkit.config import compose
+    from vdkit.composition.config import compose
 
     return dataclasses.asdict(compose(["cluster=xe9680"]).cluster)

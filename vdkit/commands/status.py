@@ -1,11 +1,11 @@
 """`vdkit status`: the state of submitted run directories (or Slurm job ids), each from its launcher.
 
-A run directory asks the launcher it was rendered for (:mod:`vdkit.launchers`), which names its own
+A run directory asks the launcher it was rendered for (:mod:`vdkit.launch.launchers`), which names its own
 job and reports its state in the scheduler's words; the run directory's lock holder is named beside it.
 """
 from __future__ import annotations
 
-from vdkit.args import finite_seconds
+from vdkit.commands.args import finite_seconds
 
 
 def register(sub) -> None:
@@ -40,12 +40,12 @@ def _target(target):
     job_id.txt): Slurm's are the one kind of job id that names a job without its run directory."""
     from pathlib import Path
 
-    from vdkit import launchers
-    from vdkit.rundir import RECIPE_FILE, load_recipe
+    from vdkit.launch import launchers
+    from vdkit.run.rundir import RECIPE_FILE, load_recipe
 
     path = Path(target)
     if (path / RECIPE_FILE).is_file():
-        from vdkit.runlock import check_state_files
+        from vdkit.run.runlock import check_state_files
 
         check_state_files(path)  # a FIFO among them would hang this answer, a directory would read as no record
         launcher = launchers.get(load_recipe(path).cluster.launcher)
@@ -70,15 +70,15 @@ def _state(launcher, run_dir, job) -> str:
     """The run dir's own markers (finished, cancelled) before the scheduler, which may be down or have forgotten."""
     if run_dir is None:
         return launcher.status(job)
-    from vdkit.runs import state
+    from vdkit.run.runs import state
 
     return state(run_dir, launcher)
 
 
 def _watch(run_dir):
     """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s, straggler: ...' (None before the first step)."""
-    from vdkit.rundir import load_recipe
-    from vdkit.runs import progress
+    from vdkit.run.rundir import load_recipe
+    from vdkit.run.runs import progress
 
     try:
         p = progress(run_dir, load_recipe(run_dir).train.max_steps)
@@ -93,9 +93,9 @@ def run_status(args) -> int:
     import sys
 
     from vdkit.errors import UserError
-    from vdkit.launchers import succeeded
-    from vdkit.faults import summary as fault_summary
-    from vdkit.runlock import holder_note
+    from vdkit.launch.launchers import succeeded
+    from vdkit.run.faults import summary as fault_summary
+    from vdkit.run.runlock import holder_note
 
     answers = [_answer(t) for t in args.targets]
     bad = 0
@@ -107,7 +107,7 @@ def run_status(args) -> int:
     if args.wait:  # each line as its job ends
         rc = 0
         for launcher, run_dir, job in targets:
-            from vdkit.runs import marker_state
+            from vdkit.run.runs import marker_state
 
             state = (run_dir is not None and marker_state(run_dir)) or \
                 launcher.wait(run_dir if run_dir is not None else job, timeout=args.timeout)

@@ -1,6 +1,6 @@
 """`vdkit submit`: render each recipe and hand its run directory to its launcher.
 
-It goes through the launcher registry (:mod:`vdkit.launchers`): each run directory's launcher
+It goes through the launcher registry (:mod:`vdkit.launch.launchers`): each run directory's launcher
 submits it and names its job; ``--wait`` polls them as `vdkit status --wait` does (:mod:`.status`).
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import shutil
 import sys
 
-from vdkit.args import add_render_args, run_dir_files_help
+from vdkit.commands.args import add_render_args, run_dir_files_help
 from vdkit.commands.status import add_wait_args, job_line
 
 
@@ -28,9 +28,9 @@ def register(sub) -> None:
 
 
 def run_submit(args) -> int:
-    from vdkit.launchers import succeeded
-    from vdkit.prepare import launcher_of, prepare_all
-    from vdkit.sweep import feasible_plans
+    from vdkit.launch.launchers import succeeded
+    from vdkit.render.prepare import launcher_of, prepare_all
+    from vdkit.render.sweep import feasible_plans
 
     plans = feasible_plans(args.overrides, args.multirun, args.sweep, "submit")
     for launcher in {launcher_of(p).name: launcher_of(p) for p in plans}.values():
@@ -39,7 +39,7 @@ def run_submit(args) -> int:
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
     from vdkit.errors import KeepRunDir
-    from vdkit.rundir import missing_parents, remove_empty
+    from vdkit.run.rundir import missing_parents, remove_empty
 
     created = missing_parents(cells[0].run_dir.parent) if cells else []
     submitted = []

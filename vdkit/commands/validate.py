@@ -6,12 +6,12 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from vdkit.args import count, finite_seconds, out_path
+from vdkit.commands.args import count, finite_seconds, out_path
 from vdkit.errors import UserError
 
 MAX_STEPS = 10 ** 9  # --target-steps / --val-every: far beyond any run, small enough for exact arithmetic
 
-# Light: the default's one home is the domain module (standard library + vdkit.rundir).
+# Light: the default's one home is the domain module (standard library + vdkit.run.rundir).
 from vdkit.validation.run_dir import DEFAULT_TARGET_STEPS  # noqa: E402
 
 
@@ -102,7 +102,7 @@ def describe(result: dict) -> str:
 def check_log_sizes(sources) -> None:
     """Each log file named on the command line is at most MAX_LOG_BYTES, checked before a byte is read
     (a 2 GB sparse file took 35 s to say "no steps")."""
-    from vdkit.limits import MAX_LOG_BYTES, check_size
+    from vdkit.composition.limits import MAX_LOG_BYTES, check_size
 
     for src in sources:
         if Path(src).is_file():
@@ -128,7 +128,7 @@ def run_steps(args) -> int:
 def run_validate(args) -> int:
     if args.steps:
         return run_steps(args)
-    from vdkit.rundir import find_run_dir
+    from vdkit.run.rundir import find_run_dir
     from vdkit.validation.run_dir import validate_one
 
     if args.target_steps is not None and args.target_steps < 1:

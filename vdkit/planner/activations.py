@@ -10,7 +10,7 @@ Two kernel sets, as each engine runs them:
 
 ``local`` (megatron-core's local layer spec: torch norms, unfused ``DotProductAttention``, unfused RoPE
 and GLU; the CPU engines). Counted with saved-tensor hooks on a live model
-(:mod:`vdkit.recipes.mcore_activations`, tests/test_activation_memory.py):
+(:mod:`vdkit.recipes.megatron.activations`, tests/test_activation_memory.py):
 
 - each RMSNorm: its input, the normalised input and 1/rms: ``(2sbh + sb) n`` elements (LayerNorm: input,
   mean and 1/std, ``(sbh + 2sb) n``); the QKV and fc1 linears their input, ``sbh n`` each (under

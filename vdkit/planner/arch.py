@@ -113,6 +113,6 @@ def checkpoint_gb(r) -> float:
     """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params
     (bytes per parameter: conf/calibration/memory.yaml)."""
     from vdkit.planner.calibration import memory
-    from vdkit.schema import GB
+    from vdkit.composition.schema import GB
 
     return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB

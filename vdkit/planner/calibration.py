@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from vdkit.errors import UserError
-from vdkit.schema import GB
+from vdkit.composition.schema import GB
 
 CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a wheel)
 
@@ -29,7 +29,7 @@ def load(name: str) -> dict:
     """``conf/calibration/<name>.yaml`` as a dict, checked against its schema
     (:data:`vdkit.planner.calibration_schema.SCHEMAS`); UserError, one line naming the file and the key, when
     the file is missing, unreadable, or has an unknown key, a value of the wrong type or a required key missing."""
-    from vdkit.conftree import conf_dir
+    from vdkit.composition.conftree import conf_dir
 
     path = conf_dir() / CALIBRATION_DIR / f"{name}.yaml"
     if not path.is_file():

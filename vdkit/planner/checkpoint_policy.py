@@ -63,7 +63,7 @@ def decide(recipe, step_s, write_s: float, allocations: int) -> CheckpointPolicy
     checkpoint and the run's ``allocations`` (0: unknown). A pinned ``engine.checkpoint_every_n_steps``
     wins over the cadence (0: no periodic save); what the end saves is the mode's either way."""
     c, e, steps = recipe.cluster, recipe.engine, recipe.train.max_steps
-    mode = recipe.run.mode  # timing | train (vdkit.schema.RUN_MODES)
+    mode = recipe.run.mode  # timing | train (vdkit.composition.schema.RUN_MODES)
     if e.checkpoint_every_n_steps is not None:
         every, source = e.checkpoint_every_n_steps, "pinned"
     elif mode == "timing":
@@ -102,7 +102,7 @@ def room_gb(policy: CheckpointPolicy, saves, checkpoint_gb: float) -> float:
     train run holding :data:`KEEP` needs ``KEEP + 1`` while the next is written (retention removes the
     oldest only after it). Counted at the full checkpoint's size (a stop's save carries the optimizer):
     an upper bound. The one home of the figure: ``vdkit plan`` prints it, ``vdkit render`` checks it
-    (:func:`vdkit.rundir.check_results_room`) and every job's pre-flight checks it again (:mod:`vdkit.preflight`)."""
+    (:func:`vdkit.run.rundir.check_results_room`) and every job's pre-flight checks it again (:mod:`vdkit.preflight`)."""
     writes = policy.keep + 1 if saves is None else max(int(saves), 1)
     return min(writes, policy.keep + 1) * checkpoint_gb
 

@@ -20,7 +20,7 @@ def group(recipe) -> str:
     NVIDIA's pretraining rows or its fine-tuning rows), zero3 / fsdp (full rows) / fsdp_unpacked (transformers:
     benchmarks/hf_efficiency.py)."""
     from vdkit.planner.predict import _fused_path, regime
-    from vdkit.tokens import full_rows
+    from vdkit.planner.tokens import full_rows
 
     if regime(recipe) == "hf":
         if recipe.parallelism.sharding == "zero3":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional, Tuple
 
-from vdkit.schema import Recipe
+from vdkit.composition.schema import Recipe
 
 
 def layout_violations(r: Recipe, tp: int, pp: int, vp: int) -> List[str]:

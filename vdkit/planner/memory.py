@@ -2,7 +2,7 @@
 
 Arithmetic only (no search, no prediction): the planner (:mod:`vdkit.planner.plan`) weighs layouts with
 it, and the engines compare what their ranks really hold against it (the megatron engine's memory.json,
-:mod:`vdkit.recipes.mcore_memory`) and pad the vocabulary as it does.
+:mod:`vdkit.recipes.common.mcore_memory`) and pad the vocabulary as it does.
 
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
 ``megatron_amp_O2``:
@@ -50,7 +50,7 @@ from vdkit.planner.activations import layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.layout import data_parallel
-from vdkit.schema import GB, Memory, Recipe
+from vdkit.composition.schema import GB, Memory, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
 # conf/calibration/memory.yaml, read through vdkit.planner.calibration.
@@ -58,10 +58,10 @@ from vdkit.schema import GB, Memory, Recipe
 
 def recompute_share(recipe, recompute: str, layers_per_stage: int, vp: int = 1) -> float:
     """The share of a stage's layers whose forward full recompute repeats (parallelism.recompute_num_layers:
-    partial, the first N of each of the stage's ``vp`` model chunks, vdkit.recompute); 0 for none / selective."""
+    partial, the first N of each of the stage's ``vp`` model chunks, vdkit.planner.recompute); 0 for none / selective."""
     from types import SimpleNamespace
 
-    from vdkit.recompute import full_share
+    from vdkit.planner.recompute import full_share
 
     p = SimpleNamespace(recompute=recompute, recompute_num_layers=recipe.parallelism.recompute_num_layers)
     return full_share(p, layers_per_stage, vp)

@@ -7,7 +7,7 @@ with the lowest predicted step time (:mod:`vdkit.planner.predict`; near-ties go 
 it names the runner-up and why it lost. It never raises for a layout that merely does not fit
 memory: the plan says ``feasible: false`` and why, with the arithmetic. Sharded data parallelism
 (FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.planner.sharded`); the result is a
-:class:`vdkit.schema.Plan` either way.
+:class:`vdkit.composition.schema.Plan` either way.
 
 The parallelism rules live in :mod:`vdkit.planner.layout`, the memory model (bytes per GPU, worst pipeline
 stage) in :mod:`vdkit.planner.memory`; here: the search among the valid layouts, and the plan.
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from typing import List, Optional, Tuple
 
-from vdkit.context import data_notes, seq_notes
+from vdkit.planner.context import data_notes, seq_notes
 from vdkit.errors import UserError
 from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
@@ -26,7 +26,7 @@ from vdkit.planner.layout import data_parallel, divisors, layout_violations, val
 from vdkit.planner.memory import estimate_memory
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
-from vdkit.schema import Candidate, Plan, Prediction, Recipe
+from vdkit.composition.schema import Candidate, Plan, Prediction, Recipe
 
 
 def engine_notes(recipe) -> List[str]:
@@ -77,7 +77,7 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
 def _partial_recompute(r: Recipe, tp: int, pp: int, vp: int, sp: bool, distributed_optimizer: bool
                        ) -> Optional[Candidate]:
     """Full recompute of only as many layers per model chunk as memory needs (megatron's block method: the
-    first N layers of each of a stage's VP chunks, vdkit.recompute), or None when no recompute or every
+    first N layers of each of a stage's VP chunks, vdkit.planner.recompute), or None when no recompute or every
     layer is what it takes."""
     cap, layers = r.cluster.gpu_memory_gb, r.model.num_layers // pp // vp
     if layers < 2:

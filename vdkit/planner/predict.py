@@ -43,7 +43,7 @@ from typing import Dict, Optional
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.memory import recompute_share
-from vdkit.schema import STEP_TIME_REGIMES, Prediction, StepTime
+from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
@@ -126,7 +126,7 @@ def avg_tokens(recipe, calib: dict) -> Optional[float]:
     """Average tokens per fine-tuning sample of the data actually configured: its `vdkit data stats --plan`
     histogram when the file is beside data.train_files, else the calibration's figure for data.name
     (Dolly's, Alpaca's), else None (unknown: callers assume full-length samples)."""
-    from vdkit.tokens import counted_mean
+    from vdkit.planner.tokens import counted_mean
 
     counted = counted_mean(recipe)
     if counted:
@@ -355,7 +355,7 @@ def _fused_path(recipe) -> bool:
 
     NVIDIA's pretraining settings do (vdkit renders them), and so does an engine whose regime is "fused";
     the design guide's fine-tuning configs (NeMo's defaults) do not, unless the fast recipe's fused kernels
-    are on (then vdkit renders NVIDIA's performance settings: recipes/nemo_performance.PERFORMANCE_SETTINGS).
+    are on (then vdkit renders NVIDIA's performance settings: recipes/nemo/performance.PERFORMANCE_SETTINGS).
     """
     return recipe.method.name == "pretrain" or bool(recipe.train.fused_kernels) or regime(recipe) == "fused"
 

@@ -5,7 +5,7 @@ vdkit.planner.predict models NeMo's stack (its largest term is the unfused stack
 traffic, calibrated on Table 9); none of that describes an HF model under FSDP. Here every term is
 physical and every constant comes from a datasheet or a measurement (conf/calibration/hf_step_time.yaml),
 none fitted to the runs it predicts. Per micro batch of ``N`` tokens (the collator's padded rows:
-vdkit.tokens) on one GPU:
+vdkit.planner.tokens) on one GPU:
 
 - **compute**: every GEMM of every decoder layer (QKV, output, MLP), the logits, forward and both
   backward GEMMs (activation and weight gradients; LoRA / P-tuning skip frozen weight gradients), each
@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.schema import StepTime
+from vdkit.composition.schema import StepTime
 
 
 def constants() -> dict:
@@ -149,7 +149,7 @@ def predict_hf_step(recipe, recompute: str = "none", calib: Optional[dict] = Non
     None when the GPU is not described."""
     from vdkit.planner.arch import param_counts, trainable_params
     from vdkit.planner.calibration import memory
-    from vdkit.tokens import micro_batch_tokens
+    from vdkit.planner.tokens import micro_batch_tokens
 
     calib = calib or constants()
     prof = gpu_profile(recipe, calib)

@@ -37,8 +37,8 @@ from typing import Optional
 from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
-from vdkit.schema import GB, Memory, Plan, Prediction, Recipe
-from vdkit.tokens import full_rows
+from vdkit.composition.schema import GB, Memory, Plan, Prediction, Recipe
+from vdkit.planner.tokens import full_rows
 
 # The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
 # conf/calibration/memory.yaml, read here through vdkit.planner.calibration.
@@ -68,7 +68,7 @@ def accumulation_gradient_bytes(r: Recipe) -> float:
 
 
 def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[bool] = None):
-    """Per-GPU memory (a vdkit.schema.Memory) of sharded data parallelism, and host GB per node."""
+    """Per-GPU memory (a vdkit.composition.schema.Memory) of sharded data parallelism, and host GB per node."""
     kind = r.parallelism.sharding
     offload = r.parallelism.cpu_offload if cpu_offload is None else cpu_offload
     m, t = r.model, r.train

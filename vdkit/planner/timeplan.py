@@ -12,7 +12,7 @@ Input: the predicted seconds per step (:mod:`vdkit.planner.predict`, or any figu
 - ``cluster.mtbf_h``: mean time between failures that end a job early (not the time limit);
 - ``cluster.max_lost_work_min``: the most training a failure between checkpoints may lose.
 
-(Their defaults and where they come from: the comments in :class:`vdkit.schema.ClusterCfg`.)
+(Their defaults and where they come from: the comments in :class:`vdkit.composition.schema.ClusterCfg`.)
 
 The arithmetic (every constant below says where it comes from):
 
@@ -33,7 +33,7 @@ The arithmetic (every constant below says where it comes from):
 
 Pure functions of the plan (no I/O). :func:`vdkit.planner.plan.make_plan` calls :func:`time_plan` once
 and keeps the result as ``Plan.time``: launchers, engines, commands and ``plan.json`` (its ``schedule``
-section, read back by :func:`vdkit.rundir.load_plan`) read that one value. Nothing derived is written
+section, read back by :func:`vdkit.run.rundir.load_plan`) read that one value. Nothing derived is written
 back into the recipe: ``recipe.yaml`` holds what the user set (``cluster.time_limit_min``,
 ``engine.checkpoint_every_n_steps`` when pinned) and the defaults.
 """

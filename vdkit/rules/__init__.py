@@ -1,6 +1,6 @@
 """The door: every rule a composed recipe must pass before anything plans, renders or runs it.
 
-``check_recipe(recipe)`` runs after Hydra composition (``vdkit.config.compose``), so a bad value is
+``check_recipe(recipe)`` runs after Hydra composition (``vdkit.composition.config.compose``), so a bad value is
 one line naming the key, why and the fix, exit 2, before a run directory or a rank exists. One
 module per concern:
 
@@ -15,12 +15,12 @@ module per concern:
   variables, ...: the deny-list) and of secrets;
 - :mod:`.secrets`: no token in any other recipe value; ``run.secrets_file``'s names and its mode;
 - :mod:`.overrides`: the command line's syntax (``~key``, ``hydra.*``, a key given twice, sweep syntax
-  without ``-m``) and the sweep's size; called by :mod:`vdkit.config` before it composes.
+  without ``-m``) and the sweep's size; called by :mod:`vdkit.composition.config` before it composes.
 
-A launcher's own cluster settings are its ``check_recipe`` (through :mod:`vdkit.launchers`); what a
+A launcher's own cluster settings are its ``check_recipe`` (through :mod:`vdkit.launch.launchers`); what a
 run on this machine cannot do (FP8 / offload without a GPU, the host's memory) is the local
-launcher's (:func:`vdkit.local.check_host`). Layout rules (TP / PP / DP) live in the planner; field
-rules on names and obvious pairs in :func:`vdkit.config.validate_fields`.
+launcher's (:func:`vdkit.launch.local.check_host`). Layout rules (TP / PP / DP) live in the planner; field
+rules on names and obvious pairs in :func:`vdkit.composition.config.validate_fields`.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from vdkit.rules.secrets import check_secret_values, check_secrets_file
 
 def check_launcher_settings(recipe) -> None:
     """The launcher's own cluster settings (e.g. cluster.kubernetes), through the launcher registry."""
-    from vdkit import launchers
+    from vdkit.launch import launchers
 
     if recipe.cluster.launcher in launchers.names():  # an unknown launcher is validate_fields' line
         launchers.get(recipe.cluster.launcher).check_recipe(recipe)
@@ -42,7 +42,7 @@ def check_launcher_settings(recipe) -> None:
 
 def check_values(recipe) -> None:
     """The rules on the recipe's values alone (no file is opened): what a recipe read back from a run
-    directory's edited recipe.yaml must pass too (vdkit.rundir.load_recipe)."""
+    directory's edited recipe.yaml must pass too (vdkit.run.rundir.load_recipe)."""
     check_numbers(recipe)
     check_contradictions(recipe)
     check_names(recipe)
@@ -53,7 +53,7 @@ def check_values(recipe) -> None:
 
 
 def check_recipe(recipe) -> None:
-    """Every rule of this package on a composed recipe (called by vdkit.config.compose)."""
+    """Every rule of this package on a composed recipe (called by vdkit.composition.config.compose)."""
     check_values(recipe)
     check_files(recipe)
     check_secrets_file(recipe.run.secrets_file, required=False)

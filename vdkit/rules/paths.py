@@ -10,7 +10,7 @@ def check_files(recipe) -> None:
     p = recipe.parallelism
     if p.deepspeed_config:
         # The reader lives with the engine that uses it; it refuses a missing file, a non-mapping, stage != 3.
-        from vdkit.conftree import deepspeed_config_source
+        from vdkit.composition.conftree import deepspeed_config_source
 
         try:
             deepspeed_config_source(p.deepspeed_config)
@@ -19,7 +19,7 @@ def check_files(recipe) -> None:
                 raise
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
     # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
-    # rule (vdkit.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
+    # rule (vdkit.render.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
 
 
 def check_names(recipe) -> None:

@@ -2,7 +2,7 @@
 ``cluster.env`` has its own rule in :mod:`vdkit.rules.environment`), and ``run.secrets_file`` is a
 private file of ``NAME=value`` lines with harmless names (:func:`check_secrets_file`).
 
-Reading the file's values at run time is the launchers' business (:func:`vdkit.local.read_secrets_file`,
+Reading the file's values at run time is the launchers' business (:func:`vdkit.launch.local.read_secrets_file`,
 the job script's reader in :mod:`vdkit.slurm.secrets`).
 """
 from __future__ import annotations

@@ -3,9 +3,9 @@ held to the rules the command line has, each refusal one line naming the file an
 
 - No environment interpolation (``${oc.env:VAR}``, ``${env:VAR}``, ``${oc.decode:...}``) anywhere in the file:
   composition would resolve it into the run dir's name, the job and recipe.yaml (``partition: ${oc.env:HOME}``
-  rendered ``#SBATCH --partition=/root``), exactly what :func:`vdkit.config.refuse_env_interpolation` refuses
+  rendered ``#SBATCH --partition=/root``), exactly what :func:`vdkit.composition.config.refuse_env_interpolation` refuses
   on the command line.
-- Every key is the group's schema key (:mod:`vdkit.schema`), spelt in ASCII, holding a value of its type:
+- Every key is the group's schema key (:mod:`vdkit.composition.schema`), spelt in ASCII, holding a value of its type:
   Hydra would say only "ValidationError raised while composing config".
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _schema(group: str):
     import dataclasses
     import typing
 
-    from vdkit.schema import VdkitConfig
+    from vdkit.composition.schema import VdkitConfig
 
     if group not in {f.name for f in dataclasses.fields(VdkitConfig)}:
         return None
@@ -97,7 +97,7 @@ def check_chosen_user_files(overrides, user_options) -> None:
     """:func:`check_user_file` for every site file the overrides choose (``cluster=NAME`` with NAME a file of a
     ``--config-dir``; ``user_options(group)`` maps a group's names to their files). A broken file nobody
     chose does not stop the others."""
-    from vdkit.files import load_yaml
+    from vdkit.composition.files import load_yaml
 
     for o in overrides:
         key, sep, name = str(o).lstrip("+").partition("=")

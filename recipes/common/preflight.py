@@ -1,0 +1,328 @@
+"""The job's pre-flight: before any rank builds a model, every path the job reads is there and of the right kind,
+and the checkpoint file system has the room the plan asks. Standard library only, no vdkit import: the run
+directory carries this file as ``vdkit_preflight.py`` (``vdkit.run.rundir.PREFLIGHT_SCRIPT``), so it runs on a
+cluster node's own ``python3`` or in NVIDIA's stock image as well as in the kit's Python.
+
+    python3 RUN_DIR/vdkit_preflight.py RUN_DIR/preflight.json
+
+``preflight.json`` (``vdkit.run.rundir.PREFLIGHT_FILE``, written at render by :func:`vdkit.render.prepare.preflight_files`) lists
+``{"what", "path", "kind"}`` items and the room: ``{"path": the checkpoint dir, "gb": the plan's figure}``
+(:func:`vdkit.planner.checkpoint_policy.room_gb`). The first problem is one line on stderr and exit
+:data:`EXIT_REFUSED` (2), which every launcher treats as the recipe's fault: never restarted, never retried
+(Slurm: :mod:`vdkit.slurm.recovery`; the local launcher: :mod:`vdkit.launch.local`). Exit 0: every check passed.
+
+The kinds (:data:`KINDS`), each what the stack that reads the path needs (a missing file found at the
+first step costs the queue wait and the allocation's start-up; a base the stack silently skips trains
+random weights - Megatron-Bridge loads ``checkpoint.pretrained_checkpoint`` only where its tracker exists,
+megatron/bridge/training/setup.py + training/utils/checkpoint_utils.py ``checkpoint_exists``):
+
+- ``dir``: a readable directory; ``file``: a non-empty regular file (a data file, a tokenizer model);
+- ``data_dir``: a directory holding at least one non-empty file;
+- ``npy``: a NumPy ``.npy`` whose header parses (NeMo's packed dataset ``np.load``\\ s it);
+- ``megatron_checkpoint``: a Megatron / Megatron-Bridge checkpoint directory: its tracker
+  (``latest_checkpointed_iteration.txt`` or Bridge's ``latest_train_state.pt``), the iteration directory the
+  tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``;
+- ``nemo``: a ``.nemo`` tar archive that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector),
+  or such an extracted directory;
+- ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``);
+- ``tokenizer``: a tokenizer file, or a directory holding ``tokenizer.model`` / ``tokenizer.json`` / a vocabulary;
+- ``image``: a squashfs container image (pyxis / enroot): the file starts with squashfs' magic ``hsqs``.
+"""
+import ast
+import json
+import os
+import shutil
+import sys
+import tarfile
+
+EXIT_REFUSED = 2  # the recipe's fault (vdkit's UserError exit): launchers never restart it
+PREFIX = "vdkit pre-flight: "
+TRACKERS = ("latest_train_state.pt", "latest_checkpointed_iteration.txt")  # Bridge's and Megatron's (checkpoint_exists)
+NPY_MAGIC = b"\x93NUMPY"
+SQUASHFS_MAGIC = b"hsqs"
+TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "vocab.json", "vocab.txt", "tokenizer_config.json")
+NEMO_CONFIG = "model_config.yaml"
+NEMO_MEMBERS_READ = 10000  # a .nemo holds a handful of members; never walk an unrelated huge tar to the end
+BASE_KINDS = ("megatron_checkpoint", "nemo", "hf")  # a fine-tune's base model as its stack reads it
+KINDS = ("dir", "file", "data_dir", "npy", "megatron_checkpoint", "nemo", "hf", "tokenizer", "image")
+
+
+def _missing(what, path, want):
+    if os.path.lexists(path) and not os.path.exists(path):
+        return f"{what}={path} is a broken link; {want} was expected there"
+    return f"{what}={path} does not exist (not on this node's file systems: a typo, an unmounted file system, " \
+           f"or removed since render); {want} was expected there"
+
+
+def _nonempty_file(path) -> bool:
+    try:
+        return os.path.isfile(path) and os.path.getsize(path) > 0 and os.access(path, os.R_OK)
+    except OSError:
+        return False
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return None
+
+
+def _npy_header(path):
+    """The parsed header dict of a .npy file, or the reason it does not parse (NumPy's format 1.0 - 3.0)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(10)
+            if len(head) < 10 or head[:6] != NPY_MAGIC:
+                return "it is not a NumPy .npy file (no NUMPY magic)"
+            major = head[6]
+            if major == 1:
+                size, start = int.from_bytes(head[8:10], "little"), 10
+            elif major in (2, 3):
+                head += fh.read(2)
+                size, start = int.from_bytes(head[8:12], "little"), 12
+            else:
+                return f"its .npy format version {major} is unknown"
+            fh.seek(start)
+            text = fh.read(size)
+        if len(text) < size:
+            return "its .npy header is cut short"
+        header = ast.literal_eval(text.decode("utf-8" if major == 3 else "latin1"))
+    except (OSError, ValueError, SyntaxError, UnicodeDecodeError) as exc:
+        return f"its .npy header does not parse ({type(exc).__name__})"
+    if not isinstance(header, dict) or not {"descr", "fortran_order", "shape"} <= set(header):
+        return "its .npy header lacks descr / fortran_order / shape"
+    return header
+
+
+def megatron_checkpoint_problem(path):
+    """Why ``path`` is not a Megatron / Megatron-Bridge checkpoint a fine-tune can start from (None: it is)."""
+    names = _listdir(path)
+    if names is None:
+        return "it is not a readable directory"
+    if not names:
+        return "it is empty"
+    trackers = [t for t in TRACKERS if _nonempty_file(os.path.join(path, t))]
+    if not trackers:
+        kind = ""
+        if "config.json" in names:
+            kind = " (it looks like a Hugging Face model: convert it once with import_hf.sbatch)"
+        elif os.path.isfile(os.path.join(path, "metadata.json")):
+            kind = " (it is one iteration's directory: point at the directory above it)"
+        return f"it holds no checkpoint tracker ({' or '.join(TRACKERS)}), so Megatron-Bridge would skip it " \
+               f"and train from random weights{kind}"
+    iters = [n for n in names if (n.startswith("iter_") or n == "release") and os.path.isdir(os.path.join(path, n))]
+    if TRACKERS[1] in trackers:
+        try:
+            with open(os.path.join(path, TRACKERS[1])) as fh:
+                text = fh.read().strip()
+            want = "release" if text == "release" else f"iter_{int(text):07d}"
+        except (OSError, ValueError):
+            return f"its {TRACKERS[1]} does not hold an iteration number"
+        if want not in iters:
+            return f"its {TRACKERS[1]} names {want}, which is not there"
+        iters = [want]
+    if not iters:
+        return "it holds a tracker but no iter_* directory"
+    if not any(_nonempty_file(os.path.join(path, n, "metadata.json")) or
+               any(m.startswith("mp_rank_") for m in (_listdir(os.path.join(path, n)) or ())) for n in iters):
+        return f"its {iters[-1]} holds no distributed checkpoint (no metadata.json)"
+    return None
+
+
+def nemo_problem(path):
+    """Why ``path`` is not a .nemo NeMo can restore (None: it is)."""
+    if os.path.isdir(path):
+        return None if os.path.isfile(os.path.join(path, NEMO_CONFIG)) else f"the directory holds no {NEMO_CONFIG}"
+    if not _nonempty_file(path):
+        return "it is empty or not a readable file"
+    try:
+        with tarfile.open(path, "r:*") as tar:
+            for n, member in enumerate(tar):
+                if os.path.basename(member.name) == NEMO_CONFIG:
+                    return None
+                if n >= NEMO_MEMBERS_READ:
+                    break
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        return f"it is not a readable .nemo archive ({type(exc).__name__}: a .nemo is a tar file)"
+    return f"the archive holds no {NEMO_CONFIG}, so it is not a .nemo model"
+
+
+def hf_problem(path):
+    """Why ``path`` is not a Hugging Face model directory (None: it is)."""
+    names = _listdir(path)
+    if names is None:
+        return "it is not a readable directory"
+    if not names:
+        return "it is empty"
+    if "config.json" not in names:
+        return "it holds no config.json (not a Hugging Face model directory)"
+    if not any(n.endswith((".safetensors", ".bin")) for n in names):
+        return "it holds no weights (*.safetensors or *.bin)"
+    return None
+
+
+def problem(what, path, kind):
+    """One line saying why the job cannot read ``path`` (the recipe key ``what``) as ``kind``; None when it can."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown pre-flight kind {kind!r}")
+    want = {"dir": "a directory", "file": "a non-empty file", "data_dir": "a data directory", "npy": "a .npy file",
+            "megatron_checkpoint": "a Megatron-Bridge checkpoint directory", "nemo": "a .nemo model",
+            "hf": "a Hugging Face model directory", "tokenizer": "a tokenizer", "image": "a squashfs image"}[kind]
+    if not path:
+        return f"{what} is not set; {want} was expected"
+    if not os.path.exists(path):
+        return _missing(what, path, want)
+    why = None
+    if kind in ("dir", "data_dir", "megatron_checkpoint", "hf") and not os.path.isdir(path):
+        why = "it is not a directory"
+    elif kind in ("file", "npy", "image") and not _nonempty_file(path):
+        why = "it is empty or not a readable file"
+    elif kind == "dir":
+        why = None if _listdir(path) is not None else "it is not readable"
+    elif kind == "data_dir":
+        names = _listdir(path)
+        if names is None:
+            why = "it is not readable"
+        elif not any(_nonempty_file(os.path.join(path, n)) or os.path.isdir(os.path.join(path, n)) for n in names):
+            why = "it holds no non-empty file"
+    elif kind == "npy":
+        header = _npy_header(path)
+        why = header if isinstance(header, str) else None
+    elif kind == "megatron_checkpoint":
+        why = megatron_checkpoint_problem(path)
+    elif kind == "nemo":
+        why = nemo_problem(path)
+    elif kind == "hf":
+        why = hf_problem(path)
+    elif kind == "tokenizer":
+        if os.path.isdir(path):
+            names = _listdir(path) or []
+            why = None if any(_nonempty_file(os.path.join(path, n)) for n in names if n in TOKENIZER_FILES) else \
+                f"it holds none of {', '.join(TOKENIZER_FILES)}"
+        elif not _nonempty_file(path):
+            why = "it is empty or not a readable file"
+    elif kind == "image":
+        try:
+            with open(path, "rb") as fh:
+                why = None if fh.read(4) == SQUASHFS_MAGIC else "it is not a squashfs image (no hsqs magic)"
+        except OSError as exc:
+            why = f"it cannot be read ({exc.strerror})"
+    return None if why is None else f"{what}={path}: {why}; {want} was expected"
+
+
+def _held_bytes(path) -> int:
+    """Bytes already under ``path`` (a resumed run's own checkpoints count toward its room)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def room_problem(path, gb):
+    """Why the file system of ``path`` (the checkpoint dir, made by the job if absent) lacks ``gb`` GB of room for
+    the plan's checkpoints (None: it has it). What the run already holds there counts as room."""
+    if not path or not gb or gb <= 0:
+        return None
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"checkpoints go to {path}, but {probe} is not a directory"
+    if not os.access(probe, os.W_OK):
+        return f"checkpoints go to {path}, but {probe} is not writable"
+    free = shutil.disk_usage(probe).free
+    held = _held_bytes(path) if os.path.isdir(path) else 0
+    if free + held < gb * 1e9:
+        return (f"checkpoints go to {path}: {free / 1e9:,.2f} GB free there (+ {held / 1e9:,.2f} GB this run holds), "
+                f"the plan needs {gb:,.2f} GB (the checkpoints it keeps plus the one being written)")
+    return None
+
+
+FIXES = {"megatron_checkpoint": "convert the base once (sbatch import_hf.sbatch in a run dir of this model) or "
+                                "point model.megatron_path at the directory holding latest_checkpointed_iteration.txt",
+         "nemo": "convert the base once (sbatch import_hf.sbatch) or point model.nemo_path at a .nemo file",
+         "hf": "stage the Hugging Face model (docs/cluster-guide.md) or point model.hf_path at it",
+         "npy": "pack the data again (vdkit data pack, the command `vdkit render` printed)",
+         "image": "import the image once (enroot import -o IMAGE.sqsh docker://...) or set engine.container_image",
+         "room": "free space there or point run.results_dir at a file system with room"}
+DEFAULT_FIX = "make the path exist on the cluster's shared file system (or re-render with the right one)"
+
+
+def check(spec):
+    """The first problem of a pre-flight spec (the parsed preflight.json) as one line with its fix, or None."""
+    for need in spec.get("needs", ()):
+        found = problem(need.get("what", "a path"), need.get("path"), need.get("kind", "file"))
+        if found:
+            return f"{found} (fix: {FIXES.get(need.get('kind'), DEFAULT_FIX)})"
+    room = spec.get("room") or {}
+    found = room_problem(room.get("path"), room.get("gb"))
+    return f"{found} (fix: {FIXES['room']})" if found else None
+
+
+def base_problem(what, path, kind):
+    """A rank's refusal of its fine-tune's base (:data:`BASE_KINDS`): one line with the fix, or None."""
+    why = problem(what, str(path) if path else "", kind)
+    return None if why is None else f"{why}; no step trained (fix: {FIXES[kind]})"
+
+
+def bridge_base_refused(cfg):
+    """A Megatron-Bridge rank's refusal of its fine-tune's base (``cfg`` its ConfigContainer; one line, or None).
+    Bridge trains a full fine-tune from random weights where ``checkpoint.pretrained_checkpoint`` has no tracker
+    (training/setup.py ``checkpoint_exists``); PEFT reloads the base on every start; a full fine-tune resuming from
+    its own checkpoint (``checkpoint.load``'s tracker past iteration 0) has the base's weights in it."""
+    base, peft, load = cfg.checkpoint.pretrained_checkpoint, cfg.peft is not None, cfg.checkpoint.load
+    if not peft and base is None:
+        return None  # pretraining
+    if not peft and load:
+        try:
+            with open(os.path.join(str(load), TRACKERS[1])) as fh:
+                if int(fh.read().strip()) > 0:
+                    return None
+        except (OSError, ValueError):
+            pass
+    return base_problem("checkpoint.pretrained_checkpoint", base, "megatron_checkpoint")
+
+
+def base_only(spec):
+    """``spec`` with only its base-model needs (:data:`BASE_KINDS`) and no room check: what a rank checks itself."""
+    return {"needs": [n for n in spec.get("needs", ()) if n.get("kind") in BASE_KINDS]}
+
+
+def main(argv=None) -> int:
+    """``python3 vdkit_preflight.py [--base] PREFLIGHT_JSON``: exit 0, or one line and :data:`EXIT_REFUSED`.
+    ``--base``: the base model only (a rank of an engine whose ranks run the stack's own script, before it)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    base = bool(args) and args[0] == "--base"
+    args = args[1:] if base else args
+    if len(args) != 1:
+        print("usage: python3 vdkit_preflight.py [--base] PREFLIGHT_JSON", file=sys.stderr)
+        return EXIT_REFUSED
+    try:
+        with open(args[0]) as fh:
+            spec = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(f"{PREFIX}cannot read {args[0]} ({type(exc).__name__}) (fix: render the run dir again)",
+              file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    if base:  # a rank's own check, before its stack starts: the base only
+        found = next(filter(None, (base_problem(n.get("what"), n.get("path"), n["kind"])
+                                   for n in base_only(spec)["needs"])), None)
+    else:
+        found = check(spec)
+    if found:
+        print(PREFIX + found, file=sys.stderr, flush=True)
+        return EXIT_REFUSED
+    if base:
+        return 0
+    print(f"{PREFIX}every input is in place ({len(spec.get('needs', ()))} path(s), room for "
+          f"{(spec.get('room') or {}).get('gb') or 0:,.1f} GB of checkpoints)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""A hand-edited ``nemo.yaml`` held to what NeMo 1.23 reads, before the (slow) NeMo probe: `vdkit check`.
+
+NeMo's scripts run with ``--config-path=<run dir> --config-name=nemo.yaml``, so the edited file is the whole
+config NeMo composes, and its Hydra config is not struct: an unknown key is ignored in silence, a wrong type
+or a nonsense count fails (or misbehaves) on the cluster, hours into a queue. The reference is what the kit
+renders from the run's own recipe.yaml and plan.json (:func:`vdkit.recipes.nemo.render_nemo_yaml`, the same
+function render uses): it holds every key of NeMo 1.23's own config for the script (tests/test_nemo_contract.py
+reads NeMo's YAMLs and asserts it), plus the keys the kit adds on purpose
+(:data:`vdkit.recipes.nemo.contract.DELIBERATE_ADDITIONS`, with their types). Against it:
+
+- a key neither has -> refused, with the nearest known key (difflib);
+- a value whose type differs from the rendered one (bool / int / float / str / list / mapping; an int where a
+  float is rendered is fine, as is anything where the render has null) -> refused;
+- a count NeMo needs positive (:data:`POSITIVE`) that is <= 0 -> refused;
+- everything else (a new lr, another path) is accepted, and the keys that differ are listed.
+
+Pure Python on the kit's side (yaml + omegaconf, as NeMo loads the file); no NeMo import. The comparison itself
+is :mod:`vdkit.recipes.common.edits`, the one the bridge engine uses too; NeMo's knowledge stays here.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Tuple
+
+from vdkit.recipes.common import edits as common
+from vdkit.recipes.common.edits import FIX_RERENDER
+from vdkit.recipes.nemo.runcheck.venv import NEMO_VERSION
+
+# Keys (the last part of a dotted key, wherever it sits) whose value NeMo 1.23 / Lightning 2.0.7 need > 0, besides
+# Megatron's sizes (common.MEGATRON_POSITIVE).
+# trainer.max_steps: Lightning takes -1 (no limit), but NeMo 1.23 sizes its datasets from it:
+# megatron_gpt_sft_model.py _build_dataset raises "Trainer max_steps must be set to a positive integer" for
+# <= 0, and megatron_gpt_model.py asks for max_steps x GBS (negative) pretraining samples. val_check_interval:
+# Lightning takes an int > 0 or a fraction in (0, 1]. The rest are sizes and counts (0 or less cannot build).
+POSITIVE = common.MEGATRON_POSITIVE | frozenset({
+    "devices", "num_nodes", "max_steps", "val_check_interval",
+    "encoder_seq_length", "max_position_embeddings", "max_seq_length",
+    "adapter_dim", "virtual_tokens", "bottleneck_dim", "embedding_dim",
+})
+# The numbers the command line holds to a range (common.Range; any *dropout key is a probability anyway).
+RANGES = {"optim.lr": common.domain("method.lr"), "sched.min_lr": common.domain("method.min_lr"),
+          "optim.weight_decay": common.domain("method.weight_decay"),
+          "sched.warmup_steps": common.domain("method.warmup_steps"),
+          "adapter_dim": common.domain("method.lora_adapter_dim")}
+POSITIVE_WHY = {"max_steps": " (it sizes its datasets from it: Lightning's -1, no limit, fails there)"}
+STACK = "NeMo " + ".".join(NEMO_VERSION.split(".")[:2])  # "NeMo 1.23", as its release names it
+
+
+def _load(path: Path) -> dict:
+    """nemo.yaml as NeMo reads it: OmegaConf's YAML loader (1e-4 is a float there), interpolations resolved.
+    ValueError (one line) for a file NeMo could not compose."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from vdkit.composition.files import load_yaml
+
+    load_yaml(path, "NeMo config")  # size, aliases, FIFOs, syntax: the kit's bounded reader refuses first
+    try:
+        cfg = OmegaConf.load(path)
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except (OmegaConfBaseException, ValueError) as exc:
+        raise ValueError(" ".join(str(exc).split()).split(" full_key:")[0]) from None
+    if not isinstance(data, dict):
+        raise ValueError("it is not a mapping of sections (trainer, exp_manager, model)")
+    return data
+
+
+def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str]]:
+    """The edits of ``run_dir/nemo.yaml`` against the kit's render of the run's own recipe and plan
+    (``render(plan, run_dir)``: the engine's :func:`vdkit.recipes.nemo.render_nemo_yaml`, passed in so that this
+    package, which the engine module imports, never imports it back).
+
+    Returns (defects as (what, setting, fix), the keys whose value differs from the render). UserError
+    (one line) for a recipe.yaml / plan.json the kit cannot read.
+    """
+    import yaml
+
+    from vdkit.errors import UserError
+    from vdkit.recipes.nemo.contract import DELIBERATE_ADDITIONS, WIDENED_TYPES
+    from vdkit.run.rundir import NEMO_CONFIG_FILE, RECIPE_FILE, load_plan
+
+    path = Path(run_dir) / NEMO_CONFIG_FILE
+    try:  # a missing file, a FIFO, a directory: load_yaml's one line, never an open that blocks
+        edited = common.flat(_load(path))
+    except UserError as exc:
+        return [(exc.what, NEMO_CONFIG_FILE, exc.fix or FIX_RERENDER)], []
+    except ValueError as exc:
+        return [(f"NeMo cannot compose {path}: {exc}", NEMO_CONFIG_FILE, f"correct the file, {FIX_RERENDER}")], []
+    plan = load_plan(run_dir)
+    try:
+        rendered = common.flat(yaml.safe_load(render(plan, Path(run_dir).absolute())))
+    except UserError as exc:
+        return [(f"the kit cannot render this run's NeMo config to compare with: {exc.what}", RECIPE_FILE,
+                 exc.fix or FIX_RERENDER)], []
+    known = {**{k: (common.kind(v),) for k, v in rendered.items()},
+             **{k: tuple(sorted({common.kind(t()) for t in a.types})) for k, a in DELIBERATE_ADDITIONS.items()
+                if k not in rendered}}
+    for k, types in WIDENED_TYPES.items():
+        known[k] = tuple(sorted({common.kind(t()) for t in types}))
+
+    def expect(key: str):
+        if common.under_open(key, rendered):
+            return common.OPEN  # below a key the render leaves null (open): any structure goes
+        if key not in known:
+            return None
+        return common.OPEN if "null" in known[key] else common.Expect(known[key])
+
+    defects, changed, removed = common.compare(
+        path, edited, rendered, expect, stack=STACK, fix=FIX_RERENDER, positive=POSITIVE, positive_why=POSITIVE_WHY,
+        unknown=f"{STACK} ignores it silently", known=known, ranges=RANGES)
+    defects = [tuple(d) for d in defects]
+    sections = [k for k in removed if "." not in k]
+    if sections:  # NeMo's script reads cfg.trainer / cfg.exp_manager / cfg.model: it stops at once without one
+        many = len(sections) > 1
+        defects.append((f"{path} has no {', '.join(sections)} {'sections' if many else 'section'}: {STACK}'s script "
+                        f"reads {'them' if many else 'it'}", sections[0],
+                        f"restore it, {FIX_RERENDER}"))
+    return defects, changed + [f"{k} (removed)" for k in removed]
+
+
+def check(run_dir: Path, report, render) -> bool:
+    """Add the comparison's lines to ``report`` (:class:`vdkit.run.jobcheck.Report`); True when the file may go on
+    to NeMo's own code (no defect). ``render``: as for :func:`compare`."""
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    defects, changed = compare(run_dir, render)
+    return common.report([common.Defect(*d) for d in defects], changed, report, NEMO_CONFIG_FILE,
+                         f"known to {STACK}, of the rendered type")

@@ -1,0 +1,435 @@
+"""Run directories: created whole or not at all, never overwriting an earlier one.
+
+The one home of every run-directory file name and of the results-root rule. Layout of a run
+directory (every engine, every launcher):
+
+    launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
+    plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
+    nemo.yaml          NeMo's config (engine=nemo)
+    bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py, import_hf.sbatch (engine=bridge)
+    logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
+    checkpoints/       checkpoints, unless run.results_dir points at shared storage
+    slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
+    job_id.txt         every job id submitted from it (vdkit submit)
+    run.lock           held (flock) by the one job running in the dir; names it (vdkit.run.runlock)
+    finished           the run's last step is done (the launcher writes it; no job starts again)
+    cancelled          `vdkit cancel` stopped it: when, which jobs, how to continue (vdkit.run.runs)
+    heartbeat/         rank<R>: each rank's liveness and progress, read by the launcher's watchdog (vdkit.run.faults)
+    faults.jsonl       one line per failed job step: cause, rank, node, last checkpoint, restart (vdkit.run.faults)
+    excluded_nodes     nodes a failure was blamed on; later allocations run without them
+
+Downstream code (engines, validate, report) reads ``recipe.yaml`` and ``plan.json`` back with
+:func:`load_plan` (the prediction included); nothing re-plans from overrides after render. This
+module depends on the types (:mod:`vdkit.composition.schema`) and the recipe reader (:mod:`vdkit.composition.config`), never
+on the planner.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Dict, Iterator, Optional, Union
+
+from vdkit.errors import UserError
+from vdkit.composition.schema import Memory, Plan, Prediction, Recipe, StepTime
+
+RECIPE_FILE = "recipe.yaml"
+PLAN_FILE = "plan.json"
+OVERRIDES_FILE = "overrides.txt"
+SBATCH_FILE = "launch.sbatch"
+NEMO_CONFIG_FILE = "nemo.yaml"
+BRIDGE_CONFIG_FILE = "bridge.yaml"  # engine=bridge: Megatron-Bridge's ConfigContainer (what the ranks load)
+BRIDGE_RESOLVED_FILE = "bridge_resolved.yaml"  # engine=bridge: the full ConfigContainer a local run used
+BRIDGE_JOB_FILE = "bridge_job.py"  # engine=bridge: what every rank runs in the NeMo container
+PREFLIGHT_FILE = "preflight.json"  # what the job's pre-flight checks (vdkit.recipes.common.preflight; vdkit.render.prepare writes it)
+PREFLIGHT_SCRIPT = "vdkit_preflight.py"  # the pre-flight itself, a copy of vdkit/recipes/common/preflight.py (no vdkit import)
+IMPORT_FILE = "import_hf.sbatch"  # the one-time HF -> engine checkpoint conversion (bridge: Bridge checkpoint; nemo: .nemo)
+BRIDGE_IMPORT_FILE = IMPORT_FILE
+# Job scripts of the run dir, one a line, that `vdkit submit` submits before launch.sbatch; launch.sbatch then
+# waits on them all (--dependency=afterok): bridge's import_hf.sbatch when the render converts the base model
+FIRST_FILE = "submit_first.txt"
+BRIDGE_EXPORT_FILE = "export_hf.sbatch"  # engine=bridge, run.mode=train: the trained checkpoint -> HF weights
+# The files each engine adds to a run directory: its spec's run_dir_files (vdkit.recipes.spec).
+EXPORT_DIR = "export"  # run.mode=train, engine=reference: the final model as Hugging Face save_pretrained writes it
+LOG_DIR = "logs"
+CHECKPOINT_DIR = "checkpoints"
+LOCK_FILE = "run.lock"
+JOB_ID_FILE = "job_id.txt"
+JOB_STATE_FILE = "job_state.json"
+FINISHED_FILE = "finished"  # written by the launcher when the run's last step is done: it never starts again
+CANCELLED_FILE = "cancelled"  # written by `vdkit cancel`: when, which jobs, and the command that continues the run
+LOCAL_OUT_FILE = "local-1.out"  # rank 0's output under `vdkit run` (a Slurm job's is slurm-<jobid>.out)
+HEARTBEAT_DIR = "heartbeat"  # each rank's rank<R> file: liveness and progress (vdkit.run.faults)
+FAULTS_FILE = "faults.jsonl"  # the launcher's record of every failed job step (vdkit.run.faults)
+EXCLUDED_NODES_FILE = "excluded_nodes"  # nodes a failure was blamed on, one a line (vdkit.run.faults)
+# The run's state files: what the launchers read and append in a run dir besides their own output. Each must be a
+# regular file or missing: a FIFO blocks its reader (grep, cat, echo >>, Python's read) for ever, a directory
+# fails obscurely or reads as empty (a restart count reset to 0). Checked by type before anything opens them:
+# the Slurm batch shell's at its start (vdkit.run.runlock.lock_lines), all at the door (vdkit.run.runlock.check_state_files).
+SHELL_STATE_FILES = (LOCK_FILE, JOB_ID_FILE, FINISHED_FILE, FAULTS_FILE, EXCLUDED_NODES_FILE)  # the batch shell's
+STATE_FILES = SHELL_STATE_FILES + (JOB_STATE_FILE, CANCELLED_FILE)  # and the local launcher's record, vdkit cancel's
+MEMORY_FILE = "memory.json"  # engine=megatron: measured vs planned bytes per rank
+INDEX_MAPPING_DIR = "index_mapping"  # NeMo's dataset index files, under the results root
+
+
+def results_root(recipe, run_dir) -> Path:
+    """Where a run's checkpoints (and index files) go: ``run.results_dir/<run dir name>``, else the run dir.
+
+    run.results_dir is shared storage every node reaches; the run directory's name keeps runs apart.
+    """
+    run_dir = Path(run_dir).absolute()
+    shared = recipe.run.results_dir
+    if not shared:
+        return run_dir
+    return Path(shared).expanduser() / run_dir.name
+
+
+def check_results_room(plan, run_dir, check_mounts: Optional[bool] = None) -> None:
+    """Refuse, before a run dir exists or a step is computed, a results directory the run could not checkpoint
+    into: its nearest existing parent not a directory, not writable, or its file system without room for
+    ``copies`` checkpoints of the plan's size. One-line UserError naming the path and the real cause.
+
+    ``check_mounts``: True checks always, False never, None only where the directory's top level exists on
+    this machine (else it is the cluster's storage, absent here)."""
+    import errno
+
+    from vdkit.composition.files import on_this_machine
+
+    root = results_root(plan.recipe, run_dir)
+    if check_mounts is False or (check_mounts is None and not on_this_machine(root)):
+        return
+    probe = root.expanduser().absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    key = "run.results_dir" if plan.recipe.run.results_dir else "--out"
+    fix = f"point {key} at a writable directory with room for the checkpoints"
+    if not probe.is_dir():
+        raise UserError(f"checkpoints would go to {root}, but {probe} is not a directory", fix)
+    try:  # as root, os.access says yes to /sys and /proc: only a file made and removed tells
+        fd, tmp = tempfile.mkstemp(prefix=".vdkit-probe-", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        why = "read-only" if exc.errno == errno.EROFS else f"not writable ({exc.strerror})"
+        raise UserError(f"checkpoints would go to {root}, but {probe} is {why}", fix) from None
+    st = os.statvfs(probe)
+    free, need = st.f_bavail * st.f_frsize, room_gb(plan) * 1e9
+    if free < need:
+        raise UserError(f"checkpoints would go to {root}: {free / 1e9:,.2f} GB free there, the run needs "
+                        f"{need / 1e9:,.2f} GB (the plan's storage: the checkpoints kept plus the one being "
+                        f"written, at {plan.checkpoint_gb:,.3g} GB each)", fix + " (or free some space)")
+
+
+def room_gb(plan) -> float:
+    """The room the plan's checkpoints need (GB): its time plan's figure (vdkit.planner.checkpoint_policy.room_gb),
+    else retention's bound for a plan without one."""
+    if plan.time is not None:
+        return plan.time.room_gb
+    from vdkit.planner.checkpoint_policy import KEEP
+
+    return (KEEP + 1) * plan.checkpoint_gb
+
+
+def checkpoint_dir(recipe, run_dir) -> Path:
+    """The run's checkpoint directory: ``results_root / checkpoints``."""
+    return results_root(recipe, run_dir) / CHECKPOINT_DIR
+
+
+def find_run_dir(source) -> Optional[Path]:
+    """The run directory a file or directory belongs to (itself, or up to two parents holding recipe.yaml)."""
+    source = Path(source)
+    for d in [source if source.is_dir() else source.parent, *list(source.parents)[:2]]:
+        if (d / RECIPE_FILE).is_file():
+            return d
+    return None
+
+
+def plan_record(plan) -> dict:
+    """What plan.json holds: ``plan.to_dict()`` with the figures :func:`load_plan` reads back unrounded.
+
+    ``prediction`` (the step time by term, the target steps and GPUs) lets validation and reports
+    show the predicted step seconds, minutes, tokens/s/GPU and GPU-hours without re-planning;
+    ``schedule`` is the time plan (``Plan.time``: --time, allocations, checkpoint cadence).
+    """
+    import dataclasses
+
+    pred = plan.prediction
+    return {**plan.to_dict(), "memory": dataclasses.asdict(plan.memory), "checkpoint_gb": plan.checkpoint_gb,
+            "params": plan.params,
+            "prediction": None if pred is None else {"step": dataclasses.asdict(pred.step),
+                                                     "target_steps": pred.target_steps, "gpus": pred.gpus,
+                                                     "interval_s": pred.interval_s, "interval_source": pred.interval_source,
+                                                     "basis": [list(b) for b in pred.basis]},
+            **({} if plan.time is None else {"schedule": plan.time.to_dict(rounded=False)})}
+
+
+def load_recipe(path) -> Recipe:
+    """Read a recipe.yaml (or the run directory holding one) back into a Recipe."""
+    from vdkit.composition.config import recipe_from_dict
+    from vdkit.composition.files import load_yaml
+
+    path = Path(path)
+    if path.is_dir():
+        path = path / RECIPE_FILE
+    if not path.is_file():
+        raise UserError(f"no recipe at {path}", "pass a run directory written by `vdkit render`")
+    data = load_yaml(path, "recipe")  # a UserError for a bad file, never a hang on an alias bomb
+    if not isinstance(data, dict):
+        raise UserError(f"recipe {path} is not a mapping of sections (model, method, ...)",
+                        "restore recipe.yaml (or re-render the run with `vdkit render`)")
+    recipe = recipe_from_dict(data, source=str(path))
+    # A recipe.yaml edited by hand gets the composed recipe's value rules (not its file checks: the run
+    # may be read on another machine), so that a rank never trains on e.g. model.num_layers=-3 and
+    # `vdkit check` / `status` / `report` never act on a recipe render would have refused.
+    from vdkit.composition.config import validate_fields
+    from vdkit.rules import check_values
+
+    try:
+        check_values(recipe)
+        validate_fields(recipe, host=False)
+    except UserError as exc:
+        raise UserError(f"{path}: {exc.what}", f"edit it ({exc.fix or 'correct the value'}), or re-render the run "
+                        "with `vdkit render`") from None
+    return recipe
+
+
+def _prediction(data) -> Optional[Prediction]:
+    if not data:
+        return None
+    interval = data.get("interval_s")
+    return Prediction(StepTime(**data["step"]), int(data["target_steps"]), int(data["gpus"]),
+                      interval_s=tuple(float(x) for x in interval) if interval else None,
+                      interval_source=str(data.get("interval_source") or ""),
+                      basis=tuple((str(a), str(b)) for a, b in data.get("basis") or ()))
+
+
+def plan_json(plan, **extra) -> str:
+    """plan.json's text: :func:`plan_record` plus named sections."""
+    return json.dumps({**plan_record(plan), **extra}, indent=2) + "\n"
+
+
+MAX_PLAN_BYTES = 4 * 1024 * 1024  # a plan.json is a few KB
+
+
+def _plan_text(run_dir) -> str:
+    """plan.json's text; OSError / ValueError for a file that is not one vdkit wrote. A FIFO or a device
+    is named, never opened (reading a FIFO blocks until someone writes to it)."""
+    from vdkit.composition.files import not_a_regular_file
+
+    path = Path(run_dir) / PLAN_FILE
+    kind = not_a_regular_file(path)
+    if kind:
+        raise ValueError(f"it is {kind}")
+    if path.stat().st_size > MAX_PLAN_BYTES:
+        raise ValueError(f"{path.stat().st_size:,} bytes, too large for a plan")
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def load_schedule(run_dir) -> dict:
+    """The time plan recorded in a run directory's plan.json ({} when it has none)."""
+    try:
+        return dict(json.loads(_plan_text(run_dir)).get("schedule") or {})
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def load_plan(run_dir) -> Plan:
+    """The plan a run directory was rendered with: recipe.yaml (its layout filled in) + plan.json (its time
+    plan too), never re-planned.
+
+    Raises UserError when either file is missing or unreadable.
+    """
+    from vdkit.planner.timeplan import TimePlan  # a type and pure arithmetic: no layout search, no prediction
+
+    run_dir = Path(run_dir)
+    recipe = load_recipe(run_dir)
+    path = run_dir / PLAN_FILE
+    try:
+        data = json.loads(_plan_text(run_dir))
+        mem = data["memory"]
+        return Plan(recipe=recipe, dp=int(data["dp"]), grad_accum=int(data["grad_accum"]),
+                    memory=Memory(**{f: float(mem[f]) for f in Memory.__dataclass_fields__}),
+                    feasible=bool(data["feasible"]), borderline=bool(data["borderline"]), reason=data.get("reason"),
+                    checkpoint_gb=float(data["checkpoint_gb"]), layout_source=str(data["layout_source"]),
+                    notes=tuple(data.get("notes") or ()), prediction=_prediction(data.get("prediction")),
+                    runner_up=data.get("runner_up"), params=int(data.get("params") or 0),
+                    trainable_params=int(data.get("trainable_params") or 0),
+                    time=TimePlan.from_dict(data["schedule"]) if data.get("schedule") else None)
+    # OverflowError: int() of a JSON 1e999 / Infinity; AttributeError: a "schedule" that is not an object
+    except (OSError, ValueError, KeyError, TypeError, OverflowError, AttributeError) as exc:
+        detail = (f"no {exc.args[0]!r} entry" if isinstance(exc, KeyError)
+                  else "not the JSON object vdkit writes" if isinstance(exc, (TypeError, AttributeError))
+                  else str(exc) or type(exc).__name__)
+        raise UserError(f"cannot read the plan of {run_dir} ({path.name}: {detail})",
+                        "pass a run directory written by `vdkit render` / `vdkit run`") from None
+
+
+def safe_dir_name(name: str) -> str:
+    """A directory name from a run name: anything outside [A-Za-z0-9._-] becomes '_'."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+    return cleaned[:120]
+
+
+def _base_path(recipe, out_dir) -> Path:
+    check_out_dir(out_dir if out_dir is not None else recipe.run.out_dir)
+    return Path(out_dir if out_dir is not None else recipe.run.out_dir).expanduser().absolute()
+
+
+def _base_dir(recipe, out_dir) -> Path:
+    base = _base_path(recipe, out_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot create output directory {base}: {exc.strerror}",
+                        "pass --out DIR (or run.out_dir=DIR) pointing at a writable directory") from None
+    return base
+
+
+def check_out_dir(path) -> None:
+    """Refuse an empty ``--out`` (it would write into the current directory) and a path under a file."""
+    if str(path).strip() == "":
+        raise UserError("--out was given an empty path (the run directories would land in the current directory)",
+                        "pass --out DIR, or leave it out for run.out_dir (default ./runs)")
+
+
+def missing_parents(path: Path) -> list:
+    """``path`` and its parents that do not exist yet, deepest first (what a mkdir -p would create)."""
+    out = []
+    for p in [Path(path), *Path(path).parents]:
+        if p.exists():
+            break
+        out.append(p)
+    return out
+
+
+def remove_empty(dirs) -> None:
+    """Remove the directories of ``dirs`` (deepest first) that are still empty: a failed write leaves no trace."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def _dir_engine(path: Path) -> Optional[str]:
+    """The engine a run directory was rendered for (its recipe.yaml), None when it is not one or unreadable."""
+    import yaml
+
+    recipe = path / RECIPE_FILE
+    try:  # a regular file of a recipe's size only: a FIFO would block the read for ever, a huge file stall it
+        if not recipe.is_file() or recipe.stat().st_size > 1 << 20:
+            return None
+        return str(yaml.safe_load(recipe.read_text())["engine"]["name"])
+    except Exception:  # not a run dir, unreadable, a hand-edited recipe: an occupant like any other
+        return None
+
+
+def run_dir_names(stem: str, engine: str, occupant) -> Iterator[str]:
+    """Run-directory names to try in order for ``stem`` rendered by ``engine``.
+
+    ``stem`` first; when ``occupant(stem)`` says another engine's run dir holds it (two engines rendering one
+    recipe), ``stem-ENGINE``, ``stem-ENGINE-2``, ...; else (a re-render by the same engine, or a dir that is
+    no run dir) ``stem-2``, ``stem-3``, ... as before. Existing names never change, so a resume or a lookup
+    by an earlier name still finds its dir.
+    """
+    yield stem
+    other = occupant(stem)
+    head = f"{stem}-{safe_dir_name(engine)}" if isinstance(other, str) and other != engine else stem
+    if head != stem:
+        yield head
+    for n in range(2, 100000):
+        yield f"{head}-{n}"
+
+
+def reserve_run_dir(recipe, out_dir: Optional[Union[str, Path]] = None, taken=()) -> Path:
+    """The path the next run directory of ``recipe`` will get (nothing is created).
+
+    Renderers need the final path inside the files they write; pass it back as
+    ``create_run_dir(..., run_dir=path)``. ``taken``: paths already promised to other cells of
+    the same command (a sweep whose cells share a run name gets ``name``, ``name-2``, ...), or a
+    mapping of those paths to their cells' engines (cells of two engines: ``name``, ``name-ENGINE``).
+    """
+    base = _base_path(recipe, out_dir)  # created only when a run directory is written
+    engines = dict(taken) if isinstance(taken, dict) else {Path(t): recipe.engine.name for t in taken}
+    engines = {Path(k): v for k, v in engines.items()}
+
+    def occupant(name):
+        path = base / name
+        return engines.get(path) or (path.exists() and (_dir_engine(path) or True))
+
+    for name in run_dir_names(safe_dir_name(recipe.run_name), recipe.engine.name, occupant):
+        if not (base / name).exists() and base / name not in engines:
+            return base / name
+    raise UserError(f"no free run-directory name next to {base / safe_dir_name(recipe.run_name)}",
+                    "render into another --out directory, or set run.name")
+
+
+def create_run_dir(plan, files: Dict[str, Union[str, bytes]], out_dir: Optional[Union[str, Path]] = None,
+                   run_dir: Optional[Union[str, Path]] = None) -> Path:
+    """Write a new run directory for ``plan`` holding recipe.yaml, plan.json, overrides.txt and ``files``.
+
+    Everything is written into a hidden temporary directory first and renamed into place, so a
+    failure leaves nothing half-written. Without ``run_dir`` the name is the run name, with ``-ENGINE``
+    added when another engine's run dir has it and ``-2``, ``-3``, ... when a directory of the name exists
+    (:func:`run_dir_names`; an earlier run is never overwritten).
+    With ``run_dir`` (from :func:`reserve_run_dir`) exactly that path is used, and it is an error
+    if it has appeared in the meantime.
+    """
+    import yaml
+
+    recipe = plan.recipe
+    if run_dir is not None:
+        run_dir = Path(run_dir).absolute()
+        out_dir = run_dir.parent
+    created = missing_parents(_base_path(recipe, out_dir))
+    base = _base_dir(recipe, out_dir)
+    stem = safe_dir_name(recipe.run_name)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{stem}.", dir=base))
+    except BaseException:
+        remove_empty(created)
+        raise
+    try:
+        contents = {
+            RECIPE_FILE: yaml.safe_dump(recipe.to_dict(), sort_keys=False),
+            PLAN_FILE: json.dumps(plan_record(plan), indent=2) + "\n",
+            OVERRIDES_FILE: "".join(f"{o}\n" for o in recipe.overrides),
+            **files,
+        }
+        for name, data in contents.items():
+            target = tmp / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(data, bytes):
+                target.write_bytes(data)
+            else:
+                target.write_text(data)
+        from vdkit.composition.files import dir_mode, file_mode
+
+        for name, data in contents.items():  # a launcher's script (e.g. launch.sbatch) can be run as is
+            if isinstance(data, str) and data.startswith("#!"):
+                os.chmod(tmp / name, file_mode(executable=True))
+        os.chmod(tmp, dir_mode())  # mkdtemp made it 0700; a run dir follows the umask like any dir
+        candidates = [run_dir] if run_dir is not None else (base / name for name in run_dir_names(
+            stem, recipe.engine.name, lambda name: (base / name).exists() and (_dir_engine(base / name) or True)))
+        for final in candidates:
+            if final.exists():
+                continue
+            try:
+                os.rename(tmp, final)  # atomic on one file system
+                return final
+            except OSError:
+                if not final.exists():
+                    raise
+        raise RunDirTaken(f"run directory {run_dir} appeared while rendering",
+                          "render again: a new run directory name will be chosen")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        remove_empty(created)
+        raise
+
+
+class RunDirTaken(UserError):
+    """The reserved run directory was created by someone else (a concurrent render) in the meantime."""
