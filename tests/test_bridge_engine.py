@@ -257,7 +257,7 @@ def test_byte_tokenizer_gives_the_kits_ids(tmp_path):
     pytest.importorskip("transformers")
     from transformers import AutoTokenizer
 
-    from vdkit.recipes.bridge.data import byte_tokenizer_files
+    from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
 
     for name, text in byte_tokenizer_files("tok").items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,7 @@ def test_probe_imports_only_pinned_or_declared_packages(tmp_path, nemo_venv):
     GPTSFTDataset) is pinned in the venv or installed by README's install line - none is in the kit's
     environment by chance (a fresh clone failed every NeMo job with `No module named 'requests'`)."""
     from vdkit.cli import main
-    from vdkit.recipes.bridge.data import byte_tokenizer_files
+    from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
     from vdkit.recipes.nemo.runcheck import PROBE, _cell
     from vdkit.recipes.nemo.runcheck.venv import PINS
 

@@ -167,7 +167,8 @@ def files(plan, run_dir) -> dict:
     tokenizer."""
     from vdkit.recipes.bridge import convert
     from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR
-    from vdkit.recipes.bridge.data import byte_tokenizer_files, synthetic_files
+    from vdkit.recipes.bridge.data import synthetic_files
+    from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
     from vdkit.run.rundir import checkpoint_dir
 
     r = plan.recipe

@@ -143,7 +143,7 @@ def toy_hf_checkpoint(model, out_dir, seed: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from vdkit.recipes.bridge.data import byte_tokenizer_files
+    from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=model.vocab_size, hidden_size=model.hidden_size,

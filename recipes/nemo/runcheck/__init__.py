@@ -44,7 +44,7 @@ def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
 def check_runs(run_dirs, render) -> list:
     """One Report per run directory: the probe's findings, or why NeMo could not be run here. ``render``: the
     engine's nemo.yaml renderer, for the hand-edit comparison (:func:`.edits.compare`)."""
-    from vdkit.recipes.bridge.data import byte_tokenizer_files
+    from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
     from vdkit.recipes.nemo.runcheck import venv
 
     from vdkit.errors import UserError
