@@ -2,6 +2,7 @@
 and a model family added as data (Qwen2.5-7B) built exactly or refused in one line by every engine."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import sys
@@ -171,3 +172,41 @@ def test_no_engine_name_is_compared_or_keyed_in_the_core():
             if consts & names:
                 found.append(f"{path.name}:{node.lineno} {sorted(consts & names)}")
     assert not found, "engine names in the core (read the engine's spec instead):\n" + "\n".join(found)
+
+
+def _old_style_constants(tree, fields) -> list:
+    """``(name, line, spec field)`` for each module-level UPPERCASE name that is, or nearly is, an EngineSpec
+    field's name: the module constants the spec replaced (the registry read them with getattr defaults, so a
+    misspelt ``CONTEXT_PARRALLEL = True`` was silently the default). Nothing reads one now."""
+    import difflib
+
+    upper = {f.upper(): f for f in fields}
+    found = []
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name) and n.id.isupper() and n.id != "SPEC":
+                    close = difflib.get_close_matches(n.id, upper, 1, 0.8)
+                    if close:
+                        found.append((n.id, n.lineno, upper[close[0]]))
+    return found
+
+
+def test_no_engine_module_keeps_an_old_style_capability_constant():
+    """An engine's capabilities are its SPEC's fields; an UPPERCASE module constant named like one (or misspelt
+    like one) in an engine module is stale: its value reaches nothing."""
+    import importlib.util
+    from pathlib import Path
+
+    fields = [f.name for f in dataclasses.fields(EngineSpec)]
+    found = []
+    for name, module in engines.REGISTRY.items():
+        path = Path(importlib.util.find_spec(module).origin)
+        for const, line, field in _old_style_constants(ast.parse(path.read_text(), str(path)), fields):
+            found.append(f"{path.relative_to(path.parents[2])}:{line} {const} (engine {name}): set SPEC's {field}")
+    assert not found, "old-style engine constants (set the SPEC field instead):\n" + "\n".join(found)
+    planted = ast.parse("CONTEXT_PARRALLEL = True\nFAMILIES: tuple = ('llama',)\nFINETUNE_SCRIPT = 'x.py'\n"
+                        "SPEC = None\ndef f():\n    METHODS = ()\n")
+    assert _old_style_constants(planted, fields) == [("CONTEXT_PARRALLEL", 1, "context_parallel"),
+                                                     ("FAMILIES", 2, "families")]

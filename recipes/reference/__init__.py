@@ -21,17 +21,11 @@ from typing import List, Union
 from vdkit.errors import UserError
 from vdkit.recipes.spec import EngineSpec
 
-# What a rank imports, and the pyproject extra that installs it (torch-less login-node installs
-# plan, render and submit; training here needs these).
-RUNTIME_MODULES = ("torch", "lightning", "transformers", "peft")
-EXTRA = "reference"
-
-
 def require_runtime() -> None:
     """Raise one line naming the extra to install when the engine's libraries are missing here."""
     from vdkit.recipes.engines import require_modules
 
-    require_modules(RUNTIME_MODULES, EXTRA, "reference")
+    require_modules(SPEC.runtime_modules, SPEC.extra, SPEC.name)
 
 
 def reference_command(run_dir: Union[str, Path], python: str = sys.executable) -> List[str]:
@@ -178,7 +172,7 @@ def local_check(plan) -> None:
     missing), then data files and tokenizer exist and fit, before a local run directory is written."""
     from vdkit.recipes.common.data import check_inputs
 
-    check_inputs(plan.recipe)  # the libraries (RUNTIME_MODULES) were checked by the engine registry
+    check_inputs(plan.recipe)  # the libraries (the spec's runtime_modules) were checked by the engine registry
 
 
 def check_runs(run_dirs) -> list:
@@ -215,6 +209,8 @@ SPEC = EngineSpec(
     step_time_regime="hf",  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
     gpu_vendors=("nvidia", "amd"), images=("engine.container_image", "cluster.container_image"),
     stack={},  # unpinned: the reference extra's lower bounds (pyproject.toml)
-    runtime_modules=RUNTIME_MODULES, extra=EXTRA, runs_locally=True,
+    # what a rank imports, and the pyproject extra that installs it (torch-less login-node installs plan, render
+    # and submit; training here needs these)
+    runtime_modules=("torch", "lightning", "transformers", "peft"), extra="reference", runs_locally=True,
     writes_heartbeat=True,  # every rank beats (vdkit.recipes.common.heartbeat): the launcher watches for hangs
 )
