@@ -8,8 +8,8 @@ The engine interface (:mod:`vdkit.recipes.engines`): ``files`` (nemo.yaml), ``co
 ``inputs`` (the base model), ``env`` (CUDA_DEVICE_MAX_CONNECTIONS with TP), NeMo's own log format.
 
 NeMo's scripts are Hydra apps: the rendered YAML replaces NeMo's own config instead of being
-nested inside vdkit's Hydra. Building lives in nemo_config.py, the contract (deliberately added
-keys, the traps refused before anything is written) in nemo_contract.py.
+nested inside vdkit's Hydra. Building lives in :mod:`.config`, the contract (deliberately added
+keys, the traps refused before anything is written) in :mod:`.contract`.
 """
 from __future__ import annotations
 
@@ -211,7 +211,7 @@ def container(plan, run_dir) -> Container:
 
 
 def check_runs(run_dirs) -> list:
-    """`vdkit check`: NeMo 1.23's own optimizer registry, restore merge and dataset on each nemo.yaml (:mod:`.nemo_check`)."""
+    """`vdkit check`: NeMo 1.23's own optimizer registry, restore merge and dataset on each nemo.yaml (:mod:`.runcheck`)."""
     from vdkit.recipes.nemo.runcheck import check_runs as run_checks
 
     return run_checks(run_dirs, render_nemo_yaml)
