@@ -1,4 +1,4 @@
-"""Micro batches for megatron-core, from the kit's samples (recipes/reference/data.py).
+"""Micro batches for megatron-core, from the kit's samples (recipes/common/data.py).
 
 The samples, the prompt template and loss mask, packing and the step -> samples order are the
 reference engine's (one definition for both engines); this module only shapes them the way
