@@ -192,11 +192,11 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
                 cfg = None
         if cfg is None:
             cfg = hydra_compose(config_name="config", overrides=overrides)
-        # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
-        # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.)
-        plain = OmegaConf.to_container(cfg, resolve=True)
-        merged = OmegaConf.merge(schema_node(), plain)
-        obj: VdkitConfig = OmegaConf.to_object(merged)
+            # Re-merge into a fresh schema: Hydra force-adds "+key=value"; a closed schema refuses it.
+            # (Merging Hydra's own node keeps its forced keys, so merge plain data instead.) A per-selection
+            # compose (no "+key": split_overrides) is Hydra's schema-typed node already: no second check.
+            cfg = OmegaConf.merge(schema_node(), OmegaConf.to_container(cfg, resolve=True))
+        obj: VdkitConfig = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         raise UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
     finally:
