@@ -53,14 +53,15 @@ def _check(run_dir: Path, rep: Report) -> None:
         chunks = build_chunks(plan.recipe, whole, cuda=False)
     total = sum(p.numel() for c in chunks for p in c.parameters())
     trained = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
-    want_total = param_counts(plan.recipe.model).total + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
+    base = plan.params or param_counts(plan.recipe.model).total  # plan.json's count: a recipe.yaml edited since differs
+    want_total = base + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
     want_trained = trainable_params(plan.recipe)
     line = (f"the job's model (build_chunks) on the meta device at TP=PP=1: {total:,} parameters of which {trained:,} "
             f"train; plan {want_total:,} / {want_trained:,}")
     if trained == want_trained and total == want_total:
         rep.checked(line)
     else:
-        rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")
+        rep.defect(line, "model / method", "re-render the run (the plan counts another model: recipe.yaml edited since, or an engine that builds another)")
 
 
 def _startup(plan, layout, run_dir: Path, rep: Report) -> bool:

@@ -61,13 +61,13 @@ def _check(run_dir: Path, rep: Report) -> None:
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
     want_trained = trainable_params(r)
-    want_total = param_counts(r.model).total + (want_trained if r.is_peft else 0)
+    want_total = (plan.params or param_counts(r.model).total) + (want_trained if r.is_peft else 0)  # plan.json's
     line = (f"the job's build_model on the meta device ({type(model).__name__}): {total:,} parameters, {trained:,} "
             f"train; plan {want_total:,} / {want_trained:,}")
     if (total, trained) == (want_total, want_trained):
         rep.checked(line)
     else:
-        rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")
+        rep.defect(line, "model / method", "re-render the run (the plan counts another model: recipe.yaml edited since, or an engine that builds another)")
     rep.not_here(f"data {r.data.data_dir or '-'}, {r.parallelism.sharding} sharding and GPU kernels: the cluster's")
 
 
