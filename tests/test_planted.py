@@ -58,14 +58,15 @@ def test_table_is_grown_from_nvidias_source():
     assert {r["id"][0] for r in rows} == {"b", "n", "m", "r"}
 
 
-# one row per kit engine here (every row runs in the slow test above): megatron-core's micro-batch calculator, peft's
-# matcher on a staged model's own class
-KIT_ROWS = [r for r in CASES["rows"] if r["id"] in ("m-gbs-not-divisible", "r-lora-matches-nothing")]
+# a few rows here, fast (every row runs in the slow test above): megatron-core's micro-batch calculator, peft's
+# matcher on a staged model's own class, a Bridge SFT with no base (random weights)
+FAST_ROWS = ("m-gbs-not-divisible", "r-lora-matches-nothing", "b-sft-without-base")
+KIT_ROWS = [r for r in CASES["rows"] if r["id"] in FAST_ROWS]
 
 
-def test_megatron_and_reference_rows_are_one_line_each(tmp_path, capsys):
-    """The kit's own engines' start-up refusals (megatron-core, peft): one `vdkit check`, no NeMo venv needed (every
-    probe on the meta device or a fake process group)."""
+def test_start_up_rows_are_one_line_each(tmp_path, capsys):
+    """Start-up refusals of megatron-core, peft and Megatron-Bridge's load decision: one `vdkit check`, no NeMo venv
+    needed (every probe on the meta device or a fake process group)."""
     dirs = plant(tmp_path, KIT_ROWS)
     capsys.readouterr()
     p = subprocess.run([sys.executable, "-m", "vdkit", "check", *map(str, dirs.values())], capture_output=True,
@@ -79,7 +80,7 @@ def test_megatron_and_reference_rows_are_one_line_each(tmp_path, capsys):
     assert not missed, missed
 
 
-@pytest.mark.slow  # 33 renders and one `vdkit check` of every stack (NeMo's probe): ~3-5 min on 2 cores
+@pytest.mark.slow  # 41 renders and one `vdkit check` of every stack (NeMo's probe): ~3-5 min on 2 cores
 def test_every_planted_defect_is_one_line(tmp_path, nemo_venv, capsys):
     dirs = plant(tmp_path)
     capsys.readouterr()
