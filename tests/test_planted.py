@@ -22,6 +22,9 @@ def _set(data: dict, key: str, value) -> None:
     node[parts[-1]] = value
 
 
+# one row of each kit-engine probe in the fast test below (no NeMo venv, no Bridge import); every other row in the slow one
+KIT_ROWS = [r for r in CASES["rows"] if r["id"] in ("m-gbs-not-divisible", "m-vp-without-pp", "r-lora-matches-nothing")]
+STACK_ROWS = [r for r in CASES["rows"] if r not in KIT_ROWS]
 CONFIG_FILES = ("bridge.yaml", "nemo.yaml", "recipe.yaml")  # the file a row edits: the engine's config, else the recipe
 
 
@@ -58,15 +61,10 @@ def test_table_is_grown_from_nvidias_source():
     assert {r["id"][0] for r in rows} == {"b", "n", "m", "r"}
 
 
-# a few rows here, fast (every row runs in the slow test above): megatron-core's micro-batch calculator, peft's
-# matcher on a staged model's own class, a Bridge SFT with no base (random weights)
-FAST_ROWS = ("m-gbs-not-divisible", "r-lora-matches-nothing", "b-sft-without-base")
-KIT_ROWS = [r for r in CASES["rows"] if r["id"] in FAST_ROWS]
-
-
-def test_start_up_rows_are_one_line_each(tmp_path, capsys):
-    """Start-up refusals of megatron-core, peft and Megatron-Bridge's load decision: one `vdkit check`, no NeMo venv
-    needed (every probe on the meta device or a fake process group)."""
+def test_kit_engine_rows_are_one_line_each(tmp_path, capsys):
+    """The kit's own engines' start-up refusals (megatron-core's parallel state and micro-batch calculator, peft's
+    matcher, the ranks' rules): one `vdkit check`, no NeMo venv, no Bridge import (tiny models on the meta device and
+    a fake process group)."""
     dirs = plant(tmp_path, KIT_ROWS)
     capsys.readouterr()
     p = subprocess.run([sys.executable, "-m", "vdkit", "check", *map(str, dirs.values())], capture_output=True,
@@ -80,15 +78,15 @@ def test_start_up_rows_are_one_line_each(tmp_path, capsys):
     assert not missed, missed
 
 
-@pytest.mark.slow  # 41 renders and one `vdkit check` of every stack (NeMo's probe): ~3-5 min on 2 cores
+@pytest.mark.slow  # 38 renders and one `vdkit check` of every stack (NeMo's probe): ~3-5 min on 2 cores
 def test_every_planted_defect_is_one_line(tmp_path, nemo_venv, capsys):
-    dirs = plant(tmp_path)
+    dirs = plant(tmp_path, STACK_ROWS)
     capsys.readouterr()
     p = subprocess.run([sys.executable, "-m", "vdkit", "check", *map(str, dirs.values())], capture_output=True,
                        text=True, timeout=1200, env={**os.environ, "VDKIT_NEMO_VENV": str(Path(nemo_venv).parents[1])})
     assert p.returncode == 2 and "Traceback" not in p.stderr
     missed = {}
-    for row in CASES["rows"]:
+    for row in STACK_ROWS:
         lines = [ln for ln in p.stderr.splitlines() if ln.startswith(f"vdkit check: error: {dirs[row['id']]}:")]
         if len(lines) != 1 or row["expect"] not in lines[0]:
             missed[row["id"]] = lines
