@@ -70,7 +70,7 @@ def _startup(plan, layout, run_dir: Path, rep: Report) -> bool:
     from vdkit.errors import UserError
     from vdkit.recipes.common import probe
     from vdkit.recipes.mcore_cpu import parallel_state_at
-    from vdkit.recipes.megatron.train import data_room
+    from vdkit.recipes.megatron.data import data_room
 
     world = plan.recipe.world_size
     try:

@@ -223,22 +223,6 @@ def _stop_for_preemption(preempt, rank: int, progress, step: int, ckpt_dir) -> N
     raise preemption.Preempted(step)
 
 
-def data_room(recipe) -> int:
-    """The positions a sample may fill next to P-tuning's virtual tokens (UserError when the settings leave none, or
-    pack P-tuning samples); the job's first data rule, which `vdkit check` runs too."""
-    from vdkit.recipes.common.data import virtual_tokens
-
-    virtual = virtual_tokens(recipe)
-    room = recipe.train.seq_length - virtual
-    if room < 4:
-        raise UserError(f"train.seq_length={recipe.train.seq_length} leaves no room next to {virtual} virtual tokens",
-                        "raise train.seq_length or lower method.ptuning_virtual_tokens")
-    if recipe.data.packed and virtual:
-        raise UserError("the megatron engine cannot pack sequences for P-tuning (virtual tokens would cross "
-                        "sample boundaries)", "set data.packed=false for method=ptuning")
-    return room
-
-
 def train(run_dir, stream=None, preempt=None) -> int:
     """Train the recipe in ``run_dir`` on this rank; returns the final global step count.
 
@@ -263,6 +247,8 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
     beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.faults)
     virtual = virtual_tokens(recipe)
+    from vdkit.recipes.megatron.data import data_room
+
     room = data_room(recipe)
 
     check_megatron_version()
