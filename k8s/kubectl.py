@@ -6,6 +6,7 @@ kind, name), recorded in the run directory's ``job_id.txt`` as ``namespace/kind/
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -135,3 +136,36 @@ def logs_argv(run_dir: Path, follow: bool = False) -> List[str]:
     argv = [kubectl, "logs", "-n", ns, "-l", LOG_SELECTORS[kind].format(name=name), "--prefix", "--all-containers",
             "--tail=-1"]
     return argv + (["-f"] if follow else [])
+
+
+RUN_LABEL = "vdkit/run"  # every pod of a run carries it (vdkit.k8s.manifests.pod_template)
+
+
+def preflight_refusal(run_dir: Path) -> str:
+    """The job's pre-flight refusal as its one line, read from the run's pods (the init container
+    ``preflight`` terminated with the refusal code, now or before a restart), else ''.
+
+    Neither operator ends the job on it: training-operator v1 counts restarts toward ``backoffLimit`` only in pods that
+    are Running (``pkg/core/job.go`` ``PastBackoffLimit``), and a pod whose init container fails stays Pending, so under
+    ``OnFailure`` the kubelet restarts a refused pre-flight for ever; KubeRay's head pod restarts it likewise. So
+    `vdkit status` says so (and the cancel), where Slurm records it as the recipe's fault."""
+    from vdkit.jobspec import EXIT_REFUSED
+    from vdkit.k8s.manifests import PREFLIGHT_CONTAINER
+
+    ns, _kind, name = job_ref(run_dir)
+    raw = _run([require_cluster(), "get", "pods", "-n", ns, "-l", f"{RUN_LABEL}={name}", "-o", "json"])
+    try:
+        pods = json.loads(raw).get("items") or []
+    except (ValueError, AttributeError):
+        return ""
+    for pod in pods:
+        for status in ((pod.get("status") or {}).get("initContainerStatuses") or []):
+            if status.get("name") != PREFLIGHT_CONTAINER:
+                continue
+            for state in (status.get("state"), status.get("lastState")):
+                ended = (state or {}).get("terminated") or {}
+                if ended.get("exitCode") == EXIT_REFUSED:
+                    lines = [ln.strip() for ln in str(ended.get("message") or "").splitlines() if ln.strip()]
+                    pod_name = (pod.get("metadata") or {}).get("name", "?")
+                    return lines[-1] if lines else f"pod {pod_name}: the pre-flight exited {EXIT_REFUSED}"
+    return ""

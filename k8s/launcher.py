@@ -128,10 +128,18 @@ def job(run_dir) -> str:
 
 
 def status(run_dir) -> str:
-    """COMPLETED / FAILED when the job ended, else the operator's word; its own spelling in parentheses."""
-    from vdkit.k8s.kubectl import job_state
+    """COMPLETED / FAILED when the job ended, else the operator's word; its own spelling in parentheses. A job whose
+    pre-flight refused is FAILED with the pre-flight's line: the operator would restart it for ever
+    (:func:`vdkit.k8s.kubectl.preflight_refusal`), so the line names the cancel."""
+    from vdkit.k8s.kubectl import job_state, preflight_refusal
 
-    return job_state(Path(run_dir))
+    run_dir = Path(run_dir)
+    refused = preflight_refusal(run_dir)
+    state = job_state(run_dir)
+    if refused and state.split(" ", 1)[0] not in ("COMPLETED", "FAILED"):
+        return (f"FAILED (the job's pre-flight refused it: {refused}; the operator restarts a refused pre-flight "
+                f"without end: vdkit cancel {run_dir}, fix, then vdkit submit again)")
+    return state
 
 
 def cancel(run_dir, settle_s: float = 60.0):

@@ -164,8 +164,11 @@ def preflight_container(job: JobSpec, the_container: dict) -> Optional[dict]:
         return None
     argv = [str(a) for a in job.preflight]
     argv[0] = POD_PYTHON
+    # FallbackToLogsOnError: a refusal's line (the log's tail) is the container status' message, which `vdkit status`
+    # reads in the pod's JSON (vdkit.k8s.kubectl.preflight_refusal) - no log query, no log retention needed
     return {"name": PREFLIGHT_CONTAINER, "image": the_container["image"], "command": argv,
-            "workingDir": the_container["workingDir"], "volumeMounts": copy.deepcopy(the_container["volumeMounts"])}
+            "workingDir": the_container["workingDir"], "volumeMounts": copy.deepcopy(the_container["volumeMounts"]),
+            "terminationMessagePolicy": "FallbackToLogsOnError"}
 
 
 def pod_template(plan, s: ks.KubeSettings, the_container: dict, labels: Dict[str, str],

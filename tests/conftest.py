@@ -126,13 +126,15 @@ def nemo_venv():
 
 @pytest.fixture
 def fake_kubectl(tmp_path, monkeypatch):
-    """A kubectl that records its argv (JSON lines) and answers ``get`` with $FAKE_STATE."""
+    """A kubectl that records its argv (JSON lines) and answers ``get`` with $FAKE_STATE (``get pods``: $FAKE_PODS, the
+    pod list's JSON)."""
     bin_dir, log = tmp_path / "bin", tmp_path / "kubectl.log"
     bin_dir.mkdir()
     (bin_dir / "kubectl").write_text(
         "#!/usr/bin/env python3\nimport json, os, sys\n"
         f"open({str(log)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
-        "if sys.argv[1] == 'get': print(os.environ.get('FAKE_STATE', ''), end='')\n"
+        "if sys.argv[1:3] == ['get', 'pods']: print(os.environ.get('FAKE_PODS', '{\"items\": []}'), end='')\n"
+        "elif sys.argv[1] == 'get': print(os.environ.get('FAKE_STATE', ''), end='')\n"
         "elif '--dry-run=server' in sys.argv: print('rayjob.ray.io/x created (server dry run)')\n"
         "else: print('rayjob.ray.io/x created')\n")
     (bin_dir / "kubectl").chmod(0o755)

@@ -153,3 +153,33 @@ def test_each_ray_worker_gives_its_rank_torchruns_variables():
                                               "NODE_RANK": "0", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "23456"}
     assert env["NCCL_IB_HCA"] == "=bnxt_re0" and env["CUDA_VISIBLE_DEVICES"] == "0,1"  # the pod's and Ray's kept
     assert env["OMP_NUM_THREADS"] == "12"
+
+
+def test_status_of_a_job_whose_preflight_refused_is_failed_with_its_line(tmp_path, capsys, monkeypatch, fake_kubectl):
+    """The operator restarts a refused init container without end (training-operator counts restarts of Running pods
+    only; the pod of a failing init container stays Pending): `vdkit status` says FAILED with the pre-flight's line
+    (the container's termination message, FallbackToLogsOnError) and the cancel, and `status --wait` ends on it."""
+    import json
+
+    assert main(["submit", *TINY, vols(tmp_path), "--out", str(tmp_path / "runs")]) == 0
+    run_dir = Path(capsys.readouterr().out.strip().split("\t")[0])
+    manifest = yaml.safe_load((run_dir / "rayjob.yaml").read_text())
+    init = manifest["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["initContainers"][0]
+    assert init["name"] == "preflight" and init["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    line = "vdkit pre-flight: data.data_dir /shared/data: training.jsonl is empty (fix: prepare the data)"
+    refused = {"name": "preflight", "restartCount": 4, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+               "lastState": {"terminated": {"exitCode": 2, "message": f"some earlier output\n{line}\n"}}}
+    monkeypatch.setenv("FAKE_PODS", json.dumps({"items": [
+        {"metadata": {"name": "head-0"}, "status": {"phase": "Pending", "initContainerStatuses": [refused]}}]}))
+    monkeypatch.setenv("FAKE_STATE", "PENDING")
+    assert main(["status", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"FAILED (the job's pre-flight refused it: {line};" in out and f"vdkit cancel {run_dir}" in out
+    assert ["get", "pods", "-n", "default", "-l", "vdkit/run=tiny-llama-lora-2n1g", "-o", "json"] in fake_kubectl()
+    assert main(["status", "--wait", str(run_dir)]) == 1  # FAILED ends the wait (exit 1: the run failed)
+    assert "pre-flight refused" in capsys.readouterr().out
+    monkeypatch.setenv("FAKE_PODS", json.dumps({"items": [
+        {"metadata": {"name": "head-0"}, "status": {"phase": "Running", "initContainerStatuses": [
+            {"name": "preflight", "state": {"terminated": {"exitCode": 0}}}]}}]}))
+    assert main(["status", str(run_dir)]) == 0
+    assert "PENDING (RayJob PENDING)" in capsys.readouterr().out  # a pre-flight that passed: the operator's word

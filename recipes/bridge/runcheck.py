@@ -14,10 +14,12 @@ In one process for every bridge run directory (Megatron-Bridge is imported once,
    distributed optimizer (Megatron-LM ``megatron/training/arguments.py``; not in the megatron-core wheel);
 4. the model provider instantiated on the meta device at TP = PP = 1 (no memory), its parameter count
    against the plan's (:func:`vdkit.planner.arch.param_counts`);
-5. checkpoint retention (a bounded number kept: Bridge's ``most_recent_k`` defaults to keep-all);
+5. checkpoint retention (a bounded number kept: Bridge's ``most_recent_k`` defaults to keep-all), and what Bridge
+   will load from where - base, resume, optimizer / RNG state - against what the method and the kit's restart need
+   (:mod:`.loadcheck`);
 6. the tokenizer with Bridge's ``build_tokenizer`` under ``TRANSFORMERS_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``
    (as the job runs) where the path is on this machine; a hub id is a defect, a cluster path "not
-   checked here";
+   checked here"; the tokenizer type and path Bridge takes and the model's vocabulary (:mod:`.loadcheck`);
 7. fine-tuning with the data here: Bridge's fine-tuning dataset built from the staged JSONL and the first
    micro-batch collated by its own ``collate_fn``: the tokens it holds beside the plan's assumption; Bridge's chat
    dataset (Instruct models, :mod:`.chat`) training the prompt too (a template without ``{% generation %}``) is a defect.
@@ -214,7 +216,11 @@ def _check(run_dir: Path, rep: Report, render) -> None:
     if not _microbatches(cfg, plan, rep):
         return
     _checkpoint(full, plan, on_cluster, rep)
+    from vdkit.recipes.bridge import loadcheck
+
+    loadcheck.decisions(full, plan, rep)
     tok = _tokenizer(cfg, on_cluster, rep)
+    loadcheck.tokenizer_line(full, plan, tok, rep)
     _model(cfg, plan, tok, rep)
     if tok is not None:
         _first_batch(cfg, plan, tok, rep)

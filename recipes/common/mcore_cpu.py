@@ -193,6 +193,18 @@ def single_rank_model_parallel() -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    _forget_inherited()
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(prefix="vdkit-check-"), 1), rank=0,
+                                world_size=1)
+    if not ps.model_parallel_is_initialized():
+        ps.initialize_model_parallel(1, 1)
+
+
+def _forget_inherited() -> None:
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
     if _FORKED and dist.is_initialized():
         # inherited through fork (`vdkit check` checks each run dir in a forked child): gloo's threads stayed in
         # the parent, so its first barrier would wait for ever - a group of this process's own instead
@@ -207,8 +219,27 @@ def single_rank_model_parallel() -> None:
         c10d._world = c10d._World()
         c10d.GroupMember.WORLD = None
     _forked(False)
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.FileStore(tempfile.mktemp(prefix="vdkit-check-"), 1), rank=0,
-                                world_size=1)
-    if not ps.model_parallel_is_initialized():
-        ps.initialize_model_parallel(1, 1)
+
+
+def parallel_state_at(world_size: int, tp: int, pp: int, vp) -> int:
+    """megatron-core's ``initialize_model_parallel`` as the job calls it, at the job's world size, in this one
+    process: torch's fake process group (``torch.testing._internal.distributed.fake_pg``: every collective a no-op)
+    stands in for the job's ranks, so megatron-core's own rank arithmetic and checks run. Returns the data-parallel
+    size it derives; the groups are torn down after (raises what megatron-core raises)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    _forget_inherited()
+    if dist.is_initialized():  # this process's own (the check's single-rank group): its model is built after
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    try:
+        ps.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                                     virtual_pipeline_model_parallel_size=vp,
+                                     create_gloo_process_groups=False)  # gloo's groups need real peers
+        return ps.get_data_parallel_world_size()
+    finally:
+        ps.destroy_model_parallel()
+        dist.destroy_process_group()

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Sequence
 
+from vdkit.errors import UserError
+
 PAD_MULTIPLE = 8
 
 
@@ -68,3 +70,19 @@ def step_micro_batches(samples, order, step: int, dp_rank: int, pad_id: int, vir
     length = step_length(samples, order, step, virtual, tp)
     return [micro_batch([samples[i] for i in idx], length, pad_id, virtual)
             for idx in order.micro_batches(step, dp_rank)]
+
+
+def data_room(recipe) -> int:
+    """The positions a sample may fill next to P-tuning's virtual tokens (UserError when the settings leave none, or
+    pack P-tuning samples); the job's first data rule, which `vdkit check` runs too."""
+    from vdkit.recipes.common.data import virtual_tokens
+
+    virtual = virtual_tokens(recipe)
+    room = recipe.train.seq_length - virtual
+    if room < 4:
+        raise UserError(f"train.seq_length={recipe.train.seq_length} leaves no room next to {virtual} virtual tokens",
+                        "raise train.seq_length or lower method.ptuning_virtual_tokens")
+    if recipe.data.packed and virtual:
+        raise UserError("the megatron engine cannot pack sequences for P-tuning (virtual tokens would cross "
+                        "sample boundaries)", "set data.packed=false for method=ptuning")
+    return room

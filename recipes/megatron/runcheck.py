@@ -4,8 +4,11 @@ The job (``python -m vdkit.recipes.megatron RUN_DIR``) builds megatron-core's Tr
 GPTModel from the run dir's recipe and plan. Here, for every run dir in one process: the
 TransformerConfig for the planned layout (megatron-core's own ``__post_init__`` validates heads, groups,
 TP / PP / VP / SP against the model), then the model chunks the job builds (LoRA / P-tuning included)
-on the meta device at TP = PP = 1, their parameter count against the plan's. The training itself runs
-on this CPU in the tests (`vdkit run`), so this check stops before data and optimizer.
+on the meta device at TP = PP = 1, their parameter count against the plan's. Before those, the job's start-up
+(:func:`_startup`): megatron-core's ``initialize_model_parallel`` at the plan's world size (a fake process group
+stands in for the ranks) and its micro-batch calculator, then the job's data set-up on sample rows
+(:mod:`vdkit.recipes.common.probe`). The training itself runs on this CPU in the tests (`vdkit run`), so this
+check stops before the optimizer.
 """
 from __future__ import annotations
 
@@ -32,9 +35,11 @@ def _check(run_dir: Path, rep: Report) -> None:
 
     from vdkit.recipes.common.mcore_cpu import single_rank_model_parallel
 
-    single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     plan = load_plan(run_dir)
     layout = Layout.from_plan(plan)
+    if not _startup(plan, layout, run_dir, rep):
+        return
+    single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group
     try:
         transformer_config(plan.recipe, layout, cuda=False)
     except (UserError, ValueError, AssertionError) as exc:
@@ -48,14 +53,15 @@ def _check(run_dir: Path, rep: Report) -> None:
         chunks = build_chunks(plan.recipe, whole, cuda=False)
     total = sum(p.numel() for c in chunks for p in c.parameters())
     trained = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
-    want_total = param_counts(plan.recipe.model).total + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
+    base = plan.params or param_counts(plan.recipe.model).total  # plan.json's count: a recipe.yaml edited since differs
+    want_total = base + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
     want_trained = trainable_params(plan.recipe)
     line = (f"the job's model (build_chunks) on the meta device at TP=PP=1: {total:,} parameters of which {trained:,} "
             f"train; plan {want_total:,} / {want_trained:,}")
     if trained == want_trained and total == want_total:
         rep.checked(line)
     else:
-        rep.defect(line, "model / method", "the engine builds another model than the plan counts: align them")
+        rep.defect(line, "model / method", "re-render the run (the plan counts another model: recipe.yaml edited since, or an engine that builds another)")
     _check_base(plan.recipe, rep)
 
 
@@ -76,3 +82,33 @@ def _check_base(recipe, rep: Report) -> None:
         rep.defect(exc.what, KEY, exc.fix)
         return
     rep.checked(f"{KEY}={hf}: a Hugging Face model of {recipe.model.name}'s sizes (config.json, weights)")
+
+
+def _startup(plan, layout, run_dir: Path, rep: Report) -> bool:
+    """The job's start-up before its model: parallel state at the plan's world size, the micro-batch calculator,
+    the data rules and a micro batch from sample rows. False after a defect that stops the job there."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.common import probe
+    from vdkit.recipes.mcore_cpu import parallel_state_at
+    from vdkit.recipes.megatron.data import data_room
+
+    world = plan.recipe.world_size
+    try:
+        dp = parallel_state_at(world, layout.tp, layout.pp, layout.vp)
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        rep.defect(f"megatron-core's initialize_model_parallel refuses TP {layout.tp} PP {layout.pp} VP {layout.vp} "
+                   f"on {world} GPUs ({probe.library_site(exc)}: {one_line(exc)})", "parallelism.tp / pp / vp",
+                   "re-render the run (vdkit plan shows the layouts that fit)")
+        return False
+    line = f"megatron-core's parallel state at {world} GPUs (TP {layout.tp} PP {layout.pp} VP {layout.vp or 1}): DP {dp}"
+    if dp != plan.dp:
+        rep.defect(f"{line}, the plan's DP is {plan.dp}", "cluster.nodes / parallelism", "re-render the run")
+        return False
+    rep.checked(line)
+    probe.microbatches(plan, rep)
+    try:
+        room = data_room(plan.recipe)
+    except UserError as exc:
+        rep.defect(exc.what, "train.seq_length / data.packed", exc.fix)
+        return False
+    return probe.sample_batch(plan.recipe, run_dir, rep, room) is not None

@@ -250,13 +250,9 @@ def train(run_dir, stream=None, preempt=None) -> int:
 
     beat = Heartbeat.from_env(dist.rank)  # the launcher's watchdog reads it (vdkit.run.faults)
     virtual = virtual_tokens(recipe)
-    room = t.seq_length - virtual
-    if room < 4:
-        raise UserError(f"train.seq_length={t.seq_length} leaves no room next to {virtual} virtual tokens",
-                        "raise train.seq_length or lower method.ptuning_virtual_tokens")
-    if recipe.data.packed and virtual:
-        raise UserError("the megatron engine cannot pack sequences for P-tuning (virtual tokens would cross "
-                        "sample boundaries)", "set data.packed=false for method=ptuning")
+    from vdkit.recipes.megatron.data import data_room
+
+    room = data_room(recipe)
 
     check_megatron_version()
     _quiet()

@@ -103,6 +103,16 @@ def build_model(recipe, tok, fabric=None):
         model = AutoModelForCausalLM.from_config(llama_config(recipe.model, tok, recipe.engine.attention))
     if recipe.parallelism.recompute == "full":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return wrap_method(model, recipe)
+
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj")  # transformers' Llama / Qwen2 / OPT attention projections
+
+
+def wrap_method(model, recipe):
+    """``model`` wrapped for the recipe's method with peft (lora: LoraConfig on :data:`LORA_TARGETS`; ptuning:
+    PromptEncoderConfig), or ``model`` itself; raises what peft raises (a target that names no module of the model
+    is peft's ValueError: `vdkit check` runs this on the staged model's config)."""
     method = recipe.method
     if recipe.is_peft:
         from vdkit.recipes.common.known_warnings import silence
@@ -112,7 +122,7 @@ def build_model(recipe, tok, fabric=None):
         from peft import LoraConfig, get_peft_model
 
         cfg = LoraConfig(task_type="CAUSAL_LM", r=method.lora_adapter_dim, lora_alpha=method.lora_adapter_dim,
-                         lora_dropout=method.lora_dropout, target_modules=["q_proj", "k_proj", "v_proj"])
+                         lora_dropout=method.lora_dropout, target_modules=list(LORA_TARGETS))
         model = get_peft_model(model, cfg)
     elif method.name == "ptuning":
         from peft import PromptEncoderConfig, get_peft_model
