@@ -149,7 +149,7 @@ def preflight_refusal(run_dir: Path) -> str:
     are Running (``pkg/core/job.go`` ``PastBackoffLimit``), and a pod whose init container fails stays Pending, so under
     ``OnFailure`` the kubelet restarts a refused pre-flight for ever; KubeRay's head pod restarts it likewise. So
     `vdkit status` says so (and the cancel), where Slurm records it as the recipe's fault."""
-    from vdkit.jobspec import EXIT_REFUSED
+    from vdkit.run.jobspec import EXIT_REFUSED
     from vdkit.k8s.manifests import PREFLIGHT_CONTAINER
 
     ns, _kind, name = job_ref(run_dir)

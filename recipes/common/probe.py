@@ -59,7 +59,7 @@ def _rows(recipe, run_dir: Path, rep) -> Optional[List[tuple]]:
     longer than the sequence, so truncation runs); None after a defect."""
     from vdkit.errors import UserError
     from vdkit.recipes.common import data as rdata
-    from vdkit.recipes.data_stats import iter_sft_rows
+    from vdkit.recipes.common.data_stats import iter_sft_rows
 
     d = recipe.data
     if d.name != "synthetic" and d.data_dir and all((Path(d.data_dir).expanduser() / f).is_file() for f in d.train_files):

@@ -89,7 +89,7 @@ def _startup(plan, layout, run_dir: Path, rep: Report) -> bool:
     the data rules and a micro batch from sample rows. False after a defect that stops the job there."""
     from vdkit.errors import UserError
     from vdkit.recipes.common import probe
-    from vdkit.recipes.mcore_cpu import parallel_state_at
+    from vdkit.recipes.common.mcore_cpu import parallel_state_at
     from vdkit.recipes.megatron.data import data_room
 
     world = plan.recipe.world_size
