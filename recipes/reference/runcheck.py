@@ -6,7 +6,7 @@ job's :func:`build_model` on the meta device from the recipe's dimensions (peft 
 parameter count against the plan's; the staged ``config.json`` compared with those dimensions where
 ``model.hf_path`` is on this machine, else "not checked here", and there the job's peft wrapper applied to the
 staged model's own class on the meta device (a target that names none of its modules is peft's refusal). First the
-rank's start-up rules (:func:`vdkit.recipes.reference.check_plan`: batch arithmetic, layout, room per sample) and
+rank's start-up rules (:func:`vdkit.recipes.reference.rules.check_plan`: batch arithmetic, layout, room per sample) and
 its data set-up on sample rows (:mod:`vdkit.recipes.common.probe`: tokenizer, samples, first micro batch).
 DeepSpeed / FSDP and the GPU kernels are the cluster's (the same loop trains on CPU in the tests).
 """
@@ -77,7 +77,7 @@ def _startup(plan, run_dir: Path, rep: Report) -> bool:
     from vdkit.errors import UserError
     from vdkit.recipes.common import probe
     from vdkit.recipes.common.data import virtual_tokens
-    from vdkit.recipes.reference import check_plan
+    from vdkit.recipes.reference.rules import check_plan
 
     try:
         check_plan(plan)

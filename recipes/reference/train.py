@@ -19,7 +19,7 @@ from vdkit.recipes.common.training_constants import GRAD_CLIP, adam_betas
 
 def check_layout(plan, dist) -> None:
     """The plan's checks (the engine interface's check), and the ranks this process was started with."""
-    from vdkit.recipes.reference import check_plan
+    from vdkit.recipes.reference.rules import check_plan
 
     r = plan.recipe
     check_plan(plan)
