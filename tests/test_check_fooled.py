@@ -175,3 +175,19 @@ def test_each_run_dir_in_its_own_process_with_a_time_limit(tmp_path):
     assert "did not finish in 2 s" in reps[1].defects[0]
     assert "ended without a report (exit 0" in reps[2].defects[0]
     assert reps[3].lines == [("checked", "fine d")]
+
+
+def test_one_run_dirs_unreadable_recipe_is_its_defect_and_the_others_are_checked(tmp_path, capsys, no_nemo):
+    """A hand-edited recipe.yaml the value rules refuse is that run dir's one line; the next dir is still checked
+    (it stopped the whole check before, with every other dir unreported)."""
+    bad = _render(tmp_path, "bad", *NEMO)
+    _edit(bad / "recipe.yaml", lambda d: d["model"].update(num_query_groups=3))
+    dup = _render(tmp_path, "dup", *NEMO)
+    text = (dup / "nemo.yaml").read_text()
+    (dup / "nemo.yaml").write_text(text.replace("trainer:\n", "trainer:\n  max_steps: 7\n", 1))
+    code, _out, err = _check(capsys, bad, dup)
+    assert code == 2
+    (line,) = _errors(err, bad)
+    assert "num_query_groups" in line and "fix:" in line, line
+    (line,) = _errors(err, dup)
+    assert "holds key 'max_steps' twice" in line, line

@@ -35,21 +35,25 @@ def check_dirs(run_dirs) -> list:
     from vdkit.recipes import engines
     from vdkit.run.rundir import RECIPE_FILE, load_recipe
 
-    groups = {}
-    for d in run_dirs:
-        path = Path(d).resolve()
-        if not (path / RECIPE_FILE).is_file():
-            raise UserError(f"{d} is not a run directory (no {RECIPE_FILE})", "pass a directory `vdkit render` printed")
-        groups.setdefault(load_recipe(path / RECIPE_FILE).engine.name, []).append(path)
     import contextlib
+    import time
     import warnings
 
-    import time
-
-    from vdkit.run.jobcheck import Report
     from vdkit.render.rendercheck import check as against_render
+    from vdkit.run.jobcheck import Report
 
-    reports, refused = [], []
+    groups, reports, refused = {}, [], []
+    for d in run_dirs:  # one run dir's unreadable recipe is that dir's defect, never the end of the others' check
+        path = Path(d).resolve()
+        try:
+            if not (path / RECIPE_FILE).is_file():
+                raise UserError(f"{d} is not a run directory (no {RECIPE_FILE})",
+                                "pass a directory `vdkit render` printed")
+            groups.setdefault(load_recipe(path / RECIPE_FILE).engine.name, []).append(path)
+        except UserError as exc:
+            rep = Report(path, RECIPE_FILE)
+            rep.defect(exc.what, RECIPE_FILE, exc.fix)
+            refused.append(rep)
     for name in list(groups):  # before anything of a run dir runs: its files are the kit's render of its recipe
         kept = []
         for path in groups[name]:
