@@ -299,3 +299,14 @@ def test_no_engine_name_is_keyed_in_the_prediction_code():
     assert not found, "engine names in the planner:\n" + "\n".join(found)
     planted = ast.parse('"""nemo"""\nREGIMES = {"nemo": "unfused", "reference": "hf"}\n')
     assert _engine_names_in(planted, engines) == [("nemo", 2), ("reference", 2)]
+
+
+MAX_MODULE_LINES = 450  # the house rule (docs/architecture.md, Layers): a module past it is split by what it holds
+
+
+def test_no_module_is_over_the_house_limit():
+    """Every module of the package (vdkit/, recipes/, slurm/, k8s/, validation/) is at most MAX_MODULE_LINES long."""
+    over = {str(p.relative_to(ROOT)): n for folder in ("vdkit", "recipes", "slurm", "k8s", "validation")
+            for p in sorted((ROOT / folder).rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"
