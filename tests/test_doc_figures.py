@@ -91,7 +91,7 @@ def figures(text: str) -> List[str]:
 
 def missing(quoted: str, output: str) -> List[str]:
     """The figures of ``quoted`` that ``output`` does not print (exactly, or rounded for a ``~`` figure)."""
-    printed = {f.replace(",", "") for f in figures(output)}
+    printed = {f.lstrip("~").replace(",", "") for f in figures(output)}  # the tool prints "~36" too
     values = [float(f) for f in printed]
     gone = []
     for fig in figures(quoted):
@@ -143,6 +143,7 @@ def test_a_drifted_figure_is_caught():
     assert missing("OPT-30B needs 94 GB per GPU: short by 14 GB", output) == ["94", "14"]
     assert missing("OPT-30B needs 154.1 GB per GPU: short by 74.1 GB", output) == []
     assert missing("~94 GB (7B), 11,064 tokens/s, 1.43x", output) == []
+    assert missing("36 tokens", output + "\n~36 for the prompt") == []  # a "~" the tool prints
     assert figures("OPT-30B on 1n8g, nemo:26.02.01, v0.3.1, Llama 3.1, Table 9: 102 min") == ["102"]
 
 
