@@ -134,6 +134,9 @@ def test_the_scan_finds_the_docs_quotes():
     assert {"docs/reproducing.md:figures:plan --sweep alpaca_opt", "docs/reproducing.md:figures:plan --sweep training",
             "docs/cluster-guide.md:lines:list engines"} <= where, sorted(where)
     assert sum(q.text.count("\n") + 1 for q in ALL if q.kind == "figures") >= 4
+    # a marker indented inside a list item is found too (docs/prediction.md's "where it misses" bullets)
+    indented = [q for q in ALL if q.kind == "figures" and q.text.startswith("  ")]
+    assert any(q.where.startswith("docs/prediction.md:") for q in indented), sorted(q.where for q in ALL)
 
 
 def test_a_drifted_figure_is_caught():
