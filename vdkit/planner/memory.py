@@ -11,7 +11,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
-  DP when the distributed optimizer shards them.
+  DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16`` (Apex's distributed Adam with
+  ``dtype`` and ``grad_sync_dtype`` bf16, NVIDIA's SFT settings): 2 bytes of gradient and 6 of optimizer state.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
   encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
@@ -76,6 +77,15 @@ def static_bytes(precision: str) -> Tuple[float, float, float]:
     return tuple(float(x) for x in memory()["megatron_bytes"][precision])
 
 
+def optimizer_bf16_bytes() -> Tuple[float, float]:
+    """Bytes per trainable parameter for (gradients, optimizer states) with ``train.optimizer_dtype=bf16``
+    (conf/calibration/memory.yaml ``bf16_optimizer_bytes``)."""
+    from vdkit.planner.calibration import memory
+
+    g, o = memory()["bf16_optimizer_bytes"]
+    return float(g), float(o)
+
+
 VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
 
 
@@ -123,6 +133,8 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     optimizer states over DP."""
     precision = precision or r.train.precision
     w, g, o = static_bytes(precision)
+    if precision != "fp32" and r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
+        g, o = optimizer_bf16_bytes()
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
     shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
