@@ -106,5 +106,7 @@ def test_bf16_optimizer_state_is_refused_where_no_engine_renders_it():
     base = ["model=llama2_7b", "train.optimizer_dtype=bf16"]
     with pytest.raises(UserError, match="optimizer state dtype"):
         compose(base + ["engine=bridge", "method=sft"])
+    with pytest.raises(UserError, match="optimizer state dtype"):
+        compose(base + ["method=sft", "train.optimizer_dtype=fp16"])
     with pytest.raises(UserError, match="distributed_optimizer"):
-        compose(base + ["method=lora"])
+        make_plan(compose(base + ["method=lora"]))

@@ -20,8 +20,7 @@ from vdkit.composition.conftree import conf_dir
 from vdkit.errors import UserError
 from vdkit.launch.fabric import NCCL_DEBUG_LEVELS
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
-from vdkit.composition.schema import (ARCHS, GPU_VENDORS, METHODS, OPTIMIZER_DTYPES, PRECISIONS, SHARDINGS, ModelCfg, Recipe,
-                                      VdkitConfig)
+from vdkit.composition.schema import ARCHS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
 
 # ----------------------------------------------------------------------------- allowed values
 def _engine_names() -> tuple:
@@ -348,15 +347,6 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "tokens any model's context holds", "use the sequence length you mean, e.g. train.seq_length=4096")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
-    _check(t.optimizer_dtype in OPTIMIZER_DTYPES, f"train.optimizer_dtype={t.optimizer_dtype!r} is not supported",
-           "use " + " or ".join(OPTIMIZER_DTYPES))
-    distributed = r.parallelism.distributed_optimizer  # None: on for sft / pretrain (vdkit.planner.plan)
-    if distributed is None:
-        distributed = r.method.name in ("sft", "pretrain")
-    _check(t.optimizer_dtype == "fp32" or distributed,
-           f"train.optimizer_dtype={t.optimizer_dtype} sets the distributed optimizer's state dtype, and without "
-           "parallelism.distributed_optimizer the engine renders a plain fused Adam (fp32 states)",
-           "set parallelism.distributed_optimizer=true or train.optimizer_dtype=fp32")
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))
