@@ -240,13 +240,14 @@ PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name
 
 def print_bridge_rows() -> None:
     """NVIDIA's published Llama 2 rows planned for engine=bridge (Megatron-Bridge in nemo:26.02.01): the
-    plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method."""
+    plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method.
+    Bridge renders no bf16 optimizer state (its spec's optimizer_dtypes): those rows plan with fp32 state, as it runs."""
     from vdkit.planner.plan import make_plan
 
     print("engine=bridge (NVIDIA's fused stack) vs NVIDIA's published rows (the same recipes, planned for Bridge)")
     print(f"  {'row':<28} {'published':<34} {'bridge layout':<22} {'pub s/step':>10} {'pred':>8} {'error':>7}")
     for run in P.calibration()["anchors"]["runs"]:
-        r = compose([*run["overrides"], "engine=bridge"])
+        r = compose([*(o for o in run["overrides"] if not o.startswith("train.optimizer_dtype=")), "engine=bridge"])
         plan = make_plan(r)
         if plan.prediction is None:
             print(f"  {run['name']:<28} no prediction ({plan.reason or 'not feasible'})")

@@ -66,6 +66,7 @@ class EngineSpec:
     methods: Tuple[str, ...]  # method.name values
     shardings: Tuple[str, ...] = ("none",)  # parallelism.sharding values
     precisions: Tuple[str, ...]  # train.precision values
+    optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
     no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
     rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
@@ -124,7 +125,8 @@ class EngineSpec:
             bad(f"model field(s) {', '.join(missing)} neither mapped, ignored nor refused: say what the engine "
                 "does with each (maps / ignores / refuses)")
         for key, allowed in (("families", schema.ARCHS), ("methods", schema.METHODS), ("shardings", schema.SHARDINGS),
-                             ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS)):
+                             ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS),
+                             ("optimizer_dtypes", schema.OPTIMIZER_DTYPES)):
             value = getattr(self, key)
             if isinstance(value, str) or not isinstance(value, tuple):
                 bad(f"{key} must be a tuple of names, not {value!r}")
@@ -175,7 +177,8 @@ class EngineSpec:
 
 # recipe key -> (the spec's field, the capability's words in a refusal)
 DOOR = {"method.name": ("methods", "method"), "parallelism.sharding": ("shardings", "sharding"),
-        "train.precision": ("precisions", "precision")}
+        "train.precision": ("precisions", "precision"),
+        "train.optimizer_dtype": ("optimizer_dtypes", "optimizer state dtype")}
 
 
 def _default(f):

@@ -174,3 +174,22 @@ def test_fp8_linears_keep_fp8_copies_of_their_inputs(activation):
     r = compose(["model=llama2_7b", "engine=bridge", "method=pretrain", "data=synthetic", "train.seq_length=4096"])
     acts = {p: estimate_memory(r, 2, 1, 1, True, "none", True, p).activations_gb for p in ("bf16", "fp8")}
     assert acts["fp8"] < acts["bf16"]
+
+
+def test_layers_in_flight_are_megatron_cores_1f1b_warmup():
+    """The memory model's in-flight micro batches per stage against megatron-core 0.16.1's own schedule
+    (get_pp_rank_microbatches: warm-up forwards, then one more before the first backward; at most all)."""
+    from types import SimpleNamespace
+
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+
+    from vdkit.planner.memory import layers_in_flight
+
+    for pp, vp, microbatches in [(4, 1, 2), (4, 1, 32), (2, 2, 2), (4, 2, 4), (4, 5, 8), (4, 20, 32), (8, 4, 8)]:
+        layers = 80 // pp
+        for rank in (0, pp - 1):
+            comm = SimpleNamespace(pp_group=SimpleNamespace(size=lambda: pp, rank=lambda: rank),
+                                   virtual_pipeline_model_parallel_size=vp if vp > 1 else None)
+            total, all_warmup, warmup, _ = get_pp_rank_microbatches(microbatches, vp, pp, p2p_communicator=comm)
+            chunks = total if all_warmup else warmup + 1
+            assert layers_in_flight(layers, pp, vp, microbatches, rank) == chunks * layers / vp, (pp, vp, rank)

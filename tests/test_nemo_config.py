@@ -269,3 +269,13 @@ def test_nemo_scripts_hydra_can_load_the_rendered_file(tmp_path):
     finally:
         GlobalHydra.instance().clear()
     assert OmegaConf.to_container(cfg, resolve=True) == build_config(plan, tmp_path)
+
+
+def test_bf16_optimizer_state_renders_apex_dtypes():
+    # train.optimizer_dtype=bf16: what NVIDIA's SFT launcher config sets (conf/peft/llama/sft.yaml optim.dtype /
+    # grad_sync_dtype) and the memory model counts (conf/calibration/memory.yaml bf16_optimizer_bytes)
+    _, cfg = _cfg("recipe=fast", "method=sft", "train.optimizer_dtype=bf16")
+    optim = cfg["model"]["optim"]
+    assert optim["name"] == "distributed_fused_adam" and optim["dtype"] == optim["grad_sync_dtype"] == "bf16"
+    _, cfg = _cfg("recipe=fast", "method=sft")
+    assert "dtype" not in cfg["model"]["optim"] and "grad_sync_dtype" not in cfg["model"]["optim"]

@@ -56,6 +56,7 @@ PINNED = [  # (model, method, overrides): interleaved pipelines and packed data
     # recipe=fast: NVIDIA's performance settings (O2, mcore distributed optimizer, precision bf16)
     ("llama2_70b", "lora", ["recipe=fast", "cluster.nodes=2"]),
     ("llama2_7b", "sft", ["recipe=fast"]),
+    ("llama2_7b", "sft", ["recipe=fast", "train.optimizer_dtype=bf16"]),  # Apex's bf16 state (optim.dtype)
     ("llama2_13b", "ptuning", ["recipe=fast"]),  # unpacked: NeMo cannot pack P-tuning (conf/recipe_method/)
 ]
 

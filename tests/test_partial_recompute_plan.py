@@ -75,3 +75,38 @@ def test_interleaved_layouts_recompute_only_the_layers_per_chunk_memory_needs():
     every = make_plan(compose(base + ["parallelism.recompute=full"]))
     assert every.recipe.parallelism.recompute_num_layers is None
     assert plan.prediction.step_seconds < every.prediction.step_seconds
+
+
+def _nvidia_row(name):
+    from vdkit.planner.calibration import load
+
+    return next(r for r in load("step_time")["anchors"]["runs"] if r["name"] == name)["overrides"]
+
+
+def test_nvidia_70b_sft_fp8_plans_without_recompute_with_its_bf16_optimizer_state():
+    # NeMo-Framework-Launcher examples/peft/llama/h100/70b_2node.sh (TP4 PP4 VP20, no recompute) runs
+    # conf/peft/llama/sft.yaml's distributed Adam with bf16 state and gradient buffer: 2 + 6 bytes per parameter
+    # (DP 1: nothing to shard them over) where fp32 state is 4 + 12 and needs recompute on an 80 GB H100
+    row = _nvidia_row("70B SFT FP8 16 GPUs")
+    assert "train.optimizer_dtype=bf16" in row
+    plan = make_plan(compose(row))
+    assert plan.recipe.parallelism.recompute == "none" and plan.dp == 1
+    assert plan.memory.total_gb <= plan.recipe.cluster.gpu_memory_gb * (1 - HEADROOM)
+    fp32 = make_plan(compose([o for o in row if o != "train.optimizer_dtype=bf16"]))
+    assert fp32.recipe.parallelism.recompute == "full"
+    assert plan.memory.gradients_gb == fp32.memory.gradients_gb / 2
+    assert plan.memory.optimizer_gb == fp32.memory.optimizer_gb / 2
+
+
+def test_bf16_optimizer_state_is_refused_where_no_engine_renders_it():
+    import pytest
+
+    from vdkit.errors import UserError
+
+    base = ["model=llama2_7b", "train.optimizer_dtype=bf16"]
+    with pytest.raises(UserError, match="optimizer state dtype"):
+        compose(base + ["engine=bridge", "method=sft"])
+    with pytest.raises(UserError, match="optimizer state dtype"):
+        compose(base + ["method=sft", "train.optimizer_dtype=fp16"])
+    with pytest.raises(UserError, match="distributed_optimizer"):
+        make_plan(compose(base + ["method=lora"]))

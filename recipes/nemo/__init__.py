@@ -238,6 +238,7 @@ SPEC = EngineSpec(
              "embedding_dim": "NeMo's GPT model has no projected word embedding",
              "pre_norm": "NeMo's GPT model config here is pre-norm"},
     methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16", "fp8"),
+    optimizer_dtypes=("fp32", "bf16"),  # distributed_fused_adam's dtype / grad_sync_dtype (recipes/nemo/config.py _optim)
     context_parallel=True,  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
     rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
     step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)

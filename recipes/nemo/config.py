@@ -185,6 +185,10 @@ def _optim(plan, constant_steps: int, extra_sched: dict, nvidia: Optional[dict] 
             **extra_sched,
         },
     }
+    if plan.recipe.train.optimizer_dtype != "fp32" and name == "distributed_fused_adam":
+        # Apex's state and gradient-buffer dtype, as NVIDIA's SFT launcher config sets them (the memory model counts
+        # them: conf/calibration/memory.yaml bf16_optimizer_bytes); composition refuses it without this optimizer
+        optim["dtype"] = optim["grad_sync_dtype"] = plan.recipe.train.optimizer_dtype
     if m.optimizer == "distributed_fused_adam" and "model.optim.bucket_cap_mb" in nvidia:
         for key in ("bucket_cap_mb", "overlap_grad_sync", "overlap_param_sync", "contiguous_grad_buffer"):
             optim[key] = nvidia[f"model.optim.{key}"]

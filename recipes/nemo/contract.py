@@ -59,6 +59,11 @@ DELIBERATE_ADDITIONS: Dict[str, Addition] = {
         (bool,), "FP8 with E4M3 forward / E5M2 backward, as NVIDIA's FP8 recipes"),
     "model.data.train_ds.packed_sequence": Addition(
         (bool,), "data.packed=true: NeMo's packed SFT dataset (needs micro batch size 1)"),
+    "model.optim.dtype": Addition(
+        (str,), "train.optimizer_dtype=bf16: Apex distributed Adam's state dtype (NVIDIA's SFT launcher config, "
+                "conf/peft/llama/sft.yaml)"),
+    "model.optim.grad_sync_dtype": Addition(
+        (str,), "train.optimizer_dtype=bf16: Apex distributed Adam's gradient-buffer dtype (the same launcher config)"),
     "model.data.data_prefix": Addition(
         (list,), "pretraining shards as [weight, prefix, ...]; the llama YAML only shows it in a comment"),
 }

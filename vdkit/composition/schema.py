@@ -23,6 +23,8 @@ VAL_TIMES_PER_RUN = 5  # run.mode=train without train.val_every_n_steps: validat
 # The vocabularies a recipe and an engine's spec (vdkit.recipes.spec) share: here, below both.
 METHODS = ("sft", "lora", "ptuning", "pretrain")
 PRECISIONS = ("bf16", "fp8")
+# The distributed optimizer's state and gradient-buffer dtype (Apex distributed_fused_adam's dtype and grad_sync_dtype)
+OPTIMIZER_DTYPES = ("fp32", "bf16")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 ARCHS = ("llama", "opt")
@@ -171,6 +173,9 @@ class TrainCfg:
     target_steps: int = 1000  # steps validation extrapolates to
     seq_length: int = 2048  # tokens per sample (padded / packed to it; NeMo's SFT default, pretraining 4096)
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
+    # fp32 | bf16: the distributed optimizer's master copy, Adam moments and gradient buffer (Apex distributed_fused_adam
+    # dtype / grad_sync_dtype; NVIDIA's SFT launcher config runs bf16: docs/fast-recipe.md); bf16 needs an engine that renders it
+    optimizer_dtype: str = "fp32"
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
     val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
@@ -403,6 +408,7 @@ class Plan:
             "tp": p.tp, "pp": p.pp, "vp": p.vp, "dp": self.dp, "grad_accum": self.grad_accum,
             "sequence_parallel": p.sequence_parallel, "recompute": p.recompute,
             "distributed_optimizer": p.distributed_optimizer, "precision": r.train.precision,
+            "optimizer_dtype": r.train.optimizer_dtype,
             "micro_batch_size": r.train.micro_batch_size, "global_batch_size": r.train.global_batch_size,
             "seq_length": r.train.seq_length, "layout_source": self.layout_source,
             "params_b": round(self.params / 1e9, 3),

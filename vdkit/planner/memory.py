@@ -11,7 +11,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
-  DP when the distributed optimizer shards them.
+  DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16`` (Apex's distributed Adam with
+  ``dtype`` and ``grad_sync_dtype`` bf16, NVIDIA's SFT settings): 2 bytes of gradient and 6 of optimizer state.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
   encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
@@ -21,8 +22,9 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   flash attention save for backward, tensor by tensor (:mod:`vdkit.planner.activations`; the same
   derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
-  set. The first pipeline stage holds min(PP, micro batches) micro batches in flight (1F1B),
-  times (1 + (PP-1)/(PP*VP)) when interleaved. The last stage adds the logits, 6*s*b*V / TP: the
+  set. Each pipeline stage holds its 1F1B warm-up's micro batches plus one, per model chunk (``layers_in_flight``,
+  megatron-core's schedule: the first stage min(PP, micro batches), times (1 + (PP-1)/(PP*VP)) when
+  interleaved; the last one, or PP - (PP-1)/VP interleaved). The last stage adds the logits, 6*s*b*V / TP: the
   bf16 logits (2) live at the loss and the fp32 softmax the loss saves for backward (4) - megatron-core
   0.16.1's ``vocab_parallel_cross_entropy`` (tensor_parallel/cross_entropy.py: ``.float()`` copy, in-place
   exp, ``save_for_backward(exp_logits, ...)``), which NeMo 1.23 runs, and its ``native`` fused variant
@@ -76,6 +78,15 @@ def static_bytes(precision: str) -> Tuple[float, float, float]:
     return tuple(float(x) for x in memory()["megatron_bytes"][precision])
 
 
+def optimizer_bf16_bytes() -> Tuple[float, float]:
+    """Bytes per trainable parameter for (gradients, optimizer states) with ``train.optimizer_dtype=bf16``
+    (conf/calibration/memory.yaml ``bf16_optimizer_bytes``)."""
+    from vdkit.planner.calibration import memory
+
+    g, o = memory()["bf16_optimizer_bytes"]
+    return float(g), float(o)
+
+
 VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
 
 
@@ -123,11 +134,25 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     optimizer states over DP."""
     precision = precision or r.train.precision
     w, g, o = static_bytes(precision)
+    if precision != "fp32" and r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
+        g, o = optimizer_bf16_bytes()
     held, layer_params, trainable = stage_params(r, tp, pp, stage)
     weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
     shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
+
+
+def layers_in_flight(layers: int, pp: int, vp: int, microbatches: int, rank: int) -> float:
+    """Layers' activations pipeline rank ``rank`` holds at its peak (1F1B): its warm-up forwards plus the one
+    before the first backward, each of a model chunk (``layers / vp`` layers), at most every chunk of every
+    micro batch - megatron-core 0.16.1's ``get_pp_rank_microbatches`` (pipeline_parallel/schedules.py):
+    ``pp - rank - 1`` warm-up micro batches, interleaved ``(pp - rank - 1) * 2 + (vp - 1) * pp`` (its
+    ``microbatch_group_size_per_vp_stage`` left at PP). The first stage holds L/PP x min(PP, micro batches)
+    without interleaving, L/PP x (PP + (PP-1)/VP) with it; the last L/PP x (PP - (PP-1)/VP)."""
+    vp = max(vp, 1)
+    warmup = (pp - rank - 1) * 2 + (vp - 1) * pp if vp > 1 else pp - rank - 1
+    return layers / vp * min(warmup + 1, microbatches * vp)
 
 
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
@@ -153,11 +178,9 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     else:
         stored_per_layer, working = per_layer, 0.0
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
-    in_flight = min(pp, microbatches)
-    interleave = 1 + (pp - 1) / (pp * vp) if vp > 1 else 1.0
-    acts_first = layers * stored_per_layer * in_flight * interleave + working
-    logits = 6.0 * s * b * m.vocab_size / tp
-    acts_last = layers * stored_per_layer + working + logits  # last stage: 1 micro batch in flight
+    acts_first = layers_in_flight(layers, pp, vp, microbatches, 0) * stored_per_layer + working
+    logits = 6.0 * s * b * m.vocab_size / tp  # one micro batch's: the last chunk's backward follows its forward
+    acts_last = layers_in_flight(layers, pp, vp, microbatches, pp - 1) * stored_per_layer + working + logits
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
                   activations_gb=acts / GB,

@@ -187,6 +187,10 @@ def layout_plan(recipe: Recipe) -> Plan:
                             "change parallelism.tp / parallelism.pp, or leave them unset to let the planner pick")
     full_method = recipe.method.name in ("sft", "pretrain")
     dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
+    if recipe.train.optimizer_dtype != "fp32" and not dist_opt:  # (the engine's spec holds the value: recipes/spec.py)
+        raise UserError(f"train.optimizer_dtype={recipe.train.optimizer_dtype} sets the distributed optimizer's state "
+                        "dtype, and without parallelism.distributed_optimizer the engine renders a plain fused Adam "
+                        "(fp32 states)", "set parallelism.distributed_optimizer=true or train.optimizer_dtype=fp32")
 
     if not list(valid_layouts(recipe, tp, pp, vp)):
         _no_layout(recipe, tp, pp, vp)
