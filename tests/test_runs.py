@@ -165,6 +165,24 @@ def test_status_names_the_rank_whose_compute_runs_behind_though_step_times_are_e
     assert "straggler" not in beat([100, 110, 320])
 
 
+def test_fast_steps_heartbeats_written_apart_are_no_straggler(tmp_path, capsys):
+    """Each rank writes its step count at its own moment (every HEARTBEAT_S): at 0.158 s a step, counts 4 apart
+    are the beats' ages, not a rank behind (CI named healthy rank 0 '4 step(s) behind'); far more is one."""
+    run_dir = make_run(tmp_path, LOCAL + ["cluster.gpus_per_node=2"])
+    beats = run_dir / "heartbeat"
+    beats.mkdir()
+    now = int(time.time())
+
+    def beat(steps):
+        for rank, n in enumerate(steps):
+            (beats / f"rank{rank}").write_text(f"{now} {now} {n} 158 node{rank} train 5\n")
+        assert main(["status", str(run_dir)]) == 0
+        return capsys.readouterr().out
+
+    assert "straggler" not in beat([110, 114])
+    assert "straggler: rank 0 on node0" in beat([60, 114])  # 54 steps: more than 2 s of beats explain
+
+
 @pytest.mark.parametrize("value, peers, slow", [
     (0.32, [0.10, 0.11, 0.095], True),
     (0.28, [0.10, 0.18, 0.14, 0.06], False),  # noisy peers: 0.16 above their median is under 5 MADs (0.2)

@@ -25,7 +25,12 @@ CELL = ("engine=reference", "method=lora", "model=tiny_llama", "data=synthetic",
         "cluster.gpus_per_node=1", "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1",
         "train.seq_length=128", "method.warmup_steps=0", "train.global_batch_size=4", "train.max_steps=400",
         "cluster.startup_s=30", "engine.checkpoint_every_n_steps=0", "cluster.heartbeat_timeout_s=8",
-        "cluster.kill_grace_s=3")
+        "cluster.kill_grace_s=3",
+        # a wider toy, so that a step is mostly compute (~45 ms of a ~55 ms step on 2 cores): the stopped cycles then
+        # land in rank 1's compute, not in its optimizer step or data loading (at 4 ms of a 158 ms step they
+        # missed it, and CI saw no straggler)
+        "model.hidden_size=512", "model.ffn_hidden_size=1408", "model.num_layers=4", "model.num_attention_heads=8",
+        "model.num_query_groups=4")
 STOPPED_S, RUNNING_S = 0.3, 0.05  # rank 1 runs 1/7 of the time: its compute takes ~7x its peer's (CPU steps on
 #                                   shared cores vary ~3x between ranks by chance: a milder slowing is not told apart)
 

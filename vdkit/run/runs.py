@@ -10,6 +10,7 @@ Standard library only at import time.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from vdkit.errors import UserError
+from vdkit.run.faults import HEARTBEAT_S
 from vdkit.run.rundir import (CANCELLED_FILE, FINISHED_FILE, HEARTBEAT_DIR, JOB_ID_FILE, LOCK_FILE, PLAN_FILE,
                           RECIPE_FILE)
 
@@ -27,7 +29,8 @@ MAX_DEPTH = 4  # how deep `vdkit runs` looks under a root for run directories (r
 STRAGGLER_FACTOR = 1.5  # ... this many times the median (50 % slower) ...
 STRAGGLER_MIN_S = 0.05  # ... at least this many seconds longer (a tiny CPU step's jitter is no straggler) ...
 STRAGGLER_MAD_K = 5  # ... and this many of its peers' median absolute deviations (robust to one noisy peer)
-STRAGGLER_BEHIND = 2  # ... or one this many steps behind the leading rank
+STRAGGLER_BEHIND = 2  # ... or one this many steps behind the leading rank, beyond the steps a heartbeat's age
+#                        explains (HEARTBEAT_S of steps: each rank writes its count at its own moment)
 NOT_SUBMITTED = "NOT_SUBMITTED"  # a run directory rendered for a scheduler and never handed to it
 CANCELLED = "CANCELLED"  # the state word of a run `vdkit cancel` stopped (Slurm's own spelling too)
 
@@ -154,10 +157,14 @@ def straggler(beats: Dict[int, Beat]) -> Optional[str]:
     compute = all(b.compute_s is not None for b in live)
     time_of = (lambda b: b.compute_s) if compute else (lambda b: b.step_s)  # noqa: E731
     lead = max(b.steps for b in live)
+    fastest = min((b.step_s for b in live if b.step_s > 0), default=0.0)
+    # in lock-step training a rank is never really behind; fast steps make heartbeats written a moment apart
+    # differ by many steps (a 0.16 s step, 2 s between beats: up to 13), which is no straggler
+    allowed = STRAGGLER_BEHIND + (math.ceil(HEARTBEAT_S / fastest) if fastest else 0)
     worst = None
     for b in live:
         peers = [time_of(p) for p in live if p.rank != b.rank]
-        behind = lead - b.steps >= STRAGGLER_BEHIND
+        behind = lead - b.steps >= allowed
         gap = time_of(b) - statistics.median(peers)
         if (is_slow(time_of(b), peers) or behind) and (worst is None or gap > worst[1]):
             worst = (b, gap, statistics.median(peers))
