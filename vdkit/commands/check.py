@@ -51,8 +51,8 @@ def check_dirs(run_dirs) -> list:
                                 "pass a directory `vdkit render` printed")
             groups.setdefault(load_recipe(path / RECIPE_FILE).engine.name, []).append(path)
         except UserError as exc:
-            rep = Report(path, RECIPE_FILE)
-            rep.defect(exc.what, RECIPE_FILE, exc.fix)
+            rep = Report(path)
+            rep.cannot_read(exc)
             refused.append(rep)
     for name in list(groups):  # before anything of a run dir runs: its files are the kit's render of its recipe
         kept = []
@@ -99,7 +99,8 @@ def report(reports, out=None, err=None, brief: bool = False) -> int:
     for r in reports:
         for text in r.defects:
             bad += 1
-            print(f"vdkit check: error: {r.run_dir}: {text}", file=err, flush=True)
+            where = "" if r.unreadable else f"{r.run_dir}: "  # an unreadable recipe's line names its file itself
+            print(f"vdkit check: error: {where}{text}", file=err, flush=True)
         for text in r.not_checked:
             unchecked.setdefault(text, []).append(r.run_dir)
     for text, dirs in unchecked.items():  # one line per reason, however many run dirs it kept unchecked

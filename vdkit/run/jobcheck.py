@@ -33,6 +33,12 @@ class Report:
     stack: str = ""  # e.g. "Megatron-Bridge 0.3.1, megatron-core 0.16.1"
     lines: List[Tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    unreadable: bool = False  # its recipe.yaml could not be read: its one defect is the CLI's own line, whole
+
+    def cannot_read(self, exc) -> None:
+        """The run dir's recipe could not be read (a UserError): its one defect, as `vdkit run` would say it."""
+        self.lines.append((DEFECT, str(exc)))
+        self.unreadable = True
 
     def checked(self, text: str) -> None:
         self.lines.append((CHECKED, text))
