@@ -173,9 +173,8 @@ class TrainCfg:
     target_steps: int = 1000  # steps validation extrapolates to
     seq_length: int = 2048  # tokens per sample (padded / packed to it; NeMo's SFT default, pretraining 4096)
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
-    # fp32 | bf16: the distributed optimizer's master copy, Adam moments and gradient buffer (Apex distributed_fused_adam
-    # dtype / grad_sync_dtype; NVIDIA's SFT launcher config runs bf16: docs/fast-recipe.md); bf16 needs an engine that renders it
-    optimizer_dtype: str = "fp32"
+    # Apex distributed_fused_adam's dtype / grad_sync_dtype; NVIDIA's SFT launcher config runs bf16 (docs/fast-recipe.md)
+    optimizer_dtype: str = "fp32"  # fp32 | bf16: the optimizer's master copy, moments and gradient buffer (bf16: an engine that renders it)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
     val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run
