@@ -68,6 +68,16 @@ def plant(out: Path, rows=None) -> dict:
     return dirs
 
 
+def _missed(rows, dirs: dict, stderr: str) -> dict:
+    """Row id -> its error lines, for each row whose run dir did not fail in exactly one line holding its expect."""
+    missed = {}
+    for row in rows:
+        lines = [ln for ln in stderr.splitlines() if ln.startswith(f"vdkit check: error: {dirs[row['id']]}:")]
+        if len(lines) != 1 or row["expect"] not in lines[0]:
+            missed[row["id"]] = lines
+    return missed
+
+
 def test_table_is_grown_from_nvidias_source():
     rows = CASES["rows"]
     assert len(rows) >= 25 and len({r["id"] for r in rows}) == len(rows)
@@ -84,12 +94,7 @@ def test_kit_engine_rows_are_one_line_each(tmp_path, capsys):
     p = subprocess.run([sys.executable, "-m", "vdkit", "check", *map(str, dirs.values())], capture_output=True,
                        text=True, timeout=600)
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    missed = {}
-    for row in KIT_ROWS:
-        lines = [ln for ln in p.stderr.splitlines() if ln.startswith(f"vdkit check: error: {dirs[row['id']]}:")]
-        if len(lines) != 1 or row["expect"] not in lines[0]:
-            missed[row["id"]] = lines
-    assert not missed, missed
+    assert not _missed(KIT_ROWS, dirs, p.stderr)
 
 
 @pytest.mark.slow  # 38 renders and one `vdkit check` of every stack (NeMo's probe): ~3-5 min on 2 cores
@@ -99,12 +104,7 @@ def test_every_planted_defect_is_one_line(tmp_path, nemo_venv, capsys):
     p = subprocess.run([sys.executable, "-m", "vdkit", "check", *map(str, dirs.values())], capture_output=True,
                        text=True, timeout=1200, env={**os.environ, "VDKIT_NEMO_VENV": str(Path(nemo_venv).parents[1])})
     assert p.returncode == 2 and "Traceback" not in p.stderr
-    missed = {}
-    for row in STACK_ROWS:
-        lines = [ln for ln in p.stderr.splitlines() if ln.startswith(f"vdkit check: error: {dirs[row['id']]}:")]
-        if len(lines) != 1 or row["expect"] not in lines[0]:
-            missed[row["id"]] = lines
-    assert not missed, missed
+    assert not _missed(STACK_ROWS, dirs, p.stderr)
 
 
 def test_no_shipped_nemo_peft_cell_interleaves_the_pipeline(capsys):

@@ -95,13 +95,18 @@ def _npy_header(path):
     return header
 
 
+def _dir_problem(names):
+    """Why a listing (:func:`_listdir`'s) is no directory to start from: unreadable or empty (None: neither)."""
+    if names is None:
+        return "it is not a readable directory"
+    return None if names else "it is empty"
+
+
 def megatron_checkpoint_problem(path):
     """Why ``path`` is not a Megatron / Megatron-Bridge checkpoint a fine-tune can start from (None: it is)."""
     names = _listdir(path)
-    if names is None:
-        return "it is not a readable directory"
-    if not names:
-        return "it is empty"
+    if _dir_problem(names):
+        return _dir_problem(names)
     trackers = [t for t in TRACKERS if _nonempty_file(os.path.join(path, t))]
     if not trackers:
         kind = ""
@@ -151,10 +156,8 @@ def nemo_problem(path):
 def hf_problem(path):
     """Why ``path`` is not a Hugging Face model directory (None: it is)."""
     names = _listdir(path)
-    if names is None:
-        return "it is not a readable directory"
-    if not names:
-        return "it is empty"
+    if _dir_problem(names):
+        return _dir_problem(names)
     if "config.json" not in names:
         return "it holds no config.json (not a Hugging Face model directory)"
     if not any(n.endswith((".safetensors", ".bin")) for n in names):
