@@ -32,6 +32,7 @@ from vdkit.render.sweep import sweep_cells
 from vdkit.planner.arch import param_counts  # noqa: E402
 from vdkit.planner.plan import TIE, candidate_layouts  # noqa: E402
 from vdkit.validation.tables import load_published  # noqa: E402
+from hf_efficiency import PLAN_ONLY, hf_cells as _hf_cells  # noqa: E402 - the HF cells' one home
 
 # Physical ranges the fit must stay in (else it trades compute for overhead): GEMM-bound steps reach
 # 30-85 % of the BF16 peak, 20-70 % of the FP8 peak; no stack streams weights faster than HBM.
@@ -235,7 +236,6 @@ def print_interval_groups(figs: List[Figure], rows: List[dict]) -> None:
               f"p / {1 + hi:.2f} .. p / {1 + lo:.2f} ({(1 + hi) / (1 + lo):.2f}x wide)")
 
 
-PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name the cluster's staged copies)
 
 
 def print_bridge_rows() -> None:
@@ -263,19 +263,6 @@ def print_bridge_rows() -> None:
         p = plan.recipe.parallelism
         layout = f"TP{p.tp} PP{p.pp}" + (f" VP{p.vp}" if (p.vp or 1) > 1 else "") + f" DP{plan.dp}"
         print(f"  {run['name']:<28} {text:<34} {layout:<22} {pub:>10.3f} {pred:>8.3f} {pred / pub - 1:>+7.0%}")
-
-
-def _hf_cells(table: str, tcp_gb_s=None):
-    """(cell, published entry, plan) for each cell of a seed table (transformers-engine regime);
-    ``tcp_gb_s`` replaces the TCP clusters' inter-node bandwidth."""
-    from vdkit.planner.plan import make_plan
-
-    pub = load_published(table)
-    out = []
-    for cell, c in zip(sweep_cells(table, PLAN_ONLY), pub["cells"]):
-        extra = [f"cluster.inter_node_gb_s={tcp_gb_s:.6g}"] if tcp_gb_s and "cluster=xe9680_mi300x_noroce" in cell else []
-        out.append((cell, c, make_plan(compose(list(cell) + extra))))
-    return out
 
 
 def _epoch_s(plan):

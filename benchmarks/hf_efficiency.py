@@ -28,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from vdkit.composition.config import compose, conf_dir  # noqa: E402
 from vdkit.planner import predict_hf  # noqa: E402
+
+PLAN_ONLY = ["model.hf_path=null"]  # planning needs no weights (the sweeps name the cluster's staged copies)
 from vdkit.planner.plan import make_plan  # noqa: E402
 
 DATA = Path(__file__).with_name("hf_public_runs.yaml")
@@ -40,9 +42,23 @@ def _flat(items) -> List[str]:
     return out
 
 
+def hf_cells(table: str, tcp_gb_s=None):
+    """(cell, published entry, plan) for each cell of a seed table (transformers-engine regime);
+    ``tcp_gb_s`` replaces the TCP clusters' inter-node bandwidth."""
+    from vdkit.planner.plan import make_plan
+    from vdkit.render.sweep import sweep_cells
+    from vdkit.validation.tables import load_published
+
+    pub = load_published(table)
+    out = []
+    for cell, c in zip(sweep_cells(table, PLAN_ONLY), pub["cells"]):
+        extra = [f"cluster.inter_node_gb_s={tcp_gb_s:.6g}"] if tcp_gb_s and "cluster=xe9680_mi300x_noroce" in cell else []
+        out.append((cell, c, make_plan(compose(list(cell) + extra))))
+    return out
+
+
 def load_runs() -> List[dict]:
     """Each run with its resolved recipe (``recipe``) and published seconds per step (``published_s``)."""
-    from bench_prediction import PLAN_ONLY
     from vdkit.render.sweep import sweep_cells
 
     data = yaml.safe_load(DATA.read_text())
@@ -101,10 +117,9 @@ def evaluate(runs: List[dict]) -> dict:
 
 def seed_rows(effs=None):
     """(label, published minutes, predicted minutes) of the seed's timed OPT cells (H100), at ``effs`` (None: the file's)."""
-    from bench_prediction import _hf_cells
 
     out = []
-    for _, pub, plan in _hf_cells("alpaca_opt"):
+    for _, pub, plan in hf_cells("alpaca_opt"):
         if pub.get("minutes") and plan.prediction:
             r = plan.recipe
             eff = (effs or {}).get(r.cluster.gpu_type)
@@ -114,10 +129,9 @@ def seed_rows(effs=None):
 
 def zero3_rows():
     """(label, published s/epoch, predicted s/epoch) of the seed's MI300X ZeRO-3 cells (not fitted)."""
-    from bench_prediction import _hf_cells
 
     out = []
-    for _, pub, plan in _hf_cells("llama31_roce"):
+    for _, pub, plan in hf_cells("llama31_roce"):
         r = plan.recipe
         out.append((f"{r.model.name} {r.cluster.nodes} node(s) {r.cluster.transport}", pub["seconds"],
                     step_s(r) * r.train.target_steps))
