@@ -332,6 +332,8 @@ SPEC = EngineSpec(
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
     precisions=("bf16", "fp8"),
+    # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)
+    optimizer_dtypes=("fp32", "bf16"),
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)

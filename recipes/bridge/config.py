@@ -62,6 +62,15 @@ GENERIC_QKV_BIAS_PROVIDER = "megatron.bridge.models.qwen.qwen_provider.Qwen2Mode
 # NVIDIA's H100 performance configs run ("fp8_cs"); the delayed-scaling preset is marked experimental there.
 # Both turn on fp8_param_gather, which needs the distributed optimizer (refused at the door otherwise).
 PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+# train.optimizer_dtype=bf16: megatron-core 0.16.1's precision-aware distributed optimizer (optimizer/
+# optimizer_config.py:187-206; it needs the distributed optimizer, :378-380, refused at the door without it, and
+# Transformer Engine's FusedAdam, :385-402, which the image's TE 2.12 is): Adam's m and v in bf16; the master copy
+# stays fp32, kept as the 16-bit remainder beside the bf16 parameter (store_param_remainders, on by default).
+# main_grads_dtype is not rendered: megatron-core 0.16.1 reads it only in its own assertion (the gradient buffer's
+# dtype is ddp.grad_reduce_in_fp32, which the mixed-precision preset sets). The bytes: conf/calibration/memory.yaml
+# bf16_optimizer_bytes.bridge.
+_BF16 = {_T: "torch.bfloat16", "_call_": False}  # a torch dtype as Bridge's YAML writes one (utils/yaml_utils.py:120)
+BF16_OPTIMIZER_STATE = {"use_precision_aware_optimizer": True, "exp_avg_dtype": _BF16, "exp_avg_sq_dtype": _BF16}
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
 # The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
@@ -174,6 +183,8 @@ def _optimizer_scheduler(plan):
            "weight_decay": m.weight_decay, "adam_beta1": beta1, "adam_beta2": beta2,
            "adam_eps": 1e-8, "clip_grad": GRAD_CLIP, "use_distributed_optimizer": bool(p.distributed_optimizer),
            "bf16": True}
+    if r.train.optimizer_dtype == "bf16":
+        opt.update(BF16_OPTIMIZER_STATE)
     steps = r.train.max_steps
     sched = {_T: _CFG + "SchedulerConfig", "lr_decay_style": "cosine",
              "lr_warmup_iters": min(m.warmup_steps, max(steps - 1, 0)), "lr_warmup_init": 0.0,

@@ -20,7 +20,8 @@ class MemoryCalib:
     overhead_gb: float = MISSING
     borderline_fraction: float = MISSING
     megatron_bytes: Dict[str, List[float]] = MISSING  # precision -> (weights, gradients, optimizer) bytes
-    bf16_optimizer_bytes: List[float] = MISSING  # train.optimizer_dtype=bf16: (gradients, optimizer) bytes
+    fp8_linear_weight_bytes: Dict[str, float] = MISSING  # engine -> bytes per FP8 linear weight in the layers
+    bf16_optimizer_bytes: Dict[str, List[float]] = MISSING  # engine -> train.optimizer_dtype=bf16 (gradients, optimizer)
     checkpoint_bytes_per_param: float = MISSING
     sharded_bytes: Dict[str, List[float]] = MISSING  # sharding -> (parameter, gradient, optimizer) bytes
     sharded_frozen_bytes: Dict[str, float] = MISSING

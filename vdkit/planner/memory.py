@@ -7,12 +7,15 @@ it, and the engines compare what their ranks really hold against it (the megatro
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
 ``megatron_amp_O2``:
 
-- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the
-  transformer-layer weights are FP8 parameters (1 byte), embeddings stay bf16.
+- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the transformer layers'
+  linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
+  parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
+  transpose (2); embeddings, output layer and norms stay bf16.
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
-  DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16`` (Apex's distributed Adam with
-  ``dtype`` and ``grad_sync_dtype`` bf16, NVIDIA's SFT settings): 2 bytes of gradient and 6 of optimizer state.
+  DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16``: (gradient, optimizer state)
+  bytes by engine (``bf16_optimizer_bytes``): NeMo's Apex distributed Adam with ``dtype`` and ``grad_sync_dtype``
+  bf16 (NVIDIA's SFT settings) 2 and 4, Bridge's precision-aware distributed optimizer 4 and 6.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
   encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
@@ -78,13 +81,22 @@ def static_bytes(precision: str) -> Tuple[float, float, float]:
     return tuple(float(x) for x in memory()["megatron_bytes"][precision])
 
 
-def optimizer_bf16_bytes() -> Tuple[float, float]:
-    """Bytes per trainable parameter for (gradients, optimizer states) with ``train.optimizer_dtype=bf16``
-    (conf/calibration/memory.yaml ``bf16_optimizer_bytes``)."""
+def optimizer_bf16_bytes(engine: str) -> Optional[Tuple[float, float]]:
+    """Bytes per trainable parameter for (gradients, optimizer states) with ``train.optimizer_dtype=bf16`` as
+    ``engine`` renders it (conf/calibration/memory.yaml ``bf16_optimizer_bytes``); None: it renders none."""
     from vdkit.planner.calibration import memory
 
-    g, o = memory()["bf16_optimizer_bytes"]
-    return float(g), float(o)
+    pair = memory()["bf16_optimizer_bytes"].get(engine)
+    return None if pair is None else (float(pair[0]), float(pair[1]))
+
+
+def fp8_weight_bytes(engine: str) -> Optional[float]:
+    """Bytes per transformer-layer linear weight with ``train.precision=fp8`` as ``engine``'s stack holds it
+    (conf/calibration/memory.yaml ``fp8_linear_weight_bytes``); None: the engine renders no FP8."""
+    from vdkit.planner.calibration import memory
+
+    b = memory()["fp8_linear_weight_bytes"].get(engine)
+    return None if b is None else float(b)
 
 
 VOCAB_DIVISOR = 128  # NeMo / Megatron pad the vocabulary to a multiple of 128 x TP
@@ -97,7 +109,8 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 
 def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float, float]:
-    """(held, held in transformer layers, trainable) parameters of one GPU of pipeline stage ``stage``.
+    """(held, held in the transformer layers' linear layers, trainable) parameters of one GPU of pipeline stage
+    ``stage`` (the linear layers: what FP8 GEMMs read; the replicated norms and row-parallel biases excluded).
 
     Stage 0 holds the input embedding (and learned positions), the last stage the final norm and the
     output layer (with PP > 1 a tied output layer is a copy there, as Megatron keeps it); TP shards
@@ -109,7 +122,8 @@ def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float,
     counts = param_counts(m)
     replicated = 2 * counts.final_norm + (2 * m.hidden_size if m.bias else 0)  # norms; o and fc2 biases
     layers = m.num_layers // pp
-    layer_params = layers * ((counts.per_layer - replicated) / tp + replicated)
+    linear_params = layers * (counts.per_layer - replicated) / tp
+    layer_params = linear_params + layers * replicated
     vocab = padded_vocab(m.vocab_size, tp) * m.hidden_size / tp
     output = vocab if (not counts.tied or pp > 1) else 0.0
     held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
@@ -122,22 +136,23 @@ def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float,
         held += trainable
     else:
         trainable = held
-    return held, layer_params, trainable
+    return held, linear_params, trainable
 
 
 def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_optimizer: bool,
                        precision: Optional[str] = None) -> dict:
     """Bytes one GPU of pipeline stage ``stage`` holds for weights, gradients and optimizer states.
 
-    ``precision``: bf16 / fp8 (mixed precision, see static_bytes; fp8 stores transformer-layer
-    weights in 1 byte) or fp32; default ``train.precision``. The distributed optimizer shards the
-    optimizer states over DP."""
+    ``precision``: bf16 / fp8 (mixed precision, see static_bytes; fp8: the layers' linear weights at the
+    engine's ``fp8_weight_bytes``, bf16 where the engine renders no FP8) or fp32; default ``train.precision``.
+    The distributed optimizer shards the optimizer states over DP."""
     precision = precision or r.train.precision
     w, g, o = static_bytes(precision)
     if precision != "fp32" and r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
-        g, o = optimizer_bf16_bytes()
-    held, layer_params, trainable = stage_params(r, tp, pp, stage)
-    weights = w * held - (1.0 if precision == "fp8" else 0.0) * layer_params
+        g, o = optimizer_bf16_bytes(r.engine.name) or (g, o)  # (the engine's spec refuses a dtype it cannot render)
+    held, linear_params, trainable = stage_params(r, tp, pp, stage)
+    fp8 = fp8_weight_bytes(r.engine.name) if precision == "fp8" else None
+    weights = w * held + (0.0 if fp8 is None else (fp8 - w) * linear_params)
     shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}

@@ -23,7 +23,7 @@ from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
-from vdkit.planner.memory import estimate_memory
+from vdkit.planner.memory import estimate_memory, fp8_weight_bytes
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.composition.schema import Candidate, Plan, Prediction, Recipe
@@ -283,13 +283,13 @@ def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) ->
 
 
 def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:
-    """The options that decide an infeasible plan: FP8 parameters, or more nodes."""
+    """The options that decide an infeasible plan: FP8 where the engine renders it, or more nodes."""
     hints = []
     cap = r.cluster.gpu_memory_gb
-    if r.train.precision != "fp8":
+    if r.train.precision != "fp8" and fp8_weight_bytes(r.engine.name) is not None:
         fp8 = estimate_memory(r, tp, pp, vp, sp, "full", dist_opt, precision="fp8")
         verdict = "fits" if fp8.total_gb <= cap else "still does not fit"
-        hints.append(f"with FP8 parameters and full recompute (train.precision=fp8 parallelism.recompute=full) "
+        hints.append(f"with FP8 and full recompute (train.precision=fp8 parallelism.recompute=full) "
                      f"it needs {fp8.total_gb:.1f} GB: {verdict}")
     c = r.cluster
     for nodes in range(c.nodes + 1, c.max_nodes + 1):
