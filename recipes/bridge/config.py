@@ -65,12 +65,18 @@ PRECISION = {"bf16": "bf16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
 # train.optimizer_dtype=bf16: megatron-core 0.16.1's precision-aware distributed optimizer (optimizer/
 # optimizer_config.py:187-206; it needs the distributed optimizer, :378-380, refused at the door without it, and
 # Transformer Engine's FusedAdam, :385-402, which the image's TE 2.12 is): Adam's m and v in bf16; the master copy
-# stays fp32, kept as the 16-bit remainder beside the bf16 parameter (store_param_remainders, on by default).
+# stays fp32 (megatron-core's own: Bridge's presets leave the optimizer an fp8_recipe, so no 16-bit remainders).
 # main_grads_dtype is not rendered: megatron-core 0.16.1 reads it only in its own assertion (the gradient buffer's
 # dtype is ddp.grad_reduce_in_fp32, which the mixed-precision preset sets). The bytes: conf/calibration/memory.yaml
 # bf16_optimizer_bytes.bridge.
-_BF16 = {_T: "torch.bfloat16", "_call_": False}  # a torch dtype as Bridge's YAML writes one (utils/yaml_utils.py:120)
-BF16_OPTIMIZER_STATE = {"use_precision_aware_optimizer": True, "exp_avg_dtype": _BF16, "exp_avg_sq_dtype": _BF16}
+BF16_OPTIMIZER_STATE = ("use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype")
+
+
+def _bf16_optimizer_state() -> dict:
+    """The optimizer keys of BF16_OPTIMIZER_STATE, each dtype its own mapping (one YAML node each, no anchors): a
+    torch dtype as Bridge's YAML writes one (utils/yaml_utils.py:120)."""
+    on, *dtypes = BF16_OPTIMIZER_STATE
+    return {on: True, **{k: {_T: "torch.bfloat16", "_call_": False} for k in dtypes}}
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
 # The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
@@ -184,7 +190,7 @@ def _optimizer_scheduler(plan):
            "adam_eps": 1e-8, "clip_grad": GRAD_CLIP, "use_distributed_optimizer": bool(p.distributed_optimizer),
            "bf16": True}
     if r.train.optimizer_dtype == "bf16":
-        opt.update(BF16_OPTIMIZER_STATE)
+        opt.update(_bf16_optimizer_state())
     steps = r.train.max_steps
     sched = {_T: _CFG + "SchedulerConfig", "lr_decay_style": "cosine",
              "lr_warmup_iters": min(m.warmup_steps, max(steps - 1, 0)), "lr_warmup_init": 0.0,

@@ -17,6 +17,7 @@ children run patched too.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import types
@@ -131,6 +132,49 @@ def _import_bridge_peft() -> None:
         import megatron.bridge.peft.lora  # noqa: F401
     finally:
         builtins.__import__ = real_import
+
+
+# megatron-core's OptimizerConfig.__post_init__ asks Transformer Engine, with use_precision_aware_optimizer on
+# (train.optimizer_dtype=bf16), for its version (optimizer/optimizer_config.py:383, is_te_min_version: a TypeError
+# without TE) and for FusedAdam's signature (:388-402); neither exists on this CPU. The image's Transformer Engine
+# (nemo:26.02.01: TE 2.12) has them: transformer_engine/pytorch/optimizers/fused_adam.py:111-130 takes these keywords.
+IMAGE_TE_VERSION = "2.12"
+IMAGE_FUSED_ADAM_KEYWORDS = ("master_weights", "master_weight_dtype", "exp_avg_dtype", "exp_avg_sq_dtype",
+                             "use_decoupled_grad", "store_param_remainders")
+
+
+@contextlib.contextmanager
+def image_fused_adam():
+    """While Bridge validates a config on a machine without Transformer Engine: megatron-core's optimizer config
+    sees the image's TE version and FusedAdam signature (:data:`IMAGE_FUSED_ADAM_KEYWORDS`), so its own checks of
+    the precision-aware optimizer (Adam, the distributed optimizer, TE's FusedAdam) run. Only
+    ``megatron.core.optimizer.optimizer_config`` is answered; nothing can build the stand-in."""
+    import builtins
+
+    from megatron.core.optimizer import optimizer_config
+    from packaging.version import Version
+
+    def fused_adam(self, params, *, master_weights=False, master_weight_dtype=None, exp_avg_dtype=None,
+                   exp_avg_sq_dtype=None, use_decoupled_grad=False, store_param_remainders=False, **kw):
+        raise RuntimeError("Transformer Engine's FusedAdam is not installed (vdkit's check-time stand-in)")
+
+    leaf = types.ModuleType("transformer_engine.pytorch.optimizers")
+    leaf.FusedAdam = type("FusedAdam", (), {"__init__": fused_adam})
+    real_import, real_min = builtins.__import__, optimizer_config.is_te_min_version
+
+    def importer(name, globals=None, locals=None, fromlist=(), level=0):
+        if name == leaf.__name__ and (globals or {}).get("__name__") == optimizer_config.__name__:
+            return leaf
+        return real_import(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = importer
+    _patch(optimizer_config, "is_te_min_version", lambda v, check_equality=True: (
+        Version(IMAGE_TE_VERSION) >= Version(v) if check_equality else Version(IMAGE_TE_VERSION) > Version(v)))
+    try:
+        yield
+    finally:
+        builtins.__import__ = real_import
+        optimizer_config.is_te_min_version = real_min
 
 
 def _patch(obj, name, value):

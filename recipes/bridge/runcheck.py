@@ -145,13 +145,18 @@ def validate(cfg, plan) -> list:
     te_only = [k for k in FUSIONS if getattr(cfg.model, k, False)]
     for k in te_only:
         setattr(cfg.model, k, False)
+    from vdkit.recipes.bridge import cpu_shim
+
+    image_te = cfg.optimizer.use_precision_aware_optimizer and importlib.util.find_spec("transformer_engine") is None
     try:
-        with _world_size(plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node):
+        with _world_size(plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node), \
+                (cpu_shim.image_fused_adam() if image_te else contextlib.nullcontext()):
             runtime_config_update(cfg)
     except Exception as exc:
         raise Refused("Bridge's runtime_config_update / ConfigContainer.validate()", one_line(exc),
                       "change the setting it names (vdkit plan shows the layout)") from None
-    return te_only
+    return te_only + (["Transformer Engine's FusedAdam (use_precision_aware_optimizer: checked against TE "
+                       f"{cpu_shim.IMAGE_TE_VERSION}'s signature)"] if image_te else [])
 
 
 def check_resume(run_dir: Path, plan, render) -> None:

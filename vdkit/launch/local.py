@@ -48,8 +48,8 @@ def check_host(plan) -> None:
     """What a run on this machine cannot do, before a run dir exists (:mod:`vdkit.render.prepare` asks it for
     ``vdkit run`` / ``demo`` / ``render``; ``vdkit plan`` does not: a plan is not a run).
 
-    Without a GPU the ranks are CPU processes: FP8 and CPU offload mean nothing there (the run would
-    silently train without them), and the model must fit the host's memory, not an 80 GB GPU. The
+    Without a GPU the ranks are CPU processes: FP8, a bf16 optimizer state and CPU offload mean nothing there
+    (the run would silently train without them or fail in a rank), and the model must fit the host's memory, not an 80 GB GPU. The
     bytes per parameter are the memory model's plain fp32 training (``conf/calibration/memory.yaml``
     ``megatron_bytes.fp32``: weights per parameter held, gradients + Adam states per trainable one).
     """
@@ -60,6 +60,11 @@ def check_host(plan) -> None:
         raise UserError("train.precision=fp8 needs FP8 tensor cores (H100); this machine has no GPU, so the run "
                         "would silently train without FP8", "use train.precision=bf16 here, or render the recipe "
                         "for the cluster (vdkit render / submit)")
+    if r.train.optimizer_dtype != "fp32":
+        raise UserError(f"train.optimizer_dtype={r.train.optimizer_dtype} keeps Adam's state in a GPU optimizer "
+                        "(Apex's distributed Adam on NeMo, Transformer Engine's FusedAdam on Bridge); this machine has "
+                        "no GPU", "use train.optimizer_dtype=fp32 here, or render the recipe for the cluster "
+                        "(vdkit render / submit)")
     if r.parallelism.cpu_offload:
         raise UserError("parallelism.cpu_offload=true moves GPU memory to the host; this machine has no GPU, so "
                         "there is nothing to offload", "drop parallelism.cpu_offload (or set it false) here")

@@ -15,7 +15,7 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
   DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16``: (gradient, optimizer state)
   bytes by engine (``bf16_optimizer_bytes``): NeMo's Apex distributed Adam with ``dtype`` and ``grad_sync_dtype``
-  bf16 (NVIDIA's SFT settings) 2 and 4, Bridge's precision-aware distributed optimizer 4 and 6.
+  bf16 (NVIDIA's SFT settings) 2 and 4, Bridge's precision-aware distributed optimizer 4 and 8.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
   encoder), the last stage the final norm and output layer; the vocabulary is padded to a multiple
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's

@@ -1,0 +1,78 @@
+"""FP8 weights and a bf16 optimizer state as each engine's stack holds them (conf/calibration/memory.yaml
+``fp8_linear_weight_bytes``, ``bf16_optimizer_bytes``), Bridge's bf16 optimizer state in bridge.yaml, and the
+doors that refuse what an engine or this machine cannot run."""
+from __future__ import annotations
+
+import pytest
+
+from vdkit.composition.config import compose
+from vdkit.errors import UserError
+from vdkit.planner.layout import data_parallel
+from vdkit.planner.memory import stage_params, stage_static_bytes
+from vdkit.planner.plan import make_plan
+
+LORA_70B = ["model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.tp=4", "parallelism.pp=4",
+            "parallelism.distributed_optimizer=true"]
+
+
+@pytest.mark.parametrize("engine, linear_bytes", [("nemo", 4.0), ("bridge", 2.0)])
+def test_fp8_linear_weights_are_what_the_engines_stack_keeps(engine, linear_bytes):
+    # NeMo 1.23 (model.fp8, no fp8_params): the bf16 weight + Transformer Engine's cached FP8 copy + its FP8
+    # transpose; Bridge (fp8_param): the FP8 parameter's data + transpose. Everything else stays bf16 (2).
+    r = compose([*LORA_70B, f"engine={engine}", "train.precision=fp8"])
+    held, linear, _ = stage_params(r, 4, 4, 1)
+    weights = stage_static_bytes(r, 4, 4, 1, True)["weights"]
+    assert weights == pytest.approx(2.0 * (held - linear) + linear_bytes * linear)
+    bf16 = stage_static_bytes(compose([*LORA_70B, f"engine={engine}"]), 4, 4, 1, True)["weights"]
+    assert bf16 == pytest.approx(2.0 * held)
+    assert 0.98 * held < linear < held  # the norms are all a middle stage holds beyond the linear weights
+
+
+@pytest.mark.parametrize("engine, grad_bytes, optim_bytes", [("nemo", 2.0, 4.0), ("bridge", 4.0, 8.0)])
+def test_bf16_optimizer_state_bytes_per_engine(engine, grad_bytes, optim_bytes):
+    # NeMo: Apex's bf16 gradient buffer, m and v (NeMo 1.23 stores no params_shard when the optimizer's dtype is the
+    # model's); Bridge: the fp32 gradient buffer and master copy its presets keep, m and v in bf16
+    over = ["model=llama2_7b", "method=sft", f"engine={engine}", "parallelism.distributed_optimizer=true",
+            "parallelism.tp=2", "parallelism.pp=1"]
+    r = compose([*over, "train.optimizer_dtype=bf16"])
+    _, _, trainable = stage_params(r, 2, 1, 0)
+    got = stage_static_bytes(r, 2, 1, 0, True)
+    assert got["gradients"] == pytest.approx(grad_bytes * trainable)
+    assert got["optimizer"] == pytest.approx(optim_bytes * trainable / data_parallel(r, 2, 1))
+    fp32 = stage_static_bytes(compose(over), 2, 1, 0, True)
+    assert fp32["gradients"] == pytest.approx(4.0 * trainable)
+    assert fp32["optimizer"] == pytest.approx(12.0 * trainable / data_parallel(r, 2, 1))
+
+
+def test_bridge_yaml_carries_the_precision_aware_optimizer(tmp_path):
+    from vdkit.recipes.bridge.config import bridge_config
+
+    over = ["engine=bridge", "model=llama2_7b", "method=sft", "parallelism.distributed_optimizer=true"]
+    opt = bridge_config(make_plan(compose([*over, "train.optimizer_dtype=bf16"])), tmp_path, tmp_path / "ck")["optimizer"]
+    bf16 = {"_target_": "torch.bfloat16", "_call_": False}
+    assert opt["use_precision_aware_optimizer"] is True and opt["use_distributed_optimizer"] is True
+    assert opt["exp_avg_dtype"] == bf16 and opt["exp_avg_sq_dtype"] == bf16
+    assert "main_params_dtype" not in opt and "main_grads_dtype" not in opt  # fp32 (and main_grads_dtype is unused)
+    opt = bridge_config(make_plan(compose(over)), tmp_path, tmp_path / "ck")["optimizer"]
+    assert not ({"use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype"} & set(opt))
+
+
+@pytest.mark.parametrize("overrides, says", [
+    # megatron-core's precision-aware optimizer runs only inside the distributed optimizer
+    (["engine=bridge", "method=lora"], "parallelism.distributed_optimizer=true"),
+    (["engine=bridge", "method=sft", "parallelism.distributed_optimizer=false"], "parallelism.distributed_optimizer=true"),
+    (["engine=megatron", "method=sft"], "optimizer state dtype"),  # renders no such state
+])
+def test_bf16_optimizer_state_is_refused_at_the_door_where_it_cannot_run(overrides, says):
+    with pytest.raises(UserError, match=says):
+        make_plan(compose(["model=llama2_7b", "train.optimizer_dtype=bf16", *overrides]))
+
+
+def test_bf16_optimizer_state_is_refused_on_a_machine_without_a_gpu(monkeypatch):
+    from vdkit.launch import local
+
+    monkeypatch.setattr(local, "has_accelerator", lambda: False)
+    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=sft", "parallelism.distributed_optimizer=true",
+                              "train.optimizer_dtype=bf16"]))
+    with pytest.raises(UserError, match="optimizer_dtype=bf16.*no GPU"):
+        local.check_host(plan)
