@@ -240,14 +240,14 @@ def print_interval_groups(figs: List[Figure], rows: List[dict]) -> None:
 
 def print_bridge_rows() -> None:
     """NVIDIA's published Llama 2 rows planned for engine=bridge (Megatron-Bridge in nemo:26.02.01): the
-    plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method.
-    Bridge renders no bf16 optimizer state (its spec's optimizer_dtypes): those rows plan with fp32 state, as it runs."""
+    plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method; a row's
+    bf16 optimizer state is Bridge's precision-aware distributed optimizer (recipes/bridge/config.py)."""
     from vdkit.planner.plan import make_plan
 
     print("engine=bridge (NVIDIA's fused stack) vs NVIDIA's published rows (the same recipes, planned for Bridge)")
     print(f"  {'row':<28} {'published':<34} {'bridge layout':<22} {'pub s/step':>10} {'pred':>8} {'error':>7}")
     for run in P.calibration()["anchors"]["runs"]:
-        r = compose([*(o for o in run["overrides"] if not o.startswith("train.optimizer_dtype=")), "engine=bridge"])
+        r = compose([*run["overrides"], "engine=bridge"])
         plan = make_plan(r)
         if plan.prediction is None:
             print(f"  {run['name']:<28} no prediction ({plan.reason or 'not feasible'})")
