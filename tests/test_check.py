@@ -54,8 +54,8 @@ def test_not_a_run_dir_is_one_line(tmp_path):
 
 
 def test_bridge_planted_defects_one_line_each(tmp_path):
-    """A local Bridge LoRA cell passes; planted: a hub-id tokenizer, a model config Bridge refuses, FP8
-    parameter gather without the distributed optimizer - each one line, exit 2, no traceback."""
+    """A local Bridge LoRA cell passes, and with Bridge's bf16 optimizer state; planted: a hub-id tokenizer, a model
+    config Bridge refuses, FP8 parameter gather without the distributed optimizer - each one line, exit 2."""
     base = tmp_path / "base"
     base.mkdir()
     (base / "latest_checkpointed_iteration.txt").write_text("0")
@@ -76,8 +76,16 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
         d["optimizer"]["use_distributed_optimizer"] = False
         d["ddp"]["use_distributed_optimizer"] = False
     _edit_yaml(fp8 / "bridge.yaml", fp8_no_do)
+    bf16 = _copy(clean, tmp_path / "bf16opt")  # train.optimizer_dtype=bf16 as Bridge renders it (a GPU run: edited in)
 
-    p = _vdkit("check", clean, hub, heads, fp8)
+    def bf16_state(d):
+        from vdkit.recipes.bridge.config import _bf16_optimizer_state
+
+        d["optimizer"].update(use_distributed_optimizer=True, **_bf16_optimizer_state())
+        d["ddp"]["use_distributed_optimizer"] = True
+    _edit_yaml(bf16 / "bridge.yaml", bf16_state)
+
+    p = _vdkit("check", clean, hub, heads, fp8, bf16)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -89,6 +97,9 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
     assert "refuses bridge.yaml" in line and "num_attention_heads" in line
     (line,) = _errors(p.stderr, fp8)
     assert "FP8 parameter gather without the distributed optimizer" in line
+    # megatron-core's own checks of the precision-aware optimizer ran (against the image TE's FusedAdam)
+    assert _errors(p.stderr, bf16) == [], p.stderr
+    assert "FusedAdam (use_precision_aware_optimizer: checked against TE 2.12" in out
 
 
 def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
