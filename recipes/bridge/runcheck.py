@@ -138,7 +138,8 @@ def load(run_dir: Path):
 def validate(cfg, plan) -> list:
     """Step 2 on a loaded ``cfg`` (changed in place): Bridge's ``runtime_config_update`` and
     ``ConfigContainer.validate()`` at the plan's world size, with the kernels only the container has switched off
-    (returned, by name); Refused if Bridge refuses (a value of the wrong type, a layout it cannot run)."""
+    and, without Transformer Engine here, its FusedAdam answered as the image's (cpu_shim.image_fused_adam) - each
+    returned by name; Refused if Bridge refuses (a value of the wrong type, a layout it cannot run)."""
     from vdkit.recipes.bridge.config import FUSIONS
     from megatron.bridge.training.config import runtime_config_update
 
