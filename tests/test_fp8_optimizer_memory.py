@@ -75,3 +75,16 @@ def test_bf16_optimizer_state_is_refused_on_a_machine_without_a_gpu(monkeypatch)
                               "train.optimizer_dtype=bf16"]))
     with pytest.raises(UserError, match="optimizer_dtype=bf16.*no GPU"):
         local.check_host(plan)
+
+
+def test_every_engine_that_renders_fp8_or_bf16_state_has_its_bytes():
+    # an engine whose spec takes train.precision=fp8 / train.optimizer_dtype=bf16 has its own memory.yaml row; any
+    # other is planned as it trains (bf16 weights, fp32 state)
+    from vdkit.planner.calibration import memory
+    from vdkit.recipes import engines
+
+    specs = engines.specs()
+    fp8 = {s.name for s in specs if "fp8" in s.precisions}
+    bf16 = {s.name for s in specs if "bf16" in s.optimizer_dtypes}
+    assert fp8 == set(memory()["fp8_linear_weight_bytes"]) == {"nemo", "bridge"}
+    assert bf16 == set(memory()["bf16_optimizer_bytes"]) == {"nemo", "bridge"}

@@ -49,8 +49,8 @@ def check_host(plan) -> None:
     ``vdkit run`` / ``demo`` / ``render``; ``vdkit plan`` does not: a plan is not a run).
 
     Without a GPU the ranks are CPU processes: FP8, a bf16 optimizer state and CPU offload mean nothing there
-    (the run would silently train without them or fail in a rank), and the model must fit the host's memory, not an 80 GB GPU. The
-    bytes per parameter are the memory model's plain fp32 training (``conf/calibration/memory.yaml``
+    (the run would silently train without them, or fail in a rank), and the model must fit the host's memory,
+    not an 80 GB GPU. The bytes per parameter are the memory model's plain fp32 training (``conf/calibration/memory.yaml``
     ``megatron_bytes.fp32``: weights per parameter held, gradients + Adam states per trainable one).
     """
     if has_accelerator():
