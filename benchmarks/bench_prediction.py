@@ -199,6 +199,10 @@ def main() -> int:
               + ("  met" if ok else "  NOT met")
               + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
     print_interval_groups(figs, rows, write=args.fit)
+    if args.fit:  # what follows (Bridge rows, independent runs) plans with the constants and ranges just written
+        from vdkit.planner.calibration import load
+
+        load.cache_clear()
     # Each fitted constant shown plainly as a fit: its spread over the leave-one-out refits.
     for key in P.FITTED_KEYS:
         vals = [c[key] for c in loo_constants]
