@@ -2,6 +2,7 @@
 
     python benchmarks/bench_prediction.py          # the error table with the constants in the calibration file
     python benchmarks/bench_prediction.py --fit    # refit the constants (least squares in log step time), write them
+                                                   # and the ranges (step_time.yaml intervals, benchmarks/ranges.py)
 
 Every published figure becomes a recipe (Table 9's 19 timed cells and Table 4's two rows from
 validation/published/, NVIDIA's BF16 and FP8 Llama 2 rows from conf/calibration/step_time.yaml), is
@@ -37,7 +38,7 @@ from hf_efficiency import PLAN_ONLY, hf_cells as _hf_cells  # noqa: E402 - the H
 # Physical ranges the fit must stay in (else it trades compute for overhead): GEMM-bound steps reach
 # 30-85 % of the BF16 peak, 20-70 % of the FP8 peak; no stack streams weights faster than HBM.
 BOUNDS = [(0.30, 0.85), (0.20, 0.70), (1.0, 3350.0)]
-BASIS = ("multiplier", "flops_s", "floor_s", "touched_gb", "comm_s", "per_step_s")
+BASIS = ("multiplier", "flops_s", "floor_s", "touched_gb", "comm_s", "dp_s", "dp_window_flops_s", "per_step_s")
 TARGETS = {"table9": ("median", 0.15, "worst", 0.35), "nvidia": ("worst", 0.25), "table4": ("worst", 0.30)}
 
 
@@ -113,8 +114,9 @@ def _basis(fig: Figure) -> None:
 def _step(fig: Figure, k: Dict[str, float]):
     """(predicted step seconds, chosen layout label) under constants k: the planner's choice."""
     eff = k["gemm_efficiency_fp8" if fig.recipe.train.precision == "fp8" else "gemm_efficiency_bf16"]
-    mult, flops, floor, touched, comm, per_step = fig.basis.T
-    t = mult * (np.maximum(flops / eff, floor) + touched / k["guide_stack_gb_s"] + comm) + per_step
+    mult, flops, floor, touched, comm, dp, window, per_step = fig.basis.T
+    t = (mult * (np.maximum(flops / eff, floor) + touched / k["guide_stack_gb_s"] + comm)
+         + np.maximum(0.0, dp - window / eff) + per_step)  # vdkit.planner.predict.predict_step's parts
     pool = np.where(fig.roomy)[0] if fig.roomy.any() and not fig.pinned else np.arange(len(t))
     near = [j for j in pool if t[j] <= t[pool].min() * (1 + TIE)]  # the planner's tie rule (vdkit.planner.plan.choose)
     i = min(near, key=lambda j: (fig.simplicity[j], t[j]))
@@ -196,7 +198,11 @@ def main() -> int:
               + ", ".join(f"{w} <= {lim:.0%}" for w, lim in zip(target[::2], target[1::2]))
               + ("  met" if ok else "  NOT met")
               + (f"  ({sum(e <= 0.25 for e in errs)} of {len(errs)} within 25 %)" if group == "nvidia" else ""))
-    print_interval_groups(figs, rows)
+    print_interval_groups(figs, rows, write=args.fit)
+    if args.fit:  # what follows (Bridge rows, independent runs) plans with the constants and ranges just written
+        from vdkit.planner.calibration import load
+
+        load.cache_clear()
     # Each fitted constant shown plainly as a fit: its spread over the leave-one-out refits.
     for key in P.FITTED_KEYS:
         vals = [c[key] for c in loo_constants]
@@ -217,25 +223,27 @@ def main() -> int:
     return 0
 
 
-def interval_group(fig: Figure) -> str:
-    """The range group of a published figure (vdkit.planner.interval.group's keys): Table 9's guide stack, and
-    NVIDIA's fused path split by what the rows ran - pretraining (NVIDIA's and Table 4's) or fine-tuning."""
-    if fig.group == "table9":
-        return "guide"
-    return "fused_pretrain" if fig.recipe.method.name == "pretrain" else "fused_finetune"
+def print_interval_groups(figs: List[Figure], rows: List[dict], write: bool = False) -> None:
+    """Each range group's range from the row sets step_time.yaml's ``intervals`` name (benchmarks/ranges.py), and
+    each row set's own leave-one-out span; ``write``: rewrite the groups' min, max and figures in the file."""
+    import ranges as R
 
-
-def print_interval_groups(figs: List[Figure], rows: List[dict]) -> None:
-    """Each range group's leave-one-out errors: what conf/calibration/step_time.yaml's ``intervals`` hold."""
-    groups: Dict[str, List[float]] = {}
-    for f, r in zip(figs, rows):
-        groups.setdefault(interval_group(f), []).append(r["loo_error"])
-    for g, errs in groups.items():
-        lo, hi = min(errs), max(errs)
-        print(f"range   {g:<15} n={len(errs):>2}  leave-one-out {lo:+.0%} .. {hi:+.0%}: a prediction p prints "
-              f"p / {1 + hi:.2f} .. p / {1 + lo:.2f} ({(1 + hi) / (1 + lo):.2f}x wide)")
-
-
+    loo = [(R.row_set(f.group, f.recipe.method.name), f.name, r["loo_error"]) for f, r in zip(figs, rows)]
+    spec = P.calibration()["intervals"]
+    derived = R.derive(loo, spec)
+    for s in R.ROW_SETS:
+        errs = [e for rs, _, e in loo if rs == s]
+        used = [g for g, e in spec.items() if s in (e.get("derived_from") or [])]
+        print(f"rows    {s:<15} n={len(errs):>2}  leave-one-out {min(errs):+.0%} .. {max(errs):+.0%}  "
+              f"sets: {', '.join(used) or 'no range (kept in the fit and the tables)'}")
+    for g, d in derived.items():
+        print(f"range   {g:<15} n={d['n']:>2}  leave-one-out {d['min']:+.0%} .. {d['max']:+.0%}: a prediction p prints "
+              f"p / {1 + d['max']:.2f} .. p / {1 + d['min']:.2f} ({R.width(d):.2f}x wide) from "
+              + ", ".join(f"{k} {n}" for k, n in d["counts"].items()))
+    if write:
+        path = conf_dir() / P.CALIBRATION_FILE
+        R.write(path, derived, spec)
+        print(f"wrote the ranges to {path}", file=sys.stderr)
 
 
 def print_bridge_rows() -> None:

@@ -93,7 +93,11 @@ class CrossCheck:
 class Interval:
     min: float = MISSING
     max: float = MISSING
-    figures: str = MISSING
+    figures: str = MISSING  # what a plan prints: the rows it is derived from, their errors, why this wide
+    # step_time.yaml: the published row sets whose leave-one-out errors set it (benchmarks/ranges.py ROW_SETS)
+    # and why those (kept by `bench_prediction.py --fit`, which rewrites min, max and figures)
+    derived_from: List[str] = field(default_factory=list)
+    why: str = ""
 
 
 @dataclass

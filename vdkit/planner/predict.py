@@ -21,7 +21,8 @@ and pipeline stage (one GPU's share of the work):
   NVLink within a node or, across nodes, the cluster's fabric (vdkit.planner.interconnect: InfiniBand or RoCE
   adapters x their rate, TCP's sockets default, or the site's measured ``cluster.inter_node_gb_s``;
   the node's bandwidth shared by its GPUs); each collective pays ``collective_latency_us`` per ring step
-  inside a node, the fabric's latency across nodes.
+  inside a node, the fabric's latency across nodes. NVIDIA's fused path with the distributed optimizer
+  overlaps that reduction with a micro batch's compute: only the excess is exposed.
 - **pipeline bubble**: (PP - 1) / VP micro-batch times of the stage per step (1F1B, interleaved).
 - **optimizer**: one memory-bound pass over the optimizer state each step.
 
@@ -286,6 +287,15 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
                        else (min(nvlink, fab.node_gb_s), fab_latency))
     dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, dp_lat)
+    # NVIDIA's fused path with the distributed optimizer overlaps that reduction with compute (NeMo: optim
+    # overlap_grad_sync / overlap_param_sync, conf/nvidia/llama2_pretrain.yaml - NeMo 1.23's
+    # MegatronBaseModel.reduce_overlap_gradients: "the grad sync is overlapped with the final backward pass";
+    # Bridge: ddp overlap_grad_reduce / overlap_param_gather, recipes/bridge/config.py): each gradient bucket is
+    # reduce-scattered as the last micro batch's backward fills it and the updated weights are all-gathered during
+    # the next forward, so only what outlasts one micro batch's compute on the stage is exposed (window: its
+    # FLOPs at 100 % of peak; divided by the efficiency below, as the compute is).
+    window_flops = flops_mb if fused and distributed_optimizer else 0.0
+    dp_exposed = max(0.0, dp_s - window_flops / eff)
     # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * nb["optimizer_pass"] / hbm
@@ -296,15 +306,17 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     spp = samples_per_sequence(r, calib)
     return StepTime(
         compute_s=micro * compute_mb, overhead_s=micro * overhead_mb,
-        communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_s, bubble_s=bubble, optimizer_s=opt_s,
+        communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
-        parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_s,
+        parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
-               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm) + per_step
+               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm)
+               #        + max(0, dp_s - dp_window_flops_s / eff) + per_step
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
-               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "per_step_s": dp_s + opt_s},
+               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
+               "dp_window_flops_s": window_flops, "per_step_s": opt_s},
     )
 
 
