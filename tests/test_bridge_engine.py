@@ -52,7 +52,8 @@ def _check_golden(name: str, text: str) -> None:
 def test_issue_cell_renders_the_golden_job_and_config(tmp_path):
     run_dir = _render(ISSUE_CELL, tmp_path)
     names = sorted(p.name for p in run_dir.iterdir())
-    assert names == ["bridge.yaml", "bridge_job.py", "export_hf.sbatch", "import_hf.sbatch", "launch.sbatch",
+    assert names == ["bridge.yaml", "bridge_job.py", "bridge_trust.py", "export_hf.sbatch", "import_hf.sbatch",
+                     "launch.sbatch",
                      "overrides.txt", "plan.json", "preflight.json", "recipe.yaml", "vdkit_heartbeat.py",
                      "vdkit_preflight.py"]  # run.mode=train: export_hf.sbatch
     for name in ("launch.sbatch", "bridge.yaml", "import_hf.sbatch", "export_hf.sbatch"):
@@ -68,11 +69,13 @@ def test_the_job_runs_in_the_nemo_image_one_task_per_gpu(tmp_path):
     assert f"python {run_dir}/bridge_job.py {run_dir}/bridge.yaml" in sbatch
     assert "--container-mounts=/data/dolly:/data/dolly,/models/llama2-70b-bridge:/models/llama2-70b-bridge," in sbatch
     # the job file is Bridge-only: it runs in the stock image without vdkit installed
-    tree = ast.parse((run_dir / "bridge_job.py").read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    imported = set()
+    for name in ("bridge_job.py", "bridge_trust.py"):  # the job and the checkpoint check beside it
+        tree = ast.parse((run_dir / name).read_text())
+        imported |= {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     # the standard library, Bridge and torch (torch.distributed.checkpoint reads a checkpoint's .metadata); the
-    # heartbeat is the run dir's vdkit_heartbeat.py, imported by name
+    # heartbeat and the checkpoint check are the run dir's vdkit_heartbeat.py and bridge_trust.py, imported by name
     assert imported <= {"functools", "importlib", "inspect", "os", "shutil", "signal", "sys", "time", "megatron", "torch"}
 
 
@@ -279,7 +282,7 @@ def test_the_job_exit_code_is_the_contracts():
 
 def _bridge_checkpoint(save_dir, n):
     """A checkpoint as Bridge 0.3.1's save leaves it: torch's DCP shards and .metadata, megatron-core's common.pt and
-    metadata.json, Bridge's train_state.pt and run_config.yaml (see job.COMPLETE_FILES)."""
+    metadata.json, Bridge's train_state.pt and run_config.yaml (see trust.COMPLETE_FILES)."""
     import torch
     import torch.distributed.checkpoint as dcp
 
@@ -296,35 +299,35 @@ def test_a_damaged_or_incomplete_latest_checkpoint_is_set_aside_and_the_previous
     never deleted) with one line, the tracker and latest_train_state.pt pointed at the newest complete one."""
     import warnings
 
-    from vdkit.recipes.bridge import job
+    from vdkit.recipes.bridge import trust
     from vdkit.recipes.common.trust import DAMAGED_MARK
 
-    assert job.DAMAGED_MARK == DAMAGED_MARK  # `vdkit status` finds the set-aside ones by it
+    assert trust.DAMAGED_MARK == DAMAGED_MARK  # `vdkit status` finds the set-aside ones by it
     warnings.filterwarnings("ignore", category=UserWarning)  # torch: no process group (one process here)
     for n in (2, 4, 6):
         _bridge_checkpoint(tmp_path, n)
     (tmp_path / "iter_0000006" / "run_config.yaml").unlink()  # a kill before Bridge's last file
-    (tmp_path / job.TRACKER).write_text("4")
-    (tmp_path / job.LATEST_STATE).write_text("state 4")
+    (tmp_path / trust.TRACKER).write_text("4")
+    (tmp_path / trust.LATEST_STATE).write_text("state 4")
     said = []
-    assert job.trust_latest(tmp_path, said.append) == 4 and len(said) == 1
+    assert trust.trust_latest(tmp_path, said.append) == 4 and len(said) == 1
     assert said[0].startswith("bridge_job: checkpoint iter_0000006 is damaged (incomplete: no run_config.yaml")
     assert said[0].endswith("; resuming from iter_0000004")
-    assert job.trust_latest(tmp_path, said.append) == 4 and len(said) == 1  # nothing more to do
+    assert trust.trust_latest(tmp_path, said.append) == 4 and len(said) == 1  # nothing more to do
     shard = tmp_path / "iter_0000004" / "__0_0.distcp"
     shard.write_bytes(shard.read_bytes()[:100])  # cut short: the bytes torch's .metadata names are not there
-    (tmp_path / job.TRACKER).write_text("")  # ... and a kill mid-write of the tracker
-    assert job.trust_latest(tmp_path, said.append) == 2
+    (tmp_path / trust.TRACKER).write_text("")  # ... and a kill mid-write of the tracker
+    assert trust.trust_latest(tmp_path, said.append) == 2
     assert "iter_0000004 is damaged (__0_0.distcp is cut short (100 of" in said[1]
-    assert job.checkpointed_iteration(tmp_path) == 2 and (tmp_path / job.LATEST_STATE).read_text() == "state 2"
-    aside = sorted(p.name.split(job.DAMAGED_MARK)[0] for p in tmp_path.iterdir() if job.DAMAGED_MARK in p.name)
+    assert trust.checkpointed_iteration(tmp_path) == 2 and (tmp_path / trust.LATEST_STATE).read_text() == "state 2"
+    aside = sorted(p.name.split(trust.DAMAGED_MARK)[0] for p in tmp_path.iterdir() if trust.DAMAGED_MARK in p.name)
     assert aside == ["aside-iter_0000004", "aside-iter_0000006"]  # kept, and named so Bridge's clean-up skips them
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("iter_") and not p.name[5:].isdigit()]
     # ... and with none complete left, the tracker and state go aside too: the run starts over.
     (tmp_path / "iter_0000002" / ".metadata").unlink()
-    assert job.trust_latest(tmp_path, said.append) == 0 and said[-1].endswith("resuming from step 0 (none is left)")
-    assert not (tmp_path / job.TRACKER).exists() and not (tmp_path / job.LATEST_STATE).exists()
-    assert len([p for p in tmp_path.iterdir() if job.DAMAGED_MARK in p.name]) == 5
+    assert trust.trust_latest(tmp_path, said.append) == 0 and said[-1].endswith("resuming from step 0 (none is left)")
+    assert not (tmp_path / trust.TRACKER).exists() and not (tmp_path / trust.LATEST_STATE).exists()
+    assert len([p for p in tmp_path.iterdir() if trust.DAMAGED_MARK in p.name]) == 5
 
 
 def test_the_record_names_bridges_last_complete_checkpoint(tmp_path):
@@ -332,7 +335,7 @@ def test_the_record_names_bridges_last_complete_checkpoint(tmp_path):
     import subprocess
     import warnings
 
-    from vdkit.recipes.bridge import job
+    from vdkit.recipes.bridge import trust
     from vdkit.slurm.recovery import last_step_lines
 
     warnings.filterwarnings("ignore", category=UserWarning)
@@ -341,7 +344,7 @@ def test_the_record_names_bridges_last_complete_checkpoint(tmp_path):
     (tmp_path / "iter_0000060" / "run_config.yaml").unlink()
     script = "\n".join(["set -euo pipefail", *last_step_lines(tmp_path), "vdkit_last_step"])
     assert subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.strip() == "30"
-    assert job.trust_latest(tmp_path, lambda line: None) == 30
+    assert trust.trust_latest(tmp_path, lambda line: None) == 30
 
 
 def test_a_stop_during_start_up_is_kept_not_fatal():

@@ -159,3 +159,25 @@ def test_plan_json_carries_the_room_figure_for_every_table9_cell(capsys):
     for cell in (c for c in cells if c["feasible"]):
         s = cell["schedule"]
         assert s["room_gb"] == pytest.approx(s["checkpoint_gb"], abs=0.01), cell
+
+
+def test_the_checkpoints_kept_have_one_home_the_plans():
+    """The rank prunes to the plan's retention: KEEP is written once (the policy) and every other module imports it
+    (recipes/common/checkpoint.py had its own ``KEEP = 2``: a change to one would have left the other behind)."""
+    import ast
+    from pathlib import Path
+
+    from vdkit.recipes.common import checkpoint as rank_side
+
+    root = Path(__file__).resolve().parents[1]
+    homes = []
+    for folder in ("vdkit", "recipes", "slurm", "k8s", "validation"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.parse(path.read_text()).body:  # module-level figures named KEEP
+                targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+                value = getattr(node, "value", None)
+                if any(isinstance(t, ast.Name) and t.id == "KEEP" for t in targets) and \
+                        isinstance(value, ast.Constant) and isinstance(value.value, int):
+                    homes.append(str(path.relative_to(root)))
+    assert homes == ["vdkit/planner/checkpoint_policy.py"], homes
+    assert rank_side.KEEP is checkpoint_policy.KEEP and rank_side.superseded.__defaults__ == (checkpoint_policy.KEEP,)

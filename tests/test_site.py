@@ -99,6 +99,23 @@ def test_probe_of_a_recorded_xe9680_writes_a_cluster_the_planner_uses(tmp_path, 
     assert plan["cluster"] == "xe_lab" and plan["feasible"] and plan["gpus"] == 16
 
 
+def test_a_measured_gpu_memory_wins_and_a_command_line_gpu_against_it_is_refused(tmp_path, capsys, monkeypatch):
+    """A site's nvidia-smi figure is its GPU's: it wins over the catalogue's, and a command-line cluster.gpu_type of
+    another GPU (its memory unstated) is refused in one line, not planned into the measured one's memory."""
+    smi = "NVIDIA H100 80GB HBM3, 80000 MiB\n" * 8  # a driver reporting less than the catalogue's 81,559 MiB
+    pr = site.probe(run=_hostile_node(**{"nvidia-smi": smi}), route_file=FIX / "proc_net_route.txt")
+    monkeypatch.setattr(site, "probe", lambda **kw: pr)
+    assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path)]) == 0
+    plan = ["plan", "--config-dir", str(tmp_path), "cluster=lab", "model=llama2_7b", "method=lora"]
+    capsys.readouterr()
+    assert main(plan) == 0 and "of 83.8 GB" in capsys.readouterr().out  # 80,000 MiB, measured
+    assert main([*plan, "cluster.gpu_type=H200-SXM5-141GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "cluster.gpu_memory_gb=83.8 (measured on its node" in err, err
+    assert "add cluster.gpu_memory_gb=150.7" in err and "Traceback" not in err
+    assert main([*plan, "cluster.gpu_type=H200-SXM5-141GB", "cluster.gpu_memory_gb=150.7"]) == 0
+
+
 def test_probe_here_writes_a_valid_file_and_plan_reads_it(tmp_path, capsys):
     """This machine (no GPU, no RDMA, maybe no Slurm): what it cannot read it says; the file plans."""
     out = tmp_path / "site"
@@ -150,7 +167,10 @@ def test_probed_facts_out_of_bounds_are_not_written(tmp_path, capsys, monkeypatc
     assert main(["site", "probe", "--name", "lab", "--out", str(tmp_path)]) == 0
     text = (tmp_path / "cluster" / "lab.yaml").read_text()
     data = yaml.safe_load(text)
-    assert "evil" not in yaml.safe_dump(data["ib_hcas"]) and data["max_nodes"] == 6 and data["gpu_memory_gb"] == 85.5
+    assert "evil" not in yaml.safe_dump(data["ib_hcas"]) and data["max_nodes"] == 6
+    from vdkit.planner.calibration import FOLLOWS_GPU_TYPE
+
+    assert data["gpu_memory_gb"] == FOLLOWS_GPU_TYPE  # not measured: the probed H100's reported total at compose
 
 
 @pytest.mark.parametrize("name,text", [("123", "is not a cluster name"), ("null", "is not a cluster name"),

@@ -196,3 +196,19 @@ def test_validate_warns_of_infinite_or_nan_step_times_never_a_silent_figure(tmp_
     assert main(["validate", str(log), "--target-steps", "100"]) == 0
     out = capsys.readouterr().out
     assert "10 of 50 step timings" in out and "NaN, infinite" in out and "left out of the estimate" in out, out
+
+
+@pytest.mark.parametrize("fmt, bad", [("nemo1", "0.000"), ("nemo2", "0.0"), ("nemo2", "1e-07"), ("megatron", "0.0")])
+def test_validate_counts_zero_step_times_as_unmeasured_in_one_line(tmp_path, capsys, fmt, bad):
+    """A step timed 0 s (or under the clock's resolution) is a timer that did not run: `vdkit validate` said
+    "measured 50 timed step(s)" with ten of them 0 s (and one "timer glitch" line each; a 1e-07 s one was averaged)."""
+    log = _nonfinite_log(tmp_path / "job.out", fmt, bad)
+    assert main(["validate", str(log), "--target-steps", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "measured      40 timed step(s)" in out, out
+    warned = [ln for ln in out.splitlines() if "not measured" in ln]
+    assert len(warned) == 1 and "10 of 50 step timings" in warned[0] and "left out of the estimate" in warned[0], out
+    assert "timer glitch" not in out and "under 1 ms" not in out, out
+    assert main(["validate", str(log), "--target-steps", "100", "--json"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert obj["steps_measured"] == 40 and obj["step_time_mean_s"] == pytest.approx(0.501, abs=0.001)

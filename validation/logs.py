@@ -64,6 +64,9 @@ MAX_STEP_SECONDS = 1e6  # 11.6 days for one step: a larger timing is a corrupt v
 
 
 MIN_STEP_SECONDS = 1e-3  # no training step of an LLM (even a tiny one on a GPU) takes under a millisecond
+# The finest clock a step timer reads: CUDA events resolve ~0.5 us (cudaEventElapsedTime), time.time() /
+# perf_counter() finer. A step time of 0 s or under this is a timer that did not run, not a measurement.
+CLOCK_RESOLUTION_S = 1e-6
 SLOW_STEP_SECONDS = 3600.0  # an hour per step: possible (a hung rank) but not a measurement to extrapolate
 
 
@@ -78,7 +81,7 @@ def _warn_losses_and_speed(log: StepLog) -> None:
         log.warnings.insert(0, f"{len(bad)} of {len(losses)} losses in {log.source} are NaN or infinite: the run "
                                "diverged part-way")
     times = [r.timing_s for r in log.steps if r.timing_s is not None and math.isfinite(r.timing_s) and r.timing_s > 0]
-    fast = sum(t < MIN_STEP_SECONDS for t in times)
+    fast = sum(CLOCK_RESOLUTION_S <= t < MIN_STEP_SECONDS for t in times)  # below the clock: screen_steps' line
     slow = sum(SLOW_STEP_SECONDS < t <= MAX_STEP_SECONDS for t in times)
     if fast:
         log.warnings.insert(0, f"{fast} of {len(times)} step timings in {log.source} are under "
@@ -93,8 +96,9 @@ def screen_steps(log: StepLog, require_timing: bool = True) -> None:
     """Leave out impossible steps and timings, saying how many; refuse when most of them are impossible.
 
     Impossible: a negative or astronomical global step; a timing that is NaN, infinite or above
-    MAX_STEP_SECONDS. Zero and negative timings are left to the series cleaning (timer glitches pair up
-    with the next step) - but when they are most of the run, no estimate can be honest: refused.
+    MAX_STEP_SECONDS; a timing of 0 s or under CLOCK_RESOLUTION_S (no timer ran: not a measured step).
+    Negative timings are left to the series cleaning (timer glitches pair up with the next step) - but when
+    unusable timings are most of the run, no estimate can be honest: refused.
     """
     n = len(log.steps)
     _warn_losses_and_speed(log)
@@ -110,10 +114,11 @@ def screen_steps(log: StepLog, require_timing: bool = True) -> None:
     if not timed:
         return
     absurd = [r for r in timed if not math.isfinite(r.timing_s) or r.timing_s > MAX_STEP_SECONDS]
-    nonpositive = [r for r in timed if math.isfinite(r.timing_s) and r.timing_s <= 0]
-    unusable = len(absurd) + len(nonpositive)
+    below_clock = [r for r in timed if math.isfinite(r.timing_s) and r.timing_s < CLOCK_RESOLUTION_S]
+    unusable = len(absurd) + len(below_clock)
     if require_timing and unusable * 2 > len(timed):
-        raise UserError(f"{unusable} of {len(timed)} step timings in {log.source} are zero, negative, NaN or "
+        raise UserError(f"{unusable} of {len(timed)} step timings in {log.source} are zero (or under the clock's "
+                        f"resolution), negative, NaN or "
                         f"above {MAX_STEP_SECONDS:g} s: too few real measurements for an estimate",
                         "check the job's timer (exp_manager.log_step_timing) and pass a log with real step times; "
                         "`vdkit validate --steps` lists what was parsed")
@@ -122,6 +127,13 @@ def screen_steps(log: StepLog, require_timing: bool = True) -> None:
             r.timing_s = None
         log.warnings.insert(0, f"{len(absurd)} of {len(timed)} step timings in {log.source} are NaN, infinite or "
                                f"above {MAX_STEP_SECONDS:g} s: left out of the estimate")
+    unmeasured = [r for r in timed if r.timing_s is not None and 0 <= r.timing_s < CLOCK_RESOLUTION_S]
+    if unmeasured:
+        for r in unmeasured:
+            r.timing_s = None
+        log.warnings.insert(0, f"{len(unmeasured)} of {len(timed)} step timings in {log.source} are 0 s or under "
+                               f"the clock's {CLOCK_RESOLUTION_S * 1e6:g} us resolution (no timer ran): not measured "
+                               "steps, left out of the estimate")
 
 
 def read_source(path: PathLike, require_timing: bool = True) -> StepLog:

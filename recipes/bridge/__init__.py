@@ -163,8 +163,8 @@ def local_check(plan) -> None:
 
 
 def files(plan, run_dir) -> dict:
-    """bridge.yaml (Bridge's ConfigContainer), bridge_job.py and its heartbeat, the one-time import job, data and
-    tokenizer."""
+    """bridge.yaml (Bridge's ConfigContainer), bridge_job.py with its checkpoint check (bridge_trust.py) and heartbeat,
+    the one-time import job, data and tokenizer."""
     from vdkit.recipes.bridge import convert
     from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR
     from vdkit.recipes.bridge.data import synthetic_files
@@ -174,7 +174,11 @@ def files(plan, run_dir) -> dict:
     r = plan.recipe
     from vdkit.recipes.common.heartbeat import STANDALONE_NAME, standalone_source
 
-    out = {CONFIG_FILE: render_bridge_yaml(plan, run_dir), JOB_FILE: (Path(__file__).parent / "job.py").read_text(),
+    from vdkit.recipes.bridge.job import TRUST_MODULE
+
+    here = Path(__file__).parent
+    out = {CONFIG_FILE: render_bridge_yaml(plan, run_dir), JOB_FILE: (here / "job.py").read_text(),
+           f"{TRUST_MODULE}.py": (here / "trust.py").read_text(),  # the checkpoints it resumes from, beside it
            f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
     if r.data.name == "synthetic" and r.method.name != "pretrain":
         from vdkit.recipes.bridge.config import chat_template

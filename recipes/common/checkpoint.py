@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 from typing import List, Optional, Tuple
 
-KEEP = 2  # checkpoints kept per run (older ones are removed after each save), besides the best (run.mode=train)
+# Checkpoints kept per run (older ones are removed after each save), besides the best (run.mode=train): the plan's
+# retention, whose one home is the checkpoint policy (pure, imports nothing from the kit: light for a rank).
+from vdkit.planner.checkpoint_policy import KEEP
 BEST_FILE = "best.json"  # run.mode=train: {"step", "validation_loss"} of the lowest validation loss so far
 CHECKPOINT_NAME = re.compile(r"^step=(\d+)\.ckpt$")
 

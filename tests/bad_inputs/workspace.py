@@ -87,6 +87,7 @@ def build_template(root: Path) -> Path:
     (root / "mostlyneg.out").write_text(nemo1_log([-1.0 if i % 7 else 5.0 for i in range(50)]))
     (root / "somenan.out").write_text(nemo1_log([float("nan") if i in (20, 30, 40) else 5.0 for i in range(50)]))
     (root / "allnan.out").write_text(nemo1_log([float("nan")] * 50))
+    (root / "somezero.out").write_text(nemo1_log([0.0 if i in (20, 30, 40) else 5.0 for i in range(50)]))
     (root / "restart.out").write_text(nemo1_log(good[:30], steps=list(range(30)))
                                       + nemo1_log(good[:30], steps=list(range(30))))
     (root / "negstep.out").write_text(nemo1_log(good, steps=[i - 25 for i in range(50)]))

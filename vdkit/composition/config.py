@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import re
 from pathlib import Path
 from functools import lru_cache
 from typing import Any, Dict, List, Optional
@@ -21,6 +20,7 @@ from vdkit.errors import UserError
 from vdkit.launch.fabric import NCCL_DEBUG_LEVELS
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.composition.schema import ARCHS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
+from vdkit.rules.overrides import refuse_env_interpolation
 
 # ----------------------------------------------------------------------------- allowed values
 def _engine_names() -> tuple:
@@ -97,8 +97,12 @@ def _register_schema() -> None:
     ConfigStore.instance().store(name="vdkit_schema", node=VdkitConfig)
     from omegaconf import OmegaConf
 
-    # ${nvidia_pretrain:MODEL,KEY}: NVIDIA's Llama 2 pretraining value (conf/method/pretrain.yaml uses it).
+    from vdkit.planner.calibration import MEMORY_RESOLVER, gpu_memory_gb
+
+    # ${nvidia_pretrain:MODEL,KEY}: NVIDIA's Llama 2 pretraining value (conf/method/pretrain.yaml uses it);
+    # ${gpu_memory_gb:GPU_TYPE}: the GPU's reported total (conf/cluster/*.yaml: the capacity follows cluster.gpu_type).
     OmegaConf.register_new_resolver("nvidia_pretrain", _nvidia_pretrain, replace=True)
+    OmegaConf.register_new_resolver(MEMORY_RESOLVER, gpu_memory_gb, replace=True)
     _STORED = True
 
 
@@ -198,7 +202,8 @@ def compose(overrides: List[str] | tuple = ()) -> Recipe:
             cfg = OmegaConf.merge(schema_node(), OmegaConf.to_container(cfg, resolve=True))
         obj: VdkitConfig = OmegaConf.to_object(cfg)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        raise UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
+        own = _resolver_error(exc)
+        raise own or UserError(f"invalid configuration: {hydra_message(exc)}", _fix_hint(hydra_message(exc))) from None
     finally:
         GlobalHydra.instance().clear()
     absolute_paths(obj)
@@ -233,23 +238,11 @@ def absolute_paths(cfg, cwd: Optional[str] = None) -> None:
         cfg.engine.container_image = os.path.normpath(os.path.join(base, str(image)))
 
 
-_ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
-
-
-def refuse_env_interpolation(overrides) -> None:
-    """Refuse ``${oc.env:VAR}`` (and the old ``${env:VAR}``) in any override.
-
-    Composition resolves it, so the variable's value - often a token - would land in the run
-    directory's name, the Slurm job name and recipe.yaml. The shell can expand a non-secret
-    variable itself; secrets belong in run.secrets_file, which only the job reads.
-    """
-    for o in overrides:
-        if _ENV_INTERPOLATION.search(str(o)):
-            key = str(o).split("=", 1)[0]
-            raise UserError(f"{key}: environment interpolation ${{oc.env:...}} is refused: its value (maybe a "
-                            "token) would be written into the run dir name, the job name and recipe.yaml",
-                            f"let your shell expand a non-secret variable ({key}=\"$VAR\"); pass secrets "
-                            "through run.secrets_file")
+def _resolver_error(exc: BaseException) -> Optional[UserError]:
+    """The UserError a resolver raised (``${gpu_memory_gb:...}``), which OmegaConf and Hydra wrap: its own line."""
+    while exc is not None and not isinstance(exc, UserError):
+        exc = exc.__cause__ or exc.__context__
+    return exc
 
 
 def _fix_hint(msg: str) -> str:

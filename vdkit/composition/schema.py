@@ -93,7 +93,7 @@ class ClusterCfg:
     max_nodes: int = 6  # the most nodes this cluster offers (the design guides: 6 XE9680s)
     gpus_per_node: int = 8  # GPUs (ranks) per node (sbatch --gpus-per-node): 8 on an XE9680, or 4 (the job still holds the node)
     node_gpus: Optional[int] = None  # GPUs a node of this cluster has (the most gpus_per_node can ask); None: unchecked (local ranks)
-    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into: its reported total in GB of 10^9 bytes (conf/cluster sets it; docs/prediction.md "Capacity")
+    gpu_memory_gb: float = 80.0  # memory of one GPU the planner fits into: its reported total in GB of 10^9 bytes (conf/cluster: it follows gpu_type unless a number is written; docs/prediction.md "Capacity")
     memory_overhead_gb: Optional[float] = None  # per-device overhead the planner reserves; None: conf/calibration/memory.yaml overhead_gb
     gpu_type: str = "H100-SXM5-80GB"  # GPU model; the step-time model predicts only for the types it is calibrated on
     cpus_per_task: int = 12  # CPU cores per rank (sbatch --cpus-per-task)

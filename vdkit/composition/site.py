@@ -344,7 +344,11 @@ def cluster_yaml(name: str, pr: Probe, base: dict) -> str:
     """The cluster file: ``base`` (the ClusterCfg defaults) with the probed values, commented per field."""
     import yaml
 
+    from vdkit.planner.calibration import FOLLOWS_GPU_TYPE
+
     data = {**base, **{k: v for k, v in pr.values.items() if k != "env"}, "name": name, "launcher": "slurm"}
+    if "gpu_memory_gb" not in pr.values:  # not measured: the capacity follows the file's (or a command line's) GPU
+        data["gpu_memory_gb"] = FOLLOWS_GPU_TYPE
     data["env"] = {**(base.get("env") or {}), **(pr.values.get("env") or {})}
     data["probed"] = sorted(k for k in pr.sources if k in SITE_FACTS)
     lines = [f"# cluster {name}: written by `vdkit site probe` on {os.uname().nodename} at "

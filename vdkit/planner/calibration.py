@@ -100,6 +100,27 @@ def capacity_gb(gpu_type: str) -> Optional[float]:
     return gb_of_bytes(float(total)) if total else None
 
 
+# A cluster file's ``gpu_memory_gb`` that follows its ``gpu_type`` (an OmegaConf resolver, registered by
+# vdkit.composition.config): a command-line cluster.gpu_type=H200-SXM5-141GB on cluster=xe9680 plans on the
+# H200's memory, not the H100's figure the file would otherwise keep. A number written there (a site's measured
+# figure, `vdkit site probe`) stays as written.
+MEMORY_RESOLVER = "gpu_memory_gb"
+FOLLOWS_GPU_TYPE = "${%s:${.gpu_type}}" % MEMORY_RESOLVER
+
+
+def gpu_memory_gb(gpu_type: str) -> float:
+    """``${gpu_memory_gb:GPU_TYPE}``: the GPU's reported total (:func:`capacity_gb`); UserError (one line) for a
+    GPU the kit does not describe: its memory is the user's to state."""
+    cap = capacity_gb(str(gpu_type))
+    if cap is None:
+        known = ", ".join(g for g, v in sorted((load("hf_step_time")["gpus"] or {}).items()) if v.get("memory_total_bytes"))
+        raise UserError(f"cluster.gpu_type={gpu_type} is not a GPU the kit describes ({known}: conf/calibration/"
+                        "hf_step_time.yaml gpus), so cluster.gpu_memory_gb cannot follow it",
+                        "use one of those gpu_types, or state its memory too: cluster.gpu_memory_gb=GB (nvidia-smi's "
+                        "memory.total in GB of 10^9 bytes; `vdkit site probe` writes both from a node)")
+    return cap
+
+
 def is_borderline(total_gb: float, cap_gb: float) -> bool:
     """The one borderline rule: within ``borderline_fraction`` of the GPU's memory, either way."""
     return abs(total_gb - cap_gb) <= float(memory()["borderline_fraction"]) * cap_gb

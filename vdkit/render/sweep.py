@@ -12,9 +12,10 @@ from __future__ import annotations
 import sys
 from typing import List, Optional, Sequence
 
-from vdkit.composition.config import group_options, hydra_message, refuse_env_interpolation
+from vdkit.composition.config import group_options, hydra_message
 from vdkit.composition.conftree import conf_dir
 from vdkit.errors import EngineCannot, UserError
+from vdkit.rules.overrides import refuse_env_interpolation
 
 
 # ----------------------------------------------------------------------------- expansion

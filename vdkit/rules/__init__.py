@@ -10,7 +10,7 @@ module per concern:
 - :mod:`.paths`: the files the kit itself reads (a DeepSpeed config, a local ``model.hf_path``) and
   ``run.name`` / ``run.out_dir``;
 - :mod:`.contradictions`: two settings that are fine alone and contradict each other (run.mode=train with
-  train.val_every_n_steps above train.max_steps);
+  train.val_every_n_steps above train.max_steps; a command-line cluster.gpu_type beside another GPU's stated memory);
 - :mod:`.environment`: ``cluster.env`` free of job-breaking names (PATH, UID, LD_*, SLURM_*, rendezvous
   variables, ...: the deny-list) and of secrets;
 - :mod:`.secrets`: no token in any other recipe value; ``run.secrets_file``'s names and its mode;

@@ -1,18 +1,38 @@
 """The command line's override syntax and the sweep's size, before anything composes.
 
 Syntax Hydra accepts but vdkit would silently mis-read (``~key``, ``hydra.*``, a key given twice,
-sweep syntax without ``-m``, ``glob()`` / ``interval()``): :func:`check_overrides`. A ``-m``
+sweep syntax without ``-m``, ``glob()`` / ``interval()``): :func:`check_overrides`; an environment
+interpolation (``${oc.env:VAR}``) in any override: :func:`refuse_env_interpolation`. A ``-m``
 product over :data:`MAX_CELLS` cells: :func:`check_sweep_size` (before expansion) and
 :func:`check_cell_count` (after a named sweep is expanded).
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Sequence
 
 from vdkit.errors import UserError
 
 MAX_CELLS = 256  # a sweep larger than this is a typo (range(0,10000)), not a plan: say so before composing
+# ${oc.env:VAR} (and the old ${env:VAR}, ${oc.decode:...}): refused on the command line and in a site's files
+ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
+
+
+def refuse_env_interpolation(overrides) -> None:
+    """Refuse ``${oc.env:VAR}`` (and the old ``${env:VAR}``) in any override.
+
+    Composition resolves it, so the variable's value - often a token - would land in the run
+    directory's name, the Slurm job name and recipe.yaml. The shell can expand a non-secret
+    variable itself; secrets belong in run.secrets_file, which only the job reads.
+    """
+    for o in overrides:
+        if ENV_INTERPOLATION.search(str(o)):
+            key = str(o).split("=", 1)[0]
+            raise UserError(f"{key}: environment interpolation ${{oc.env:...}} is refused: its value (maybe a "
+                            "token) would be written into the run dir name, the job name and recipe.yaml",
+                            f"let your shell expand a non-secret variable ({key}=\"$VAR\"); pass secrets "
+                            "through run.secrets_file")
 
 
 def _parse(overrides: Sequence[str]):

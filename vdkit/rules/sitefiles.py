@@ -3,19 +3,18 @@ held to the rules the command line has, each refusal one line naming the file an
 
 - No environment interpolation (``${oc.env:VAR}``, ``${env:VAR}``, ``${oc.decode:...}``) anywhere in the file:
   composition would resolve it into the run dir's name, the job and recipe.yaml (``partition: ${oc.env:HOME}``
-  rendered ``#SBATCH --partition=/root``), exactly what :func:`vdkit.composition.config.refuse_env_interpolation` refuses
+  rendered ``#SBATCH --partition=/root``), exactly what :func:`vdkit.rules.overrides.refuse_env_interpolation` refuses
   on the command line.
 - Every key is the group's schema key (:mod:`vdkit.composition.schema`), spelt in ASCII, holding a value of its type:
   Hydra would say only "ValidationError raised while composing config".
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from vdkit.errors import UserError
+from vdkit.rules.overrides import ENV_INTERPOLATION  # the command line's pattern, one home
 
-_ENV_INTERPOLATION = re.compile(r"\$\{\s*(oc\.env|env|oc\.decode)\s*:")
 _HYDRA_KEYS = ("defaults", "_self_")  # a Hydra group file may carry a defaults list: not the schema's
 
 
@@ -48,7 +47,7 @@ def check_user_file(group: str, path: Path, data: dict) -> None:
     fix_env = "write the value itself (a site file is read as written, never from this shell's environment); " \
               "secrets go in run.secrets_file"
     for key, value in _walk(data):
-        if isinstance(value, str) and _ENV_INTERPOLATION.search(value):
+        if isinstance(value, str) and ENV_INTERPOLATION.search(value):
             raise UserError(f"{path}: {key}: environment interpolation ${{oc.env:...}} is refused: its value (maybe "
                             "a token, maybe a home directory) would be rendered into the job and recipe.yaml", fix_env)
     schema = _schema(group)

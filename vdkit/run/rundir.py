@@ -6,7 +6,7 @@ directory (every engine, every launcher):
     launch.sbatch      the Slurm launcher's script (render)  recipe.yaml   the resolved recipe
     plan.json          the plan (layout, memory, feasible)  overrides.txt the overrides, one per line
     nemo.yaml          NeMo's config (engine=nemo)
-    bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py, import_hf.sbatch (engine=bridge)
+    bridge.yaml        Megatron-Bridge's ConfigContainer, bridge_job.py (+ bridge_trust.py), import_hf.sbatch (engine=bridge)
     logs/              exp_manager explicit_log_dir: TensorBoard events, NeMo log files
     checkpoints/       checkpoints, unless run.results_dir points at shared storage
     slurm-<jobid>.out  job stdout under Slurm; local-<n>.out under `vdkit run`
