@@ -45,3 +45,21 @@ def test_dp_reduction_moves_the_rendered_gradient_bytes():
     latency = 2 * bf16 - fp32  # ring time = bytes x a + latency: 4a + l and 2a + l
     assert 0 <= latency < 0.1 * bf16
     assert _dp_s("bridge", "bf16") == pytest.approx(_dp_s("bridge", "fp32"))
+
+
+@pytest.mark.parametrize("overrides", [
+    ["method=sft"], ["method=sft", "train.precision=fp8"], ["recipe=fast", "method=lora"]])
+def test_the_10_bytes_follow_what_nemo_yaml_gives_megatron_base_model(overrides, tmp_path):
+    # NeMo 1.23 takes store_param_remainders when: distributed_fused_adam, megatron_amp_O2 with a bf16 autocast
+    # dtype, optim.dtype fp32 (its default when unset) and no fp8_params (megatron_base_model.py:735-751)
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes.nemo.config import build_config
+
+    plan = make_plan(compose(["model=llama2_7b", *overrides]))
+    model = build_config(plan, tmp_path)["model"]
+    assert model["optim"]["name"] == "distributed_fused_adam" and "dtype" not in model["optim"]
+    assert model["megatron_amp_O2"] is True and not model.get("fp8_params")
+    p = plan.recipe.parallelism
+    _, _, trainable = stage_params(plan.recipe, plan.tp, plan.pp, 0)
+    got = stage_static_bytes(plan.recipe, plan.tp, plan.pp, 0, bool(p.distributed_optimizer))["optimizer"]
+    assert got == pytest.approx(10.0 * trainable / (plan.dp * p.cp))
