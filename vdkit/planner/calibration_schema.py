@@ -22,6 +22,7 @@ class MemoryCalib:
     megatron_bytes: Dict[str, List[float]] = MISSING  # precision -> (weights, gradients, optimizer) bytes
     fp8_linear_weight_bytes: Dict[str, float] = MISSING  # engine -> bytes per FP8 linear weight in the layers
     bf16_optimizer_bytes: Dict[str, List[float]] = MISSING  # engine -> train.optimizer_dtype=bf16 (gradients, optimizer)
+    fp32_distributed_optimizer_bytes: Dict[str, float] = MISSING  # engine -> its distributed optimizer's fp32 state
     checkpoint_bytes_per_param: float = MISSING
     sharded_bytes: Dict[str, List[float]] = MISSING  # sharding -> (parameter, gradient, optimizer) bytes
     sharded_frozen_bytes: Dict[str, float] = MISSING
@@ -142,7 +143,6 @@ class StackBytes:
     unfused_recompute_read: float = MISSING
     unfused_sft_gradient: float = MISSING
     activation: float = MISSING
-    dp_gradient: float = MISSING
     optimizer_pass: float = MISSING
 
 

@@ -13,7 +13,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   transpose (2); embeddings, output layer and norms stay bf16.
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
-  DP when the distributed optimizer shards them. ``train.optimizer_dtype=bf16``: (gradient, optimizer state)
+  DP when the distributed optimizer shards them; NeMo's distributed Adam (Apex) 10: a 16-bit remainder of the
+  master beside the bf16 weight (``fp32_distributed_optimizer_bytes``). ``train.optimizer_dtype=bf16``: (gradient, optimizer state)
   bytes by engine (``bf16_optimizer_bytes``): NeMo's Apex distributed Adam with ``dtype`` and ``grad_sync_dtype``
   bf16 (NVIDIA's SFT settings) 2 and 4, Bridge's precision-aware distributed optimizer 4 and 8.
 - per stage (``stage_static_bytes``): stage 0 holds the input embedding (and P-tuning's prompt
@@ -90,6 +91,33 @@ def optimizer_bf16_bytes(engine: str) -> Optional[Tuple[float, float]]:
     return None if pair is None else (float(pair[0]), float(pair[1]))
 
 
+def fp32_distributed_optimizer_bytes(engine: str) -> Optional[float]:
+    """Optimizer-state bytes per trainable parameter of ``engine``'s distributed optimizer with fp32 state on a
+    bf16 / fp8 model (conf/calibration/memory.yaml ``fp32_distributed_optimizer_bytes``: NeMo's Apex distributed
+    Adam keeps a 16-bit remainder of the master, 10); None: ``megatron_bytes``' figure."""
+    from vdkit.planner.calibration import memory
+
+    b = memory()["fp32_distributed_optimizer_bytes"].get(engine)
+    return None if b is None else float(b)
+
+
+def grad_optimizer_bytes(r: Recipe, distributed_optimizer: bool,
+                         precision: Optional[str] = None) -> Tuple[float, float]:
+    """(gradients, optimizer states) bytes per trainable parameter as ``r``'s engine renders them; default
+    precision ``train.precision``. The gradient bytes are the buffer's dtype, which the data-parallel reduction
+    moves too (vdkit.planner.predict counts them from here: one home): fp32 main gradients (4), NeMo's Apex
+    ``grad_sync_dtype`` bf16 with ``train.optimizer_dtype=bf16`` (2)."""
+    precision = precision or r.train.precision
+    _, g, o = static_bytes(precision)
+    if precision == "fp32":
+        return g, o
+    if r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
+        return optimizer_bf16_bytes(r.engine.name) or (g, o)  # (the engine's spec refuses a dtype it cannot render)
+    if distributed_optimizer:  # fp32 state: NeMo's Apex keeps 16-bit remainders, not an fp32 master
+        o = fp32_distributed_optimizer_bytes(r.engine.name) or o
+    return g, o
+
+
 def fp8_weight_bytes(engine: str) -> Optional[float]:
     """Bytes per transformer-layer linear weight with ``train.precision=fp8`` as ``engine``'s stack holds it
     (conf/calibration/memory.yaml ``fp8_linear_weight_bytes``); None: the engine renders no FP8."""
@@ -147,9 +175,8 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     engine's ``fp8_weight_bytes``, bf16 where the engine renders no FP8) or fp32; default ``train.precision``.
     The distributed optimizer shards the optimizer states over DP."""
     precision = precision or r.train.precision
-    w, g, o = static_bytes(precision)
-    if precision != "fp32" and r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
-        g, o = optimizer_bf16_bytes(r.engine.name) or (g, o)  # (the engine's spec refuses a dtype it cannot render)
+    w = static_bytes(precision)[0]
+    g, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
     held, linear_params, trainable = stage_params(r, tp, pp, stage)
     fp8 = fp8_weight_bytes(r.engine.name) if precision == "fp8" else None
     weights = w * held + (0.0 if fp8 is None else (fp8 - w) * linear_params)

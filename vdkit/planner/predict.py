@@ -43,7 +43,7 @@ from typing import Dict, Optional
 
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
-from vdkit.planner.memory import recompute_share
+from vdkit.planner.memory import grad_optimizer_bytes, recompute_share
 from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
@@ -278,7 +278,9 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                        fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
     stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
 
-    # Data parallel: fp32 gradients of the trainable parameters, once per step, after the backward.
+    # Data parallel: the trainable parameters' gradients, once per step, after the backward, in the gradient buffer's
+    # dtype as the engine renders it (the memory model's gradient bytes, one home: fp32 main gradients, 4; NeMo's
+    # Apex grad_sync_dtype bf16 with train.optimizer_dtype=bf16, 2).
     # (megatron-core reduces them over the data-parallel x context-parallel group.) Across nodes NCCL runs one
     # ring per channel, each crossing between nodes on its own adapter, so all the node's adapters carry the
     # reduction at once: its bus bandwidth is the node's fabric bandwidth, capped by NVLink (nccl-tests across
@@ -286,7 +288,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # not one adapter's share per GPU, which a point-to-point send between two GPUs (PP, CP) does get.
     dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
                        else (min(nvlink, fab.node_gb_s), fab_latency))
-    dp_s = _ring_s(nb["dp_gradient"] * trainable_held, dp * cp, dp_link, dp_lat)
+    grad_bytes = grad_optimizer_bytes(r, distributed_optimizer)[0]
+    dp_s = _ring_s(grad_bytes * trainable_held, dp * cp, dp_link, dp_lat)
     # NVIDIA's fused path with the distributed optimizer overlaps that reduction with compute (NeMo: optim
     # overlap_grad_sync / overlap_param_sync, conf/nvidia/llama2_pretrain.yaml - NeMo 1.23's
     # MegatronBaseModel.reduce_overlap_gradients: "the grad sync is overlapped with the final backward pass";
