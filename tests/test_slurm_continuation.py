@@ -181,9 +181,10 @@ def local_overrides(cell):
     return [*keep, "cluster=local", f"cluster.gpus_per_node={int(nodes) * int(per_node)}"]
 
 
-def check_losses(run_dir: Path, whole: Path, figures: dict, max_steps: int) -> tuple:
+def check_losses(run_dir: Path, whole: Path, figures: dict, max_steps: int) -> list:
     """The run's TensorBoard losses against the uninterrupted run's: every step once, the same until the first
-    stop; (the steps whose losses differ after it, the worst relative difference) - the caller asserts none."""
+    stop; puts the figures line in ``figures["losses"]`` and returns the (1-based step, loss, uninterrupted loss)
+    that differ after it (the caller prints the figures first, then asserts none)."""
     got, want = tb_losses(run_dir), tb_losses(whole)
     assert sorted(got) == sorted(want) == list(range(max_steps))  # none lost, none twice
     first = figures["stops"][0]  # until the first stop: the same arithmetic as the uninterrupted run
@@ -203,6 +204,7 @@ def check_finished_run_not_restarted(run_dir: Path) -> None:
 
 
 def skip_unless_installed(engine: str) -> None:
+    """Skip where the engine's stack (megatron-core; Megatron-Bridge) is not installed."""
     if engine != "reference":
         pytest.importorskip("megatron.core")
     if engine == "bridge" and importlib.util.find_spec("megatron.bridge") is None:
