@@ -43,4 +43,5 @@ def test_two_node_megatron_job_completes_on_the_local_slurm(local_slurm, tmp_pat
     assert [r["stage"] for r in report["ranks"]] == [0, 1]
 
 
-# The megatron job across allocations (a real time limit, the container stand-in): tests/test_slurm_continuation.py
+# The megatron job across allocations (USR1 to the batch shell, as Slurm sends it at the limit; the container
+# stand-in): tests/test_slurm_continuation.py

@@ -5,14 +5,19 @@ so continuation can only come from the batch shell: the ranks stop cleanly befor
 exit 75, the batch shell submits the next allocation (``--dependency=afterany``), the next job
 resumes from the checkpoint; a finished run never starts again.
 
-- A real two-minute time limit, for the reference, megatron and bridge (Megatron-Bridge's own loop)
-  engines: every step 1..N done across several allocations, none lost or repeated, and the losses
-  equal an uninterrupted run's. Steps and losses are read by the kit's own parser
-  (:mod:`vdkit.validation.logs` and its readers), which knows each engine's log lines and TensorBoard tags.
-- ``scancel --signal=USR1`` to the batch shell mid-run: the same path, on demand.
+- A real two-minute time limit (the reference engine): Slurm's own ``--signal=B:USR1@lead``, the batch shell's
+  trap and the resubmission (engine-independent) over several allocations: every step 1..N done, none lost or
+  repeated, and the losses equal an uninterrupted run's.
+- ``scancel --batch --signal=USR1`` at a chosen step, for the reference, megatron and bridge (Megatron-Bridge's own
+  loop) engines: what Slurm does at the limit (USR1 to the batch shell), on demand; what is engine-specific - each
+  engine's ranks stopping at USR1 and resuming exactly - is proved the same way (steps 1..N once across two
+  allocations, losses equal to an uninterrupted run's) without waiting for a limit. Steps and losses are read by
+  the kit's own parser (:mod:`vdkit.validation.logs` and its readers), which knows each engine's log lines and
+  TensorBoard tags.
 - ``sbatch launch.sbatch`` twice: the second job stops at the run dir's lock; `vdkit status` names
   the holder, and finds a plainly sbatch'ed job.
-- A ``%`` in the out dir reaches neither Slurm's pattern expansion nor a lost log.
+- A ``%`` in the out dir reaches neither Slurm's pattern expansion nor a lost log (the reference USR1 run's out dir,
+  both allocations).
 
 Each test prints its figures for the note.
 """
@@ -43,24 +48,28 @@ MEGATRON_CELL = ["engine=megatron", "engine.container_image=null", "model=tiny_l
 TIME_LIMIT_CELL = [*(o for o in CELL if not o.startswith(("train.seq_length=", "train.global_batch_size="))),
                    "model.hidden_size=256", "model.ffn_hidden_size=688", "model.num_layers=4",
                    "train.seq_length=256", "train.global_batch_size=8"]
-# Megatron-Bridge pretraining on its mock data, one rank (heavier than the others: Bridge's CPU start-up of
-# ~30 s leaves an allocation less time to train). Its resumed losses equal the uninterrupted run's only with the
-# job's GPTDataset loss-mask cache fix (job.LOSS_MASK_CACHE_BUG: megatron-core gpt_dataset.py:272 wrote the first
-# sample's pad positions into the cached mask, so a resumed process masked other positions; found here).
+# Megatron-Bridge pretraining on its mock data, one rank. Its resumed losses equal the uninterrupted run's only
+# with the job's GPTDataset loss-mask cache fix (job.LOSS_MASK_CACHE_BUG: megatron-core gpt_dataset.py:272 wrote
+# the first sample's pad positions into the cached mask, so a resumed process masked other positions; found by
+# this file's resume against an uninterrupted run).
 BRIDGE_CELL = ["engine=bridge", "engine.container_image=null", "model=tiny_llama", "model.num_layers=4",
                "model.hidden_size=256", "model.ffn_hidden_size=688", "method=pretrain", "data=synthetic",
                "cluster.nodes=1", "cluster.gpus_per_node=1", "parallelism.distributed_optimizer=false",
                "cluster.mpi=none", "cluster.socket_ifname=lo", "cluster.cpus_per_task=1", "train.seq_length=256",
                "train.micro_batch_size=2", "train.global_batch_size=8", "method.warmup_steps=0", "method.lr=1e-3"]
-TIME_LIMIT_CELLS = {"reference": TIME_LIMIT_CELL, "megatron": MEGATRON_CELL, "bridge": BRIDGE_CELL}
-# Seconds of calibrated training per time-limit run: an allocation trains for at most ~75 s (the budget ends
-# 90 s in, start-up included), so at least two allocations, with margin for a machine faster than at
-# calibration (reference: 1.7x). Megatron's cell runs 2 ranks beside its uninterrupted 2-rank run, so on 2
-# cores it trains at about half its calibrated speed while that run lasts (from the start): 100 s of work was 3
-# allocations (2712 steps, 208 s to finish, on a loaded machine); on more cores, still more than one allocation. Bridge's allocations train for at
-# most ~65 s (its CPU start-up, ~20 s idle, and its first torch_dist save, which spawns a writer process).
-# CI's budget: each allocation beyond two costs ~100 s (with 200 s of work, megatron took 5 and reference 3).
-TIME_LIMIT_WORK_S = {"reference": 130, "megatron": 100, "bridge": 120}
+# Seconds of calibrated training for the real two-minute limit: an allocation trains for at most ~75 s (the
+# budget ends 90 s in, start-up included), so at least two allocations, with margin for a machine faster than
+# at calibration (1.7x). CI's budget: each allocation beyond two costs ~100 s.
+TIME_LIMIT_WORK_S = 130
+# USR1 to the batch shell (what Slurm's --signal=B:USR1@lead does at the limit) once the job has logged this
+# step: {engine: (cell, train.max_steps, the step)}. The steps left after it outlast the stop's latency (the poll,
+# the batch shell's trap, the step in flight: megatron 0.04 s, bridge 0.7 s per step at load 10) so the
+# stop always comes mid-run; the signal steps are off multiples of 10 (Bridge 0.3.1 at PP2 resumed exactly at 10
+# and 20 only: a stop at a round step can hide a resume bug).
+# The reference run's out dir holds Slurm's filename patterns (%j, %x) and a lone %: the kit escapes them (%%) so
+# neither allocation's log goes elsewhere (engine-independent: the batch script's directives).
+PERCENT_OUT = "100%_done %j %x"
+USR1_RUNS = {"reference": (CELL, 120, 11), "megatron": (MEGATRON_CELL, 240, 23), "bridge": (BRIDGE_CELL, 40, 13)}
 STOPPED_LINE = "vdkit: stopped before the time limit; job "  # the batch shell's, for every engine
 
 
@@ -172,81 +181,110 @@ def local_overrides(cell):
     return [*keep, "cluster=local", f"cluster.gpus_per_node={int(nodes) * int(per_node)}"]
 
 
-@pytest.mark.parametrize("engine", ["reference", "megatron", "bridge"])
-def test_two_minute_time_limit_finishes_every_step_across_allocations(engine, local_slurm, tmp_path, capsys,
-                                                                      monkeypatch):
-    """A real 2-minute limit (stop lead 30 s): Slurm's USR1 reaches the batch shell 30-90 s in (it may come
-    up to 60 s early), the budget ends at 90 s; the ranks stop, the batch shell submits the next
-    allocation; N steps in all, 0 lost, losses equal to an uninterrupted run's (run alongside)."""
-    if engine != "reference":
-        pytest.importorskip("megatron.core")
-    if engine == "bridge" and importlib.util.find_spec("megatron.bridge") is None:
-        pytest.skip("megatron-bridge not installed (extra [bridge])")
-    cell = TIME_LIMIT_CELLS[engine]
-    local = local_overrides(cell)
-    # The job's ranks (sbatch exports this environment) use as many threads as the local ranks: the
-    # same arithmetic, so the same losses to the last bit (more threads sum in another order).
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    per_step = seconds_per_step(local, tmp_path / "calibrate")
-    # TIME_LIMIT_WORK_S of calibrated training (margin for a machine whose load drops after calibration);
-    # bounded above.
-    max_steps = min(8000, max(60, int(TIME_LIMIT_WORK_S[engine] / per_step)))
-    assert max_steps * per_step > 0.75 * TIME_LIMIT_WORK_S[engine], \
-        f"{per_step:.3f} s/step: the cell is too light for a 2-minute limit test"
-    whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
-    t0 = time.monotonic()
-    # A 2-minute allocation holds start-up, a step and the stop's lead only with this machine's start-up
-    # (a few seconds for the reference and megatron ranks, ~20-40 s for Bridge on CPU), not the default 120 s
-    # of a real cluster's container and weights: the door refuses a limit no step fits in.
-    startup = "cluster.startup_s=60" if engine == "bridge" else "cluster.startup_s=30"
-    run_dir, _ = _submit(tmp_path / "runs", capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=2",
-                         startup)
-    wait_run(run_dir, timeout=1800)
-    whole = finish_local_run(whole_proc)
-    figures = check_unbroken(run_dir, max_steps)
-    assert figures["allocations"] >= 2 and figures["restarts"] == figures["allocations"] - 1
+def check_losses(run_dir: Path, whole: Path, figures: dict, max_steps: int) -> list:
+    """The run's TensorBoard losses against the uninterrupted run's: every step once, the same until the first
+    stop; puts the figures line in ``figures["losses"]`` and returns the (1-based step, loss, uninterrupted loss)
+    that differ after it (the caller prints the figures first, then asserts none)."""
     got, want = tb_losses(run_dir), tb_losses(whole)
     assert sorted(got) == sorted(want) == list(range(max_steps))  # none lost, none twice
     first = figures["stops"][0]  # until the first stop: the same arithmetic as the uninterrupted run
     assert [got[s] for s in range(first)] == pytest.approx([want[s] for s in range(first)], rel=1e-5, abs=1e-6)
     off = [s for s in sorted(want) if got[s] != pytest.approx(want[s], rel=1e-5, abs=1e-6)]
     worst = max(abs(got[s] - want[s]) / abs(want[s]) for s in sorted(want))
-    text = (run_dir / "launch.sbatch").read_text()
-    lead = re.search(r"--signal=B:USR1@(\d+)", text).group(1)
-    print(f"\n{engine} time-limit figures: --time=2 min, stop lead {lead} s, {per_step:.3f} s/step calibrated, "
-          f"{max_steps} steps done 1..{max_steps} (0 lost, 0 repeated) in {figures['allocations']} allocations "
-          f"(jobs {', '.join(figures['jobs'])}), {figures['restarts']} restarts, stopped after steps "
-          f"{figures['stops']}; final loss {got[max_steps - 1]:.6f} vs uninterrupted {want[max_steps - 1]:.6f} "
-          f"({len(off)} of {max_steps} steps' losses differ, at most {worst:.1e} relative); "
-          f"{time.monotonic() - t0:.0f} s to finish")
-    # Finished: a job submitted again does nothing.
+    figures["losses"] = (f"final loss {got[max_steps - 1]:.6f} vs uninterrupted {want[max_steps - 1]:.6f} "
+                         f"({len(off)} of {max_steps} steps' losses differ, at most {worst:.1e} relative)")
+    return [(s + 1, got[s], want[s]) for s in off]
+
+
+def check_finished_run_not_restarted(run_dir: Path) -> None:
+    """A job submitted again into the finished run does nothing."""
     again = sub.submit_run(run_dir).job_id
     assert sub.wait(again, timeout=120, poll_s=1).state == "COMPLETED"
     assert "has finished" in _log(run_dir, again) and not _steps(run_dir, again)
-    assert not off, [(s + 1, got[s], want[s]) for s in off[:5]]
-    if engine == "bridge":  # every allocation's rank fixed megatron-core's loss-mask cache, once (job.py)
-        assert [_log(run_dir, j).count("patched GPTDataset's loss-mask cache") for j in figures["jobs"]
-                if _steps(run_dir, j)] \
-            == [1] * figures["allocations"]
 
-def test_usr1_to_the_batch_shell_stops_the_step_and_the_next_job_finishes(local_slurm, tmp_path, capsys):
-    max_steps = 120
-    run_dir, job_id = _submit(tmp_path, capsys, *CELL, f"train.max_steps={max_steps}", "cluster.time_limit_min=10")
+
+def skip_unless_installed(engine: str) -> None:
+    """Skip where the engine's stack (megatron-core; Megatron-Bridge) is not installed."""
+    if engine != "reference":
+        pytest.importorskip("megatron.core")
+    if engine == "bridge" and importlib.util.find_spec("megatron.bridge") is None:
+        pytest.skip("megatron-bridge not installed (extra [bridge])")
+
+
+def test_two_minute_time_limit_finishes_every_step_across_allocations(local_slurm, tmp_path, capsys, monkeypatch):
+    """A real 2-minute limit (stop lead 30 s): Slurm's USR1 reaches the batch shell 30-90 s in (it may come
+    up to 60 s early), the budget ends at 90 s; the ranks stop, the batch shell submits the next
+    allocation; N steps in all, 0 lost, losses equal to an uninterrupted run's (run alongside). Slurm's signal
+    at the limit, the trap and the resubmission are the batch shell's, the same for every engine: one engine
+    (reference) proves them here; each engine's own stop and resume at that USR1 is the USR1 test's, below."""
+    local = local_overrides(TIME_LIMIT_CELL)
+    # The job's ranks (sbatch exports this environment) use as many threads as the local ranks: the
+    # same arithmetic, so the same losses to the last bit (more threads sum in another order).
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    per_step = seconds_per_step(local, tmp_path / "calibrate")
+    # TIME_LIMIT_WORK_S of calibrated training (margin for a machine whose load drops after calibration);
+    # bounded above.
+    max_steps = min(8000, max(60, int(TIME_LIMIT_WORK_S / per_step)))
+    assert max_steps * per_step > 0.75 * TIME_LIMIT_WORK_S, \
+        f"{per_step:.3f} s/step: the cell is too light for a 2-minute limit test"
+    whole_proc = start_local_run([*local, f"train.max_steps={max_steps}"], tmp_path / "whole")
     t0 = time.monotonic()
-    deadline = t0 + 180
-    while not (_steps(run_dir, job_id) and _steps(run_dir, job_id)[-1] >= 10):
+    # A 2-minute allocation holds start-up, a step and the stop's lead only with this machine's start-up
+    # (a few seconds for the reference ranks), not the default 120 s of a real cluster's container and
+    # weights: the door refuses a limit no step fits in.
+    run_dir, _ = _submit(tmp_path / "runs", capsys, *TIME_LIMIT_CELL, f"train.max_steps={max_steps}",
+                         "cluster.time_limit_min=2", "cluster.startup_s=30")
+    wait_run(run_dir, timeout=1800)
+    whole = finish_local_run(whole_proc)
+    figures = check_unbroken(run_dir, max_steps)
+    assert figures["allocations"] >= 2 and figures["restarts"] == figures["allocations"] - 1
+    off = check_losses(run_dir, whole, figures, max_steps)
+    text = (run_dir / "launch.sbatch").read_text()
+    lead = re.search(r"--signal=B:USR1@(\d+)", text).group(1)
+    print(f"\nreference time-limit figures: --time=2 min, stop lead {lead} s, {per_step:.3f} s/step calibrated, "
+          f"{max_steps} steps done 1..{max_steps} (0 lost, 0 repeated) in {figures['allocations']} allocations "
+          f"(jobs {', '.join(figures['jobs'])}), {figures['restarts']} restarts, stopped after steps "
+          f"{figures['stops']}; {figures['losses']}; {time.monotonic() - t0:.0f} s to finish")
+    assert not off, off[:5]  # (a finished run is never started again: the batch shell's, in the USR1 test)
+
+
+@pytest.mark.parametrize("engine", list(USR1_RUNS))
+def test_usr1_to_the_batch_shell_stops_the_step_and_the_next_job_finishes(engine, local_slurm, tmp_path, capsys,
+                                                                         monkeypatch):
+    """USR1 to the batch shell once step k is logged (``scancel --batch --signal=USR1``: what Slurm's
+    ``--signal=B:USR1@lead`` does at the limit): the engine's ranks stop after a step >= k, the batch shell
+    submits the next allocation, which resumes there and finishes: N steps in all, 0 lost, 0 repeated, losses
+    equal to an uninterrupted run's (run alongside); the finished run is never started again."""
+    skip_unless_installed(engine)
+    cell, max_steps, signal_step = USR1_RUNS[engine]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the same arithmetic as the local ranks (the time-limit test's)
+    whole_proc = start_local_run([*local_overrides(cell), f"train.max_steps={max_steps}"], tmp_path / "whole")
+    out = tmp_path / (PERCENT_OUT if engine == "reference" else "runs")
+    run_dir, job_id = _submit(out, capsys, *cell, f"train.max_steps={max_steps}", "cluster.time_limit_min=10")
+    if engine == "reference":  # escaped in the script's directives; check_unbroken reads both allocations' logs
+        assert run_dir.parent == out and "%%" in (run_dir / "launch.sbatch").read_text()
+    t0 = time.monotonic()
+    deadline = t0 + 300
+    while not (_steps(run_dir, job_id) and _steps(run_dir, job_id)[-1] >= signal_step):
         assert time.monotonic() < deadline and not sub.job_state(job_id).done, _log(run_dir, job_id)[-2000:]
         time.sleep(0.2)
     signalled_at = _steps(run_dir, job_id)[-1]
     # What Slurm's --signal=B:USR1@lead does: the batch shell gets it and passes it to the step.
     subprocess.run(["scancel", "--batch", "--signal=USR1", job_id], check=True)
-    wait_run(run_dir, timeout=400)
+    wait_run(run_dir, timeout=600)
+    whole = finish_local_run(whole_proc)
     figures = check_unbroken(run_dir, max_steps)
     assert figures["allocations"] == 2 and signalled_at <= figures["stops"][0] < max_steps
     assert "USR1 from Slurm" in (run_dir / f"slurm-{job_id}.err").read_text()
-    print(f"\nUSR1 figures: job {job_id}, USR1 to the batch shell after step {signalled_at}, stopped after step "
-          f"{figures['stops'][0]}, next job {figures['jobs'][1]} finished 1..{max_steps} unbroken, "
-          f"{time.monotonic() - t0:.0f} s")
+    off = check_losses(run_dir, whole, figures, max_steps)
+    print(f"\n{engine} USR1 figures: job {job_id}, USR1 to the batch shell after step {signalled_at}, stopped after "
+          f"step {figures['stops'][0]}, next job {figures['jobs'][1]} finished 1..{max_steps} unbroken; "
+          f"{figures['losses']}; {time.monotonic() - t0:.0f} s")
+    check_finished_run_not_restarted(run_dir)
+    assert not off, off[:5]
+    if engine == "bridge":  # every allocation's rank fixed megatron-core's loss-mask cache, once (job.py)
+        assert [_log(run_dir, j).count("patched GPTDataset's loss-mask cache") for j in figures["jobs"]
+                if _steps(run_dir, j)] == [1] * figures["allocations"]
 
 
 def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_slurm, tmp_path, capsys):
@@ -277,15 +315,6 @@ def test_a_second_job_in_a_run_dir_is_refused_and_status_names_the_holder(local_
         subprocess.run(["scancel", first], check=True)  # never leave the nodes busy for the next test
     assert sub.wait(first, timeout=120, poll_s=1).done
     assert _steps(run_dir, second) == []  # the refused job trained nothing
-
-
-def test_percent_in_the_out_dir_is_not_expanded_by_slurm(local_slurm, tmp_path, capsys):
-    out = tmp_path / "100%_done %j %x"
-    run_dir, job_id = _submit(out, capsys, *CELL, "train.max_steps=2", "cluster.time_limit_min=5")
-    assert "%%" in (run_dir / "launch.sbatch").read_text()
-    st = sub.wait(run_dir, timeout=180, poll_s=1)
-    assert st.state == "COMPLETED" and _steps(run_dir, job_id)[-1] == 2
-    assert (run_dir / "finished").is_file()
 
 
 def test_job_steps_see_no_slurm_client_the_batch_shell_does(local_slurm, tmp_path):
