@@ -54,7 +54,8 @@ adapter on QKV (vdkit's NeMo split) gathers QKV's input over the sequence itself
 and its A output (rank r, gathered), ``sbr``.
 
 Frozen base weights on the fused set (derived from Transformer Engine's source, not measured - TE does not
-run on the CPU), by the TE each engine's image runs: NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
+run on the CPU), by the TE each engine's image runs (conf/calibration/memory.yaml
+``transformer_engine_major``): NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
 (nemo 26.02.01: TE 2.12; the megatron engine's fused set is taken as the same). Both engines' LoRA targets
 QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's ``lora_tuning`` is a
 ``LoraKQVAdapter``, nemo/collections/nlp/parts/peft_config.py); ``q`` below is a saved linear input's bytes
@@ -95,9 +96,14 @@ from __future__ import annotations
 
 KERNELS = ("fused", "local")
 MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
-# Engines whose image runs Transformer Engine 1.x (NeMo 1.23 in nemo 24.01.01): a frozen norm + linear still saves
-# its norm output, and LoRA's row-parallel B keeps A's TP split (module docstring); every other fused engine: TE 2.x
-TE1_ENGINES = ("nemo",)
+
+
+def _te_major(engine: str) -> int:
+    """The Transformer Engine major version ``engine``'s image runs (conf/calibration/memory.yaml
+    ``transformer_engine_major``; 2 where the engine is not named)."""
+    from vdkit.planner.calibration import memory
+
+    return int(memory()["transformer_engine_major"].get(engine, 2))
 
 
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
@@ -109,7 +115,7 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
     (frozen base weights), ``lora_dim`` LoRA's rank. ``fp8``: Transformer Engine's FP8 linears (fused kernels
     only) keep FP8 copies of their inputs. ``engine``: whose Transformer Engine and LoRA wrapping the fused
-    set's frozen weights follow (``TE1_ENGINES``; see the module docstring)."""
+    set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
@@ -153,7 +159,7 @@ def _frozen_fused_savings(m, s, b, tp, sequence_parallel, e, q, fp8, peft, lora_
     """What frozen base weights save on the fused set, less what a LoRA adapter on QKV adds (module docstring)."""
     h, f = m.hidden_size, m.ffn_hidden_size
     n = 1.0 / tp if sequence_parallel else 1.0
-    te1 = engine in TE1_ENGINES
+    te1 = _te_major(engine) == 1  # NeMo's TE 1.x: frozen norm outputs stay, B is row-parallel
     relu = getattr(m, "activation", "swiglu") == "relu"
     saved = s * b * f / tp * q - (s * b * f / tp * e if relu else 0.0)  # fc2's input (ReLU keeps its bf16 output)
     saved += s * b * h / tp if fp8 else 0.0  # the projection's FP8 copy (its bf16 input is flash attention's)
