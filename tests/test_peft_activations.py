@@ -75,3 +75,55 @@ def test_lora_plan_activations_are_below_sfts_by_the_frozen_inputs():
     m, s = lora.model, 4096
     per_layer = (2 * s * m.ffn_hidden_size / 2 + 2 * s * m.hidden_size - 2 * s * lora.method.lora_adapter_dim)
     assert (acts[1] - acts[0]) * GB == pytest.approx(m.num_layers * per_layer, rel=1e-9)
+
+
+_ADAPTER_PROBE = r"""
+import json, sys
+from vdkit.recipes.bridge import cpu_shim
+cpu_shim.apply()
+import torch
+from megatron.core import ModelParallelConfig
+from megatron.bridge.peft.utils import ParallelLinearAdapter
+from vdkit.recipes.common.mcore_cpu import single_rank_model_parallel
+
+single_rank_model_parallel()
+s, b, h, r, out = (int(v) for v in sys.argv[1:])
+# as megatron/bridge/peft/lora.py builds it for linear_qkv (identity activation, no norm, column-parallel B)
+adapter = ParallelLinearAdapter(h, out, r, base_linear_name="decoder.layers.0.self_attention.linear_qkv",
+                                activation="identity", norm_type=None, gather_output=False, input_is_parallel=False,
+                                dropout=0.0, alpha=r, disable_sequence_parallel_comm=True,
+                                model_parallel_config=ModelParallelConfig(use_cpu_initialization=True))
+norm_out = torch.randn(s, b, h, requires_grad=True)  # what TE's LayerNormLinear returns with return_layernorm_output
+params = {p.untyped_storage().data_ptr() for p in adapter.parameters()}
+saved = {}
+def pack(t):
+    if t.untyped_storage().data_ptr() not in params:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return t
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    adapter(norm_out)
+mine = norm_out.untyped_storage().data_ptr()
+print(json.dumps({"input": saved.pop(mine, 0), "other": sum(saved.values())}))
+"""
+
+
+def test_bridges_lora_adapter_keeps_what_the_plan_counts():
+    """Measured, not derived: Megatron-Bridge 0.3.1's ParallelLinearAdapter (megatron-core linears, so it runs on
+    the CPU; TE's own layers do not), one forward under torch's saved-tensor hooks, fp32, TP 1. It keeps the norm
+    output it is handed (the very tensor TE keeps for a LoRA-wrapped QKV: no new bytes) and A's output; the
+    plan's LoRA layer holds exactly that beyond a P-tuning layer (QKV's norm output and A's output, rank r)."""
+    import json
+    import subprocess
+    import sys
+
+    s, b, h, r = 64, 2, 32, 4
+    out = subprocess.run([sys.executable, "-c", _ADAPTER_PROBE, str(s), str(b), str(h), str(r), str(3 * h)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"input": s * b * h * 4, "other": s * b * r * 4}
+    m = SimpleNamespace(hidden_size=h, ffn_hidden_size=88, num_attention_heads=4, num_query_groups=4,
+                        norm="rmsnorm", activation="swiglu")
+    planned = [layer_bytes(m, s, b, 1, False, "none", element=4.0, peft=p, lora_dim=r, engine="bridge")
+               for p in ("lora", "ptuning")]
+    assert planned[0] - planned[1] == got["input"] + got["other"]

@@ -86,7 +86,9 @@ QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's
   weight)``): in bf16 TE's own tensor again. A's output (rank ``r``, ``gather_output=True``) is kept by B:
   Bridge's column-parallel B the gathered ``sbr e`` (peft/utils.py:498), NeMo's row-parallel B
   (``input_is_parallel=False``, parallel_adapters.py:159-166) its TP split, ``sbr/t e``. LoRA dropout (0 in
-  the kit's method defaults) would add a mask and a dropped copy; it is not counted.
+  the kit's method defaults) would add a mask and a dropped copy; it is not counted. Measured on the CPU
+(tests/test_peft_activations.py, saved-tensor hooks): Bridge's adapter itself (megatron-core linears) keeps
+exactly the tensor it is handed and A's output; TE's terms are derived only.
 
 Full recompute: a layer keeps only its input, ``sbh n`` (megatron's ``CheckpointFunction``); one
 layer's full set is live again while it is recomputed (the memory model adds it once).
