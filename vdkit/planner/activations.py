@@ -51,8 +51,44 @@ Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen
 (``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
 projection, QKV, fc1, fc2 and the two norms keep ``(sbh/t + 2sbh n + sbf/t + 2sbh n)`` less; LoRA's
 adapter on QKV (vdkit's NeMo split) gathers QKV's input over the sequence itself and keeps it, ``sbh``,
-and its A output (rank r, gathered), ``sbr``. (Transformer Engine's frozen linears are
-not derived here: the fused set counts them as trainable, an over-count for PEFT.)
+and its A output (rank r, gathered), ``sbr``.
+
+Frozen base weights on the fused set (derived from Transformer Engine's source, not measured - TE does not
+run on the CPU), by the TE each engine's image runs (conf/calibration/memory.yaml
+``transformer_engine_major``): NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
+(nemo 26.02.01: TE 2.12; the megatron engine's fused set is taken as the same). Both engines' LoRA targets
+QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's ``lora_tuning`` is a
+``LoraKQVAdapter``, nemo/collections/nlp/parts/peft_config.py); ``q`` below is a saved linear input's bytes
+(``e``, 1 in FP8):
+
+- frozen Linear (the output projection, fc2) keeps no input, bf16 or FP8 (TE 2.12 module/linear.py:144
+  ``backward_needs_input = is_grad_enabled and weight.requires_grad``, :402-404 ``saved_inputmat = None;
+  if backward_needs_input: saved_inputmat = inputmat``; TE 1.2 / 1.3 linear.py:264-265 ``if
+  weight.requires_grad:``): fc2 drops ``sbf/t q`` (ReLU's backward still reads the same bf16 tensor: ReLU
+  keeps ``sbf/t e``); the projection's bf16 input is flash attention's saved output and stays, its FP8 copy
+  (``sbh/t``) goes;
+- frozen norm + linear, TE 2.12 (layernorm_linear.py:375-377 ``if not weight.requires_grad and not
+  return_layernorm_output: clear_tensor_data(ln_out, ln_out_total)``): keeps the norm's input and 1/rms but
+  not its output, ``sbh n q`` less - fc1's pre-MLP norm always, QKV's unless a LoRA adapter asks for the
+  norm output (below); P-tuning (no adapter in the layer) drops both. TE 1.2 / 1.3 (NeMo) save ``ln_out``
+  whatever the weight (layernorm_linear.py v1.3:256-265 ``ctx.save_for_backward(inputmat, ..., ln_out,
+  ...)``): both norm outputs stay;
+- LoRA on QKV: the engine sets ``return_layernorm_output`` (Bridge peft/utils.py:138; NeMo
+  adapters/mcore_mixins.py:63), so TE keeps its ``ln_out`` (``sbh n q``) and hands the adapter its bf16 norm
+  output, which the adapter's first linear (megatron-core ``ColumnParallelLinear``, not TE: it runs bf16
+  under FP8 too) keeps: without SP and in bf16 that is the same tensor (nothing more); in FP8 TE keeps its
+  FP8 copy and the adapter the bf16 one (TE 2.12 layernorm_linear.py:237-238 ``ln_out_return = ln_out``
+  ... :277 ``ln_out = input_quantizer(ln_out)``; TE 1.3:138-145), ``+ sbh n e``. Under SP Bridge asks
+  for the gathered output (peft/utils.py:147 ``return_layernorm_output_gathered``; TE 2.12:247-251 gathers
+  it in bf16 and saves only the local ``ln_out``) and the adapter keeps the whole sequence, ``+ sbh e``;
+  NeMo's adapter runs with the model's SP config, so its ``ColumnParallelLinear`` gathers inside and saves
+  the local shard it was handed (megatron-core tensor_parallel/layers.py ``ctx.save_for_backward(input,
+  weight)``): in bf16 TE's own tensor again. A's output (rank ``r``, ``gather_output=True``) is kept by B:
+  Bridge's column-parallel B the gathered ``sbr e`` (peft/utils.py:498), NeMo's row-parallel B
+  (``input_is_parallel=False``, parallel_adapters.py:159-166) its TP split, ``sbr/t e``. LoRA dropout (0 in
+  the kit's method defaults) would add a mask and a dropped copy; it is not counted. Measured on the CPU
+(tests/test_peft_activations.py, saved-tensor hooks): Bridge's adapter itself (megatron-core linears) keeps
+exactly the tensor it is handed and A's output; TE's terms are derived only.
 
 Full recompute: a layer keeps only its input, ``sbh n`` (megatron's ``CheckpointFunction``); one
 layer's full set is live again while it is recomputed (the memory model adds it once).
@@ -64,15 +100,24 @@ KERNELS = ("fused", "local")
 MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
 
 
+def _te_major(engine: str) -> int:
+    """The Transformer Engine major version ``engine``'s image runs (conf/calibration/memory.yaml
+    ``transformer_engine_major``; 2 where the engine is not named)."""
+    from vdkit.planner.calibration import memory
+
+    return int(memory()["transformer_engine_major"].get(engine, 2))
+
+
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
-                fp8: bool = False) -> float:
+                fp8: bool = False, engine: str = "") -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
     vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
-    (frozen base weights; local kernels only, see the module docstring), ``lora_dim`` LoRA's rank. ``fp8``:
-    Transformer Engine's FP8 linears (fused kernels only) keep FP8 copies of their inputs."""
+    (frozen base weights), ``lora_dim`` LoRA's rank. ``fp8``: Transformer Engine's FP8 linears (fused kernels
+    only) keep FP8 copies of their inputs. ``engine``: whose Transformer Engine and LoRA wrapping the fused
+    set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
@@ -106,4 +151,28 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
     fc1_out = (2 if gated else mlp_plain - 1) * s * b * f / tp * e  # what the activation's backward reads
     mlp = fc1_out + s * b * f / tp * q  # + fc2's input
-    return replicated + attention + lse + mlp
+    total = replicated + attention + lse + mlp
+    if peft:
+        total -= _frozen_fused_savings(m, s, b, tp, sequence_parallel, e, q, fp8, peft, lora_dim, engine)
+    return total
+
+
+def _frozen_fused_savings(m, s, b, tp, sequence_parallel, e, q, fp8, peft, lora_dim, engine) -> float:
+    """What frozen base weights save on the fused set, less what a LoRA adapter on QKV adds (module docstring)."""
+    h, f = m.hidden_size, m.ffn_hidden_size
+    n = 1.0 / tp if sequence_parallel else 1.0
+    te1 = _te_major(engine) == 1  # NeMo's TE 1.x: frozen norm outputs stay, B is row-parallel
+    relu = getattr(m, "activation", "swiglu") == "relu"
+    saved = s * b * f / tp * q - (s * b * f / tp * e if relu else 0.0)  # fc2's input (ReLU keeps its bf16 output)
+    saved += s * b * h / tp if fp8 else 0.0  # the projection's FP8 copy (its bf16 input is flash attention's)
+    norm_out = s * b * h * n * q
+    if not te1:  # TE 2.x drops a frozen norm + linear's norm output: fc1's always, QKV's unless LoRA returns it
+        saved += norm_out if peft == "lora" else 2 * norm_out
+    if peft == "lora":  # the adapter keeps a bf16 norm output of its own where TE's saved one is not it
+        if te1:
+            saved -= s * b * h * n * e if fp8 else 0.0
+            saved -= s * b * lora_dim / tp * e  # B is row-parallel: A's output split over TP
+        else:
+            saved -= s * b * h * e if (fp8 or (sequence_parallel and tp > 1)) else 0.0  # gathered under SP
+            saved -= s * b * lora_dim * e  # B is column-parallel: A's output gathered
+    return saved

@@ -29,6 +29,7 @@ class MemoryCalib:
     accumulation_grad_bytes: Dict[str, float] = MISSING
     gathered_layers: int = MISSING
     logit_bytes: float = MISSING
+    transformer_engine_major: Dict[str, int] = MISSING  # engine -> its image's TE major (PEFT activations)
 
 
 # ----------------------------------------------------------------------------- hf_step_time.yaml

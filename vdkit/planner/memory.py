@@ -212,7 +212,9 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     s = (t.seq_length + (r.method.ptuning_virtual_tokens if r.method.name == "ptuning" else 0)) / r.parallelism.cp
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
-    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8)
+    peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8,
+                            peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name)
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
