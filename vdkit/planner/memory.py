@@ -7,7 +7,9 @@ it, and the engines compare what their ranks really hold against it (the megatro
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
 ``megatron_amp_O2``:
 
-- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the transformer layers'
+- weights: 2 bytes per parameter held by the GPU (bf16); 4 where the engine's rendered model keeps fp32 parameters
+  (its spec's ``fp32_params``: NeMo 1.23's LoRA / P-tuning in the design guide's recipe, no ``megatron_amp_O2``;
+  then fp32 gradients and Adam's m and v with no master copy, ``fp32_params_bytes``); with ``train.precision=fp8`` the transformer layers'
   linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
   parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
   transpose (2); embeddings, output layer and norms stay bf16.
@@ -111,11 +113,27 @@ def grad_optimizer_bytes(r: Recipe, distributed_optimizer: bool,
     _, g, o = static_bytes(precision)
     if precision == "fp32":
         return g, o
+    held = fp32_params_bytes(r)
+    if held is not None:  # fp32 parameters (NeMo without megatron_amp_O2): their own gradient and state bytes
+        return held[1], held[2]
     if r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
         return optimizer_bf16_bytes(r.engine.name) or (g, o)  # (the engine's spec refuses a dtype it cannot render)
     if distributed_optimizer:  # fp32 state: NeMo's Apex keeps 16-bit remainders, not an fp32 master
         o = fp32_distributed_optimizer_bytes(r.engine.name) or o
     return g, o
+
+
+def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
+    """(weights, gradients, optimizer states) bytes per parameter when ``r``'s engine renders a model that keeps
+    fp32 parameters under bf16 / fp8 mixed precision (its spec's ``fp32_params``: NeMo 1.23 without
+    ``megatron_amp_O2``, i.e. LoRA / P-tuning in the design guide's recipe), by ``train.optimizer_dtype``
+    (conf/calibration/memory.yaml ``fp32_params_bytes``); None: the engine holds ``megatron_bytes``' weights."""
+    from vdkit.planner.calibration import memory
+    from vdkit.recipes import engines
+
+    if not engines.get(r.engine.name).fp32_params(r):
+        return None
+    return tuple(float(x) for x in memory()["fp32_params_bytes"][r.engine.name][r.train.optimizer_dtype])
 
 
 def fp8_weight_bytes(engine: str) -> Optional[float]:
@@ -175,11 +193,15 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     engine's ``fp8_weight_bytes``, bf16 where the engine renders no FP8) or fp32; default ``train.precision``.
     The distributed optimizer shards the optimizer states over DP."""
     precision = precision or r.train.precision
-    w = static_bytes(precision)[0]
+    w = mixed_w = static_bytes(precision)[0]
+    if precision != "fp32" and fp32_params_bytes(r) is not None:
+        w = fp32_params_bytes(r)[0]  # fp32 parameters: the engine renders no megatron_amp_O2
     g, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
     held, linear_params, trainable = stage_params(r, tp, pp, stage)
     fp8 = fp8_weight_bytes(r.engine.name) if precision == "fp8" else None
-    weights = w * held + (0.0 if fp8 is None else (fp8 - w) * linear_params)
+    # fp8: the linear weights' bytes beyond a mixed-precision weight (NeMo: Transformer Engine's cached FP8 copy and
+    # transpose) come on top of the parameter the engine holds
+    weights = w * held + (0.0 if fp8 is None else (fp8 - mixed_w) * linear_params)
     shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
