@@ -1,0 +1,53 @@
+"""NeMo 1.23 without megatron_amp_O2 (LoRA / P-tuning in the design guide's recipe) builds fp32 parameters
+(megatron_base_model.py:128-132): the memory model counts 4-byte weights, fp32 gradients and Adam's m and v with no
+master copy (conf/calibration/memory.yaml ``fp32_params_bytes``), exactly where the rendered nemo.yaml has O2 off."""
+from __future__ import annotations
+
+import pytest
+
+from vdkit.composition.config import compose
+from vdkit.planner.memory import stage_params, stage_static_bytes
+
+LORA_7B = ["model=llama2_7b", "parallelism.tp=1", "parallelism.pp=1"]
+
+
+@pytest.mark.parametrize("overrides, o2", [
+    (["method=lora"], False), (["method=ptuning"], False), (["method=sft"], True),
+    (["method=lora", "recipe=fast"], True), (["method=pretrain"], True)])
+def test_rendered_o2_is_what_the_memory_model_counts(overrides, o2, tmp_path):
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes import engines
+    from vdkit.recipes.nemo.config import build_config
+
+    plan = make_plan(compose(["model=llama2_7b", *overrides]))
+    assert build_config(plan, tmp_path)["model"]["megatron_amp_O2"] is o2
+    assert engines.get("nemo").fp32_params(plan.recipe) is (not o2)
+
+
+@pytest.mark.parametrize("extra, w, g, o", [
+    ([], 4.0, 4.0, 8.0),  # fp32 parameters: fp32 gradients, Adam m + v, no master copy (fused_adam unwrapped)
+    (["parallelism.distributed_optimizer=true"], 4.0, 4.0, 8.0),  # Apex store_params=False: dtype is the model's
+    (["parallelism.distributed_optimizer=true", "train.optimizer_dtype=bf16"], 4.0, 2.0, 6.0),  # store_params=True
+    (["recipe=fast"], 2.0, 4.0, 10.0),  # O2: bf16 weights, the distributed Adam's 16-bit remainders
+])
+def test_guide_lora_holds_fp32_weights(extra, w, g, o):
+    r = compose(["method=lora", *LORA_7B, *extra])
+    held, _, trainable = stage_params(r, 1, 1, 0)
+    got = stage_static_bytes(r, 1, 1, 0, r.parallelism.distributed_optimizer)
+    dp = r.cluster.nodes * r.cluster.gpus_per_node if r.parallelism.distributed_optimizer else 1
+    assert got["weights"] == pytest.approx(w * held)
+    assert got["gradients"] == pytest.approx(g * trainable)
+    assert got["optimizer"] == pytest.approx(o * trainable / dp)
+
+
+def test_fp8_adds_te_copies_to_the_fp32_parameter():
+    # train.precision=fp8 without O2: the fp32 parameter plus Transformer Engine's FP8 copy and transpose (1 + 1)
+    r = compose(["method=lora", "train.precision=fp8", *LORA_7B])
+    held, linear, _ = stage_params(r, 1, 1, 0)
+    assert stage_static_bytes(r, 1, 1, 0, False)["weights"] == pytest.approx(4.0 * held + 2.0 * linear)
+
+
+def test_other_engines_keep_bf16_weights_for_lora():
+    r = compose(["method=lora", "engine=bridge", *LORA_7B])
+    held, _, _ = stage_params(r, 1, 1, 0)
+    assert stage_static_bytes(r, 1, 1, 0, False)["weights"] == pytest.approx(2.0 * held)
