@@ -9,7 +9,9 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 
 - weights: 2 bytes per parameter held by the GPU (bf16); 4 where the engine's rendered model keeps fp32 parameters
   (its spec's ``fp32_params``: NeMo 1.23's LoRA / P-tuning in the design guide's recipe, no ``megatron_amp_O2``;
-  then fp32 gradients and Adam's m and v with no master copy, ``fp32_params_bytes``); with ``train.precision=fp8`` the transformer layers'
+  then fp32 gradients and Adam's m and v with no master copy, ``fp32_params_bytes``, and in bf16 each layer in
+  flight holds the bf16 cast of its linear weights that Transformer Engine saves for backward, counted with the
+  activations, ``fp32_params_cast_bytes``); with ``train.precision=fp8`` the transformer layers'
   linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
   parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
   transpose (2); embeddings, output layer and norms stay bf16.
@@ -136,6 +138,17 @@ def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
     return tuple(float(x) for x in memory()["fp32_params_bytes"][r.engine.name][r.train.optimizer_dtype])
 
 
+def saved_cast_bytes(r: Recipe, precision: str) -> float:
+    """Bytes per transformer-layer linear weight that each layer in flight saves for backward as a cast copy of an fp32
+    parameter (Transformer Engine's native-AMP cast, conf/calibration/memory.yaml ``fp32_params_cast_bytes``); 0 when
+    the engine holds no fp32 parameters (``fp32_params_bytes``) or in fp32."""
+    from vdkit.planner.calibration import memory
+
+    if precision == "fp32" or fp32_params_bytes(r) is None:
+        return 0.0
+    return float(memory()["fp32_params_cast_bytes"][r.engine.name][precision])
+
+
 def fp8_weight_bytes(engine: str) -> Optional[float]:
     """Bytes per transformer-layer linear weight with ``train.precision=fp8`` as ``engine``'s stack holds it
     (conf/calibration/memory.yaml ``fp8_linear_weight_bytes``); None: the engine renders no FP8."""
@@ -235,6 +248,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8)
+    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
+    per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
