@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vdkit.composition.config import compose
-from vdkit.planner.memory import stage_params, stage_static_bytes
+from vdkit.planner.memory import estimate_memory, stage_params, stage_static_bytes
 
 LORA_7B = ["model=llama2_7b", "parallelism.tp=1", "parallelism.pp=1"]
 
@@ -28,7 +28,6 @@ def test_rendered_o2_is_what_the_memory_model_counts(overrides, o2, tmp_path):
     ([], 4.0, 4.0, 8.0),  # fp32 parameters: fp32 gradients, Adam m + v, no master copy (fused_adam unwrapped)
     (["parallelism.distributed_optimizer=true"], 4.0, 4.0, 8.0),  # Apex store_params=False: dtype is the model's
     (["parallelism.distributed_optimizer=true", "train.optimizer_dtype=bf16"], 4.0, 2.0, 6.0),  # store_params=True
-    (["recipe=fast"], 2.0, 4.0, 10.0),  # O2: bf16 weights, the distributed Adam's 16-bit remainders
 ])
 def test_guide_lora_holds_fp32_weights(extra, w, g, o):
     r = compose(["method=lora", *LORA_7B, *extra])
@@ -38,6 +37,11 @@ def test_guide_lora_holds_fp32_weights(extra, w, g, o):
     assert got["weights"] == pytest.approx(w * held)
     assert got["gradients"] == pytest.approx(g * trainable)
     assert got["optimizer"] == pytest.approx(o * trainable / dp)
+    # with O2 (recipe=fast: NVIDIA's settings) bf16 weights; other engines' LoRA bf16 weights
+    fast = compose(["method=lora", *LORA_7B, *extra, "recipe=fast"])
+    assert stage_static_bytes(fast, 1, 1, 0, True)["weights"] == pytest.approx(2.0 * held)
+    bridge = stage_static_bytes(compose(["method=lora", "engine=bridge", *LORA_7B]), 1, 1, 0, False)
+    assert bridge["weights"] == pytest.approx(2.0 * held)
 
 
 def test_fp8_adds_te_copies_to_the_fp32_parameter():
@@ -47,7 +51,30 @@ def test_fp8_adds_te_copies_to_the_fp32_parameter():
     assert stage_static_bytes(r, 1, 1, 0, False)["weights"] == pytest.approx(4.0 * held + 2.0 * linear)
 
 
-def test_other_engines_keep_bf16_weights_for_lora():
-    r = compose(["method=lora", "engine=bridge", *LORA_7B])
-    held, _, _ = stage_params(r, 1, 1, 0)
-    assert stage_static_bytes(r, 1, 1, 0, False)["weights"] == pytest.approx(2.0 * held)
+def _activations(overrides, recompute="none"):
+    r = compose(["model=llama2_13b", "cluster.gpus_per_node=4", "parallelism.tp=2", "parallelism.pp=1", *overrides])
+    return estimate_memory(r, 2, 1, 1, True, recompute, False).activations_gb * 1e9, r
+
+
+@pytest.mark.parametrize("recompute, layers_holding", [("none", None), ("full", 1)])
+def test_each_layer_in_flight_holds_te_s_bf16_cast_of_its_fp32_weights(recompute, layers_holding, monkeypatch):
+    # Under torch.autocast TE casts the fp32 weight to bf16 and saves the cast for backward ("Cast for native AMP"),
+    # a 2-byte copy of every linear weight per layer in flight (PP 1, one micro batch: every layer); with O2 the
+    # cast is a no-op. Full recompute: only the layer being recomputed holds one.
+    from vdkit.planner import memory
+
+    o1, r = _activations(["method=lora"], recompute)
+    _, linear, _ = stage_params(r, 2, 1, 0)
+    monkeypatch.setattr(memory, "saved_cast_bytes", lambda *a: 0.0)
+    without, _ = _activations(["method=lora"], recompute)
+    layers = r.model.num_layers if layers_holding is None else layers_holding
+    assert o1 - without == pytest.approx(2.0 * linear / r.model.num_layers * layers)
+
+
+def test_fp8_saves_no_cast_and_o2_none():
+    # FP8 GEMMs read TE's cached FP8 copies and save the parameter itself; O2's bf16 weight needs no cast
+    from vdkit.planner.memory import saved_cast_bytes
+
+    assert saved_cast_bytes(compose(["method=lora", "train.precision=fp8", *LORA_7B]), "fp8") == 0.0
+    assert saved_cast_bytes(compose(["method=lora", "recipe=fast", *LORA_7B]), "bf16") == 0.0
+    assert saved_cast_bytes(compose(["method=lora", *LORA_7B]), "bf16") == 2.0
