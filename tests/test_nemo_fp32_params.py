@@ -78,3 +78,25 @@ def test_fp8_saves_no_cast_and_o2_none():
     assert saved_cast_bytes(compose(["method=lora", "train.precision=fp8", *LORA_7B]), "fp8") == 0.0
     assert saved_cast_bytes(compose(["method=lora", "recipe=fast", *LORA_7B]), "bf16") == 0.0
     assert saved_cast_bytes(compose(["method=lora", *LORA_7B]), "bf16") == 2.0
+
+
+def test_autocast_saves_a_new_bf16_copy_of_a_frozen_fp32_weight():
+    # Measured, on CPU: under torch.autocast(bf16) a linear layer with a frozen fp32 weight saves for backward a bf16
+    # cast of it (fp32_params_cast_bytes per weight, a new tensor each forward), not the parameter; with O2's bf16
+    # weight it saves the parameter itself. TE's modules make the same cast by hand (memory.yaml cites them).
+    import torch
+
+    from vdkit.planner.calibration import memory
+
+    def saved(weight_dtype, autocast):
+        lin = torch.nn.Linear(64, 128, bias=False).to(weight_dtype).requires_grad_(False)
+        x = torch.randn(4, 64, dtype=weight_dtype, requires_grad=True)
+        got = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: got.append(t) or t, lambda t: t):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                lin(x)
+        return [(t.numel() * t.element_size(), t.data_ptr() == lin.weight.data_ptr()) for t in got]
+
+    cast = memory()["fp32_params_cast_bytes"]["nemo"]["bf16"]
+    assert saved(torch.float32, True) == [(cast * 64 * 128, False)]  # a copy: bytes beyond the weight
+    assert saved(torch.bfloat16, False) == [(2 * 64 * 128, True)]  # the parameter: nothing beyond it
