@@ -97,6 +97,12 @@ class Engine:
         fn = self.spec.notes
         return [str(n) for n in fn(recipe)] if fn else []
 
+    def fp32_params(self, recipe) -> bool:
+        """Whether the engine's rendered model of ``recipe`` keeps fp32 parameters under bf16 / fp8 mixed precision
+        (NeMo 1.23 without megatron_amp_O2); the memory model counts their bytes (vdkit.planner.memory)."""
+        fn = self.spec.fp32_params
+        return bool(fn(recipe)) if fn else False
+
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = self.spec.inputs
         return list(fn(plan)) if fn else []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
 HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "resume_check", "env", "container",
-         "finished_line", "make_base", "notes")  # the optional functions; ``command`` is required
+         "finished_line", "make_base", "notes", "fp32_params")  # the optional functions; ``command`` is required
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,7 +39,9 @@ class EngineSpec:
     - ``container(plan, run_dir) -> vdkit.run.jobspec.Container | None``: the image and mounts (None: host Python);
     - ``finished_line(plan) -> str | None``: for ranks that exit 0 on a clean stop too, what rank 0 prints when done;
     - ``make_base(recipe, directory) -> path``: a seeded toy base checkpoint at ``base_model_key`` (the demo);
-    - ``notes(recipe) -> [str]``: lines the plan (and the render) says about the engine's run, e.g. seeded weights.
+    - ``notes(recipe) -> [str]``: lines the plan (and the render) says about the engine's run, e.g. seeded weights;
+    - ``fp32_params(recipe) -> bool``: its rendered model keeps fp32 parameters under bf16 / fp8 mixed precision
+      (NeMo 1.23 without megatron_amp_O2), which the memory model counts (:mod:`vdkit.planner.memory`).
     """
 
     name: str  # engine.name
@@ -57,6 +59,7 @@ class EngineSpec:
     finished_line: Optional[Callable] = None
     make_base: Optional[Callable] = None  # (recipe, directory) -> path: a seeded toy base for base_model_key (the demo)
     notes: Optional[Callable] = None  # (recipe) -> [str]: the plan's notes about this engine's run
+    fp32_params: Optional[Callable] = None  # (recipe) -> bool: fp32 parameters under mixed precision (memory model)
     # --- the model: every ModelCfg field is in exactly one of maps / ignores / refuses
     families: Tuple[str, ...]  # model.arch values it builds
     maps: Mapping[str, str]  # model field -> where it lands in the stack (built exactly, any value)

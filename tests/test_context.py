@@ -27,7 +27,11 @@ def test_seq_past_trained_max_plans_with_a_note_naming_rope_and_memory():
                   "parallelism.tp=4", "parallelism.pp=1", "parallelism.recompute=none")
     long = _plan("model=llama2_70b", "method=lora", "train.seq_length=8192", "cluster.nodes=2",
                  "parallelism.tp=4", "parallelism.pp=1", "parallelism.recompute=none")
-    assert long.memory.activations_gb == pytest.approx(2 * short.memory.activations_gb, rel=0.01)
+    # less what is not per token: the bf16 casts of NeMo's fp32 PEFT weights TE saves, one per layer (PP 1)
+    from vdkit.planner.memory import saved_cast_bytes, stage_params
+
+    casts = saved_cast_bytes(short.recipe, "bf16") * stage_params(short.recipe, 4, 1, 0)[1] / 1e9
+    assert long.memory.activations_gb - casts == pytest.approx(2 * (short.memory.activations_gb - casts), rel=0.01)
 
 
 def test_learned_positions_are_refused_past_their_table():

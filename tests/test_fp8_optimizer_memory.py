@@ -19,11 +19,14 @@ LORA_70B = ["model=llama2_70b", "method=lora", "cluster.nodes=2", "parallelism.t
 def test_fp8_linear_weights_are_what_the_engines_stack_keeps(engine, linear_bytes):
     # NeMo 1.23 (model.fp8, no fp8_params): the bf16 weight + Transformer Engine's cached FP8 copy + its FP8
     # transpose; Bridge (fp8_param): the FP8 parameter's data + transpose. Everything else stays bf16 (2).
-    r = compose([*LORA_70B, f"engine={engine}", "train.precision=fp8"])
+    # NeMo's LoRA with megatron_amp_O2 (recipe=fast, as NVIDIA's LoRA FP8 rows; without O2 its weights are fp32:
+    # tests/test_nemo_fp32_params.py)
+    over = [*LORA_70B, f"engine={engine}", *(["recipe=fast"] if engine == "nemo" else [])]
+    r = compose([*over, "train.precision=fp8"])
     held, linear, _ = stage_params(r, 4, 4, 1)
     weights = stage_static_bytes(r, 4, 4, 1, True)["weights"]
     assert weights == pytest.approx(2.0 * (held - linear) + linear_bytes * linear)
-    bf16 = stage_static_bytes(compose([*LORA_70B, f"engine={engine}"]), 4, 4, 1, True)["weights"]
+    bf16 = stage_static_bytes(compose(over), 4, 4, 1, True)["weights"]
     assert bf16 == pytest.approx(2.0 * held)
     assert 0.98 * held < linear < held  # the norms are all a middle stage holds beyond the linear weights
 

@@ -22,6 +22,7 @@ from vdkit.recipes.spec import EngineSpec
 from vdkit.run.rundir import NEMO_CONFIG_FILE
 from vdkit.recipes.nemo.config import build_config
 from vdkit.recipes.nemo.contract import check_nemo_config
+from vdkit.recipes.nemo.performance import megatron_amp_o2
 
 # Under engine.nemo_root inside the container (NeMo 1.x layout; also in 24.05+ images).
 FINETUNE_SCRIPT = "examples/nlp/language_modeling/tuning/megatron_gpt_finetuning.py"
@@ -242,6 +243,9 @@ SPEC = EngineSpec(
     context_parallel=True,  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
     rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
     step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
+    # without megatron_amp_O2 (PEFT in the design guide's recipe) NeMo 1.23 builds fp32 parameters
+    # (megatron_base_model.py:128-132): the memory model counts them (conf/calibration/memory.yaml fp32_params_bytes)
+    fp32_params=lambda recipe: not megatron_amp_o2(recipe),
     run_dir_files=(NEMO_CONFIG_FILE,),
     gpu_vendors=("nvidia",),  # NVIDIA's NeMo image: CUDA only
     images=("engine.container_image",), stack={"NeMo": NEMO_VERSION},

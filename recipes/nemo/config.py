@@ -19,7 +19,7 @@ from vdkit.run import rundir
 from vdkit.planner.context import interpolation_factor
 from vdkit.errors import UserError
 from vdkit.recipes.nemo.contract import NEMO_LLAMA_DEFAULTS
-from vdkit.recipes.nemo.performance import (PERFORMANCE_SETTINGS, fast_kernels, optimizer_name,
+from vdkit.recipes.nemo.performance import (PERFORMANCE_SETTINGS, fast_kernels, megatron_amp_o2, optimizer_name,
                                             renders_performance_settings)
 from vdkit.recipes.common.training_constants import ADAM_BETAS, GPU_PRECISION, GRAD_CLIP
 from vdkit.run.rundir import INDEX_MAPPING_DIR
@@ -294,8 +294,8 @@ def finetune_config(plan, run_dir) -> dict:
         "save_nemo_on_validation_end": False,
         "sync_batch_comm": False,
         # O2 (bf16 weights with fp32 main params) for full-parameter training, as Dell's SFT runs; for every
-        # method in the fast recipe, as NVIDIA's performance settings.
-        "megatron_amp_O2": True if renders_performance_settings(r) else not r.is_peft,
+        # method in the fast recipe, as NVIDIA's performance settings; PEFT otherwise keeps fp32 weights.
+        "megatron_amp_O2": megatron_amp_o2(r),
         "sequence_parallel": bool(r.parallelism.sequence_parallel),
         **_recompute(plan),
         "activations_checkpoint_layers_per_pipeline": None,

@@ -35,6 +35,15 @@ def renders_performance_settings(recipe) -> bool:
     return recipe.method.name != "pretrain" and bool(recipe.train.fused_kernels)
 
 
+def megatron_amp_o2(recipe) -> bool:
+    """model.megatron_amp_O2 as the NeMo config renders it: on for full-parameter training (Dell's SFT runs,
+    pretraining) and for every method in the fast recipe (NVIDIA's performance settings); off for LoRA / P-tuning
+    in the design guide's recipe, NeMo 1.23's own PEFT default (megatron_gpt_finetuning_config.yaml). Without it
+    NeMo keeps fp32 parameters (megatron_base_model.py:128-132), which the memory model counts (the engine
+    spec's ``fp32_params``)."""
+    return renders_performance_settings(recipe) or not recipe.is_peft
+
+
 
 def optimizer_name(plan) -> str:
     """method.optimizer; the fast recipe's NVIDIA optimizer (distributed Adam; fused_adam without the

@@ -23,6 +23,8 @@ class MemoryCalib:
     fp8_linear_weight_bytes: Dict[str, float] = MISSING  # engine -> bytes per FP8 linear weight in the layers
     bf16_optimizer_bytes: Dict[str, List[float]] = MISSING  # engine -> train.optimizer_dtype=bf16 (gradients, optimizer)
     fp32_distributed_optimizer_bytes: Dict[str, float] = MISSING  # engine -> its distributed optimizer's fp32 state
+    fp32_params_bytes: Dict[str, Dict[str, List[float]]] = MISSING  # engine -> optimizer dtype -> (w, g, o), fp32 params
+    fp32_params_cast_bytes: Dict[str, Dict[str, float]] = MISSING  # engine -> precision -> saved cast of a linear weight
     checkpoint_bytes_per_param: float = MISSING
     sharded_bytes: Dict[str, List[float]] = MISSING  # sharding -> (parameter, gradient, optimizer) bytes
     sharded_frozen_bytes: Dict[str, float] = MISSING

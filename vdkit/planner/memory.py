@@ -7,7 +7,11 @@ it, and the engines compare what their ranks really hold against it (the megatro
 The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed precision with
 ``megatron_amp_O2``:
 
-- weights: 2 bytes per parameter held by the GPU (bf16); with ``train.precision=fp8`` the transformer layers'
+- weights: 2 bytes per parameter held by the GPU (bf16); 4 where the engine's rendered model keeps fp32 parameters
+  (its spec's ``fp32_params``: NeMo 1.23's LoRA / P-tuning in the design guide's recipe, no ``megatron_amp_O2``;
+  then fp32 gradients and Adam's m and v with no master copy, ``fp32_params_bytes``, and in bf16 each layer in
+  flight holds the bf16 cast of its linear weights that Transformer Engine saves for backward, counted with the
+  activations, ``fp32_params_cast_bytes``); with ``train.precision=fp8`` the transformer layers'
   linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
   parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
   transpose (2); embeddings, output layer and norms stay bf16.
@@ -111,11 +115,38 @@ def grad_optimizer_bytes(r: Recipe, distributed_optimizer: bool,
     _, g, o = static_bytes(precision)
     if precision == "fp32":
         return g, o
+    held = fp32_params_bytes(r)
+    if held is not None:  # fp32 parameters (NeMo without megatron_amp_O2): their own gradient and state bytes
+        return held[1], held[2]
     if r.train.optimizer_dtype == "bf16":  # the distributed optimizer's bf16 state
         return optimizer_bf16_bytes(r.engine.name) or (g, o)  # (the engine's spec refuses a dtype it cannot render)
     if distributed_optimizer:  # fp32 state: NeMo's Apex keeps 16-bit remainders, not an fp32 master
         o = fp32_distributed_optimizer_bytes(r.engine.name) or o
     return g, o
+
+
+def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
+    """(weights, gradients, optimizer states) bytes per parameter when ``r``'s engine renders a model that keeps
+    fp32 parameters under bf16 / fp8 mixed precision (its spec's ``fp32_params``: NeMo 1.23 without
+    ``megatron_amp_O2``, i.e. LoRA / P-tuning in the design guide's recipe), by ``train.optimizer_dtype``
+    (conf/calibration/memory.yaml ``fp32_params_bytes``); None: the engine holds ``megatron_bytes``' weights."""
+    from vdkit.planner.calibration import memory
+    from vdkit.recipes import engines
+
+    if not engines.get(r.engine.name).fp32_params(r):
+        return None
+    return tuple(float(x) for x in memory()["fp32_params_bytes"][r.engine.name][r.train.optimizer_dtype])
+
+
+def saved_cast_bytes(r: Recipe, precision: str) -> float:
+    """Bytes per transformer-layer linear weight that each layer in flight saves for backward as a cast copy of an fp32
+    parameter (Transformer Engine's native-AMP cast, conf/calibration/memory.yaml ``fp32_params_cast_bytes``); 0 when
+    the engine holds no fp32 parameters (``fp32_params_bytes``) or in fp32."""
+    from vdkit.planner.calibration import memory
+
+    if precision == "fp32" or fp32_params_bytes(r) is None:
+        return 0.0
+    return float(memory()["fp32_params_cast_bytes"][r.engine.name][precision])
 
 
 def fp8_weight_bytes(engine: str) -> Optional[float]:
@@ -175,11 +206,15 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
     engine's ``fp8_weight_bytes``, bf16 where the engine renders no FP8) or fp32; default ``train.precision``.
     The distributed optimizer shards the optimizer states over DP."""
     precision = precision or r.train.precision
-    w = static_bytes(precision)[0]
+    w = mixed_w = static_bytes(precision)[0]
+    if precision != "fp32" and fp32_params_bytes(r) is not None:
+        w = fp32_params_bytes(r)[0]  # fp32 parameters: the engine renders no megatron_amp_O2
     g, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
     held, linear_params, trainable = stage_params(r, tp, pp, stage)
     fp8 = fp8_weight_bytes(r.engine.name) if precision == "fp8" else None
-    weights = w * held + (0.0 if fp8 is None else (fp8 - w) * linear_params)
+    # fp8: the linear weights' bytes beyond a mixed-precision weight (NeMo: Transformer Engine's cached FP8 copy and
+    # transpose) come on top of the parameter the engine holds
+    weights = w * held + (0.0 if fp8 is None else (fp8 - mixed_w) * linear_params)
     shards = data_parallel(r, tp, pp) * r.parallelism.cp  # megatron-core's distributed optimizer: the DP x CP group
     return {"weights": weights, "gradients": g * trainable,
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
@@ -215,6 +250,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8,
                             peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name)
+    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
+    per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
         stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
