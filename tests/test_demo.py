@@ -74,7 +74,7 @@ def test_the_demo_sweep_plans_the_layouts_its_comment_states():
     assert got == {("lora", 1): (1, 2, 1, 1), ("ptuning", 1): (1, 2, 1, 1), ("sft", 1): (2, 1, 1, 1),
                    ("lora", 2): (1, 2, 2, 2), ("ptuning", 2): (1, 2, 2, 2), ("sft", 2): (2, 2, 2, 1)}
     header = (Path(__file__).resolve().parents[1] / "conf" / "sweep" / "demo.yaml").read_text()
-    assert "LoRA and P-tuning into two pipeline stages (PP2)" in header and "SFT into tensor parallel (TP2" in header
+    assert "LoRA and P-tuning run in two pipeline\n# stages (PP2, pinned" in header and "SFT into tensor parallel (TP2" in header
 
 
 def test_demo_refuses_at_the_door_what_it_cannot_run_here(tmp_path, capsys, monkeypatch):
