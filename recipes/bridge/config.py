@@ -354,10 +354,11 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
         "optimizer": opt,
         "scheduler": sched,
         "ddp": {_T: _CFG + "DistributedDataParallelConfig", "check_for_nan_in_grad": True,
-                # NVIDIA's recipes: fp32 gradient reduction for pretraining, bf16 for fine-tuning - but Bridge 0.3.1's
-                # mixed-precision preset overwrites it (mixed_precision.py:135-143, its grad_reduce_in_fp32=True :183),
-                # so every run reduces in fp32; the memory / DP bytes count 4 (memory.grad_optimizer_bytes)
-                "grad_reduce_in_fp32": r.method.name == "pretrain",
+                # fp32 for every method: NVIDIA's fine-tuning recipes ask for bf16 here, but Bridge 0.3.1's
+                # mixed-precision preset overwrites this field (mixed_precision.py:135-143, its grad_reduce_in_fp32=True
+                # :183), so rendering false would state a reduction the run does not do. The memory / DP bytes count 4
+                # (memory.grad_optimizer_bytes); docs/bridge-h100.md lists it as a departure
+                "grad_reduce_in_fp32": True,
                 "use_distributed_optimizer": bool(r.parallelism.distributed_optimizer),
                 "overlap_grad_reduce": bool(r.parallelism.distributed_optimizer),
                 "overlap_param_gather": bool(r.parallelism.distributed_optimizer),
