@@ -91,6 +91,10 @@ def print_independent() -> None:
         print(f"  {label:<21} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
               f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
               f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
+    missing = [w["name"] for w in got if "error" not in w]
+    if missing:  # the planner refuses the published layout (does not fit): a memory finding, outside the figures above
+        print(f"  no prediction         n={len(missing):>2}  the published layout does not fit by the planner's memory: "
+              + ", ".join(missing))
     for key, text in data["sources"].items():
         print(f"  [{key}] {text}")
 

@@ -146,16 +146,20 @@ def test_pretraining_70b_interleaves_its_pipeline():
 
 def test_every_independent_run_still_plans_and_is_predicted():
     """benchmarks/independent_runs.py broke silently when the engine spec began refusing GPT3's shape on Bridge:
-    every run of the independent set must compose, plan and get a prediction (no figure is asserted here)."""
+    every run of the independent set must compose and plan, and get a prediction unless the planner says the
+    published layout does not fit (a memory finding the table prints as such; no figure is asserted here)."""
     import importlib.util
     from pathlib import Path
+
+    import yaml
 
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "independent_runs.py"
     spec = importlib.util.spec_from_file_location("independent_runs", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     got = module.rows()
-    assert got and all("predicted_step_s" in row for row in got), [r["name"] for r in got if "error" not in r]
+    assert len(got) == len(yaml.safe_load(module.DATA.read_text())["runs"])
+    assert all("predicted_step_s" in row or not row["fits"] for row in got), [r["name"] for r in got if "error" not in r]
 
 
 def test_the_slowest_of_more_gpus_is_slower_by_the_order_statistic():
