@@ -53,7 +53,7 @@ def rows() -> List[dict]:
         pred = plan.prediction
         from vdkit.planner.interval import group
 
-        row = {"name": run["name"], "group": run["source"], "range_group": group(plan.recipe),
+        row = {"name": run["name"], "group": run["source"], "range_group": group(plan.recipe), "gpu": r.cluster.gpu_type,
                "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
                "published": text, "published_step_s": published, "fits": plan.feasible,
                "memory_gb": plan.memory.total_gb, "recompute": plan.recipe.parallelism.recompute}
@@ -82,12 +82,15 @@ def print_independent() -> None:
               f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB, recompute {w['recompute']}"
               + ("" if w["fits"] else " (does not fit)"))
     keys = [(None, None), *((("group", g)) for g in dict.fromkeys(w["group"] for w in got)),
-            *((("range_group", g)) for g in dict.fromkeys(w["range_group"] for w in got))]
-    for field, value in keys:  # all runs, each source's, then each range group's (vdkit.planner.interval.group)
+            *((("range_group", g)) for g in dict.fromkeys(w["range_group"] for w in got)),
+            *((("gpu", g)) for g in dict.fromkeys(w["gpu"] for w in got))]
+    for field, value in keys:  # all runs, each source's, each range group's (vdkit.planner.interval.group), each GPU's
         some = [w for w in got if "error" in w and (field is None or w[field] == value)]
+        if not some:  # every run of the group lacks a prediction (listed below)
+            continue
         errs = [abs(w["error"]) for w in some]
         widths = [w["interval"][1] / w["interval"][0] for w in some]
-        label = "all" if field is None else (f"[{value}]" if field == "group" else f"range {value}")
+        label = "all" if field is None else {"group": f"[{value}]", "range_group": f"range {value}", "gpu": f"gpu {value}"}[field]
         print(f"  {label:<21} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
               f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
               f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
