@@ -56,7 +56,9 @@ def rows() -> List[dict]:
         row = {"name": run["name"], "group": run["source"], "range_group": group(plan.recipe), "gpu": r.cluster.gpu_type,
                "source": data["sources"][run["source"]].split(",")[0] + f" [{run['source']}]",
                "published": text, "published_step_s": published, "fits": plan.feasible,
-               "memory_gb": plan.memory.total_gb, "recompute": plan.recipe.parallelism.recompute}
+               "memory_gb": plan.memory.total_gb, "recompute": plan.recipe.parallelism.recompute,
+               # what the published run holds that no kit engine renders (the yaml's not_expressed: its key's why)
+               "not_expressed": data["not_expressed"][run["not_expressed"]] if "not_expressed" in run else None}
         if pred is not None:
             row.update(predicted_step_s=pred.step_seconds, error=pred.step_seconds / published - 1,
                        interval=pred.interval_s,
@@ -76,7 +78,8 @@ def print_independent() -> None:
     for w in got:
         if "error" not in w:
             print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f}  no prediction "
-                  f"({'fits' if w['fits'] else 'does not fit'}, {w['memory_gb']:.1f} GB)")
+                  f"({'fits' if w['fits'] else 'does not fit'}, {w['memory_gb']:.1f} GB"
+                  + ("; not expressed, below)" if w["not_expressed"] else ")"))
             continue
         print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f} {w['predicted_step_s']:>8.3f} "
               f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB, recompute {w['recompute']}"
@@ -94,10 +97,12 @@ def print_independent() -> None:
         print(f"  {label:<21} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
               f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
               f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
-    missing = [w["name"] for w in got if "error" not in w]
-    if missing:  # the planner refuses the published layout (does not fit): a memory finding, outside the figures above
-        print(f"  no prediction         n={len(missing):>2}  the published layout does not fit by the planner's memory: "
-              + ", ".join(missing))
+    missing = [w for w in got if "error" not in w]
+    for why in dict.fromkeys(w["not_expressed"] for w in missing):  # outside the figures above, each with its why
+        names = [w["name"] for w in missing if w["not_expressed"] == why]
+        print(f"  no prediction         n={len(names):>2}  "
+              + (f"not expressed ({why}): " if why else "the published layout does not fit by the planner's memory: ")
+              + ", ".join(names))
     for key, text in data["sources"].items():
         print(f"  [{key}] {text}")
 
