@@ -55,6 +55,7 @@ class Figure:
     roomy: np.ndarray = None
     pinned: bool = False  # TP and PP pinned: the planner only asks that it fits
     simplicity: list = field(default_factory=list)  # (VP, TP x PP) per candidate: the planner's tie-break
+    stage_layers: np.ndarray = None  # per candidate: layers per pipeline stage
 
 
 def _nvidia_flops_per_token(recipe) -> float:
@@ -106,17 +107,32 @@ def _basis(fig: Figure) -> None:
     parts = [P.predict_step(r, c.tp, c.pp, c.vp, c.recompute, fig.dist_opt).parts for c in cands]
     fig.basis = np.array([[q[k] for k in BASIS] for q in parts])
     fig.labels = [c.label for c in cands]
+    fig.stage_layers = np.array([r.model.num_layers // c.pp for c in cands], float)
     fig.simplicity = [(c.vp, c.tp * c.pp) for c in cands]
     fig.roomy = np.array([c.roomy for c in cands])
     fig.pinned = bool(tp and pp)
 
 
-def _step(fig: Figure, k: Dict[str, float]):
-    """(predicted step seconds, chosen layout label) under constants k: the planner's choice."""
-    eff = k["gemm_efficiency_fp8" if fig.recipe.train.precision == "fp8" else "gemm_efficiency_bf16"]
+def _eff(fig: Figure, k: Dict[str, float]) -> float:
+    return k["gemm_efficiency_fp8" if fig.recipe.train.precision == "fp8" else "gemm_efficiency_bf16"]
+
+
+def _stage(fig: Figure, k: Dict[str, float]) -> np.ndarray:
+    """Each candidate layout's seconds per micro batch and pipeline stage under constants k."""
     mult, flops, floor, touched, comm, dp, window, per_step = fig.basis.T
-    t = (mult * (np.maximum(flops / eff, floor) + touched / k["guide_stack_gb_s"] + comm)
-         + np.maximum(0.0, dp - window / eff) + per_step)  # vdkit.planner.predict.predict_step's parts
+    return np.maximum(flops / _eff(fig, k), floor) + touched / k["guide_stack_gb_s"] + comm
+
+
+def _times(fig: Figure, k: Dict[str, float]) -> np.ndarray:
+    """Each candidate layout's predicted step seconds under constants k (vdkit.planner.predict.predict_step's parts)."""
+    mult, flops, floor, touched, comm, dp, window, per_step = fig.basis.T
+    return mult * _stage(fig, k) + np.maximum(0.0, dp - window / _eff(fig, k)) + per_step
+
+
+def _step(fig: Figure, k: Dict[str, float], extra=0.0):
+    """(predicted step seconds, chosen layout label) under constants k: the planner's choice. ``extra``: seconds
+    added to each candidate's step (benchmarks/fixed_cost_probe.py tries candidate terms through it)."""
+    t = _times(fig, k) + extra
     pool = np.where(fig.roomy)[0] if fig.roomy.any() and not fig.pinned else np.arange(len(t))
     near = [j for j in pool if t[j] <= t[pool].min() * (1 + TIE)]  # the planner's tie rule (vdkit.planner.plan.choose)
     i = min(near, key=lambda j: (fig.simplicity[j], t[j]))
@@ -129,22 +145,30 @@ def _unpack(x) -> Dict[str, float]:
 
 def fit(figs: List[Figure], start: Dict[str, float]) -> Dict[str, float]:
     """Least squares in log step time over ``figs`` (each group weighted equally in total)."""
+    return fit_with(figs, start)[0]
+
+
+def fit_with(figs: List[Figure], start: Dict[str, float], term=None, c0: float = 0.0, c_bounds=(1e-6, 1.0)):
+    """:func:`fit`, optionally with a candidate term and its constant fitted too: ``term(fig, k, c)`` gives
+    seconds added to each candidate layout's step (benchmarks/fixed_cost_probe.py). Returns (constants, c)."""
     from scipy.optimize import minimize
 
     groups = {f.group for f in figs}
     weight = {g: 1.0 / sum(1 for f in figs if f.group == g) for g in groups}
+    n = len(P.FITTED_KEYS)
 
     def loss(x):
-        k = _unpack(x)
-        return sum(weight[f.group] * (math.log(_step(f, k)[0] / f.published_step_s)) ** 2 for f in figs)
+        k, c = _unpack(x[:n]), (math.exp(x[n]) if term else 0.0)
+        return sum(weight[f.group] * (math.log(_step(f, k, term(f, k, c) if term else 0.0)[0]
+                                               / f.published_step_s)) ** 2 for f in figs)
 
-    x0 = np.log([start[key] for key in P.FITTED_KEYS])
-    bounds = np.log(BOUNDS)
+    x0 = np.log([start[key] for key in P.FITTED_KEYS] + ([c0] if term else []))
+    bounds = np.log(BOUNDS + ([c_bounds] if term else []))
     x0 = np.clip(x0, bounds[:, 0], bounds[:, 1])
     opts = {"xatol": 1e-4, "fatol": 1e-9, "maxiter": 4000}
     best = minimize(loss, x0, method="Nelder-Mead", bounds=bounds, options=opts)
     best = minimize(loss, best.x, method="Nelder-Mead", bounds=bounds, options=opts)
-    return _unpack(best.x)
+    return _unpack(best.x[:n]), (math.exp(best.x[n]) if term else 0.0)
 
 
 def write_constants(k: Dict[str, float]) -> Path:

@@ -188,6 +188,29 @@ def test_the_mi300x_runs_not_expressed_are_short_only_their_fp8_weights_transpos
     assert all(make_plan(r).feasible for r in recipes)
 
 
+def test_the_fixed_cost_probe_adds_its_candidate_to_each_fused_run():
+    """benchmarks/fixed_cost_probe.py (issue 35's candidate fixed-time terms) must keep running against the
+    independent set: a per-step candidate of c seconds adds exactly c to every run on the fused path, and a host
+    floor below every run's per-layer GPU time adds nothing."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        import fixed_cost_probe as probe
+    finally:
+        sys.path.pop(0)
+    from vdkit.planner.predict import fitted
+
+    k = fitted()
+    base = [pred for _, pred in probe._independent("baseline", k, 0.0)]
+    stepped = [pred for _, pred in probe._independent("per_step", k, 0.05)]
+    floored = [pred for _, pred in probe._independent("host_floor", k, 1e-6)]
+    assert len(base) == len(stepped) > 0
+    assert stepped == pytest.approx([b + 0.05 for b in base])  # every independent run is on the fused path
+    assert floored == pytest.approx(base)
+
+
 def test_the_slowest_of_more_gpus_is_slower_by_the_order_statistic():
     """A synchronous step waits for its slowest GPU: 1 + spread x the expected maximum of N standard normals
     (Blom), so 1 GPU is the average one and the penalty grows like sqrt(2 ln N)."""
