@@ -70,6 +70,7 @@ class EngineSpec:
     shardings: Tuple[str, ...] = ("none",)  # parallelism.sharding values
     precisions: Tuple[str, ...]  # train.precision values
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
+    swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
     no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
     rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
@@ -129,7 +130,8 @@ class EngineSpec:
                 "does with each (maps / ignores / refuses)")
         for key, allowed in (("families", schema.ARCHS), ("methods", schema.METHODS), ("shardings", schema.SHARDINGS),
                              ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS),
-                             ("optimizer_dtypes", schema.OPTIMIZER_DTYPES)):
+                             ("optimizer_dtypes", schema.OPTIMIZER_DTYPES),
+                             ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES)):
             value = getattr(self, key)
             if isinstance(value, str) or not isinstance(value, tuple):
                 bad(f"{key} must be a tuple of names, not {value!r}")
@@ -181,7 +183,8 @@ class EngineSpec:
 # recipe key -> (the spec's field, the capability's words in a refusal)
 DOOR = {"method.name": ("methods", "method"), "parallelism.sharding": ("shardings", "sharding"),
         "train.precision": ("precisions", "precision"),
-        "train.optimizer_dtype": ("optimizer_dtypes", "optimizer state dtype")}
+        "train.optimizer_dtype": ("optimizer_dtypes", "optimizer state dtype"),
+        "train.swiglu_input_dtype": ("swiglu_input_dtypes", "dtype for the SwiGLU input it saves")}
 
 
 def _default(f):

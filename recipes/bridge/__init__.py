@@ -338,6 +338,8 @@ SPEC = EngineSpec(
     precisions=("bf16", "fp8"),
     # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)
     optimizer_dtypes=("fp32", "bf16"),
+    # fp8: megatron-core's activation_func_fp8_input_store (config.py SWIGLU_FP8_INPUT_STORE)
+    swiglu_input_dtypes=("bf16", "fp8"),
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)

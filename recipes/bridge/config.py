@@ -77,6 +77,14 @@ def _bf16_optimizer_state() -> dict:
     torch dtype as Bridge's YAML writes one (utils/yaml_utils.py:120)."""
     on, *dtypes = BF16_OPTIMIZER_STATE
     return {on: True, **{k: {_T: "torch.bfloat16", "_call_": False} for k in dtypes}}
+# train.swiglu_input_dtype=fp8: megatron-core 0.16.1's TransformerConfig field (transformer/transformer_config.py:176)
+# that makes the fused SwiGLU (bias_activation_fusion, on below: transformer/mlp.py:204 bias_swiglu_impl) save its
+# input for backward as an unscaled float8_e4m3fn copy, cast back in backward (fusions/fused_bias_swiglu.py:163, :166,
+# :186). NVIDIA's MLPerf LoRA runs set it (v5.1 FP8_ACT=1 -> activation_func_fp8_input_store, v4.0's H200 config
+# FP8_ACTIVATION); Bridge 0.3.1's own recipes do not, so it is the user's choice. TransformerConfig.__post_init__ checks
+# it (SwiGLU only, :1526-1528), which `vdkit check` runs through Bridge's runtime_config_update. The bytes:
+# conf/calibration/memory.yaml swiglu_input_bytes.
+SWIGLU_FP8_INPUT_STORE = "activation_func_fp8_input_store"
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
 # The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
@@ -167,6 +175,8 @@ def _model(plan) -> dict:
         out.update(calculate_per_token_loss=True)
     out.update(recompute.mcore(p))
     out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
+    if r.train.swiglu_input_dtype == "fp8":
+        out[SWIGLU_FP8_INPUT_STORE] = True
     return out
 
 

@@ -176,6 +176,7 @@ def engine_records() -> List[dict]:
 # the table's rows: (label, record key, how a value reads)
 _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("shardings", "shardings", None),
                 ("precisions", "precisions", None), ("optimizer dtypes", "optimizer_dtypes", None),
+                ("SwiGLU input saved in", "swiglu_input_dtypes", None),
                 ("context parallel", "context_parallel", None),
                 ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
                 ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),

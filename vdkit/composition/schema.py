@@ -25,6 +25,9 @@ METHODS = ("sft", "lora", "ptuning", "pretrain")
 PRECISIONS = ("bf16", "fp8")
 # The distributed optimizer's state and gradient-buffer dtype (Apex distributed_fused_adam's dtype and grad_sync_dtype)
 OPTIMIZER_DTYPES = ("fp32", "bf16")
+# The dtype the fused SwiGLU saves its input (fc1's output) in for backward: fp8 is megatron-core's
+# activation_func_fp8_input_store (MLPerf's FP8_ACT / FP8_ACTIVATION), an unscaled cast to float8_e4m3fn
+SWIGLU_INPUT_DTYPES = ("bf16", "fp8")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 ARCHS = ("llama", "opt")
@@ -175,6 +178,7 @@ class TrainCfg:
     precision: str = "bf16"  # bf16 | fp8 (FP8 parameters and compute, as NVIDIA's 70B SFT)
     # Apex distributed_fused_adam's dtype / grad_sync_dtype; NVIDIA's SFT launcher config runs bf16 (docs/fast-recipe.md)
     optimizer_dtype: str = "fp32"  # fp32 | bf16: the optimizer's master copy, moments and gradient buffer (bf16: an engine that renders it)
+    swiglu_input_dtype: str = "bf16"  # bf16 | fp8: the dtype SwiGLU keeps its input in for backward (fp8: megatron-core's activation_func_fp8_input_store; an engine that renders it)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
     val_every_n_steps: Optional[int] = None  # run.mode=train: validate on the validation split every N steps; None: VAL_TIMES_PER_RUN times per run

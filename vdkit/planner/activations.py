@@ -35,7 +35,9 @@ SwiGLU, not measured here - the CPU has neither kernel):
   log-sum-exp in fp32 (``4 b (a/t) s`` bytes); no s^2 term, so selective recompute frees only the
   log-sum-exp; fused RoPE keeps only its (shared) frequency table;
 - SwiGLU: fc1's output ``2sbf / t`` (the fused kernel recomputes the activation) and fc2's input ``sbf / t``;
-  GeLU ``2sbf / t``, ReLU ``sbf / t`` as on the local path.
+  GeLU ``2sbf / t``, ReLU ``sbf / t`` as on the local path. With ``train.swiglu_input_dtype=fp8``
+  (megatron-core's ``activation_func_fp8_input_store``) the fused SwiGLU keeps fc1's output as a 1-byte
+  float8_e4m3fn copy (conf/calibration/memory.yaml ``swiglu_input_bytes``; measured on the CPU).
 - FP8 (``train.precision=fp8``; read from Transformer Engine's source, NVIDIA/TransformerEngine d0067d0,
   not measured - the CPU has no TE): a linear keeps the FP8 copy it quantized its input to, 1 byte an element,
   not the bf16 input (module/linear.py: ``inputmat = input_quantizer(inputmat)`` ... ``saved_inputmat =
@@ -108,16 +110,25 @@ def _te_major(engine: str) -> int:
     return int(memory()["transformer_engine_major"].get(engine, 2))
 
 
+def _swiglu_input_bytes(dtype: str, element: float) -> float:
+    """Bytes per element of the SwiGLU input the fused kernel saves: ``element`` as it is, or the 1-byte copy of
+    megatron-core's FP8 store (conf/calibration/memory.yaml ``swiglu_input_bytes``)."""
+    from vdkit.planner.calibration import memory
+
+    return element if dtype == "bf16" else float(memory()["swiglu_input_bytes"][dtype])
+
+
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
-                fp8: bool = False, engine: str = "") -> float:
+                fp8: bool = False, engine: str = "", swiglu_input: str = "bf16") -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
     vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
     (frozen base weights), ``lora_dim`` LoRA's rank. ``fp8``: Transformer Engine's FP8 linears (fused kernels
     only) keep FP8 copies of their inputs. ``engine``: whose Transformer Engine and LoRA wrapping the fused
-    set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring)."""
+    set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring).
+    ``swiglu_input``: the dtype the fused SwiGLU saves fc1's output in (``train.swiglu_input_dtype``)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
@@ -149,7 +160,8 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     replicated = 2 * (s * b * h * (e + q) + 4 * s * b) * n  # two fused norm + linear pairs: input, norm output, 1/rms
     attention = (2 * s * b * h + 2 * s * b * kv) / tp * e + (s * b * h / tp * q if fp8 else 0.0)  # + proj's FP8 copy
     lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
-    fc1_out = (2 if gated else mlp_plain - 1) * s * b * f / tp * e  # what the activation's backward reads
+    # what the activation's backward reads; the fused SwiGLU may keep it as an FP8 copy (swiglu_input_bytes)
+    fc1_out = 2 * s * b * f / tp * _swiglu_input_bytes(swiglu_input, e) if gated else (mlp_plain - 1) * s * b * f / tp * e
     mlp = fc1_out + s * b * f / tp * q  # + fc2's input
     total = replicated + attention + lse + mlp
     if peft:

@@ -32,6 +32,7 @@ class MemoryCalib:
     gathered_layers: int = MISSING
     logit_bytes: float = MISSING
     transformer_engine_major: Dict[str, int] = MISSING  # engine -> its image's TE major (PEFT activations)
+    swiglu_input_bytes: Dict[str, float] = MISSING  # train.swiglu_input_dtype -> bytes of the saved SwiGLU input
 
 
 # ----------------------------------------------------------------------------- hf_step_time.yaml

@@ -249,7 +249,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8,
-                            peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name)
+                            peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name,
+                            swiglu_input=r.train.swiglu_input_dtype)
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
     per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
