@@ -85,7 +85,12 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
         d["ddp"]["use_distributed_optimizer"] = True
     _edit_yaml(bf16 / "bridge.yaml", bf16_state)
 
-    p = _vdkit("check", clean, hub, heads, fp8, bf16)
+    # train.swiglu_input_dtype=fp8 as rendered (megatron-core's activation_func_fp8_input_store): Bridge's own
+    # runtime_config_update runs TransformerConfig's check of it and passes a SwiGLU model
+    swiglu = _copy(clean, tmp_path / "swiglu8")
+    _edit_yaml(swiglu / "bridge.yaml", lambda d: d["model"].update(_swiglu_fp8_render()))
+
+    p = _vdkit("check", clean, hub, heads, fp8, bf16, swiglu)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -100,6 +105,20 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
     # megatron-core's own checks of the precision-aware optimizer ran (against the image TE's FusedAdam)
     assert _errors(p.stderr, bf16) == [], p.stderr
     assert "FusedAdam (use_precision_aware_optimizer: checked against TE 2.12" in out
+    assert _errors(p.stderr, swiglu) == [], p.stderr
+
+
+def _swiglu_fp8_render() -> dict:
+    """What the render adds to bridge.yaml's model for train.swiglu_input_dtype=fp8 (beside its bf16 render)."""
+    from vdkit.composition.config import compose
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes.bridge.config import _model
+
+    cell = ["model=tiny_llama", "engine=bridge", "method=lora", "data=synthetic"]
+    fp8, bf16 = (_model(make_plan(compose(cell + [f"train.swiglu_input_dtype={d}"]))) for d in ("fp8", "bf16"))
+    added = {k: v for k, v in fp8.items() if bf16.get(k) != v}
+    assert added == {"activation_func_fp8_input_store": True}
+    return added
 
 
 def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
