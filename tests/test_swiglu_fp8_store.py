@@ -20,7 +20,7 @@ from vdkit.planner.calibration import memory
 from vdkit.planner.plan import make_plan
 
 ROWS = Path(__file__).resolve().parents[1] / "benchmarks" / "independent_runs.yaml"
-H200_ROW = "MLPerf 70B LoRA FP8 1 XE9680L H200 TP2 (Dell)"
+H200_ROW = "MLPerf LoRA 1 XE9680L H200 TP2 (Dell)"
 
 
 def _saved_bytes_per_element(fp8_store: bool) -> float:
