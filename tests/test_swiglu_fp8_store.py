@@ -74,6 +74,10 @@ def test_mlperf_h200_lora_row_plans_no_recompute():
     assert plan.memory.total_gb <= plan.recipe.cluster.gpu_memory_gb
     bf16 = make_plan(compose([o for o in row["overrides"] if not o.startswith("train.swiglu_input_dtype")]))
     assert bf16.recipe.parallelism.recompute == "full"
+    # the recomputing plan names the setting that would spare it; the plan with it has nothing to add
+    hint = "with train.swiglu_input_dtype=fp8"
+    assert any(n.startswith(hint) and f"{plan.memory.total_gb:.1f} GB" in n for n in bf16.notes), bf16.notes
+    assert not any(n.startswith(hint) for n in plan.notes)
     layers, ffn, tp = bf16.recipe.model.num_layers, bf16.recipe.model.ffn_hidden_size, 2
     saved_gb = layers * 2 * 8192 * ffn / tp / 1e9  # the fc1 outputs' second byte, every layer in flight
     none = make_plan(compose([o for o in row["overrides"] if not o.startswith("train.swiglu_input_dtype")]

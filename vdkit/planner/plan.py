@@ -231,6 +231,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     if feasible and faster is not None:
         notes.append(f"{faster.label} would take {faster.step.total_s:.3g} s/step but needs "
                      f"{faster.memory.total_gb:.1f} GB: more than {cap * (1 - HEADROOM):.0f} GB leaves no headroom")
+    if feasible and rc == "full":
+        notes += _swiglu_store_note(recipe, chosen, sp, dist_opt, pinned=bool(tp and pp))
     if feasible and regime(recipe) == "fused":  # NVIDIA's presets are fused-stack layouts
         notes += preset_notes(recipe, chosen, dist_opt)
     prediction = None
@@ -280,6 +282,23 @@ def _no_layout(recipe: Recipe, tp: Optional[int], pp: Optional[int], vp: int) ->
     raise UserError(f"{where}: {reason}",
                     "change parallelism.tp / pp, train.global_batch_size (a multiple of micro batch x DP) or "
                     "cluster.nodes")
+
+
+def _swiglu_store_note(r: Recipe, c: Candidate, sp: bool, dist_opt: bool, pinned: bool) -> List[str]:
+    """A plan that recomputes where the FP8 store of the SwiGLU input (``train.swiglu_input_dtype=fp8``, an engine
+    that renders it) would keep every layer's activations within the budget the choice used: say so."""
+    from vdkit.recipes import engines
+
+    if (r.train.swiglu_input_dtype != "bf16" or getattr(r.model, "activation", "swiglu") != "swiglu"
+            or not engines.get(r.engine.name).spec.holds("train.swiglu_input_dtype", "fp8")):
+        return []
+    stored = dataclasses.replace(r, train=dataclasses.replace(r.train, swiglu_input_dtype="fp8"))
+    mem = estimate_memory(stored, c.tp, c.pp, c.vp, sp, "none", dist_opt)
+    budget = r.cluster.gpu_memory_gb * (1 if pinned else 1 - HEADROOM)
+    if mem.total_gb > budget:
+        return []
+    return [f"with train.swiglu_input_dtype=fp8 (megatron-core's FP8 store of the SwiGLU input, as MLPerf's LoRA "
+            f"runs set it) this layout needs no recompute: {mem.total_gb:.1f} GB"]
 
 
 def _what_would_fit(r: Recipe, tp, pp, vp, sp, rc, dist_opt) -> str:
