@@ -29,9 +29,11 @@ def _saved_bytes_per_element(fp8_store: bool) -> float:
 
     x = torch.randn(32, 2, 128, dtype=torch.bfloat16, requires_grad=True)  # [s, b, 2f / TP] as fc1 hands it on
     saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
-        y = bias_swiglu_impl(x, None, fp8_store)
-    y.float().sum().backward()  # backward casts the copy back (:186)
+    # the TorchScript executor unoptimised: its optimising first call costs seconds on a CPU, and saves the same
+    with torch.jit.optimized_execution(False):
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            y = bias_swiglu_impl(x, None, fp8_store)
+        y.float().sum().backward()  # backward casts the copy back (:186)
     assert x.grad is not None and x.grad.dtype == torch.bfloat16
     return sum(t.numel() * t.element_size() for t in saved) / x.numel()
 
