@@ -120,8 +120,12 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     def pack(d):
         d["model"]["data"]["train_ds"].update(packed_sequence=True, file_names=[str(fake)])
     _edit_yaml(packed / "nemo.yaml", pack)
+    damaged = tmp_path / "llama2-7b.nemo"  # a base zeroed on this machine's storage (an empty tar to tarfile)
+    damaged.write_bytes(b"\x00" * 1000)
+    base = _render(tmp_path / "b", "model=llama2_7b", "method=lora", "cluster.nodes=1", f"data.data_dir={data}",
+                   f"model.nemo_path={damaged}")
 
-    p = _vdkit("check", clean, optim, packed, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
+    p = _vdkit("check", clean, optim, packed, base, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -130,6 +134,32 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     assert "cannot resolve model.optim.name=mcore_distributed_optim" in line and "fix:" in line
     (line,) = _errors(p.stderr, packed)
     assert "GPTSFTPackedDataset cannot read" in line and str(fake) in line
+    (line,) = _errors(p.stderr, base)  # the pre-flight's line, not NeMo's tarfile error naming no key
+    assert f"model.nemo_path={damaged}: the archive holds no model_config.yaml" in line and "import_hf.sbatch" in line
+
+
+def test_the_jobs_preflight_runs_on_the_inputs_on_this_machine(tmp_path):
+    """The job's pre-flight refuses an empty data directory and a damaged base after the queue wait; where they are
+    on this machine `vdkit check` says so first (one line each, the pre-flight's), and a clean cell passes it."""
+    from vdkit.commands.check import preflight_here
+    from vdkit.run.jobcheck import Report
+
+    empty, data = tmp_path / "empty", tmp_path / "dolly"
+    empty.mkdir()
+    data.mkdir()
+    for name in ("training.jsonl", "validation.jsonl"):
+        (data / name).write_text('{"input": "q?", "output": "a."}\n')
+    (tmp_path / "broken.nemo").write_text("not a tar")
+    bad = _render(tmp_path / "r", "model=llama2_7b", "method=lora", f"data.data_dir={empty}",
+                  f"model.nemo_path={tmp_path}/broken.nemo")
+    good = _render(tmp_path / "g", "model=llama2_7b", "method=lora", f"data.data_dir={data}")
+    rep = Report(bad)
+    preflight_here(rep)
+    assert [d.split(":")[0] for d in rep.defects] == [f"data.data_dir={empty}", f"model.nemo_path={tmp_path}/broken.nemo"]
+    assert "holds no non-empty file" in rep.defects[0] and "import_hf.sbatch" in rep.defects[1]
+    rep = Report(good)
+    preflight_here(rep)  # the .nemo and the image are under /models and /shared: the cluster's, not checked here
+    assert rep.defects == [] and "the job's pre-flight on its 3 input(s) on this machine" in rep.text()
 
 
 # ----------------------------------------------------------------------------- a hand-edited nemo.yaml

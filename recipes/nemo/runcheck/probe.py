@@ -111,7 +111,7 @@ def check_optim(cell, cfg):
 def base_config(cell):
     """The base model's config: the .nemo's own when it is here, else the plan's dimensions."""
     path = cell["restore_from_path"]
-    if path and os.path.isfile(path):
+    if cell.get("restore_here"):  # here and a .nemo (the kit side said so, or why not)
         import tarfile
 
         with tarfile.open(path) as tar:
@@ -329,7 +329,7 @@ def main():
                 merged = check_merge(cell, cfg)
                 check_peft(cell, cfg, merged)
                 check_precision(cell, merged)
-                if not cell.get("restore_here"):
+                if not cell.get("restore_here") and not cell.get("restore_problem"):
                     say(d, "not checked here", f"{cfg.model.restore_from_path} (model.restore_from_path): the base .nemo "
                                                "on cluster storage (weights, tokenizer)")
                 check_data(cell, cfg, merged)
