@@ -7,7 +7,8 @@ cluster node's own ``python3`` or in NVIDIA's stock image as well as in the kit'
 
 ``preflight.json`` (``vdkit.run.rundir.PREFLIGHT_FILE``, written at render by :func:`vdkit.render.prepare.preflight_files`) lists
 ``{"what", "path", "kind"}`` items and the room: ``{"path": the checkpoint dir, "gb": the plan's figure}``
-(:func:`vdkit.planner.checkpoint_policy.room_gb`). The first problem is one line on stderr and exit
+(:func:`vdkit.planner.checkpoint_policy.room_gb`), and where the cluster names one, ``"fabric": {"socket_ifname"}``: the
+interface the ranks bootstrap on, which this node must have (:func:`socket_ifname_problem`). The first problem is one line on stderr and exit
 :data:`EXIT_REFUSED` (2), which every launcher treats as the recipe's fault: never restarted, never retried
 (Slurm: :mod:`vdkit.slurm.recovery`; the local launcher: :mod:`vdkit.launch.local`). Exit 0: every check passed.
 
@@ -246,13 +247,30 @@ def room_problem(path, gb):
     return None
 
 
+def socket_ifname_problem(ifname, net_dir="/sys/class/net"):
+    """Why this node cannot bootstrap over ``ifname`` (``cluster.socket_ifname``, exported as NCCL_SOCKET_IFNAME and
+    GLOO_SOCKET_IFNAME; None: it can, or it cannot be told). Gloo takes exact interface names (comma-separated; its
+    tcp device finds no address for a name the node lacks and every rank stops at its rendezvous with a traceback,
+    restarted as a crash); NCCL's exclusion form (``^docker``) is not checked."""
+    if not ifname or str(ifname).startswith("^") or not os.path.isdir(net_dir):
+        return None
+    have = sorted(_listdir(net_dir) or [])
+    missing = [n for n in str(ifname).lstrip("=").split(",") if n and n not in have]
+    if not missing or not have:
+        return None
+    return (f"cluster.socket_ifname={ifname}: {os.uname().nodename} has no network interface {', '.join(missing)} "
+            f"(it has {', '.join(have)}); NCCL and gloo bootstrap over it, so every rank would stop at its rendezvous")
+
+
 FIXES = {"megatron_checkpoint": "convert the base once (sbatch import_hf.sbatch in a run dir of this model) or "
                                 "point model.megatron_path at the directory holding latest_checkpointed_iteration.txt",
          "nemo": "convert the base once (sbatch import_hf.sbatch) or point model.nemo_path at a .nemo file",
          "hf": "stage the Hugging Face model (docs/cluster-guide.md) or point model.hf_path at it",
          "npy": "pack the data again (vdkit data pack, the command `vdkit render` printed)",
          "image": "import the image once (enroot import -o IMAGE.sqsh docker://...) or set engine.container_image",
-         "room": "free space there or point run.results_dir at a file system with room"}
+         "room": "free space there or point run.results_dir at a file system with room",
+         "socket_ifname": "set cluster.socket_ifname to an interface every node has, or render with your site's "
+                          "cluster file (vdkit site probe on a compute node reads it from the default route)"}
 DEFAULT_FIX = "make the path exist on the cluster's shared file system (or re-render with the right one)"
 
 
@@ -262,6 +280,9 @@ def check(spec):
         found = problem(need.get("what", "a path"), need.get("path"), need.get("kind", "file"))
         if found:
             return f"{found} (fix: {FIXES.get(need.get('kind'), DEFAULT_FIX)})"
+    found = socket_ifname_problem((spec.get("fabric") or {}).get("socket_ifname"))
+    if found:
+        return f"{found} (fix: {FIXES['socket_ifname']})"
     room = spec.get("room") or {}
     found = room_problem(room.get("path"), room.get("gb"))
     return f"{found} (fix: {FIXES['room']})" if found else None

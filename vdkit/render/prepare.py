@@ -85,6 +85,8 @@ def preflight_files(plan, run_dir: PathLike) -> Dict[str, str]:
             raise ValueError(f"pre-flight kind {need['kind']!r} of {need['what']} is not one of {preflight.KINDS}")
     spec = {"run": str(run_dir), "needs": listed,
             "room": {"path": str(checkpoint_dir(plan.recipe, run_dir)), "gb": round(room_gb(plan), 3)}}
+    if plan.recipe.cluster.socket_ifname:  # the interface the ranks bootstrap on (vdkit.launch.fabric exports it)
+        spec["fabric"] = {"socket_ifname": plan.recipe.cluster.socket_ifname}
     return {PREFLIGHT_FILE: json.dumps(spec, indent=1) + "\n", PREFLIGHT_SCRIPT: Path(preflight.__file__).read_text()}
 
 
