@@ -5,10 +5,12 @@ the same call, so each stack is imported once.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -125,7 +127,18 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     base = _render(tmp_path / "b", "model=llama2_7b", "method=lora", "cluster.nodes=1", f"data.data_dir={data}",
                    f"model.nemo_path={damaged}")
 
-    p = _vdkit("check", clean, optim, packed, base, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
+    other = tmp_path / "llama2-13b.nemo"  # a 13B base given to a 7B SFT: NeMo builds the .nemo's model, check said ok
+    with tarfile.open(other, "w") as tar:
+        conf = yaml.safe_dump({"num_layers": 40, "hidden_size": 5120, "ffn_hidden_size": 13824,
+                               "num_attention_heads": 40, "num_query_groups": None, "max_position_embeddings": 4096,
+                               "encoder_seq_length": 4096, "position_embedding_type": "rope"}).encode()
+        info = tarfile.TarInfo("./model_config.yaml")
+        info.size = len(conf)
+        tar.addfile(info, io.BytesIO(conf))
+    wrong = _render(tmp_path / "w", "model=llama2_7b", "method=sft", "cluster.nodes=1", f"data.data_dir={data}",
+                    f"model.nemo_path={other}")
+
+    p = _vdkit("check", clean, optim, packed, base, wrong, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -136,6 +149,8 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     assert "GPTSFTPackedDataset cannot read" in line and str(fake) in line
     (line,) = _errors(p.stderr, base)  # the pre-flight's line, not NeMo's tarfile error naming no key
     assert f"model.nemo_path={damaged}: the archive holds no model_config.yaml" in line and "import_hf.sbatch" in line
+    (line,) = _errors(p.stderr, wrong)
+    assert f"{other} holds another model than the plan's: num_layers=40 (plan 32), hidden_size=5120 (plan 4096)" in line
 
 
 def test_the_jobs_preflight_runs_on_the_inputs_on_this_machine(tmp_path):
