@@ -138,6 +138,24 @@ def test_an_interface_the_node_lacks_is_refused_before_any_rank_bootstraps_on_it
     assert preflight.socket_ifname_problem("^docker,lo") is None and preflight.socket_ifname_problem("=lo") is None
 
 
+def test_adapters_a_gpu_node_lacks_are_refused_not_left_to_nccls_silent_fallback(tmp_path):
+    """xe9680's eight mlx5 adapters on a node that names its own otherwise (or has four): NCCL_IB_HCA's exact list
+    matched nothing and NCCL ran over TCP sockets without a word (or on half the plan's adapters). On a node with a GPU
+    device the pre-flight names the adapters it lacks and the ones it has; a node without one runs no NCCL: unchecked."""
+    ib, gpu = tmp_path / "infiniband", tmp_path / "nvidia0"
+    ib.mkdir()
+    for name in ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"):
+        (ib / name).mkdir()
+    eight = [f"mlx5_{i}" for i in range(8)]
+    assert preflight.ib_hcas_problem(eight, str(ib), (str(gpu),)) is None  # no GPU device here: no NCCL
+    gpu.touch()
+    half = preflight.ib_hcas_problem(eight, str(ib), (str(gpu),))
+    assert "lists mlx5_4, mlx5_5, mlx5_6, mlx5_7, which" in half and "(its RDMA adapters: mlx5_0, mlx5_1, mlx5_2, " \
+        "mlx5_3)" in half and "NCCL would use 4 of the 8 adapters the plan counts" in half
+    assert "fall back to TCP sockets" in preflight.ib_hcas_problem(["ibp0s1"], str(ib), (str(gpu),))
+    assert preflight.ib_hcas_problem(["mlx5_0:1", "mlx5_3"], str(ib), (str(gpu),)) is None
+
+
 def test_the_pre_flight_agrees_with_the_kit_on_its_exit_code_prefix_and_kinds():
     from vdkit.run import jobspec
     from vdkit.recipes.bridge import job
