@@ -174,6 +174,7 @@ class Engine:
     no_context_parallel = property(lambda self: self.spec.no_context_parallel)
     writes_heartbeat = property(lambda self: self.spec.writes_heartbeat)
     no_peft_interleaving = property(lambda self: self.spec.no_peft_interleaving)
+    data_parallel_only = property(lambda self: self.spec.data_parallel_only)
     config_files = property(lambda self: self.spec.config_files)
 
 

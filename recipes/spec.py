@@ -68,6 +68,9 @@ class EngineSpec:
     # --- what it runs
     methods: Tuple[str, ...]  # method.name values
     shardings: Tuple[str, ...] = ("none",)  # parallelism.sharding values
+    # under parallelism.sharding=none, plain data parallelism only (torch DDP): no TP / PP and no distributed optimizer
+    # (every rank holds all optimizer state); the planner's automatic layout is TP 1 x PP 1 and never shards the state
+    data_parallel_only: bool = False
     precisions: Tuple[str, ...]  # train.precision values
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders

@@ -159,7 +159,8 @@ def handover_lines(run_dir, limits: faults.Limits) -> List[str]:
         '  case "$prev" in ""|*[!0-9]*) return 1 ;; esac',
         '  [ "$prev" != "$SLURM_JOB_ID" ] || return 1',
         rf'  sed -n "/^$prev\$/,\$p" {run}/{JOB_ID_FILE} 2>/dev/null | grep -qx "$SLURM_JOB_ID" || return 1  # after it',
-        f'  if ! grep -qsE "\"next\": \"$SLURM_JOB_ID\"" {run}/{FAULTS_FILE}; then  # not a restart: has P ended?',
+        # bash sees "\"next\": \"$SLURM_JOB_ID\"": the record's JSON field, quotes and all
+        f'  if ! grep -qsF "\\"next\\": \\"$SLURM_JOB_ID\\"" {run}/{FAULTS_FILE}; then  # not a restart: has P ended?',
         '    case "$(squeue -h -j "$prev" -o %T 2>/dev/null || true)" in',
         "      *RUNNING*|*PENDING*|*SUSPENDED*|*CONFIGURING*|*RESIZING*|*REQUEUE*) return 1 ;;",
         "    esac",

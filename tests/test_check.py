@@ -5,10 +5,12 @@ the same call, so each stack is imported once.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -139,8 +141,23 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     def pack(d):
         d["model"]["data"]["train_ds"].update(packed_sequence=True, file_names=[str(fake)])
     _edit_yaml(packed / "nemo.yaml", pack)
+    damaged = tmp_path / "llama2-7b.nemo"  # a base zeroed on this machine's storage (an empty tar to tarfile)
+    damaged.write_bytes(b"\x00" * 1000)
+    base = _render(tmp_path / "b", "model=llama2_7b", "method=lora", "cluster.nodes=1", f"data.data_dir={data}",
+                   f"model.nemo_path={damaged}")
 
-    p = _vdkit("check", clean, optim, packed, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
+    other = tmp_path / "llama2-13b.nemo"  # a 13B base given to a 7B SFT: NeMo builds the .nemo's model, check said ok
+    with tarfile.open(other, "w") as tar:
+        conf = yaml.safe_dump({"num_layers": 40, "hidden_size": 5120, "ffn_hidden_size": 13824,
+                               "num_attention_heads": 40, "num_query_groups": None, "max_position_embeddings": 4096,
+                               "encoder_seq_length": 4096, "position_embedding_type": "rope"}).encode()
+        info = tarfile.TarInfo("./model_config.yaml")
+        info.size = len(conf)
+        tar.addfile(info, io.BytesIO(conf))
+    wrong = _render(tmp_path / "w", "model=llama2_7b", "method=sft", "cluster.nodes=1", f"data.data_dir={data}",
+                    f"model.nemo_path={other}")
+
+    p = _vdkit("check", clean, optim, packed, base, wrong, env={"VDKIT_NEMO_VENV": str(Path(nemo_venv).parent.parent)})
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -149,6 +166,34 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     assert "cannot resolve model.optim.name=mcore_distributed_optim" in line and "fix:" in line
     (line,) = _errors(p.stderr, packed)
     assert "GPTSFTPackedDataset cannot read" in line and str(fake) in line
+    (line,) = _errors(p.stderr, base)  # the pre-flight's line, not NeMo's tarfile error naming no key
+    assert f"model.nemo_path={damaged}: the archive holds no model_config.yaml" in line and "import_hf.sbatch" in line
+    (line,) = _errors(p.stderr, wrong)
+    assert f"{other} holds another model than the plan's: num_layers=40 (plan 32), hidden_size=5120 (plan 4096)" in line
+
+
+def test_the_jobs_preflight_runs_on_the_inputs_on_this_machine(tmp_path):
+    """The job's pre-flight refuses an empty data directory and a damaged base after the queue wait; where they are
+    on this machine `vdkit check` says so first (one line each, the pre-flight's), and a clean cell passes it."""
+    from vdkit.commands.check import preflight_here
+    from vdkit.run.jobcheck import Report
+
+    empty, data = tmp_path / "empty", tmp_path / "dolly"
+    empty.mkdir()
+    data.mkdir()
+    for name in ("training.jsonl", "validation.jsonl"):
+        (data / name).write_text('{"input": "q?", "output": "a."}\n')
+    (tmp_path / "broken.nemo").write_text("not a tar")
+    bad = _render(tmp_path / "r", "model=llama2_7b", "method=lora", f"data.data_dir={empty}",
+                  f"model.nemo_path={tmp_path}/broken.nemo")
+    good = _render(tmp_path / "g", "model=llama2_7b", "method=lora", f"data.data_dir={data}")
+    rep = Report(bad)
+    preflight_here(rep)
+    assert [d.split(":")[0] for d in rep.defects] == [f"data.data_dir={empty}", f"model.nemo_path={tmp_path}/broken.nemo"]
+    assert "holds no non-empty file" in rep.defects[0] and "import_hf.sbatch" in rep.defects[1]
+    rep = Report(good)
+    preflight_here(rep)  # the .nemo and the image are under /models and /shared: the cluster's, not checked here
+    assert rep.defects == [] and "the job's pre-flight on its 3 input(s) on this machine" in rep.text()
 
 
 # ----------------------------------------------------------------------------- a hand-edited nemo.yaml

@@ -143,3 +143,23 @@ def test_checkpoint_within_15_percent_of_the_training_white_paper(model, nodes, 
 
 def test_peft_checkpoints_hold_only_the_adapter():
     assert plan("method=lora").checkpoint_gb < 1 < plan("method=sft").checkpoint_gb
+
+
+# ----------------------------------------------------------------------------- an engine of plain data parallelism
+def test_a_ddp_engine_is_planned_as_ddp_every_rank_holding_all_of_adams_state(capsys):
+    """engine=reference, sharding none, is torch DDP with a plain AdamW on every rank. 7B SFT on 16 H100s was planned
+    with megatron's distributed optimizer (optimizer 5.1 GB = 12 B x 6.74 B / 16): 'fits, 58.5 GB', a run that holds
+    over 100 GB. And its automatic layout was TP 8, which the same engine then refused ('runs data parallel only')."""
+    from vdkit.cli import main
+
+    p = plan("engine=reference", "model=llama2_7b", "method=sft", "cluster.nodes=2")
+    assert (p.tp, p.pp, p.recipe.parallelism.distributed_optimizer) == (1, 1, False)
+    assert p.memory.optimizer_gb == pytest.approx(12 * 6.74, rel=0.01) and not p.feasible
+    mi300x = plan("engine=reference", "model=llama2_7b", "method=sft", "cluster=xe9680_mi300x_noroce", "cluster.nodes=2")
+    assert (mi300x.tp, mi300x.pp) == (1, 1) and mi300x.feasible  # was refused: "the plan uses tp=8 pp=1"
+    assert main(["plan", "engine=reference", "model=llama2_7b", "method=sft", "cluster=xe9680_mi300x_noroce",
+                 "cluster.nodes=2"]) == 0
+    assert main(["plan", "engine=reference", "model=llama2_7b", "method=sft",
+                 "parallelism.distributed_optimizer=true"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert "engine=reference with parallelism.sharding=none runs torch DDP" in line and "fsdp" in line

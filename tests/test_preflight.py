@@ -116,6 +116,46 @@ def test_the_room_counts_what_the_run_holds_and_refuses_a_full_disk(tmp_path, mo
     assert preflight.room_problem(str(tmp_path / "new" / "ckpt"), 1e-6) is None  # made by the job: its parent's room
 
 
+def test_an_interface_the_node_lacks_is_refused_before_any_rank_bootstraps_on_it(tmp_path, capsys):
+    """The default cluster's cluster.socket_ifname=bond0 on a node without bond0: gloo found no address for it, every
+    rank stopped at its rendezvous with a traceback and the recovery restarted it as a crash, 3 allocations in a row.
+    The rendered pre-flight names the interface and this node's own (exit 2, the recipe's fault); lo passes."""
+    cell = ["engine=reference", "model=tiny_llama", "data=synthetic", "method=lora", "cluster.gpus_per_node=1",
+            "cluster.mpi=none", "--out"]
+    have = sorted(os.listdir("/sys/class/net"))
+    for ifname, out in (("nosuch0", "bad"), ("lo", "good")):
+        assert main(["render", *cell, str(tmp_path / out), f"cluster.socket_ifname={ifname}"]) == 0
+    capsys.readouterr()
+    runs = {}
+    for out in ("bad", "good"):
+        (run_dir,) = (tmp_path / out).iterdir()
+        runs[out] = subprocess.run([sys.executable, str(run_dir / "vdkit_preflight.py"), str(run_dir / "preflight.json")],
+                                   capture_output=True, text=True, timeout=60)
+    assert (runs["bad"].returncode, runs["good"].returncode) == (2, 0), runs["good"].stderr
+    (line,) = runs["bad"].stderr.splitlines()
+    assert line.startswith("vdkit pre-flight: cluster.socket_ifname=nosuch0: ") and "no network interface nosuch0" in line
+    assert f"(it has {', '.join(have)})" in line and "vdkit site probe" in line
+    assert preflight.socket_ifname_problem("^docker,lo") is None and preflight.socket_ifname_problem("=lo") is None
+
+
+def test_adapters_a_gpu_node_lacks_are_refused_not_left_to_nccls_silent_fallback(tmp_path):
+    """xe9680's eight mlx5 adapters on a node that names its own otherwise (or has four): NCCL_IB_HCA's exact list
+    matched nothing and NCCL ran over TCP sockets without a word (or on half the plan's adapters). On a node with a GPU
+    device the pre-flight names the adapters it lacks and the ones it has; a node without one runs no NCCL: unchecked."""
+    ib, gpu = tmp_path / "infiniband", tmp_path / "nvidia0"
+    ib.mkdir()
+    for name in ("mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"):
+        (ib / name).mkdir()
+    eight = [f"mlx5_{i}" for i in range(8)]
+    assert preflight.ib_hcas_problem(eight, str(ib), (str(gpu),)) is None  # no GPU device here: no NCCL
+    gpu.touch()
+    half = preflight.ib_hcas_problem(eight, str(ib), (str(gpu),))
+    assert "lists mlx5_4, mlx5_5, mlx5_6, mlx5_7, which" in half and "(its RDMA adapters: mlx5_0, mlx5_1, mlx5_2, " \
+        "mlx5_3)" in half and "NCCL would use 4 of the 8 adapters the plan counts" in half
+    assert "fall back to TCP sockets" in preflight.ib_hcas_problem(["ibp0s1"], str(ib), (str(gpu),))
+    assert preflight.ib_hcas_problem(["mlx5_0:1", "mlx5_3"], str(ib), (str(gpu),)) is None
+
+
 def test_the_pre_flight_agrees_with_the_kit_on_its_exit_code_prefix_and_kinds():
     from vdkit.run import jobspec
     from vdkit.recipes.bridge import job

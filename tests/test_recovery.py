@@ -278,6 +278,21 @@ def test_a_stop_hand_over_waits_too_but_a_second_submit_is_refused_at_once(rende
         holder.wait()
 
 
+def test_a_restart_waits_even_while_slurm_still_lists_its_failed_predecessor(rendered, tmp_path):
+    """The fault record names job 77 as job 30's restart: 77 is the chain's successor whatever squeue still says
+    of 30 (requeued after a node failure, or not yet ended), so it waits for 30's last processes, never refused."""
+    run_dir = rendered("cluster.kill_grace_s=1")
+    _restart_record(run_dir)
+    holder = _hold_lock(run_dir, 30)
+    try:
+        res, took = _successor(run_dir, tmp_path, squeue="RUNNING", flock_wait_fails=True)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "waits up to 12 s" in res.stderr and "did not start: wait for that job" not in res.stderr, res.stderr
+    assert (tmp_path / "waited").read_text().strip() == "12"
+
+
 @pytest.mark.parametrize("restarts_left", [True, False])
 def test_a_successor_that_cannot_take_the_lock_is_a_fault_the_recovery_handles(restarts_left, rendered, tmp_path):
     """Still held after the bounded wait: job 77 records its own failure to start and is restarted while

@@ -142,6 +142,27 @@ def test_status_watches_the_run_against_its_plan_and_names_a_straggler(tmp_path,
     assert "straggler" not in capsys.readouterr().out
 
 
+def test_status_of_a_cancelled_run_gives_no_eta(tmp_path, capsys):
+    """`vdkit cancel` then `vdkit status`: 'CANCELLED (vdkit cancel at ...) ... step 6/60, 20.2 s/step, ETA 18 min' -
+    an arrival time for a run that will not arrive. Ended runs keep their step and pace, without the ETA."""
+    from vdkit.run.rundir import CANCELLED_FILE
+    from vdkit.run.runs import CANCELLED
+
+    run_dir = make_run(tmp_path, LOCAL + ["cluster.gpus_per_node=2"])
+    beats = run_dir / "heartbeat"
+    beats.mkdir()
+    now = int(time.time())
+    for rank in range(2):
+        (beats / f"rank{rank}").write_text(f"{now} {now} 9 200 node0 train\n")
+    assert main(["status", str(run_dir)]) == 0
+    assert "ETA 6 s" in capsys.readouterr().out
+    (run_dir / CANCELLED_FILE).write_text(json.dumps({"at": "2026-11-29T02:49:35Z", "launcher": "local", "jobs": [],
+                                                      "continue": "vdkit run --resume x"}) + "\n")  # vdkit cancel's record
+    assert main(["status", str(run_dir)]) == 0
+    line = capsys.readouterr().out
+    assert f"\t{CANCELLED} (vdkit cancel at" in line and "step 9/40, 0.2 s/step" in line and "ETA" not in line
+
+
 def test_status_names_the_rank_whose_compute_runs_behind_though_step_times_are_equal(tmp_path, capsys):
     """Data parallelism: every rank leaves the gradient all-reduce together, so step times are equal; the
     heartbeat's compute field (time before the reduction) tells the slow rank (issue 36)."""

@@ -150,12 +150,14 @@ def _notes(*overrides):
 
 
 def test_a_layout_the_transformers_regime_does_not_model_is_named_not_the_gpu():
-    """engine=reference llama2_70b lora lays out TP 4 on H100 (a GPU hf_step_time.yaml describes): the
+    """engine=reference llama2_70b lora at TP 4 on H100 (a GPU hf_step_time.yaml describes): the
     time plan's note said 'no step-time prediction for this cluster's GPUs'; the layout is the reason.
-    (`vdkit plan` refuses this plan for the reference engine since; the planner still makes it.)"""
-    plan = make_plan(compose(["engine=reference", "model=llama2_70b", "method=lora"]))
+    (`vdkit plan` refuses this plan for the reference engine, and its automatic layout is TP 1 x PP 1 since;
+    the planner still makes a pinned one.)"""
+    pinned = ["engine=reference", "model=llama2_70b", "method=lora", "parallelism.tp=4", "parallelism.pp=1"]
+    plan = make_plan(compose(pinned))
     assert (plan.tp, plan.pp) == (4, 1) and plan.feasible and plan.prediction is None
-    first, *rest = _notes("engine=reference", "model=llama2_70b", "method=lora")
+    first, *rest = _notes(*pinned)
     assert first.startswith("no step-time prediction: the transformers-engine regime (vdkit.planner.predict_hf) models "
                             "data-parallel layouts only, not TP 4 x PP 1; --time is the partition maximum")
     assert "GPU" not in first and "H100" not in first

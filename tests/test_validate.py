@@ -212,3 +212,18 @@ def test_validate_counts_zero_step_times_as_unmeasured_in_one_line(tmp_path, cap
     assert main(["validate", str(log), "--target-steps", "100", "--json"]) == 0
     obj = json.loads(capsys.readouterr().out)
     assert obj["steps_measured"] == 40 and obj["step_time_mean_s"] == pytest.approx(0.501, abs=0.001)
+
+
+def test_a_run_whose_job_failed_before_its_first_step_says_why(tmp_path, capsys):
+    """`vdkit validate RUN_DIR` of a run the pre-flight refused said 'no training steps found (fix: pass ... a run
+    directory ...)' - it was one. The run's own fault record says why no step ran."""
+    from vdkit.run.faults import append_fault
+
+    (tmp_path / "slurm-5.out").write_text("vdkit pre-flight: ...\n")
+    assert main(["validate", str(tmp_path)]) == 2
+    assert "no training steps found" in capsys.readouterr().err  # no record: the plain line
+    append_fault(tmp_path, job="5", rc=2, cause="vdkit pre-flight: data.data_dir=/x: it holds no non-empty file",
+                 why="the recipe's fault", **{"continue": "sbatch x/launch.sbatch"})
+    assert main(["validate", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "its job stopped before the first step (1 fault(s); last: job 5 vdkit pre-flight: data.data_dir=/x" in line

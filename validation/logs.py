@@ -175,6 +175,12 @@ def read_source(path: PathLike, require_timing: bool = True) -> StepLog:
                             "pass a run directory after its job ran, a Slurm .out file, or an event directory")
     screen_steps(log, require_timing)
     if not log.steps:
+        from vdkit.run.faults import summary
+
+        stopped = summary(p) if p.is_dir() else None  # the run's job failed before its first step: say why
+        if stopped:
+            raise UserError(f"no training steps in {log.source}: its job stopped before the first step ({stopped})",
+                            "fix what the fault says and submit again (`vdkit logs RUN_DIR` shows the failing rank)")
         raise UserError(f"no training steps found in {log.source}",
                         "pass a NeMo (1.x or 2.x), Megatron-LM / Megatron-Bridge training log, a run directory "
                         "or a TensorBoard event directory")

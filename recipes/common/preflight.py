@@ -7,7 +7,9 @@ cluster node's own ``python3`` or in NVIDIA's stock image as well as in the kit'
 
 ``preflight.json`` (``vdkit.run.rundir.PREFLIGHT_FILE``, written at render by :func:`vdkit.render.prepare.preflight_files`) lists
 ``{"what", "path", "kind"}`` items and the room: ``{"path": the checkpoint dir, "gb": the plan's figure}``
-(:func:`vdkit.planner.checkpoint_policy.room_gb`). The first problem is one line on stderr and exit
+(:func:`vdkit.planner.checkpoint_policy.room_gb`), and where the cluster names one, ``"fabric": {"socket_ifname"}``: the
+interface the ranks bootstrap on, which this node must have (:func:`socket_ifname_problem`), and a multi-node job's
+``"ib_hcas"``, the adapters NCCL is given (:func:`ib_hcas_problem`). The first problem is one line on stderr and exit
 :data:`EXIT_REFUSED` (2), which every launcher treats as the recipe's fault: never restarted, never retried
 (Slurm: :mod:`vdkit.slurm.recovery`; the local launcher: :mod:`vdkit.launch.local`). Exit 0: every check passed.
 
@@ -246,13 +248,48 @@ def room_problem(path, gb):
     return None
 
 
+def socket_ifname_problem(ifname, net_dir="/sys/class/net"):
+    """Why this node cannot bootstrap over ``ifname`` (``cluster.socket_ifname``, exported as NCCL_SOCKET_IFNAME and
+    GLOO_SOCKET_IFNAME; None: it can, or it cannot be told). Gloo takes exact interface names (comma-separated; its
+    tcp device finds no address for a name the node lacks and every rank stops at its rendezvous with a traceback,
+    restarted as a crash); NCCL's exclusion form (``^docker``) is not checked."""
+    if not ifname or str(ifname).startswith("^") or not os.path.isdir(net_dir):
+        return None
+    have = sorted(_listdir(net_dir) or [])
+    missing = [n for n in str(ifname).lstrip("=").split(",") if n and n not in have]
+    if not missing or not have:
+        return None
+    return (f"cluster.socket_ifname={ifname}: {os.uname().nodename} has no network interface {', '.join(missing)} "
+            f"(it has {', '.join(have)}); NCCL and gloo bootstrap over it, so every rank would stop at its rendezvous")
+
+
+def ib_hcas_problem(hcas, ib_dir="/sys/class/infiniband", gpu_devices=("/dev/nvidia0", "/dev/kfd")):
+    """Why this node lacks an adapter of ``hcas`` (``cluster.ib_hcas``, NCCL_IB_HCA's exact list; None: it has each, or
+    the node has no GPU device, so no rank runs NCCL here - the local emulated Slurm). NCCL matches the list against
+    the node's adapters in silence: some missing, it runs on fewer than the plan counts; all missing, over TCP sockets."""
+    if not hcas or not any(os.path.exists(d) for d in gpu_devices):
+        return None
+    have = sorted(_listdir(ib_dir) or [])
+    missing = [str(h) for h in hcas if str(h).split(":")[0] not in have]
+    if not missing:
+        return None
+    how = ("NCCL would fall back to TCP sockets without a word" if len(missing) == len(hcas) else
+           f"NCCL would use {len(hcas) - len(missing)} of the {len(hcas)} adapters the plan counts")
+    return (f"cluster.ib_hcas lists {', '.join(missing)}, which {os.uname().nodename} lacks (its RDMA adapters: "
+            f"{', '.join(have) or 'none'}): {how}")
+
+
 FIXES = {"megatron_checkpoint": "convert the base once (sbatch import_hf.sbatch in a run dir of this model) or "
                                 "point model.megatron_path at the directory holding latest_checkpointed_iteration.txt",
          "nemo": "convert the base once (sbatch import_hf.sbatch) or point model.nemo_path at a .nemo file",
          "hf": "stage the Hugging Face model (docs/cluster-guide.md) or point model.hf_path at it",
          "npy": "pack the data again (vdkit data pack, the command `vdkit render` printed)",
          "image": "import the image once (enroot import -o IMAGE.sqsh docker://...) or set engine.container_image",
-         "room": "free space there or point run.results_dir at a file system with room"}
+         "room": "free space there or point run.results_dir at a file system with room",
+         "socket_ifname": "set cluster.socket_ifname to an interface every node has, or render with your site's "
+                          "cluster file (vdkit site probe on a compute node reads it from the default route)",
+         "ib_hcas": "render with your site's cluster file (vdkit site probe on a compute node lists the active adapters), "
+                    "or cluster=xe9680_4nic for configuration 2's four adapters"}
 DEFAULT_FIX = "make the path exist on the cluster's shared file system (or re-render with the right one)"
 
 
@@ -262,6 +299,11 @@ def check(spec):
         found = problem(need.get("what", "a path"), need.get("path"), need.get("kind", "file"))
         if found:
             return f"{found} (fix: {FIXES.get(need.get('kind'), DEFAULT_FIX)})"
+    fabric = spec.get("fabric") or {}
+    for key, found in (("socket_ifname", socket_ifname_problem(fabric.get("socket_ifname"))),
+                       ("ib_hcas", ib_hcas_problem(fabric.get("ib_hcas")))):
+        if found:
+            return f"{found} (fix: {FIXES[key]})"
     room = spec.get("room") or {}
     found = room_problem(room.get("path"), room.get("gb"))
     return f"{found} (fix: {FIXES['room']})" if found else None

@@ -170,6 +170,7 @@ SPEC = EngineSpec(
              "nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model",
              "pretrained": "from_pretrained when model.hf_path is set, else seeded weights"},
     methods=("sft", "lora", "ptuning", "pretrain"), shardings=("none", "fsdp", "zero3"),
+    data_parallel_only=True,  # sharding none: torch DDP and a plain torch.optim.AdamW on every rank (train.py)
     precisions=("bf16",),  # no FP8 GEMMs: a plan at fp8 would predict a precision the run does not use
     context_parallel=False,
     no_context_parallel=("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "

@@ -175,6 +175,8 @@ def engine_records() -> List[dict]:
 
 # the table's rows: (label, record key, how a value reads)
 _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("shardings", "shardings", None),
+                ("sharding none is", "data_parallel_only",
+                 lambda v: "DDP (TP 1 x PP 1, every rank all Adam state)" if v else "TP x PP, distributed optimizer"),
                 ("precisions", "precisions", None), ("optimizer dtypes", "optimizer_dtypes", None),
                 ("SwiGLU input saved in", "swiglu_input_dtypes", None),
                 ("context parallel", "context_parallel", None),

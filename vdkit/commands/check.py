@@ -76,8 +76,39 @@ def check_dirs(run_dirs) -> list:
     for rep in reports:
         rep.lines.insert(0, ("checked", "every file the job runs or reads is the kit's render of its recipe.yaml "
                                         "(the engine's config held to the stack's types and value rules)"))
+        preflight_here(rep)
     order = {Path(d).resolve(): i for i, d in enumerate(run_dirs)}
     return sorted(refused + reports, key=lambda r: order.get(Path(r.run_dir).resolve(), 0))
+
+
+def preflight_here(rep) -> None:
+    """The job's own pre-flight (``preflight.json``: each input path of the kind its stack reads) on the inputs that
+    are on this machine (:func:`vdkit.composition.files.on_this_machine`, the render's rule): a damaged base or an
+    empty data directory here is a defect now, not the job's refusal after the queue wait. The rest is the cluster's."""
+    import json
+
+    from vdkit.composition.files import on_this_machine
+    from vdkit.recipes.common.preflight import DEFAULT_FIX, FIXES, problem
+    from vdkit.run.rundir import PREFLIGHT_FILE
+
+    try:
+        needs = json.loads((Path(rep.run_dir) / PREFLIGHT_FILE).read_text()).get("needs", [])
+    except (OSError, ValueError, AttributeError):  # none (rendered before the pre-flight) or compared already
+        return
+    here = [n for n in needs if isinstance(n, dict) and n.get("path") and on_this_machine(n["path"])]
+    found, failed = [], []
+    for need in here:
+        path = Path(need["path"])
+        if any(bad in path.parents for bad in failed):  # a file in a directory refused already: the same cause
+            continue
+        why = problem(need.get("what", "a path"), need["path"], need.get("kind", "file"))
+        found.append((need, why))
+        if why:
+            failed.append(path)
+            rep.defect(why, str(need.get("what")), FIXES.get(need.get("kind"), DEFAULT_FIX))
+    if here and not failed:
+        rep.checked(f"the job's pre-flight on its {len(here)} input(s) on this machine ("
+                    + ", ".join(str(n.get("what")) for n in here) + "): each there and of the kind its stack reads")
 
 
 def report(reports, out=None, err=None, brief: bool = False) -> int:

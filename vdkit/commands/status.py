@@ -75,16 +75,19 @@ def _state(launcher, run_dir, job) -> str:
     return state(run_dir, launcher)
 
 
-def _watch(run_dir):
-    """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s, straggler: ...' (None before the first step)."""
+def _watch(run_dir, state: str = ""):
+    """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s, straggler: ...' (None before the first step; no ETA once
+    ``state`` says the run ended: completed, failed, stopped or cancelled)."""
+    from vdkit.launch.launchers import ENDED
     from vdkit.run.rundir import load_recipe
-    from vdkit.run.runs import progress
+    from vdkit.run.runs import CANCELLED, progress
 
     try:
         p = progress(run_dir, load_recipe(run_dir).train.max_steps)
     except Exception:  # noqa: BLE001 - progress is a note: status answers without it
         return None
-    return p.text() if p.done is not None else None
+    ended = state.split(" ", 1)[0] in ENDED | {CANCELLED}
+    return p.text(eta=not ended) if p.done is not None else None
 
 
 def run_status(args) -> int:
@@ -123,7 +126,7 @@ def run_status(args) -> int:
             print(f"vdkit status: error: {run_dir or job}: {exc}", file=sys.stderr)
             bad = 2
             continue
-        notes = [holder_note(run_dir), _watch(run_dir), fault_summary(run_dir, job, state)] if run_dir is not None else []
+        notes = [holder_note(run_dir), _watch(run_dir, state), fault_summary(run_dir, job, state)] if run_dir is not None else []
         lines.append(job_line(run_dir if run_dir is not None else "-", job, state) + "".join(f"\t{n}" for n in notes if n))
     for line in lines:
         print(line)

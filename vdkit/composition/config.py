@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional
 
 from vdkit.composition.conftree import conf_dir
 from vdkit.errors import UserError
-from vdkit.launch.fabric import NCCL_DEBUG_LEVELS
+from vdkit.launch.fabric import NCCL_DEBUG_LEVELS, check_names
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.composition.schema import ARCHS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
 from vdkit.rules.overrides import refuse_env_interpolation
@@ -346,6 +346,7 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")
+    check_names(c)  # interface and adapter names: shell words at render, so refused here (the door) already
     _check(c.transport in TRANSPORTS, f"cluster.transport={c.transport!r} is not a transport",
            "use " + ", ".join(TRANSPORTS))
     _check(not (c.transport == "tcp" and c.ib_hcas),

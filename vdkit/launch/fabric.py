@@ -32,6 +32,15 @@ def ib_hca_value(hcas: List[str]) -> str:
     return "=" + ",".join(str(h) for h in hcas)
 
 
+def check_names(c) -> None:
+    """Refuse a ``cluster.socket_ifname`` or ``cluster.ib_hcas`` entry that is no interface / adapter name (a shell
+    word such as ``eth0; reboot`` would land in the job's environment): at the door (composition) and at render."""
+    ib_hca_value(list(c.ib_hcas or []))
+    if c.socket_ifname and not _IFNAME_RE.match(c.socket_ifname):
+        raise UserError(f"cluster.socket_ifname={c.socket_ifname!r} is not an interface name",
+                        "use the name of an interface every node has, e.g. cluster.socket_ifname=bond0")
+
+
 def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Every rank's fabric variables, in order (name -> value): the cluster's, then the engine's.
 
@@ -45,13 +54,11 @@ def job_env(plan, engine_env: Optional[Dict[str, str]] = None) -> Dict[str, str]
     Nothing here depends on the GPU vendor or the transport: those are in the cluster's data.
     """
     c = plan.recipe.cluster
+    check_names(c)
     env: Dict[str, str] = {}
     if c.ib_hcas:
         env["NCCL_IB_HCA"] = ib_hca_value(list(c.ib_hcas))
     if c.socket_ifname:
-        if not _IFNAME_RE.match(c.socket_ifname):
-            raise UserError(f"cluster.socket_ifname={c.socket_ifname!r} is not an interface name",
-                            "use the name of an interface every node has, e.g. cluster.socket_ifname=bond0")
         env["NCCL_SOCKET_IFNAME"] = c.socket_ifname
         env["GLOO_SOCKET_IFNAME"] = c.socket_ifname
     for name, value in (c.env or {}).items():

@@ -174,10 +174,15 @@ def layout_plan(recipe: Recipe) -> Plan:
 
         return make_sharded_plan(recipe)
 
+    from vdkit.recipes import engines
+
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
     tp, pp = p.tp, p.pp
-    if source == "auto" and recipe.method.name == "pretrain" and m.pretrain_tp and m.pretrain_pp:
+    ddp_only = engines.get(recipe.engine.name).data_parallel_only  # torch DDP: TP 1 x PP 1, no sharded optimizer
+    if source == "auto" and ddp_only:
+        tp, pp = 1, 1
+    elif source == "auto" and recipe.method.name == "pretrain" and m.pretrain_tp and m.pretrain_pp:
         tp, pp, source = m.pretrain_tp, m.pretrain_pp, "design guide"
     vp = p.vp or 1
     if tp and pp:
@@ -186,7 +191,12 @@ def layout_plan(recipe: Recipe) -> Plan:
             raise UserError(f"layout tp={tp} pp={pp} on {recipe.world_size} GPUs breaks a rule: {broken[0]}",
                             "change parallelism.tp / parallelism.pp, or leave them unset to let the planner pick")
     full_method = recipe.method.name in ("sft", "pretrain")
-    dist_opt = full_method if p.distributed_optimizer is None else p.distributed_optimizer
+    if ddp_only and p.distributed_optimizer:
+        raise UserError(f"parallelism.distributed_optimizer=true: engine={recipe.engine.name} with parallelism.sharding="
+                        f"{p.sharding} runs torch DDP, whose every rank holds all of Adam's state",
+                        "leave parallelism.distributed_optimizer unset, or shard the state: parallelism.sharding=fsdp "
+                        "or zero3")
+    dist_opt = (full_method and not ddp_only) if p.distributed_optimizer is None else p.distributed_optimizer
     if recipe.train.optimizer_dtype != "fp32" and not dist_opt:  # (the engine's spec holds the value: recipes/spec.py)
         raise UserError(f"train.optimizer_dtype={recipe.train.optimizer_dtype} sets the distributed optimizer's state "
                         "dtype, and without parallelism.distributed_optimizer the engine renders a plain fused Adam "

@@ -85,6 +85,10 @@ def preflight_files(plan, run_dir: PathLike) -> Dict[str, str]:
             raise ValueError(f"pre-flight kind {need['kind']!r} of {need['what']} is not one of {preflight.KINDS}")
     spec = {"run": str(run_dir), "needs": listed,
             "room": {"path": str(checkpoint_dir(plan.recipe, run_dir)), "gb": round(room_gb(plan), 3)}}
+    c = plan.recipe.cluster  # the interface the ranks bootstrap on, the adapters NCCL spans nodes on (vdkit.launch.fabric)
+    fabric = {"socket_ifname": c.socket_ifname, "ib_hcas": list(c.ib_hcas) if c.nodes > 1 else []}
+    if any(fabric.values()):
+        spec["fabric"] = fabric
     return {PREFLIGHT_FILE: json.dumps(spec, indent=1) + "\n", PREFLIGHT_SCRIPT: Path(preflight.__file__).read_text()}
 
 

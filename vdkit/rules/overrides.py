@@ -45,6 +45,18 @@ def _parse(overrides: Sequence[str]):
         return None  # compose reports Hydra's own message
 
 
+def _refuse_unquoted(overrides: Sequence[str]) -> None:
+    """A ``key=value`` whose value Hydra's grammar cannot read unquoted (pyxis' ``nvcr.io#nvidia/nemo:24.01``, a path
+    with a space or parentheses): Hydra's own message ('LexerNoViableAltException', "mismatched input '='") names
+    neither the override nor the cure. Other unparsable overrides (no ``=``) keep Hydra's message."""
+    for raw in overrides:
+        key, eq, value = str(raw).partition("=")
+        if eq and re.fullmatch(r"[+~]{0,2}[\w.@/-]+", key) and _parse([raw]) is None and _parse([f"{key}='{value}'"]):
+            raise UserError(f"{raw}: the value holds characters Hydra's override grammar reserves (#, ;, =, spaces, "
+                            "brackets, parentheses, quotes) and cannot be read unquoted",
+                            f"quote the value: {key}='{value}' (in a shell: \"{key}='{value}'\")")
+
+
 def check_overrides(overrides: Sequence[str], multirun: bool = False, duplicates: bool = True) -> None:
     """Override syntax that Hydra accepts but vdkit would silently mis-read.
 
@@ -55,6 +67,7 @@ def check_overrides(overrides: Sequence[str], multirun: bool = False, duplicates
     """
     parsed = _parse(overrides)
     if parsed is None:
+        _refuse_unquoted(overrides)
         return
     seen = {}
     for raw, o in zip(overrides, parsed):

@@ -191,8 +191,9 @@ class Progress:
             return None
         return (self.planned - self.done) * self.step_s
 
-    def text(self) -> str:
-        """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s' with what is known."""
+    def text(self, eta: bool = True) -> str:
+        """'step 30/50, 0.21 s/step (plan 0.18-0.25), ETA 4 s' with what is known (no ETA with ``eta`` False: the run
+        has ended)."""
         parts = [f"step {'?' if self.done is None else self.done}/{'?' if self.planned is None else self.planned}"]
         if self.step_s is not None:
             measured = f"{self.step_s:.3g} s/step"
@@ -200,7 +201,7 @@ class Progress:
                 lo, hi = self.plan_s
                 measured += f" (plan {lo:.3g})" if lo == hi else f" (plan {lo:.3g}-{hi:.3g})"
             parts.append(measured)
-        eta = self.eta_s()
+        eta = self.eta_s() if eta else None
         if eta is not None:
             parts.append(f"ETA {_duration(eta)}")
         return ", ".join(parts + self.notes)

@@ -21,6 +21,7 @@ PROBE = Path(__file__).parent / "probe.py"
 
 def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
     from vdkit.planner.arch import trainable_params
+    from vdkit.recipes.common.preflight import problem
     from vdkit.run.rundir import NEMO_CONFIG_FILE, load_plan
 
     plan = load_plan(run_dir)
@@ -32,8 +33,12 @@ def _cell(run_dir: Path, tokenizer_dir: str) -> dict:
              "position_embedding_type": "rope" if m.position_embedding == "rope" else "learned_absolute",
              "tensor_model_parallel_size": 1, "pipeline_model_parallel_size": 1, "precision": "bf16"}
     restore = m.nemo_path or ""
+    here = bool(restore) and Path(restore).is_file()
+    # A base that is here but damaged is the pre-flight's defect (`vdkit check` runs it on what is here: NeMo's tarfile
+    # error would name no key); the probe then merges onto the plan's dimensions, as for a base on the cluster
+    broken = problem("model.nemo_path", restore, "nemo") if here and r.method.name != "pretrain" else None
     return {"run_dir": str(run_dir), "config": str(run_dir / NEMO_CONFIG_FILE), "finetune": r.method.name != "pretrain",
-            "restore_from_path": restore, "restore_here": bool(restore) and Path(restore).is_file(), "model": model,
+            "restore_from_path": restore, "restore_here": here and not broken, "restore_problem": broken, "model": model,
             "tokenizer_dir": tokenizer_dir, "trainable": trainable_params(r),
             "virtual_tokens": r.method.ptuning_virtual_tokens if r.method.peft_scheme == "ptuning" else 0,
             "plan": {"tensor_model_parallel_size": plan.tp, "pipeline_model_parallel_size": plan.pp,

@@ -111,7 +111,7 @@ def check_optim(cell, cfg):
 def base_config(cell):
     """The base model's config: the .nemo's own when it is here, else the plan's dimensions."""
     path = cell["restore_from_path"]
-    if path and os.path.isfile(path):
+    if cell.get("restore_here"):  # here and a .nemo (the kit side said so, or why not)
         import tarfile
 
         with tarfile.open(path) as tar:
@@ -130,6 +130,16 @@ def check_merge(cell, cfg):
                             {"OmegaConf": OmegaConf, "open_dict": open_dict, "DictConfig": DictConfig})
     holder = types.SimpleNamespace(restore_from=lambda path, return_config=True, **kw: base)
     merged = merge(holder, cfg.model.restore_from_path, cfg)
+    if cell.get("restore_here"):  # NeMo builds the .nemo's model, whatever the recipe planned: the same one?
+        plan_m = cell["model"]
+        dims = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups")
+        held = {k: base.get(k) or (base.get("num_attention_heads") if k == "num_query_groups" else None) for k in dims}
+        off = [f"{k}={held[k]} (plan {plan_m[k]})" for k in dims if held[k] is not None and held[k] != plan_m[k]]
+        if off:
+            say(d, "defect", f"{cfg.model.restore_from_path} holds another model than the plan's: {', '.join(off)} "
+                             f"({where}; NeMo builds the .nemo's model, so the plan's layout, memory and time are "
+                             "another model's) (model.nemo_path; fix: point model.nemo_path at the recipe model's "
+                             ".nemo, or choose the model=... it holds)")
     want = cell["plan"]
     got = {"tensor_model_parallel_size": merged.get("tensor_model_parallel_size"),
            "pipeline_model_parallel_size": merged.get("pipeline_model_parallel_size"),
@@ -329,7 +339,7 @@ def main():
                 merged = check_merge(cell, cfg)
                 check_peft(cell, cfg, merged)
                 check_precision(cell, merged)
-                if not cell.get("restore_here"):
+                if not cell.get("restore_here") and not cell.get("restore_problem"):
                     say(d, "not checked here", f"{cfg.model.restore_from_path} (model.restore_from_path): the base .nemo "
                                                "on cluster storage (weights, tokenizer)")
                 check_data(cell, cfg, merged)
