@@ -171,6 +171,9 @@ SPEC = EngineSpec(
              "pretrained": "from_pretrained when model.hf_path is set, else seeded weights"},
     methods=("sft", "lora", "ptuning", "pretrain"), shardings=("none", "fsdp", "zero3"),
     data_parallel_only=True,  # sharding none: torch DDP and a plain torch.optim.AdamW on every rank (train.py)
+    # sharding none: Fabric's bf16-mixed over the fp32 model transformers loads (model.py) - fp32 parameters, gradients
+    # and Adam state (conf/calibration/memory.yaml fp32_params_bytes); FSDP / ZeRO-3 have their own memory model
+    fp32_params=lambda recipe: recipe.parallelism.sharding == "none",
     precisions=("bf16",),  # no FP8 GEMMs: a plan at fp8 would predict a precision the run does not use
     context_parallel=False,
     no_context_parallel=("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
