@@ -83,12 +83,14 @@ def print_independent() -> None:
             continue
         print(f"  {w['name']:<48} {w['published']:<30} {w['published_step_s']:>10.3f} {w['predicted_step_s']:>8.3f} "
               f"{w['error']:>+7.0%}  {'yes' if w['inside'] else 'NO ':<8}  {w['memory_gb']:.1f} GB, recompute {w['recompute']}"
-              + ("" if w["fits"] else " (does not fit)"))
+              + ("" if w["fits"] else " (does not fit)") + ("; not expressed, below" if w["not_expressed"] else ""))
     keys = [(None, None), *((("group", g)) for g in dict.fromkeys(w["group"] for w in got)),
             *((("range_group", g)) for g in dict.fromkeys(w["range_group"] for w in got)),
             *((("gpu", g)) for g in dict.fromkeys(w["gpu"] for w in got))]
+    # A run marked not_expressed is planned and predicted as the kit renders it, which is not what the run did (its
+    # planned memory, hence its recompute, differs): it stays outside these figures and gets its own line below.
     for field, value in keys:  # all runs, each source's, each range group's (vdkit.planner.interval.group), each GPU's
-        some = [w for w in got if "error" in w and (field is None or w[field] == value)]
+        some = [w for w in got if "error" in w and not w["not_expressed"] and (field is None or w[field] == value)]
         if not some:  # every run of the group lacks a prediction (listed below)
             continue
         errs = [abs(w["error"]) for w in some]
@@ -97,10 +99,12 @@ def print_independent() -> None:
         print(f"  {label:<21} n={len(errs):>2}  median |error| {np.median(errs):.0%}  "
               f"worst {max(errs):.0%}  inside the printed range: {sum(w['inside'] for w in some)} of {len(errs)}  "
               f"(ranges {min(widths):.2f}x .. {max(widths):.2f}x wide)")
-    missing = [w for w in got if "error" not in w]
+    missing = [w for w in got if "error" not in w or w["not_expressed"]]
     for why in dict.fromkeys(w["not_expressed"] for w in missing):  # outside the figures above, each with its why
         names = [w["name"] for w in missing if w["not_expressed"] == why]
-        print(f"  no prediction         n={len(names):>2}  "
+        errs = [abs(w["error"]) for w in missing if w["not_expressed"] == why and "error" in w]
+        figures = f"predicted as rendered: median |error| {np.median(errs):.0%}, worst {max(errs):.0%}; " if errs else ""
+        print(f"  {'outside' if errs else 'no prediction':<21} n={len(names):>2}  " + figures
               + (f"not expressed ({why}): " if why else "the published layout does not fit by the planner's memory: ")
               + ", ".join(names))
     for key, text in data["sources"].items():

@@ -188,6 +188,26 @@ def test_the_mi300x_runs_not_expressed_are_short_only_their_fp8_weights_transpos
     assert all(make_plan(r).feasible for r in recipes)
 
 
+def test_the_h200_tp1_cp2_runs_not_expressed_are_short_only_their_fp8_weights_transpose(monkeypatch):
+    """NeMo 24.09 on the 24.09 image's TE 1.10 (NVIDIA v4.1, QCT v5.0 / v5.1, Cisco v5.1 at TP 1 CP 2) keeps each FP8
+    linear weight without its transpose (1 byte; benchmarks/independent_runs.yaml, H200 TP1 CP2); the kit's fused engine
+    keeps the transpose too. The runs set no recompute: at the kit's 2 bytes that layout does not fit, at 1 byte it
+    does, so the transpose is the planner's whole gap for the runs marked ``nemo2409_fp8_weights``."""
+    import yaml
+
+    from vdkit.composition.config import compose
+    from vdkit.planner.calibration import memory
+
+    module = _independent_runs()
+    runs = [run for run in yaml.safe_load(module.DATA.read_text())["runs"] if run.get("not_expressed") == "nemo2409_fp8_weights"]
+    layouts = {tuple(run["overrides"]) for run in runs}
+    assert layouts
+    recipes = [compose([*layout, "parallelism.recompute=none"]) for layout in layouts]  # the published runs: no recompute
+    assert not any(make_plan(r).feasible for r in recipes)
+    monkeypatch.setitem(memory()["fp8_linear_weight_bytes"], "bridge", 1.0)  # FP8 data alone, no transpose
+    assert all(make_plan(r).feasible for r in recipes)
+
+
 def test_the_fixed_cost_probe_adds_its_candidate_to_each_fused_run():
     """benchmarks/fixed_cost_probe.py (issue 35's candidate fixed-time terms) must keep running against the
     independent set: a per-step candidate of c seconds adds exactly c to every run on the fused path, and a host
