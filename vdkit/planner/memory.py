@@ -26,9 +26,10 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16: what megatron-core's Transformer Engine layers with
-  flash attention save for backward, tensor by tensor (:mod:`vdkit.planner.activations`; the same
-  derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
+- activations, per layer and micro batch, bf16: what the layers the engine builds save for backward, tensor by
+  tensor (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer
+  Engine layers with flash attention (NeMo, Bridge), or megatron-core's local spec (the megatron engine, on GPUs
+  too: unfused attention keeps its s^2 softmax), checked byte for byte against saved-tensor hooks.
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. Each pipeline stage holds its 1F1B warm-up's micro batches plus one, per model chunk (``layers_in_flight``,
   megatron-core's schedule: the first stage min(PP, micro batches), times (1 + (PP-1)/(PP*VP)) when
@@ -149,6 +150,14 @@ def saved_cast_bytes(r: Recipe, precision: str) -> float:
     return float(memory()["fp32_params_cast_bytes"][r.engine.name][precision])
 
 
+def layer_kernels(r: Recipe) -> str:
+    """The decoder layers ``r``'s engine builds on a GPU, as vdkit.planner.activations counts them (its spec's
+    ``layer_kernels``): fused (Transformer Engine) or local (the megatron engine's megatron-core local spec)."""
+    from vdkit.recipes import engines
+
+    return engines.get(r.engine.name).spec.layer_kernels
+
+
 def fp8_weight_bytes(engine: str) -> Optional[float]:
     """Bytes per transformer-layer linear weight with ``train.precision=fp8`` as ``engine``'s stack holds it
     (conf/calibration/memory.yaml ``fp8_linear_weight_bytes``); None: the engine renders no FP8."""
@@ -248,8 +257,9 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
-    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8,
-                            peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name)
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
+                            layer_kernels(r), fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
+                            engine=r.engine.name)
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
     per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
