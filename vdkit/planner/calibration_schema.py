@@ -146,7 +146,6 @@ class StackBytes:
     unfused_recompute_read: float = MISSING
     unfused_sft_gradient: float = MISSING
     activation: float = MISSING
-    optimizer_pass: float = MISSING
 
 
 @dataclass

@@ -126,6 +126,21 @@ def grad_optimizer_bytes(r: Recipe, distributed_optimizer: bool,
     return g, o
 
 
+def optimizer_pass_bytes(r: Recipe, distributed_optimizer: bool, precision: Optional[str] = None) -> float:
+    """Bytes the optimizer step moves per trainable parameter it updates, from the bytes this model says ``r``'s
+    engine keeps (one home; vdkit.planner.predict times the pass at HBM bandwidth): Adam reads and writes every
+    optimizer-state byte (master or remainder, m, v) and the gradient (read, then zeroed), and writes the updated
+    weight - read too where the parameter is its own master (fp32 parameters, fp32 training). Megatron's fp32
+    master: 2 x (12 + 4) + 2 = 34; NeMo's Apex remainders 30; bf16 state 2 x (4 + 2) + 2 (NeMo) or 2 x (8 + 4) + 2
+    (Bridge). (Apex's remainder step also reads the bf16 weight, the master's upper half: 2 more, not counted.)"""
+    precision = precision or r.train.precision
+    g, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
+    held = fp32_params_bytes(r) if precision != "fp32" else None
+    if precision == "fp32" or held is not None:  # no separate master: the parameter is read and written
+        return 2 * (g + o) + 2 * (held or static_bytes(precision))[0]
+    return 2 * (g + o) + static_bytes(precision)[0]
+
+
 def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
     """(weights, gradients, optimizer states) bytes per parameter when ``r``'s engine renders a model that keeps
     fp32 parameters under bf16 / fp8 mixed precision (its spec's ``fp32_params``: NeMo 1.23 without
