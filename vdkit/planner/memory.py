@@ -50,8 +50,10 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
 ``borderline_fraction`` of the GPU's memory) is one rule, vdkit.planner.calibration.is_borderline, for every plan.
 
-Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
-per trainable parameter (a PEFT checkpoint holds only the adapter's).
+Checkpoint size (checkpoint_bytes): the trainable weights as held plus the optimizer state as the engine's optimizer
+exports it - 14 bytes per trainable parameter for a bf16 model with an fp32 master, m and v; NeMo's fp32 PEFT weights
+16 with Apex's distributed Adam, 12 with fused Adam; Bridge's bf16 optimizer state 10, NeMo's 8 (a PEFT checkpoint
+holds only the adapter's).
 """
 from __future__ import annotations
 
@@ -139,6 +141,33 @@ def optimizer_pass_bytes(r: Recipe, distributed_optimizer: bool, precision: Opti
     if precision == "fp32" or held is not None:  # no separate master: the parameter is read and written
         return 2 * (g + o) + 2 * (held or static_bytes(precision))[0]
     return 2 * (g + o) + static_bytes(precision)[0]
+
+
+def checkpoint_bytes(r: Recipe, distributed_optimizer: bool, precision: Optional[str] = None) -> float:
+    """Bytes per trainable parameter a checkpoint of ``r``'s engine writes: the trainable weights as the engine holds
+    them and the optimizer state as its optimizer exports it - what it holds (megatron-core's and Bridge's
+    distributed optimizer: fp32 master + m + v, 14 with the bf16 weight; the megatron engine's own files: the same),
+    except where the export differs (conf/calibration/memory.yaml ``checkpoint_optimizer_bytes``: NeMo's Apex
+    distributed Adam writes param, m and v in its dtype, its 16-bit remainders rebuilt into the fp32 master).
+    PEFT checkpoints hold only the adapter (NeMo 1.23 ``NLPAdapterModelMixin.state_dict``, Bridge
+    ``apply_peft_adapter_filter_to_state_dict``): the caller multiplies by the trainable parameters."""
+    from vdkit.planner.calibration import memory
+
+    precision = precision or r.train.precision
+    held = fp32_params_bytes(r) if precision != "fp32" else None
+    weight = (held or static_bytes(precision))[0]
+    _, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
+    exported = memory()["checkpoint_optimizer_bytes"].get(r.engine.name, {}) if distributed_optimizer else {}
+    if precision != "fp32" and r.train.optimizer_dtype in exported:
+        o = float(exported[r.train.optimizer_dtype])
+    return weight + o
+
+
+def checkpoint_gb(r: Recipe, distributed_optimizer: bool) -> float:
+    """The checkpoint's size (GB) as ``r``'s engine writes it (checkpoint_bytes x the trainable parameters)."""
+    from vdkit.planner.arch import trainable_params
+
+    return trainable_params(r) * checkpoint_bytes(r, distributed_optimizer) / GB
 
 
 def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:

@@ -1,0 +1,57 @@
+"""The plan's checkpoint size is what the engines write: the trainable weights as held plus the optimizer state as
+each engine's optimizer exports it (vdkit.planner.memory checkpoint_bytes; conf/calibration/memory.yaml
+``checkpoint_optimizer_bytes``). The megatron engine's checkpoint is saved here for real on the CPU (fp32: no master
+copy, 4 + 8 bytes per parameter) and weighed against the plan; NeMo's and Bridge's are derived from their source."""
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from vdkit.composition.config import compose
+from vdkit.planner.memory import checkpoint_bytes
+
+SFT_7B = ["model=llama2_7b", "method=sft", "cluster.nodes=2", "parallelism.tp=2", "parallelism.pp=1",
+          "parallelism.distributed_optimizer=true"]
+
+
+@pytest.mark.parametrize("overrides, per_param", [
+    (["engine=megatron"], 14.0),  # bf16 weight + megatron-core's fp32 master, m, v
+    (["engine=bridge"], 14.0),
+    (["engine=nemo"], 14.0),      # Apex writes the fp32 master rebuilt from the bf16 weight and its remainder (held: 10)
+    (["engine=nemo", "train.optimizer_dtype=bf16"], 8.0),    # bf16 weight + param, m, v in bf16
+    (["engine=bridge", "train.optimizer_dtype=bf16"], 10.0),  # bf16 weight + fp32 master + bf16 m, v
+    (["engine=nemo", "method=lora"], 16.0),  # NeMo's fp32 PEFT adapter (no O2) + Apex's fp32 param, m, v
+    (["engine=nemo", "method=lora", "parallelism.distributed_optimizer=false"], 12.0),  # fused Adam: m, v only
+])
+def test_checkpoint_bytes_per_trainable_parameter(overrides, per_param):
+    r = compose([*SFT_7B, *overrides])
+    assert checkpoint_bytes(r, r.parallelism.distributed_optimizer) == per_param
+
+
+def test_the_megatron_engines_checkpoint_weighs_what_the_plan_says(tmp_path):
+    """One optimizer step of the tiny model on one CPU rank, then the checkpoint the engine writes (its ``_state``,
+    torch.save): bytes per trainable parameter within 3 % of the plan's (the rest is torch.save's framing)."""
+    pytest.importorskip("megatron.core")
+    import torch
+    from megatron.core import parallel_state as ps
+
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes.common import mcore_cpu
+    from vdkit.recipes.megatron import train
+
+    plan = make_plan(compose(["engine=megatron", "model=tiny_llama", "method=sft", "data=synthetic", "cluster=local",
+                              "cluster.nodes=1", "cluster.gpus_per_node=1", "parallelism.tp=1", "parallelism.pp=1",
+                              "parallelism.distributed_optimizer=true", "train.global_batch_size=1"]))
+    mcore_cpu.apply()
+    mcore_cpu.single_rank_model_parallel()
+    ps.destroy_model_parallel()
+    _, wrapped, optimizer = train.build(plan, cuda=False)
+    optimizer.step()  # Adam's state exists after the first step
+    buf = io.BytesIO()
+    torch.save(train._state(wrapped, optimizer, 1), buf)
+    trainable = sum(p.numel() for w in wrapped for p in w.module.parameters() if p.requires_grad)
+    want = checkpoint_bytes(plan.recipe, True, precision="fp32")
+    assert want == 12.0
+    print(f"megatron engine checkpoint: {buf.tell()} bytes, {trainable} trainable parameters, {buf.tell() / trainable:.3f} B each")
+    assert buf.tell() / trainable == pytest.approx(want, rel=0.03)
