@@ -62,7 +62,7 @@ from typing import Optional, Tuple
 
 from vdkit.planner.activations import layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
-from vdkit.planner.calibration import memory, overhead_gb
+from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.layout import data_parallel
 from vdkit.composition.schema import GB, Memory, Recipe
 
@@ -85,12 +85,16 @@ def static_bytes(precision: str) -> Tuple[float, float, float]:
     """Bytes per parameter a GPU holds for (weights, gradients, optimizer states) in ``precision``:
     weights per parameter held, gradients and optimizer states per *trainable* parameter held
     (conf/calibration/memory.yaml ``megatron_bytes``)."""
+    from vdkit.planner.calibration import memory
+
     return tuple(float(x) for x in memory()["megatron_bytes"][precision])
 
 
 def optimizer_bf16_bytes(engine: str) -> Optional[Tuple[float, float]]:
     """Bytes per trainable parameter for (gradients, optimizer states) with ``train.optimizer_dtype=bf16`` as
     ``engine`` renders it (conf/calibration/memory.yaml ``bf16_optimizer_bytes``); None: it renders none."""
+    from vdkit.planner.calibration import memory
+
     pair = memory()["bf16_optimizer_bytes"].get(engine)
     return None if pair is None else (float(pair[0]), float(pair[1]))
 
@@ -99,6 +103,8 @@ def fp32_distributed_optimizer_bytes(engine: str) -> Optional[float]:
     """Optimizer-state bytes per trainable parameter of ``engine``'s distributed optimizer with fp32 state on a
     bf16 / fp8 model (conf/calibration/memory.yaml ``fp32_distributed_optimizer_bytes``: NeMo's Apex distributed
     Adam keeps a 16-bit remainder of the master, 10); None: ``megatron_bytes``' figure."""
+    from vdkit.planner.calibration import memory
+
     b = memory()["fp32_distributed_optimizer_bytes"].get(engine)
     return None if b is None else float(b)
 
@@ -146,6 +152,8 @@ def checkpoint_bytes(r: Recipe, distributed_optimizer: bool, precision: Optional
     distributed Adam writes param, m and v in its dtype, its 16-bit remainders rebuilt into the fp32 master).
     PEFT checkpoints hold only the adapter (NeMo 1.23 ``NLPAdapterModelMixin.state_dict``, Bridge
     ``apply_peft_adapter_filter_to_state_dict``): the caller multiplies by the trainable parameters."""
+    from vdkit.planner.calibration import memory
+
     precision = precision or r.train.precision
     held = fp32_params_bytes(r) if precision != "fp32" else None
     weight = (held or static_bytes(precision))[0]
@@ -188,6 +196,8 @@ def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
     fp32 parameters under bf16 / fp8 mixed precision (its spec's ``fp32_params``: NeMo 1.23 without
     ``megatron_amp_O2``, i.e. LoRA / P-tuning in the design guide's recipe), by ``train.optimizer_dtype``
     (conf/calibration/memory.yaml ``fp32_params_bytes``); None: the engine holds ``megatron_bytes``' weights."""
+    from vdkit.planner.calibration import memory
+
     if not _engine_facts(r)[0]:
         return None
     return tuple(float(x) for x in memory()["fp32_params_bytes"][r.engine.name][r.train.optimizer_dtype])
@@ -197,6 +207,8 @@ def saved_cast_bytes(r: Recipe, precision: str) -> float:
     """Bytes per transformer-layer linear weight that each layer in flight saves for backward as a cast copy of an fp32
     parameter (Transformer Engine's native-AMP cast, conf/calibration/memory.yaml ``fp32_params_cast_bytes``); 0 when
     the engine holds no fp32 parameters (``fp32_params_bytes``) or in fp32."""
+    from vdkit.planner.calibration import memory
+
     if precision == "fp32" or fp32_params_bytes(r) is None:
         return 0.0
     return float(memory()["fp32_params_cast_bytes"][r.engine.name][precision])
@@ -211,6 +223,8 @@ def layer_kernels(r: Recipe) -> str:
 def fp8_weight_bytes(engine: str) -> Optional[float]:
     """Bytes per transformer-layer linear weight with ``train.precision=fp8`` as ``engine``'s stack holds it
     (conf/calibration/memory.yaml ``fp8_linear_weight_bytes``); None: the engine renders no FP8."""
+    from vdkit.planner.calibration import memory
+
     b = memory()["fp8_linear_weight_bytes"].get(engine)
     return None if b is None else float(b)
 
