@@ -77,8 +77,9 @@ class EngineSpec:
     no_peft_interleaving: str = ""
     mcore_rope: bool = False  # its llama3 scaling is megatron-core's (fixed low / high frequency factors)
     step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
-    # the decoder layers it builds on a GPU, whose saved activations the memory model counts (vdkit.planner.activations):
-    # fused (Transformer Engine + flash attention) | local (megatron-core's local spec: unfused attention keeps its softmax)
+    # the decoder layers it builds on a GPU, whose saved activations the memory model counts (vdkit.planner
+    # .activations): fused (Transformer Engine + flash attention) | local (megatron-core's local spec: unfused
+    # attention keeps its softmax)
     layer_kernels: str = "fused"
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)

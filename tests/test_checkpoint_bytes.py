@@ -18,7 +18,7 @@ SFT_7B = ["model=llama2_7b", "method=sft", "cluster.nodes=2", "parallelism.tp=2"
 @pytest.mark.parametrize("overrides, per_param", [
     (["engine=megatron"], 14.0),  # bf16 weight + megatron-core's fp32 master, m, v
     (["engine=bridge"], 14.0),
-    (["engine=nemo"], 14.0),      # Apex writes the fp32 master rebuilt from the bf16 weight and its remainder (held: 10)
+    (["engine=nemo"], 14.0),      # Apex writes the fp32 master rebuilt from the bf16 weight and remainder (held: 10)
     (["engine=nemo", "train.optimizer_dtype=bf16"], 8.0),    # bf16 weight + param, m, v in bf16
     (["engine=bridge", "train.optimizer_dtype=bf16"], 10.0),  # bf16 weight + fp32 master + bf16 m, v
     (["engine=nemo", "method=lora"], 16.0),  # NeMo's fp32 PEFT adapter (no O2) + Apex's fp32 param, m, v
@@ -53,5 +53,6 @@ def test_the_megatron_engines_checkpoint_weighs_what_the_plan_says(tmp_path):
     trainable = sum(p.numel() for w in wrapped for p in w.module.parameters() if p.requires_grad)
     want = checkpoint_bytes(plan.recipe, True, precision="fp32")
     assert want == 12.0
-    print(f"megatron engine checkpoint: {buf.tell()} bytes, {trainable} trainable parameters, {buf.tell() / trainable:.3f} B each")
+    print(f"megatron engine checkpoint: {buf.tell()} bytes, {trainable} trainable parameters, "
+          f"{buf.tell() / trainable:.3f} B each")
     assert buf.tell() / trainable == pytest.approx(want, rel=0.03)

@@ -105,7 +105,8 @@ from __future__ import annotations
 
 from vdkit.composition.schema import LAYER_KERNELS as KERNELS  # each engine's spec names its set (``layer_kernels``)
 
-OPMATH = 4.0  # torch's norms and megatron-core's softmax (attention_softmax_in_fp32) compute and keep fp32 on bf16 input
+# torch's norms and megatron-core's softmax (attention_softmax_in_fp32) compute and keep fp32 on a bf16 input
+OPMATH = 4.0
 MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
 
 
@@ -141,7 +142,8 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     mlp_plain = 1 if getattr(m, "activation", "swiglu") == "relu" else 2
     if kernels == "local":
         rms = m.norm == "rmsnorm"
-        # torch's norms work in fp32 on a bf16 input (module docstring): RMSNorm keeps fp32 tensors, LayerNorm fp32 stats
+        # torch's norms work in fp32 on a bf16 input (module docstring): RMSNorm keeps fp32 tensors, LayerNorm
+        # fp32 statistics
         norm = (2 * s * b * h + s * b) * OPMATH if rms else (s * b * h * e + 2 * s * b * OPMATH)
         replicated = (2 * norm + 2 * s * b * h * e) * n  # two norms and the QKV / fc1 inputs
         rope = 4 * s * d * e if getattr(m, "position_embedding", "rope") == "rope" else 0.0  # learned: none
