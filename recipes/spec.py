@@ -81,6 +81,10 @@ class EngineSpec:
     no_peft_interleaving: str = ""
     mcore_rope: bool = False  # its llama3 scaling is megatron-core's (fixed low / high frequency factors)
     step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
+    # the decoder layers it builds on a GPU, whose saved activations the memory model counts (vdkit.planner
+    # .activations): fused (Transformer Engine + flash attention) | local (megatron-core's local spec: unfused
+    # attention keeps its softmax)
+    layer_kernels: str = "fused"
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)
     # the run-dir files a person may edit (its config): `vdkit check` holds them to the stack's types and the value
@@ -103,7 +107,7 @@ class EngineSpec:
     def validate(self) -> None:
         """Raise TypeError naming the first thing this spec gets wrong (its registration fails)."""
         from vdkit.composition import schema
-        from vdkit.composition.schema import STEP_TIME_REGIMES as REGIMES, ModelCfg
+        from vdkit.composition.schema import LAYER_KERNELS, STEP_TIME_REGIMES as REGIMES, ModelCfg
 
         who = f"engine spec {self.name!r}"
 
@@ -143,6 +147,8 @@ class EngineSpec:
                 bad(f"{key} names {odd}, not among {allowed}")
         if self.step_time_regime not in REGIMES:
             bad(f"step_time_regime={self.step_time_regime!r} is not one of {', '.join(REGIMES)}")
+        if self.layer_kernels not in LAYER_KERNELS:
+            bad(f"layer_kernels={self.layer_kernels!r} is not one of {', '.join(LAYER_KERNELS)}")
         for key in ("rope_scaling", "run_dir_files", "config_files", "images", "runtime_modules"):
             if not isinstance(getattr(self, key), tuple):
                 bad(f"{key} must be a tuple")

@@ -27,7 +27,7 @@ def _model(norm="rmsnorm", activation="swiglu"):
                            norm=norm, activation=activation)
 
 
-def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation="swiglu"):
+def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation="swiglu", bf16=False):
     import torch
     import torch.nn.functional as fn
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -40,7 +40,7 @@ def _config(tp, sp, mode, num_layers_recomputed=None, norm="rmsnorm", activation
         normalization="RMSNorm" if norm == "rmsnorm" else "LayerNorm", gated_linear_unit=activation == "swiglu",
         activation_func={"swiglu": fn.silu, "relu": fn.relu, "gelu": fn.gelu}[activation], add_bias_linear=False,
         hidden_dropout=0.0, attention_dropout=0.0, tensor_model_parallel_size=tp, sequence_parallel=sp,
-        params_dtype=torch.float32, use_cpu_initialization=True, bias_activation_fusion=False,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16, use_cpu_initialization=True, bias_activation_fusion=False,
         masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False, apply_rope_fusion=False,
         gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
 
@@ -73,6 +73,31 @@ def one_rank():
 @pytest.mark.parametrize("mode,mbs", [("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 2)])
 def test_each_recompute_mode_per_layer(one_rank, mode, mbs):
     _check(_measure(1, False, mode, mbs), mode, mbs)
+
+
+def test_megatron_engine_plan_counts_the_local_spec_it_builds(one_rank):
+    """engine=megatron builds megatron-core's local layer spec on GPUs too (recipes/megatron/model.py, its spec's
+    layer_kernels): its bf16 plan's activations per layer are what that block saves in bf16, measured here with
+    saved-tensor hooks (the same torch code paths as on a GPU: torch's composite RMSNorm, megatron-core's torch softmax).
+    Before, the plan counted Transformer Engine's fused set (flash attention: no s^2 softmax)."""
+    from vdkit.composition.config import compose
+    from vdkit.composition.schema import GB
+    from vdkit.planner.memory import estimate_memory
+
+    r = compose(["engine=megatron", "model=tiny_llama", "method=sft", "data=synthetic", "model.num_layers=3",
+                 f"model.hidden_size={H}", f"model.ffn_hidden_size={F}", f"model.num_attention_heads={HEADS}",
+                 f"model.num_query_groups={GROUPS}", f"train.seq_length={SEQ}", "train.micro_batch_size=1"])
+    acts = estimate_memory(r, 1, 1, 1, False, "none", False, "bf16").activations_gb * GB
+    planned = (acts - 6.0 * SEQ * r.model.vocab_size) / 3  # PP 1: each layer once, plus the logits
+    from vdkit.recipes.megatron.activations import block_bytes
+
+    measured = block_bytes(_config(1, False, "none", bf16=True), SEQ, 1)
+    for got in measured[1:]:  # layer 0 also holds the shared RoPE table
+        assert got == pytest.approx(planned, rel=1e-9), (got, planned)
+    # bf16's own terms: torch's RMSNorm keeps fp32 tensors, the softmax its fp32 output and the bf16 cast; frozen too
+    frozen = block_bytes(_config(1, False, "none", bf16=True), SEQ, 1, frozen=True)
+    for got in frozen[1:]:
+        assert got == layer_bytes(_model(), SEQ, 1, 1, False, "none", "local", 2.0, "ptuning")
 
 
 def test_partial_recompute_counts_each_layer(one_rank):

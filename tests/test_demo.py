@@ -37,7 +37,7 @@ def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
     md = (report / "table9.md").read_text()
     assert "| tiny_llama | 2 |" in md and "| tiny_llama | 4 |" in md
     assert "| tiny_llama | 2 |" in text
-    # megatron-core ran the layouts the planner picked for the demo's 4 MB devices: SFT in tensor parallel
+    # megatron-core ran the layouts the planner picked for the demo's 7 MB devices: SFT in tensor parallel
     layouts = {(load_recipe(r).method.name, load_recipe(r).world_size): load_recipe(r).parallelism for r in runs}
     assert layouts[("sft", 2)].tp == 2 and layouts[("sft", 4)].tp == 2 and layouts[("lora", 2)].tp == 1
     assert all((r / "memory.json").is_file() for r in runs)
@@ -85,7 +85,7 @@ def test_demo_refuses_at_the_door_what_it_cannot_run_here(tmp_path, capsys, monk
     err = capsys.readouterr().err
     assert "engine=nemo" in err and "runs only in its container" in err and "Traceback" not in err
     assert not (tmp_path / "a" / "runs").exists() or not any((tmp_path / "a" / "runs").iterdir())
-    cell = ["engine=megatron", "model=tiny_llama", "data=synthetic", "cluster=xe9680", "cluster.gpus_per_node=1",
+    cell = ["engine=megatron", "model=tiny_llama", "data=synthetic", "cluster=xe9680", "cluster.gpus_per_node=2",
             "cluster.socket_ifname=lo", "cluster.ib_hcas=[]", "cluster.transport=tcp", "+cluster.env.NCCL_IB_DISABLE=1"]
     assert main(["demo", "-m", *cell, "--out", str(tmp_path / "b")]) == 2
     assert "would submit to a scheduler" in capsys.readouterr().err

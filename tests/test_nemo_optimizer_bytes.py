@@ -63,3 +63,24 @@ def test_the_10_bytes_follow_what_nemo_yaml_gives_megatron_base_model(overrides,
     _, _, trainable = stage_params(plan.recipe, plan.tp, plan.pp, 0)
     got = stage_static_bytes(plan.recipe, plan.tp, plan.pp, 0, bool(p.distributed_optimizer))["optimizer"]
     assert got == pytest.approx(10.0 * trainable / (plan.dp * p.cp))
+
+
+@pytest.mark.parametrize("engine, optimizer_dtype, pass_bytes", [
+    ("megatron", "fp32", 34.0),  # fp32 master, m, v (12) and the fp32 gradient (4) read and written, bf16 weight written
+    ("nemo", "fp32", 30.0),      # Apex's 16-bit remainders: 10 bytes of state
+    ("nemo", "bf16", 14.0),      # Apex dtype / grad_sync_dtype bf16: m, v (4) and a bf16 gradient (2)
+    ("bridge", "bf16", 26.0),    # the precision-aware optimizer: fp32 master, bf16 m and v (8), fp32 gradient (4)
+])
+def test_optimizer_pass_moves_the_bytes_the_memory_model_keeps(engine, optimizer_dtype, pass_bytes):
+    # one home: the step-time model's optimizer pass reads the memory model's per-engine bytes (before: 34 for all);
+    # the same model and layout hold the same trainable parameters, so the passes' times are in their bytes' ratio
+    from vdkit.planner.memory import optimizer_pass_bytes
+
+    def step(engine, optimizer_dtype):
+        r = compose([*SFT_7B, f"engine={engine}", "parallelism.distributed_optimizer=true",
+                     f"train.optimizer_dtype={optimizer_dtype}"])
+        return r, predict_step(r, 2, 1, distributed_optimizer=True).optimizer_s
+
+    r, got = step(engine, optimizer_dtype)
+    assert optimizer_pass_bytes(r, True) == pass_bytes
+    assert got / step("megatron", "fp32")[1] == pytest.approx(pass_bytes / 34.0, rel=1e-9)

@@ -170,6 +170,8 @@ SPEC = EngineSpec(
                          "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)"),
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # GPTModel(rope_scaling, rope_scaling_factor): fixed factors
     step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
+    # local spec on GPUs too (model.py layer_specs: no Transformer Engine, unfused attention): the plan counts its bytes
+    layer_kernels="local",
     gpu_vendors=("nvidia", "amd"),  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),
     stack={"megatron-core": TESTED_VERSION},

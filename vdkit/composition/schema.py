@@ -32,6 +32,9 @@ SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 ARCHS = ("llama", "opt")
 STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / Megatron defaults, NVIDIA's fused path, HF
+# The decoder layer's kernel set an engine builds on a GPU (vdkit.planner.activations): Transformer Engine's fused layers
+# with flash attention | megatron-core's local layer spec (torch norms, unfused attention with its s^2 softmax)
+LAYER_KERNELS = ("fused", "local")
 
 
 # ----------------------------------------------------------------------------- the recipe

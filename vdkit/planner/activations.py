@@ -9,7 +9,8 @@ column-parallel linears are replicated over TP without it). Element bytes ``e``:
 Two kernel sets, as each engine runs them:
 
 ``local`` (megatron-core's local layer spec: torch norms, unfused ``DotProductAttention``, unfused RoPE
-and GLU; the CPU engines). Counted with saved-tensor hooks on a live model
+and GLU; the CPU engines, and the megatron engine on GPUs too: it builds this spec everywhere, its spec's
+``layer_kernels``, so its plans count this set). Counted with saved-tensor hooks on a live model
 (:mod:`vdkit.recipes.megatron.activations`, tests/test_activation_memory.py):
 
 - each RMSNorm: its input, the normalised input and 1/rms: ``(2sbh + sb) n`` elements (LayerNorm: input,
@@ -20,13 +21,19 @@ and GLU; the CPU engines). Counted with saved-tensor hooks on a live model
   ``b (a/t) s^2``, and the causal mask ``s^2`` bytes (bool); selective recompute keeps only the
   checkpoint's inputs: Q (``sbh / t``), K after RoPE (``sbkv / t``) and V, a view that keeps the whole
   QKV output alive (``sb(h + 2kv) / t``), plus a 4-byte mask-type tensor;
+- in bf16 (the megatron engine on GPUs, measured on the CPU in bf16): torch's RMSNorm upcasts (its composite
+  ``rms_norm``, torch 2.6 of the engine's NGC PyTorch 25.01 image as on this CPU) and keeps the fp32 input, the
+  fp32 normalised input and fp32 1/rms, 4 bytes each, plus the linear's bf16 input; LayerNorm its bf16 input
+  and fp32 mean and 1/std; megatron-core's softmax runs in fp32 (``attention_softmax_in_fp32``, fused_softmax.py
+  ``forward_torch_softmax``): the softmax keeps its fp32 output and the second bmm the bf16 cast, 6 bytes an
+  element of ``b (a/t) s^2``;
 - the output projection's input ``sbh / t``; SwiGLU: fc1's output ``2sbf / t``, the activation's output
   and the linear half plus its offset (``x_linear + glu_linear_offset`` is a new tensor) ``2sbf / t``, fc2's
   input ``sbf / t``; GeLU: fc1's output and fc2's input, ``2sbf / t``; ReLU: fc2's input only (ReLU's
   backward reads its own output), ``sbf / t``.
 
-``fused`` (Transformer Engine layer spec with flash / cuDNN attention: NeMo, Bridge and the megatron
-engine on GPUs; read from TE's ``_LayerNormLinear`` and ``FusedAttention`` and megatron-core's fused
+``fused`` (Transformer Engine layer spec with flash / cuDNN attention: NeMo and Bridge on GPUs; read from
+TE's ``_LayerNormLinear`` and ``FusedAttention`` and megatron-core's fused
 SwiGLU, not measured here - the CPU has neither kernel):
 
 - each fused norm + linear: its input and the norm's output, ``2sbh n`` elements, plus 1/rms in fp32
@@ -58,7 +65,7 @@ and its A output (rank r, gathered), ``sbr``.
 Frozen base weights on the fused set (derived from Transformer Engine's source, not measured - TE does not
 run on the CPU), by the TE each engine's image runs (conf/calibration/memory.yaml
 ``transformer_engine_major``): NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
-(nemo 26.02.01: TE 2.12; the megatron engine's fused set is taken as the same). Both engines' LoRA targets
+(nemo 26.02.01: TE 2.12). Both engines' LoRA targets
 QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's ``lora_tuning`` is a
 ``LoraKQVAdapter``, nemo/collections/nlp/parts/peft_config.py); ``q`` below is a saved linear input's bytes
 (``e``, 1 in FP8):
@@ -98,7 +105,10 @@ Bias terms (OPT) are not counted.
 """
 from __future__ import annotations
 
-KERNELS = ("fused", "local")
+from vdkit.composition.schema import LAYER_KERNELS as KERNELS  # each engine's spec names its set (``layer_kernels``)
+
+# torch's norms and megatron-core's softmax (attention_softmax_in_fp32) compute and keep fp32 on a bf16 input
+OPMATH = 4.0
 MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
 
 
@@ -142,17 +152,22 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     # ReLU's backward reads its output (fc2's input, one tensor); GeLU's its input (fc1's output) too
     mlp_plain = 1 if getattr(m, "activation", "swiglu") == "relu" else 2
     if kernels == "local":
-        norm = (2 * s * b * h + s * b) if m.norm == "rmsnorm" else (s * b * h + 2 * s * b)
-        replicated = (2 * norm + 2 * s * b * h) * n * e  # two norms and the QKV / fc1 inputs
+        rms = m.norm == "rmsnorm"
+        # torch's norms work in fp32 on a bf16 input (module docstring): RMSNorm keeps fp32 tensors, LayerNorm
+        # fp32 statistics
+        norm = (2 * s * b * h + s * b) * OPMATH if rms else (s * b * h * e + 2 * s * b * OPMATH)
+        replicated = (2 * norm + 2 * s * b * h * e) * n  # two norms and the QKV / fc1 inputs
         rope = 4 * s * d * e if getattr(m, "position_embedding", "rope") == "rope" else 0.0  # learned: none
         if recompute == "selective":
             attention = (s * b * (2 * h + 3 * kv) / tp) * e + MASK_TYPE_BYTES
-        else:
-            attention = (3 * s * b * h / tp + b * (a / tp) * s * s) * e + s * s  # the mask: 1 byte each
+        else:  # softmax in fp32, and in mixed precision its cast back, which the second bmm keeps; the mask 1 byte
+            softmax = b * (a / tp) * s * s * (OPMATH + (e if e < OPMATH else 0.0))
+            attention = 3 * s * b * h / tp * e + softmax + s * s
         mlp = (5 if gated else mlp_plain) * s * b * f / tp * e
         total = replicated + rope + attention + s * b * h / tp * e + mlp
         if peft:  # frozen linears keep no input, frozen norms no normalised input (module docstring)
-            total -= (s * b * h / tp + 2 * s * b * h * n + s * b * f / tp + 2 * s * b * h * n) * e
+            total -= (s * b * h / tp + s * b * h * n + s * b * f / tp + s * b * h * n) * e
+            total -= 2 * s * b * h * n * (OPMATH if rms else e)
             if peft == "lora":  # the adapter gathers QKV's input itself (whole sequence) and keeps A's output
                 total += (s * b * h + s * b * lora_dim) * e
         return total

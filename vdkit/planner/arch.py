@@ -107,12 +107,3 @@ def trainable_params(r) -> int:
     if r.method.name == "ptuning":
         return int(ptuning_params(r.method, m))
     return param_counts(m).total
-
-
-def checkpoint_gb(r) -> float:
-    """Checkpoint size as NeMo writes it: bf16 weights + fp32 optimizer states of trainable params
-    (bytes per parameter: conf/calibration/memory.yaml)."""
-    from vdkit.planner.calibration import memory
-    from vdkit.composition.schema import GB
-
-    return trainable_params(r) * float(memory()["checkpoint_bytes_per_param"]) / GB

@@ -25,7 +25,7 @@ class MemoryCalib:
     fp32_distributed_optimizer_bytes: Dict[str, float] = MISSING  # engine -> its distributed optimizer's fp32 state
     fp32_params_bytes: Dict[str, Dict[str, List[float]]] = MISSING  # engine -> optimizer dtype -> (w, g, o), fp32 params
     fp32_params_cast_bytes: Dict[str, Dict[str, float]] = MISSING  # engine -> precision -> saved cast of a linear weight
-    checkpoint_bytes_per_param: float = MISSING
+    checkpoint_optimizer_bytes: Dict[str, Dict[str, float]] = MISSING  # engine -> optimizer dtype -> exported state
     sharded_bytes: Dict[str, List[float]] = MISSING  # sharding -> (parameter, gradient, optimizer) bytes
     sharded_frozen_bytes: Dict[str, float] = MISSING
     accumulation_grad_bytes: Dict[str, float] = MISSING
@@ -147,7 +147,6 @@ class StackBytes:
     unfused_recompute_read: float = MISSING
     unfused_sft_gradient: float = MISSING
     activation: float = MISSING
-    optimizer_pass: float = MISSING
 
 
 @dataclass

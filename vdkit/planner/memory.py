@@ -26,9 +26,10 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16: what megatron-core's Transformer Engine layers with
-  flash attention save for backward, tensor by tensor (:mod:`vdkit.planner.activations`; the same
-  derivation for the CPU engines' local layers is checked byte for byte against saved-tensor hooks).
+- activations, per layer and micro batch, bf16: what the layers the engine builds save for backward, tensor by
+  tensor (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer
+  Engine layers with flash attention (NeMo, Bridge), or megatron-core's local spec (the megatron engine, on GPUs
+  too: unfused attention keeps its s^2 softmax), checked byte for byte against saved-tensor hooks.
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. Each pipeline stage holds its 1F1B warm-up's micro batches plus one, per model chunk (``layers_in_flight``,
   megatron-core's schedule: the first stage min(PP, micro batches), times (1 + (PP-1)/(PP*VP)) when
@@ -49,11 +50,14 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
 Every byte count here is a number in conf/calibration/memory.yaml; "borderline" (within its
 ``borderline_fraction`` of the GPU's memory) is one rule, vdkit.planner.calibration.is_borderline, for every plan.
 
-Checkpoint size (as NeMo writes it): bf16 weights + fp32 master weights + Adam m and v = 14 bytes
-per trainable parameter (a PEFT checkpoint holds only the adapter's).
+Checkpoint size (checkpoint_bytes): the trainable weights as held plus the optimizer state as the engine's optimizer
+exports it - 14 bytes per trainable parameter for a bf16 model with an fp32 master, m and v; NeMo's fp32 PEFT weights
+16 with Apex's distributed Adam, 12 with fused Adam; Bridge's bf16 optimizer state 10, NeMo's 8 (a PEFT checkpoint
+holds only the adapter's).
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Optional, Tuple
 
 from vdkit.planner.activations import layer_bytes
@@ -125,15 +129,76 @@ def grad_optimizer_bytes(r: Recipe, distributed_optimizer: bool,
     return g, o
 
 
+def optimizer_pass_bytes(r: Recipe, distributed_optimizer: bool, precision: Optional[str] = None) -> float:
+    """Bytes the optimizer step moves per trainable parameter it updates, from the bytes this model says ``r``'s
+    engine keeps (one home; vdkit.planner.predict times the pass at HBM bandwidth): Adam reads and writes every
+    optimizer-state byte (master or remainder, m, v) and the gradient (read, then zeroed), and writes the updated
+    weight - read too where the parameter is its own master (fp32 parameters, fp32 training). Megatron's fp32
+    master: 2 x (12 + 4) + 2 = 34; NeMo's Apex remainders 30; bf16 state 2 x (4 + 2) + 2 (NeMo) or 2 x (8 + 4) + 2
+    (Bridge). (Apex's remainder step also reads the bf16 weight, the master's upper half: 2 more, not counted.)"""
+    precision = precision or r.train.precision
+    g, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
+    held = fp32_params_bytes(r) if precision != "fp32" else None
+    if precision == "fp32" or held is not None:  # no separate master: the parameter is read and written
+        return 2 * (g + o) + 2 * (held or static_bytes(precision))[0]
+    return 2 * (g + o) + static_bytes(precision)[0]
+
+
+def checkpoint_bytes(r: Recipe, distributed_optimizer: bool, precision: Optional[str] = None) -> float:
+    """Bytes per trainable parameter a checkpoint of ``r``'s engine writes: the trainable weights as the engine holds
+    them and the optimizer state as its optimizer exports it - what it holds (megatron-core's and Bridge's
+    distributed optimizer: fp32 master + m + v, 14 with the bf16 weight; the megatron engine's own files: the same),
+    except where the export differs (conf/calibration/memory.yaml ``checkpoint_optimizer_bytes``: NeMo's Apex
+    distributed Adam writes param, m and v in its dtype, its 16-bit remainders rebuilt into the fp32 master).
+    PEFT checkpoints hold only the adapter (NeMo 1.23 ``NLPAdapterModelMixin.state_dict``, Bridge
+    ``apply_peft_adapter_filter_to_state_dict``): the caller multiplies by the trainable parameters."""
+    from vdkit.planner.calibration import memory
+
+    precision = precision or r.train.precision
+    held = fp32_params_bytes(r) if precision != "fp32" else None
+    weight = (held or static_bytes(precision))[0]
+    _, o = grad_optimizer_bytes(r, distributed_optimizer, precision)
+    exported = memory()["checkpoint_optimizer_bytes"].get(r.engine.name, {}) if distributed_optimizer else {}
+    if precision != "fp32" and r.train.optimizer_dtype in exported:
+        o = float(exported[r.train.optimizer_dtype])
+    return weight + o
+
+
+def checkpoint_gb(r: Recipe, distributed_optimizer: bool) -> float:
+    """The checkpoint's size (GB) as ``r``'s engine writes it (checkpoint_bytes x the trainable parameters)."""
+    from vdkit.planner.arch import trainable_params
+
+    return trainable_params(r) * checkpoint_bytes(r, distributed_optimizer) / GB
+
+
+_FACTS: "OrderedDict[int, tuple]" = OrderedDict()
+
+
+def _engine_facts(r: Recipe) -> tuple:
+    """(fp32_params, layer_kernels) of ``r``'s engine spec, asked once per recipe: a layout search asks the memory
+    model thousands of times, and the registry builds its Engine on every lookup. Keyed by the recipe's identity
+    (a frozen dataclass; the entry holds it, so the id is not reused)."""
+    from vdkit.recipes import engines
+
+    hit = _FACTS.get(id(r))
+    if hit is not None and hit[0] is r:
+        return hit[1]
+    engine = engines.get(r.engine.name)
+    facts = (bool(engine.fp32_params(r)), engine.spec.layer_kernels)
+    _FACTS[id(r)] = (r, facts)
+    while len(_FACTS) > 64:
+        _FACTS.popitem(last=False)
+    return facts
+
+
 def fp32_params_bytes(r: Recipe) -> Optional[Tuple[float, float, float]]:
     """(weights, gradients, optimizer states) bytes per parameter when ``r``'s engine renders a model that keeps
     fp32 parameters under bf16 / fp8 mixed precision (its spec's ``fp32_params``: NeMo 1.23 without
     ``megatron_amp_O2``, i.e. LoRA / P-tuning in the design guide's recipe), by ``train.optimizer_dtype``
     (conf/calibration/memory.yaml ``fp32_params_bytes``); None: the engine holds ``megatron_bytes``' weights."""
     from vdkit.planner.calibration import memory
-    from vdkit.recipes import engines
 
-    if not engines.get(r.engine.name).fp32_params(r):
+    if not _engine_facts(r)[0]:
         return None
     return tuple(float(x) for x in memory()["fp32_params_bytes"][r.engine.name][r.train.optimizer_dtype])
 
@@ -147,6 +212,12 @@ def saved_cast_bytes(r: Recipe, precision: str) -> float:
     if precision == "fp32" or fp32_params_bytes(r) is None:
         return 0.0
     return float(memory()["fp32_params_cast_bytes"][r.engine.name][precision])
+
+
+def layer_kernels(r: Recipe) -> str:
+    """The decoder layers ``r``'s engine builds on a GPU, as vdkit.planner.activations counts them (its spec's
+    ``layer_kernels``): fused (Transformer Engine) or local (the megatron engine's megatron-core local spec)."""
+    return _engine_facts(r)[1]
 
 
 def fp8_weight_bytes(engine: str) -> Optional[float]:
@@ -248,9 +319,9 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
-    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute, fp8=fp8,
-                            peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name,
-                            swiglu_input=r.train.swiglu_input_dtype)
+    per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
+                            layer_kernels(r), fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
+                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype)
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
     per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input

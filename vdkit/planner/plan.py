@@ -19,11 +19,11 @@ from typing import List, Optional, Tuple
 
 from vdkit.planner.context import data_notes, seq_notes
 from vdkit.errors import UserError
-from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
+from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
-from vdkit.planner.memory import estimate_memory, fp8_weight_bytes
+from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
 from vdkit.composition.schema import Candidate, Plan, Prediction, Recipe
@@ -264,7 +264,7 @@ def layout_plan(recipe: Recipe) -> Plan:
                      "fastest)")
     prediction = attach(prediction, resolved)
     return Plan(recipe=resolved, dp=dp, grad_accum=grad_accum, memory=mem, feasible=feasible,
-                borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe),
+                borderline=borderline, reason=reason, checkpoint_gb=checkpoint_gb(recipe, dist_opt),
                 layout_source=source, notes=tuple(notes), prediction=prediction, runner_up=runner_up,
                 params=param_counts(recipe.model).total, trainable_params=trainable_params(recipe))
 

@@ -43,7 +43,7 @@ from typing import Dict, Optional
 
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
-from vdkit.planner.memory import grad_optimizer_bytes, recompute_share
+from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
 from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
@@ -299,9 +299,9 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # FLOPs at 100 % of peak; divided by the efficiency below, as the compute is).
     window_flops = flops_mb if fused and distributed_optimizer else 0.0
     dp_exposed = max(0.0, dp_s - window_flops / eff)
-    # Optimizer: read + write fp32 master, m, v and the gradient, write bf16 weights (memory-bound).
+    # Optimizer: read + write the state and the gradient, write the weights (memory-bound): the memory model's bytes.
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
-    opt_s = shard * nb["optimizer_pass"] / hbm
+    opt_s = shard * optimizer_pass_bytes(r, distributed_optimizer) / hbm
     overhead_mb += compute_mb - flops_mb / eff  # the roofline's excess counts as overhead
     compute_mb = flops_mb / eff
 

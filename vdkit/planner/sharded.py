@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.planner.arch import checkpoint_gb, param_counts, trainable_params
+from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
 from vdkit.composition.schema import GB, Memory, Plan, Prediction, Recipe
@@ -56,6 +56,13 @@ def activation_bytes_per_layer(r: Recipe) -> float:
 def state_bytes(kind: str):
     """(weights, gradients, optimizer) bytes per trainable parameter of ``kind`` (fsdp | zero3), unsharded."""
     return tuple(float(x) for x in memory()["sharded_bytes"][kind])
+
+
+def checkpoint_gb(r: Recipe) -> float:
+    """The checkpoint's size (GB): each trainable parameter's own copy and its optimizer state (``sharded_bytes``:
+    FSDP's fp32 parameter + m + v, 12; ZeRO-3's bf16 parameter + fp32 master + m + v, 14)."""
+    w, _, o = state_bytes(r.parallelism.sharding)
+    return trainable_params(r) * (w + o) / GB
 
 
 def accumulation_gradient_bytes(r: Recipe) -> float:

@@ -19,6 +19,7 @@ Where the numbers come from, best first:
 from __future__ import annotations
 
 import json
+import os
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,8 +120,9 @@ def _stats_file(recipe) -> Optional[Path]:
     d = recipe.data
     if not d.data_dir or not d.train_files:
         return None
-    path = stats_path(Path(d.data_dir) / d.train_files[0])
-    return path if path.is_file() else None
+    # plain string paths first: the layout search asks for every candidate, and pathlib is the slow part
+    path = os.path.join(d.data_dir, str(d.train_files[0])) + STATS_SUFFIX
+    return Path(path) if os.path.isfile(path) else None
 
 
 def _read_stats(path: Path):

@@ -22,12 +22,13 @@ from vdkit.rules.overrides import refuse_env_interpolation
 def expand_multirun(overrides: List[str]) -> List[List[str]]:
     """Hydra-style ``-m`` expansion: ``model=a,b cluster.nodes=1,2`` -> the cartesian product."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
+
+    from vdkit.composition.confsource import parse_overrides
 
     refuse_env_interpolation(overrides)  # expansion would escape it into a literal: say so instead
     try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
+        parsed = parse_overrides(overrides)  # each string parsed once per process (compose parses them again)
         batches = BasicSweeper.split_arguments(parsed, max_batch_size=None)
     except HydraException as exc:
         raise UserError(f"invalid override: {hydra_message(exc)}", "write overrides as key=value or key=a,b") from None

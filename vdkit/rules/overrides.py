@@ -36,11 +36,12 @@ def refuse_env_interpolation(overrides) -> None:
 
 
 def _parse(overrides: Sequence[str]):
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    from vdkit.composition.confsource import parse_overrides
+
     try:
-        return OverridesParser.create().parse_overrides(list(overrides))
+        return parse_overrides(overrides)
     except HydraException:
         return None  # compose reports Hydra's own message
 
