@@ -189,7 +189,8 @@ def test_the_mi300x_runs_not_expressed_are_short_only_their_fp8_weights_transpos
 
 
 def test_the_h200_tp1_cp2_runs_not_expressed_are_short_only_their_fp8_weights_transpose(monkeypatch):
-    """NeMo 24.09 on the 24.09 image's TE 1.10 (NVIDIA v4.1, QCT v5.0 / v5.1, Cisco v5.1 at TP 1 CP 2) keeps each FP8
+    """NeMo 24.09 on the 24.09 image's TE 1.10 (NVIDIA v4.1, QCT v5.0 / v5.1, Cisco v5.1, and Dell v5.0, whose logs show
+    that stack ran, not the NeMo 2 code it shipped; 1 and 2 nodes at TP 1 CP 2) keeps each FP8
     linear weight without its transpose (1 byte; benchmarks/independent_runs.yaml, H200 TP1 CP2); the kit's fused engine
     keeps the transpose too. The runs set no recompute: at the kit's 2 bytes that layout does not fit, at 1 byte it
     does, so the transpose is the planner's whole gap for the runs marked ``nemo2409_fp8_weights``."""
