@@ -45,7 +45,7 @@ RECIPE_ERRORS = [
     ("type-bool", ["data.packed=maybe"], "packed"),
     ("type-list", ["cluster.ib_hcas=mlx5_0"], "ib_hcas"),
     ("no-equals", ["model"], "key=value"),
-    ("lexer", ["engine.container_image=a#b"], "invalid"),
+    ("lexer", ["engine.container_image=a#b"], "quote the value"),  # Hydra's grammar: the override named, its quoted form
     ("nodes-0", ["cluster.nodes=0"], "cluster.nodes=0"),
     ("nodes-7", ["cluster.nodes=7"], "cluster.nodes=7"),
     ("gpus-0", ["cluster.gpus_per_node=0"], "gpus_per_node=0"),

@@ -25,7 +25,7 @@ def test_missing_torch_is_one_line_naming_the_extra(tmp_path, capsys, monkeypatc
     (["method=ptuning", "train.seq_length=12"], "next to 10 virtual tokens"),
     # the default engine (reference) runs DDP: TP 1 x PP 1, so the batch rule is the whole story
     (["cluster.gpus_per_node=3", "train.global_batch_size=4", "train.micro_batch_size=1"],
-     "runs data parallel only (TP 1 x PP 1 on each of 3 GPUs), which breaks a rule: GBS must be a multiple of MBS x DP"),
+     "runs data parallel only: its layout, TP 1 x PP 1 on each of 3 GPUs, breaks a rule: GBS must be a multiple of MBS x DP"),
     (["engine=nemo"], "engine=nemo does not run on this machine"),
     (["cluster=xe9680"], "slurm cluster"),
     (["data=dolly", "data.data_dir=/nonexistent/dolly"], "does not exist"),

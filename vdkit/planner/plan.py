@@ -188,8 +188,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     if tp and pp:
         broken = layout_violations(recipe, tp, pp, vp)
         if broken and source == "auto" and ddp_only:  # nothing to pick: torch DDP puts the whole model on every GPU
-            raise UserError(f"engine={recipe.engine.name} runs data parallel only (TP 1 x PP 1 on each of "
-                            f"{recipe.world_size} GPUs), which breaks a rule: {broken[0]}",
+            raise UserError(f"engine={recipe.engine.name} runs data parallel only: its layout, TP 1 x PP 1 on each of "
+                            f"{recipe.world_size} GPUs, breaks a rule: {broken[0]}",
                             "change train.global_batch_size / train.micro_batch_size or the GPU count "
                             "(cluster.nodes, cluster.gpus_per_node)")
         if broken:
