@@ -291,6 +291,30 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 
 
+def run_precision(r: Recipe) -> str:
+    """The precision ``r``'s ranks compute in: fp32 on a CPU cluster (``cluster.gpu_type=cpu``: every engine trains
+    in fp32 there - the reference engine's ``CPU_PRECISION``, the megatron-core engines' fp32 parameters), else
+    ``train.precision``. The plan counts what the run holds."""
+    from vdkit.composition.schema import CPU_GPU_TYPE
+
+    return "fp32" if r.cluster.gpu_type == CPU_GPU_TYPE else r.train.precision
+
+
+def activation_bytes(precision: str) -> float:
+    """Bytes of an activation element the layers keep in ``precision``: 4 in fp32, 2 in bf16 (and fp8: the layers
+    compute in bf16; Transformer Engine's FP8 copies are vdkit.planner.activations' own terms)."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
+def logit_bytes(element: float) -> float:
+    """Bytes per logit the loss keeps for backward (module docstring): below fp32 the logits (``element``) plus the
+    fp32 copy megatron-core's cross entropy exponentiates in place; in fp32 the ``.float()`` is the logits
+    themselves, one buffer."""
+    from vdkit.planner.activations import OPMATH
+
+    return element + (OPMATH if element < OPMATH else 0.0)
+
+
 def layers_in_flight(layers: int, pp: int, vp: int, microbatches: int, rank: int) -> float:
     """Layers' activations pipeline rank ``rank`` holds at its peak (1F1B): its warm-up forwards plus the one
     before the first backward, each of a model chunk (``layers / vp`` layers), at most every chunk of every
@@ -307,7 +331,7 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
                     distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
     """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
     m, t = r.model, r.train
-    precision = precision or t.precision
+    precision = precision or run_precision(r)
     dp = data_parallel(r, tp, pp)
     layers = m.num_layers // pp
     static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
@@ -319,20 +343,29 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
+    e, kernels = activation_bytes(precision), layer_kernels(r)
+    # fp32 parameters under bf16 autocast: the stream stays fp32, each linear casts its input (hf_activations)
+    autocast = precision != "fp32" and fp32_params_bytes(r) is not None
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
-                            layer_kernels(r), fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
-                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype)
-    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
-    per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
+                            kernels, e, fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
+                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype,
+                            attention=r.engine.attention, autocast=autocast)
+    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here);
+    # transformers' (hf) LoRA adapters are torch Linears too and save theirs (megatron-core's adapter linears save the
+    # fp32 weight itself)
+    _, linear_params, trainable = stage_params(r, tp, pp, 0)
+    cast_params = linear_params + (trainable if r.method.name == "lora" and kernels == "hf" else 0.0)
+    per_layer += saved_cast_bytes(r, precision) * cast_params / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
-        stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
+        kept = layer_bytes(m, s, b, tp, sequence_parallel, "full", kernels, e, autocast=autocast)
+        stored_per_layer = share * kept + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
     acts_first = layers_in_flight(layers, pp, vp, microbatches, 0) * stored_per_layer + working
-    logits = 6.0 * s * b * m.vocab_size / tp  # one micro batch's: the last chunk's backward follows its forward
+    logits = logit_bytes(e) * s * b * m.vocab_size / tp  # one micro batch's: the last chunk's backward follows its forward
     acts_last = layers_in_flight(layers, pp, vp, microbatches, pp - 1) * stored_per_layer + working + logits
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
