@@ -11,6 +11,8 @@ under PEFT, keeps a little less (its input needs no gradient): layers 1.. are co
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -26,13 +28,22 @@ SEQ, H, F, HEADS, GROUPS, LAYERS = 64, 64, 160, 8, 2, 3
 TOK = SimpleNamespace(pad_id=0, bos_id=1, eos_id=2)
 
 
-def _recipe(arch, method, attention, recompute, *extra):
+def _recipe(arch, method, attention, recompute, cluster="xe9680", sharding="none"):
+    """The engine's recipe; composed once per model, method and cluster (Hydra's composition is the slow part), the
+    attention, recompute and sharding set on the composed recipe."""
+    r = _composed(arch, method, cluster)
+    r = dataclasses.replace(r, engine=dataclasses.replace(r.engine, attention=attention))
+    return r.with_parallelism(recompute=recompute, sharding=sharding)
+
+
+@functools.lru_cache(maxsize=None)
+def _composed(arch, method, cluster):
     groups = GROUPS if arch == "llama" else HEADS  # OPT has no grouped-query attention
     return compose(["engine=reference", f"model=tiny_{arch}", f"method={method}", "data=synthetic",
                     f"model.num_layers={LAYERS}", f"model.hidden_size={H}", f"model.ffn_hidden_size={F}",
                     f"model.num_attention_heads={HEADS}", f"model.num_query_groups={groups}",
                     f"train.seq_length={SEQ}", "train.micro_batch_size=1", "train.global_batch_size=8",
-                    f"engine.attention={attention}", f"parallelism.recompute={recompute}", *extra])
+                    f"cluster={cluster}"])
 
 
 def _measure(r, regime):
@@ -80,7 +91,7 @@ def test_ddp_plan_counts_the_layers_the_engine_runs(cluster, regime):
     weights each linear saves (LoRA's adapters' too); on a CPU cluster (local) fp32. Before, the plan counted
     Transformer Engine's fused layers in bf16 whatever the engine ran."""
     for arch, method, attention in CASES:
-        r = _recipe(arch, method, attention, "none", f"cluster={cluster}")
+        r = _recipe(arch, method, attention, "none", cluster)
         planned = _plan_per_layer(r, "none")
         for got in _measure(r, regime)[1:]:
             assert abs(got - planned) <= TOL * planned, (arch, method, attention, regime, got, planned)
@@ -90,11 +101,11 @@ def test_full_recompute_keeps_each_layers_input():
     """Gradient checkpointing (transformers' non-reentrant): a layer keeps its fp32 input under autocast; the plan
     adds one recomputed layer's working set."""
     for arch, method in (("llama", "lora"), ("opt", "sft")):
-        r = _recipe(arch, method, "sdpa", "full", "cluster=xe9680")
+        r = _recipe(arch, method, "sdpa", "full")
         kept = SEQ * H * 4  # the layer's fp32 input
         for got in _measure(r, "autocast")[1:]:
             assert got == kept
-        working = _plan_per_layer(_recipe(arch, method, "sdpa", "none", "cluster=xe9680"), "none")
+        working = _plan_per_layer(_recipe(arch, method, "sdpa", "none"), "none")
         assert _plan_per_layer(r, "full") * (LAYERS + 1) == pytest.approx(LAYERS * kept + working)
 
 
@@ -108,7 +119,7 @@ def test_sharded_plans_count_the_same_layers_in_bf16(arch):
     for method in ("sft", "lora", "ptuning"):
         for attention in ("sdpa", "eager"):
             for recompute in ("none", "full"):
-                r = _recipe(arch, method, attention, recompute, "cluster=xe9680", "parallelism.sharding=fsdp")
+                r = _recipe(arch, method, attention, recompute, sharding="fsdp")
                 planned = activation_bytes_per_layer(r)
                 if recompute == "full":  # every layer its input, one recomputed, the logits
                     s = SEQ + (r.method.ptuning_virtual_tokens if method == "ptuning" else 0)
