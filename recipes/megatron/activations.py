@@ -7,7 +7,7 @@ tensor already kept costs nothing more) and charged to the layer whose forward s
 between layers (full recompute's checkpoint keeps the layer's input after the layer ran) goes to the
 layer last entered. Parameters are weights, not activations, and are not counted.
 
-The planner's formula (:func:`vdkit.planner.memory.activation_bytes_per_layer`) is checked against
+The planner's formula (:func:`vdkit.planner.activations.layer_bytes`) is checked against
 these counts (tests/test_activation_memory.py), and the megatron engine's memory.json reports them
 beside the plan.
 """

@@ -138,7 +138,8 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
-    vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
+    vdkit.planner.memory.estimate_memory). ``kernels``: fused, local or hf (module docstring). ``element``: bytes
+    of an activation element (vdkit.planner.memory.activation_bytes: 2 bf16, 4 fp32). ``peft``: lora / ptuning
     (frozen base weights), ``lora_dim`` LoRA's rank. ``fp8``: Transformer Engine's FP8 linears (fused kernels
     only) keep FP8 copies of their inputs. ``engine``: whose Transformer Engine and LoRA wrapping the fused
     set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring).

@@ -26,15 +26,18 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16: what the layers the engine builds save for backward, tensor by
-  tensor (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer
-  Engine layers with flash attention (NeMo, Bridge), or megatron-core's local spec (the megatron engine, on GPUs
-  too: unfused attention keeps its s^2 softmax), checked byte for byte against saved-tensor hooks.
+- activations, per layer and micro batch, bf16 (fp32 on a CPU cluster, ``run_precision``: every engine trains in
+  fp32 there): what the layers the engine builds save for backward, tensor by tensor
+  (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer Engine layers
+  with flash attention (NeMo, Bridge), megatron-core's local spec (the megatron engine, on GPUs too: unfused
+  attention keeps its s^2 softmax), or transformers' own layers (the reference engine, sdpa or eager attention, under
+  DDP's bf16 autocast over fp32 weights: :mod:`vdkit.planner.hf_activations`), checked against saved-tensor hooks.
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. Each pipeline stage holds its 1F1B warm-up's micro batches plus one, per model chunk (``layers_in_flight``,
   megatron-core's schedule: the first stage min(PP, micro batches), times (1 + (PP-1)/(PP*VP)) when
-  interleaved; the last one, or PP - (PP-1)/VP interleaved). The last stage adds the logits, 6*s*b*V / TP: the
-  bf16 logits (2) live at the loss and the fp32 softmax the loss saves for backward (4) - megatron-core
+  interleaved; the last one, or PP - (PP-1)/VP interleaved). The last stage adds the logits, 6*s*b*V / TP
+  (``logit_bytes``; 4 in fp32, one buffer): the bf16 logits (2) live at the loss and the fp32 softmax the loss
+  saves for backward (4) - megatron-core
   0.16.1's ``vocab_parallel_cross_entropy`` (tensor_parallel/cross_entropy.py: ``.float()`` copy, in-place
   exp, ``save_for_backward(exp_logits, ...)``), which NeMo 1.23 runs, and its ``native`` fused variant
   (fusions/fused_cross_entropy.py:119, the same fp32 ``exp_logits``), which Bridge runs as the kit renders it
@@ -329,7 +332,8 @@ def layers_in_flight(layers: int, pp: int, vp: int, microbatches: int, rank: int
 
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
                     distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
-    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
+    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring); ``precision``
+    defaults to the one the run computes in (``run_precision``: fp32 on a CPU cluster)."""
     m, t = r.model, r.train
     precision = precision or run_precision(r)
     dp = data_parallel(r, tp, pp)
