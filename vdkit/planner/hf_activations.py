@@ -54,8 +54,10 @@ def hf_layer_bytes(m, s: float, b: int, recompute: str, element: float, attentio
     ``element``: the compute dtype's bytes (2 bf16, 4 fp32); ``autocast``: bf16 autocast over fp32 weights (the
     stream stays fp32, every linear casts its own input); ``attention``: sdpa | eager; ``recompute``: none | full;
     ``peft``: lora | ptuning (frozen base weights), ``lora_dim`` LoRA's rank."""
-    if attention not in ("sdpa", "eager"):
-        raise ValueError(f"attention must be sdpa or eager, not {attention!r}")
+    from vdkit.composition.config import ATTENTIONS  # what composition lets engine.attention be
+
+    if attention not in ATTENTIONS:
+        raise ValueError(f"attention must be one of {ATTENTIONS}, not {attention!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
     kv = m.num_query_groups * (h // a)
     e = element
