@@ -114,7 +114,8 @@ def test_cpu_plan_counts_the_fp32_the_cpu_runs(one_rank):
                  "train.micro_batch_size=1"])
     mem = estimate_memory(r, 1, 1, 1, False, "none", False)
     fp32 = stage_static_bytes(r, 1, 1, 0, False, "fp32")
-    assert mem.weights_gb * 1e9 == pytest.approx(fp32["weights"]) and mem.optimizer_gb * 1e9 == pytest.approx(fp32["optimizer"])
+    assert mem.weights_gb * 1e9 == pytest.approx(fp32["weights"])
+    assert mem.optimizer_gb * 1e9 == pytest.approx(fp32["optimizer"])
     planned = (mem.activations_gb * 1e9 - 4.0 * SEQ * r.model.vocab_size) / 3  # the fp32 logits: one buffer
     for got in _measure(1, False, "none", 1)[1:]:  # the fp32 block (layer 0 also holds the RoPE table)
         assert got == pytest.approx(planned, rel=1e-9), (got, planned)

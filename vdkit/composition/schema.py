@@ -37,6 +37,7 @@ STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / 
 # with flash attention | megatron-core's local layer spec (torch norms, unfused attention with its s^2 softmax) |
 # transformers' eager PyTorch layers (sdpa or eager attention: vdkit.planner.hf_activations)
 LAYER_KERNELS = ("fused", "local", "hf")
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 
 
 # ----------------------------------------------------------------------------- the recipe

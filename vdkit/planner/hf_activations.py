@@ -44,6 +44,8 @@ of a PEFT model keeps a little less (its input needs no gradient); the plan coun
 """
 from __future__ import annotations
 
+from vdkit.composition.schema import ATTENTIONS  # what composition lets engine.attention be
+
 OPMATH = 4.0  # fp32: RMSNorm's upcast, the softmax's dtype, the statistics and the log-sum-exp
 
 
@@ -54,8 +56,6 @@ def hf_layer_bytes(m, s: float, b: int, recompute: str, element: float, attentio
     ``element``: the compute dtype's bytes (2 bf16, 4 fp32); ``autocast``: bf16 autocast over fp32 weights (the
     stream stays fp32, every linear casts its own input); ``attention``: sdpa | eager; ``recompute``: none | full;
     ``peft``: lora | ptuning (frozen base weights), ``lora_dim`` LoRA's rank."""
-    from vdkit.composition.config import ATTENTIONS  # what composition lets engine.attention be
-
     if attention not in ATTENTIONS:
         raise ValueError(f"attention must be one of {ATTENTIONS}, not {attention!r}")
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads

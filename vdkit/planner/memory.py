@@ -369,7 +369,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
         stored_per_layer, working = per_layer, 0.0
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
     acts_first = layers_in_flight(layers, pp, vp, microbatches, 0) * stored_per_layer + working
-    logits = logit_bytes(e) * s * b * m.vocab_size / tp  # one micro batch's: the last chunk's backward follows its forward
+    # one micro batch's logits: the last chunk's backward follows its forward
+    logits = logit_bytes(e) * s * b * m.vocab_size / tp
     acts_last = layers_in_flight(layers, pp, vp, microbatches, pp - 1) * stored_per_layer + working + logits
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
