@@ -83,6 +83,8 @@ def _plan_per_layer(r, recompute):
 
 CASES = [(arch, method, attention) for arch in ("llama", "opt") for method in ("sft", "lora", "ptuning")
          for attention in ("sdpa", "eager")]
+# fp32 (the CPU) changes only the bytes of an element and drops autocast's casts: each method and attention once
+FP32_CASES = [case for i, case in enumerate(CASES) if i % 4 in (0, 3)]
 
 
 @pytest.mark.parametrize("cluster, regime", [("xe9680", "autocast"), ("local", "fp32")])
@@ -90,7 +92,7 @@ def test_ddp_plan_counts_the_layers_the_engine_runs(cluster, regime):
     """sharding=none: on GPUs (xe9680) DDP under bf16 autocast over the fp32 model, with the bf16 casts of the fp32
     weights each linear saves (LoRA's adapters' too); on a CPU cluster (local) fp32. Before, the plan counted
     Transformer Engine's fused layers in bf16 whatever the engine ran."""
-    for arch, method, attention in CASES:
+    for arch, method, attention in CASES if regime == "autocast" else FP32_CASES:
         r = _recipe(arch, method, attention, "none", cluster)
         planned = _plan_per_layer(r, "none")
         for got in _measure(r, regime)[1:]:
@@ -118,7 +120,7 @@ def test_sharded_plans_count_the_same_layers_in_bf16(arch):
 
     for method in ("sft", "lora", "ptuning"):
         for attention in ("sdpa", "eager"):
-            for recompute in ("none", "full"):
+            for recompute in ("none", "full") if (method, attention) == ("sft", "sdpa") else ("none",):
                 r = _recipe(arch, method, attention, recompute, sharding="fsdp")
                 planned = activation_bytes_per_layer(r)
                 if recompute == "full":  # every layer its input, one recomputed, the logits
