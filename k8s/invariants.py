@@ -17,6 +17,8 @@ from __future__ import annotations
 import shlex
 from typing import Iterator, List, Tuple
 
+from vdkit.composition.schema import CPU_GPU_TYPE
+
 _CORE = ("cpu", "memory", "ephemeral-storage")
 
 
@@ -47,7 +49,7 @@ def _gpus(container: dict) -> int:
 def violations(doc: dict, plan) -> List[str]:
     """Every invariant ``doc`` breaks for ``plan`` (empty: none)."""
     c = plan.recipe.cluster
-    want_gpus = 0 if c.gpu_type == "cpu" else c.gpus_per_node
+    want_gpus = 0 if c.gpu_type == CPU_GPU_TYPE else c.gpus_per_node
     out: List[str] = []
     pods = _pods(doc)
     for role, _n, template in pods:

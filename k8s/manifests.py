@@ -33,6 +33,7 @@ import shlex
 from pathlib import PurePosixPath
 from typing import Dict, List, Optional
 
+from vdkit.composition.schema import CPU_GPU_TYPE
 from vdkit.errors import UserError
 from vdkit.run.jobspec import JobSpec
 
@@ -210,7 +211,7 @@ def ray_entrypoint(plan, job: JobSpec, run_dir, s: ks.KubeSettings) -> str:
     runs the rank command with torchrun's variables (:mod:`vdkit.k8s.raytrain`).
     """
     c = plan.recipe.cluster
-    gpus = 0 if c.gpu_type == "cpu" else 1
+    gpus = 0 if c.gpu_type == CPU_GPU_TYPE else 1
     argv = [POD_PYTHON, "-m", RAY_DRIVER_MODULE, "--workers", str(plan.recipe.world_size),
             "--cpus-per-worker", str(c.cpus_per_task), "--gpus-per-worker", str(gpus),
             "--max-failures", str(s.backoff_limit), "--storage", str(PurePosixPath(str(run_dir)) / "ray"),
@@ -222,7 +223,7 @@ def ray_start_params(plan, head: bool) -> Dict[str, str]:
     """``rayStartParams`` (strings, as the CRD demands): the pod's GPUs and CPUs as Ray resources."""
     c = plan.recipe.cluster
     params = {"num-cpus": str(c.cpus_per_task * c.gpus_per_node),
-              "num-gpus": str(0 if c.gpu_type == "cpu" else c.gpus_per_node)}
+              "num-gpus": str(0 if c.gpu_type == CPU_GPU_TYPE else c.gpus_per_node)}
     if head:
         params = {"dashboard-host": "0.0.0.0", **params}
     return params

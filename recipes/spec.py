@@ -83,7 +83,7 @@ class EngineSpec:
     step_time_regime: str  # vdkit.planner.predict: unfused | fused | hf
     # the decoder layers it builds on a GPU, whose saved activations the memory model counts (vdkit.planner
     # .activations): fused (Transformer Engine + flash attention) | local (megatron-core's local spec: unfused
-    # attention keeps its softmax)
+    # attention keeps its softmax) | hf (transformers' layers with engine.attention sdpa / eager)
     layer_kernels: str = "fused"
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)

@@ -100,6 +100,27 @@ def test_megatron_engine_plan_counts_the_local_spec_it_builds(one_rank):
         assert got == layer_bytes(_model(), SEQ, 1, 1, False, "none", "local", 2.0, "ptuning")
 
 
+def test_cpu_plan_counts_the_fp32_the_cpu_runs(one_rank):
+    """On a CPU cluster (cluster=local, gpu_type cpu) the megatron engine trains in fp32 (recipes/megatron/train.py:
+    fp32 parameters, memory.json's "planned" in fp32): the plan's weights, gradients and optimizer states are fp32's
+    and its activations per layer what the fp32 block saves, measured here. Before, the plan counted bf16 (2-byte
+    activations, 2-byte weights) on the CPU."""
+    from vdkit.composition.config import compose
+    from vdkit.planner.memory import estimate_memory, stage_static_bytes
+
+    r = compose(["engine=megatron", "model=tiny_llama", "method=sft", "data=synthetic", "cluster=local",
+                 "model.num_layers=3", f"model.hidden_size={H}", f"model.ffn_hidden_size={F}",
+                 f"model.num_attention_heads={HEADS}", f"model.num_query_groups={GROUPS}", f"train.seq_length={SEQ}",
+                 "train.micro_batch_size=1"])
+    mem = estimate_memory(r, 1, 1, 1, False, "none", False)
+    fp32 = stage_static_bytes(r, 1, 1, 0, False, "fp32")
+    assert mem.weights_gb * 1e9 == pytest.approx(fp32["weights"])
+    assert mem.optimizer_gb * 1e9 == pytest.approx(fp32["optimizer"])
+    planned = (mem.activations_gb * 1e9 - 4.0 * SEQ * r.model.vocab_size) / 3  # the fp32 logits: one buffer
+    for got in _measure(1, False, "none", 1)[1:]:  # the fp32 block (layer 0 also holds the RoPE table)
+        assert got == pytest.approx(planned, rel=1e-9), (got, planned)
+
+
 def test_partial_recompute_counts_each_layer(one_rank):
     # recompute_num_layers=2 (block): layers 0 and 1 keep their input, layer 2 everything
     got = _measure(1, False, "full", 1, num_layers_recomputed=2)

@@ -37,7 +37,7 @@ def test_demo_reduced_sweep_writes_the_table_of_its_runs(tmp_path, capsys):
     md = (report / "table9.md").read_text()
     assert "| tiny_llama | 2 |" in md and "| tiny_llama | 4 |" in md
     assert "| tiny_llama | 2 |" in text
-    # megatron-core ran the layouts the planner picked for the demo's 7 MB devices: SFT in tensor parallel
+    # megatron-core ran the layouts the planner picked for the demo's 8.5 MB devices: SFT in tensor parallel
     layouts = {(load_recipe(r).method.name, load_recipe(r).world_size): load_recipe(r).parallelism for r in runs}
     assert layouts[("sft", 2)].tp == 2 and layouts[("sft", 4)].tp == 2 and layouts[("lora", 2)].tp == 1
     assert all((r / "memory.json").is_file() for r in runs)

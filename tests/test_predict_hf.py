@@ -228,9 +228,9 @@ def test_plans_near_the_gpus_memory_say_the_allocator_cost_is_left_out():
                 share[(plan.recipe.model.name, plan.recipe.cluster.nodes)] = \
                     plan.memory.total_gb / plan.recipe.cluster.gpu_memory_gb
     # the two runs whose published times are superlinear against their neighbours (OPT-13B vs 6.7B: 2.8x the
-    # time for 1.9x the parameters; 70B on 1 node vs 2: 2.5x) are the two nearest the card's memory: 86 % and
-    # 89 % of the GPU's reported total (with the sold 80 / 192 taken as GB they were inside the 10 % band)
-    assert sorted(share, key=share.get)[-2:] == [("opt_13b", 1), ("llama3_1_70b", 1)]
+    # time for 1.9x the parameters; 70B on 1 node vs 2: 2.5x) are the two nearest the card's memory: 93 % and
+    # 91 % of the GPU's reported total (with the sold 80 / 192 taken as GB they were inside the 10 % band)
+    assert set(sorted(share, key=share.get)[-2:]) == {("opt_13b", 1), ("llama3_1_70b", 1)}
     assert all(share[k] > 0.85 for k in (("opt_13b", 1), ("llama3_1_70b", 1)))
 
 

@@ -7,7 +7,7 @@ tensor already kept costs nothing more) and charged to the layer whose forward s
 between layers (full recompute's checkpoint keeps the layer's input after the layer ran) goes to the
 layer last entered. Parameters are weights, not activations, and are not counted.
 
-The planner's formula (:func:`vdkit.planner.memory.activation_bytes_per_layer`) is checked against
+The planner's formula (:func:`vdkit.planner.activations.layer_bytes`) is checked against
 these counts (tests/test_activation_memory.py), and the megatron engine's memory.json reports them
 beside the plan.
 """
@@ -87,6 +87,7 @@ def chunk_report(chunks, plan, cuda: bool) -> dict:
     import torch
 
     from vdkit.planner.activations import layer_bytes
+    from vdkit.planner.memory import activation_bytes
 
     r = plan.recipe
     p, t, m = r.parallelism, r.train, r.model
@@ -111,7 +112,7 @@ def chunk_report(chunks, plan, cuda: bool) -> dict:
         peft = r.method.name if r.method.name in ("lora", "ptuning") else ""
         rest = "none" if p.recompute == "full" else (p.recompute or "none")  # partial: the others keep all
         planned += [layer_bytes(m, seq, t.micro_batch_size, tp, sp,
-                                "full" if i < recomputed else rest, "local", 2.0 if cuda else 4.0,
+                                "full" if i < recomputed else rest, "local", activation_bytes("bf16" if cuda else "fp32"),
                                 peft, r.method.lora_adapter_dim)
                     for i in range(len(block.layers))]
         if recomputed and rope is not None:  # the first checkpoint also saves the chunk's RoPE table

@@ -179,6 +179,7 @@ SPEC = EngineSpec(
     no_context_parallel=("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
                          "not the sequence)"),
     rope_scaling=("linear", "dynamic", "yarn", "longrope", "llama3"),  # transformers' ROPE_INIT_FUNCTIONS
+    layer_kernels="hf",  # transformers' own decoder layers, sdpa or eager attention (vdkit.planner.hf_activations)
     step_time_regime="hf",  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)
     gpu_vendors=("nvidia", "amd"), images=("engine.container_image", "cluster.container_image"),
     stack={},  # unpinned: the reference extra's lower bounds (pyproject.toml)

@@ -19,7 +19,7 @@ from vdkit.composition.conftree import conf_dir
 from vdkit.errors import UserError
 from vdkit.launch.fabric import NCCL_DEBUG_LEVELS, check_names
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
-from vdkit.composition.schema import ARCHS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
+from vdkit.composition.schema import ARCHS, ATTENTIONS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
 from vdkit.rules.overrides import refuse_env_interpolation
 
 # ----------------------------------------------------------------------------- allowed values
@@ -33,7 +33,6 @@ PEFT_SCHEMES = {"sft": "none", "lora": "lora", "ptuning": "ptuning", "pretrain":
 RECOMPUTE = ("none", "selective", "full")
 MPI_TYPES = ("pmix", "pmi2", "pmi1", "none")
 DATA_KINDS = ("sft", "pretrain")
-ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 TRANSPORTS = ("ib", "roce", "tcp")
 NORMS = ("rmsnorm", "layernorm")
 ACTIVATIONS = ("swiglu", "relu", "gelu")

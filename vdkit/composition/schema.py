@@ -30,11 +30,14 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 SWIGLU_INPUT_DTYPES = ("bf16", "fp8")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
+CPU_GPU_TYPE = "cpu"  # cluster.gpu_type of a cluster with no GPUs (cluster=local, k8s_cpu): ranks train in fp32
 ARCHS = ("llama", "opt")
 STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / Megatron defaults, NVIDIA's fused path, HF
 # The decoder layer's kernel set an engine builds on a GPU (vdkit.planner.activations): Transformer Engine's fused layers
-# with flash attention | megatron-core's local layer spec (torch norms, unfused attention with its s^2 softmax)
-LAYER_KERNELS = ("fused", "local")
+# with flash attention | megatron-core's local layer spec (torch norms, unfused attention with its s^2 softmax) |
+# transformers' eager PyTorch layers (sdpa or eager attention: vdkit.planner.hf_activations)
+LAYER_KERNELS = ("fused", "local", "hf")
+ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 
 
 # ----------------------------------------------------------------------------- the recipe

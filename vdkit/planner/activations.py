@@ -6,7 +6,7 @@ its backward), not fitted. ``s`` is this GPU's share of the sequence (``seq / CP
 the head dim, ``t`` TP; ``n`` = 1 / t under sequence parallelism, else 1 (the tensors before the
 column-parallel linears are replicated over TP without it). Element bytes ``e``: 2 in bf16, 4 in fp32.
 
-Two kernel sets, as each engine runs them:
+Three kernel sets, as each engine runs them:
 
 ``local`` (megatron-core's local layer spec: torch norms, unfused ``DotProductAttention``, unfused RoPE
 and GLU; the CPU engines, and the megatron engine on GPUs too: it builds this spec everywhere, its spec's
@@ -31,6 +31,9 @@ and GLU; the CPU engines, and the megatron engine on GPUs too: it builds this sp
   and the linear half plus its offset (``x_linear + glu_linear_offset`` is a new tensor) ``2sbf / t``, fc2's
   input ``sbf / t``; GeLU: fc1's output and fc2's input, ``2sbf / t``; ReLU: fc2's input only (ReLU's
   backward reads its own output), ``sbf / t``.
+
+``hf`` (transformers' own decoder layers: the reference engine, :mod:`vdkit.planner.hf_activations`, measured with
+saved-tensor hooks on its model).
 
 ``fused`` (Transformer Engine layer spec with flash / cuDNN attention: NeMo and Bridge on GPUs; read from
 TE's ``_LayerNormLinear`` and ``FusedAttention`` and megatron-core's fused
@@ -130,17 +133,25 @@ def _swiglu_input_bytes(dtype: str, element: float) -> float:
 
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
-                fp8: bool = False, engine: str = "", swiglu_input: str = "bf16") -> float:
+                fp8: bool = False, engine: str = "", swiglu_input: str = "bf16", attention: str = "sdpa",
+                autocast: bool = False) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
-    vdkit.planner.memory.estimate_memory). ``kernels``: fused (GPU) or local (CPU). ``peft``: lora / ptuning
+    vdkit.planner.memory.estimate_memory). ``kernels``: fused, local or hf (module docstring). ``element``: bytes
+    of an activation element (vdkit.planner.memory.activation_bytes: 2 bf16, 4 fp32). ``peft``: lora / ptuning
     (frozen base weights), ``lora_dim`` LoRA's rank. ``fp8``: Transformer Engine's FP8 linears (fused kernels
     only) keep FP8 copies of their inputs. ``engine``: whose Transformer Engine and LoRA wrapping the fused
     set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring).
-    ``swiglu_input``: the dtype the fused SwiGLU saves fc1's output in (``train.swiglu_input_dtype``)."""
+    ``swiglu_input``: the dtype the fused SwiGLU saves fc1's output in (``train.swiglu_input_dtype``).
+    ``kernels="hf"``: transformers' layers (vdkit.planner.hf_activations; data parallel only, so ``tp`` is 1), with
+    ``attention`` (``engine.attention``: sdpa / eager) and ``autocast`` (bf16 autocast over fp32 weights)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
+    if kernels == "hf":
+        from vdkit.planner.hf_activations import hf_layer_bytes
+
+        return hf_layer_bytes(m, s, b, recompute, element, attention, autocast, peft, lora_dim)
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
     d = h // a
     kv = m.num_query_groups * d

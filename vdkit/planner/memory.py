@@ -26,15 +26,18 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   of 128 x TP; norm weights are replicated over TP. The megatron engine measures each rank's
   weights / gradients / optimizer bytes against this (memory.json); in fp32 (CPU) the bytes are
   4 / 4 / 8 per parameter.
-- activations, per layer and micro batch, bf16: what the layers the engine builds save for backward, tensor by
-  tensor (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer
-  Engine layers with flash attention (NeMo, Bridge), or megatron-core's local spec (the megatron engine, on GPUs
-  too: unfused attention keeps its s^2 softmax), checked byte for byte against saved-tensor hooks.
+- activations, per layer and micro batch, bf16 (fp32 on a CPU cluster, ``run_precision``: every engine trains in
+  fp32 there): what the layers the engine builds save for backward, tensor by tensor
+  (:mod:`vdkit.planner.activations`, the engine spec's ``layer_kernels``): megatron-core's Transformer Engine layers
+  with flash attention (NeMo, Bridge), megatron-core's local spec (the megatron engine, on GPUs too: unfused
+  attention keeps its s^2 softmax), or transformers' own layers (the reference engine, sdpa or eager attention, under
+  DDP's bf16 autocast over fp32 weights: :mod:`vdkit.planner.hf_activations`), checked against saved-tensor hooks.
   Full recomputation keeps only each layer's input (sbh, / TP with SP) plus one layer's working
   set. Each pipeline stage holds its 1F1B warm-up's micro batches plus one, per model chunk (``layers_in_flight``,
   megatron-core's schedule: the first stage min(PP, micro batches), times (1 + (PP-1)/(PP*VP)) when
-  interleaved; the last one, or PP - (PP-1)/VP interleaved). The last stage adds the logits, 6*s*b*V / TP: the
-  bf16 logits (2) live at the loss and the fp32 softmax the loss saves for backward (4) - megatron-core
+  interleaved; the last one, or PP - (PP-1)/VP interleaved). The last stage adds the logits, 6*s*b*V / TP
+  (``logit_bytes``; 4 in fp32, one buffer): the bf16 logits (2) live at the loss and the fp32 softmax the loss
+  saves for backward (4) - megatron-core
   0.16.1's ``vocab_parallel_cross_entropy`` (tensor_parallel/cross_entropy.py: ``.float()`` copy, in-place
   exp, ``save_for_backward(exp_logits, ...)``), which NeMo 1.23 runs, and its ``native`` fused variant
   (fusions/fused_cross_entropy.py:119, the same fp32 ``exp_logits``), which Bridge runs as the kit renders it
@@ -291,6 +294,30 @@ def stage_static_bytes(r: Recipe, tp: int, pp: int, stage: int, distributed_opti
             "optimizer": o * trainable / (shards if distributed_optimizer else 1)}
 
 
+def run_precision(r: Recipe) -> str:
+    """The precision ``r``'s ranks compute in: fp32 on a CPU cluster (``cluster.gpu_type=cpu``: every engine trains
+    in fp32 there - the reference engine's ``CPU_PRECISION``, the megatron-core engines' fp32 parameters), else
+    ``train.precision``. The plan counts what the run holds."""
+    from vdkit.composition.schema import CPU_GPU_TYPE
+
+    return "fp32" if r.cluster.gpu_type == CPU_GPU_TYPE else r.train.precision
+
+
+def activation_bytes(precision: str) -> float:
+    """Bytes of an activation element the layers keep in ``precision``: 4 in fp32, 2 in bf16 (and fp8: the layers
+    compute in bf16; Transformer Engine's FP8 copies are vdkit.planner.activations' own terms)."""
+    return 4.0 if precision == "fp32" else 2.0
+
+
+def logit_bytes(element: float) -> float:
+    """Bytes per logit the loss keeps for backward (module docstring): below fp32 the logits (``element``) plus the
+    fp32 copy megatron-core's cross entropy exponentiates in place; in fp32 the ``.float()`` is the logits
+    themselves, one buffer."""
+    from vdkit.planner.activations import OPMATH
+
+    return element + (OPMATH if element < OPMATH else 0.0)
+
+
 def layers_in_flight(layers: int, pp: int, vp: int, microbatches: int, rank: int) -> float:
     """Layers' activations pipeline rank ``rank`` holds at its peak (1F1B): its warm-up forwards plus the one
     before the first backward, each of a model chunk (``layers / vp`` layers), at most every chunk of every
@@ -305,9 +332,10 @@ def layers_in_flight(layers: int, pp: int, vp: int, microbatches: int, rank: int
 
 def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, recompute: str,
                     distributed_optimizer: bool, precision: Optional[str] = None) -> Memory:
-    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring)."""
+    """Per-GPU memory (GB) of the worst pipeline stage for one layout (see the module docstring); ``precision``
+    defaults to the one the run computes in (``run_precision``: fp32 on a CPU cluster)."""
     m, t = r.model, r.train
-    precision = precision or t.precision
+    precision = precision or run_precision(r)
     dp = data_parallel(r, tp, pp)
     layers = m.num_layers // pp
     static = max((stage_static_bytes(r, tp, pp, st, distributed_optimizer, precision) for st in {0, pp - 1}),
@@ -319,20 +347,30 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     b = t.micro_batch_size
     fp8 = precision == "fp8"  # Transformer Engine keeps FP8 copies of the linears' inputs (vdkit.planner.activations)
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
+    e, kernels = activation_bytes(precision), layer_kernels(r)
+    # fp32 parameters under bf16 autocast: the stream stays fp32, each linear casts its input (hf_activations)
+    autocast = precision != "fp32" and fp32_params_bytes(r) is not None
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
-                            layer_kernels(r), fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
-                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype)
-    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
-    per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
+                            kernels, e, fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
+                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype,
+                            attention=r.engine.attention, autocast=autocast)
+    # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here);
+    # transformers' (hf) LoRA adapters are torch Linears too and save theirs (megatron-core's adapter linears save the
+    # fp32 weight itself)
+    _, linear_params, trainable = stage_params(r, tp, pp, 0)
+    cast_params = linear_params + (trainable if r.method.name == "lora" and kernels == "hf" else 0.0)
+    per_layer += saved_cast_bytes(r, precision) * cast_params / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input
         share = recompute_share(r, recompute, layers, vp)
-        stored_per_layer = share * layer_bytes(m, s, b, tp, sequence_parallel, "full") + (1 - share) * per_layer
+        kept = layer_bytes(m, s, b, tp, sequence_parallel, "full", kernels, e, autocast=autocast)
+        stored_per_layer = share * kept + (1 - share) * per_layer
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
     acts_first = layers_in_flight(layers, pp, vp, microbatches, 0) * stored_per_layer + working
-    logits = 6.0 * s * b * m.vocab_size / tp  # one micro batch's: the last chunk's backward follows its forward
+    # one micro batch's logits: the last chunk's backward follows its forward
+    logits = logit_bytes(e) * s * b * m.vocab_size / tp
     acts_last = layers_in_flight(layers, pp, vp, microbatches, pp - 1) * stored_per_layer + working + logits
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,

@@ -12,13 +12,13 @@ model state is divided over the shard group (all N ranks). Per GPU, in bytes (1 
   next one, and hold the gathered block's bf16 gradient before the reduce-scatter:
   ``gathered_layers`` x 2 bytes + 2 bytes per block parameter; the root unit (embeddings, positions,
   final norm, untied output) stays gathered from forward to backward: 2 + 2 bytes per parameter.
-- activations at the recipe's micro batch b and sequence s, bf16, per layer (Korthikanti et al.
-  2022, generalised to any MLP width and a gated MLP; memory-efficient SDPA attention, no s^2 term):
-  attention 11sbh (norm input, QKV input, Q, K, V, softmax output, projection input and dropout
-  mask), MLP 2sbh + 4sbf (ReLU / GeLU: fc1 output and activation) or 2sbh + 8sbf (SwiGLU: gate,
-  up, activation and product) + sbh dropout mask, and 4sbh for the two norms. Gradient
-  checkpointing (``recompute=full``) keeps only each block's input (2sbh) plus one block's working
-  set; with ``recompute_num_layers`` N < L only N layers are checkpointed, the others keep all. The logits: bf16 plus the fp32 upcast and its gradient for the loss, 10 s b V.
+- activations at the recipe's micro batch b and sequence s, per layer: what transformers' decoder layers save
+  for backward in bf16 weights (fp32 on a CPU), tensor by tensor, with ``engine.attention`` sdpa (no s^2 term) or
+  eager (the fp32 softmax and its bf16 cast) - vdkit.planner.hf_activations, measured with saved-tensor hooks on
+  the engine's model, the formula the DDP plan counts too. Gradient checkpointing (``recompute=full``) keeps only
+  each block's input (sbh, 2 bytes in bf16) plus one block's working set; with ``recompute_num_layers`` N < L only
+  N layers are checkpointed, the others keep all. The logits: bf16 plus the fp32 upcast and its gradient for the
+  loss, 10 s b V.
 - CPU offload (``parallelism.cpu_offload``): the sharded state lives in host memory (reported per
   node), the GPU keeps the gathered units and activations.
 - unsharded gradients during gradient accumulation (``accumulation_grad_bytes``): the HF Trainer runs
@@ -34,10 +34,12 @@ from __future__ import annotations
 
 from typing import Optional
 
+from vdkit.planner.activations import layer_bytes
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
 from vdkit.composition.schema import GB, Memory, Plan, Prediction, Recipe
+from vdkit.planner.memory import activation_bytes, run_precision
 from vdkit.planner.tokens import full_rows
 
 # The byte counts (STATE / FROZEN / accumulation gradients / gathered blocks / logits) are data:
@@ -45,12 +47,15 @@ from vdkit.planner.tokens import full_rows
 LIBRARY = {"fsdp": "torch FSDP full-shard", "zero3": "DeepSpeed ZeRO-3"}
 
 
-def activation_bytes_per_layer(r: Recipe) -> float:
-    """Stored activations of one decoder block for one micro batch (see the module docstring)."""
-    m, t = r.model, r.train
-    s, b, h, f = t.seq_length, t.micro_batch_size, m.hidden_size, m.ffn_hidden_size
-    mlp = 2 * s * b * h + (8 if m.activation == "swiglu" else 4) * s * b * f + s * b * h
-    return 11 * s * b * h + mlp + 4 * s * b * h
+def activation_bytes_per_layer(r: Recipe, recompute: str = "none") -> float:
+    """Stored activations of one decoder block for one micro batch (see the module docstring): transformers' layers
+    as the reference engine runs them, the one formula every strategy's plan counts (vdkit.planner.activations,
+    kernels ``hf``) - bf16 weights (no autocast), fp32 on a CPU cluster."""
+    m, t, meth = r.model, r.train, r.method
+    s = t.seq_length + (meth.ptuning_virtual_tokens if meth.name == "ptuning" else 0)
+    return layer_bytes(m, s, t.micro_batch_size, 1, False, recompute, "hf", activation_bytes(run_precision(r)),
+                       peft=meth.name if r.is_peft else "", lora_dim=meth.lora_adapter_dim,
+                       attention=r.engine.attention)
 
 
 def state_bytes(kind: str):
@@ -96,10 +101,10 @@ def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[boo
     grads += accumulation_gradient_bytes(r)  # on the GPU even with offload (the Trainer's no_sync)
     gathered = (float(consts["gathered_layers"]) * 2.0 + 2.0) * counts.per_layer + 4.0 * counts.outside_layers
     per_layer = activation_bytes_per_layer(r)
-    s, b, h = t.seq_length, t.micro_batch_size, m.hidden_size
+    s, b = t.seq_length, t.micro_batch_size
     if recompute == "full":  # checkpointed layers keep their input; the rest (recompute_num_layers < L) keep all
         kept = m.num_layers - (r.parallelism.recompute_num_layers or m.num_layers)
-        acts = (m.num_layers - kept) * 2 * s * b * h + kept * per_layer + per_layer
+        acts = (m.num_layers - kept) * activation_bytes_per_layer(r, "full") + kept * per_layer + per_layer
     else:
         acts = m.num_layers * per_layer
     acts += float(consts["logit_bytes"]) * s * b * m.vocab_size
