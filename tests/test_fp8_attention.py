@@ -90,3 +90,24 @@ def test_rendered_mixed_precision_is_bridges_fp8_preset_plus_fp8_attention():
     rendered.finalize()
     rendered.setup(model)
     assert model.fp8 == "hybrid" and model.fp8_dot_product_attention is True
+
+
+def test_fp8_attention_saves_qkv_and_output_in_fp8():
+    """The fused set's layer with FP8 attention keeps Q, K, V and the output at 1 byte (Transformer Engine 2.12's
+    FusedAttnFunc saves their FP8 copies) and two fp32 softmax statistics instead of one log-sum-exp; selective
+    recompute keeps the checkpoint's bf16 inputs either way; a plan counts it only where FP8 attention is asked."""
+    from vdkit.planner.activations import FP8_ATTENTION_BYTES, layer_bytes
+
+    m = compose(["model=llama2_70b"]).model
+    s, b, tp = 8192, 1, 4
+    kv = m.num_query_groups * m.hidden_size // m.num_attention_heads
+    for peft in ("", "lora"):
+        kw = dict(fp8=True, peft=peft, lora_dim=16, engine="bridge")
+        bf16, fp8 = (layer_bytes(m, s, b, tp, True, "none", fp8_attention=on, **kw) for on in (False, True))
+        qkvo = (2 * s * b * m.hidden_size + 2 * s * b * kv) / tp
+        assert bf16 - fp8 == pytest.approx(qkvo * (2 - FP8_ATTENTION_BYTES) - 4 * b * m.num_attention_heads / tp * s)
+        assert layer_bytes(m, s, b, tp, True, "selective", fp8_attention=True, **kw) == \
+            layer_bytes(m, s, b, tp, True, "selective", **kw)
+    row = FP8 + ["parallelism.recompute=none", "parallelism.distributed_optimizer=true"]
+    off, on = (make_plan(compose(row + [f"train.fp8_attention={v}"])) for v in ("false", "true"))
+    assert on.memory.activations_gb < off.memory.activations_gb

@@ -60,7 +60,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Optional, Tuple
 
-from vdkit.planner.activations import layer_bytes
+from vdkit.planner.activations import attention_precision, layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.layout import data_parallel
@@ -321,7 +321,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     peft = r.method.name if r.is_peft else ""  # frozen base weights keep less (vdkit.planner.activations)
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
                             layer_kernels(r), fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
-                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype)
+                            engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype,
+                            fp8_attention=attention_precision(r, precision) == "fp8")
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here)
     per_layer += saved_cast_bytes(r, precision) * stage_params(r, tp, pp, 0)[1] / layers
     if recompute == "full":  # partial (recompute_num_layers): those layers keep only their input

@@ -44,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
@@ -210,15 +211,6 @@ def attention_flops_per_token(recipe, recompute: str = "none", calib: Optional[d
     m = recipe.model
     fwd = 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
     return (_passes(recipe) + recompute_share(recipe, recompute, m.num_layers // pp, vp)) * fwd
-
-
-def attention_precision(recipe) -> str:
-    """The precision the dot-product attention runs in: "fp8" only with FP8 compute and FP8 attention asked for
-    (``train.fp8_attention``, megatron-core's ``fp8_dot_product_attention``: an engine that renders it), else
-    "bf16" - Transformer Engine's FP8 recipes cover the linears, its attention stays BF16 unless fp8_dpa is set
-    (megatron-core 0.16.1 extensions/transformer_engine.py:2210, fp8_utils.py:563)."""
-    t = recipe.train
-    return "fp8" if t.precision == "fp8" and getattr(t, "fp8_attention", False) else "bf16"
 
 
 def efficiency_key(precision: str) -> str:
