@@ -91,7 +91,7 @@ SWIGLU_FP8_INPUT_STORE = "activation_func_fp8_input_store"
 # the model config (training/config.py:1864 -> mixed_precision.py:125-143): a model-level true is overwritten by the
 # preset's false. So it is set in mixed_precision itself, written out as Bridge's FP8 preset's fields
 # (FP8_PRESET_FIELDS: bf16_with_fp8_current_scaling_mixed, mixed_precision.py:272-290 over bf16_mixed :172-184;
-# tests/test_bridge_fp8_attention.py holds them to Bridge's own) plus this one.
+# tests/test_fp8_attention.py holds them to Bridge's own) plus this one.
 FP8_ATTENTION = "fp8_dot_product_attention"
 _BF16 = {_T: "torch.bfloat16", "_call_": False}
 FP8_PRESET_FIELDS = {"bf16": True, "params_dtype": _BF16, "pipeline_dtype": _BF16, "autocast_enabled": False,

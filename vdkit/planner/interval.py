@@ -78,7 +78,7 @@ def basis(recipe) -> Dict[str, str]:
     k = fitted()
     eff, attn = efficiency_key(recipe.train.precision), efficiency_key(attention_precision(recipe))
     compute = f"fitted: {eff}={k[eff]:.3g} of peak (NVIDIA's Llama 2 rows, Table 4)"
-    if attn != eff:  # FP8 GEMMs, BF16 attention (vdkit.planner.predict.attention_precision)
+    if attn != eff:  # FP8 GEMMs, BF16 attention (vdkit.planner.activations.attention_precision)
         compute += f"; the s^2 attention at the BF16 peak x {attn}={k[attn]:.3g}"
     out = {"compute": compute,
            "per-micro-batch overhead": (f"fitted: guide_stack_gb_s={k['guide_stack_gb_s']:.3g} GB/s of weight bytes "
