@@ -76,6 +76,8 @@ class EngineSpec:
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
     no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
+    fp8_attention: bool = False  # whether it renders train.fp8_attention (FP8 dot-product attention)
+    no_fp8_attention: str = "its stack renders no FP8 dot-product attention"  # why not (when not)
     rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
     # why its stack cannot run an interleaved pipeline (VP > 1) with PEFT ("": it can); the planner never picks one
     no_peft_interleaving: str = ""
@@ -225,4 +227,8 @@ def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
             return (f"{key}={value}: engine={spec.name} has no such {word} (its {attr}: {', '.join(getattr(spec, attr))})",
                     ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
                     + " or ".join(f"{key}={v}" for v in getattr(spec, attr)))
+    if recipe.train.fp8_attention and not spec.fp8_attention:
+        can = [s.name for s in others if s.fp8_attention]
+        return (f"train.fp8_attention=true: engine={spec.name} cannot run FP8 attention ({spec.no_fp8_attention})",
+                ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "train.fp8_attention=false")
     return None

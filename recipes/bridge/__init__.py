@@ -250,7 +250,7 @@ def env(plan) -> dict:
 
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
-    from vdkit.recipes.bridge.config import NVIDIA_H100
+    from vdkit.recipes.bridge.config import FP8_ATTENTION_ENV, NVIDIA_H100
     from vdkit.recipes.common.rocm import vendor_env
 
     margin = str(NVIDIA_H100["layernorm_sm_margin"])
@@ -261,7 +261,7 @@ def env(plan) -> dict:
             # Bridge's later recipes (recipes/utils/environment_utils.py): less fragmentation at 88-90 % of HBM
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
-            "PYTHONUNBUFFERED": "1"})
+            "PYTHONUNBUFFERED": "1", **(FP8_ATTENTION_ENV if plan.recipe.train.fp8_attention else {})})
 
 
 def container(plan, run_dir):
@@ -341,6 +341,7 @@ SPEC = EngineSpec(
     # fp8: megatron-core's activation_func_fp8_input_store (config.py SWIGLU_FP8_INPUT_STORE)
     swiglu_input_dtypes=("bf16", "fp8"),
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
+    fp8_attention=True,  # megatron-core's fp8_dot_product_attention through Bridge's mixed precision (config.py FP8_ATTENTION)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
     run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),

@@ -85,6 +85,24 @@ def _bf16_optimizer_state() -> dict:
 # it (SwiGLU only, :1526-1528), which `vdkit check` runs through Bridge's runtime_config_update. The bytes:
 # conf/calibration/memory.yaml swiglu_input_bytes.
 SWIGLU_FP8_INPUT_STORE = "activation_func_fp8_input_store"
+# train.fp8_attention: megatron-core 0.16.1's TransformerConfig.fp8_dot_product_attention (transformer/transformer_config.py
+# :477), handed to Transformer Engine's recipe as fp8_dpa (fp8_utils.py:563, extensions/transformer_engine.py:2210); MLPerf's
+# FP8_DPA. It is a MixedPrecisionConfig field too, and Bridge 0.3.1's runtime_config_update copies every such field onto
+# the model config (training/config.py:1864 -> mixed_precision.py:125-143): a model-level true is overwritten by the
+# preset's false. So it is set in mixed_precision itself, written out as Bridge's FP8 preset's fields
+# (FP8_PRESET_FIELDS: bf16_with_fp8_current_scaling_mixed, mixed_precision.py:272-290 over bf16_mixed :172-184;
+# tests/test_fp8_attention.py holds them to Bridge's own) plus this one.
+FP8_ATTENTION = "fp8_dot_product_attention"
+_BF16 = {_T: "torch.bfloat16", "_call_": False}
+FP8_PRESET_FIELDS = {"bf16": True, "params_dtype": _BF16, "pipeline_dtype": _BF16, "autocast_enabled": False,
+                     "grad_reduce_in_fp32": True, "fp8": "hybrid", "fp8_recipe": "tensorwise",
+                     "first_last_layers_bf16": True, "num_layers_at_start_in_bf16": 1, "num_layers_at_end_in_bf16": 1,
+                     "fp8_param_gather": True}
+# Transformer Engine 2.12 (the image's) has no FP8 attention backend for current scaling below sm100 (attention/
+# dot_product_attention/utils.py:491-495 disables FusedAttention, :473-486 FlashAttention and the unfused path): on
+# H100 / H200 the run would stop with no backend. TE's documented switch for FP8CS linears keeps attention on delayed
+# scaling (dot_product_attention.py:99-111 "FP8CS | FP8DS", :603-614): rendered in the job's environment.
+FP8_ATTENTION_ENV = {"NVTE_DPA_FP8_RECIPE": "DelayedScaling"}
 FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusion", "persist_layer_norm",
            "apply_rope_fusion", "gradient_accumulation_fusion", "cross_entropy_loss_fusion")
 # The interleaved (VP) schedule's stage-to-stage sends as NVIDIA runs them: overlapped, not batched -
@@ -380,7 +398,7 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
         "checkpoint": _checkpoint(plan, ckpt_dir, in_container),
         "dist": {_T: _CFG + "DistributedInitConfig", "distributed_backend": "nccl"},
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
-        "mixed_precision": PRECISION.get(t.precision, "bf16_mixed"),
+        "mixed_precision": _mixed_precision(t),
     }
     if in_container and tp_comm_overlap(plan):
         cfg["comm_overlap"] = {_T: "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True,
@@ -389,6 +407,16 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     if peft is not None:
         cfg["peft"] = peft
     return cfg
+
+
+def _mixed_precision(t):
+    """Bridge's mixed-precision preset by name; with FP8 attention, the FP8 preset's fields and fp8_dot_product_attention
+    as a MixedPrecisionConfig (see FP8_ATTENTION: the preset by name would switch it off again)."""
+    if t.fp8_attention:
+        fields = {k: dict(v) if isinstance(v, dict) else v for k, v in FP8_PRESET_FIELDS.items()}  # (a shared
+        # mapping would be written as a YAML anchor)
+        return {_T: "megatron.bridge.training.mixed_precision.MixedPrecisionConfig", **fields, FP8_ATTENTION: True}
+    return PRECISION.get(t.precision, "bf16_mixed")
 
 
 def tp_comm_overlap(plan) -> bool:

@@ -219,6 +219,7 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    "(megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer or FSDP)",
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
+    _fp8_attention(full, cfg, rep)
     if not _microbatches(cfg, plan, rep):
         return
     _checkpoint(full, plan, on_cluster, rep)
@@ -230,6 +231,29 @@ def _check(run_dir: Path, rep: Report, render) -> None:
     _model(cfg, plan, tok, rep)
     if tok is not None:
         _first_batch(cfg, plan, tok, rep)
+
+
+def _fp8_attention(asked, cfg, rep: Report) -> None:
+    """FP8 attention as the ranks will hold it: ``asked`` the config as loaded, ``cfg`` after Bridge's own
+    runtime_config_update. Its mixed-precision setup copies fp8_dot_product_attention onto the model
+    (mixed_precision.py:125-143), so a model-level value the preset does not carry is silently reset; and
+    megatron-core hands it to Transformer Engine only inside an FP8 recipe (fp8_utils.py:563, model.fp8 set)."""
+    from vdkit.recipes.bridge.config import FP8_ATTENTION
+
+    wanted, ran, fp8 = (bool(getattr(asked.model, FP8_ATTENTION, False)), bool(getattr(cfg.model, FP8_ATTENTION, False)),
+                        getattr(cfg.model, "fp8", None))
+    if wanted and not ran:
+        rep.defect(f"model.{FP8_ATTENTION}=true is reset to false by Bridge's mixed-precision setup "
+                   "(mixed_precision.py:125-143 copies the preset's value onto the model): attention would run BF16",
+                   f"model.{FP8_ATTENTION}", "set it in mixed_precision: vdkit render ... train.precision=fp8 "
+                   "train.fp8_attention=true writes it there")
+    elif ran and not fp8:
+        rep.defect(f"{FP8_ATTENTION}=true without FP8 (model.fp8 is null): megatron-core builds no FP8 recipe, so "
+                   "Transformer Engine never sees fp8_dpa (fp8_utils.py:563) and attention runs BF16",
+                   f"mixed_precision.{FP8_ATTENTION}", "use train.precision=fp8 with train.fp8_attention=true")
+    elif ran:
+        rep.checked(f"Bridge's mixed-precision setup leaves {FP8_ATTENTION}=true on the model, FP8 recipe "
+                    f"{cfg.model.fp8_recipe} (fp8_dpa for Transformer Engine)")
 
 
 def _microbatches(cfg, plan, rep: Report) -> bool:

@@ -241,6 +241,9 @@ SPEC = EngineSpec(
     methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16", "fp8"),
     optimizer_dtypes=("fp32", "bf16"),  # distributed_fused_adam's dtype / grad_sync_dtype (recipes/nemo/config.py _optim)
     context_parallel=True,  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
+    no_fp8_attention=("NeMo 1.23 has no FP8 attention setting: its source never names fp8_dot_product_attention or "
+                      "fp8_dpa, its FP8 recipe is DelayedScaling without it (modules/common/megatron/transformer.py:1015)"
+                      ", and its image's Transformer Engine 1.2 predates fp8_dpa (TE 1.6)"),
     rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
     step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
     # without megatron_amp_O2 (PEFT in the design guide's recipe) NeMo 1.23 builds fp32 parameters

@@ -179,6 +179,7 @@ _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("
                  lambda v: "DDP (TP 1 x PP 1, every rank all Adam state)" if v else "TP x PP, distributed optimizer"),
                 ("precisions", "precisions", None), ("optimizer dtypes", "optimizer_dtypes", None),
                 ("SwiGLU input saved in", "swiglu_input_dtypes", None),
+                ("FP8 attention (train.fp8_attention)", "fp8_attention", None),
                 ("context parallel", "context_parallel", None),
                 ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
                 ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),

@@ -339,6 +339,9 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "tokens any model's context holds", "use the sequence length you mean, e.g. train.seq_length=4096")
     _check(t.precision in PRECISIONS, f"train.precision={t.precision!r} is not supported",
            "use " + " or ".join(PRECISIONS))
+    _check(not t.fp8_attention or t.precision == "fp8", f"train.fp8_attention=true with train.precision={t.precision}: "
+           "FP8 attention runs inside Transformer Engine's FP8 autocast, which only FP8 precision turns on",
+           "set train.precision=fp8, or train.fp8_attention=false")
     _validate_model(r.model)
     _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
            "use " + " or ".join(GPU_VENDORS))

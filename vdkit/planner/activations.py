@@ -56,8 +56,10 @@ SwiGLU, not measured here - the CPU has neither kernel):
   ``with_quantized_norm`` ... ``prepare_for_saving(inputmat, ..., ln_out_to_save, mu, rsigma)``: the norm's
   bf16 input stays). So each norm output costs ``sbh n`` bytes instead of 2x that; the output projection
   keeps an FP8 copy of the attention output beside the bf16 one flash attention saves (``+ sbh / t`` bytes);
-  fc2 keeps its input in FP8 (``sbf / t`` bytes instead of 2x). Attention itself stays bf16 (no FP8
-  dot-product attention in the kit's renders).
+  fc2 keeps its input in FP8 (``sbf / t`` bytes instead of 2x). Attention itself stays bf16 unless FP8
+  dot-product attention is rendered (``train.fp8_attention``, the bridge engine): then Q, K, V and the output are
+  saved as FP8 copies, ``(2sbh + 2sbkv) / t`` bytes, and the FP8 kernel's two fp32 softmax statistics replace the
+  log-sum-exp (``8 b (a/t) s`` bytes; FP8_ATTENTION_BYTES, with the source lines).
 
 Frozen base weights (LoRA, P-tuning; local kernels, measured): megatron's frozen linears
 (``linear_with_frozen_weight``) keep no input and frozen norms no normalised input, so the output
@@ -115,6 +117,24 @@ OPMATH = 4.0
 MASK_TYPE_BYTES = 4  # selective recompute's checkpoint saves the attention-mask type as an int32 tensor
 
 
+# Bytes an element of Q, K, V and the output FP8 attention saves for backward: Transformer Engine 2.12's
+# FusedAttnFunc keeps (q_fp8, k_fp8, v_fp8, out_fp8) with FP8 backward on (NVTE_FP8_DPA_BWD, default 1) and delayed
+# scaling, which the bridge engine renders for attention (attention/dot_product_attention/backends.py:1313-1318,
+# saved :1382-1391); its FP8 kernel's softmax statistics are M and ZInv, fp32 [b, a, s, 1] each
+# (common/fused_attn/fused_attn_fp8.cu:2436-2446), where the BF16 kernel keeps one log-sum-exp.
+FP8_ATTENTION_BYTES = 1.0
+
+
+def attention_precision(recipe, precision: str = "") -> str:
+    """The precision the dot-product attention runs in (``precision``: the recipe's train.precision unless given):
+    "fp8" only with FP8 compute and FP8 attention asked for (``train.fp8_attention``, megatron-core's
+    ``fp8_dot_product_attention``: an engine that renders it), else "bf16" - Transformer Engine's FP8 recipes cover
+    the linears, its attention stays BF16 unless fp8_dpa is set (megatron-core 0.16.1
+    extensions/transformer_engine.py:2210, fp8_utils.py:563). The step time prices it, the memory counts it."""
+    t = recipe.train
+    return "fp8" if (precision or t.precision) == "fp8" and t.fp8_attention else "bf16"
+
+
 def _te_major(engine: str) -> int:
     """The Transformer Engine major version ``engine``'s image runs (conf/calibration/memory.yaml
     ``transformer_engine_major``; 2 where the engine is not named)."""
@@ -134,7 +154,7 @@ def _swiglu_input_bytes(dtype: str, element: float) -> float:
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
                 fp8: bool = False, engine: str = "", swiglu_input: str = "bf16", attention: str = "sdpa",
-                autocast: bool = False) -> float:
+                autocast: bool = False, fp8_attention: bool = False) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
@@ -145,7 +165,8 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     set's frozen weights follow (its Transformer Engine, ``_te_major``; see the module docstring).
     ``swiglu_input``: the dtype the fused SwiGLU saves fc1's output in (``train.swiglu_input_dtype``).
     ``kernels="hf"``: transformers' layers (vdkit.planner.hf_activations; data parallel only, so ``tp`` is 1), with
-    ``attention`` (``engine.attention``: sdpa / eager) and ``autocast`` (bf16 autocast over fp32 weights)."""
+    ``attention`` (``engine.attention``: sdpa / eager) and ``autocast`` (bf16 autocast over fp32 weights).
+    ``fp8_attention``: Transformer Engine's FP8 dot-product attention (:func:`attention_precision`; fused set)."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
     if kernels == "hf":
@@ -184,8 +205,12 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
         return total
     q = 1.0 if fp8 else e  # bytes of a saved linear input: TE keeps its FP8 copy (module docstring)
     replicated = 2 * (s * b * h * (e + q) + 4 * s * b) * n  # two fused norm + linear pairs: input, norm output, 1/rms
-    attention = (2 * s * b * h + 2 * s * b * kv) / tp * e + (s * b * h / tp * q if fp8 else 0.0)  # + proj's FP8 copy
-    lse = 0.0 if recompute == "selective" else 4 * b * (a / tp) * s
+    # FP8 attention (no recompute: selective recompute keeps the checkpoint's bf16 inputs instead) saves Q, K, V and
+    # the output as its FP8 copies, and two fp32 softmax statistics for the log-sum-exp (module docstring)
+    fp8_saved = fp8_attention and recompute != "selective"
+    attention = ((2 * s * b * h + 2 * s * b * kv) / tp * (FP8_ATTENTION_BYTES if fp8_saved else e)
+                 + (s * b * h / tp * q if fp8 else 0.0))  # + proj's FP8 copy
+    lse = 0.0 if recompute == "selective" else (2 if fp8_saved else 1) * 4 * b * (a / tp) * s
     # what the activation's backward reads; the fused SwiGLU may keep it as an FP8 copy (swiglu_input_bytes)
     fc1_out = 2 * s * b * f / tp * _swiglu_input_bytes(swiglu_input, e) if gated else (mlp_plain - 1) * s * b * f / tp * e
     mlp = fc1_out + s * b * f / tp * q  # + fc2's input

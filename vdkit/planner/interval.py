@@ -73,11 +73,14 @@ def basis(recipe) -> Dict[str, str]:
                           "(public torch FSDP runs, benchmarks/hf_efficiency.py)" if eff != 1.0 else
                           f"{PHYSICS}; no public run of this stack on the {recipe.cluster.gpu_type} fitted")
         return _fabric_basis(recipe, out)
-    from vdkit.planner.predict import fitted
+    from vdkit.planner.predict import attention_precision, efficiency_key, fitted
 
     k = fitted()
-    eff = "gemm_efficiency_fp8" if recipe.train.precision == "fp8" else "gemm_efficiency_bf16"
-    out = {"compute": f"fitted: {eff}={k[eff]:.3g} of peak (NVIDIA's Llama 2 rows, Table 4)",
+    eff, attn = efficiency_key(recipe.train.precision), efficiency_key(attention_precision(recipe))
+    compute = f"fitted: {eff}={k[eff]:.3g} of peak (NVIDIA's Llama 2 rows, Table 4)"
+    if attn != eff:  # FP8 GEMMs, BF16 attention (vdkit.planner.activations.attention_precision)
+        compute += f"; the s^2 attention at the BF16 peak x {attn}={k[attn]:.3g}"
+    out = {"compute": compute,
            "per-micro-batch overhead": (f"fitted: guide_stack_gb_s={k['guide_stack_gb_s']:.3g} GB/s of weight bytes "
                                         "touched per micro batch (Table 9)") if g == "guide" else
            "physics: the roofline's excess (weights streamed from HBM once per GEMM pass)",

@@ -63,7 +63,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Optional, Tuple
 
-from vdkit.planner.activations import layer_bytes
+from vdkit.planner.activations import attention_precision, layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.layout import data_parallel
@@ -353,7 +353,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     per_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
                             kernels, e, fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
                             engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype,
-                            attention=r.engine.attention, autocast=autocast)
+                            attention=r.engine.attention, autocast=autocast,
+                            fp8_attention=attention_precision(r, precision) == "fp8")
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here);
     # transformers' (hf) LoRA adapters are torch Linears too and save theirs (megatron-core's adapter linears save the
     # fp32 weight itself)

@@ -8,7 +8,10 @@ and pipeline stage (one GPU's share of the work):
   HBM (3.35 TB/s) once per GEMM pass (the roofline). Model FLOPs per token, per method: forward
   2 x (matmul parameters) + 4 x layers x hidden x attention span + 2 x hidden x vocab; SFT and
   pretraining run forward + activation gradients + weight gradients (3x), LoRA and P-tuning skip the
-  frozen weights' gradients (2x); full recomputation adds one forward of the layers.
+  frozen weights' gradients (2x); full recomputation adds one forward of the layers. With FP8 the GEMMs
+  run at the FP8 peak x the fitted FP8 efficiency, but the s^2 attention term stays at the BF16 peak x the
+  BF16 efficiency: Transformer Engine's FP8 recipes cover the linears, and its attention runs FP8 only with
+  ``fp8_dot_product_attention`` (``train.fp8_attention``, an engine that renders it).
 - **per-micro-batch overhead**: the design guide's fine-tuning stack (NeMo's defaults: no fused
   kernels, unpacked samples) pays, every micro batch, for each byte of weights it touches - read
   forward and backward (4 B/param, +2 recomputed), and for SFT the bf16 weight gradient written, read
@@ -41,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
@@ -181,16 +185,37 @@ def _matmul_per_layer(m, counts) -> int:
     return counts.per_layer - 2 * (2 if getattr(m, "norm", "rmsnorm") == "layernorm" else 1) * m.hidden_size
 
 
+def _passes(recipe) -> float:
+    """Forward-pass equivalents a step runs: forward + activation gradients (+ weight gradients unless PEFT)."""
+    return 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
+
+
 def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1, vp: int = 1) -> float:
-    """Model FLOPs per token for one training step (forward, backward and recomputation)."""
+    """Model FLOPs per token for one training step (forward, backward and recomputation): the GEMMs' plus
+    the s^2 attention's (:func:`attention_flops_per_token`)."""
     m = recipe.model
     counts = param_counts(m)
-    matmul_per_layer = _matmul_per_layer(m, counts)
-    layers_fwd = 2 * m.num_layers * matmul_per_layer + 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
+    layers_fwd = 2 * m.num_layers * _matmul_per_layer(m, counts)
     logits_fwd = 2 * m.hidden_size * m.vocab_size
-    passes = 3.0 if recipe.method.name in ("sft", "pretrain") else 2.0  # PEFT: no frozen weight gradients
+    passes = _passes(recipe)
     recompute_fwd = recompute_share(recipe, recompute, m.num_layers // pp, vp)
-    return (passes + recompute_fwd) * layers_fwd + passes * logits_fwd
+    return ((passes + recompute_fwd) * layers_fwd + passes * logits_fwd
+            + attention_flops_per_token(recipe, recompute, calib, pp, vp))
+
+
+def attention_flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1,
+                              vp: int = 1) -> float:
+    """The dot-product attention's share of :func:`flops_per_token`: Q K^T and the weighted sum of V, 2 x 2 x
+    hidden x attention span per layer forward, with the same passes and recomputation as the layers' GEMMs.
+    Transformer Engine runs it in BF16 unless FP8 attention is rendered (:func:`attention_precision`)."""
+    m = recipe.model
+    fwd = 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
+    return (_passes(recipe) + recompute_share(recipe, recompute, m.num_layers // pp, vp)) * fwd
+
+
+def efficiency_key(precision: str) -> str:
+    """The fitted constant (FITTED_KEYS) that scales ``precision``'s peak: the GEMM efficiency in bf16 or fp8."""
+    return "gemm_efficiency_fp8" if precision == "fp8" else "gemm_efficiency_bf16"
 
 
 # ----------------------------------------------------------------------------- the prediction
@@ -222,8 +247,12 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
 
     n = t.micro_batch_size * tokens_per_sample(r, calib)  # tokens per micro batch
     fp8 = t.precision == "fp8"
-    peak = float(hw["peak_tflops_fp8" if fp8 else "peak_tflops_bf16"]) * 1e12
-    eff = k["gemm_efficiency_fp8" if fp8 else "gemm_efficiency_bf16"] * float(hw["gemm_scale"])
+    # The GEMMs run at the recipe's precision, the s^2 attention at its own (attention_precision: BF16 unless FP8
+    # attention is rendered), each at its peak x the fitted efficiency of that precision.
+    attn = attention_precision(r)
+    gemm = "fp8" if fp8 else "bf16"
+    peak, attn_peak = (float(hw[f"peak_tflops_{p}"]) * 1e12 for p in (gemm, attn))
+    eff, attn_eff = (k[efficiency_key(p)] * float(hw["gemm_scale"]) for p in (gemm, attn))
     hbm = float(hw["hbm_gb_s"]) * 1e9
     full = r.method.name in ("sft", "pretrain")
     fused = _fused_path(r)
@@ -245,9 +274,12 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # CP splits every sequence (load-balanced causal chunks): 1 / CP of the micro batch's FLOPs per GPU;
     # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
     slow = straggler(r.world_size, hw)
-    flops_mb = slow * n * flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp) / peak  # s at 100 % of peak
+    per_gpu = slow * n / (tp * pp * cp)  # this GPU's tokens of the micro batch (the slowest GPU's)
+    attn_fpt = attention_flops_per_token(r, recompute, calib, pp, vp)
+    flops_mb = per_gpu * (flops_per_token(r, recompute, calib, pp, vp) - attn_fpt) / peak  # GEMMs: s at 100 % of peak
+    attn_mb = per_gpu * attn_fpt / attn_peak  # the attention: s at 100 % of its precision's peak
     floor_mb = slow * passes * weight_bytes / hbm
-    compute_mb = max(flops_mb / eff, floor_mb)
+    compute_mb = max(flops_mb / eff + attn_mb / attn_eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
     # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
     # forward reads them once more), and for a
@@ -297,13 +329,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # reduce-scattered as the last micro batch's backward fills it and the updated weights are all-gathered during
     # the next forward, so only what outlasts one micro batch's compute on the stage is exposed (window: its
     # FLOPs at 100 % of peak; divided by the efficiency below, as the compute is).
-    window_flops = flops_mb if fused and distributed_optimizer else 0.0
-    dp_exposed = max(0.0, dp_s - window_flops / eff)
+    window_flops, window_attn = (flops_mb, attn_mb) if fused and distributed_optimizer else (0.0, 0.0)
+    dp_exposed = max(0.0, dp_s - window_flops / eff - window_attn / attn_eff)
     # Optimizer: read + write the state and the gradient, write the weights (memory-bound): the memory model's bytes.
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * optimizer_pass_bytes(r, distributed_optimizer) / hbm
-    overhead_mb += compute_mb - flops_mb / eff  # the roofline's excess counts as overhead
-    compute_mb = flops_mb / eff
+    overhead_mb += compute_mb - (flops_mb / eff + attn_mb / attn_eff)  # the roofline's excess counts as overhead
+    compute_mb = flops_mb / eff + attn_mb / attn_eff
 
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
@@ -315,11 +347,12 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
-               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm)
-               #        + max(0, dp_s - dp_window_flops_s / eff) + per_step
-               "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
-               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
-               "dp_window_flops_s": window_flops, "per_step_s": opt_s},
+               # step = multiplier * (max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
+               #        + comm) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff) + per_step
+               # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision)
+               "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
+               "floor_s": floor_mb, "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
+               "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s},
     )
 
 
