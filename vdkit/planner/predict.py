@@ -205,12 +205,35 @@ def flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = Non
 
 def attention_flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1,
                               vp: int = 1) -> float:
-    """The dot-product attention's share of :func:`flops_per_token`: Q K^T and the weighted sum of V, 2 x 2 x
-    hidden x attention span per layer forward, with the same passes and recomputation as the layers' GEMMs.
-    Transformer Engine runs it in BF16 unless FP8 attention is rendered (:func:`attention_precision`)."""
+    """The dot-product attention's share of :func:`flops_per_token`, as published model FLOPs count it (NVIDIA's
+    TFLOP/s figures): Q K^T and the weighted sum of V over the whole s x s square, 2 x 2 x hidden x attention span per
+    layer forward, with the same passes and recomputation as the layers' GEMMs. Converting a published TFLOP/s
+    figure to time uses it; the step time uses :func:`attention_kernel_flops_per_token`, what the kernels run."""
     m = recipe.model
     fwd = 4 * m.num_layers * m.hidden_size * attention_span(recipe, calib)
     return (_passes(recipe) + recompute_share(recipe, recompute, m.num_layers // pp, vp)) * fwd
+
+
+# Flash attention's tile edge along the sequence (FlashAttention-2 and cuDNN's fused attention on Hopper: 128-row
+# blocks): a causal kernel skips the tiles above the diagonal and computes the diagonal ones whole.
+ATTENTION_TILE = 128
+# FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes Q K^T rather than keep the s x s
+# probabilities): 2.5 forwards (Dao, FlashAttention-2, 2023, sec. 4.1's FLOP count). It computes dQ, dK and dV
+# whatever the method: attention has no weights, so PEFT's frozen base saves none of it.
+FLASH_BACKWARD_PASSES = 2.5
+
+
+def attention_kernel_flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1,
+                                     vp: int = 1) -> float:
+    """FLOPs per token the attention kernels of a step run (Transformer Engine's flash / cuDNN attention, causal):
+    the share of the s x s square a causal kernel computes, ``(1 + tile / span) / 2``, a forward, the backward's
+    :data:`FLASH_BACKWARD_PASSES` for every method, and the forward again on recomputed layers. Context parallelism
+    keeps the same share: Transformer Engine's load-balanced p2p ring computes half of each causal chunk pair."""
+    m = recipe.model
+    span = attention_span(recipe, calib)
+    causal = min(1.0, (1.0 + ATTENTION_TILE / span) / 2.0)
+    fwd = 4 * m.num_layers * m.hidden_size * span * causal
+    return (1.0 + FLASH_BACKWARD_PASSES + recompute_share(recipe, recompute, m.num_layers // pp, vp)) * fwd
 
 
 def efficiency_key(precision: str) -> str:
@@ -275,9 +298,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
     slow = straggler(r.world_size, hw)
     per_gpu = slow * n / (tp * pp * cp)  # this GPU's tokens of the micro batch (the slowest GPU's)
-    attn_fpt = attention_flops_per_token(r, recompute, calib, pp, vp)
-    flops_mb = per_gpu * (flops_per_token(r, recompute, calib, pp, vp) - attn_fpt) / peak  # GEMMs: s at 100 % of peak
-    attn_mb = per_gpu * attn_fpt / attn_peak  # the attention: s at 100 % of its precision's peak
+    # GEMMs: the model FLOPs less their attention share; the attention: what its kernels run (causal, flash backward)
+    gemm_fpt = flops_per_token(r, recompute, calib, pp, vp) - attention_flops_per_token(r, recompute, calib, pp, vp)
+    flops_mb = per_gpu * gemm_fpt / peak  # GEMMs: s at 100 % of peak
+    attn_mb = per_gpu * attention_kernel_flops_per_token(r, recompute, calib, pp, vp) / attn_peak  # at its precision's peak
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff + attn_mb / attn_eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
