@@ -23,21 +23,22 @@ def _compute_s(overrides) -> P.StepTime:
 
 
 def test_fp8_plan_prices_attention_at_the_bf16_peak():
-    """An FP8 plan's compute is its GEMM FLOPs at the FP8 peak x FP8 efficiency plus its attention FLOPs at the
-    BF16 peak x BF16 efficiency: more than every FLOP at FP8; with FP8 attention, every FLOP at FP8 again."""
+    """An FP8 plan's compute is its GEMM FLOPs at the FP8 peak x FP8 efficiency plus its attention kernels' FLOPs at
+    the BF16 peak x BF16 efficiency; with FP8 attention, the attention at FP8 too."""
     r = compose(FP8)
     hw, k = P.gpu_hardware(P.calibration(), r.cluster.gpu_type), P.fitted()
     step = _compute_s(FP8)
     micro = step.parts["multiplier"] - 1  # PP 2: one bubble stage on top of the micro batches
     per_gpu = step.parts["straggler"] * P.tokens_per_sample(r) / 2  # MBS 1, PP 2
-    total, attn = P.flops_per_token(r), P.attention_flops_per_token(r)
-    assert 0 < attn < total
+    gemm = P.flops_per_token(r) - P.attention_flops_per_token(r)
+    attn = P.attention_kernel_flops_per_token(r)
+    assert 0 < attn < gemm
     fp8 = float(hw["peak_tflops_fp8"]) * 1e12 * k["gemm_efficiency_fp8"]
     bf16 = float(hw["peak_tflops_bf16"]) * 1e12 * k["gemm_efficiency_bf16"]
-    assert step.compute_s == pytest.approx(micro * per_gpu * ((total - attn) / fp8 + attn / bf16))
-    assert step.compute_s > micro * per_gpu * total / fp8 * 1.05  # seq 8192: attention is ~20 % of the FLOPs
+    assert step.compute_s == pytest.approx(micro * per_gpu * (gemm / fp8 + attn / bf16))
     on = _compute_s(FP8 + ["train.fp8_attention=true"])
-    assert on.compute_s == pytest.approx(micro * per_gpu * total / fp8)
+    assert on.compute_s == pytest.approx(micro * per_gpu * (gemm + attn) / fp8)
+    assert on.compute_s < step.compute_s
 
 
 def test_bf16_plan_is_priced_as_before():

@@ -31,6 +31,26 @@ def test_peft_skips_weight_gradients_and_full_recompute_adds_a_forward():
     assert P.flops_per_token(sft, "full") == pytest.approx(P.flops_per_token(sft) * 4 / 3, rel=0.01)
 
 
+def test_attention_kernels_run_the_causal_half_and_flash_backward_for_every_method():
+    """The step time prices what flash attention runs, not the model-FLOPs convention published TFLOP/s count:
+    a causal kernel computes the diagonal tiles and those below them, (1 + 128 / s) / 2 of the square, and its
+    backward 2.5 forwards for SFT and LoRA alike (dQ, dK, dV: attention has no frozen weights)."""
+    s = 8192
+    sft = recipe("model=llama2_7b", "method=pretrain", f"train.seq_length={s}")
+    lora = recipe("model=llama2_70b", "method=lora", "data=synthetic", f"train.seq_length={s}")
+    for r in (sft, lora):
+        m = r.model
+        fwd = 4 * m.num_layers * m.hidden_size * s * (1 + 128 / s) / 2
+        assert P.attention_kernel_flops_per_token(r) == pytest.approx(3.5 * fwd)
+    # the convention: the whole square, LoRA 2 passes, SFT / pretraining 3 (NVIDIA's published pairs, above)
+    assert P.attention_flops_per_token(lora) == pytest.approx(
+        2 * 4 * lora.model.num_layers * lora.model.hidden_size * s)
+    step = P.predict_step(sft, 1, 1)
+    per_gpu = step.parts["straggler"] * s / 1
+    assert step.parts["attn_flops_s"] * float(P.gpu_hardware(P.calibration(), sft.cluster.gpu_type)[
+        "peak_tflops_bf16"]) * 1e12 == pytest.approx(per_gpu * P.attention_kernel_flops_per_token(sft))
+
+
 def test_tokens_per_sample_come_from_the_data_or_the_sequence():
     assert P.tokens_per_sample(recipe("method=lora")) == pytest.approx(114.5357, abs=1e-3)
     assert P.tokens_per_sample(recipe("method=ptuning")) == pytest.approx(124.5357, abs=1e-3)  # + virtual tokens
