@@ -76,6 +76,15 @@ def cancel_record(run_dir) -> Optional[dict]:
     return record if isinstance(record, dict) else {"at": "?", "jobs": [], "continue": "?"}
 
 
+def cancelled_note(run_dir) -> Optional[str]:
+    """'cancelled by `vdkit cancel` at T; continue: CMD' while the run's cancel record holds (:func:`cancel_record`),
+    else None: what `vdkit report` and `vdkit validate` say instead of presenting a stopped run as complete."""
+    record = cancel_record(run_dir)
+    if record is None:
+        return None
+    return f"cancelled by `vdkit cancel` at {record.get('at', '?')}; continue: {record.get('continue', '?')}"
+
+
 def marker_state(run_dir) -> Optional[str]:
     """The state the run directory's own markers give (``COMPLETED (finished)``, ``CANCELLED (...)``), or None
     when the launcher must be asked."""
