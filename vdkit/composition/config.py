@@ -254,6 +254,12 @@ def _fix_hint(msg: str) -> str:
         return "check the key's spelling; `vdkit plan --cfg` prints every key and its default"
     if "Could not override 'cluster.env'" in msg:
         return "add one variable at a time: +cluster.env.NAME=VALUE (secrets: run.secrets_file=PATH)"
+    if "is not in struct" in msg and "Could not override '" in msg:  # a new entry of a mapping, given without '+'
+        key = msg.split("Could not override '", 1)[1].split("'", 1)[0]
+        if key.startswith("cluster.env."):
+            return f"add a variable with a leading '+': +{key}=VALUE (secrets: run.secrets_file=PATH)"
+        return (f"{key} is not set in this config: add it with a leading '+' (+{key}=VALUE) or check the "
+                "spelling; `vdkit plan --cfg` prints every key and its default")
     if "converted to" in msg:
         return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
     return "write overrides as key=value (group=option for model, method, cluster, data, engine)"
