@@ -81,8 +81,7 @@ def _register_user_configs() -> None:
             data = load_yaml(f, f"{group}={name}")
             if data is None or data == {}:  # else {group}={name} would be the schema's defaults (another cluster's)
                 raise UserError(f"{f} is empty: {group}={name} would be the schema's defaults, not your {group}",
-                                f"write its {group} keys as `key: value` lines (`vdkit site probe` writes a cluster "
-                                "file), or remove it")
+                                f"write its {group} keys as `key: value` lines (`vdkit site probe`), or remove it")
             if not isinstance(data, dict):
                 raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
             ConfigStore.instance().store(group=group, name=name, node=data)
@@ -260,10 +259,9 @@ def _fix_hint(msg: str) -> str:
         return "add one variable at a time: +cluster.env.NAME=VALUE (secrets: run.secrets_file=PATH)"
     if "is not in struct" in msg and "Could not override '" in msg:  # a new entry of a mapping, given without '+'
         key = msg.split("Could not override '", 1)[1].split("'", 1)[0]
-        if key.startswith("cluster.env."):
-            return f"add a variable with a leading '+': +{key}=VALUE (secrets: run.secrets_file=PATH)"
-        return (f"{key} is not set in this config: add it with a leading '+' (+{key}=VALUE) or check the "
-                "spelling; `vdkit plan --cfg` prints every key and its default")
+        return (f"add a variable with a leading '+': +{key}=VALUE (secrets: run.secrets_file=PATH)" if
+                key.startswith("cluster.env.") else f"{key} is not set in this config: add it with a leading '+' "
+                f"(+{key}=VALUE) or check the spelling; `vdkit plan --cfg` prints every key and its default")
     if "converted to" in msg:
         return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
     return "write overrides as key=value (group=option for model, method, cluster, data, engine)"
