@@ -357,8 +357,9 @@ def test_a_plain_scancel_leaves_the_cancel_record_that_status_and_report_read(re
 
     write_nemo1_log(run_dir / "slurm-77.out", series(0.2, n=20, seed=1))
     assert main(["report", str(run_dir), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
-    assert "| tiny_llama | 2 | cancelled / n/p |" in capsys.readouterr().out
+    md = capsys.readouterr().out
+    assert "| tiny_llama | 2 | cancelled / n/p |" in md and "cancelled by `scancel` at " in md
     (tmp_path / "nobin").mkdir()
     monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no Slurm client: the record answers
     assert main(["status", str(run_dir)]) == 0
-    assert "\tCANCELLED (vdkit cancel at " in capsys.readouterr().out
+    assert "\tCANCELLED (scancel at " in capsys.readouterr().out

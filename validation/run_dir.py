@@ -74,7 +74,7 @@ def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> 
 
 
 def _cancelled(source, log, recipe) -> str:
-    """'cancelled by `vdkit cancel` at T after N of M steps (continue: CMD)' for a run directory whose cancel
+    """'cancelled by `vdkit cancel` (or `scancel`) at T after N of M steps (continue: CMD)' for a run directory whose cancel
     record holds (vdkit.run.runs.cancelled_note), else ''."""
     from vdkit.run.runs import cancelled_note
 

@@ -99,7 +99,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
             "- [f] fluctuating step times (CV over 10 % or a significant drift; a run on CPU only over "
             f"{CPU_FLUCTUATION_CV:.0%}: its spread is the shared cores' scheduling, not the run).",
             "- diverged: every loss of the run is NaN or infinite; its step times are no figure.",
-            "- cancelled: `vdkit cancel` stopped the run before its last step; its steps are no figure "
+            "- cancelled: the run was cancelled (`vdkit cancel`, or `scancel`) before its last step; its steps are no figure "
             "(`vdkit validate` still extrapolates them, saying so).",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run.",
