@@ -392,3 +392,24 @@ def test_a_hf_base_cut_short_or_missing_a_shard_is_refused_and_a_whole_one_passe
     (sharded / "model.safetensors.index.json").write_text(json.dumps(
         {"weight_map": {"w": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
     assert "names 1 shard(s) that are not there: model-00002-of-00002.safetensors" in p(sharded)
+
+
+def test_a_nemo_base_cut_short_after_its_config_is_refused(tmp_path):
+    """A .nemo copied only half-way: NeMo writes model_config.yaml first, so the pre-flight found it and passed;
+    every rank then failed extracting the weights (a traceback, restarted as a crash). A plain tar's headers say
+    where each member ends; a gzip one still passes on its config alone."""
+    p = lambda path: preflight.problem("model.nemo_path", str(path), "nemo")  # noqa: E731
+    (tmp_path / "model_config.yaml").write_text("precision: bf16\n")
+    (tmp_path / "model_weights.ckpt").write_bytes(os.urandom(64 << 10))
+    whole = tmp_path / "whole.nemo"
+    with tarfile.open(whole, "w:") as tar:  # NeMo's SaveRestoreConnector: a plain tar, config first
+        for name in ("model_config.yaml", "model_weights.ckpt"):
+            tar.add(tmp_path / name, arcname=f"./{name}")
+    assert p(whole) is None
+    cut = tmp_path / "cut.nemo"
+    cut.write_bytes(whole.read_bytes()[: 40 << 10])
+    assert "it is cut short: its ./model_weights.ckpt ends at byte" in p(cut)
+    gz = tmp_path / "gz.nemo"
+    with tarfile.open(gz, "w:gz") as tar:
+        tar.add(tmp_path / "model_config.yaml", arcname="./model_config.yaml")
+    assert p(gz) is None

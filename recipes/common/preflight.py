@@ -25,7 +25,7 @@ megatron/bridge/training/setup.py + training/utils/checkpoint_utils.py ``checkpo
   (``latest_checkpointed_iteration.txt`` or Bridge's ``latest_train_state.pt``), the iteration directory the
   tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``;
 - ``nemo``: a ``.nemo`` tar archive that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector),
-  or such an extracted directory;
+  every member whole (a plain tar cut short), or such an extracted directory;
 - ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``), each
   safetensors file whole by its header (a copy cut short fails every rank's model load) and every shard its
   index names there;
@@ -148,15 +148,26 @@ def nemo_problem(path):
     if not _nonempty_file(path):
         return "it is empty or not a readable file"
     try:
-        with tarfile.open(path, "r:*") as tar:
-            for n, member in enumerate(tar):
-                if os.path.basename(member.name) == NEMO_CONFIG:
-                    return None
-                if n >= NEMO_MEMBERS_READ:
-                    break
+        size, found = os.path.getsize(path), False
+        try:  # NeMo writes a plain tar ("w:"): every member's end can be held against the file's, headers only
+            with tarfile.open(path, "r:") as tar:
+                for n, member in enumerate(tar):
+                    if member.isfile() and member.offset_data + member.size > size:
+                        return (f"it is cut short: its {member.name} ends at byte {member.offset_data + member.size:,} "
+                                f"of a {size:,}-byte file (a copy that did not finish?)")
+                    found = found or os.path.basename(member.name) == NEMO_CONFIG
+                    if n >= NEMO_MEMBERS_READ:
+                        break
+        except tarfile.ReadError:  # compressed (NeMo reads r:gz too): the config is all a header walk can tell
+            with tarfile.open(path, "r:*") as tar:
+                for n, member in enumerate(tar):
+                    if os.path.basename(member.name) == NEMO_CONFIG:
+                        return None
+                    if n >= NEMO_MEMBERS_READ:
+                        break
     except (OSError, tarfile.TarError, EOFError) as exc:
         return f"it is not a readable .nemo archive ({type(exc).__name__}: a .nemo is a tar file)"
-    return f"the archive holds no {NEMO_CONFIG}, so it is not a .nemo model"
+    return None if found else f"the archive holds no {NEMO_CONFIG}, so it is not a .nemo model"
 
 
 def safetensors_problem(path):
