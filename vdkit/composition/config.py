@@ -78,13 +78,12 @@ def _register_user_configs() -> None:
 
     for group in sorted({f.parent.name for d in _USER_DIRS for f in d.glob("*/*.yaml")}):
         for name, f in _user_options(group).items():
-            data = load_yaml(f, f"{group}={name}")
-            if data is None or data == {}:  # else {group}={name} would be the schema's defaults (another cluster's)
-                raise UserError(f"{f} is empty: {group}={name} would be the schema's defaults, not your {group}",
-                                f"write its {group} keys as `key: value` lines (`vdkit site probe`), or remove it")
-            if not isinstance(data, dict):
-                raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
-            ConfigStore.instance().store(group=group, name=name, node=data)
+            try:
+                data = load_yaml(f, f"{group}={name}")
+            except UserError:
+                continue  # a broken file stops only a command that chooses it (vdkit.rules.sitefiles says why)
+            if isinstance(data, dict) and data:  # empty or not a mapping: likewise
+                ConfigStore.instance().store(group=group, name=name, node=data)
 
 
 # ----------------------------------------------------------------------------- compose
