@@ -203,7 +203,9 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
     """
     q = shlex.quote
     run = q(str(run_dir))
-    from vdkit.run.rundir import FINISHED_FILE, SBATCH_FILE
+    import json
+
+    from vdkit.run.rundir import CANCELLED_FILE, FINISHED_FILE, SBATCH_FILE
 
     lines = ["STEP_PID=$!"]
     if job.heartbeat:
@@ -233,6 +235,11 @@ def continuation_lines(plan, run_dir, job: JobSpec) -> List[str]:
         rf'[^ ]+ \*\*\*" {out}; then',
         f'  echo "vdkit: job $SLURM_JOB_ID was cancelled: the run does not continue by itself; continue by hand: '
         f'sbatch {_echo(run_dir)}/{SBATCH_FILE}" >&2',
+        "  # the record `vdkit cancel` writes, for a plain scancel too: status, runs and report read the run as cancelled",
+        "  printf '{\"at\": \"%s\", \"by\": \"scancel\", \"launcher\": \"slurm\", \"jobs\": [\"%s\"], \"continue\": %s}\\n' "
+        f'"$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$SLURM_JOB_ID" '
+        f'{q(json.dumps(f"sbatch {run_dir}/{SBATCH_FILE}"))} > {run}/."{CANCELLED_FILE}.$SLURM_JOB_ID.tmp" '
+        f'&& mv -f {run}/."{CANCELLED_FILE}.$SLURM_JOB_ID.tmp" {run}/{CANCELLED_FILE} || true',
         '  exit "$rc"',
         "fi",
         'case "$rc" in',

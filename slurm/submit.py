@@ -115,8 +115,8 @@ def submit_run(run_dir: Union[str, Path], test_only: bool = False) -> Submission
                               capture_output=True, text=True, timeout=60)
         message = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
         if proc.returncode != 0:
-            raise UserError(f"sbatch --test-only rejected {script}: {_first_error_line(proc.stderr)}",
-                            "fix the resources in the recipe (cluster.*) or the cluster's limits")
+            _refused(_first_error_line(proc.stderr), f"sbatch --test-only rejected {script}",
+                     "fix the resources in the recipe (cluster.*) or the cluster's limits")
         return Submission(run_dir, None, message[-1] if message else "", test_only=True)
 
     # a job the run needs done first (Bridge's import_hf.sbatch): training starts only if it succeeded
@@ -138,6 +138,16 @@ def first_scripts(run_dir: Path) -> List[str]:
     return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
 
 
+def _refused(line: str, what: str, fix: str) -> None:
+    """Raise sbatch's refusal ``line`` as one UserError: a controller that does not answer says so (its fix is
+    where to run, not the recipe's resources), anything else ``what: line`` with ``fix``."""
+    if any(s in line for s in UNREACHABLE):
+        raise UserError(f"Slurm's controller cannot be reached from this machine ({line})",
+                        "run on a login node of the cluster, or point SLURM_CONF at its slurm.conf "
+                        "(`vdkit cluster up` starts a local one)") from None
+    raise UserError(f"{what}: {line}", fix) from None
+
+
 def _sbatch(argv: List[str], script: Path, run_dir: Path) -> Tuple[str, str]:
     """Run ``argv`` (an sbatch call) through submitit; (job id, sbatch's output), or one line for its refusal."""
     from submitit.core.utils import CommandFunction, FailedJobError
@@ -149,14 +159,8 @@ def _sbatch(argv: List[str], script: Path, run_dir: Path) -> Tuple[str, str]:
         with contextlib.redirect_stderr(sink):
             output = CommandFunction(argv, verbose=False, cwd=run_dir)()
     except FailedJobError as exc:
-        line = _first_error_line(str(exc) or sink.getvalue())
-        if any(s in line for s in UNREACHABLE):
-            raise UserError(f"Slurm's controller cannot be reached from this machine ({line})",
-                            "run on a login node of the cluster, or point SLURM_CONF at its slurm.conf "
-                            "(`vdkit cluster up` starts a local one)") from None
-        raise UserError(f"sbatch rejected {script}: {line}",
-                        "fix the resources in the recipe (cluster.*) or check with `vdkit submit --test-only`") \
-            from None
+        _refused(_first_error_line(str(exc) or sink.getvalue()), f"sbatch rejected {script}",
+                 "fix the resources in the recipe (cluster.*) or check with `vdkit submit --test-only`")
     try:
         job_id = SlurmExecutor._get_job_id_from_submission_command(output)
     except Exception:  # noqa: BLE001 - submitit's FailedSubmissionError: sbatch said nothing we can read

@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 
 
+# A whole safetensors file holding no tensor (its 8-byte header length, then the header "{}"): what a staged model's
+# weights look like to the job's pre-flight (vdkit.recipes.common.preflight.safetensors_problem) where nothing loads them.
+EMPTY_SAFETENSORS = (2).to_bytes(8, "little") + b"{}"
+
+
 # ----------------------------------------------------------------------------- NeMo-format writers
 def tqdm_num(x) -> str:
     """TQDM's format_num with Lightning's padding (lightning.pytorch...tqdm_progress.Tqdm.format_num)."""

@@ -93,7 +93,7 @@ def test_cp_is_refused_on_this_cpu_and_for_odd_sequences():
     with pytest.raises(UserError, match="Transformer Engine's attention"):
         compose(["model=tiny_llama", "engine=bridge", "cluster=local", "parallelism.cp=2", "method=pretrain",
                  "data=synthetic"])
-    with pytest.raises(UserError, match="does not divide by 2 x parallelism.cp=8"):
+    with pytest.raises(UserError, match=r"does not divide by 2 x CP = 8 \(parallelism.cp=4\)"):  # was '2 x parallelism.cp=8'
         compose(["model=llama2_7b", *BRIDGE, "parallelism.cp=4", "train.seq_length=4100"])
 
 

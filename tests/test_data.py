@@ -363,3 +363,28 @@ def test_pubmedqa_blog_fields_prompt_and_80_20_split(tmp_path, capsys):
     assert row == {"input": "Context: Background 1. Methods 1.\n\nQuestion: Does drug 1 work?\n\nAnswer:",
                    "output": "Drug 1 conclusion."}  # the conclusion, not the yes/no decision
     assert "empty LONG_ANSWER" in stdout and "split 0.8,0,0.2" in stdout
+
+
+def test_a_model_with_its_own_tokenizer_reads_the_staged_hf_path_never_the_byte_level_one(tmp_path):
+    """engine=reference / megatron took the tokenizer from data.tokenizer_model or the data directory only: the
+    shipped Llama 3.1 MI300X cells (model.tokenizer huggingface, the staged model.hf_path holding it, data prepared
+    as docs/reproducing.md says) tokenized every row into the kit's byte ids and trained on them, and `vdkit
+    check` said 'tokenizer byte-level (built in) loaded as the job loads it'. The staged directory is read now;
+    a byte-level model (tiny_llama) keeps its own tokenizer whatever hf_path holds."""
+    from helpers import prepared_dolly, tiny_chat_tokenizer
+    from vdkit.composition.config import compose
+    from vdkit.recipes.common.data import load_tokenizer
+
+    hf = tiny_chat_tokenizer(tmp_path / "hf", template=None)
+    dolly = prepared_dolly(tmp_path, False)
+    base = ["engine=reference", "model=tiny_llama", "data=dolly", f"data.data_dir={dolly}", f"model.hf_path={hf}"]
+    recipe = compose(base + ["model.tokenizer=huggingface"])
+    tok = load_tokenizer(recipe)
+    assert str(hf) in tok.name and tok.encode_one("hi") != [ord("h") + 3, ord("i") + 3]  # not the byte ids
+    assert load_tokenizer(compose(base)).name == "byte-level (built in)"  # tiny_llama: its own
+    from vdkit.recipes.common.data import tokenizer_source
+
+    assert tokenizer_source(recipe) == ("model.hf_path", hf)
+    gone = compose(base + ["model.tokenizer=huggingface", f"model.hf_path={tmp_path / 'gone'}"])
+    with pytest.raises(Exception, match="model.hf_path: .*no such tokenizer"):
+        load_tokenizer(gone)  # one line naming the key, never the byte-level fallback

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import signal
 import subprocess
@@ -272,6 +273,10 @@ def _cancelled(tmp_path, cell):
     time.sleep(2)
     assert sub.job_ids(run_dir) == [job] and not (run_dir / "finished").exists()
     assert "was cancelled: the run does not continue by itself" in (run_dir / f"slurm-{job}.err").read_text()
+    from vdkit.run.runs import marker_state
+
+    assert json.loads((run_dir / "cancelled").read_text())["jobs"] == [job]  # the plain scancel's record
+    assert marker_state(run_dir).startswith("CANCELLED (scancel at ")  # status, runs, report: cancelled
 
 
 def _full_disk(tmp_path, cell):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import EMPTY_SAFETENSORS
 from vdkit.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -153,7 +154,7 @@ def _config(base: Path, **change) -> Path:
     cfg = {"model_type": "llama", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 2,
            "intermediate_size": 176, "num_attention_heads": 4, "num_key_value_heads": 2, **change}
     (base / "config.json").write_text(json.dumps(cfg))
-    (base / "model.safetensors").write_bytes(b"x" * 8)
+    (base / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     return base
 
 

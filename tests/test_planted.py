@@ -42,6 +42,7 @@ def plant(out: Path, rows=None) -> dict:
     """Render each row's cell (``rows``, default all) as its own run, stage its files and apply its edits; id -> run
     dir."""
     rows = CASES["rows"] if rows is None else rows
+    from helpers import EMPTY_SAFETENSORS
     from vdkit.cli import main
 
     import json
@@ -53,7 +54,8 @@ def plant(out: Path, rows=None) -> dict:
             stage.mkdir(parents=True, exist_ok=True)
             (stage / name).write_text(json.dumps(content))
         if "config.json" in (row.get("stage") or {}):  # a staged model has weights (the job's pre-flight, which
-            (stage / "model.safetensors").write_text("stand-in")  # `vdkit check` runs here, wants a file; nothing reads it)
+            (stage / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)  # `vdkit check` runs here, wants whole
+            # weights; nothing loads them)
         cell = [arg.replace("{stage}", str(stage)) for arg in CASES["cells"][row["cell"]]]
         if any("@CHAT_" in arg for arg in cell) and not fixtures:
             fixtures = _chat_fixtures(out)

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import EMPTY_SAFETENSORS
 from vdkit.cli import main
 from vdkit.recipes.common import preflight
 
@@ -44,7 +45,7 @@ def _hf(root: Path, weights: bool = True) -> Path:
     root.mkdir(parents=True)
     (root / "config.json").write_text("{}")
     if weights:
-        (root / "model.safetensors").write_bytes(b"x" * 8)
+        (root / "model.safetensors").write_bytes(EMPTY_SAFETENSORS)
     return root
 
 
@@ -360,3 +361,55 @@ def test_a_slurm_job_whose_data_went_away_fails_its_pre_flight_once_and_is_not_r
     assert (run_dir / JOB_ID_FILE).read_text().split() == [job]  # no successor
     assert main(["status", str(run_dir)]) in (0, 1)
     assert "not restarted (the recipe's fault)" in capsys.readouterr().out
+
+
+def test_a_hf_base_cut_short_or_missing_a_shard_is_refused_and_a_whole_one_passes(tmp_path):
+    """A Hugging Face base copied only half-way (or emptied, or missing a shard its index names) passed `vdkit check`
+    and the pre-flight; every rank then died in safetensors' safe_open ('incomplete metadata, file not fully covered')
+    with a traceback, restarted as a crash. The header says where the last tensor ends: the file must end there."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    p = lambda path: preflight.problem("model.hf_path", str(path), "hf")  # noqa: E731
+    whole = _hf(tmp_path / "whole", weights=False)
+    save_file({"w": np.zeros((64, 64), np.float32), "b": np.ones(7, np.float16)}, str(whole / "model.safetensors"))
+    assert p(whole) is None
+    data = (whole / "model.safetensors").read_bytes()
+    cut = _hf(tmp_path / "cut", weights=False)
+    (cut / "model.safetensors").write_bytes(data[: len(data) // 2])
+    assert "model.safetensors is" in p(cut) and "cut short" in p(cut)
+    empty = _hf(tmp_path / "empty", weights=False)
+    (empty / "model.safetensors").write_bytes(b"")
+    assert "0 bytes, shorter than a safetensors header" in p(empty)
+    junk = _hf(tmp_path / "junk", weights=False)
+    (junk / "model.safetensors").write_bytes(b"<html>404 Not Found</html>")  # a failed download saved as the file
+    assert "cut short or not safetensors" in p(junk)
+    longer = _hf(tmp_path / "longer", weights=False)
+    (longer / "model.safetensors").write_bytes(data + b"\0" * 16)
+    assert "bytes its header does not name" in p(longer)
+    sharded = _hf(tmp_path / "sharded", weights=False)
+    (sharded / "model-00001-of-00002.safetensors").write_bytes(data)
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {"w": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    assert "names 1 shard(s) that are not there: model-00002-of-00002.safetensors" in p(sharded)
+
+
+def test_a_nemo_base_cut_short_after_its_config_is_refused(tmp_path):
+    """A .nemo copied only half-way: NeMo writes model_config.yaml first, so the pre-flight found it and passed;
+    every rank then failed extracting the weights (a traceback, restarted as a crash). A plain tar's headers say
+    where each member ends; a gzip one still passes on its config alone."""
+    p = lambda path: preflight.problem("model.nemo_path", str(path), "nemo")  # noqa: E731
+    (tmp_path / "model_config.yaml").write_text("precision: bf16\n")
+    (tmp_path / "model_weights.ckpt").write_bytes(os.urandom(64 << 10))
+    whole = tmp_path / "whole.nemo"
+    with tarfile.open(whole, "w:") as tar:  # NeMo's SaveRestoreConnector: a plain tar, config first
+        for name in ("model_config.yaml", "model_weights.ckpt"):
+            tar.add(tmp_path / name, arcname=f"./{name}")
+    assert p(whole) is None
+    cut = tmp_path / "cut.nemo"
+    cut.write_bytes(whole.read_bytes()[: 40 << 10])
+    assert "it is cut short: its ./model_weights.ckpt ends at byte" in p(cut)
+    gz = tmp_path / "gz.nemo"
+    with tarfile.open(gz, "w:gz") as tar:
+        tar.add(tmp_path / "model_config.yaml", arcname="./model_config.yaml")
+    assert p(gz) is None

@@ -334,3 +334,32 @@ def test_status_says_a_chain_stopped_when_the_named_successor_failed(tmp_path):
     assert "job 31 ended (FAILED exit=1:0) without continuing the run: the run has stopped; continue: sbatch x" in line
     assert "job 31 continues" in summary(tmp_path, "31", "RUNNING")  # while it runs it does
     assert "job 31 continues" in summary(tmp_path, "31", "PENDING")
+
+
+def test_a_plain_scancel_leaves_the_cancel_record_that_status_and_report_read(rendered, tmp_path, capsys, monkeypatch):
+    """`scancel JOB` (not `vdkit cancel`): the batch shell saw slurmstepd's CANCELLED line and ended the run, but
+    left no record, so `vdkit report` turned the run's first steps into a 1000-step figure as if it had finished.
+    The shell writes the record `vdkit cancel` writes; status reads CANCELLED with no controller, report 'cancelled'."""
+    run_dir = rendered()
+    text = (run_dir / "launch.sbatch").read_text()
+    start = text.index('if [ -n "$GOT_TERM" ]')
+    branch = text[start:text.index("\nfi\n", start) + 4]  # the cancel branch of the script, as rendered
+    (run_dir / "job_id.txt").write_text("77\n")  # what sbatch recorded before the job ran
+    (run_dir / "slurm-77.err").write_text("slurmstepd-xe9680-1: error: *** JOB 77 ON xe9680-1 CANCELLED AT "
+                                          "2026-11-26T19:28:31 ***\n")
+    r = subprocess.run(["bash", "-c", f"GOT_TERM=1; rc=143\n{branch}\necho not-cancelled"], capture_output=True,
+                       text=True, timeout=60, env={**os.environ, "SLURM_JOB_ID": "77"})
+    assert r.returncode == 143 and "not-cancelled" not in r.stdout, r.stderr
+    record = json.loads((run_dir / "cancelled").read_text())
+    assert record["jobs"] == ["77"] and record["continue"] == f"sbatch {run_dir / 'launch.sbatch'}"
+    assert not list(run_dir.glob(".cancelled*"))
+    from helpers import series, write_nemo1_log
+
+    write_nemo1_log(run_dir / "slurm-77.out", series(0.2, n=20, seed=1))
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "rep"), "--no-plots"]) == 0
+    md = capsys.readouterr().out
+    assert "| tiny_llama | 2 | cancelled / n/p |" in md and "cancelled by `scancel` at " in md
+    (tmp_path / "nobin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no Slurm client: the record answers
+    assert main(["status", str(run_dir)]) == 0
+    assert "\tCANCELLED (scancel at " in capsys.readouterr().out

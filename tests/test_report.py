@@ -61,3 +61,29 @@ def test_a_second_report_into_the_same_dir_leaves_no_stale_plots(tmp_path, capsy
     assert main(["report", str(b), "--out", str(out)]) == 0  # e.g. `vdkit demo` run again: new run dirs
     assert {p.name for p in out.glob("trace_*.png")} == {f"trace_{b.name}.png"}
     assert (out / "notes.md").read_text() == "mine" and (out / "table9_scaling.png").is_file()
+
+
+def test_a_cancelled_run_reads_as_cancelled_never_as_a_figure(tmp_path, capsys):
+    """`vdkit cancel` after 12 of 50 steps, then `vdkit report`: the cell showed '3.52 [e]', a 1000-step figure as
+    if the run had finished. It reads 'cancelled' (with when, after how many steps and how to continue); a
+    finished run of the same cell still gives the figure; `vdkit validate` extrapolates and says so."""
+    from vdkit.run.rundir import CANCELLED_FILE
+
+    stopped = make_run(tmp_path / "runs", TINY + ["train.max_steps=50"], series(0.2, n=12, seed=1))
+    (stopped / CANCELLED_FILE).write_text(json.dumps({"at": "2026-11-29T02:49:35Z", "launcher": "local", "jobs": [],
+                                                      "continue": "vdkit run --resume x"}) + "\n")  # vdkit cancel's
+    out = tmp_path / "rep"
+    assert main(["report", str(stopped), "--out", str(out), "--no-plots"]) == 0
+    md = capsys.readouterr().out
+    assert "| tiny_llama | 1 | cancelled / n/p |" in md and "[e]" not in md.split("| tiny_llama |")[1].split("\n")[0]
+    assert "after 12 of 50 steps (continue: vdkit run --resume x)" in md
+    cell = next(c for c in json.loads((out / "table9.json").read_text())["cells"] if c["method"] == "lora")
+    assert cell["status"] == "cancelled" and cell["minutes"] is None and cell["interval_minutes"] is None
+    assert main(["validate", "--json", str(stopped)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["cancelled"].startswith("cancelled by `vdkit cancel` at 2026-11-29T02:49:35Z after 12 of 50 steps")
+    assert any("it is no finished run's figure" in w for w in result["warnings"])
+    done = make_run(tmp_path / "runs", TINY + ["train.max_steps=50", "run.name=done"], series(0.2, n=50, seed=2))
+    assert main(["report", str(stopped), str(done), "--out", str(out), "--no-plots"]) == 0
+    cell = next(c for c in json.loads((out / "table9.json").read_text())["cells"] if c["method"] == "lora")
+    assert cell["status"] == "extrapolated" and cell["runs"] == [str(stopped), str(done)]

@@ -276,3 +276,12 @@ def test_a_long_wait_shows_a_step_counter_and_an_eta(tmp_path):
         while not ticker.shown and time.monotonic() < deadline:
             time.sleep(0.05)
     assert sink.getvalue().splitlines()[0] == "demo:   step 10/40, 0.5 s/step, ETA 15 s"
+
+
+def test_runs_under_a_root_holding_no_run_says_so(tmp_path, capsys):
+    """`vdkit runs results/` on a mistyped (existing, empty) root printed nothing at all, exit 0: no list and no
+    word on why. It still exits 0 (an empty list is an answer) and says on stderr where it looked."""
+    (tmp_path / "empty" / "deeper").mkdir(parents=True)
+    assert main(["runs", str(tmp_path / "empty")]) == 0
+    out = capsys.readouterr()
+    assert out.out == "" and f"no run directory (a directory holding recipe.yaml) under {tmp_path / 'empty'}" in out.err

@@ -72,19 +72,36 @@ def test_default_route_names_the_bootstrap_nic():
     assert site.default_route_iface(_text("proc_net_route.txt")) == "bond0"
 
 
-def _fake_node(argv):
+def _fake_node(argv, mpi_list="srun_mpi_list_22.05.txt"):
     """An XE9680 as its commands answer (the recorded outputs)."""
+    if argv[:2] == ["srun", "--mpi=list"]:
+        return _text(mpi_list) if mpi_list else None
     return {"ibv_devinfo": _text("ibv_devinfo_xe9680_8ib.txt"),
             "nvidia-smi": _text("nvidia_smi_query_h100.csv"), "rocm-smi": None,
             "sinfo": _text("sinfo_xe9680.txt"), "enroot": "3.4.1\n",
             "srun": "      --container-image=[USER@][REGISTRY#]IMAGE[:TAG]|PATH\n"}[argv[0]]
 
 
+def test_srun_mpi_list_picks_the_pmi_plugin_the_site_has(tmp_path):
+    """The probe wrote the schema's `mpi: pmix` whatever the site's Slurm has: on one built without PMIx every
+    step failed at srun ("Couldn't find the specified plugin name for mpi/pmix"), restarted as a crash. It reads
+    `srun --mpi=list` (Slurm 22.05's own answer, recorded) and falls back to pmi2, then none."""
+    assert site.parse_mpi_list(_text("srun_mpi_list_22.05.txt")) == ["pmix", "none", "cray_shasta", "pmi2"]
+    assert site.parse_mpi_list("srun: MPI types are...\nsrun: none\nsrun: pmi2\n") == ["none", "pmi2"]  # older
+    no_pmix = tmp_path / "no_pmix.txt"
+    no_pmix.write_text("MPI plugin types are...\n\tnone\n\tcray_shasta\n\tpmi2\n")
+    probe = lambda mpi_list: site.probe(run=lambda argv: _fake_node(argv, mpi_list),  # noqa: E731
+                                        route_file=FIX / "proc_net_route.txt")
+    assert probe("srun_mpi_list_22.05.txt").values["mpi"] == "pmix"
+    assert probe(str(no_pmix)).values["mpi"] == "pmi2"
+    assert "mpi" not in probe(None).values and "srun --mpi=list" in probe(None).missing["mpi"]
+
+
 def test_probe_of_a_recorded_xe9680_writes_a_cluster_the_planner_uses(tmp_path, capsys, monkeypatch):
     pr = site.probe(run=_fake_node, route_file=FIX / "proc_net_route.txt", storage_dir=tmp_path / "runs", sample_mb=2)
     assert pr.values["ib_hcas"] == XE9680_HCAS and pr.values["socket_ifname"] == "bond0"
     assert pr.values["max_time_min"] == 240 and pr.values["storage_write_gbps_per_node"] > 0
-    assert set(pr.missing) == {"startup_s", "mtbf_h"}
+    assert set(pr.missing) == {"startup_s", "mtbf_h"} and pr.values["mpi"] == "pmix"
     assert any("enroot 3.4.1, pyxis found" in n for n in pr.notes)
     monkeypatch.setattr(site, "probe", lambda **kw: pr)
     assert main(["site", "probe", "--name", "xe_lab", "--out", str(tmp_path / "conf")]) == 0
@@ -221,6 +238,27 @@ def test_a_site_file_is_held_to_the_command_lines_rules(tmp_path, capsys, line, 
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and text in err and "fix:" in err, err
     assert main(["plan", "--config-dir", str(tmp_path), "cluster=fine", "model=llama2_7b", "method=lora"]) == 0
+
+
+def test_a_whole_file_that_is_empty_a_list_or_not_yaml_stops_only_the_command_that_chooses_it(tmp_path, capsys):
+    """A list-shaped cluster file beside a good one stopped every command on the directory ("list.yaml is not a
+    mapping" for cluster=fine), against the guide's "a broken file that no command chooses does not stop the
+    others"; an empty one became cluster=empty planned as the schema's default xe9680."""
+    conf = Path(__file__).resolve().parent.parent / "conf" / "cluster" / "xe9680.yaml"
+    (tmp_path / "cluster").mkdir()
+    (tmp_path / "cluster" / "fine.yaml").write_text(conf.read_text().replace("name: xe9680", "name: fine"))
+    broken = {"empty": ("# to fill in\n", "is empty: cluster=empty would be the schema's defaults"),
+              "listed": ("- a\n- b\n", "is not a mapping of cluster keys"),
+              "tabbed": ("name: tabbed\n\tnodes: 2\n", "is not valid YAML")}
+    for name, (text, _) in broken.items():
+        (tmp_path / "cluster" / f"{name}.yaml").write_text(text)
+    plan = ["plan", "--config-dir", str(tmp_path), "model=llama2_7b", "method=lora", "cluster.ib_hcas=[mlx5_0]"]
+    assert main(plan + ["cluster=fine"]) == 0
+    capsys.readouterr()
+    for name, (_, said) in broken.items():
+        assert main(plan + [f"cluster={name}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{name}.yaml" in err and said in err, err
 
 
 def test_a_partition_that_cannot_be_checked_is_said_not_written():

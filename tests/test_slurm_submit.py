@@ -86,6 +86,23 @@ def test_submit_without_sbatch_says_how_to_get_one(tmp_path, capsys, monkeypatch
     assert not (tmp_path / "runs").exists()
 
 
+def test_test_only_without_a_controller_says_so_not_to_fix_the_resources(tmp_path, capsys, monkeypatch):
+    """`vdkit submit --test-only` on a machine with Slurm's clients but no controller answering: its line told the
+    user to 'fix the resources in the recipe (cluster.*)'. It says the controller cannot be reached, as a real
+    submission does (sbatch's own words, here from a stand-in printing what Debian's sbatch printed)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: "
+                                    "Unknown host' >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    rc = main(["submit", "model=tiny_llama", "engine=reference", "cluster.gpus_per_node=1", "--test-only",
+               "--no-check-mounts", "--out", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Slurm's controller cannot be reached from this machine" in err, err
+    assert "fix the resources" not in err and len(err.strip().splitlines()) == 1
+
+
 def test_status_of_something_that_is_not_a_run(tmp_path, capsys):
     assert main(["status", str(tmp_path / "missing")]) == 2
     assert "neither a run directory nor a Slurm job id" in capsys.readouterr().err

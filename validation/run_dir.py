@@ -65,9 +65,27 @@ def validate_one(source, target_steps: Optional[int] = None, overheads=None) -> 
         target_steps = DEFAULT_TARGET_STEPS if recipe is None else recipe.train.target_steps
     est = estimate_log(log, target_steps, overheads, on_cpu=on_cpu(recipe))
     timed = log.timed
+    stopped = _cancelled(source, log, recipe)
+    warnings = ([f"the run was {stopped}: the estimate extrapolates the steps it ran before the cancel; "
+                 "it is no finished run's figure"] if stopped else []) + log.warnings + est.data_warnings
     return {"source": str(source), "format": log.format, "files": log.files,
             "first_step": timed[0].step, "last_step": timed[-1].step, **est.to_dict(),
-            "warnings": log.warnings + est.data_warnings, "_log": log, "_estimate": est}
+            "cancelled": stopped or None, "warnings": warnings, "_log": log, "_estimate": est}
+
+
+def _cancelled(source, log, recipe) -> str:
+    """'cancelled by `vdkit cancel` (or `scancel`) at T after N of M steps (continue: CMD)' for a run directory whose cancel
+    record holds (vdkit.run.runs.cancelled_note), else ''."""
+    from vdkit.run.runs import cancelled_note
+
+    run_dir = find_run_dir(Path(source))
+    note = cancelled_note(run_dir) if run_dir is not None else None
+    if note is None:
+        return ""
+    done = log.steps[-1].step + 1 if log is not None and log.steps else "?"
+    planned = recipe.train.max_steps if recipe is not None else "?"
+    at, _, rest = note.partition("; ")
+    return f"{at} after {done} of {planned} steps ({rest})"
 
 
 @dataclass
@@ -80,6 +98,7 @@ class RunResult:
     log: object = None  # validation.steps.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)
+    cancelled: str = ""  # `vdkit cancel` stopped it: when, after how many steps, how to continue ('' otherwise)
     warnings: List[str] = field(default_factory=list)
 
     @property
@@ -116,6 +135,7 @@ def collect_run(path, target_steps: Optional[int] = None) -> RunResult:
     except UserError as exc:
         res.error = str(exc)
         res.warnings.append(f"{path}: no steps to report yet ({exc.what})")
+    res.cancelled = _cancelled(path, res.log, res.recipe)
     return res
 
 

@@ -31,8 +31,8 @@ def _minutes(x: Optional[float]) -> str:
 def _ours(cell: Cell) -> str:
     if cell.status == "infeasible":
         return "N/A"
-    if cell.status == "diverged":
-        return "diverged"
+    if cell.status in ("diverged", "cancelled"):
+        return cell.status
     if cell.ours is None:
         return "—" if cell.status == "not run" else "no timing"
     text = _minutes(cell.ours)
@@ -99,6 +99,8 @@ def _grid_or_nodes_markdown(table: Table) -> str:
             "- [f] fluctuating step times (CV over 10 % or a significant drift; a run on CPU only over "
             f"{CPU_FLUCTUATION_CV:.0%}: its spread is the shared cores' scheduling, not the run).",
             "- diverged: every loss of the run is NaN or infinite; its step times are no figure.",
+            "- cancelled: the run was cancelled (`vdkit cancel`, or `scancel`) before its last step; its steps are no figure "
+            "(`vdkit validate` still extrapolates them, saying so).",
             "- N/A: the planner says the layout does not fit (this kit) or the guide printed N/A (published). "
             "—: not run.",
             f"- {NOT_PUBLISHED_MARK}: the guide publishes no figure for this cell (a model or layout outside it, "
@@ -113,7 +115,7 @@ def _grid_or_nodes_markdown(table: Table) -> str:
                 "layout) on the same samples, minutes "
                 "(`vdkit plan --sweep` of the table's sweeps; the model: `benchmarks/bench_prediction.py`)."]
     for c in table.cells:
-        if c.status in ("infeasible", "no timing", "diverged") and c.reason:
+        if c.status in ("infeasible", "no timing", "diverged", "cancelled") and c.reason:
             out.append(f"- {table.labels.get(c.model, c.model)}, {c.gpus} GPUs, {c.method}: {c.status}: {c.reason}")
     out += ["", f"Published source: {table.source}", ""]
     return "\n".join(out)
@@ -140,6 +142,8 @@ def _rows_markdown(t: Table) -> str:
         fit = ("not run" if r.memory_gb is None else
                f"{r.memory_gb:.1f} of {r.gpu_memory_gb:g}" + ("" if r.feasible else " — DOES NOT FIT"))
         ours = _fmt(r.ours) + (" [e]" if r.status == "extrapolated" else "")
+        if r.status == "cancelled":
+            ours = "cancelled"
         if r.feasible is False:
             ours = "N/A"
         ratio = f"{r.ratio:.2f}×" if r.ratio is not None else (
@@ -150,7 +154,7 @@ def _rows_markdown(t: Table) -> str:
             "[e]: extrapolated by this kit from the measured steps to the cell's steps (`vdkit validate`). "
             "Predicted: the kit's step-time model (— when it gives none). Ratio: this kit ÷ published.", ""]
     for r in t.cells:
-        if r.feasible is False:
+        if r.feasible is False or r.status == "cancelled":
             out.append(f"- {t.labels.get(r.model, r.model)}, {r.nodes} node(s): {r.reason}")
     out += ["", f"Published source: {t.source}", ""]
     return "\n".join(out)

@@ -154,7 +154,7 @@ class Cell:
     transport: str = ""
     params_b: Optional[float] = None
     target_steps: Optional[int] = None
-    status: str = "not run"  # measured | extrapolated | infeasible | no timing | diverged | not run
+    status: str = "not run"  # measured | extrapolated | infeasible | no timing | diverged | cancelled | not run
     ours: Optional[float] = None
     interval: Optional[Tuple[float, float]] = None
     fluctuating: bool = False
@@ -351,9 +351,13 @@ def _fill(cell: Cell, runs: List[RunResult], per_minute: float, warnings: List[s
     if not first.feasible:
         cell.status, cell.reason = "infeasible", first.plan.reason or ""
         return
-    timed = [r for r in runs if r.estimate is not None]
+    timed = [r for r in runs if r.estimate is not None and not r.cancelled]
     if not timed:
-        cell.status, cell.reason = "no timing", first.error
+        stopped = next((r for r in runs if r.cancelled), None)
+        if stopped is not None:  # its steps stop short of the run asked for: no figure presented as complete
+            cell.status, cell.reason = "cancelled", f"{stopped.path}: {stopped.cancelled}"
+        else:
+            cell.status, cell.reason = "no timing", first.error
         return
     best = max(timed, key=lambda r: r.estimate.steps_measured)
     if len(timed) > 1:

@@ -61,36 +61,42 @@ def virtual_tokens(recipe) -> int:
     return recipe.method.ptuning_virtual_tokens if recipe.method.name == "ptuning" else 0
 
 
-def tokenizer_path(recipe) -> Optional[Path]:
-    """The configured tokenizer: data.tokenizer_model, else a ``tokenizer/`` directory, ``tokenizer.model``
-    or ``tokenizer.json`` in data.data_dir; None means the byte-level fallback."""
+def tokenizer_source(recipe) -> Optional[Tuple[str, Path]]:
+    """(the recipe key it comes from, the path) of the job's tokenizer: data.tokenizer_model, else a ``tokenizer/``
+    directory, ``tokenizer.model`` or ``tokenizer.json`` in data.data_dir, else - for a model whose tokenizer is
+    not the kit's byte-level one - the staged Hugging Face directory model.hf_path (an absolute path: the
+    staged weights + tokenizer, :func:`vdkit.recipes.common.staging.staged_tokenizer`; without it a Llama's rows
+    were tokenized into byte ids and the model trained on them). None: the byte-level tokenizer."""
     if getattr(recipe.data, "tokenizer_model", None):
-        return Path(recipe.data.tokenizer_model).expanduser()
-    if recipe.data.name == "synthetic" or not recipe.data.data_dir:
-        return None
-    base = Path(recipe.data.data_dir).expanduser()
-    for cand in (base / "tokenizer", base / "tokenizer.model", base / "tokenizer.json"):
-        if cand.exists():
-            return cand
+        return "data.tokenizer_model", Path(recipe.data.tokenizer_model).expanduser()
+    if recipe.data.name != "synthetic" and recipe.data.data_dir:
+        base = Path(recipe.data.data_dir).expanduser()
+        for cand in (base / "tokenizer", base / "tokenizer.model", base / "tokenizer.json"):
+            if cand.exists():
+                return "data.data_dir", cand
+    hf = recipe.model.hf_path
+    if recipe.model.tokenizer != "byte-level" and hf and str(hf).startswith("/"):
+        return "model.hf_path", Path(hf)
     return None
 
 
 def load_tokenizer(recipe):
-    """The configured tokenizer (see :func:`tokenizer_path`), else the byte-level fallback.
+    """The configured tokenizer (see :func:`tokenizer_source`), else the byte-level fallback.
 
     Raises UserError when the model's vocabulary cannot hold the tokenizer's ids."""
     vocab = recipe.model.vocab_size
-    path = tokenizer_path(recipe)
-    if path is None:
+    found = tokenizer_source(recipe)
+    if found is None:
         tok = ByteTokenizer()
         need = tok.vocab_size
     else:
         from vdkit.recipes.common.data_stats import load_tokenizer as load_any
 
+        key, path = found
         try:
             tok = _Wrapped(load_any(path), vocab)
         except UserError as exc:  # name the recipe key the path came from
-            raise UserError(f"data.tokenizer_model: {exc.what}", exc.fix) from None
+            raise UserError(f"{key}: {exc.what}", exc.fix) from None
         need = _tokenizer_vocab(tok.tok)
     if need > vocab:
         raise UserError(f"tokenizer {tok.name} needs a vocabulary of {need}, model {recipe.model.name} has {vocab}",

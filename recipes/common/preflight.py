@@ -25,8 +25,10 @@ megatron/bridge/training/setup.py + training/utils/checkpoint_utils.py ``checkpo
   (``latest_checkpointed_iteration.txt`` or Bridge's ``latest_train_state.pt``), the iteration directory the
   tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``;
 - ``nemo``: a ``.nemo`` tar archive that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector),
-  or such an extracted directory;
-- ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``);
+  every member whole (a plain tar cut short), or such an extracted directory;
+- ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``), each
+  safetensors file whole by its header (a copy cut short fails every rank's model load) and every shard its
+  index names there;
 - ``tokenizer``: a tokenizer file, or a directory holding ``tokenizer.model`` / ``tokenizer.json`` / a vocabulary;
 - ``image``: a squashfs container image (pyxis / enroot): the file starts with squashfs' magic ``hsqs``.
 """
@@ -44,6 +46,8 @@ NPY_MAGIC = b"\x93NUMPY"
 SQUASHFS_MAGIC = b"hsqs"
 TOKENIZER_FILES = ("tokenizer.model", "tokenizer.json", "vocab.json", "vocab.txt", "tokenizer_config.json")
 NEMO_CONFIG = "model_config.yaml"
+SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded model's tensor -> shard map (transformers)
+SAFETENSORS_HEADER_MAX = 100_000_000  # safetensors' own MAX_HEADER_SIZE: a larger length is no header
 NEMO_MEMBERS_READ = 10000  # a .nemo holds a handful of members; never walk an unrelated huge tar to the end
 BASE_KINDS = ("megatron_checkpoint", "nemo", "hf")  # a fine-tune's base model as its stack reads it
 KINDS = ("dir", "file", "data_dir", "npy", "megatron_checkpoint", "nemo", "hf", "tokenizer", "image")
@@ -144,19 +148,56 @@ def nemo_problem(path):
     if not _nonempty_file(path):
         return "it is empty or not a readable file"
     try:
-        with tarfile.open(path, "r:*") as tar:
-            for n, member in enumerate(tar):
-                if os.path.basename(member.name) == NEMO_CONFIG:
-                    return None
-                if n >= NEMO_MEMBERS_READ:
-                    break
+        size, found = os.path.getsize(path), False
+        try:  # NeMo writes a plain tar ("w:"): every member's end can be held against the file's, headers only
+            with tarfile.open(path, "r:") as tar:
+                for n, member in enumerate(tar):
+                    if member.isfile() and member.offset_data + member.size > size:
+                        return (f"it is cut short: its {member.name} ends at byte {member.offset_data + member.size:,} "
+                                f"of a {size:,}-byte file (a copy that did not finish?)")
+                    found = found or os.path.basename(member.name) == NEMO_CONFIG
+                    if n >= NEMO_MEMBERS_READ:
+                        break
+        except tarfile.ReadError:  # compressed (NeMo reads r:gz too): the config is all a header walk can tell
+            with tarfile.open(path, "r:*") as tar:
+                for n, member in enumerate(tar):
+                    if os.path.basename(member.name) == NEMO_CONFIG:
+                        return None
+                    if n >= NEMO_MEMBERS_READ:
+                        break
     except (OSError, tarfile.TarError, EOFError) as exc:
         return f"it is not a readable .nemo archive ({type(exc).__name__}: a .nemo is a tar file)"
-    return f"the archive holds no {NEMO_CONFIG}, so it is not a .nemo model"
+    return None if found else f"the archive holds no {NEMO_CONFIG}, so it is not a .nemo model"
+
+
+def safetensors_problem(path):
+    """Why the file ``path`` is not a whole safetensors file (None: it is). Reads only its header: the 8-byte
+    length, the JSON, and where the last tensor ends, which must be the file's end (what safetensors' own
+    ``safe_open`` demands; a copy cut short fails there at the first rank's model load, "incomplete metadata")."""
+    name = os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+            if len(head) < 8:
+                return f"its {name} is {size} bytes, shorter than a safetensors header: a copy that did not finish?"
+            length = int.from_bytes(head, "little")
+            if length > SAFETENSORS_HEADER_MAX or 8 + length > size:
+                return f"its {name} is cut short or not safetensors: a {length}-byte header in a {size}-byte file"
+            header = json.loads(fh.read(length).decode("utf-8"))
+        ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+    except (OSError, ValueError, UnicodeDecodeError, KeyError, TypeError, IndexError, AttributeError) as exc:
+        return f"its {name} has no readable safetensors header ({type(exc).__name__})"
+    want = 8 + length + max(ends, default=0)
+    if want != size:
+        return (f"its {name} is {size:,} bytes but its header places tensors up to byte {want:,}: "
+                + ("cut short (a copy or download that did not finish?)" if size < want else "bytes its header does not name"))
+    return None
 
 
 def hf_problem(path):
-    """Why ``path`` is not a Hugging Face model directory (None: it is)."""
+    """Why ``path`` is not a Hugging Face model directory (None: it is): config.json, weights, and each
+    safetensors file whole (:func:`safetensors_problem`; the shards an index names all there)."""
     names = _listdir(path)
     if _dir_problem(names):
         return _dir_problem(names)
@@ -164,6 +205,20 @@ def hf_problem(path):
         return "it holds no config.json (not a Hugging Face model directory)"
     if not any(n.endswith((".safetensors", ".bin")) for n in names):
         return "it holds no weights (*.safetensors or *.bin)"
+    if SAFETENSORS_INDEX in names:  # transformers loads every shard its index names
+        try:
+            with open(os.path.join(path, SAFETENSORS_INDEX)) as fh:
+                shards = sorted(set(json.load(fh)["weight_map"].values()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            return f"its {SAFETENSORS_INDEX} does not parse ({type(exc).__name__})"
+        absent = [n for n in shards if n not in names]
+        if absent:
+            return f"its {SAFETENSORS_INDEX} names {len(absent)} shard(s) that are not there: {', '.join(absent[:3])}"
+    for n in names:
+        if n.endswith(".safetensors"):
+            why = safetensors_problem(os.path.join(path, n))
+            if why:
+                return why
     return None
 
 

@@ -91,10 +91,10 @@ def sample_batch(recipe, run_dir: Path, rep, room: int):
     from vdkit.errors import UserError
     from vdkit.recipes.common import data as rdata
 
-    path = rdata.tokenizer_path(recipe)
+    key, path = rdata.tokenizer_source(recipe) or (None, None)
     try:
         if path is not None and not path.exists():
-            rep.not_here(f"{path} (data.tokenizer_model): cluster storage; the byte-level tokenizer stands in")
+            rep.not_here(f"{path} ({key}): cluster storage; the byte-level tokenizer stands in")
             tok = rdata.ByteTokenizer()
         else:
             tok = rdata.load_tokenizer(recipe)

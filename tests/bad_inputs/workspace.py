@@ -307,6 +307,8 @@ EXTRAS = {
     "site_out_loop": lambda ws: ((ws / "sloop").mkdir(), os.symlink(ws / "sloop" / "cluster", ws / "sloop" / "cluster")),
     "site_existing": lambda ws: ((ws / "sexist" / "cluster").mkdir(parents=True),
                                  (ws / "sexist" / "cluster" / "lab.yaml").write_text("# edited by hand\nname: lab\n")),
+    "site_empty": lambda ws: ((ws / "sempty" / "cluster").mkdir(parents=True),  # its own dir: every file is read
+                              (ws / "sempty" / "cluster" / "lab.yaml").write_text("# to fill in\n")),
     "symfarm300": lambda ws: _symfarm(ws, 300),
     "symfarm3000": lambda ws: _symfarm(ws, 3000),
     "fifo": lambda ws: os.mkfifo(ws / "fifo.jsonl"),

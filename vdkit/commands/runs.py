@@ -2,6 +2,8 @@
 follow and stop, on every launcher (:mod:`vdkit.run.runs`, :mod:`vdkit.run.runctl`)."""
 from __future__ import annotations
 
+import sys
+
 from vdkit.commands.args import finite_seconds
 
 
@@ -37,10 +39,14 @@ def register(sub) -> None:
 
 def run_runs(args) -> int:
     """Print one tab-separated line per run directory under the root; exit 1 when one could not be read."""
-    from vdkit.run.runs import describe, find_runs
+    from vdkit.run.runs import MAX_DEPTH, describe, find_runs
 
     rc = 0
-    for path in find_runs(args.root):
+    found = find_runs(args.root)
+    if not found:  # a silent empty list reads as "the results root is right and empty" or as a hang
+        print(f"vdkit runs: no run directory (a directory holding recipe.yaml) under {args.root}, "
+              f"{MAX_DEPTH} levels deep; `vdkit render` / `submit` / `run` print where they write theirs", file=sys.stderr)
+    for path in found:
         info = describe(path)
         rc |= 1 if info.state.startswith("UNREADABLE") else 0
         print("\t".join([str(info.path), info.engine, info.launcher, info.state, info.steps, info.job]), flush=True)

@@ -50,6 +50,15 @@ def _target(target):
         check_state_files(path)  # a FIFO among them would hang this answer, a directory would read as no record
         launcher = launchers.get(load_recipe(path).cluster.launcher)
         return launcher, path.absolute(), launcher.job(path)
+    if path.is_dir():  # the results root given for a run directory: "no job was submitted from runs/" misleads
+        from vdkit.errors import UserError
+        from vdkit.run.runs import find_runs
+
+        inside = find_runs(path)
+        if inside:
+            raise UserError(f"{path} is not a run directory (no {RECIPE_FILE}); it holds {len(inside)} run "
+                            f"director{'y' if len(inside) == 1 else 'ies'}",
+                            f"`vdkit runs {path}` lists them with their states; `vdkit status {path}/*` asks about each")
     from vdkit.slurm.submit import resolve
 
     run_dir, job_id = resolve(target)

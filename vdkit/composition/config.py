@@ -77,10 +77,12 @@ def _register_user_configs() -> None:
 
     for group in sorted({f.parent.name for d in _USER_DIRS for f in d.glob("*/*.yaml")}):
         for name, f in _user_options(group).items():
-            data = load_yaml(f, f"{group}={name}") or {}
-            if not isinstance(data, dict):
-                raise UserError(f"{f} is not a mapping of {group} keys", f"write {group} keys as `key: value` lines")
-            ConfigStore.instance().store(group=group, name=name, node=data)
+            try:
+                data = load_yaml(f, f"{group}={name}")
+            except UserError:
+                continue  # a broken file stops only a command that chooses it (vdkit.rules.sitefiles says why)
+            if isinstance(data, dict) and data:  # empty or not a mapping: likewise
+                ConfigStore.instance().store(group=group, name=name, node=data)
 
 
 # ----------------------------------------------------------------------------- compose
@@ -253,6 +255,11 @@ def _fix_hint(msg: str) -> str:
         return "check the key's spelling; `vdkit plan --cfg` prints every key and its default"
     if "Could not override 'cluster.env'" in msg:
         return "add one variable at a time: +cluster.env.NAME=VALUE (secrets: run.secrets_file=PATH)"
+    if "is not in struct" in msg and "Could not override '" in msg:  # a new entry of a mapping, given without '+'
+        key = msg.split("Could not override '", 1)[1].split("'", 1)[0]
+        return (f"add a variable with a leading '+': +{key}=VALUE (secrets: run.secrets_file=PATH)" if
+                key.startswith("cluster.env.") else f"{key} is not set in this config: add it with a leading '+' "
+                f"(+{key}=VALUE) or check the spelling; `vdkit plan --cfg` prints every key and its default")
     if "converted to" in msg:
         return "give a value of the key's type; `vdkit plan --cfg` prints every key and its default"
     return "write overrides as key=value (group=option for model, method, cluster, data, engine)"

@@ -13,6 +13,8 @@ tests/fixtures/site/, sources in its SOURCES.md):
   --showproductname`` -> ``gpu_type``, ``gpu_memory_gb``, ``node_gpus``, ``gpus_per_node``, ``gpu_vendor``;
 - the partition: ``sinfo -h -o "%P %l %D"`` -> ``max_time_min`` (its time limit), ``max_nodes`` (its nodes);
 - the container runtime: ``enroot version`` and pyxis's ``--container-image`` in ``srun --help``;
+- the PMI plugin srun starts the tasks with: ``srun --mpi=list`` -> ``mpi`` (pmix, else pmi2, else none: the
+  default pmix on a Slurm built without it failed every step at its start);
 - a storage write-speed sample on the run directory (written, fsync'ed, timed, removed)
   -> ``storage_write_gbps_per_node``.
 
@@ -196,6 +198,21 @@ def parse_sinfo(text: str, partition: Optional[str] = None) -> Optional[Dict[str
 Runner = Callable[[List[str]], Optional[str]]
 
 
+MPI_PREFERENCE = ("pmix", "pmi2")  # srun's PMI plugins the kit's ranks start under, best first; else "none"
+
+
+def parse_mpi_list(text: str) -> Optional[List[str]]:
+    """``srun --mpi=list`` -> the plugin types it names (Slurm 22+: tab-indented words under "MPI plugin types
+    are..."; older: "srun: TYPE" lines); None when it names none."""
+    found = []
+    for line in text.splitlines():
+        word = line.strip()
+        word = word[5:].strip() if word.startswith("srun:") else word
+        if word and re.fullmatch(r"[a-z0-9_]+", word):
+            found.append(word)
+    return found or None
+
+
 def run_command(argv: List[str]) -> Optional[str]:
     """A command's stdout, or None when it is missing, fails or hangs."""
     if not shutil.which(argv[0]):
@@ -291,6 +308,12 @@ def probe(run: Runner = run_command, sysfs: Path = Path("/sys/class/infiniband")
             pr.missing[k] = "no sinfo answered (not a Slurm node?)"
         if partition:  # never written unchecked: a misspelt partition would only fail at sbatch
             pr.missing["partition"] = f"--partition {partition!r} could not be checked (no sinfo answered): not written"
+    out = run(["srun", "--mpi=list"])
+    kinds = parse_mpi_list(out) if out else None
+    if kinds:
+        pr.read(f"srun --mpi=list ({', '.join(kinds)})", mpi=next((k for k in MPI_PREFERENCE if k in kinds), "none"))
+    else:
+        pr.missing["mpi"] = "no srun --mpi=list answered (not a Slurm node?)"
     enroot = run(["enroot", "version"])
     srun_help = run(["srun", "--help"]) or ""
     pyxis = "--container-image" in srun_help

@@ -76,7 +76,7 @@ def check(recipe) -> None:
                         "Transformer Engine's attention (GPU), never in a local CPU run",
                         "render it for a GPU cluster (vdkit render ... cluster=xe9680), or parallelism.cp=1 here")
     if cp > 1 and t.seq_length % (2 * cp):
-        raise UserError(f"train.seq_length={t.seq_length} does not divide by 2 x parallelism.cp={2 * cp}: "
+        raise UserError(f"train.seq_length={t.seq_length} does not divide by 2 x CP = {2 * cp} (parallelism.cp={cp}): "
                         "context parallelism cuts each sequence into 2 x CP chunks",
                         f"use a train.seq_length that is a multiple of {2 * cp}")
     if cp > 1 and recipe.method.name == "ptuning":

@@ -21,6 +21,10 @@ DENIED_NAMES = {"PATH", "HOME", "USER", "LOGNAME", "SHELL", "UID", "EUID", "PPID
                 "HIP_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE",
                 "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME",
                 "NCCL_IB_HCA"}
+# Denied names the kit itself exports from a cluster key (vdkit.launch.fabric): the fix names the key to set.
+FROM_CLUSTER_KEY = {"NCCL_IB_HCA": "cluster.ib_hcas=[mlx5_0,mlx5_3] (the adapters, exact names)",
+                    "NCCL_SOCKET_IFNAME": "cluster.socket_ifname=NAME (the interface)",
+                    "GLOO_SOCKET_IFNAME": "cluster.socket_ifname=NAME (the interface)"}
 DENIED_PREFIXES = ("LD_", "SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "PMIX_", "PMI_", "OMPI_", "TORCHELASTIC_",
                    "BASH_FUNC_", "VDKIT_")
 SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSW|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|CREDENTIAL)", re.I)
@@ -41,6 +45,10 @@ def denied_name(name: str) -> Optional[str]:
 def check_cluster_env(env: dict) -> None:
     """``cluster.env`` is written in clear into launch.sbatch and recipe.yaml: no job-breaking name, no secret."""
     for name, value in (env or {}).items():
+        if str(name) in FROM_CLUSTER_KEY:  # a site's own adapters / interface: not a job-breaking name but a key
+            raise UserError(f"cluster.env.{name} is the kit's to export: it writes {name} from the cluster's "
+                            "own key, and two values would disagree",
+                            f"drop cluster.env.{name} and set {FROM_CLUSTER_KEY[str(name)]}")
         why = denied_name(str(name))
         if why:
             raise UserError(f"cluster.env.{name} {why}", f"drop cluster.env.{name}; the kit sets what the job needs")

@@ -104,6 +104,10 @@ def check_chosen_user_files(overrides, user_options) -> None:
             continue
         path = user_options(key).get(name.strip())
         if path is not None:
-            data = load_yaml(path, f"{key}={name}") or {}
-            if isinstance(data, dict):
-                check_user_file(key, path, data)
+            data = load_yaml(path, f"{key}={name}")
+            if data is None or data == {}:  # else {key}={name} would be the schema's defaults (another cluster's)
+                raise UserError(f"{path} is empty: {key}={name.strip()} would be the schema's defaults, not your "
+                                f"{key}", f"write its {key} keys as `key: value` lines (`vdkit site probe`), or remove it")
+            if not isinstance(data, dict):
+                raise UserError(f"{path} is not a mapping of {key} keys", f"write {key} keys as `key: value` lines")
+            check_user_file(key, path, data)

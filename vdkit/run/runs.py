@@ -76,6 +76,21 @@ def cancel_record(run_dir) -> Optional[dict]:
     return record if isinstance(record, dict) else {"at": "?", "jobs": [], "continue": "?"}
 
 
+def cancelled_note(run_dir) -> Optional[str]:
+    """'cancelled by `vdkit cancel` (or `scancel`) at T; continue: CMD' while the run's cancel record holds (:func:`cancel_record`),
+    else None: what `vdkit report` and `vdkit validate` say instead of presenting a stopped run as complete."""
+    record = cancel_record(run_dir)
+    if record is None:
+        return None
+    return f"cancelled by {_by(record)} at {record.get('at', '?')}; continue: {record.get('continue', '?')}"
+
+
+def _by(record: dict) -> str:
+    """Who cancelled: `vdkit cancel` (its record), or the scheduler's own command the job saw (``by``: scancel)."""
+    by = record.get("by")
+    return f"`{by}`" if isinstance(by, str) and by.isidentifier() else "`vdkit cancel`"
+
+
 def marker_state(run_dir) -> Optional[str]:
     """The state the run directory's own markers give (``COMPLETED (finished)``, ``CANCELLED (...)``), or None
     when the launcher must be asked."""
@@ -86,7 +101,7 @@ def marker_state(run_dir) -> Optional[str]:
         return f"{COMPLETED} (its file {FINISHED_FILE} says so)"
     record = cancel_record(run_dir)
     if record is not None:
-        return f"{CANCELLED} (vdkit cancel at {record.get('at', '?')}; continue: {record.get('continue', '?')})"
+        return f"{CANCELLED} ({_by(record).strip('`')} at {record.get('at', '?')}; continue: {record.get('continue', '?')})"
     return None
 
 
