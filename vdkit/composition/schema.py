@@ -35,6 +35,7 @@ STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / 
 # The decoder layer's kernel set an engine builds on a GPU (vdkit.planner.activations): Transformer Engine's fused layers
 # with flash attention | megatron-core's local layer spec (torch norms, unfused attention with its s^2 softmax)
 LAYER_KERNELS = ("fused", "local")
+ROW_PADDINGS = ("micro_batch", "global_batch")  # an engine's padding of unpacked rows (its spec's pads_rows_to)
 
 
 # ----------------------------------------------------------------------------- the recipe

@@ -43,6 +43,7 @@ from typing import Dict, Optional
 
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
+from vdkit.planner.local_traffic import local_step
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
 from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
@@ -246,6 +247,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # every GPU waits for the job's slowest one at each step (straggler), so the compute is the slowest GPU's.
     slow = straggler(r.world_size, hw)
     flops_mb = slow * n * flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp) / peak  # s at 100 % of peak
+    # An engine that builds megatron-core's local layers (its spec's layer_kernels) runs its norms, RoPE, SwiGLU and
+    # the s x s attention unfused: their HBM traffic, and the bmm FLOPs of the whole score square beyond what the
+    # line above counts (vdkit.planner.local_traffic; such engines run bf16 only, so peak is the BF16 one).
+    local = local_step(r, tp, layers, recompute, share, n * 4 * m.hidden_size * attention_span(r, calib) * passes
+                       * layers / (tp * cp))
+    flops_mb += slow * local.extra_flops / peak if local else 0.0
+    local_mb = slow * local.hbm_bytes / hbm if local else 0.0
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
@@ -276,7 +284,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + pp_lat)) if pp > 1 and not (fused and vp > 1) else 0.0
     cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
                        fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
-    stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
+    stage_mb = compute_mb + overhead_mb + local_mb + tp_mb + pp_mb + cp_mb
 
     # Data parallel: the trainable parameters' gradients, once per step, after the backward, in the gradient buffer's
     # dtype as the engine renders it (the memory model's gradient bytes, one home: fp32 main gradients, 4; NeMo's
@@ -308,19 +316,29 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
     return StepTime(
-        compute_s=micro * compute_mb, overhead_s=micro * overhead_mb,
+        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb),
         communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
-               "context_parallel_s": micro * cp_mb, "straggler": slow,
+               "context_parallel_s": micro * cp_mb, "straggler": slow, **_local_parts(local, micro, local_mb, slow * (local.extra_flops if local else 0.0) / peak / eff),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
-               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + comm)
+               # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + local_s + comm)
                #        + max(0, dp_s - dp_window_flops_s / eff) + per_step
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "floor_s": floor_mb,
-               "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
+               "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
                "dp_window_flops_s": window_flops, "per_step_s": opt_s},
     )
+
+
+def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float) -> dict:
+    """The local layers' share of the step (vdkit.planner.local_traffic) for the plan's note - their traffic's and
+    their extra attention FLOPs' seconds per step (``traffic_mb``, ``flops_mb``: per micro batch); {} without them."""
+    if local is None:
+        return {}
+    return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
+            "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
+            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb}
 
 
 def straggler(gpus: int, hw: dict) -> float:

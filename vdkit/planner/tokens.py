@@ -145,10 +145,13 @@ def full_rows(recipe) -> bool:
     return recipe.method.name == "pretrain" or recipe.data.kind == "pretrain" or bool(recipe.data.packed)
 
 
-def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTokens:
-    """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring)."""
+def micro_batch_tokens(recipe, defaults: Optional[dict] = None, padded_over: Optional[int] = None) -> MicroBatchTokens:
+    """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring). ``padded_over``: the rows
+    whose longest every row is padded to (default: the micro batch's; a collator that pads a whole step to one length
+    pads over the global batch)."""
     t = recipe.train
     b, cap = t.micro_batch_size, t.seq_length
+    over = padded_over or b
     if full_rows(recipe):
         return MicroBatchTokens(b, float(cap), float(cap), f"full rows: {recipe.method.name} / packed rows fill "
                                 f"train.seq_length={cap}")
@@ -156,7 +159,7 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
     if path is not None:
         doc, hist = _read_stats(path)
         mean = sum(k * v for k, v in hist.items()) / sum(hist.values())
-        return MicroBatchTokens(b, mean, expected_longest(hist, b, cap),
+        return MicroBatchTokens(b, mean, expected_longest(hist, over, cap),
                                 f"{path} ({doc.get('rows')} rows, {doc.get('tokenizer')})")
     if defaults is None:
         from vdkit.planner.calibration import load
@@ -173,4 +176,4 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
         why = f"planner default: no counts for {recipe.data.name}, rows assumed {mean:g} tokens (half the sequence)"
     mean = min(mean, float(cap))
     why += "; count the data with `vdkit data stats TRAIN.jsonl --tokenizer T --plan`"
-    return MicroBatchTokens(b, mean, lognormal_longest(mean, sigma, b, cap), why)
+    return MicroBatchTokens(b, mean, lognormal_longest(mean, sigma, over, cap), why)
