@@ -168,14 +168,11 @@ def local_step(recipe, tp: int, layers: int, recompute: str, share: float, count
 def step_note(step, recipe) -> list:
     """The plan's note on the local layers' share of a predicted step (its parts, vdkit.planner.predict); [] when the
     engine builds fused layers."""
-    from vdkit.planner.predict import calibration, gpu_hardware
-
     q = step.parts
     if "local_row" not in q:
         return []
-    gb_s = float(gpu_hardware(calibration(), recipe.cluster.gpu_type)["hbm_gb_s"])
     return [f"local layers (engine={recipe.engine.name}: megatron-core's local spec, layer_kernels=local): "
             f"{q['local_traffic_s']:.3g} s/step of unfused HBM traffic in the overhead ({q['local_gb_per_micro_batch']:,.0f} "
-            f"GB per micro batch at {gb_s:,.0f} GB/s, {q['local_scores_gb_per_micro_batch']:,.0f} GB of it the s x s "
+            f"GB per micro batch at {q['local_hbm_gb_s']:,.0f} GB/s, {q['local_scores_gb_per_micro_batch']:,.0f} GB of it the s x s "
             f"attention scores) + {q['local_attention_flops_s']:.3g} s/step of attention bmm FLOPs in the compute, "
             f"rows of {q['local_row']:,.0f} tokens (vdkit.planner.local_traffic)"]

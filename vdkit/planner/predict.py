@@ -321,7 +321,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
-               "context_parallel_s": micro * cp_mb, "straggler": slow, **_local_parts(local, micro, local_mb, slow * (local.extra_flops if local else 0.0) / peak / eff),
+               "context_parallel_s": micro * cp_mb, "straggler": slow, **_local_parts(local, micro, local_mb, slow * (local.extra_flops if local else 0.0) / peak / eff, hbm),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + local_s + comm)
                #        + max(0, dp_s - dp_window_flops_s / eff) + per_step
@@ -331,14 +331,14 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     )
 
 
-def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float) -> dict:
+def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: float) -> dict:
     """The local layers' share of the step (vdkit.planner.local_traffic) for the plan's note - their traffic's and
     their extra attention FLOPs' seconds per step (``traffic_mb``, ``flops_mb``: per micro batch); {} without them."""
     if local is None:
         return {}
     return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
             "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
-            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb}
+            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb, "local_hbm_gb_s": hbm / 1e9}
 
 
 def straggler(gpus: int, hw: dict) -> float:
