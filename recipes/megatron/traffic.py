@@ -4,9 +4,10 @@ A ``TorchDispatchMode`` sees every ATen op a layer runs - forward, backward and 
 composite ops (torch's RMSNorm, megatron-core's unfused softmax, RoPE and SwiGLU) already decomposed into
 the kernels a GPU launches too. Each op is charged what it must move at least: the distinct bytes of every
 tensor it reads (a broadcast operand once) and of every tensor it writes. Views (reshape, transpose,
-slice, expand, detach) and allocations (``torch.empty``) move nothing. The linear layers' GEMMs (``aten.mm``) are left out: their time is
-the step-time model's compute term (vdkit.planner.predict); the attention's batched matmuls (``bmm`` /
-``baddbmm``), whose operands are the materialised s x s scores, are counted. ``baddbmm`` with ``beta=0``
+slice, expand, detach) and allocations (``torch.empty``) move nothing. The linear layers' GEMMs (``aten.mm``)
+are left out: their time is the step-time model's compute term (vdkit.planner.predict); the attention's
+batched matmuls (``bmm`` / ``baddbmm``), whose operands are the materialised s x s scores, are counted. RNG-state
+compares (the CPU shim forking megatron's RNG tracker) are left out too. ``baddbmm`` with ``beta=0``
 does not read its output buffer (cuBLAS skips C when beta is 0).
 
 :func:`vdkit.planner.local_traffic.layer_traffic` is the hand count from the modules' shapes; this is the
@@ -17,12 +18,13 @@ from __future__ import annotations
 from typing import Callable, Dict
 
 # ops that alias their input (no kernel, no traffic)
-VIEWS = frozenset({"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "split", "split_with_sizes",
-                   "slice", "select", "squeeze", "unsqueeze", "detach", "alias", "chunk", "unbind", "as_strided",
-                   "_reshape_alias", "lift_fresh", "unflatten"})
+VIEWS = frozenset({"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "split",
+                   "split_with_sizes", "slice", "select", "squeeze", "unsqueeze", "detach", "alias", "chunk", "unbind",
+                   "as_strided", "_reshape_alias", "lift_fresh", "unflatten"})
 LINEAR_GEMMS = frozenset({"mm", "addmm"})  # the linears' GEMMs: compute, not this count
 # no kernel (an allocation), or one element read back to the host
-ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "_local_scalar_dense"})
+ALLOCATIONS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+                         "_local_scalar_dense"})
 WRITE_ONLY = frozenset({"copy_"})  # in-place ops that overwrite their first argument without reading it
 
 
@@ -73,7 +75,8 @@ def count(run: Callable[[], object], written_only: bool = False) -> Dict[str, in
     return totals
 
 
-def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False, forward_writes: bool = False) -> Dict[str, int]:
+def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
+                  forward_writes: bool = False) -> Dict[str, int]:
     """Bytes one decoder layer of megatron-core's local spec (``config``: one layer, its recompute settings) moves
     for one micro batch of ``micro_batch`` sequences of ``seq`` tokens: its forward, its backward (the input's
     gradient included) and what recompute repeats, by op; ``frozen``: every weight frozen (P-tuning's base model);

@@ -172,7 +172,7 @@ def step_note(step, recipe) -> list:
     if "local_row" not in q:
         return []
     return [f"local layers (engine={recipe.engine.name}: megatron-core's local spec, layer_kernels=local): "
-            f"{q['local_traffic_s']:.3g} s/step of unfused HBM traffic in the overhead ({q['local_gb_per_micro_batch']:,.0f} "
-            f"GB per micro batch at {q['local_hbm_gb_s']:,.0f} GB/s, {q['local_scores_gb_per_micro_batch']:,.0f} GB of it the s x s "
-            f"attention scores) + {q['local_attention_flops_s']:.3g} s/step of attention bmm FLOPs in the compute, "
+            f"{q['local_traffic_s']:.3g} s/step of unfused HBM traffic in the overhead "
+            f"({q['local_gb_per_micro_batch']:,.0f} GB per micro batch at {q['local_hbm_gb_s']:,.0f} GB/s, "
+            f"{q['local_scores_gb_per_micro_batch']:,.0f} GB of it the s x s attention scores) + {q['local_attention_flops_s']:.3g} s/step of attention bmm FLOPs in the compute, "
             f"rows of {q['local_row']:,.0f} tokens (vdkit.planner.local_traffic)"]

@@ -252,7 +252,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # line above counts (vdkit.planner.local_traffic; such engines run bf16 only, so peak is the BF16 one).
     local = local_step(r, tp, layers, recompute, share, n * 4 * m.hidden_size * attention_span(r, calib) * passes
                        * layers / (tp * cp))
-    flops_mb += slow * local.extra_flops / peak if local else 0.0
+    local_flops_mb = slow * local.extra_flops / peak if local else 0.0
+    flops_mb += local_flops_mb
     local_mb = slow * local.hbm_bytes / hbm if local else 0.0
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff, floor_mb)
@@ -321,7 +322,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
-               "context_parallel_s": micro * cp_mb, "straggler": slow, **_local_parts(local, micro, local_mb, slow * (local.extra_flops if local else 0.0) / peak / eff, hbm),
+               "context_parallel_s": micro * cp_mb, "straggler": slow,
+               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff, floor) + touched_gb / guide_stack_gb_s + local_s + comm)
                #        + max(0, dp_s - dp_window_flops_s / eff) + per_step
@@ -338,7 +340,8 @@ def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: flo
         return {}
     return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
             "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
-            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb, "local_hbm_gb_s": hbm / 1e9}
+            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb,
+            "local_hbm_gb_s": hbm / 1e9}
 
 
 def straggler(gpus: int, hw: dict) -> float:
