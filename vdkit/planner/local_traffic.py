@@ -23,9 +23,10 @@ its output once (the least it must move; L2 reuse and multi-pass kernels are not
   ``baddbmm`` writes the bf16 scores (``2S``; beta 0: its buffer is not read) reading Q and the key (``4Q``), the
   fp32 upcast (``6S``), the causal mask rebuilt on every call (``torch.triu(torch.ones(s, s))`` then ``.bool()``,
   ``17 s^2``), ``masked_fill_`` in place (``8S + s^2``), softmax (``8S``), the bf16 cast (``6S``), ``bmm`` with V
-  (``2S + 4Q``), the context made contiguous (``4Q``): ``32S + 18 s^2 + 12Q``; the query reshaped out of the
-  fused QKV output is a copy when a GPU holds more than one group (``4Q``); with GQA, K and V repeated to every
-  head (``repeat_interleave``: ``4Q + 4K``);
+  (``2S + 4Q``), the context made contiguous (``4Q``): ``32S + 18 s^2 + 12Q`` (packed rows come with a
+  block-causal mask, read rather than built: not told apart); under GQA the query reshaped out of the fused QKV
+  output is a copy when a GPU holds more than one group (``4Q``), and K and V are repeated to every head
+  (``repeat_interleave``: ``4Q + 4K``);
 - attention backward: ``bmm`` for dV and dP (``2S + 4Q`` each), the cast back (``6S``), softmax backward (``12S``),
   the mask (``8S + s^2``), the cast (``6S``), ``bmm`` for dQ and dK (``2S + 4Q`` each) and their scaling (``4Q``
   each), dQ, dK, dV gathered into the QKV layout (``4Q + 8K``); with GQA the repeats summed back (``4Q + 4K``):

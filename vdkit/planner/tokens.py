@@ -18,6 +18,7 @@ Where the numbers come from, best first:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import math
@@ -92,6 +93,7 @@ def expected_longest(hist: Dict[int, int], rows: int, cap: int) -> float:
     return out
 
 
+@functools.lru_cache(maxsize=256)  # a layout search asks once per candidate; the quadrature is the slow part
 def lognormal_longest(mean: float, sigma: float, rows: int, cap: float) -> float:
     """E[min(longest of ``rows`` log-normal row lengths, cap)] for rows of average ``mean`` (quadrature)."""
     mu = math.log(mean) - sigma * sigma / 2
