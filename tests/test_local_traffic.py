@@ -124,3 +124,4 @@ def test_an_unpacked_row_is_padded_over_the_global_batch():
     mean = float(d["datasets"]["dolly"]["tokens_per_row"])
     assert row_length(r) == pytest.approx(lognormal_longest(mean, float(d["length_sigma"]), 128, 4096))
     assert row_length(_packed(2048)) == 2048.0
+

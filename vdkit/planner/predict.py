@@ -92,6 +92,8 @@ def gpu_hardware(calib: dict, gpu_type: str) -> dict:
     gpus = load("hf_step_time")["gpus"]
     g, r = gpus.get(gpu_type), gpus.get(ref)
     if r is None:  # the reference GPU's facts (its ring bandwidth, its measured share of peak) live there
+        from vdkit.errors import UserError
+
         raise UserError(f"conf/calibration/step_time.yaml: hardware.reference_gpu={ref} is not in "
                         "conf/calibration/hf_step_time.yaml gpus", f"describe {ref} there, or name a GPU it describes")
     hw["nvlink_gb_s"] = float((g or r)["intra_node_gb_s"])
