@@ -5,7 +5,9 @@ composite ops (torch's RMSNorm, megatron-core's unfused softmax, RoPE and SwiGLU
 the kernels a GPU launches too. Each op is charged what it must move at least: the distinct bytes of every
 tensor it reads (a broadcast operand once) and of every tensor it writes. Views (reshape, transpose,
 slice, expand, detach) and allocations (``torch.empty``) move nothing. The linear layers' GEMMs (``aten.mm``)
-are left out: their time is the step-time model's compute term (vdkit.planner.predict); the attention's
+and tensor parallelism's collectives (``c10d`` ops, and the copy by which gloo completes a reduce-scatter into its
+output, which NCCL writes in place) are left out: their time is the step-time model's compute and communication
+terms (vdkit.planner.predict); the attention's
 batched matmuls (``bmm`` / ``baddbmm``), whose operands are the materialised s x s scores, are counted. RNG-state
 compares (the CPU shim forking megatron's RNG tracker) are left out too. ``baddbmm`` with ``beta=0``
 does not read its output buffer (cuBLAS skips C when beta is 0).
@@ -54,12 +56,19 @@ def count(run: Callable[[], object], written_only: bool = False) -> Dict[str, in
     from torch.utils._pytree import tree_flatten
 
     totals: Dict[str, int] = {}
+    collective = set()  # storages a collective writes (gloo completes a reduce-scatter by a copy into its output)
 
     class Traffic(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             name = func.overloadpacket.__name__
+            if func.namespace == "c10d":
+                collective.update(a.untyped_storage().data_ptr() for a in tree_flatten(args)[0]
+                                  if isinstance(a, torch.Tensor))
+                return out
+            if name in WRITE_ONLY and args[0].untyped_storage().data_ptr() in collective:
+                return out
             if name in VIEWS or name in LINEAR_GEMMS or name in ALLOCATIONS or _rng_state(args):
                 return out
             beta0 = name == "baddbmm" and kwargs.get("beta", 1) == 0
@@ -91,8 +100,9 @@ def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
     for p in block.parameters() if frozen else ():
         p.requires_grad_(False)
     rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(seq)  # shared by all layers
-    x = torch.randn(seq, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
-    grad = torch.randn(seq, micro_batch, config.hidden_size, dtype=config.params_dtype)
+    local = seq // config.tensor_model_parallel_size if config.sequence_parallel else seq  # this rank's share
+    x = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
+    grad = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype)
 
     def run():
         out = block(x, attention_mask=None, rotary_pos_emb=rope)

@@ -7,7 +7,9 @@ attention materialises the ``s x s`` scores. The step-time model's compute term 
 GEMMs; this module prices the rest, per layer and micro batch, counted tensor by tensor from megatron-core 0.16.1's
 local modules as they run in bf16 (``TransformerConfig(bf16=True)``, every ``*_fusion`` off, dropout 0), under torch's
 own decompositions. Checked op by op against a live count (:mod:`vdkit.recipes.megatron.traffic`, a dispatch mode
-over one layer's forward and backward; tests/test_local_traffic.py): equal to the byte.
+over one layer's forward and backward; tests/test_local_traffic.py at TP 1, tests/test_activation_memory.py's two gloo
+ranks at TP 2 with and without sequence parallelism, its collectives left to the communication term): equal to the
+byte.
 
 Shapes on one GPU: ``s`` the row the engine builds (:func:`row_length`), ``b`` the micro batch, ``h`` hidden, ``d``
 the head dim, ``a`` heads and ``g`` query groups, ``t`` TP; ``X = sbh n`` the residual stream (``n = 1/t`` under
