@@ -169,7 +169,8 @@ def test_tensor_and_sequence_parallel():
 
     for _ in TRAFFIC_CASES:  # megatron-core's collectives are the communication term's, not counted
         mode, sp, got = out.get(timeout=5)
-        assert got == layer_traffic(_model(), SEQ, 2, 2, sp, mode).total, (mode, sp)
+        want = layer_traffic(_model(), SEQ, 2, 2, sp, mode)  # selective: autograd's gradient copies may be skipped
+        assert want.total - want.autograd_copies <= got <= want.total, (mode, sp, got, want)
 
 
 def test_partial_recompute_with_interleaving_counts_n_layers_per_model_chunk(one_rank):

@@ -9,7 +9,7 @@ local modules as they run in bf16 (``TransformerConfig(bf16=True)``, every ``*_f
 own decompositions. Checked op by op against a live count (:mod:`vdkit.recipes.megatron.traffic`, a dispatch mode
 over one layer's forward and backward; tests/test_local_traffic.py at TP 1, tests/test_activation_memory.py's two gloo
 ranks at TP 2 with and without sequence parallelism, its collectives left to the communication term): equal to the
-byte.
+byte, but for the selective checkpoint's gradient copies autograd may skip (below).
 
 Shapes on one GPU: ``s`` the row the engine builds (:func:`row_length`), ``b`` the micro batch, ``h`` hidden, ``d``
 the head dim, ``a`` heads and ``g`` query groups, ``t`` TP; ``X = sbh n`` the residual stream (``n = 1/t`` under
@@ -38,8 +38,10 @@ its output once (the least it must move; L2 reuse and multi-pass kernels are not
   recomputed per call, ``96 s d`` forward and ``8 s d`` backward;
 - SwiGLU (``silu(x) * (x_linear + offset)``): ``14F`` forward, ``26F`` backward;
 - selective recompute reruns the attention forward above (``32S + 18 s^2 + 12Q``, the GQA repeats), and autograd
-  copies the gradients of the checkpoint's inputs whose layout differs from the input's (its layout contract):
-  dQ (``4Q``), and without GQA dK and dV too (``8K``); full recompute reruns the whole forward.
+  may copy the gradients of the checkpoint's inputs (AccumulateGrad's ``clone_obey_contract``, when a gradient's
+  layout differs from its input's or another reference holds it): dQ (``4Q``), and without GQA dK and dV too
+  (``8K``) - counted, though a run may skip some (seen from run to run on the CPU; ``autograd_copies``); full
+  recompute reruns the whole forward.
 
 The forward's writes keep what vdkit.planner.activations counts as saved (fp32 softmax output and its bf16 cast:
 ``6S`` of the ``16S`` written), a lower bound the count meets. The linears' GEMMs are the compute term's; the
@@ -63,6 +65,9 @@ class LayerTraffic:
     backward: float
     recomputed: float
     scores: float  # the part that scales with s^2 (all passes)
+    # of `recomputed`, the checkpoint's input-gradient copies: autograd's AccumulateGrad makes each only when the
+    # gradient's layout or a live reference to it asks (clone_obey_contract), so a run may move up to this much less
+    autograd_copies: float = 0.0
 
     @property
     def total(self) -> float:
@@ -99,14 +104,16 @@ def layer_traffic(m, s: float, b: int, tp: int = 1, sequence_parallel: bool = Fa
     s2_bwd = 40 * x["S"] + x["ss"]
     attn_bwd = s2_bwd + 28 * Q + 8 * K + (4 * Q + 4 * K if x["gqa"] else 0.0)
     backward = 2 * norm_bwd + 2 * 6 * X + attn_bwd + 28 * Q + 28 * K + 8 * x["sd"] + 26 * x["F"]
+    copies = 0.0
     if recompute == "full":
         recomputed, s2_rec = forward, s2_fwd
     elif recompute == "selective":
         again, s2_rec = _attention_forward(x)
-        recomputed = again + 4 * Q + (0.0 if x["gqa"] else 8 * K)
+        copies = 4 * Q + (0.0 if x["gqa"] else 8 * K)
+        recomputed = again + copies
     else:
         recomputed, s2_rec = 0.0, 0.0
-    return LayerTraffic(forward, backward, recomputed, s2_fwd + s2_bwd + s2_rec)
+    return LayerTraffic(forward, backward, recomputed, s2_fwd + s2_bwd + s2_rec, copies)
 
 
 def attention_flops(m, s: float, b: int, tp: int = 1, recomputed: float = 0.0) -> float:
