@@ -87,6 +87,10 @@ class EngineSpec:
     # .activations): fused (Transformer Engine + flash attention) | local (megatron-core's local spec: unfused
     # attention keeps its softmax) | hf (transformers' layers with engine.attention sdpa / eager)
     layer_kernels: str = "fused"
+    # how its collator pads unpacked fine-tuning rows: to the longest row of each micro batch (micro_batch) or every
+    # micro batch of a step to the step's longest row (global_batch); the local layers' step-time term
+    # (vdkit.planner.local_traffic) prices the rows a local-kernel engine builds from it
+    pads_rows_to: str = "micro_batch"
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)
     # the run-dir files a person may edit (its config): `vdkit check` holds them to the stack's types and the value
@@ -109,7 +113,7 @@ class EngineSpec:
     def validate(self) -> None:
         """Raise TypeError naming the first thing this spec gets wrong (its registration fails)."""
         from vdkit.composition import schema
-        from vdkit.composition.schema import LAYER_KERNELS, STEP_TIME_REGIMES as REGIMES, ModelCfg
+        from vdkit.composition.schema import LAYER_KERNELS, ROW_PADDINGS, STEP_TIME_REGIMES as REGIMES, ModelCfg
 
         who = f"engine spec {self.name!r}"
 
@@ -151,6 +155,8 @@ class EngineSpec:
             bad(f"step_time_regime={self.step_time_regime!r} is not one of {', '.join(REGIMES)}")
         if self.layer_kernels not in LAYER_KERNELS:
             bad(f"layer_kernels={self.layer_kernels!r} is not one of {', '.join(LAYER_KERNELS)}")
+        if self.pads_rows_to not in ROW_PADDINGS:
+            bad(f"pads_rows_to={self.pads_rows_to!r} is not one of {', '.join(ROW_PADDINGS)}")
         for key in ("rope_scaling", "run_dir_files", "config_files", "images", "runtime_modules"):
             if not isinstance(getattr(self, key), tuple):
                 bad(f"{key} must be a tuple")

@@ -156,7 +156,21 @@ def _two_ranks(rank, port, out):
         got = _measure(2, sp, mode, mbs)
         if rank == 0:
             out.put((mode, sp, mbs, got))
+    # the same ranks count a bf16 layer's HBM traffic (vdkit.planner.local_traffic's TP / SP shapes; its TP 1 check:
+    # tests/test_local_traffic.py), so that no second pair of processes has to import megatron-core
+    import dataclasses
+
+    from vdkit.recipes.megatron.traffic import layer_traffic
+
+    for mode, sp in TRAFFIC_CASES:
+        cfg = dataclasses.replace(_config(2, sp, mode, bf16=True), num_layers=1)
+        got = sum(layer_traffic(cfg, SEQ, 2).values())
+        if rank == 0:
+            out.put((mode, sp, got))
     dist.destroy_process_group()
+
+
+TRAFFIC_CASES = [("none", False), ("selective", True)]
 
 
 @pytest.mark.slow  # two processes importing megatron-core: ~60 s on 2 cores
@@ -172,6 +186,12 @@ def test_tensor_and_sequence_parallel():
     for _ in range(4):
         mode, sp, mbs, got = out.get(timeout=5)
         _check(got, mode, mbs, tp=2, sp=sp)
+    from vdkit.planner.local_traffic import layer_traffic
+
+    for _ in TRAFFIC_CASES:  # megatron-core's collectives are the communication term's, not counted
+        mode, sp, got = out.get(timeout=5)
+        want = layer_traffic(_model(), SEQ, 2, 2, sp, mode)  # selective: autograd's gradient copies may be skipped
+        assert want.total - want.autograd_copies <= got <= want.total, (mode, sp, got, want)
 
 
 def test_partial_recompute_with_interleaving_counts_n_layers_per_model_chunk(one_rank):

@@ -45,6 +45,7 @@ def test_a_spec_that_omits_a_model_field_fails_at_registration(monkeypatch):
     ({"methods": ("sft", "dpo")}, r"methods names \['dpo'\]"),
     ({"methods": "sft"}, "methods must be a tuple"),
     ({"step_time_regime": "fast"}, "step_time_regime='fast'"),
+    ({"pads_rows_to": "step"}, "pads_rows_to='step' is not one of micro_batch, global_batch"),
     ({"refuses": {"qkv_bias": "x", "no_such_field": "y"}}, "no_such_field, which is not a model field"),
     ({"ignores": {"qkv_bias": "twice"}}, "qkv_bias named in more than one"),
     ({"base_model_key": "megatron_pth"}, "base_model_key='megatron_pth' is not a model field"),

@@ -295,3 +295,14 @@ def test_the_fused_distributed_optimizer_hides_the_gradient_reduction_behind_com
     guide = recipe("model=llama2_13b", "method=sft", "cluster.nodes=2")
     unfused = P.predict_step(guide, 2, 1, 1, "none", True)
     assert unfused.parts["dp_window_flops_s"] == 0 and unfused.parts["data_parallel_s"] == unfused.parts["dp_s"] > 0
+
+
+def test_a_reference_gpu_the_gpu_table_lacks_is_one_line():
+    """step_time.yaml naming a reference GPU hf_step_time.yaml does not describe: a UserError (before: NameError,
+    predict.py raised UserError without importing it)."""
+    from vdkit.errors import UserError
+    from vdkit.planner import predict
+
+    calib = dict(predict.calibration(), hardware=dict(predict.calibration()["hardware"], reference_gpu="H900"))
+    with pytest.raises(UserError, match="reference_gpu=H900 is not in"):
+        predict.gpu_hardware(calib, "H100-SXM5-80GB")

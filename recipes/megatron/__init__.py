@@ -172,6 +172,7 @@ SPEC = EngineSpec(
     step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
     # local spec on GPUs too (model.py layer_specs: no Transformer Engine, unfused attention): the plan counts its bytes
     layer_kernels="local",
+    pads_rows_to="global_batch",  # data.py step_length: every micro batch of a step padded to its longest row
     gpu_vendors=("nvidia", "amd"),  # NGC PyTorch (CUDA) or, on AMD clusters, engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),
     stack={"megatron-core": TESTED_VERSION},

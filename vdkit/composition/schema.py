@@ -38,6 +38,7 @@ STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / 
 # transformers' eager PyTorch layers (sdpa or eager attention: vdkit.planner.hf_activations)
 LAYER_KERNELS = ("fused", "local", "hf")
 ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
+ROW_PADDINGS = ("micro_batch", "global_batch")  # an engine's padding of unpacked rows (its spec's pads_rows_to)
 
 
 # ----------------------------------------------------------------------------- the recipe

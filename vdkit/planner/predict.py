@@ -47,6 +47,7 @@ from typing import Dict, Optional
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.interconnect import interconnect
+from vdkit.planner.local_traffic import local_step
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
 from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
@@ -95,6 +96,8 @@ def gpu_hardware(calib: dict, gpu_type: str) -> dict:
     gpus = load("hf_step_time")["gpus"]
     g, r = gpus.get(gpu_type), gpus.get(ref)
     if r is None:  # the reference GPU's facts (its ring bandwidth, its measured share of peak) live there
+        from vdkit.errors import UserError
+
         raise UserError(f"conf/calibration/step_time.yaml: hardware.reference_gpu={ref} is not in "
                         "conf/calibration/hf_step_time.yaml gpus", f"describe {ref} there, or name a GPU it describes")
     hw["nvlink_gb_s"] = float((g or r)["intra_node_gb_s"])
@@ -302,6 +305,14 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     gemm_fpt = flops_per_token(r, recompute, calib, pp, vp) - attention_flops_per_token(r, recompute, calib, pp, vp)
     flops_mb = per_gpu * gemm_fpt / peak  # GEMMs: s at 100 % of peak
     attn_mb = per_gpu * attention_kernel_flops_per_token(r, recompute, calib, pp, vp) / attn_peak  # at its precision's peak
+    # An engine that builds megatron-core's local layers (its spec's layer_kernels) runs its norms, RoPE, SwiGLU and
+    # the s x s attention unfused: their HBM traffic, and the bmm FLOPs of the whole score square beyond what the
+    # attention term above counts (vdkit.planner.local_traffic; such engines run bf16 only, so peak is the BF16 one).
+    local = local_step(r, tp, layers, recompute, share,
+                       n * attention_kernel_flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp))
+    local_flops_mb = slow * local.extra_flops / peak if local else 0.0
+    flops_mb += local_flops_mb
+    local_mb = slow * local.hbm_bytes / hbm if local else 0.0
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff + attn_mb / attn_eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
@@ -332,7 +343,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + pp_lat)) if pp > 1 and not (fused and vp > 1) else 0.0
     cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
                        fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
-    stage_mb = compute_mb + overhead_mb + tp_mb + pp_mb + cp_mb
+    stage_mb = compute_mb + overhead_mb + local_mb + tp_mb + pp_mb + cp_mb
 
     # Data parallel: the trainable parameters' gradients, once per step, after the backward, in the gradient buffer's
     # dtype as the engine renders it (the memory model's gradient bytes, one home: fp32 main gradients, 4; NeMo's
@@ -364,20 +375,32 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
     return StepTime(
-        compute_s=micro * compute_mb, overhead_s=micro * overhead_mb,
+        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb),
         communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
+               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
-               #        + comm) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff) + per_step
+               #        + local_s + comm) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff) + per_step
                # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
-               "floor_s": floor_mb, "touched_gb": touched / 1e9, "comm_s": tp_mb + pp_mb + cp_mb, "dp_s": dp_s,
-               "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s},
+               "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tp_mb + pp_mb + cp_mb,
+               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s},
     )
+
+
+def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: float) -> dict:
+    """The local layers' share of the step (vdkit.planner.local_traffic) for the plan's note - their traffic's and
+    their extra attention FLOPs' seconds per step (``traffic_mb``, ``flops_mb``: per micro batch); {} without them."""
+    if local is None:
+        return {}
+    return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
+            "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
+            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb,
+            "local_hbm_gb_s": hbm / 1e9}
 
 
 def straggler(gpus: int, hw: dict) -> float:

@@ -18,6 +18,7 @@ Where the numbers come from, best first:
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import math
@@ -92,6 +93,7 @@ def expected_longest(hist: Dict[int, int], rows: int, cap: int) -> float:
     return out
 
 
+@functools.lru_cache(maxsize=256)  # a layout search asks once per candidate; the quadrature is the slow part
 def lognormal_longest(mean: float, sigma: float, rows: int, cap: float) -> float:
     """E[min(longest of ``rows`` log-normal row lengths, cap)] for rows of average ``mean`` (quadrature)."""
     mu = math.log(mean) - sigma * sigma / 2
@@ -145,10 +147,13 @@ def full_rows(recipe) -> bool:
     return recipe.method.name == "pretrain" or recipe.data.kind == "pretrain" or bool(recipe.data.packed)
 
 
-def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTokens:
-    """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring)."""
+def micro_batch_tokens(recipe, defaults: Optional[dict] = None, padded_over: Optional[int] = None) -> MicroBatchTokens:
+    """Tokens per micro batch of an unpacked fine-tuning recipe (see the module docstring). ``padded_over``: the rows
+    whose longest every row is padded to (default: the micro batch's; a collator that pads a whole step to one length
+    pads over the global batch)."""
     t = recipe.train
     b, cap = t.micro_batch_size, t.seq_length
+    over = padded_over or b
     if full_rows(recipe):
         return MicroBatchTokens(b, float(cap), float(cap), f"full rows: {recipe.method.name} / packed rows fill "
                                 f"train.seq_length={cap}")
@@ -156,7 +161,7 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
     if path is not None:
         doc, hist = _read_stats(path)
         mean = sum(k * v for k, v in hist.items()) / sum(hist.values())
-        return MicroBatchTokens(b, mean, expected_longest(hist, b, cap),
+        return MicroBatchTokens(b, mean, expected_longest(hist, over, cap),
                                 f"{path} ({doc.get('rows')} rows, {doc.get('tokenizer')})")
     if defaults is None:
         from vdkit.planner.calibration import load
@@ -173,4 +178,4 @@ def micro_batch_tokens(recipe, defaults: Optional[dict] = None) -> MicroBatchTok
         why = f"planner default: no counts for {recipe.data.name}, rows assumed {mean:g} tokens (half the sequence)"
     mean = min(mean, float(cap))
     why += "; count the data with `vdkit data stats TRAIN.jsonl --tokenizer T --plan`"
-    return MicroBatchTokens(b, mean, lognormal_longest(mean, sigma, b, cap), why)
+    return MicroBatchTokens(b, mean, lognormal_longest(mean, sigma, over, cap), why)
