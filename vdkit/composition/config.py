@@ -288,8 +288,7 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
 
     _check(c.launcher in launchers.names(), f"cluster.launcher={c.launcher!r} is not a launcher",
            "use " + " or ".join(f"cluster.launcher={n}" for n in launchers.names()))
-    # Fabric rules (RDMA adapters, NCCL_IB_DISABLE) apply where ranks span nodes: not to a launcher
-    # that starts them on this machine.
+    # Fabric rules (RDMA adapters, NCCL_IB_DISABLE) apply where ranks span nodes, not on this machine's launcher.
     spans_nodes = not launchers.get(c.launcher).executes_here
     _check(c.mpi in MPI_TYPES, f"cluster.mpi={c.mpi!r} is not an srun --mpi type", "use " + ", ".join(MPI_TYPES))
     _check(c.min_nodes <= c.nodes <= c.max_nodes,

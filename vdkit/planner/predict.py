@@ -46,6 +46,7 @@ from typing import Dict, Optional
 
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
+from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.local_traffic import local_step
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
@@ -245,13 +246,6 @@ def efficiency_key(precision: str) -> str:
 
 
 # ----------------------------------------------------------------------------- the prediction
-def _ring_s(bytes_per_gpu: float, ranks: int, gb_s: float, latency_s: float) -> float:
-    """A ring all-reduce of ``bytes_per_gpu`` over ``ranks`` GPUs at ``gb_s`` GB/s per GPU."""
-    if ranks <= 1:
-        return 0.0
-    return 2.0 * (ranks - 1) / ranks * bytes_per_gpu / (gb_s * 1e9) + 2 * (ranks - 1) * latency_s
-
-
 def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                  distributed_optimizer: bool = False, constants: Optional[Dict[str, float]] = None,
                  calib: Optional[dict] = None) -> StepTime:
@@ -341,7 +335,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     inter_pp = tp * pp > c.gpus_per_node
     pp_link, pp_lat = (ib_per_gpu, fab_latency) if inter_pp else (nvlink, latency)
     pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + pp_lat)) if pp > 1 and not (fused and vp > 1) else 0.0
-    cp_mb = _cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
+    cp_mb = cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
                        fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
     stage_mb = compute_mb + overhead_mb + local_mb + tp_mb + pp_mb + cp_mb
 
@@ -356,7 +350,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
                        else (min(nvlink, fab.node_gb_s), fab_latency))
     grad_bytes = grad_optimizer_bytes(r, distributed_optimizer)[0]
-    dp_s = _ring_s(grad_bytes * trainable_held, dp * cp, dp_link, dp_lat)
+    dp_s = ring_s(grad_bytes * trainable_held, dp * cp, dp_link, dp_lat)
     # NVIDIA's fused path with the distributed optimizer overlaps that reduction with compute (NeMo: optim
     # overlap_grad_sync / overlap_param_sync, conf/nvidia/llama2_pretrain.yaml - NeMo 1.23's
     # MegatronBaseModel.reduce_overlap_gradients: "the grad sync is overlapped with the final backward pass";
@@ -401,35 +395,6 @@ def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: flo
             "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
             "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb,
             "local_hbm_gb_s": hbm / 1e9}
-
-
-def straggler(gpus: int, hw: dict) -> float:
-    """How much slower the slowest of ``gpus`` identical GPUs runs than the average one: 1 + the spread of
-    their speeds (``gpu_speed_cv``, step_time.yaml with its source) x the expected maximum of ``gpus`` standard
-    normal draws (Blom's approximation of the order statistic, exact to ~1 % of it). A synchronous step
-    ends when its slowest GPU does: 1.014 on 8 GPUs, 1.024 on 64, 1.032 on 1024 at a 1 % spread."""
-    from statistics import NormalDist
-
-    if gpus <= 1:
-        return 1.0
-    return 1.0 + float(hw["gpu_speed_cv"]) * NormalDist().inv_cdf((gpus - 0.375) / (gpus + 0.25))
-
-
-def _cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
-               latency: float, elem_bytes: float) -> float:
-    """Context parallelism's ring per micro batch and stage (Transformer Engine's p2p attention): each layer
-    passes its K and V chunk (this GPU's s / CP tokens, its KV heads / TP) round the CP ring, CP - 1 hops
-    forward and again with their gradients backward (2x: K, V and dK, dV); a recomputed forward repeats
-    its hops. Counted whole: the kit does not assume the hops hide behind the chunk's attention. CP groups
-    sit next to TP in megatron-core's rank order: NVLink while TP x CP fits a node, else the fabric."""
-    if cp <= 1:
-        return 0.0
-    m = r.model
-    kv_dim = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
-    chunk = 2 * n / cp * kv_dim / tp * elem_bytes  # K and V of this GPU's share
-    link = nvlink if tp * cp <= r.cluster.gpus_per_node else ib_per_gpu
-    hop = chunk / (link * 1e9) + latency
-    return layers * (cp - 1) * (1 + 2 + share) * hop
 
 
 REGIMES = STEP_TIME_REGIMES  # the step-time regimes an engine may name (its spec's step_time_regime)
