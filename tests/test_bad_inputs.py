@@ -155,7 +155,7 @@ for name, argv, expect in [
     ("status-missing-dir", ["status", "{ws}/nothing"], "neither a run directory nor a Slurm job id"),
     ("status-garbage", ["status", "abc;rm"], "neither a run directory nor a Slurm job id"),
     ("status-never-submitted", ["status", "{ws}/run"], "no job was submitted"),
-    ("status-plain-dir", ["status", "{ws}"], "no job was submitted"),
+    ("status-plain-dir", ["status", "{ws}"], "not a run directory"),
     ("status-negative", ["status", "-5"], "-5"),
     ("status-unknown-job", ["status", "99999999"], "about job 99999999"),  # unknown, or controller unreachable
 ]:
