@@ -138,7 +138,7 @@ def megatron_checkpoint_problem(path):
         return f"its {iters[-1]} holds no distributed checkpoint (no metadata.json)"
     if os.path.isfile(os.path.join(path, iters[-1], DCP_METADATA)):
         short = dcp_short_file(os.path.join(path, iters[-1]))
-        return f"its {iters[-1]}/{short} (a copy cut off?)" if short else None
+        return f"its {iters[-1]}/{short}" if short else None
     return None
 
 
