@@ -21,6 +21,7 @@ from typing import Dict
 from vdkit.errors import UserError
 
 NAME = "kubernetes"
+SETTINGS = "kubernetes"  # the cluster key this launcher alone reads (cluster.kubernetes): vdkit.launch.launchers.settings_key
 
 
 def _settings(plan):

@@ -9,6 +9,7 @@ cleanly (exit 75) submits the next allocation with ``--dependency=afterany``; a 
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Dict, Optional
 
@@ -16,7 +17,35 @@ from vdkit.errors import UserError
 from vdkit.run.jobspec import JobSpec
 from vdkit.run.rundir import SBATCH_FILE
 
+# The cluster fields that name Slurm objects -> (whether sbatch takes a comma-separated list of them, the command that
+# lists them). sbatch(1): --partition and --reservation "specify their names in a comma separate list" (an empty item
+# names nothing); a partition or reservation name is one slurm.conf / scontrol token: no whitespace, and no '#' (where
+# slurm.conf's comments start). --account and --qos take one name ("an arbitrary string": sacctmgr reads a comma as
+# its list separator, so never one holding a comma). Empty is no name either (None is: the site's default).
+SLURM_NAMES = {"partition": (True, "sinfo -s"), "reservation": (True, "scontrol show reservation"),
+               "account": (False, "sacctmgr show account"), "qos": (False, "sacctmgr show qos")}
+_LISTED_NAME = re.compile(r"[^\s,#]+")  # one item of --partition / --reservation
+_ONE_NAME = re.compile(r"[^,]*[^,\s][^,]*")  # --account / --qos
+
 RUNS_FIRST = True  # submit() sbatches the run dir's FIRST_FILE jobs first, launch.sbatch with afterok on them
+
+
+def check_recipe(recipe) -> None:
+    """At composition (`vdkit plan` included): cluster.partition / reservation / account / qos hold Slurm names
+    (:data:`SLURM_NAMES`), not what sbatch would refuse at submit ("gpu partition", "a,,b", "")."""
+    for key, (many, lister) in SLURM_NAMES.items():
+        value = getattr(recipe.cluster, key)
+        if value is None:
+            continue
+        text = str(value)
+        rule = _LISTED_NAME if many else _ONE_NAME
+        bad = next((n for n in (text.split(",") if many else [text]) if not rule.fullmatch(n)), None)
+        if bad is not None:
+            what = "an empty name" if not bad.strip() else f"{bad!r}"
+            takes = "a comma-separated list of names without spaces or '#'" if many else "one name, without commas"
+            raise UserError(f"cluster.{key}={text!r}: {what} is not a Slurm {key} name (sbatch --{key} takes {takes}): "
+                            "sbatch would refuse the job at submit",
+                            f"write the name as `{lister}` prints it, or cluster.{key}=null for the site's default")
 
 
 def check(plan, job: JobSpec) -> None:

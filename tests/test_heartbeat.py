@@ -24,7 +24,16 @@ def test_the_beat_carries_the_median_compute_time_of_the_last_steps(tmp_path):
     for step, compute in enumerate([0.1, 0.1, 0.9, 0.1, 0.3, 0.3, 0.3], start=1):  # one hiccup at step 3
         hb.progress(step, 1.0, compute)
     hb.write()
-    assert (tmp_path / "rank1").read_text().split()[2:] == ["7", "1000", hb.node, "train", "300"]
+    assert (tmp_path / "rank1").read_text().split()[2:7] == ["7", "1000", hb.node, "train", "300"]
+
+
+def test_the_beat_says_what_torch_trains_on(tmp_path):
+    """The 8th field: gpu or cpu as this process's torch sees it (`vdkit status` tells a CPU-emulated run by it)."""
+    import torch
+
+    hb = Heartbeat(tmp_path, 0)
+    hb.write()
+    assert (tmp_path / "rank0").read_text().split()[7] == ("gpu" if torch.cuda.is_available() else "cpu")
 
 
 def test_the_thread_beats_and_steps_are_progress(tmp_path):

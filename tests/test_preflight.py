@@ -66,6 +66,27 @@ def test_a_bridge_base_is_refused_missing_empty_unconverted_or_cut_and_passes_wh
     assert p(_bridge_base(tmp_path / "ok")) is None
 
 
+def test_a_bridge_base_whose_shard_was_cut_short_names_the_file(tmp_path):
+    """A real torch.distributed.checkpoint base (tracker, metadata.json and .metadata all there) whose data file a copy
+    cut short: refused naming the file and the bytes torch's own .metadata says it holds."""
+    import warnings
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    base = _bridge_base(tmp_path / "base")
+    warnings.filterwarnings("ignore", category=UserWarning)  # torch: no process group (one process here)
+    dcp.save({"w": torch.zeros(1000)}, storage_writer=dcp.FileSystemWriter(str(base / "iter_0000000")), no_dist=True)
+    p = lambda: preflight.problem("model.megatron_path", str(base), "megatron_checkpoint")  # noqa: E731
+    assert p() is None
+    shard = base / "iter_0000000" / "__0_0.distcp"
+    whole = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert f"iter_0000000/__0_0.distcp is cut short (100 of {whole} bytes)" in p()
+    shard.unlink()
+    assert "__0_0.distcp is missing" in p()
+
+
 def test_a_nemo_base_must_be_a_tar_holding_model_config(tmp_path):
     p = lambda path: preflight.problem("model.nemo_path", str(path), "nemo")  # noqa: E731
     assert "does not exist" in p(tmp_path / "gone.nemo")

@@ -17,6 +17,7 @@ import pytest
 from helpers import make_run
 from helpers import K8S_TINY as TINY, k8s_vols as vols  # fake_kubectl: a conftest fixture
 from vdkit.cli import main
+from vdkit.commands.status import _watch as status_watch
 
 LOCAL = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local", "train.max_steps=40"]
 SLURM = ["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=xe9680", "cluster.nodes=1",
@@ -140,6 +141,22 @@ def test_status_watches_the_run_against_its_plan_and_names_a_straggler(tmp_path,
     (beats / "rank3").write_text(f"{now} {now} 10 205 node1 train\n")
     assert main(["status", str(run_dir)]) == 0
     assert "straggler" not in capsys.readouterr().out
+
+
+def test_status_says_the_plan_is_for_the_clusters_gpus_and_a_cpu_run_is_not_comparable(tmp_path):
+    """A run planned for the XE9680's H100s that trains on CPU (the local emulated Slurm: the heartbeat's device is
+    cpu): the line says which GPU the plan is for and that this run is CPU emulation, not a 100x miss."""
+    run_dir = make_run(tmp_path, SLURM)
+    lo, hi = json.loads((run_dir / "plan.json").read_text())["prediction"]["interval_s"]
+    beats = run_dir / "heartbeat"
+    beats.mkdir()
+    now = int(time.time())
+    (beats / "rank0").write_text(f"{now} {now} 9 54900 xe9680-1 train - cpu\n")
+    line = status_watch(run_dir, "RUNNING")  # the run's part of the status line (no scheduler asked here)
+    assert f"54.9 s/step (plan {lo:.3g}-{hi:.3g} on H100-SXM5-80GB; this run trains on CPU" in line
+    (beats / "rank0").write_text(f"{now} {now} 9 500 xe9680-1 train - gpu\n")
+    line = status_watch(run_dir, "RUNNING")
+    assert f"0.5 s/step (plan {lo:.3g}-{hi:.3g} on H100-SXM5-80GB)" in line and "CPU" not in line
 
 
 def test_status_of_a_cancelled_run_gives_no_eta(tmp_path, capsys):

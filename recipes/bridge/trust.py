@@ -2,7 +2,8 @@
 aside (renamed, never deleted) and Bridge's tracker pointed at the newest complete one (:func:`trust_latest`).
 
 Like ``bridge_job.py`` (:mod:`.job`, which calls it), this file is copied into each run directory (``bridge_trust.py``,
-beside it) and runs in NVIDIA's image as it is: the standard library and torch only, nothing from vdkit.
+beside it) and runs in NVIDIA's image as it is: the standard library and torch only, nothing from vdkit but the run dir's pre-flight
+(``vdkit_preflight.py``, which bridge_job.py imports too: its :func:`dcp_short_file` checks the shards).
 """
 import os
 import time
@@ -50,21 +51,18 @@ def damage(path):
         return f"incomplete: no {', '.join(missing)} (its save was cut off)"
     if os.path.getsize(os.path.join(path, "train_state.pt")) == 0:
         return "incomplete: train_state.pt is empty"
-    try:
-        from torch.distributed.checkpoint import FileSystemReader
+    return _preflight().dcp_short_file(path)  # the shards against torch's .metadata: the pre-flight's check
 
-        storage = FileSystemReader(path).read_metadata().storage_data
-    except Exception as exc:  # noqa: BLE001 - any unreadable metadata is a damaged checkpoint
-        return f"unreadable .metadata ({type(exc).__name__}: {exc})"
-    need = {}
-    for info in (storage or {}).values():
-        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
-    for name, size in sorted(need.items()):
-        f = os.path.join(path, name)
-        have = os.path.getsize(f) if os.path.isfile(f) else -1
-        if have < size:
-            return f"{name} is {'missing' if have < 0 else f'cut short ({have} of {size} bytes)'}"
-    return None
+
+def _preflight():
+    """The pre-flight module (its :func:`dcp_short_file`): the run dir's copy ``vdkit_preflight.py`` beside this job
+    on sys.path in the container, else vdkit's own (as ``bridge_job.py`` finds it)."""
+    import importlib
+
+    try:
+        return importlib.import_module("vdkit_preflight")
+    except ImportError:
+        return importlib.import_module("vdkit.recipes.common.preflight")
 
 
 def _set_aside(save_dir, name) -> str:

@@ -3,7 +3,7 @@
 The launcher names the directory in ``$VDKIT_HEARTBEAT_DIR`` (unset: no heartbeat, e.g. ``vdkit run``).
 Rank R rewrites ``<dir>/rank<R>`` (write a hidden file, rename) with one line::
 
-    <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase> <compute ms>
+    <beat epoch s> <progress epoch s> <steps done> <last step ms> <node> <phase> <compute ms> <device>
 
 ``phase`` is ``start`` (building, loading), ``train`` or ``save`` (a checkpoint being written): the
 watchdog allows the start-up grace, the hang limit or the save grace accordingly; ``exit`` once the
@@ -14,13 +14,16 @@ written, not the file's mtime, because an NFS client's attribute cache can serve
 rank reaches the step's gradient reduction (its own forward and backward, before it waits for its peers), ``-``
 while the engine reports none. In data parallelism every rank leaves the reduction together, so step times are
 equal and only this field tells a slow rank from its peers (`vdkit status`'s straggler, vdkit.run.runs). It comes
-last: a reader of the first six fields (the watchdog's ``read``) is unchanged.
+last: a reader of the first six fields (the watchdog's ``read``) is unchanged. ``device`` is what the rank's torch
+trains on: ``gpu``, ``cpu`` (no accelerator: a CPU-emulated cluster such as the local Slurm), ``-`` before torch is
+imported; `vdkit status` says a CPU run's step time is not the plan's GPUs'.
 """
 from __future__ import annotations
 
 import os
 import socket
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -48,6 +51,15 @@ def leave_all() -> None:
         beat.leave()
 
 
+def _device() -> str:
+    """What this process's torch trains on: 'gpu', 'cpu' (it sees no accelerator), '-' (torch not imported yet)."""
+    torch = sys.modules.get("torch")
+    try:
+        return "-" if torch is None else ("gpu" if torch.cuda.is_available() else "cpu")
+    except Exception:  # noqa: BLE001 - torch half-imported (the main thread is importing it): ask on the next beat
+        return "-"
+
+
 class Heartbeat:
     """One rank's heartbeat file, refreshed by a daemon thread until :meth:`stop`."""
 
@@ -58,6 +70,7 @@ class Heartbeat:
         self.step, self.step_ms, self.phase = 0, 0, "start"
         self.progress_at = time.time()
         self.compute = deque(maxlen=COMPUTE_WINDOW)  # the last steps' compute seconds (see the module docstring)
+        self.device = "-"  # asked of torch until it answers (_device)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -94,8 +107,10 @@ class Heartbeat:
     def write(self) -> None:
         with self._lock:
             compute = f"{int(statistics.median(self.compute) * 1000)}" if self.compute else "-"
+            if self.device == "-":
+                self.device = _device()
             line = (f"{int(time.time())} {int(self.progress_at)} {self.step} {self.step_ms} {self.node} "
-                    f"{self.phase} {compute}\n")
+                    f"{self.phase} {compute} {self.device}\n")
             tmp = self.path.with_name(f".{self.path.name}.tmp")
             tmp.write_text(line)
             os.replace(tmp, self.path)

@@ -23,7 +23,8 @@ megatron/bridge/training/setup.py + training/utils/checkpoint_utils.py ``checkpo
 - ``npy``: a NumPy ``.npy`` whose header parses (NeMo's packed dataset ``np.load``\\ s it);
 - ``megatron_checkpoint``: a Megatron / Megatron-Bridge checkpoint directory: its tracker
   (``latest_checkpointed_iteration.txt`` or Bridge's ``latest_train_state.pt``), the iteration directory the
-  tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``;
+  tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``; where
+  torch is importable, every data file as long as torch's ``.metadata`` says (:func:`dcp_short_file`: a cut copy);
 - ``nemo``: a ``.nemo`` tar archive that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector),
   every member whole (a plain tar cut short), or such an extracted directory;
 - ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``), each
@@ -49,6 +50,7 @@ NEMO_CONFIG = "model_config.yaml"
 SAFETENSORS_INDEX = "model.safetensors.index.json"  # a sharded model's tensor -> shard map (transformers)
 SAFETENSORS_HEADER_MAX = 100_000_000  # safetensors' own MAX_HEADER_SIZE: a larger length is no header
 NEMO_MEMBERS_READ = 10000  # a .nemo holds a handful of members; never walk an unrelated huge tar to the end
+DCP_METADATA = ".metadata"  # torch.distributed.checkpoint's index: every data file's name, offsets and lengths
 BASE_KINDS = ("megatron_checkpoint", "nemo", "hf")  # a fine-tune's base model as its stack reads it
 KINDS = ("dir", "file", "data_dir", "npy", "megatron_checkpoint", "nemo", "hf", "tokenizer", "image")
 
@@ -138,6 +140,33 @@ def megatron_checkpoint_problem(path):
     if not any(_nonempty_file(os.path.join(path, n, "metadata.json")) or
                any(m.startswith("mp_rank_") for m in (_listdir(os.path.join(path, n)) or ())) for n in iters):
         return f"its {iters[-1]} holds no distributed checkpoint (no metadata.json)"
+    if os.path.isfile(os.path.join(path, iters[-1], DCP_METADATA)):
+        short = dcp_short_file(os.path.join(path, iters[-1]))
+        return f"its {iters[-1]}/{short}" if short else None
+    return None
+
+
+def dcp_short_file(path):
+    """Which data file of torch.distributed.checkpoint directory ``path`` holds fewer bytes than its own ``.metadata``
+    says it does ('__0_0.distcp is cut short (100 of 16384 bytes)', '... is missing', or the .metadata unreadable);
+    None when each holds them all - or when torch is not importable here (a node's bare python3): torch's own reader
+    is the one judge of its format. Bytes changed inside a file are not seen: the format keeps no checksum."""
+    try:
+        from torch.distributed.checkpoint import FileSystemReader
+    except ImportError:
+        return None
+    try:
+        storage = FileSystemReader(path).read_metadata().storage_data
+    except Exception as exc:  # noqa: BLE001 - any unreadable metadata is a damaged checkpoint
+        return f"{DCP_METADATA} is unreadable ({type(exc).__name__}: {exc})"
+    need = {}
+    for info in (storage or {}).values():
+        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(need.items()):
+        f = os.path.join(path, name)
+        have = os.path.getsize(f) if os.path.isfile(f) else -1
+        if have < size:
+            return f"{name} is {'missing' if have < 0 else f'cut short ({have} of {size} bytes)'}"
     return None
 
 

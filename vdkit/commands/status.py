@@ -92,7 +92,8 @@ def _watch(run_dir, state: str = ""):
     from vdkit.run.runs import CANCELLED, progress
 
     try:
-        p = progress(run_dir, load_recipe(run_dir).train.max_steps)
+        recipe = load_recipe(run_dir)
+        p = progress(run_dir, recipe.train.max_steps, recipe.cluster.gpu_type)
     except Exception:  # noqa: BLE001 - progress is a note: status answers without it
         return None
     ended = state.split(" ", 1)[0] in ENDED | {CANCELLED}

@@ -16,6 +16,10 @@ default as shown). ``plan`` is a :class:`vdkit.composition.schema.Plan`, ``job``
 :class:`~vdkit.run.jobspec.JobSpec` for this run directory, ``run_dir`` the run directory's absolute
 :class:`~pathlib.Path` (when rendering it does not exist yet: files need its final path):
 
+``SETTINGS: str``  (default: none)
+    The ``cluster`` field this launcher alone reads (the Kubernetes launcher: ``kubernetes``, its
+    ``cluster.kubernetes`` mapping). A command line that sets it while another launcher runs the cluster is
+    refused at composition (:func:`refuse_foreign_settings`): nothing else would read it.
 ``check_recipe(recipe) -> None``  (default: accept)
     Refuse, at composition (every verb, ``vdkit plan`` included), what is wrong in this launcher's own
     cluster settings (e.g. ``cluster.kubernetes``). Pure and light: :func:`vdkit.rules.check_recipe` calls it.
@@ -200,6 +204,28 @@ class Launcher:
     def job_alive(self, job_id: str) -> bool:
         fn = getattr(self.module, "job_alive", None)
         return bool(fn(job_id)) if fn else False
+
+
+def settings_key(name: str) -> Optional[str]:
+    """The ``cluster`` field launcher ``name`` alone reads (its module's ``SETTINGS``), or None."""
+    return getattr(get(name).module, "SETTINGS", None)
+
+
+def refuse_foreign_settings(launcher: str, overrides) -> None:
+    """Refuse a command-line override of another launcher's settings (``+cluster.kubernetes.foo=1`` on a Slurm
+    cluster): no code would read it. A cluster YAML may describe the same machines under two launchers (its
+    ``kubernetes:`` block beside ``launcher: slurm``, for ``cluster.launcher=kubernetes``): only the command line,
+    where a user meant the key to act, is held to this."""
+    for other in names():
+        key = settings_key(other) if other != launcher else None
+        if not key:
+            continue
+        for raw in overrides:
+            name = str(raw).split("=", 1)[0].lstrip("+~")
+            if name == f"cluster.{key}" or name.startswith(f"cluster.{key}."):
+                raise UserError(f"{name}: cluster.{key} is read only by the {other} launcher, and this cluster's "
+                                f"launcher is {launcher}: the setting would be ignored",
+                                f"drop it, or set cluster.launcher={other} to run this cluster under {other}")
 
 
 def succeeded(state: str) -> bool:

@@ -37,6 +37,7 @@ def check_launcher_settings(recipe) -> None:
     from vdkit.launch import launchers
 
     if recipe.cluster.launcher in launchers.names():  # an unknown launcher is validate_fields' line
+        launchers.refuse_foreign_settings(recipe.cluster.launcher, recipe.overrides)
         launchers.get(recipe.cluster.launcher).check_recipe(recipe)
 
 

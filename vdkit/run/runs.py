@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from vdkit.composition.schema import CPU_GPU_TYPE
 from vdkit.errors import UserError
 from vdkit.run.faults import HEARTBEAT_S
 from vdkit.run.rundir import (CANCELLED_FILE, FINISHED_FILE, HEARTBEAT_DIR, JOB_ID_FILE, LOCK_FILE, PLAN_FILE,
@@ -128,6 +129,7 @@ class Beat:
     node: str
     phase: str
     compute_s: Optional[float] = None  # the median of its last steps' time before the gradient reduction
+    device: Optional[str] = None  # what its torch trains on: gpu | cpu (None: not said)
 
 
 def heartbeats(run_dir) -> Dict[int, Beat]:
@@ -146,7 +148,8 @@ def heartbeats(run_dir) -> Dict[int, Beat]:
             fields = path.read_text().split()
             beat, prog, steps, ms, node, phase = fields[:6]
             compute = int(fields[6]) / 1000.0 if len(fields) > 6 and fields[6].isdigit() else None
-            out[rank] = Beat(rank, float(beat), float(prog), int(steps), int(ms) / 1000.0, node, phase, compute)
+            device = fields[7] if len(fields) > 7 and fields[7] in ("gpu", "cpu") else None
+            out[rank] = Beat(rank, float(beat), float(prog), int(steps), int(ms) / 1000.0, node, phase, compute, device)
         except (OSError, ValueError):
             continue
     return out
@@ -199,6 +202,8 @@ class Progress:
     planned: Optional[int] = None
     step_s: Optional[float] = None  # measured (the heartbeats' median, else the log's recent mean)
     plan_s: Optional[tuple] = None  # (low, high) seconds per step from plan.json, or (predicted, predicted)
+    plan_for: Optional[str] = None  # the GPU the plan predicts for (the recipe's cluster.gpu_type)
+    on_cpu: bool = False  # every rank that trained says its torch saw no accelerator (heartbeat's device)
     notes: List[str] = field(default_factory=list)
 
     def eta_s(self) -> Optional[float]:
@@ -214,7 +219,12 @@ class Progress:
             measured = f"{self.step_s:.3g} s/step"
             if self.plan_s:
                 lo, hi = self.plan_s
-                measured += f" (plan {lo:.3g})" if lo == hi else f" (plan {lo:.3g}-{hi:.3g})"
+                plan = f"plan {lo:.3g}" if lo == hi else f"plan {lo:.3g}-{hi:.3g}"
+                if self.plan_for:
+                    plan += f" on {self.plan_for}"
+                if self.on_cpu and self.plan_for != CPU_GPU_TYPE:  # the local emulated Slurm: no comparison to make
+                    plan += "; this run trains on CPU (emulated nodes): not comparable"
+                measured += f" ({plan})"
             parts.append(measured)
         eta = self.eta_s() if eta else None
         if eta is not None:
@@ -243,12 +253,14 @@ def _plan_range(run_dir) -> Optional[tuple]:
         return None
 
 
-def progress(run_dir, planned: Optional[int]) -> Progress:
-    """The run's progress: the ranks' heartbeats when they write them, else its logs (steps parsed)."""
-    out = Progress(planned=planned, plan_s=_plan_range(run_dir))
+def progress(run_dir, planned: Optional[int], plan_for: Optional[str] = None) -> Progress:
+    """The run's progress: the ranks' heartbeats when they write them, else its logs (steps parsed). ``plan_for``:
+    the GPU type the plan's step time is for (the recipe's cluster.gpu_type), said beside it."""
+    out = Progress(planned=planned, plan_s=_plan_range(run_dir), plan_for=plan_for)
     beats = heartbeats(run_dir)
     trained = [b for b in beats.values() if b.steps > 0]
     if trained:
+        out.on_cpu = all(b.device == "cpu" for b in trained)
         out.done = min(b.steps for b in trained)
         out.step_s = statistics.median(b.step_s for b in trained)
         lagging = straggler(beats)
