@@ -6,12 +6,11 @@ cluster node's own ``python3`` or in NVIDIA's stock image as well as in the kit'
     python3 RUN_DIR/vdkit_preflight.py RUN_DIR/preflight.json
 
 ``preflight.json`` (``vdkit.run.rundir.PREFLIGHT_FILE``, written at render by :func:`vdkit.render.prepare.preflight_files`) lists
-``{"what", "path", "kind"}`` items and the room: ``{"path": the checkpoint dir, "gb": the plan's figure}``
-(:func:`vdkit.planner.checkpoint_policy.room_gb`), and where the cluster names one, ``"fabric": {"socket_ifname"}``: the
-interface the ranks bootstrap on, which this node must have (:func:`socket_ifname_problem`), and a multi-node job's
-``"ib_hcas"``, the adapters NCCL is given (:func:`ib_hcas_problem`). The first problem is one line on stderr and exit
-:data:`EXIT_REFUSED` (2), which every launcher treats as the recipe's fault: never restarted, never retried
-(Slurm: :mod:`vdkit.slurm.recovery`; the local launcher: :mod:`vdkit.launch.local`). Exit 0: every check passed.
+``{"what", "path", "kind"}`` items, the room (``{"path": the checkpoint dir, "gb": the plan's figure}``,
+:func:`vdkit.planner.checkpoint_policy.room_gb`) and ``"fabric"`` where the cluster names it: ``socket_ifname`` (this
+node must have it, :func:`socket_ifname_problem`) and a multi-node job's ``ib_hcas`` (:func:`ib_hcas_problem`). The first
+problem is one line on stderr and exit :data:`EXIT_REFUSED` (2), the recipe's fault for every launcher: never restarted
+(:mod:`vdkit.slurm.recovery`, :mod:`vdkit.launch.local`). Exit 0: every check passed.
 
 The kinds (:data:`KINDS`), each what the stack that reads the path needs (a missing file found at the
 first step costs the queue wait and the allocation's start-up; a base the stack silently skips trains
@@ -25,11 +24,10 @@ megatron/bridge/training/setup.py + training/utils/checkpoint_utils.py ``checkpo
   (``latest_checkpointed_iteration.txt`` or Bridge's ``latest_train_state.pt``), the iteration directory the
   tracker names (``iter_NNNNNNN`` or ``release``) and in it the distributed checkpoint's ``metadata.json``; where
   torch is importable, every data file as long as torch's ``.metadata`` says (:func:`dcp_short_file`: a cut copy);
-- ``nemo``: a ``.nemo`` tar archive that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector),
-  every member whole (a plain tar cut short), or such an extracted directory;
-- ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``), each
-  safetensors file whole by its header (a copy cut short fails every rank's model load) and every shard its
-  index names there;
+- ``nemo``: a ``.nemo`` tar that opens and holds ``model_config.yaml`` (NeMo's SaveRestoreConnector), every member
+  whole (a plain tar cut short), or such an extracted directory;
+- ``hf``: a Hugging Face model directory: ``config.json`` and weights (``*.safetensors`` / ``*.bin``), each safetensors
+  file whole by its header (a cut copy fails every rank's model load) and every shard its index names there;
 - ``tokenizer``: a tokenizer file, or a directory holding ``tokenizer.model`` / ``tokenizer.json`` / a vocabulary;
 - ``image``: a squashfs container image (pyxis / enroot): the file starts with squashfs' magic ``hsqs``.
 """
@@ -105,9 +103,7 @@ def _npy_header(path):
 
 def _dir_problem(names):
     """Why a listing (:func:`_listdir`'s) is no directory to start from: unreadable or empty (None: neither)."""
-    if names is None:
-        return "it is not a readable directory"
-    return None if names else "it is empty"
+    return "it is not a readable directory" if names is None else (None if names else "it is empty")
 
 
 def megatron_checkpoint_problem(path):
@@ -147,10 +143,9 @@ def megatron_checkpoint_problem(path):
 
 
 def dcp_short_file(path):
-    """Which data file of torch.distributed.checkpoint directory ``path`` holds fewer bytes than its own ``.metadata``
-    says it does ('__0_0.distcp is cut short (100 of 16384 bytes)', '... is missing', or the .metadata unreadable);
-    None when each holds them all - or when torch is not importable here (a node's bare python3): torch's own reader
-    is the one judge of its format. Bytes changed inside a file are not seen: the format keeps no checksum."""
+    """Which data file of torch.distributed.checkpoint directory ``path`` is shorter than its ``.metadata`` says
+    ('__0_0.distcp is cut short (100 of 16384 bytes)', '... is missing', the .metadata unreadable); None when each is
+    whole, or without torch here (a node's bare python3): torch's reader judges its format (no checksum is kept)."""
     try:
         from torch.distributed.checkpoint import FileSystemReader
     except ImportError:
@@ -160,8 +155,8 @@ def dcp_short_file(path):
     except Exception as exc:  # noqa: BLE001 - any unreadable metadata is a damaged checkpoint
         return f"{DCP_METADATA} is unreadable ({type(exc).__name__}: {exc})"
     need = {}
-    for info in (storage or {}).values():
-        need[info.relative_path] = max(need.get(info.relative_path, 0), info.offset + info.length)
+    for i in (storage or {}).values():
+        need[i.relative_path] = max(need.get(i.relative_path, 0), i.offset + i.length)
     for name, size in sorted(need.items()):
         f = os.path.join(path, name)
         have = os.path.getsize(f) if os.path.isfile(f) else -1
@@ -200,9 +195,8 @@ def nemo_problem(path):
 
 
 def safetensors_problem(path):
-    """Why the file ``path`` is not a whole safetensors file (None: it is). Reads only its header: the 8-byte
-    length, the JSON, and where the last tensor ends, which must be the file's end (what safetensors' own
-    ``safe_open`` demands; a copy cut short fails there at the first rank's model load, "incomplete metadata")."""
+    """Why the file ``path`` is not a whole safetensors file (None: it is). Reads only its header: the 8-byte length,
+    the JSON, and the last tensor's end, which must be the file's (safetensors' ``safe_open`` demands it)."""
     name = os.path.basename(path)
     try:
         size = os.path.getsize(path)
@@ -225,8 +219,7 @@ def safetensors_problem(path):
 
 
 def hf_problem(path):
-    """Why ``path`` is not a Hugging Face model directory (None: it is): config.json, weights, and each
-    safetensors file whole (:func:`safetensors_problem`; the shards an index names all there)."""
+    """Why ``path`` is not a Hugging Face model directory (None: it is): config.json, weights, each safetensors whole."""
     names = _listdir(path)
     if _dir_problem(names):
         return _dir_problem(names)
@@ -333,10 +326,9 @@ def room_problem(path, gb):
 
 
 def socket_ifname_problem(ifname, net_dir="/sys/class/net"):
-    """Why this node cannot bootstrap over ``ifname`` (``cluster.socket_ifname``, exported as NCCL_SOCKET_IFNAME and
-    GLOO_SOCKET_IFNAME; None: it can, or it cannot be told). Gloo takes exact interface names (comma-separated; its
-    tcp device finds no address for a name the node lacks and every rank stops at its rendezvous with a traceback,
-    restarted as a crash); NCCL's exclusion form (``^docker``) is not checked."""
+    """Why this node cannot bootstrap over ``ifname`` (``cluster.socket_ifname``: NCCL_ / GLOO_SOCKET_IFNAME; None: it
+    can, or cannot be told). Gloo takes exact names: one the node lacks stops every rank at its rendezvous (a
+    traceback, restarted as a crash). NCCL's exclusion form (``^docker``) is not checked."""
     if not ifname or str(ifname).startswith("^") or not os.path.isdir(net_dir):
         return None
     have = sorted(_listdir(net_dir) or [])
