@@ -91,8 +91,11 @@ def test_the_rendered_nemo_job_installs_the_heartbeat_and_a_lightning_trainer_be
     # each step's start sees the previous step's progress; a save (every 2 steps) is phase 'save' until then
     assert [s[0] for s in seen] == [0, 1, 2, 3, 4]
     assert [s[-1] for s in seen] == ["start", "train", "save", "train", "save"]
-    beat, prog, step, ms, node, phase, compute = (tmp_path / "hb" / "rank3").read_text().split()
+    beat, prog, step, ms, node, phase, compute, device = (tmp_path / "hb" / "rank3").read_text().split()
     assert (step, node, phase, compute) == ("5", "xe9680-2", "exit", "-")  # NeMo 1.23 reports no compute time (docs/cluster-guide.md)
+    import torch
+
+    assert device == ("gpu" if torch.cuda.is_available() else "cpu")  # what the Lightning trainer's torch trains on
 
 
 def test_no_heartbeat_asked_no_callback(tmp_path):
