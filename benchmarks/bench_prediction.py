@@ -57,6 +57,8 @@ class Figure:
     pinned: bool = False  # TP and PP pinned: the planner only asks that it fits
     simplicity: list = field(default_factory=list)  # (VP, TP x PP) per candidate: the planner's tie-break
     stage_layers: np.ndarray = None  # per candidate: layers per pipeline stage
+    tp_pairs: np.ndarray = None  # per candidate: its overlapped TP collectives (seconds, GEMM window at peak)
+    tp_margin: np.ndarray = None  # per candidate: GEMM seconds at peak lost to the overlap kernels' SMs
 
 
 def _nvidia_flops_per_token(recipe) -> float:
@@ -107,6 +109,9 @@ def _basis(fig: Figure) -> None:
              if c.fits]
     parts = [P.predict_step(r, c.tp, c.pp, c.vp, c.recompute, fig.dist_opt).parts for c in cands]
     fig.basis = np.array([[q[k] for k in BASIS] for q in parts])
+    width = max([len(q["tp_pairs"]) for q in parts] + [1])  # none overlapped: one (0, 0) pair each
+    fig.tp_pairs = np.array([list(q["tp_pairs"]) + [(0.0, 0.0)] * (width - len(q["tp_pairs"])) for q in parts])
+    fig.tp_margin = np.array([q["tp_margin_flops_s"] for q in parts])
     fig.labels = [c.label for c in cands]
     fig.stage_layers = np.array([r.model.num_layers // c.pp for c in cands], float)
     fig.simplicity = [(c.vp, c.tp * c.pp) for c in cands]
@@ -127,8 +132,12 @@ def _attn_eff(fig: Figure, k: Dict[str, float]) -> float:
 def _stage(fig: Figure, k: Dict[str, float]) -> np.ndarray:
     """Each candidate layout's seconds per micro batch and pipeline stage under constants k."""
     mult, flops, attn, floor, touched, local, comm, dp, window, window_attn, per_step = fig.basis.T
+    # TP collectives overlapped with GEMMs: what outlasts each GEMM at this efficiency, and the SMs' price
+    # (vdkit.planner.tp_overlap.StageOverlap.exposed_s)
+    tp = (np.maximum(0.0, fig.tp_pairs[:, :, 0] - fig.tp_pairs[:, :, 1] / _eff(fig, k)).sum(axis=1)
+          + fig.tp_margin / _eff(fig, k))
     return (np.maximum(flops / _eff(fig, k) + attn / _attn_eff(fig, k), floor) + touched / k["guide_stack_gb_s"]
-            + local + comm)
+            + local + comm + tp)
 
 
 def _times(fig: Figure, k: Dict[str, float]) -> np.ndarray:

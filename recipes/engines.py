@@ -103,6 +103,12 @@ class Engine:
         fn = self.spec.fp32_params
         return bool(fn(recipe)) if fn else False
 
+    def tp_comm_overlap(self, recipe, tp: int) -> bool:
+        """Whether the engine's rendered job of ``recipe`` at TP ``tp`` overlaps its tensor-parallel collectives with
+        the GEMMs (Transformer Engine's userbuffers); the step-time model prices it (vdkit.planner.tp_overlap)."""
+        fn = self.spec.tp_comm_overlap
+        return bool(fn(recipe, tp)) if fn else False
+
     def inputs(self, plan) -> List[Tuple[str, str, bool]]:
         fn = self.spec.inputs
         return list(fn(plan)) if fn else []

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
 HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "resume_check", "env", "container",
-         "finished_line", "make_base", "notes", "fp32_params")  # the optional functions; ``command`` is required
+         "finished_line", "make_base", "notes", "fp32_params", "tp_comm_overlap")  # the optional functions; ``command`` is required
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,7 +41,10 @@ class EngineSpec:
     - ``make_base(recipe, directory) -> path``: a seeded toy base checkpoint at ``base_model_key`` (the demo);
     - ``notes(recipe) -> [str]``: lines the plan (and the render) says about the engine's run, e.g. seeded weights;
     - ``fp32_params(recipe) -> bool``: its rendered model keeps fp32 parameters under bf16 / fp8 mixed precision
-      (NeMo 1.23 without megatron_amp_O2), which the memory model counts (:mod:`vdkit.planner.memory`).
+      (NeMo 1.23 without megatron_amp_O2), which the memory model counts (:mod:`vdkit.planner.memory`);
+    - ``tp_comm_overlap(recipe, tp) -> bool``: its rendered job laid out at TP ``tp`` overlaps the tensor-parallel
+      collectives with the GEMMs (Transformer Engine's userbuffers), which the step-time model prices
+      (:mod:`vdkit.planner.tp_overlap`); absent: it does not.
     """
 
     name: str  # engine.name
@@ -60,6 +63,7 @@ class EngineSpec:
     make_base: Optional[Callable] = None  # (recipe, directory) -> path: a seeded toy base for base_model_key (the demo)
     notes: Optional[Callable] = None  # (recipe) -> [str]: the plan's notes about this engine's run
     fp32_params: Optional[Callable] = None  # (recipe) -> bool: fp32 parameters under mixed precision (memory model)
+    tp_comm_overlap: Optional[Callable] = None  # (recipe, tp) -> bool: TP collectives overlapped with GEMMs (step time)
     # --- the model: every ModelCfg field is in exactly one of maps / ignores / refuses
     families: Tuple[str, ...]  # model.arch values it builds
     maps: Mapping[str, str]  # model field -> where it lands in the stack (built exactly, any value)

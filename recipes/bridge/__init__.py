@@ -40,6 +40,17 @@ def in_container(plan) -> bool:
     return bool(image(plan)) and not launchers.executes_here(plan.recipe.cluster.launcher)
 
 
+def overlaps_tp_comm(recipe, tp: int) -> bool:
+    """The spec's ``tp_comm_overlap``: whether the rendered bridge.yaml of ``recipe`` at TP ``tp`` turns on
+    ``comm_overlap.tp_comm_overlap`` (config.tp_comm_overlap, in the container only: bridge_config)."""
+    from types import SimpleNamespace
+
+    from vdkit.recipes.bridge.config import tp_comm_overlap
+
+    # in_container reads nothing of a plan but its recipe (the cluster's launcher and vendor, the engine's image)
+    return tp_comm_overlap(recipe, tp) and in_container(SimpleNamespace(recipe=recipe))
+
+
 def command(plan, run_dir) -> List[str]:
     """In the container: ``python RUN_DIR/bridge_job.py RUN_DIR/bridge.yaml`` (Bridge only, no vdkit);
     on this machine: ``python -m vdkit.recipes.bridge.rank RUN_DIR`` (the CPU shim, memory.json, then the same)."""
@@ -316,7 +327,7 @@ def make_base(recipe, directory) -> str:
 SPEC = EngineSpec(
     name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama and Qwen2 providers, NVIDIA's performance settings)",
     command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
-    resume_check=resume_check, check_runs=check_runs, make_base=make_base,
+    resume_check=resume_check, check_runs=check_runs, make_base=make_base, tp_comm_overlap=overlaps_tp_comm,
     families=("llama",),  # and Qwen2 (the Llama block with model.qkv_bias): Bridge's Qwen2 providers
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",
           "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",

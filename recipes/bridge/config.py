@@ -400,7 +400,7 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
         "rng": {_T: _CFG + "RNGConfig", "seed": t.seed},
         "mixed_precision": _mixed_precision(t),
     }
-    if in_container and tp_comm_overlap(plan):
+    if in_container and tp_comm_overlap(plan.recipe, plan.tp):
         cfg["comm_overlap"] = {_T: "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True,
                                "tp_comm_bootstrap_backend": "nccl"}
     peft = _peft(plan)
@@ -419,11 +419,11 @@ def _mixed_precision(t):
     return PRECISION.get(t.precision, "bf16_mixed")
 
 
-def tp_comm_overlap(plan) -> bool:
-    """NVIDIA's TP communication overlap (Transformer Engine userbuffers, bootstrapped over NCCL: no MPI):
-    where Bridge keeps it (training/comm_overlap.py: TP >= 2 with sequence parallelism)."""
-    p = plan.recipe.parallelism
-    return plan.tp > 1 and bool(p.sequence_parallel)
+def tp_comm_overlap(recipe, tp: int) -> bool:
+    """NVIDIA's TP communication overlap (Transformer Engine userbuffers, bootstrapped over NCCL: no MPI) for
+    ``recipe`` at TP ``tp``: where Bridge keeps it (training/comm_overlap.py: TP >= 2 with sequence parallelism)."""
+    sp = recipe.parallelism.sequence_parallel  # None (the planner's default, before it resolves): on when TP > 1
+    return tp > 1 and (sp is None or bool(sp))
 
 
 def to_yaml(cfg: Dict, header: str = "") -> str:

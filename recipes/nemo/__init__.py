@@ -249,6 +249,9 @@ SPEC = EngineSpec(
     # without megatron_amp_O2 (PEFT in the design guide's recipe) NeMo 1.23 builds fp32 parameters
     # (megatron_base_model.py:128-132): the memory model counts them (conf/calibration/memory.yaml fp32_params_bytes)
     fp32_params=lambda recipe: not megatron_amp_o2(recipe),
+    # no tp_comm_overlap: NVIDIA's pretraining settings ask for model.ub_tp_comm_overlap, but the kit renders it off
+    # (contract.PRETRAIN_DEPARTURES: NeMo 1.23's userbuffers need an MPI bootstrap), and the fast recipe does not
+    # render it (performance.PERFORMANCE_DEPARTURES): the step-time model counts NeMo's TP collectives whole
     run_dir_files=(NEMO_CONFIG_FILE,),
     gpu_vendors=("nvidia",),  # NVIDIA's NeMo image: CUDA only
     images=("engine.container_image",), stack={"NeMo": NEMO_VERSION},

@@ -163,6 +163,7 @@ def describe(plan) -> str:
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
             + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
         ]
+        lines += _tp_line(pred.step.parts)
         if pred.interval_s:
             lo, hi = pred.interval_s
             lines.append(f"  range       {lo:.3g} .. {hi:.3g} s/step ({lo * r.train.target_steps / 60:,.0f} .. "
@@ -184,6 +185,24 @@ def describe(plan) -> str:
         lines += describe_time(plan.time)
     lines += [f"  note        {n}" for n in plan.notes]
     return "\n".join(lines)
+
+
+def _tp_line(parts) -> list:
+    """The communication term's tensor-parallel share, honestly split (vdkit.planner.tp_overlap): what is exposed
+    (in the term), what of it is the GEMMs' time lost to the overlap kernels' SMs, what the GEMMs hide (not in the
+    term) and what the job never sends (frozen weights); nothing without TP collectives."""
+    exposed, hidden = parts.get("tensor_parallel_s", 0.0), parts.get("tensor_parallel_overlapped_s", 0.0)
+    if exposed + hidden <= 0:
+        return []
+    if "tp_pairs" in parts and not parts["tp_pairs"]:
+        return [f"  TP comm     {exposed:.3g} s/step in the communication term, counted whole (the rendered job "
+                "does not overlap it with the GEMMs)"]
+    margin, unsent = parts.get("tensor_parallel_sm_margin_s", 0.0), parts.get("tensor_parallel_unsent_s", 0.0)
+    return [f"  TP comm     {exposed:.3g} s/step exposed in the communication term ({exposed - margin:.3g} collectives "
+            f"outlasting their GEMMs + {margin:.3g} GEMM time lost to the overlap kernels' SMs); {hidden:.3g} s/step "
+            "hidden behind the GEMMs (Transformer Engine userbuffers, as the rendered job overlaps them)"
+            + (f"; {unsent:.3g} s/step not sent (frozen weights: TE 2.12 skips their input-gradient reduce-scatter)"
+               if unsent > 0 else "")]
 
 
 def _published(plan):

@@ -44,6 +44,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
+from vdkit.planner import tp_overlap
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
@@ -324,7 +325,9 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     nvlink = float(hw["nvlink_gb_s"])
     act_bytes = n * m.hidden_size * nb["activation"] / cp  # this GPU's share of the sequence
     per_collective = (2.0 * (tp - 1) / tp * act_bytes / (nvlink * 1e9) + latency) if tp > 1 else 0.0
-    tp_mb = layers * (4 + 2 * share) * per_collective
+    # counted whole, or as the engine's rendered job overlaps them with GEMMs (TE userbuffers: vdkit.planner.tp_overlap)
+    tpo = tp_overlap.stage(r, n / cp, tp, per_collective, slow / peak, share, layers, eff)
+    tp_mb = tpo.exposed_s()
     # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
     # overlap_p2p_comm is on (interleaved schedule on the fused path).
     # Across nodes: the cluster's fabric (transport, adapters or the site's measured figure; vdkit.planner.interconnect),
@@ -376,12 +379,14 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
                **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm),
+               **tpo.parts(micro),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * (max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
                #        + local_s + comm) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff) + per_step
-               # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision)
+               # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision); comm = comm_s +
+               # the overlapped TP collectives' exposed seconds at eff (tp_pairs, tp_margin_flops_s: tp_overlap.StageOverlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
-               "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tp_mb + pp_mb + cp_mb,
+               "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tpo.basis_s() + pp_mb + cp_mb,
                "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s},
     )
 

@@ -1,0 +1,109 @@
+"""TP communication overlap (vdkit.planner.tp_overlap): the step-time model prices what the rendered job does.
+
+Bridge renders Transformer Engine's userbuffers overlap (TP >= 2 with sequence parallelism, in the container);
+NeMo's rendered jobs do not. The figures below are computed by hand from the collective and GEMM shapes.
+"""
+from __future__ import annotations
+
+import pytest
+
+from vdkit.composition.config import compose
+from vdkit.planner import predict as P
+from vdkit.recipes import engines
+
+BRIDGE_70B = ["model=llama2_70b", "engine=bridge", "method=pretrain", "data=synthetic", "cluster.nodes=2"]
+
+
+def _all_reduce_s(r, tp: int) -> float:
+    """One TP all-reduce of a micro batch's activations, as the unoverlapped model prices it (by hand)."""
+    calib = P.calibration()
+    hw = P.gpu_hardware(calib, r.cluster.gpu_type)
+    n = r.train.micro_batch_size * P.tokens_per_sample(r, calib)
+    act = n * r.model.hidden_size * float(calib["bytes"]["activation"])
+    return 2 * (tp - 1) / tp * act / (hw["nvlink_gb_s"] * 1e9) + hw["collective_latency_us"] * 1e-6
+
+
+def _micro(r, tp: int, pp: int) -> int:
+    dp = r.world_size // (tp * pp)
+    return r.train.global_batch_size // (r.train.micro_batch_size * dp)
+
+
+def _gemm_s(r, tp: int) -> dict:
+    """One pass of each of a layer's GEMMs on one GPU at the fitted efficiency (the straggler included), by hand."""
+    calib = P.calibration()
+    hw = P.gpu_hardware(calib, r.cluster.gpu_type)
+    n = r.train.micro_batch_size * P.tokens_per_sample(r, calib)
+    rate = hw["peak_tflops_bf16"] * 1e12 * P.fitted(calib)["gemm_efficiency_bf16"] / P.straggler(r.world_size, hw)
+    h, f = r.model.hidden_size, r.model.ffn_hidden_size
+    kv = r.model.num_query_groups * (h // r.model.num_attention_heads)
+    return {"qkv": 2 * n * h * (h + 2 * kv) / tp / rate, "proj": 2 * n * h * h / tp / rate,
+            "fc1": 2 * n * h * 2 * f / tp / rate, "fc2": 2 * n * f * h / tp / rate}
+
+
+LENT = 16 / (132 - 16)  # a pipeline / bulk kernel's 16 SMs of the H100's 132: its GEMM takes 132 / 116 as long
+
+
+def test_bridge_tp4_sequence_parallel_exposes_the_pipelined_last_chunk_and_the_lent_sms():
+    # 70B at TP 4: every GEMM outlasts the collective beside it, so of a layer's 4 all-reduces (8 AG / RS of
+    # half an all-reduce each) only the two forward RSs' last quarter is exposed (pipeline, 4 splits: the last
+    # chunk's RS follows the last GEMM chunk): 2 x 1/2 x 1/4 = 1/4 all-reduce of 4, i.e. 1/16 of the whole;
+    # plus the GEMMs beside the pipeline / bulk kernels (proj, fc2 forward; QKV, fc1 dgrad and wgrad) on 116 SMs.
+    r = compose(BRIDGE_70B)
+    tp, pp = 4, 4
+    assert engines.get("bridge").tp_comm_overlap(r, tp)
+    step = P.predict_step(r, tp, pp, 1, "none", True)
+    ar, g = _all_reduce_s(r, tp), _gemm_s(r, tp)
+    assert 0.75 * g["proj"] > ar / 2  # the premise: the shortest window outlasts half an all-reduce
+    micro, layers = _micro(r, tp, pp), r.model.num_layers // pp
+    whole = micro * layers * 4 * ar
+    lent = micro * layers * (g["proj"] + g["fc2"] + 2 * (g["qkv"] + g["fc1"])) * LENT
+    assert step.parts["tensor_parallel_s"] == pytest.approx(whole / 16 + lent, rel=1e-6)
+    assert step.parts["tensor_parallel_sm_margin_s"] == pytest.approx(lent, rel=1e-6)
+    assert step.parts["tensor_parallel_overlapped_s"] == pytest.approx(whole * 15 / 16, rel=1e-6)
+    assert step.parts["tensor_parallel_unsent_s"] == 0.0  # every weight trains: every RS is sent
+    assert step.parts["tensor_parallel_s"] < whole
+
+
+def test_bridge_lora_prices_the_adapters_gathers_and_no_reduce_scatter_for_frozen_weights():
+    # LoRA on linear_qkv: TE gathers the QKV input with NCCL (the norm output goes to the adapter: 1/2 AR), the
+    # adapter gathers its own input forward and reduce-scatters its gradient backward (Bridge's peft/utils.py with
+    # the overlap on: 2 x 1/2 AR), and the pipelined RSs' last quarter (1/4 AR): 7/4 of the layer's 4 all-reduces,
+    # 7/16 of the whole. The frozen QKV and fc1 weights run no wgrad GEMM, so TE 2.12 sends no input-gradient RS
+    # (layernorm_linear.py: the RS lives in the wgrad GEMM's bulk overlap): 2 x 1/2 AR never sent, 1/4 of the whole.
+    # No wgrad GEMMs lend SMs.
+    r = compose(["model=llama2_70b", "engine=bridge", "method=lora", "data=synthetic", "cluster.nodes=1",
+                 "train.seq_length=8192", "train.global_batch_size=8", "train.micro_batch_size=1"])
+    step = P.predict_step(r, 4, 1, 1, "none", True)
+    g = _gemm_s(r, 4)
+    micro = _micro(r, 4, 1)
+    whole = micro * r.model.num_layers * 4 * _all_reduce_s(r, 4)
+    lent = micro * r.model.num_layers * (g["proj"] + g["fc2"] + g["qkv"] + g["fc1"]) * LENT
+    assert step.parts["tensor_parallel_s"] == pytest.approx(whole * 7 / 16 + lent, rel=1e-6)
+    assert step.parts["tensor_parallel_unsent_s"] == pytest.approx(whole / 4, rel=1e-9)
+    # hidden: fc1's input AG (1/2), the pipelined RSs' first three quarters (3/4), the dgrad AGs (1): 9/16 of the whole
+    assert step.parts["tensor_parallel_overlapped_s"] == pytest.approx(whole * 9 / 16, rel=1e-6)
+
+
+def test_nemo_fine_tuning_counts_its_tp_collectives_whole():
+    r = compose(["model=llama2_70b", "method=lora", "cluster.nodes=1"])
+    assert r.engine.name == "nemo" and not engines.get("nemo").tp_comm_overlap(r, 4)
+    step = P.predict_step(r, 4, 1, 1, "none", False)
+    assert step.parts["tensor_parallel_overlapped_s"] == 0.0
+    assert step.parts["tensor_parallel_s"] == pytest.approx(_micro(r, 4, 1) * r.model.num_layers * 4
+                                                            * _all_reduce_s(r, 4), rel=1e-9)
+
+
+@pytest.mark.parametrize("extra, overlaps", [
+    (["parallelism.tp=2", "parallelism.pp=1"], True),
+    (["parallelism.tp=2", "parallelism.pp=1", "parallelism.sequence_parallel=false"], False),
+    (["parallelism.tp=1", "parallelism.pp=1"], False)])
+def test_the_engines_answer_is_the_rendered_bridge_yaml(extra, overlaps):
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes import bridge
+    from vdkit.recipes.bridge.config import bridge_config
+
+    plan = make_plan(compose(["engine=bridge", "model=llama2_7b", "method=pretrain", "data=synthetic", *extra]))
+    cfg = bridge_config(plan, "/r", "/r/checkpoints", in_container=bridge.in_container(plan))
+    assert engines.get("bridge").tp_comm_overlap(plan.recipe, plan.tp) is overlaps
+    assert ("comm_overlap" in cfg) is overlaps
+    assert (plan.prediction.step.parts["tensor_parallel_overlapped_s"] > 0) is overlaps

@@ -1,0 +1,150 @@
+"""Tensor-parallel collectives that Transformer Engine's userbuffers hide behind a layer's GEMMs.
+
+Where the rendered job turns TP communication overlap on (the engine says so through the registry:
+its spec's ``tp_comm_overlap``; Bridge's ``comm_overlap.tp_comm_overlap``, TP >= 2 with sequence
+parallelism), each of a layer's all-gathers (AG) and reduce-scatters (RS) runs beside one GEMM, and only
+what outlasts that GEMM is exposed. Bridge 0.3.1 renders no ``tp_comm_overlap_cfg``, so megatron-core 0.16's
+defaults (model_parallel_config.py ``tp_comm_bulk_wgrad`` / ``tp_comm_bulk_dgrad`` / ``tp_comm_overlap_ag`` /
+``tp_comm_overlap_rs`` on, ``tp_comm_overlap_rs_dgrad`` off) pick Transformer Engine's default method per GEMM
+(TE 2.12 ``pytorch/module/base.py:267-277``, ``initialize_ub``'s ``methods``):
+
+- **ring_exchange** (qkv_fprop, fc1_fprop: the input AG; proj_dgrad, fc2_dgrad: the output gradient's AG).
+  ``CommOverlapP2PBase::split_overlap_ag`` (common/comm_gemm_overlap/comm_gemm_overlap.cpp) runs the GEMM in TP
+  chunks, the local chunk first, and sends / receives one chunk per step beside each of the first TP - 1 GEMM
+  chunks: exposed = max(0, AG - (TP - 1) / TP x GEMM).
+- **pipeline** (proj_fprop, fc2_fprop: the output RS), 4 splits (base.py:304). ``CommOverlapBase::split_overlap_rs``
+  reduce-scatters chunk i beside GEMM chunk i + 1 (``rs_overlap_first_gemm`` false): the last chunk's RS
+  follows the last GEMM chunk, never hidden; exposed = RS / 4 + max(0, 3/4 RS - 3/4 GEMM).
+- **bulk** (qkv_wgrad, fc1_wgrad: the input gradient's RS beside the weight-gradient GEMM,
+  ``CommOverlapBase::bulk_overlap``): exposed = max(0, RS - wgrad GEMM). The other bulk pair (qkv_dgrad,
+  fc1_dgrad: re-gathering the input for the wgrad GEMM) is not counted, as the unoverlapped model does not count
+  it (TE's NCCL path issues it asynchronously beside the same dgrad GEMM: layernorm_linear.py:685).
+- **A frozen weight** (LoRA's base) runs no wgrad GEMM, and TE 2.12 then never issues that RS: the dgrad GEMM
+  writes into the wgrad userbuffer (layernorm_linear.py:727-728), the input gradient is read back as its local
+  chunk (755-756), and the RS lives only inside the wgrad GEMM's bulk overlap (876-879), under
+  ``if ctx.requires_wgrad`` (781). Nothing is sent: priced 0 (the rank keeps its own partial sum; docs/prediction.md).
+- LoRA on the QKV projection (Bridge's ``target_modules: [linear_qkv]``) has TE return the norm output
+  (megatron/bridge/peft/utils.py:138), and TE then gathers the QKV input with NCCL, not userbuffers
+  (layernorm_linear.py:189-191 ``not return_layernorm_output``): exposed whole. With the overlap on, Bridge does
+  not ask TE for the gathered norm output (utils.py:146), so the adapter gathers its input itself
+  (utils.py:616 ``gather_from_sequence_parallel_region``: one more AG forward, its RS backward): exposed whole.
+
+The overlap's price, never hidden: a pipeline or bulk overlap's communication kernel holds 16 SMs
+(base.py:301 ``num_sm``) and its GEMM runs on the rest (base.py:303 ``set_sm_margin``; comm_gemm_overlap.cpp:99
+``_math_sms = sm_count - num_comm_sm``), so those GEMMs (proj and fc2 forward, QKV and fc1 input gradients, and
+their weight gradients where the weights train) take SMs / (SMs - 16) as long; ring_exchange copies on the copy
+engines (``use_ce``, one SM, no margin).
+
+Each collective's bytes and time are the unoverlapped model's (vdkit.planner.predict: an AG or RS is half of the
+all-reduce it prices); each GEMM's time is its FLOPs on this GPU at the fitted GEMM efficiency, as the compute term's.
+Not modelled: FP8 AG buffers (``fp8_buf``: half the bytes of the gathers), and the longer GEMMs' wider windows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+PIPELINE_SPLITS = 4  # TE 2.12 base.py:304: num_splits of a "pipeline" overlap (ring_exchange: TP)
+COMM_SMS = 16  # TE 2.12 base.py:301: num_sm of a "pipeline" or "bulk" overlap's kernel, taken from its GEMM (margin)
+
+Pairs = Tuple[Tuple[float, float], ...]  # (collective seconds, GEMM seconds at 100 % of peak) per collective
+
+
+def overlaps(recipe, tp: int) -> bool:
+    """Whether ``recipe``'s rendered job laid out at ``tp`` overlaps its TP collectives with GEMMs (the engine's
+    spec, read through the registry)."""
+    from vdkit.recipes import engines
+
+    return tp > 1 and engines.get(recipe.engine.name).tp_comm_overlap(recipe, tp)
+
+
+def _gemm_s(recipe, tokens: float, tp: int, s_per_flop: float) -> Dict[str, float]:
+    """One pass of each of a layer's four GEMMs on this GPU, seconds at 100 % of peak."""
+    m = recipe.model
+    h, f = m.hidden_size, m.ffn_hidden_size
+    kv = m.num_query_groups * (h // m.num_attention_heads)
+    gated = getattr(m, "activation", "swiglu") == "swiglu"  # SwiGLU: gate and up in one fc1 (vdkit.planner.arch)
+    weights = {"qkv": h * (h + 2 * kv), "proj": h * h, "fc1": h * f * (2 if gated else 1), "fc2": f * h}
+    return {k: 2.0 * tokens * w / tp * s_per_flop for k, w in weights.items()}
+
+
+def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float, recompute_share: float) -> Pairs:
+    """One layer's TP collectives in one micro batch as (seconds, window): the window is the GEMM it runs beside
+    (seconds at 100 % of peak; divided by the GEMM efficiency in :class:`StageOverlap`). ``tokens`` this GPU's share
+    of the micro batch's (the sequence over CP), ``half_s`` one AG or RS, ``s_per_flop`` seconds per FLOP at peak
+    (the straggler included, as the compute term's); a recomputed forward repeats the forward's collectives."""
+    t = _gemm_s(recipe, tokens, tp, s_per_flop)
+    ring = (tp - 1) / tp
+    split = (PIPELINE_SPLITS - 1) / PIPELINE_SPLITS
+    lora_qkv = recipe.method.name == "lora"  # the adapter's norm output: NCCL gathers (module docstring)
+    wgrad_rs = 0.0 if recipe.is_peft else half_s  # frozen base weights: TE 2.12 issues no bulk wgrad RS
+    forward = ((half_s, 0.0 if lora_qkv else ring * t["qkv"]),
+               (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["proj"]),
+               (half_s, ring * t["fc1"]),
+               (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["fc2"]))
+    forward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's own input AG
+    backward = ((half_s, ring * t["proj"]), (half_s, ring * t["fc2"]),  # output-gradient AG beside dgrad
+                (wgrad_rs, t["qkv"]), (wgrad_rs, t["fc1"]))  # input-gradient RS beside wgrad
+    backward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's input gradient RS
+    return forward + backward + tuple((c * recompute_share, w * recompute_share) for c, w in forward)
+
+
+def layer_margin(recipe, tokens: float, tp: int, s_per_flop: float, recompute_share: float, sms: int) -> float:
+    """What one layer's GEMMs beside a pipeline or bulk kernel lose to its SMs in one micro batch (seconds at 100 %
+    of peak, divided by the GEMM efficiency as the compute is): proj and fc2 forward (again when recomputed), the
+    QKV and fc1 input-gradient GEMMs, and their weight-gradient GEMMs where the weights train."""
+    t = _gemm_s(recipe, tokens, tp, s_per_flop)
+    slowed = (t["proj"] + t["fc2"]) * (1 + recompute_share) + (t["qkv"] + t["fc1"]) * (1 if recipe.is_peft else 2)
+    return slowed * COMM_SMS / (sms - COMM_SMS)
+
+
+@dataclass(frozen=True)
+class StageOverlap:
+    """A pipeline stage's TP collectives in one micro batch as the rendered job runs them: counted whole
+    (``whole_s``, the unoverlapped model's) where it does not overlap them, else its ``pairs`` and SM ``margin``
+    (seconds at 100 % of peak) at GEMM efficiency ``eff``. The refit (benchmarks/bench_prediction.py) reads
+    ``pairs`` and ``margin`` from the step's parts and redoes :meth:`exposed_s` at each trial efficiency."""
+
+    whole_s: float
+    eff: float
+    pairs: Pairs = ()
+    margin: float = 0.0
+    unsent_s: float = 0.0  # of whole_s: what the job never sends (frozen weights' input-gradient RS)
+
+    def collectives_s(self) -> float:
+        """The collectives' seconds that no GEMM hides (all of them where nothing is overlapped)."""
+        return sum(max(0.0, c - w / self.eff) for c, w in self.pairs) if self.pairs else self.whole_s
+
+    def exposed_s(self) -> float:
+        """The stage's TP seconds per micro batch: the exposed collectives plus the GEMMs' time lost to the SMs."""
+        return self.collectives_s() + self.margin / self.eff
+
+    def basis_s(self) -> float:
+        """What the refit's ``comm_s`` basis keeps of the TP term: the whole count where nothing is overlapped."""
+        return 0.0 if self.pairs else self.whole_s
+
+    def parts(self, micro: int) -> dict:
+        """The step's TP parts (``micro`` micro batches): the collectives hidden behind GEMMs, the SMs' price, and
+        the overlapped collectives the unoverlapped count holds that the job never sends (frozen weights)."""
+        hidden = sum(min(c, w / self.eff) for c, w in self.pairs)
+        return {"tensor_parallel_overlapped_s": micro * hidden, "tensor_parallel_sm_margin_s": micro * self.margin / self.eff,
+                "tensor_parallel_unsent_s": micro * self.unsent_s, "tp_pairs": self.pairs, "tp_margin_flops_s": self.margin}
+
+
+def stage(recipe, tokens: float, tp: int, per_collective_s: float, s_per_flop: float, recompute_share: float,
+          layers: int, eff: float) -> StageOverlap:
+    """The stage's ``layers`` TP collectives per micro batch (:class:`StageOverlap`): ``per_collective_s`` one
+    all-reduce as the unoverlapped model prices it (2 forward, 2 backward, 2 x ``recompute_share`` recomputed per
+    layer); overlapped where the rendered job overlaps them, on this GPU's SMs (hf_step_time.yaml ``compute_units``;
+    a GPU it does not describe is taken as the reference GPU, as vdkit.planner.predict ranks it)."""
+    whole = layers * (4 + 2 * recompute_share) * per_collective_s
+    if not overlaps(recipe, tp):
+        return StageOverlap(whole, eff)
+    from vdkit.planner.calibration import load
+
+    gpus, ref = load("hf_step_time")["gpus"], load("step_time")["hardware"]["reference_gpu"]
+    sms = int((gpus.get(recipe.cluster.gpu_type) or gpus[ref])["compute_units"])
+    pairs = tuple((c * layers, w * layers)
+                  for c, w in layer_pairs(recipe, tokens, tp, per_collective_s / 2, s_per_flop, recompute_share))
+    margin = layers * layer_margin(recipe, tokens, tp, s_per_flop, recompute_share, sms)
+    return StageOverlap(whole, eff, pairs, margin, layers * per_collective_s if recipe.is_peft else 0.0)
