@@ -107,3 +107,24 @@ def test_the_engines_answer_is_the_rendered_bridge_yaml(extra, overlaps):
     assert engines.get("bridge").tp_comm_overlap(plan.recipe, plan.tp) is overlaps
     assert ("comm_overlap" in cfg) is overlaps
     assert (plan.prediction.step.parts["tensor_parallel_overlapped_s"] > 0) is overlaps
+
+
+def test_the_plan_prints_the_tp_share_as_exposed_hidden_and_not_sent():
+    # the plan's TP line adds up: exposed = collectives outlasting their GEMMs + the SMs' price (in the
+    # communication term), hidden and not sent beside it (in no term); NeMo's counted whole
+    from vdkit.commands.plan import describe
+    from vdkit.planner.plan import make_plan
+
+    plan = make_plan(compose(["model=llama2_70b", "engine=bridge", "method=lora", "data=synthetic", "cluster.nodes=1",
+                              "train.seq_length=8192", "train.global_batch_size=8", "train.micro_batch_size=1",
+                              "parallelism.tp=4", "parallelism.pp=1"]))
+    q = plan.prediction.step.parts
+    line = next(x for x in describe(plan).splitlines() if x.strip().startswith("TP comm"))
+    assert f"{q['tensor_parallel_s']:.3g} s/step exposed" in line
+    assert f"{q['tensor_parallel_s'] - q['tensor_parallel_sm_margin_s']:.3g} collectives" in line
+    assert f"{q['tensor_parallel_sm_margin_s']:.3g} GEMM time lost" in line
+    assert f"{q['tensor_parallel_overlapped_s']:.3g} s/step hidden" in line
+    assert f"{q['tensor_parallel_unsent_s']:.3g} s/step not sent" in line
+    nemo = make_plan(compose(["model=llama2_70b", "method=lora", "cluster.nodes=1", "parallelism.tp=4",
+                              "parallelism.pp=1"]))
+    assert "counted whole" in next(x for x in describe(nemo).splitlines() if x.strip().startswith("TP comm"))
