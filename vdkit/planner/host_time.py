@@ -37,7 +37,8 @@ def _layer_kernels(recipe) -> str:
 
 def graphed(recipe) -> bool:
     """Whether the run replays per-layer CUDA graphs (``train.cuda_graphs=layer`` on Transformer Engine layers)."""
-    return getattr(recipe.train, "cuda_graphs", "none") == "layer" and _layer_kernels(recipe) == "fused"
+    return (getattr(recipe.train, "cuda_graphs", "none") == "layer" and _layer_kernels(recipe) == "fused"
+            and renders_graphs(recipe))
 
 
 def layer_ops(recipe, tp: int, cp: int, recompute: str, share: float, calib: dict,
@@ -104,7 +105,7 @@ def step_note(step, recipe) -> list:
         return []
     line = (f"host-bound: issuing the layers' kernels takes {q['host_issue_s']:.3g} s/step of CPU time, "
             f"{bound:.3g} s/step more than the GPU's work (in the overhead; vdkit.planner.host_time)")
-    if not graphed(recipe) and _layer_kernels(recipe) == "fused" and renders_graphs(recipe):
+    if not graphed(recipe) and _layer_kernels(recipe) == "fused" and renders_graphs(recipe):  # eager, could graph
         line = (f"host-bound eager: train.cuda_graphs=layer would issue each layer as one graph replay "
                 f"({q['host_graphed_s']:.3g} s/step of CPU time) and save up to {bound:.3g} s/step; " + line)
     return [line]
