@@ -110,3 +110,47 @@ def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
             (out[0] if isinstance(out, tuple) else out).backward(grad)
 
     return count(run, written_only=forward_writes)
+
+
+def layer_ops(config, seq: int, micro_batch: int, frozen: bool = False, lora_dim: int = 0) -> Dict[str, int]:
+    """The ops one decoder layer of megatron-core's local spec launches for one micro batch - ``{"forward": n,
+    "backward": n}``, backward counting what recompute reruns - as the dispatcher sees them: every ATen op but the
+    views and allocations (no kernel) and the CPU shim's RNG-state compares (a GPU forks a 16-byte Philox state).
+    ``frozen``: every base weight frozen; ``lora_dim``: the megatron engine's LoRA adapter (rank ``lora_dim``) on the
+    fused QKV projection, as vdkit.recipes.megatron.model builds it. The host cost the step-time model charges per
+    op (vdkit.planner.host_time) multiplies this count; tests/test_host_time.py checks its table against it."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
+
+    block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False)
+    for p in block.parameters() if frozen else ():
+        p.requires_grad_(False)
+    if lora_dim:
+        from vdkit.recipes.megatron.model import BASE_SPLIT, _adapter_classes
+
+        attention = block.layers[0].self_attention
+        attention.linear_qkv = _adapter_classes()[0](attention.linear_qkv, BASE_SPLIT["linear_qkv"], lora_dim,
+                                                     config, 0.0).to(config.params_dtype)
+    rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(seq)
+    local = seq // config.tensor_model_parallel_size if config.sequence_parallel else seq
+    x = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
+    grad = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype)
+    counts = {"forward": 0, "backward": 0}
+    phase = ["forward"]
+
+    class Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not (name in VIEWS or name in ALLOCATIONS or _rng_state(args)):
+                counts[phase[0]] += 1
+            return func(*args, **(kwargs or {}))
+
+    with Ops():
+        out = block(x, attention_mask=None, rotary_pos_emb=rope)
+        phase[0] = "backward"
+        (out[0] if isinstance(out, tuple) else out).backward(grad)
+    return counts

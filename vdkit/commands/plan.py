@@ -161,7 +161,9 @@ def describe(plan) -> str:
             f"  predicted   {pred.step_seconds:.3g} s/step, {pred.minutes:,.1f} min for {r.train.target_steps} steps, "
             f"{pred.tokens_per_s_per_gpu:,.0f} tokens/s per GPU, {pred.gpu_hours:,.1f} GPU-hours",
             "  step terms  " + " + ".join(f"{name} {sec:.3g}" for name, sec in terms.items())
-            + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")",
+            + " s (dominant: " + ", ".join(name for name, _ in pred.step.dominant(2)) + ")"
+            + (f"; host-bound {pred.step.parts['host_bound_s']:.3g} s of the overhead ({pred.step.parts['host_bound_s'] / pred.step.total_s:.0%} of the step: "
+               "the CPU issuing eager kernels)" if pred.step.parts.get("host_bound_s", 0.0) > 0 else ""),
         ]
         lines += _tp_line(pred.step.parts)
         if pred.interval_s:

@@ -188,6 +188,7 @@ class TrainCfg:
     # FP8 dot-product attention (megatron-core's fp8_dot_product_attention; MLPerf's FP8_DPA): with train.precision=fp8
     # only, an engine that renders it; off, Transformer Engine runs attention in BF16 (what the planner prices)
     fp8_attention: bool = False  # true: FP8 dot-product attention (train.precision=fp8, engine=bridge)
+    cuda_graphs: str = "none"  # none | layer: per-layer CUDA graphs (megatron-core cuda_graph_impl; engine=bridge)
     swiglu_input_dtype: str = "bf16"  # bf16 | fp8: the dtype SwiGLU keeps its input in for backward (fp8: megatron-core's activation_func_fp8_input_store; an engine that renders it)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)

@@ -163,6 +163,36 @@ class Fitted:
 
 
 @dataclass
+class LocalLayerOps:
+    """Ops megatron-core's local layer launches per micro batch (step_time.yaml ``host.local``; measured live)."""
+
+    forward: int = MISSING
+    backward: int = MISSING
+    frozen_backward: int = MISSING
+    gqa_forward: int = MISSING
+    gqa_backward: int = MISSING
+    gqa_query_copy: int = MISSING
+    selective_backward: int = MISSING
+    lora_forward: int = MISSING
+    lora_backward: int = MISSING
+
+
+@dataclass
+class HostOps:
+    """step_time.yaml ``host``: the ops a layer launches per micro batch, by layer kind (vdkit.planner.host_time)."""
+
+    local: LocalLayerOps = MISSING
+    te_linear_forward: Dict[str, float] = MISSING  # precision -> op-equivalents of one TE linear's forward
+    te_linears: int = MISSING
+    te_other_forward: float = MISSING
+    te_other_backward: float = MISSING
+    cp_step_forward: float = MISSING
+    cp_step_backward: float = MISSING
+    graphed_forward: float = MISSING
+    graphed_backward: float = MISSING
+
+
+@dataclass
 class AnchorRun:
     name: str = MISSING
     overrides: List[str] = MISSING
@@ -183,6 +213,7 @@ class StepTimeCalib:
     bytes: StackBytes = MISSING
     data: Dict[str, SampleFigure] = MISSING
     packing_efficiency: float = MISSING
+    host: HostOps = MISSING
     fitted: Fitted = MISSING
     intervals: Dict[str, Interval] = MISSING
     anchors: Anchors = MISSING

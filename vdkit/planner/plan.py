@@ -24,6 +24,7 @@ from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
 from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes
+from vdkit.planner.host_time import step_note as host_note
 from vdkit.planner.local_traffic import step_note
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
@@ -262,7 +263,7 @@ def layout_plan(recipe: Recipe) -> Plan:
             notes.append(f"no time prediction: {why_no_prediction(resolved, ltp, lpp)}")
     elif feasible and predicts_for(recipe):
         prediction = Prediction(chosen.step, recipe.train.target_steps, recipe.world_size)
-        notes += step_note(chosen.step, resolved)
+        notes += step_note(chosen.step, resolved) + host_note(chosen.step, resolved)
         if regime(recipe) == "fused":
             notes.append(f"step time predicted for NVIDIA's fused stack (engine={recipe.engine.name}: Transformer Engine, "
                          "fused kernels, gradient-accumulation fusion), not NeMo 1.x defaults")

@@ -26,6 +26,8 @@ and pipeline stage (one GPU's share of the work):
   the node's bandwidth shared by its GPUs); each collective pays ``collective_latency_us`` per ring step
   inside a node, the fabric's latency across nodes. NVIDIA's fused path with the distributed optimizer
   overlaps that reduction with a micro batch's compute: only the excess is exposed.
+- **host**: the CPU issues each layer's kernels eagerly (ops x the eager cost of one; vdkit.planner.host_time), ahead
+  of the GPU: a stage costs max(its GPU time, its host time) per micro batch (per-layer CUDA graphs: one replay).
 - **pipeline bubble**: (PP - 1) / VP micro-batch times of the stage per step (1F1B, interleaved).
 - **optimizer**: one memory-bound pass over the optimizer state each step.
 
@@ -48,6 +50,7 @@ from vdkit.planner import tp_overlap
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
+from vdkit.planner.host_time import stage_terms
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.local_traffic import local_step
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
@@ -341,6 +344,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     cp_mb = cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
                        fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
     stage_mb = compute_mb + overhead_mb + local_mb + tp_mb + pp_mb + cp_mb
+    # The host issues the layers' kernels asynchronously: a stage costs max(GPU, host) per micro batch
+    # (vdkit.planner.host_time: ops per layer x the eager cost of one; per-layer CUDA graphs issue a replay instead).
+    host_mb, host_parts = stage_terms(r, tp, cp, layers, recompute, share, calib, stage_mb, micro)
+    stage_mb += host_mb
 
     # Data parallel: the trainable parameters' gradients, once per step, after the backward, in the gradient buffer's
     # dtype as the engine renders it (the memory model's gradient bytes, one home: fp32 main gradients, 4; NeMo's
@@ -372,17 +379,18 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
     return StepTime(
-        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb),
+        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb),
         communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
-               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm),
+               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
                **tpo.parts(micro),
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
-               # step = multiplier * (max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
-               #        + local_s + comm) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff) + per_step
+               # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
+               #        + local_s + comm, host_s) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff)
+               #        + per_step
                # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision); comm = comm_s +
                # the overlapped TP collectives' exposed seconds at eff (tp_pairs, tp_margin_flops_s: tp_overlap.StageOverlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,

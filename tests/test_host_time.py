@@ -1,0 +1,100 @@
+"""The eager host time in the step-time model (vdkit.planner.host_time, issue 35).
+
+An eager stage costs max(GPU time, host time) per micro batch, the host time being the ops a layer launches x the eager
+cost of one (hf_step_time.yaml stack.op_overhead_us). The local layer's op table equals a live count of the layer
+megatron-core 0.16.1 runs here (vdkit.recipes.megatron.traffic layer_ops); a plan whose layers are small on the GPU is
+host-bound by the hand-computed amount, and not with per-layer CUDA graphs; a large-layer plan hides its host time.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from vdkit.composition.config import compose
+from vdkit.planner import host_time as H
+from vdkit.planner import predict as P
+
+# (seq, micro batch, hidden, heads, query groups, ffn): GQA with 2 groups, plain attention, one group (MQA)
+SHAPES = {"gqa": (24, 2, 48, 6, 2, 112), "plain": (16, 1, 64, 4, 4, 96), "mqa": (16, 2, 64, 8, 1, 80)}
+
+
+def _config(shape, mode):
+    import torch
+    import torch.nn.functional as fn
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from vdkit.planner import recompute
+
+    _, _, h, a, g, f = SHAPES[shape]
+    keys = recompute.mcore(SimpleNamespace(recompute=mode, recompute_num_layers=1 if mode == "full" else None))
+    return TransformerConfig(
+        num_layers=1, hidden_size=h, ffn_hidden_size=f, num_attention_heads=a, num_query_groups=g,
+        normalization="RMSNorm", gated_linear_unit=True, activation_func=fn.silu, add_bias_linear=False,
+        hidden_dropout=0.0, attention_dropout=0.0, params_dtype=torch.bfloat16, bf16=True, use_cpu_initialization=True,
+        # recipes/megatron/model.py transformer_config: every fusion off
+        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    pytest.importorskip("megatron.core")
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    from vdkit.recipes.common import mcore_cpu
+
+    mcore_cpu.apply()
+    mcore_cpu.single_rank_model_parallel()
+    model_parallel_cuda_manual_seed(1)
+
+
+@pytest.mark.parametrize("shape,mode,method", [("gqa", "none", "sft"), ("gqa", "selective", "lora"),
+                                               ("plain", "full", "sft"), ("mqa", "none", "ptuning"),
+                                               ("gqa", "full", "lora")])
+def test_the_local_op_table_equals_the_live_count(one_rank, shape, mode, method):
+    from vdkit.recipes.megatron.traffic import layer_ops as live
+
+    s, b, h, a, g, _ = SHAPES[shape]
+    measured = live(_config(shape, mode), s, b, frozen=method != "sft", lora_dim=8 if method == "lora" else 0)
+    r = SimpleNamespace(model=SimpleNamespace(num_attention_heads=a, num_query_groups=g),
+                        method=SimpleNamespace(name=method), train=SimpleNamespace(precision="bf16", cuda_graphs="none"))
+    fwd, bwd = H.layer_ops(r, 1, 1, mode, 1.0 if mode == "full" else 0.0, P.calibration(), kind="local")
+    assert (fwd, bwd) == (measured["forward"], measured["backward"])
+
+
+# Bridge LoRA on Dolly's unpacked 115-token samples, TP 4: each layer's micro batch is microseconds on the GPU.
+SMALL = ("model=llama2_7b", "engine=bridge", "method=lora", "data=dolly", "cluster.nodes=1", "parallelism.tp=4",
+         "parallelism.pp=1", "train.precision=bf16")
+
+
+def test_an_eager_small_layer_plan_is_host_bound_by_the_hand_count():
+    calib = P.calibration()
+    eager, graphed = (P.predict_step(compose([*SMALL, f"train.cuda_graphs={g}"]), 4, 1) for g in ("none", "layer"))
+    # by hand (step_time.yaml host): a BF16 TE layer forward 4 linears x 3 + 8 others + LoRA 3 + TP collectives 2 = 25,
+    # backward (frozen base: dgrad only) 4 x 3 + 8 + LoRA 5 + 2 = 27; 32 layers; 10 us an op (hf_step_time.yaml)
+    assert calib["host"]["te_linear_forward"]["bf16"] == 3 and calib["host"]["te_other_forward"] == 8
+    r = compose(list(SMALL))
+    micro = r.train.global_batch_size // (r.train.micro_batch_size * 2)  # DP 2
+    host_mb = 32 * (25 + 27) * 10e-6
+    assert eager.parts["host_issue_s"] == pytest.approx(micro * host_mb)
+    # graphed: 4 ops a layer, hidden behind the GPU's work: its step is the GPU's alone
+    assert graphed.parts["host_bound_s"] == 0.0
+    gpu = graphed.total_s - graphed.parts["data_parallel_s"] - graphed.optimizer_s  # micro x the GPU's stage time
+    assert eager.parts["host_bound_s"] == pytest.approx(micro * host_mb - gpu)
+    assert eager.total_s == pytest.approx(graphed.total_s + micro * host_mb - gpu)
+    assert eager.parts["host_bound_s"] > 0.5 * eager.total_s  # the CPU, not the GPU, sets this step
+    note = H.step_note(eager, r)
+    assert note and note[0].startswith("host-bound eager: train.cuda_graphs=layer would")
+    assert H.step_note(graphed, compose([*SMALL, "train.cuda_graphs=layer"])) == []
+
+
+def test_a_large_layer_plan_hides_its_host_time():
+    # MLPerf's 70B LoRA layout, one 8192-token micro batch over TP 4 x CP 2: ~7 ms of GPU work a layer
+    r = compose(["model=llama2_70b", "engine=bridge", "method=lora", "data=synthetic", "cluster.nodes=8",
+                 "cluster.max_nodes=8", "train.seq_length=8192", "train.precision=fp8", "train.global_batch_size=8",
+                 "train.micro_batch_size=1", "parallelism.tp=4", "parallelism.pp=1", "parallelism.cp=2",
+                 "parallelism.distributed_optimizer=true"])
+    step = P.predict_step(r, 4, 1, distributed_optimizer=True)
+    assert 0.0 < step.parts["host_issue_s"] < 0.5 * step.total_s
+    assert step.parts["host_bound_s"] == 0.0 and H.step_note(step, r) == []
