@@ -128,7 +128,9 @@ class StageOverlap:
         the overlapped collectives the unoverlapped count holds that the job never sends (frozen weights)."""
         hidden = sum(min(c, w / self.eff) for c, w in self.pairs)
         return {"tensor_parallel_overlapped_s": micro * hidden, "tensor_parallel_sm_margin_s": micro * self.margin / self.eff,
-                "tensor_parallel_unsent_s": micro * self.unsent_s, "tp_pairs": self.pairs, "tp_margin_flops_s": self.margin}
+                "tensor_parallel_unsent_s": micro * self.unsent_s, "tp_margin_flops_s": self.margin,
+                # lists, as plan.json gives them back (a loaded plan equals the planned one: tests/test_rundir.py)
+                "tp_pairs": [list(p) for p in self.pairs]}
 
 
 def stage(recipe, tokens: float, tp: int, per_collective_s: float, s_per_flop: float, recompute_share: float,
