@@ -28,6 +28,9 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 # The dtype the fused SwiGLU saves its input (fc1's output) in for backward: fp8 is megatron-core's
 # activation_func_fp8_input_store (MLPerf's FP8_ACT / FP8_ACTIVATION), an unscaled cast to float8_e4m3fn
 SWIGLU_INPUT_DTYPES = ("bf16", "fp8")
+# train.cuda_graphs: eager (none) | each decoder layer's forward and backward captured as CUDA graphs and replayed
+# (layer: megatron-core's cuda_graph_impl, rendered by an engine whose spec's cuda_graphs holds it)
+CUDA_GRAPHS = ("none", "layer")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 CPU_GPU_TYPE = "cpu"  # cluster.gpu_type of a cluster with no GPUs (cluster=local, k8s_cpu): ranks train in fp32
@@ -188,6 +191,7 @@ class TrainCfg:
     # FP8 dot-product attention (megatron-core's fp8_dot_product_attention; MLPerf's FP8_DPA): with train.precision=fp8
     # only, an engine that renders it; off, Transformer Engine runs attention in BF16 (what the planner prices)
     fp8_attention: bool = False  # true: FP8 dot-product attention (train.precision=fp8, engine=bridge)
+    cuda_graphs: str = "none"  # none | layer: per-layer CUDA graphs (megatron-core cuda_graph_impl; engine=bridge)
     swiglu_input_dtype: str = "bf16"  # bf16 | fp8: the dtype SwiGLU keeps its input in for backward (fp8: megatron-core's activation_func_fp8_input_store; an engine that renders it)
     fused_kernels: bool = False  # fine-tuning: NVIDIA's fusions (grad-accumulation, RoPE, ...); pretraining always
     seed: int = 1234  # random seed (data order, initialisation)
