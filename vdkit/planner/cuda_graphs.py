@@ -53,14 +53,14 @@ def graph_bytes(recipe, s: float, tp: int, sequence_parallel: bool, sets: float)
     return sets * layer_set_bytes(s, t.seq_length, b, h, tp, sequence_parallel) + shared + rope
 
 
-def plan_note(recipe, tp: int, pp: int, vp: int, sequence_parallel: bool, grad_accum: int) -> list:
-    """The plan's line for per-layer CUDA graphs at the chosen layout (NOTE, with the first stage's bytes); [] eager."""
+
+def plan_note(recipe, tp: int, sequence_parallel: bool, sets: float) -> list:
+    """The plan's line for per-layer CUDA graphs at the chosen layout (NOTE, with the first stage's bytes: ``sets``
+    its layers in flight); [] eager."""
     if recipe.train.cuda_graphs != "layer":
         return []
     from vdkit.composition.schema import GB
-    from vdkit.planner.memory import layers_in_flight
 
     s = (recipe.train.seq_length + (recipe.method.ptuning_virtual_tokens if recipe.method.name == "ptuning" else 0)
          ) / recipe.parallelism.cp
-    sets = layers_in_flight(recipe.model.num_layers // pp, pp, vp, grad_accum, 0)
     return [NOTE.format(gb=graph_bytes(recipe, s, tp, sequence_parallel, sets) / GB)]

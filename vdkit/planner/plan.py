@@ -24,7 +24,7 @@ from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.cuda_graphs import plan_note
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
-from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes
+from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes, layers_in_flight
 from vdkit.planner.local_traffic import step_note
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
@@ -231,7 +231,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     total = mem.total_gb
     borderline = is_borderline(total, cap)
     reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe)
-    notes += plan_note(recipe, ltp, lpp, lvp, sp, grad_accum)  # train.cuda_graphs=layer: what the memory counts
+    # train.cuda_graphs=layer: what the memory counts for the graphs (the first stage's layers in flight)
+    notes += plan_note(recipe, ltp, sp, layers_in_flight(recipe.model.num_layers // lpp, lpp, lvp, grad_accum, 0))
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "
