@@ -3,6 +3,7 @@ door where megatron-core or the engine cannot, seen by `vdkit check` after Bridg
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 
@@ -108,3 +109,8 @@ def test_vdkit_check_reads_what_bridges_setup_leaves(tmp_path):
     bad = Report(run_dir)
     assert not graphs.check(planted, planted, plan, bad)
     assert bad.lines[-1][0] == DEFECT and "gpt_provider.py:213" in bad.lines[-1][1]
+    # graphs switched on by hand in an eager render: its environment lacks NCCL_GRAPH_REGISTER=0
+    eager = dataclasses.replace(plan, recipe=compose(SMALL))
+    edited = Report(run_dir)
+    assert not graphs.check(asked, cfg, eager, edited)
+    assert "rendered eager" in edited.lines[-1][1] and "NCCL_GRAPH_REGISTER=0" in edited.lines[-1][1]

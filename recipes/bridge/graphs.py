@@ -61,6 +61,12 @@ def check(asked, cfg, plan, rep) -> bool:
         return False
     if impl == "none":
         return True
+    if not want:  # a hand edit: the render's environment keeps expandable segments without GRAPH_ENV
+        rep.defect(f"cuda_graph_impl={impl} in bridge.yaml, but the run was rendered eager (train.cuda_graphs=none): its "
+                   "environment keeps PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True without NCCL_GRAPH_REGISTER=0, "
+                   "which megatron-core asserts on H100 / H200 (transformer/cuda_graphs.py:1682-1688)", where,
+                   "render the run with train.cuda_graphs=layer instead of editing bridge.yaml")
+        return False
     if not (getattr(cfg.model, RNG_TRACKER, False) or getattr(cfg.rng, "te_rng_tracker", False)):
         rep.defect(f"cuda_graph_impl={impl} without Transformer Engine's RNG tracker: Bridge's provider refuses it "
                    "at model build on every rank (models/gpt_provider.py:213-217)", f"model.{RNG_TRACKER}",
