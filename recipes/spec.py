@@ -82,6 +82,8 @@ class EngineSpec:
     no_context_parallel: str = "its stack has no context parallelism"  # why not (when not)
     fp8_attention: bool = False  # whether it renders train.fp8_attention (FP8 dot-product attention)
     no_fp8_attention: str = "its stack renders no FP8 dot-product attention"  # why not (when not)
+    cuda_graphs: Tuple[str, ...] = ("none",)  # train.cuda_graphs values it renders (per-layer CUDA graphs)
+    no_cuda_graphs: str = "its stack captures no CUDA graphs"  # why not "layer" (when not)
     rope_scaling: Tuple[str, ...]  # model.rope_scaling rope_type values its model code builds
     # why its stack cannot run an interleaved pipeline (VP > 1) with PEFT ("": it can); the planner never picks one
     no_peft_interleaving: str = ""
@@ -148,7 +150,7 @@ class EngineSpec:
         for key, allowed in (("families", schema.ARCHS), ("methods", schema.METHODS), ("shardings", schema.SHARDINGS),
                              ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS),
                              ("optimizer_dtypes", schema.OPTIMIZER_DTYPES),
-                             ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES)):
+                             ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES), ("cuda_graphs", schema.CUDA_GRAPHS)):
             value = getattr(self, key)
             if isinstance(value, str) or not isinstance(value, tuple):
                 bad(f"{key} must be a tuple of names, not {value!r}")
@@ -241,4 +243,13 @@ def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
         can = [s.name for s in others if s.fp8_attention]
         return (f"train.fp8_attention=true: engine={spec.name} cannot run FP8 attention ({spec.no_fp8_attention})",
                 ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "train.fp8_attention=false")
+    g = recipe.train.cuda_graphs
+    if g not in spec.cuda_graphs:
+        from vdkit.composition.schema import CUDA_GRAPHS
+
+        can = [s.name for s in others if g in s.cuda_graphs]
+        return ((f"train.cuda_graphs={g}: engine={spec.name} cannot capture CUDA graphs ({spec.no_cuda_graphs})"
+                 if g in CUDA_GRAPHS else f"train.cuda_graphs={g} is not a CUDA-graph setting"),
+                ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
+                + " or ".join(f"train.cuda_graphs={v}" for v in (spec.cuda_graphs if g in CUDA_GRAPHS else CUDA_GRAPHS)))
     return None

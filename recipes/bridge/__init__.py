@@ -261,6 +261,7 @@ def env(plan) -> dict:
 
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
+    from vdkit.recipes.bridge import graphs
     from vdkit.recipes.bridge.config import FP8_ATTENTION_ENV, NVIDIA_H100
     from vdkit.recipes.common.rocm import vendor_env
 
@@ -272,7 +273,8 @@ def env(plan) -> dict:
             # Bridge's later recipes (recipes/utils/environment_utils.py): less fragmentation at 88-90 % of HBM
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
-            "PYTHONUNBUFFERED": "1", **(FP8_ATTENTION_ENV if plan.recipe.train.fp8_attention else {})})
+            "PYTHONUNBUFFERED": "1", **(FP8_ATTENTION_ENV if plan.recipe.train.fp8_attention else {}),
+            **graphs.env(plan.recipe)})  # NCCL_GRAPH_REGISTER=0 beside expandable segments (vdkit.recipes.bridge.graphs)
 
 
 def container(plan, run_dir):
@@ -353,6 +355,7 @@ SPEC = EngineSpec(
     swiglu_input_dtypes=("bf16", "fp8"),
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
     fp8_attention=True,  # megatron-core's fp8_dot_product_attention through Bridge's mixed precision (config.py FP8_ATTENTION)
+    cuda_graphs=("none", "layer"),  # layer: megatron-core's cuda_graph_impl=transformer_engine, MLPerf's per-layer graphs (graphs.py)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
     run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),

@@ -37,6 +37,7 @@ from vdkit.planner import recompute
 from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
+from vdkit.recipes.bridge import graphs  # train.cuda_graphs: what megatron-core runs per-layer graphs with
 from vdkit.run.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.run.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
@@ -195,6 +196,7 @@ def _model(plan) -> dict:
     out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     if r.train.swiglu_input_dtype == "fp8":
         out[SWIGLU_FP8_INPUT_STORE] = True
+    out.update(graphs.model_fields(r))  # train.cuda_graphs=layer (vdkit.recipes.bridge.graphs)
     return out
 
 
@@ -265,6 +267,8 @@ def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> d
             "packed_sequence_size": t.seq_length, "pad_cu_seqlens": False}
         if r.parallelism.cp > 1:  # each sample padded to a multiple of 2 x CP (THD context parallelism)
             out["packed_sequence_specs"]["pad_seq_to_mult"] = 2 * r.parallelism.cp
+        out["dataset_kwargs"]["pad_to_max_length"] = True
+    elif t.cuda_graphs == "layer":  # a graph replays fixed shapes: every row padded to seq_length (.graphs)
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
 

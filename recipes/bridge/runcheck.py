@@ -220,7 +220,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
     _fp8_attention(full, cfg, rep)
-    if not _microbatches(cfg, plan, rep):
+    from vdkit.recipes.bridge import graphs
+
+    if not graphs.check(full, cfg, plan, rep) or not _microbatches(cfg, plan, rep):  # (graphs: before the provider asserts)
         return
     _checkpoint(full, plan, on_cluster, rep)
     from vdkit.recipes.bridge import loadcheck

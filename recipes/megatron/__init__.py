@@ -168,6 +168,8 @@ SPEC = EngineSpec(
     context_parallel=False,
     no_context_parallel=("it builds megatron-core's local layer spec, whose DotProductAttention asserts "
                          "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)"),
+    no_cuda_graphs=("its loop (vdkit.recipes.megatron.train) never captures or replays CUDA graphs, and its local "
+                    "layer spec has no Transformer Engine layers for megatron-core's transformer_engine capture"),
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # GPTModel(rope_scaling, rope_scaling_factor): fixed factors
     step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
     # local spec on GPUs too (model.py layer_specs: no Transformer Engine, unfused attention): the plan counts its bytes

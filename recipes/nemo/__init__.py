@@ -244,6 +244,9 @@ SPEC = EngineSpec(
     no_fp8_attention=("NeMo 1.23 has no FP8 attention setting: its source never names fp8_dot_product_attention or "
                       "fp8_dpa, its FP8 recipe is DelayedScaling without it (modules/common/megatron/transformer.py:1015)"
                       ", and its image's Transformer Engine 1.2 predates fp8_dpa (TE 1.6)"),
+    no_cuda_graphs=("NeMo 1.23's GPT models have no CUDA-graph setting: enable_cuda_graph (NeMo 24.09's per-layer "
+                    "graphs, MLPerf's LAYER_CUDA_GRAPH) is not in its source, and its one CUDAGraphCallback "
+                    "(utils/callbacks/cuda_graph.py, a whole step under torch DDP) is wired to Stable Diffusion only"),
     rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
     step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
     # without megatron_amp_O2 (PEFT in the design guide's recipe) NeMo 1.23 builds fp32 parameters

@@ -178,6 +178,8 @@ SPEC = EngineSpec(
     context_parallel=False,
     no_context_parallel=("the transformers engine has no context parallelism (DDP / FSDP / ZeRO-3 split the batch, "
                          "not the sequence)"),
+    no_cuda_graphs=("transformers' eager layers under Fabric (DDP / FSDP / ZeRO-3) are never captured: the loop "
+                    "(vdkit.recipes.reference.train) runs eager and renders no torch.compile / CUDA-graph mode"),
     rope_scaling=("linear", "dynamic", "yarn", "longrope", "llama3"),  # transformers' ROPE_INIT_FUNCTIONS
     layer_kernels="hf",  # transformers' own decoder layers, sdpa or eager attention (vdkit.planner.hf_activations)
     step_time_regime="hf",  # eager Hugging Face + DDP / FSDP / ZeRO-3 (vdkit.planner.predict_hf)

@@ -180,6 +180,7 @@ _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("
                 ("precisions", "precisions", None), ("optimizer dtypes", "optimizer_dtypes", None),
                 ("SwiGLU input saved in", "swiglu_input_dtypes", None),
                 ("FP8 attention (train.fp8_attention)", "fp8_attention", None),
+                ("CUDA graphs (train.cuda_graphs)", "cuda_graphs", None),
                 ("context parallel", "context_parallel", None),
                 ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
                 ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),

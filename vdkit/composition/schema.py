@@ -28,6 +28,9 @@ OPTIMIZER_DTYPES = ("fp32", "bf16")
 # The dtype the fused SwiGLU saves its input (fc1's output) in for backward: fp8 is megatron-core's
 # activation_func_fp8_input_store (MLPerf's FP8_ACT / FP8_ACTIVATION), an unscaled cast to float8_e4m3fn
 SWIGLU_INPUT_DTYPES = ("bf16", "fp8")
+# train.cuda_graphs: eager (none) | each decoder layer's forward and backward captured as CUDA graphs and replayed
+# (layer: megatron-core's cuda_graph_impl, rendered by an engine whose spec's cuda_graphs holds it)
+CUDA_GRAPHS = ("none", "layer")
 SHARDINGS = ("none", "fsdp", "zero3")
 GPU_VENDORS = ("nvidia", "amd")
 CPU_GPU_TYPE = "cpu"  # cluster.gpu_type of a cluster with no GPUs (cluster=local, k8s_cpu): ranks train in fp32

@@ -105,15 +105,29 @@ def step_note(step, recipe) -> list:
         return []
     line = (f"host-bound: issuing the layers' kernels takes {q['host_issue_s']:.3g} s/step of CPU time, "
             f"{bound:.3g} s/step more than the GPU's work (in the overhead; vdkit.planner.host_time)")
-    if not graphed(recipe) and _layer_kernels(recipe) == "fused" and renders_graphs(recipe):  # eager, could graph
+    if not graphed(recipe) and _layer_kernels(recipe) == "fused" and could_graph(recipe):  # eager, could graph
         line = (f"host-bound eager: train.cuda_graphs=layer would issue each layer as one graph replay "
                 f"({q['host_graphed_s']:.3g} s/step of CPU time) and save up to {bound:.3g} s/step; " + line)
     return [line]
 
 
 def renders_graphs(recipe) -> bool:
-    """Whether the recipe's engine renders ``train.cuda_graphs`` (megatron-core's cuda_graph_impl): the engines on
-    NVIDIA's fused path, i.e. Bridge (the contract of train.cuda_graphs: engine=bridge)."""
+    """Whether the recipe's engine renders ``train.cuda_graphs=layer`` (its spec's ``cuda_graphs``: megatron-core's
+    cuda_graph_impl, read through the registry)."""
     from vdkit.recipes import engines
 
-    return engines.get(recipe.engine.name).step_time_regime == "fused"
+    return "layer" in engines.get(recipe.engine.name).spec.cuda_graphs
+
+
+def could_graph(recipe) -> bool:
+    """Whether the door would take ``train.cuda_graphs=layer`` for this eager recipe (vdkit.rules.cuda_graphs)."""
+    from dataclasses import replace
+
+    from vdkit.errors import UserError
+    from vdkit.rules.cuda_graphs import check_cuda_graphs
+
+    try:
+        check_cuda_graphs(replace(recipe, train=replace(recipe.train, cuda_graphs="layer")))
+    except UserError:
+        return False
+    return renders_graphs(recipe)

@@ -45,6 +45,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   backward turns the fp32 buffer into the gradient in place and casts it to bf16: 4 + 2 again. Transformer
   Engine's ``parallel_cross_entropy`` (``cross_entropy_fusion_impl="te"``, NVIDIA's Llama 3 recipes) saves
   only its bf16 input and writes the gradient into it (2*s*b*V / TP); no engine here renders it.
+- per-layer CUDA graphs (``train.cuda_graphs=layer``): each graphed layer's static input and causal mask per micro
+  batch in flight, with the graph pool's fragmentation left out as workload dependent (:mod:`vdkit.planner.cuda_graphs`).
 - capacity: the cluster's ``gpu_memory_gb`` in the same GB (1e9 bytes) as these totals - the GPU's reported
   total (hf_step_time.yaml ``memory_total_bytes``; an H100 "80GB" is 81,559 MiB = 85.5 GB).
 - overhead: CUDA context, NCCL and cuBLAS workspaces, allocator fragmentation (``overhead_gb`` in
@@ -66,6 +68,7 @@ from typing import Optional, Tuple
 from vdkit.planner.activations import attention_precision, layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
 from vdkit.planner.calibration import overhead_gb
+from vdkit.planner.cuda_graphs import graph_bytes
 from vdkit.planner.layout import data_parallel
 from vdkit.composition.schema import GB, Memory, Recipe
 
@@ -369,10 +372,12 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     else:
         stored_per_layer, working = per_layer, 0.0
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
-    acts_first = layers_in_flight(layers, pp, vp, microbatches, 0) * stored_per_layer + working
+    # train.cuda_graphs=layer: each graphed layer's static input and mask per micro batch in flight (vdkit.planner.cuda_graphs)
+    first, last = (layers_in_flight(layers, pp, vp, microbatches, rank) for rank in (0, pp - 1))
+    acts_first = first * stored_per_layer + working + graph_bytes(r, s, tp, sequence_parallel, first)
     # one micro batch's logits: the last chunk's backward follows its forward
     logits = logit_bytes(e) * s * b * m.vocab_size / tp
-    acts_last = layers_in_flight(layers, pp, vp, microbatches, pp - 1) * stored_per_layer + working + logits
+    acts_last = last * stored_per_layer + working + logits + graph_bytes(r, s, tp, sequence_parallel, last)
     acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
                   activations_gb=acts / GB,

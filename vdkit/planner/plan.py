@@ -21,9 +21,10 @@ from vdkit.planner.context import data_notes, seq_notes
 from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
+from vdkit.planner.cuda_graphs import plan_note
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
-from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes
+from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes, layers_in_flight
 from vdkit.planner.host_time import step_note as host_note
 from vdkit.planner.local_traffic import step_note
 from vdkit.planner.presets import preset_notes
@@ -59,18 +60,19 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
                       distributed_optimizer: bool) -> List[Candidate]:
     """Every valid layout within the pins (tp, pp, vp, recompute), with its memory and fit."""
     cap = r.cluster.gpu_memory_gb
-    out = []
+    # per-layer CUDA graphs: megatron-core refuses full recompute beside them (vdkit.rules.cuda_graphs)
+    graphed, out = r.train.cuda_graphs == "layer", []
     for ltp, lpp in valid_layouts(r, tp, pp, vp or 1):
         dp = data_parallel(r, ltp, lpp)
         sp = (ltp > 1) if sequence_parallel is None else sequence_parallel
         for lvp in _vp_options(r, lpp, vp, dp):
             if layout_violations(r, ltp, lpp, lvp):
                 continue
-            for rc in ([recompute] if recompute else ["none", "selective", "full"]):
+            for rc in ([recompute] if recompute else ["none", "selective", "full"][:2 if graphed else 3]):
                 mem = estimate_memory(r, ltp, lpp, lvp, sp, rc, distributed_optimizer)
                 out.append(Candidate(ltp, lpp, lvp, rc, mem, mem.total_gb <= cap,
                                      mem.total_gb <= cap * (1 - HEADROOM)))
-            if recompute is None and r.parallelism.recompute_num_layers is None:
+            if recompute is None and r.parallelism.recompute_num_layers is None and not graphed:
                 partial = _partial_recompute(r, ltp, lpp, lvp, sp, distributed_optimizer)
                 out += [partial] if partial else []
     return out
@@ -230,6 +232,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     total = mem.total_gb
     borderline = is_borderline(total, cap)
     reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe)
+    # train.cuda_graphs=layer: what the memory counts for the graphs (the first stage's layers in flight)
+    notes += plan_note(recipe, ltp, sp, layers_in_flight(recipe.model.num_layers // lpp, lpp, lvp, grad_accum, 0))
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "
                   f"weights {mem.weights_gb:.1f} + gradients {mem.gradients_gb:.1f} + optimizer "

@@ -11,6 +11,8 @@ module per concern:
   ``run.name`` / ``run.out_dir``;
 - :mod:`.contradictions`: two settings that are fine alone and contradict each other (run.mode=train with
   train.val_every_n_steps above train.max_steps; a command-line cluster.gpu_type beside another GPU's stated memory);
+- :mod:`.cuda_graphs`: ``train.cuda_graphs=layer`` beside what megatron-core refuses with per-layer CUDA graphs
+  (full recompute, packed sequences) and a cluster without GPUs;
 - :mod:`.environment`: ``cluster.env`` free of job-breaking names (PATH, UID, LD_*, SLURM_*, rendezvous
   variables, ...: the deny-list) and of secrets;
 - :mod:`.secrets`: no token in any other recipe value; ``run.secrets_file``'s names and its mode;
@@ -25,6 +27,7 @@ rules on names and obvious pairs in :func:`vdkit.composition.config.validate_fie
 from __future__ import annotations
 
 from vdkit.rules.contradictions import check_contradictions
+from vdkit.rules.cuda_graphs import check_cuda_graphs
 from vdkit.rules.environment import check_cluster_env
 from vdkit.rules.families import check_architecture
 from vdkit.rules.numbers import check_numbers
@@ -46,6 +49,7 @@ def check_values(recipe) -> None:
     directory's edited recipe.yaml must pass too (vdkit.run.rundir.load_recipe)."""
     check_numbers(recipe)
     check_contradictions(recipe)
+    check_cuda_graphs(recipe)
     check_names(recipe)
     check_architecture(recipe.model)
     check_cluster_env(recipe.cluster.env)
