@@ -80,9 +80,11 @@ def test_an_eager_small_layer_plan_is_host_bound_by_the_hand_count():
     assert eager.parts["host_issue_s"] == pytest.approx(micro * host_mb)
     # graphed: 4 ops a layer, hidden behind the GPU's work: its step is the GPU's alone
     assert graphed.parts["host_bound_s"] == 0.0
-    gpu = graphed.total_s - graphed.parts["data_parallel_s"] - graphed.optimizer_s  # micro x the GPU's stage time
+    # micro x the GPU's stage time (the loop's drains, test_the_loops_host_syncs_..., are on top of both)
+    gpu = graphed.total_s - graphed.parts["data_parallel_s"] - graphed.optimizer_s - graphed.parts["drain_s"]
     assert eager.parts["host_bound_s"] == pytest.approx(micro * host_mb - gpu)
     assert eager.total_s == pytest.approx(graphed.total_s + micro * host_mb - gpu)
+    assert eager.parts["drain_s"] == graphed.parts["drain_s"] > 0.0
     assert eager.parts["host_bound_s"] > 0.5 * eager.total_s  # the CPU, not the GPU, sets this step
     note = H.step_note(eager, r)
     assert note and note[0].startswith("host-bound eager: train.cuda_graphs=layer would")
@@ -98,3 +100,23 @@ def test_a_large_layer_plan_hides_its_host_time():
     step = P.predict_step(r, 4, 1, distributed_optimizer=True)
     assert 0.0 < step.parts["host_issue_s"] < 0.5 * step.total_s
     assert step.parts["host_bound_s"] == 0.0 and H.step_note(step, r) == []
+
+
+def test_the_loops_host_syncs_put_the_ops_after_them_in_series():
+    # Bridge's loss NaN / Inf checks every micro batch (10 ops after the first read-back) and the DDP's per gradient
+    # bucket (3), 10 us an op, on top of max(GPU, host): by hand, LoRA (one bucket) and SFT (one per 40M parameters)
+    calib = P.calibration()
+    assert (calib["host"]["drain"]["loss"], calib["host"]["drain"]["grad_bucket"]) == (10, 3)
+    lora = compose(list(SMALL))
+    micro = lora.train.global_batch_size // (lora.train.micro_batch_size * 2)  # TP 4 x DP 2
+    step = P.predict_step(lora, 4, 1, distributed_optimizer=True)
+    assert step.parts["grad_buckets"] == 1
+    assert step.parts["drain_s"] == pytest.approx((micro * 10 + 3) * 10e-6)
+    sft = compose([*SMALL[:2], "method=sft", *SMALL[3:]])
+    step = P.predict_step(sft, 4, 1, distributed_optimizer=True)
+    held = step.parts["drain_s"] / 10e-6 - micro * 10  # 3 x buckets
+    assert step.parts["grad_buckets"] > 10 and held == pytest.approx(3 * step.parts["grad_buckets"])
+    assert P.predict_step(sft, 4, 1, distributed_optimizer=False).parts["grad_buckets"] == 1  # no overlap: one
+    # in the step's total (the per-micro-batch overhead), and only for the engine whose loop has the syncs
+    nemo = compose(["engine=nemo", *[o for o in SMALL if not o.startswith("engine=")]])
+    assert "drain_s" not in P.predict_step(nemo, 4, 1).parts

@@ -178,6 +178,16 @@ class LocalLayerOps:
 
 
 @dataclass
+class DrainOps:
+    """step_time.yaml ``host.drain``: ops issued in series with the GPU after the fused engine's host syncs."""
+
+    loss: int = MISSING  # per micro batch (the loss's NaN / Inf checks)
+    grad_bucket: int = MISSING  # per gradient bucket and step (the DDP's NaN / Inf checks)
+    bucket_params: int = MISSING  # megatron-core's default bucket size, parameters ...
+    bucket_params_per_dp_rank: int = MISSING  # ... or this x DP, the larger
+
+
+@dataclass
 class HostOps:
     """step_time.yaml ``host``: the ops a layer launches per micro batch, by layer kind (vdkit.planner.host_time)."""
 
@@ -190,6 +200,7 @@ class HostOps:
     cp_step_backward: float = MISSING
     graphed_forward: float = MISSING
     graphed_backward: float = MISSING
+    drain: DrainOps = MISSING
 
 
 @dataclass

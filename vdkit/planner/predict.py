@@ -50,7 +50,7 @@ from vdkit.planner import tp_overlap
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
-from vdkit.planner.host_time import stage_terms
+from vdkit.planner.host_time import drain_terms, stage_terms
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.local_traffic import local_step
 from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
@@ -373,20 +373,22 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # Optimizer: read + write the state and the gradient, write the weights (memory-bound): the memory model's bytes.
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * optimizer_pass_bytes(r, distributed_optimizer) / hbm
+    # the loop's host syncs (the loss and gradient checks) put the ops issued after them in series with the GPU
+    drain_s, drain_parts = drain_terms(r, micro, trainable_held, dp, distributed_optimizer, calib)
     overhead_mb += compute_mb - (flops_mb / eff + attn_mb / attn_eff)  # the roofline's excess counts as overhead
     compute_mb = flops_mb / eff + attn_mb / attn_eff
 
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
     return StepTime(
-        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb),
+        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb) + drain_s,
         communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
                **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
-               **tpo.parts(micro),
+               **tpo.parts(micro), **drain_parts,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
                #        + local_s + comm, host_s) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff)
@@ -395,7 +397,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                # the overlapped TP collectives' exposed seconds at eff (tp_pairs, tp_margin_flops_s: tp_overlap.StageOverlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
                "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tpo.basis_s() + pp_mb + cp_mb,
-               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s},
+               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s + drain_s},
     )
 
 
