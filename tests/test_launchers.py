@@ -129,3 +129,12 @@ def test_run_lock_names_its_launcher(tmp_path):
         os.close(fd)
     assert holder_note(tmp_path) is None  # released: the lock file's text outlives it, the note does not
 
+
+
+@pytest.mark.parametrize("names", ["xe9680,,debug", ",xe9680", "xe9680,"])
+def test_a_slurm_name_list_with_an_empty_item_is_what_slurm_accepts(names):
+    """slurmctld splits --partition / --reservation with strtok_r(",") (src/slurmctld/partition_mgr.c get_part_list),
+    which skips empty items: `sbatch --test-only --partition=xe9680,,xe9680` runs (Slurm 22.05.8), so the door takes it;
+    a list with no name (",") is refused by Slurm and by the door (tests/bad_inputs: slurm-partition-no-name)."""
+    recipe = compose([f"cluster.partition='{names}'", f"cluster.reservation='{names}'"])
+    launchers.get("slurm").check_recipe(recipe)
