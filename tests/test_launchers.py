@@ -143,7 +143,11 @@ def test_a_slurm_name_list_with_an_empty_item_is_what_slurm_accepts(names):
 def test_slurm_dependencies_that_sbatch_takes_pass_the_door():
     """What `sbatch --test-only --dependency=...` takes on Slurm 22.05.8 (jobs 13, 14 alive) passes; the refused forms
     are rows of tests/bad_inputs (slurm-dependency-*)."""
-    slurm = launchers.get("slurm")
+    from dataclasses import replace
+
+    slurm, base = launchers.get("slurm"), compose([])
     for dep in ("singleton", "afterok:13:14", "afterok:13?afterany:14", "13,14", "after:13+5", "afterany:13_*",
                 "singleton,afterok:13", "afternotok:13(failed)", "afterok:13?14", "AFTEROK:13"):
-        slurm.check_recipe(compose([f"cluster.dependency='{dep}'"]))
+        slurm.check_recipe(replace(base, cluster=replace(base.cluster, dependency=dep)))
+    with pytest.raises(UserError, match="cluster.dependency='aftr:13'"):  # the same path refuses (rows: bad_inputs)
+        slurm.check_recipe(replace(base, cluster=replace(base.cluster, dependency="aftr:13")))
