@@ -88,9 +88,11 @@ def test_config_takes_launcher_names_from_the_registry(toy):
 
 def test_render_cluster_local_goes_through_the_local_launcher(tmp_path, capsys):
     rc = main(["render", "cluster=local", "engine=reference", *TINY[:2], "--out", str(tmp_path)])
-    assert rc == 0, capsys.readouterr().err
-    run_dir = Path(capsys.readouterr().out.strip())
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    run_dir = Path(out.strip())
     assert not (run_dir / SBATCH_FILE).exists() and (run_dir / PLAN_FILE).is_file()
+    assert f"next: vdkit run --resume {run_dir}" in err and "sbatch" not in err  # not a script that is not there
     local = launchers.get("local")
     assert local.executes_here and local.status(run_dir) == "NOT_STARTED"
     with pytest.raises(UserError, match="no scheduler"):
