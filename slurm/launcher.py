@@ -18,34 +18,60 @@ from vdkit.run.jobspec import JobSpec
 from vdkit.run.rundir import SBATCH_FILE
 
 # The cluster fields that name Slurm objects -> (whether sbatch takes a comma-separated list of them, the command that
-# lists them). sbatch(1): --partition and --reservation "specify their names in a comma separate list" (an empty item
-# names nothing); a partition or reservation name is one slurm.conf / scontrol token: no whitespace, and no '#' (where
-# slurm.conf's comments start). --account and --qos take one name ("an arbitrary string": sacctmgr reads a comma as
-# its list separator, so never one holding a comma). Empty is no name either (None is: the site's default).
+# lists them). sbatch(1): --partition and --reservation "specify their names in a comma separate list"; slurmctld
+# splits the list with strtok_r(",") (src/slurmctld/partition_mgr.c get_part_list), so an empty item between names is
+# skipped ("gpu,,debug" is gpu and debug), but a list with no name at all ("", ",") is refused ("Invalid partition
+# name specified"). A name is one slurm.conf / scontrol token: no whitespace, and no '#' (where slurm.conf's comments
+# and an #SBATCH line's start). --account and --qos take one name ("an arbitrary string": sacctmgr reads a comma as
+# its list separator, so never one holding a comma). None is no name: the site's default.
 SLURM_NAMES = {"partition": (True, "sinfo -s"), "reservation": (True, "scontrol show reservation"),
                "account": (False, "sacctmgr show account"), "qos": (False, "sacctmgr show qos")}
+SETTINGS = (*SLURM_NAMES, "dependency")  # read by this launcher alone: vdkit.launch.launchers.refuse_foreign_settings
 _LISTED_NAME = re.compile(r"[^\s,#]+")  # one item of --partition / --reservation
 _ONE_NAME = re.compile(r"[^,]*[^,\s][^,]*")  # --account / --qos
+
+# sbatch --dependency as slurmctld parses it (src/slurmctld/job_scheduler.c _parse_dependency_str): "singleton", or
+# TYPE:JOB[:JOB...] (a job: its id, an array's _TASK or _*, then +MINUTES for after, then a (state)), or a bare job id
+# (the old form, afterany); items joined by ',' (all must hold) or '?' (any). Slurm releases differ on mixing the two
+# and on a bare id after '?' (22.05 takes "afterok:1,afterany:2?afterok:3"), so those are left to sbatch. What is
+# refused here sbatch refuses at submit ("Job dependency problem"); whether the named jobs exist only the cluster says.
+_DEP_JOB = r"0*[1-9]\d*(?:_(?:\*|\d+))?"
+_DEP_SPEC = _DEP_JOB + r"(?:\+0*[1-9]\d*)?(?:\([^()]*\))?"
+_DEP_ITEM = (r"(?:singleton(?:\([^()]*\))?|(?:after|afterany|afterok|afternotok|aftercorr|afterburstbuffer|expand):"
+             + _DEP_SPEC + "(?::" + _DEP_SPEC + ")*)")
+_DEPENDENCY = re.compile(rf"(?:{_DEP_ITEM}|{_DEP_JOB})(?:[,?](?:{_DEP_ITEM}|{_DEP_JOB}))*", re.IGNORECASE)
 
 RUNS_FIRST = True  # submit() sbatches the run dir's FIRST_FILE jobs first, launch.sbatch with afterok on them
 
 
 def check_recipe(recipe) -> None:
     """At composition (`vdkit plan` included): cluster.partition / reservation / account / qos hold Slurm names
-    (:data:`SLURM_NAMES`), not what sbatch would refuse at submit ("gpu partition", "a,,b", "")."""
+    (:data:`SLURM_NAMES`), not what sbatch would refuse at submit ("gpu partition", "", ",")."""
     for key, (many, lister) in SLURM_NAMES.items():
         value = getattr(recipe.cluster, key)
         if value is None:
             continue
         text = str(value)
         rule = _LISTED_NAME if many else _ONE_NAME
-        bad = next((n for n in (text.split(",") if many else [text]) if not rule.fullmatch(n)), None)
+        items = [n for n in text.split(",") if n] if many else [text]  # Slurm skips an empty list item
+        bad = next((n for n in items or [""] if not rule.fullmatch(n)), None)
         if bad is not None:
             what = "an empty name" if not bad.strip() else f"{bad!r}"
             takes = "a comma-separated list of names without spaces or '#'" if many else "one name, without commas"
             raise UserError(f"cluster.{key}={text!r}: {what} is not a Slurm {key} name (sbatch --{key} takes {takes}): "
                             "sbatch would refuse the job at submit",
                             f"write the name as `{lister}` prints it, or cluster.{key}=null for the site's default")
+    _check_dependency(recipe)
+
+
+def _check_dependency(recipe) -> None:
+    """cluster.dependency in sbatch's grammar (:data:`_DEPENDENCY`); None or "" is no dependency."""
+    text = recipe.cluster.dependency
+    if text and not _DEPENDENCY.fullmatch(str(text)):
+        raise UserError(f"cluster.dependency={text!r} is not a Slurm dependency (sbatch --dependency takes singleton or "
+                        "TYPE:JOBID[:JOBID...], TYPE one of after, afterany, afterok, afternotok, aftercorr, joined by "
+                        "',' (all) or '?' (any)): sbatch would refuse the job at submit (\"Job dependency problem\")",
+                        "e.g. cluster.dependency=singleton or cluster.dependency=afterok:12345, or cluster.dependency=null")
 
 
 def check(plan, job: JobSpec) -> None:

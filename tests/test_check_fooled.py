@@ -191,3 +191,19 @@ def test_one_run_dirs_unreadable_recipe_is_its_defect_and_the_others_are_checked
     assert "num_query_groups" in line and "fix:" in line, line
     (line,) = _errors(err, dup)
     assert "holds key 'max_steps' twice" in line, line
+
+
+def test_a_megatron_run_edited_to_another_rank_count_is_refused_before_its_resume(tmp_path, capsys):
+    """A stopped megatron run whose recipe.yaml now asks another GPU count than its latest checkpoint was written by:
+    each rank would stop at resume ('checkpoint does not match the model'); `vdkit check` says so instead of green."""
+    from vdkit.run.rundir import checkpoint_dir, load_recipe
+
+    run = _render(tmp_path, "shrunk", "engine=megatron", "model=tiny_llama", "data=synthetic", "cluster=local",
+                  "cluster.gpus_per_node=1")
+    step = checkpoint_dir(load_recipe(run), run) / "step=11.ckpt"
+    step.mkdir(parents=True)
+    for rank in (0, 1):  # what a 2-GPU layout of the run published before the edit
+        (step / f"rank{rank:05d}.pt").write_bytes(b"")
+    code, _, err = _check(capsys, run)
+    assert code == 2 and _errors(err, run), err
+    assert "holds 2 rank file(s); this run has 1 rank(s)" in err

@@ -239,6 +239,32 @@ def _folder(module: str) -> str:
     return next((f for f in DOWNWARD_FOLDERS if module == f or module.startswith(f + ".")), "")
 
 
+def benchmark_graph() -> Dict[str, Dict[str, int]]:
+    """``{benchmark: {benchmark it imports: line}}``: benchmarks/ scripts import each other by file name (the folder is
+    on sys.path when one runs)."""
+    mods = {p.stem: p for p in (ROOT / "benchmarks").glob("*.py")}
+    edges: Dict[str, Dict[str, int]] = {m: {} for m in mods}
+    for name, path in mods.items():
+        for target, line in _imported(ast.parse(path.read_text(), str(path)), name, False):
+            head = target.split(".")[0]
+            if head in mods and head != name:
+                edges[name].setdefault(head, line)
+    return edges
+
+
+def test_benchmarks_sit_above_the_package_and_import_no_circle():
+    """benchmarks/ is the top layer: it imports the package, the package never imports a benchmark (it is not
+    shipped), and the benchmarks import one another one way (no circle: bench_prediction and hf_efficiency once
+    imported each other)."""
+    edges = benchmark_graph()
+    found = cycles(edges)
+    assert not found, "benchmark import circles:\n" + "\n".join(_describe(c, edges) for c in found)
+    upward = [f"{a} -> benchmarks/{b}.py (line {line})" for a, path in modules().items()
+              for b, line in ((t.split(".")[0], n) for t, n in _imported(ast.parse(path.read_text()), a, False))
+              if b in edges]
+    assert not upward, "the package imports a benchmark:\n" + "\n".join(upward)
+
+
 def test_engines_launchers_and_validation_import_only_downward():
     """recipes/, slurm/, k8s/ and validation/ import only from their own layer of the diagram or below, and none
     of the four imports another of them at its own layer (the Slurm and Kubernetes launchers know nothing of
@@ -305,8 +331,9 @@ MAX_MODULE_LINES = 450  # the house rule (docs/architecture.md, Layers): a modul
 
 
 def test_no_module_is_over_the_house_limit():
-    """Every module of the package (vdkit/, recipes/, slurm/, k8s/, validation/) is at most MAX_MODULE_LINES long."""
-    over = {str(p.relative_to(ROOT)): n for folder in ("vdkit", "recipes", "slurm", "k8s", "validation")
+    """Every module of the package (vdkit/, recipes/, slurm/, k8s/, validation/) and of benchmarks/ (the scripts whose
+    figures docs/ cite: read and changed like the package) is at most MAX_MODULE_LINES long."""
+    over = {str(p.relative_to(ROOT)): n for folder in ("vdkit", "recipes", "slurm", "k8s", "validation", "benchmarks")
             for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines: {over}"

@@ -88,9 +88,11 @@ def test_config_takes_launcher_names_from_the_registry(toy):
 
 def test_render_cluster_local_goes_through_the_local_launcher(tmp_path, capsys):
     rc = main(["render", "cluster=local", "engine=reference", *TINY[:2], "--out", str(tmp_path)])
-    assert rc == 0, capsys.readouterr().err
-    run_dir = Path(capsys.readouterr().out.strip())
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    run_dir = Path(out.strip())
     assert not (run_dir / SBATCH_FILE).exists() and (run_dir / PLAN_FILE).is_file()
+    assert f"next: vdkit run --resume {run_dir}" in err and "sbatch" not in err  # not a script that is not there
     local = launchers.get("local")
     assert local.executes_here and local.status(run_dir) == "NOT_STARTED"
     with pytest.raises(UserError, match="no scheduler"):
@@ -129,3 +131,25 @@ def test_run_lock_names_its_launcher(tmp_path):
         os.close(fd)
     assert holder_note(tmp_path) is None  # released: the lock file's text outlives it, the note does not
 
+
+
+@pytest.mark.parametrize("names", ["xe9680,,debug", ",xe9680", "xe9680,"])
+def test_a_slurm_name_list_with_an_empty_item_is_what_slurm_accepts(names):
+    """slurmctld splits --partition / --reservation with strtok_r(",") (src/slurmctld/partition_mgr.c get_part_list),
+    which skips empty items: `sbatch --test-only --partition=xe9680,,xe9680` runs (Slurm 22.05.8), so the door takes it;
+    a list with no name (",") is refused by Slurm and by the door (tests/bad_inputs: slurm-partition-no-name)."""
+    recipe = compose([f"cluster.partition='{names}'", f"cluster.reservation='{names}'"])
+    launchers.get("slurm").check_recipe(recipe)
+
+
+def test_slurm_dependencies_that_sbatch_takes_pass_the_door():
+    """What `sbatch --test-only --dependency=...` takes on Slurm 22.05.8 (jobs 13, 14 alive) passes; the refused forms
+    are rows of tests/bad_inputs (slurm-dependency-*)."""
+    from dataclasses import replace
+
+    slurm, base = launchers.get("slurm"), compose([])
+    for dep in ("singleton", "afterok:13:14", "afterok:13?afterany:14", "13,14", "after:13+5", "afterany:13_*",
+                "singleton,afterok:13", "afternotok:13(failed)", "afterok:13?14", "AFTEROK:13"):
+        slurm.check_recipe(replace(base, cluster=replace(base.cluster, dependency=dep)))
+    with pytest.raises(UserError, match="cluster.dependency='aftr:13'"):  # the same path refuses (rows: bad_inputs)
+        slurm.check_recipe(replace(base, cluster=replace(base.cluster, dependency="aftr:13")))

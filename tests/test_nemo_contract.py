@@ -253,9 +253,13 @@ def test_trap_missing_nemo_path_for_fine_tuning():
 
 
 def test_trap_sequence_parallel_without_tensor_parallel():
-    plan = _plan("llama2_7b", "lora", ["parallelism.tp=1", "parallelism.sequence_parallel=true"])
-    with pytest.raises(UserError, match="sequence_parallel=true with TP 1"):
-        render_nemo_yaml(plan, RUN_DIR)
+    """The door refuses the pin (vdkit.rules.contradictions) and the plan never asks it at TP 1
+    (vdkit.planner.plan.effective_sp); a config that says it anyway is refused."""
+    plan = _plan("llama2_7b", "lora", ["parallelism.tp=1"])
+    cfg = build_config(plan, RUN_DIR)
+    assert cfg["model"]["sequence_parallel"] is False
+    cfg["model"]["sequence_parallel"] = True
+    _refused(cfg, plan, "sequence_parallel=true with TP 1")
 
 
 def test_trap_optimizer_disagrees_with_distributed_optimizer():

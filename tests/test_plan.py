@@ -165,3 +165,16 @@ def test_a_ddp_engine_is_planned_as_ddp_every_rank_holding_all_of_adams_state(ca
                  "parallelism.distributed_optimizer=true"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
     assert "engine=reference with parallelism.sharding=none runs torch DDP" in line and "fsdp" in line
+
+
+def test_sequence_parallel_is_off_at_tp_1_even_when_asked():
+    """At TP 1 there is no tensor-parallel group to split the sequence over: NeMo 1.23 turns it off, megatron-core
+    refuses it ('Cannot use sequence parallelism without tensor parallelism': Bridge's job died at start-up). Asked
+    with TP left to the planner, a TP 1 layout says off (and the engines' configs built from it); at TP 2 it holds;
+    pinned with TP 1 it is refused at the door."""
+    auto = make_plan(compose(["method=lora", "parallelism.sequence_parallel=true"]))
+    two = make_plan(compose(["method=lora", "parallelism.tp=2", "parallelism.pp=1", "parallelism.sequence_parallel=true"]))
+    assert auto.tp == 1 and auto.recipe.parallelism.sequence_parallel is False
+    assert two.recipe.parallelism.sequence_parallel is True
+    with pytest.raises(UserError, match="parallelism.sequence_parallel=true with parallelism.tp=1"):
+        compose(["method=lora", "parallelism.tp=1", "parallelism.sequence_parallel=true"])

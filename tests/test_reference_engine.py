@@ -323,3 +323,17 @@ def test_run_mode_train_validates_keeps_the_best_and_exports(tmp_path):
     best = json.loads((run / "checkpoints" / "best.json").read_text())
     assert (run / "checkpoints" / best["checkpoint"]).exists() and best["step"] in (3, 6)
     assert (run / "export" / "adapter_config.json").is_file()
+
+
+def test_full_recompute_uses_transformers_current_switch():
+    """parallelism.recompute=full turns on checkpointing through the name transformers keeps (5.x deprecates
+    gradient_checkpointing_enable, 'removed in v6'): no FutureWarning, and every decoder layer checkpoints."""
+    import warnings
+
+    from vdkit.recipes.reference.model import build_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        model = build_model(compose(BASE + ["method=sft", "parallelism.recompute=full"]), rdata.ByteTokenizer())
+    layers = model.model.layers
+    assert len(layers) > 0 and all(layer.gradient_checkpointing for layer in layers)

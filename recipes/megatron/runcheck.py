@@ -63,6 +63,28 @@ def _check(run_dir: Path, rep: Report) -> None:
     else:
         rep.defect(line, "model / method", "re-render the run (the plan counts another model: recipe.yaml edited since, or an engine that builds another)")
     _check_base(plan.recipe, rep)
+    _check_resume(plan, run_dir, rep)
+
+
+def _check_resume(plan, run_dir: Path, rep: Report) -> None:
+    """The checkpoint the job resumes from (its latest), when there is one: written by as many ranks as this run
+    has (:mod:`vdkit.recipes.megatron.checkpoint`: one file per rank, and a checkpoint resumes only the layout that
+    wrote it), else every rank stops at resume with 'checkpoint does not match the model' (a recipe.yaml edited to
+    another node count or layout)."""
+    from vdkit.recipes.common.checkpoint import latest
+    from vdkit.run.rundir import checkpoint_dir
+
+    found = latest(checkpoint_dir(plan.recipe, run_dir))
+    if found is None:
+        return
+    world = plan.recipe.world_size
+    wrote = sum(1 for f in found.glob("rank*.pt") if f.is_file())  # published: exactly one per rank that wrote it
+    line = f"the checkpoint the job resumes from, {found}, holds {wrote} rank file(s); this run has {world} rank(s)"
+    if wrote == world:
+        rep.checked(line)
+    else:
+        rep.defect(line + ": a checkpoint resumes only the layout that wrote it", "cluster.nodes / gpus_per_node / "
+                   "parallelism", "resume with the recipe that wrote the checkpoint, or start a new run (vdkit render)")
 
 
 def _check_base(recipe, rep: Report) -> None:

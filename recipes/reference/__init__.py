@@ -138,9 +138,16 @@ HF_HOME_DIR = "hf_home"  # under the run's results root (shared storage every no
 
 def local_check(plan) -> None:
     """Before training here: the engine's libraries (torch & co., one line naming the extra when
-    missing), then data files and tokenizer exist and fit, before a local run directory is written."""
+    missing), then a local ``model.hf_path`` as the job's pre-flight reads it (config.json and whole weights: what
+    the megatron engine's door asks too), data files and tokenizer exist and fit, before a local run directory is
+    written."""
+    from vdkit.recipes.common import preflight as pf
     from vdkit.recipes.common.data import check_inputs
 
+    hf = plan.recipe.model.hf_path
+    why = pf.problem("model.hf_path", hf, "hf") if hf and str(hf).startswith("/") else None  # a hub id: the job's
+    if why:
+        raise UserError(why, pf.FIXES["hf"])
     check_inputs(plan.recipe)  # the libraries (the spec's runtime_modules) were checked by the engine registry
 
 

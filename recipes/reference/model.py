@@ -102,8 +102,19 @@ def build_model(recipe, tok, fabric=None):
     else:
         model = AutoModelForCausalLM.from_config(llama_config(recipe.model, tok, recipe.engine.attention))
     if recipe.parallelism.recompute == "full":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_recompute(model)
     return wrap_method(model, recipe)
+
+
+def enable_recompute(model) -> None:
+    """Full activation recompute through transformers' own switch: ``activation_checkpointing_enable`` where the
+    installed transformers has it (5.x, whose old name ``gradient_checkpointing_enable`` warns that v6 removes it),
+    the old name on the releases before it."""
+    kwargs = {"use_reentrant": False}  # torch's non-reentrant checkpoint: works with frozen inputs (peft)
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj")  # transformers' Llama / Qwen2 / OPT attention projections

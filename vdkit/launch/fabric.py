@@ -29,6 +29,11 @@ def ib_hca_value(hcas: List[str]) -> str:
         if not _HCA_RE.match(str(name)):
             raise UserError(f"cluster.ib_hcas entry {name!r} is not an adapter name",
                             "list adapters as printed by `ibv_devinfo -l`, e.g. [mlx5_0,mlx5_3]")
+    twice = sorted({str(h) for h in hcas if [str(x) for x in hcas].count(str(h)) > 1})
+    if twice:  # NCCL opens each adapter once; the plan would count it twice (vdkit.planner.interconnect)
+        raise UserError(f"cluster.ib_hcas lists {', '.join(twice)} more than once: NCCL uses each adapter once, so the "
+                        "plan would count inter-node bandwidth that is not there",
+                        "list each adapter once, as `ibv_devinfo -l` prints them")
     return "=" + ",".join(str(h) for h in hcas)
 
 

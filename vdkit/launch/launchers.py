@@ -16,10 +16,11 @@ default as shown). ``plan`` is a :class:`vdkit.composition.schema.Plan`, ``job``
 :class:`~vdkit.run.jobspec.JobSpec` for this run directory, ``run_dir`` the run directory's absolute
 :class:`~pathlib.Path` (when rendering it does not exist yet: files need its final path):
 
-``SETTINGS: str``  (default: none)
-    The ``cluster`` field this launcher alone reads (the Kubernetes launcher: ``kubernetes``, its
-    ``cluster.kubernetes`` mapping). A command line that sets it while another launcher runs the cluster is
-    refused at composition (:func:`refuse_foreign_settings`): nothing else would read it.
+``SETTINGS: str | tuple[str, ...]``  (default: none)
+    The ``cluster`` field(s) this launcher alone reads (the Kubernetes launcher: ``kubernetes``, its
+    ``cluster.kubernetes`` mapping; Slurm: ``partition``, ``reservation``, ``account``, ``qos``). A command line
+    that sets one while another launcher runs the cluster is refused at composition
+    (:func:`refuse_foreign_settings`): nothing else would read it.
 ``check_recipe(recipe) -> None``  (default: accept)
     Refuse, at composition (every verb, ``vdkit plan`` included), what is wrong in this launcher's own
     cluster settings (e.g. ``cluster.kubernetes``). Pure and light: :func:`vdkit.rules.check_recipe` calls it.
@@ -206,9 +207,10 @@ class Launcher:
         return bool(fn(job_id)) if fn else False
 
 
-def settings_key(name: str) -> Optional[str]:
-    """The ``cluster`` field launcher ``name`` alone reads (its module's ``SETTINGS``), or None."""
-    return getattr(get(name).module, "SETTINGS", None)
+def settings_keys(name: str) -> Tuple[str, ...]:
+    """The ``cluster`` fields launcher ``name`` alone reads (its module's ``SETTINGS``; none by default)."""
+    keys = getattr(get(name).module, "SETTINGS", None) or ()
+    return (keys,) if isinstance(keys, str) else tuple(keys)
 
 
 def refuse_foreign_settings(launcher: str, overrides) -> None:
@@ -217,11 +219,11 @@ def refuse_foreign_settings(launcher: str, overrides) -> None:
     ``kubernetes:`` block beside ``launcher: slurm``, for ``cluster.launcher=kubernetes``): only the command line,
     where a user meant the key to act, is held to this."""
     for other in names():
-        key = settings_key(other) if other != launcher else None
-        if not key:
-            continue
-        for raw in overrides:
-            name = str(raw).split("=", 1)[0].lstrip("+~")
+        for key, raw in ((k, o) for k in (settings_keys(other) if other != launcher else ()) for o in overrides):
+            name, _, value = str(raw).partition("=")
+            name = name.lstrip("+~")
+            if value.strip() == "null":  # naming no partition / mapping sets nothing another launcher would miss
+                continue
             if name == f"cluster.{key}" or name.startswith(f"cluster.{key}."):
                 raise UserError(f"{name}: cluster.{key} is read only by the {other} launcher, and this cluster's "
                                 f"launcher is {launcher}: the setting would be ignored",

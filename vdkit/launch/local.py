@@ -367,6 +367,11 @@ def cancel(run_dir: Path, settle_s: float = 60.0) -> List[str]:
     return [f"{NAME} {held[1]}"]
 
 
+def next_command(files) -> str:
+    """What trains a run directory `vdkit render cluster=local` wrote (no script: the ranks start here)."""
+    return "vdkit run --resume {}   (trains it here; `vdkit run ...` renders and trains in one step)"
+
+
 def continue_command(run_dir: Path) -> str:
     """`vdkit run --resume RUN_DIR`: the same ranks again, from the latest checkpoint."""
     import shlex

@@ -55,6 +55,15 @@ def _vp_options(r: Recipe, pp: int, pinned_vp: Optional[int], dp: int) -> List[i
     return [1] + [v for v in divisors(r.model.num_layers // pp) if v > 1]
 
 
+def effective_sp(tp: int, asked: Optional[bool]) -> bool:
+    """Sequence parallelism at TP ``tp``: on when TP > 1 unless ``parallelism.sequence_parallel`` says otherwise, and
+    never at TP 1, where there is no tensor-parallel group to split the sequence over: NeMo 1.23 turns it off there
+    (megatron_base_model.py, 'sequence_parallel ... tensor_model_parallel_size == 1'), megatron-core refuses it
+    ('Cannot use sequence parallelism without tensor parallelism', model_parallel_config.py), so the plan - and every
+    engine's config built from it - says off."""
+    return tp > 1 and (asked is None or bool(asked))
+
+
 def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optional[int],
                       recompute: Optional[str], sequence_parallel: Optional[bool],
                       distributed_optimizer: bool) -> List[Candidate]:
@@ -64,7 +73,7 @@ def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optio
     graphed, out = r.train.cuda_graphs == "layer", []
     for ltp, lpp in valid_layouts(r, tp, pp, vp or 1):
         dp = data_parallel(r, ltp, lpp)
-        sp = (ltp > 1) if sequence_parallel is None else sequence_parallel
+        sp = effective_sp(ltp, sequence_parallel)
         for lvp in _vp_options(r, lpp, vp, dp):
             if layout_violations(r, ltp, lpp, lvp):
                 continue
@@ -222,7 +231,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     if chosen is None:  # nothing fits: report the layout that comes closest
         chosen = min(cands, key=lambda c: c.memory.total_gb)
     ltp, lpp, lvp, rc, mem = chosen.tp, chosen.pp, chosen.vp, chosen.recompute, chosen.memory
-    sp = (ltp > 1) if p.sequence_parallel is None else p.sequence_parallel
+    sp = effective_sp(ltp, p.sequence_parallel)
     resolved = recipe.with_parallelism(tp=ltp, pp=lpp, vp=lvp, sequence_parallel=sp, recompute=rc,
                                        distributed_optimizer=dist_opt,
                                        recompute_num_layers=chosen.recompute_num_layers or p.recompute_num_layers)

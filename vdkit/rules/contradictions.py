@@ -14,9 +14,15 @@ from vdkit.errors import UserError
 
 def check_contradictions(recipe) -> None:
     """Refuse run.mode=train whose train.val_every_n_steps exceeds train.max_steps (no periodic validation runs:
-    the loss curve the mode promises has one point at most), and a GPU named without its memory
-    (:func:`check_gpu_memory`)."""
+    the loss curve the mode promises has one point at most), sequence parallelism pinned on at TP 1, and a GPU named
+    without its memory (:func:`check_gpu_memory`)."""
     check_gpu_memory(recipe)
+    p = recipe.parallelism
+    if p.sequence_parallel and p.tp == 1:  # (the planner turns an unpinned one off at TP 1: plan.effective_sp)
+        raise UserError("parallelism.sequence_parallel=true with parallelism.tp=1: sequence parallelism splits the "
+                        "activations over the tensor-parallel group, and TP 1 has none (NeMo silently turns it off, "
+                        "megatron-core refuses it: Bridge's job would stop at start-up)",
+                        "drop parallelism.sequence_parallel (on by itself when TP > 1), or use parallelism.tp=2 or more")
     t = recipe.train
     if recipe.run.mode == "train" and t.val_every_n_steps and t.val_every_n_steps > t.max_steps:
         raise UserError(f"train.val_every_n_steps={t.val_every_n_steps} is above train.max_steps={t.max_steps}: "

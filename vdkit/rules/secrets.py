@@ -1,5 +1,5 @@
-"""Secrets at the door: no recipe value carries a token or credentials (:data:`EMBEDDED_SECRET`;
-``cluster.env`` has its own rule in :mod:`vdkit.rules.environment`), and ``run.secrets_file`` is a
+"""Secrets at the door: no recipe value carries a token or credentials (:data:`EMBEDDED_SECRET`, cluster.env's
+values included; its names have their own rule in :mod:`vdkit.rules.environment`), and ``run.secrets_file`` is a
 private file of ``NAME=value`` lines with harmless names (:func:`check_secrets_file`).
 
 Reading the file's values at run time is the launchers' business (:func:`vdkit.launch.local.read_secrets_file`,
@@ -34,10 +34,11 @@ def _leaves(data, prefix: str = ""):
 
 
 def check_secret_values(recipe) -> None:
-    """No recipe value (outside cluster.env, checked by its own rule) may carry a token or credentials:
-    recipe.yaml, plan.json, overrides.txt and the launcher's script hold them in clear."""
+    """No recipe value may carry a token or credentials: recipe.yaml, plan.json, overrides.txt and the launcher's
+    script hold them in clear. cluster.env too (its own rule refuses secret names and whole-token values; a token or
+    user:password@ inside a value, HTTPS_PROXY=http://me:pw@proxy:3128, is this one's)."""
     for key, value in _leaves(recipe.to_dict()):
-        if key.startswith("cluster.env.") or not isinstance(value, str):
+        if not isinstance(value, str):
             continue
         if EMBEDDED_SECRET.search(value):
             raise UserError(f"{key} looks like it holds a secret (a token or user:password@), and every recipe value "
