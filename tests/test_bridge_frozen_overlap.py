@@ -3,7 +3,8 @@
 Transformer Engine 2.12 reduce-scatters a column-parallel norm + linear's input gradient only inside its
 weight-gradient GEMM's bulk overlap, which a frozen weight never runs (vdkit.recipes.bridge.runcheck_tp). So the
 render switches megatron-core's bulk overlaps off for PEFT, and `vdkit check` refuses a bridge.yaml that turns them
-back on. A CPU cannot run userbuffers: these tests hold what the render writes and what check refuses.
+back on (planted end to end in tests/test_check.py). A CPU cannot run userbuffers: these tests hold what the render
+writes and the rule check applies.
 """
 from __future__ import annotations
 
@@ -33,40 +34,21 @@ def test_peft_with_the_overlap_renders_the_bulk_overlaps_off(extra, off):
     assert [cfg["model"].get(k) for k in BULK] == ([False, False] if off else [None, None])
 
 
-def _loaded(tmp_path, cfg, **model):
-    """``cfg`` (a rendered dict) with ``model`` keys set (None: removed), through Bridge's own loader."""
-    from vdkit.recipes.bridge.config import to_yaml
-    from vdkit.recipes.bridge.runcheck import _import_bridge
+@pytest.mark.parametrize("flags, unreduced", [
+    ({}, ["qkv", "fc1"]),  # megatron-core's defaults: bulk wgrad on for both
+    ({"tp_comm_bulk_wgrad": False, "tp_comm_bulk_dgrad": False}, []),  # what the kit renders for PEFT
+    # NVIDIA's NeMo 2 LoRA flags (fc1's dgrad RS overlapped, QKV's overlap disabled), bulk wgrad left on: fc1 is
+    # reduce-scattered in its dgrad GEMM, the QKV still only in the wgrad GEMM a frozen weight never runs
+    ({"tp_comm_bulk_dgrad": False, "tp_comm_overlap_rs_dgrad": True, "tp_comm_overlap_disable_qkv": True}, ["qkv"]),
+    ({"tp_comm_overlap_rs_dgrad": True}, []),  # the dgrad GEMM's RS for both: TE drops the bulk overlaps
+    ({"sequence_parallel": False}, [])])  # no userbuffers (Bridge turns the overlap off)
+def test_the_layers_whose_frozen_input_gradient_te_leaves_unreduced(flags, unreduced):
+    """The rule `vdkit check` applies (recipes/bridge/runcheck_tp.py, end to end in tests/test_check.py) on
+    megatron-core's own config and defaults (extensions/transformer_engine.py 782-804, TE 2.12 1211-1219)."""
+    from megatron.core.model_parallel_config import ModelParallelConfig
 
-    _import_bridge()
-    from megatron.bridge.training.config import ConfigContainer
+    from vdkit.recipes.bridge.runcheck_tp import unreduced as rule
 
-    m = {k: v for k, v in {**cfg["model"], **model}.items() if v is not None}
-    path = tmp_path / f"bridge{len(list(tmp_path.iterdir()))}.yaml"
-    path.write_text(to_yaml({**cfg, "model": m}))
-    return ConfigContainer.from_yaml(str(path))
-
-
-def test_check_passes_the_render_and_refuses_a_planted_bulk_wgrad(tmp_path):
-    from vdkit.recipes.bridge import runcheck_tp
-    from vdkit.run.jobcheck import DEFECT, Report
-
-    lora, pretrain = _rendered(LORA_TP2), _rendered(LORA_TP2 + ["method=pretrain"])
-
-    def lines(cfg, **model):
-        rep = Report(tmp_path)
-        runcheck_tp.check(_loaded(tmp_path, cfg, **model), rep)
-        return rep.lines
-
-    (as_rendered,) = lines(lora)
-    assert as_rendered[0] == "checked" and "frozen base (LoRA" in as_rendered[1]
-    # planted: megatron-core's default back (the key removed), and set by hand - both QKV and fc1 left partial
-    for planted in ({"tp_comm_bulk_wgrad": None}, {"tp_comm_bulk_wgrad": True}):
-        ((kind, text),) = lines(lora, **planted)
-        assert kind == DEFECT and "qkv / fc1 input gradient" in text and "model.tp_comm_bulk_wgrad" in text
-    # NVIDIA's NeMo LoRA flags (fc1's dgrad RS overlapped, QKV's overlap disabled) with bulk wgrad left on: fc1 is
-    # reduce-scattered in its dgrad GEMM, the QKV still is not
-    ((kind, text),) = lines(lora, tp_comm_bulk_wgrad=True, tp_comm_overlap_rs_dgrad=True, tp_comm_overlap_disable_qkv=True)
-    assert kind == DEFECT and "the qkv input gradient" in text
-    ((kind, text),) = lines(pretrain)  # every weight trains: the wgrad GEMM's bulk overlap carries the RS
-    assert kind == "checked" and "every weight trains" in text
+    model = ModelParallelConfig(**{"tensor_model_parallel_size": 2, "sequence_parallel": True, "tp_comm_overlap": True,
+                                   **flags})
+    assert rule(model) == unreduced

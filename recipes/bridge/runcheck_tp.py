@@ -19,10 +19,16 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from typing import Optional, Tuple
 
 # (name TE's userbuffers give the layer, megatron-core's switch that disables its AG / dgrad RS overlap)
 FROZEN_COLUMN_LAYERS = (("qkv", "tp_comm_overlap_disable_qkv"), ("fc1", "tp_comm_overlap_disable_fc1"))
+
+
+def _on(model) -> bool:
+    """Userbuffers in the job: the overlap on, TP >= 2, sequence parallelism (what Bridge's setup keeps)."""
+    return bool(model.tp_comm_overlap and model.tensor_model_parallel_size > 1 and model.sequence_parallel)
 
 
 def unreduced(model) -> list:
@@ -41,14 +47,18 @@ def unreduced(model) -> list:
 
 @contextlib.contextmanager
 def _te_present():
-    """Bridge's comm_overlap module told Transformer Engine is there, as in the image."""
+    """Bridge's comm_overlap module told Transformer Engine is there, as in the image; its warnings (the job's own
+    start-up lines, e.g. "No overlap config provided") held back."""
     import megatron.bridge.training.comm_overlap as co
 
     real, co.HAVE_TE = co.HAVE_TE, True
+    held = logging.root.manager.disable
+    logging.disable(max(held, logging.WARNING))
     try:
         yield
     finally:
         co.HAVE_TE = real
+        logging.disable(held)
 
 
 def as_the_container_sets_it(cfg):
@@ -63,19 +73,16 @@ def as_the_container_sets_it(cfg):
     return model
 
 
-def _on(model) -> bool:
-    return bool(model.tp_comm_overlap and model.tensor_model_parallel_size > 1 and model.sequence_parallel)
-
-
 def _flags(model) -> str:
     return (f"tp_comm_bulk_wgrad={model.tp_comm_bulk_wgrad}, tp_comm_bulk_dgrad={model.tp_comm_bulk_dgrad}, "
             f"tp_comm_overlap_rs_dgrad={model.tp_comm_overlap_rs_dgrad}")
 
 
-def defect(cfg) -> Optional[Tuple[str, str, str]]:
+def defect(cfg, model=None) -> Optional[Tuple[str, str, str]]:
     """(what, setting, fix) where a loaded ``cfg`` (before Bridge's runtime update) is a PEFT job whose frozen QKV /
-    fc1 would keep an un-reduced input gradient under TP overlap; None otherwise."""
-    model = as_the_container_sets_it(cfg)
+    fc1 would keep an un-reduced input gradient under TP overlap; None otherwise. ``model``: the model as
+    :func:`as_the_container_sets_it` returns it, where the caller has it."""
+    model = model if model is not None else as_the_container_sets_it(cfg)
     bad = unreduced(model) if cfg.peft is not None else []
     if not bad:
         return None
@@ -93,13 +100,13 @@ def check(cfg, rep) -> None:
     model = as_the_container_sets_it(cfg)
     if not _on(model):
         return
-    found = defect(cfg)
+    found = defect(cfg, model)
     if found:
         rep.defect(*found)
     elif cfg.peft is None:
         rep.checked(f"TP communication overlap (userbuffers, TP {model.tensor_model_parallel_size}, {_flags(model)}): "
-                    "every weight trains, so the weight-gradient GEMMs' bulk overlap carries the input-gradient "
-                    "reduce-scatter")
+                    "every weight trains, so every input-gradient reduce-scatter runs (beside the weight-gradient GEMM "
+                    "or with NCCL)")
     else:
         rep.checked(f"TP communication overlap with a frozen base ({type(cfg.peft).__name__}, {_flags(model)}): "
                     "Transformer Engine reduce-scatters the QKV and fc1 input gradients (NCCL, or the dgrad GEMM's "
