@@ -30,13 +30,13 @@ def _render(out: Path, *overrides) -> Path:
     return Path(p.stdout.strip().splitlines()[-1])
 
 
-def _copy(src: Path, dst: Path) -> Path:
+def _copy(src: Path, dst: Path, *extra) -> Path:
     """The run of ``src`` rendered again as run ``dst.name`` beside it (a copied run dir's scripts name the
-    original's path: `vdkit check` refuses a copy)."""
+    original's path: `vdkit check` refuses a copy), with ``extra`` overrides."""
     from vdkit.cli import main
 
     overrides = [o for o in (src / "overrides.txt").read_text().split() if not o.startswith("run.name=")]
-    assert main(["render", *overrides, f"run.name={dst.name}", "--out", str(src.parent), "--no-check-mounts"]) == 0
+    assert main(["render", *overrides, *extra, f"run.name={dst.name}", "--out", str(src.parent), "--no-check-mounts"]) == 0
     return src.parent / dst.name
 
 
@@ -57,7 +57,8 @@ def test_not_a_run_dir_is_one_line(tmp_path):
 
 def test_bridge_planted_defects_one_line_each(tmp_path):
     """A local Bridge LoRA cell passes, and with Bridge's bf16 optimizer state; planted: a hub-id tokenizer, a model
-    config Bridge refuses, FP8 parameter gather without the distributed optimizer - each one line, exit 2."""
+    config Bridge refuses, FP8 parameter gather without the distributed optimizer, TP overlap with the frozen base's
+    default bulk overlaps - each one line, exit 2."""
     base = tmp_path / "base"
     base.mkdir()
     (base / "latest_checkpointed_iteration.txt").write_text("0")
@@ -92,7 +93,13 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
     swiglu = _copy(clean, tmp_path / "swiglu8")
     _edit_yaml(swiglu / "bridge.yaml", lambda d: d["model"].update(_swiglu_fp8_render()))
 
-    p = _vdkit("check", clean, hub, heads, fp8, bf16, swiglu)
+    # TP 2 with sequence parallelism and Bridge's TP overlap as a cluster render turns it on, without the PEFT
+    # render's tp_comm_bulk_wgrad / _dgrad false: TE 2.12 would leave the frozen QKV / fc1 input gradients un-reduced
+    overlap = _copy(clean, tmp_path / "overlap", "parallelism.tp=2")
+    _edit_yaml(overlap / "bridge.yaml", lambda d: d.update(comm_overlap={
+        "_target_": "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True}))
+
+    p = _vdkit("check", clean, hub, heads, fp8, bf16, swiglu, overlap)
     assert p.returncode == 2, p.stdout + p.stderr
     assert "Traceback" not in p.stderr
     assert _errors(p.stderr, clean) == [], p.stderr
@@ -108,6 +115,8 @@ def test_bridge_planted_defects_one_line_each(tmp_path):
     assert _errors(p.stderr, bf16) == [], p.stderr
     assert "FusedAdam (use_precision_aware_optimizer: checked against TE 2.12" in out
     assert _errors(p.stderr, swiglu) == [], p.stderr
+    (line,) = _errors(p.stderr, overlap)
+    assert "frozen base (LoRA)" in line and "qkv / fc1 input gradient" in line and "tp_comm_bulk_wgrad: false" in line
 
 
 def _swiglu_fp8_render() -> dict:

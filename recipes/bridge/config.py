@@ -115,6 +115,14 @@ FUSIONS = ("bias_activation_fusion", "bias_dropout_fusion", "masked_softmax_fusi
 # it receives them in - measured on gloo: from the third micro-batch on, a stage's input was the
 # other stage's gradient. The unbatched ops keep the two directions on two communicators (:65-76).
 INTERLEAVED_P2P = {"overlap_p2p_comm": True, "batch_p2p_comm": False}
+# TP overlap with a frozen base (PEFT: Bridge freezes every base weight): megatron-core's defaults
+# (model_parallel_config.py:192-199, both true) make TE's QKV and fc1 LayerNormLinear reduce-scatter their input
+# gradient only inside the weight-gradient GEMM's bulk overlap, which a frozen weight never runs - TE 2.12 keeps each
+# rank's own partial sum (layernorm_linear.py:727-728, 755-756, 781, 937-941; TE 1.5-1.13 switched the bulk overlaps
+# off for a frozen weight, 2.x dropped that). Off, TE reduce-scatters it with NCCL (layernorm_linear.py:757-766) and
+# does not gather an input no wgrad GEMM reads. NVIDIA's NeMo LoRA recipe sets bulk dgrad off too
+# (scripts/performance/llm/finetune_llama3_70b.py). docs/bridge-h100.md, runcheck_tp.py checks it.
+FROZEN_BASE_TP_OVERLAP = {"tp_comm_bulk_wgrad": False, "tp_comm_bulk_dgrad": False}
 # (upstream file under site-packages/megatron, line, text that line holds, what it decides here): the
 # lines the configuration above and the rank's CPU changes answer; tests/test_bridge_shim.py fails when
 # one moves, as for the shim's patches.
@@ -407,6 +415,8 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     if in_container and tp_comm_overlap(plan.recipe, plan.tp):
         cfg["comm_overlap"] = {_T: "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True,
                                "tp_comm_bootstrap_backend": "nccl"}
+        if r.is_peft:
+            cfg["model"].update(FROZEN_BASE_TP_OVERLAP)
     peft = _peft(plan)
     if peft is not None:
         cfg["peft"] = peft

@@ -191,20 +191,18 @@ def describe(plan) -> str:
 
 def _tp_line(parts) -> list:
     """The communication term's tensor-parallel share, honestly split (vdkit.planner.tp_overlap): what is exposed
-    (in the term), what of it is the GEMMs' time lost to the overlap kernels' SMs, what the GEMMs hide (not in the
-    term) and what the job never sends (frozen weights); nothing without TP collectives."""
+    (in the term), what of it is the GEMMs' time lost to the overlap kernels' SMs and what the GEMMs hide (not in the
+    term); nothing without TP collectives."""
     exposed, hidden = parts.get("tensor_parallel_s", 0.0), parts.get("tensor_parallel_overlapped_s", 0.0)
     if exposed + hidden <= 0:
         return []
     if "tp_pairs" in parts and not parts["tp_pairs"]:
         return [f"  TP comm     {exposed:.3g} s/step in the communication term, counted whole (the rendered job "
                 "does not overlap it with the GEMMs)"]
-    margin, unsent = parts.get("tensor_parallel_sm_margin_s", 0.0), parts.get("tensor_parallel_unsent_s", 0.0)
+    margin = parts.get("tensor_parallel_sm_margin_s", 0.0)
     return [f"  TP comm     {exposed:.3g} s/step exposed in the communication term ({exposed - margin:.3g} collectives "
             f"outlasting their GEMMs + {margin:.3g} GEMM time lost to the overlap kernels' SMs); {hidden:.3g} s/step "
-            "hidden behind the GEMMs (Transformer Engine userbuffers, as the rendered job overlaps them)"
-            + (f"; {unsent:.3g} s/step not sent (frozen weights: TE 2.12 skips their input-gradient reduce-scatter)"
-               if unsent > 0 else "")]
+            "hidden behind the GEMMs (Transformer Engine userbuffers, as the rendered job overlaps them)"]
 
 
 def _published(plan):

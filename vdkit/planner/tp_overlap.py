@@ -19,10 +19,12 @@ defaults (model_parallel_config.py ``tp_comm_bulk_wgrad`` / ``tp_comm_bulk_dgrad
   ``CommOverlapBase::bulk_overlap``): exposed = max(0, RS - wgrad GEMM). The other bulk pair (qkv_dgrad,
   fc1_dgrad: re-gathering the input for the wgrad GEMM) is not counted, as the unoverlapped model does not count
   it (TE's NCCL path issues it asynchronously beside the same dgrad GEMM: layernorm_linear.py:685).
-- **A frozen weight** (LoRA's base) runs no wgrad GEMM, and TE 2.12 then never issues that RS: the dgrad GEMM
-  writes into the wgrad userbuffer (layernorm_linear.py:727-728), the input gradient is read back as its local
-  chunk (755-756), and the RS lives only inside the wgrad GEMM's bulk overlap (876-879), under
-  ``if ctx.requires_wgrad`` (781). Nothing is sent: priced 0 (the rank keeps its own partial sum; docs/prediction.md).
+- **A frozen weight** (PEFT's base) runs no wgrad GEMM, and under the bulk wgrad overlap TE 2.12 would then never
+  issue that RS (layernorm_linear.py:727-728, 755-756, 781: each rank would keep its own partial sum). So the
+  rendered PEFT job switches both bulk overlaps off (Bridge's ``model.tp_comm_bulk_wgrad`` / ``tp_comm_bulk_dgrad``
+  false, recipes/bridge/config.py, which ``vdkit check`` holds it to), and TE reduce-scatters the QKV / fc1 input
+  gradient with NCCL after the dgrad GEMM (layernorm_linear.py:757-766): nothing runs beside it, exposed whole; the
+  dgrad GEMM runs on every SM (no bulk kernel beside it, no margin).
 - LoRA on the QKV projection (Bridge's ``target_modules: [linear_qkv]``) has TE return the norm output
   (megatron/bridge/peft/utils.py:138), and TE then gathers the QKV input with NCCL, not userbuffers
   (layernorm_linear.py:189-191 ``not return_layernorm_output``): exposed whole. With the overlap on, Bridge does
@@ -77,24 +79,25 @@ def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float
     ring = (tp - 1) / tp
     split = (PIPELINE_SPLITS - 1) / PIPELINE_SPLITS
     lora_qkv = recipe.method.name == "lora"  # the adapter's norm output: NCCL gathers (module docstring)
-    wgrad_rs = 0.0 if recipe.is_peft else half_s  # frozen base weights: TE 2.12 issues no bulk wgrad RS
+    wgrad = 0.0 if recipe.is_peft else 1.0  # frozen base weights: NCCL RS after the dgrad GEMM, nothing beside it
     forward = ((half_s, 0.0 if lora_qkv else ring * t["qkv"]),
                (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["proj"]),
                (half_s, ring * t["fc1"]),
                (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["fc2"]))
     forward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's own input AG
     backward = ((half_s, ring * t["proj"]), (half_s, ring * t["fc2"]),  # output-gradient AG beside dgrad
-                (wgrad_rs, t["qkv"]), (wgrad_rs, t["fc1"]))  # input-gradient RS beside wgrad
+                (half_s, wgrad * t["qkv"]), (half_s, wgrad * t["fc1"]))  # input-gradient RS beside wgrad
     backward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's input gradient RS
     return forward + backward + tuple((c * recompute_share, w * recompute_share) for c, w in forward)
 
 
 def layer_margin(recipe, tokens: float, tp: int, s_per_flop: float, recompute_share: float, sms: int) -> float:
     """What one layer's GEMMs beside a pipeline or bulk kernel lose to its SMs in one micro batch (seconds at 100 %
-    of peak, divided by the GEMM efficiency as the compute is): proj and fc2 forward (again when recomputed), the
-    QKV and fc1 input-gradient GEMMs, and their weight-gradient GEMMs where the weights train."""
+    of peak, divided by the GEMM efficiency as the compute is): proj and fc2 forward (again when recomputed) and,
+    where the weights train, the QKV and fc1 input- and weight-gradient GEMMs (the bulk overlaps; a frozen base
+    renders none)."""
     t = _gemm_s(recipe, tokens, tp, s_per_flop)
-    slowed = (t["proj"] + t["fc2"]) * (1 + recompute_share) + (t["qkv"] + t["fc1"]) * (1 if recipe.is_peft else 2)
+    slowed = (t["proj"] + t["fc2"]) * (1 + recompute_share) + (t["qkv"] + t["fc1"]) * (0 if recipe.is_peft else 2)
     return slowed * COMM_SMS / (sms - COMM_SMS)
 
 
@@ -109,7 +112,6 @@ class StageOverlap:
     eff: float
     pairs: Pairs = ()
     margin: float = 0.0
-    unsent_s: float = 0.0  # of whole_s: what the job never sends (frozen weights' input-gradient RS)
 
     def collectives_s(self) -> float:
         """The collectives' seconds that no GEMM hides (all of them where nothing is overlapped)."""
@@ -124,11 +126,10 @@ class StageOverlap:
         return 0.0 if self.pairs else self.whole_s
 
     def parts(self, micro: int) -> dict:
-        """The step's TP parts (``micro`` micro batches): the collectives hidden behind GEMMs, the SMs' price, and
-        the overlapped collectives the unoverlapped count holds that the job never sends (frozen weights)."""
+        """The step's TP parts (``micro`` micro batches): the collectives hidden behind GEMMs and the SMs' price."""
         hidden = sum(min(c, w / self.eff) for c, w in self.pairs)
         return {"tensor_parallel_overlapped_s": micro * hidden, "tensor_parallel_sm_margin_s": micro * self.margin / self.eff,
-                "tensor_parallel_unsent_s": micro * self.unsent_s, "tp_margin_flops_s": self.margin,
+                "tp_margin_flops_s": self.margin,
                 # lists, as plan.json gives them back (a loaded plan equals the planned one: tests/test_rundir.py)
                 "tp_pairs": [list(p) for p in self.pairs]}
 
@@ -149,4 +150,4 @@ def stage(recipe, tokens: float, tp: int, per_collective_s: float, s_per_flop: f
     pairs = tuple((c * layers, w * layers)
                   for c, w in layer_pairs(recipe, tokens, tp, per_collective_s / 2, s_per_flop, recompute_share))
     margin = layers * layer_margin(recipe, tokens, tp, s_per_flop, recompute_share, sms)
-    return StageOverlap(whole, eff, pairs, margin, layers * per_collective_s if recipe.is_peft else 0.0)
+    return StageOverlap(whole, eff, pairs, margin)
