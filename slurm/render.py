@@ -34,6 +34,7 @@ from vdkit.launch import fabric
 from vdkit.errors import UserError
 from vdkit.run.jobspec import EXIT_REFUSED, EXIT_STOPPED, PREFLIGHT_PREFIX, PREEMPT_SIGNAL as SIGNAL_NAME, STOP_AT_ENV, JobSpec
 from vdkit.slurm import env as slurm_env
+from vdkit.slurm.submitit_import import submitit
 from vdkit.run.runlock import LOCK_FD, lock_lines
 
 # SIGNAL_NAME goes to the batch shell only (B:): the shell forwards it to engines that catch it
@@ -308,7 +309,7 @@ def preflight_lines(job: JobSpec) -> List[str]:
 
 def sbatch_text(plan, run_dir: Union[str, Path], job: JobSpec) -> str:
     """The launch.sbatch text for ``plan`` running ``job`` in ``run_dir`` (a pure function of the three)."""
-    from submitit.slurm.slurm import _make_sbatch_string
+    _make_sbatch_string = submitit("slurm.slurm")._make_sbatch_string
 
     run_dir = str(run_dir)
     params = sbatch_parameters(plan, run_dir)

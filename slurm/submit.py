@@ -29,6 +29,7 @@ from vdkit.errors import KeepRunDir, UserError
 
 from vdkit.run.rundir import JOB_ID_FILE, SBATCH_FILE
 from vdkit.run.rundir import JOB_STATE_FILE as STATE_CACHE_FILE
+from vdkit.slurm.submitit_import import submitit
 
 # Slurm's terminal job states (squeue/scontrol/sacct spellings).
 TERMINAL_STATES = frozenset({
@@ -70,7 +71,7 @@ class Submission:
 
     def job(self):
         """submitit's handle of this job (cancel(), state via sacct); None for --test-only."""
-        from submitit.slurm.slurm import SlurmJob
+        SlurmJob = submitit("slurm.slurm").SlurmJob
 
         return None if self.job_id is None else SlurmJob(folder=self.run_dir, job_id=self.job_id)
 
@@ -150,15 +151,14 @@ def _refused(line: str, what: str, fix: str) -> None:
 
 def _sbatch(argv: List[str], script: Path, run_dir: Path) -> Tuple[str, str]:
     """Run ``argv`` (an sbatch call) through submitit; (job id, sbatch's output), or one line for its refusal."""
-    from submitit.core.utils import CommandFunction, FailedJobError
-    from submitit.slurm.slurm import SlurmExecutor
+    utils, SlurmExecutor = submitit("core.utils"), submitit("slurm.slurm").SlurmExecutor
 
     # CommandFunction prints sbatch's stderr itself on failure; we report it in one line instead.
     sink = io.StringIO()
     try:
         with contextlib.redirect_stderr(sink):
-            output = CommandFunction(argv, verbose=False, cwd=run_dir)()
-    except FailedJobError as exc:
+            output = utils.CommandFunction(argv, verbose=False, cwd=run_dir)()
+    except utils.FailedJobError as exc:
         _refused(_first_error_line(str(exc) or sink.getvalue()), f"sbatch rejected {script}",
                  "fix the resources in the recipe (cluster.*) or check with `vdkit submit --test-only`")
     try:
@@ -272,7 +272,7 @@ def _from_sacct(job_id: str) -> Optional[JobState]:
     proc = _run(["sacct", "-X", "-n", "-P", "-o", "JobID,State,ExitCode", "-j", job_id])
     if proc is None or proc.returncode != 0 or "disabled" in (proc.stdout + proc.stderr):
         return None
-    from submitit.slurm.slurm import SlurmInfoWatcher
+    SlurmInfoWatcher = submitit("slurm.slurm").SlurmInfoWatcher
 
     # submitit's own sacct parser (it wants the header line that -n suppressed).
     info = SlurmInfoWatcher().read_info("JobID|State|ExitCode\n" + proc.stdout)
@@ -398,7 +398,7 @@ def wait(target: RunOrJob, timeout: Optional[float] = None, poll_s: float = 2.0)
 
 def cancel(target: RunOrJob) -> None:
     """scancel a run directory's latest job (or a job id) through submitit's job handle."""
-    from submitit.slurm.slurm import SlurmJob
+    SlurmJob = submitit("slurm.slurm").SlurmJob
 
     run_dir, job_id = resolve(target)
     SlurmJob(folder=run_dir or Path.cwd(), job_id=job_id).cancel(check=True)
