@@ -160,6 +160,7 @@ class Fitted:
     gemm_efficiency_bf16: float = MISSING
     gemm_efficiency_fp8: float = MISSING
     guide_stack_gb_s: float = MISSING
+    per_step_host_s: float = MISSING
 
 
 @dataclass

@@ -73,7 +73,7 @@ def basis(recipe) -> Dict[str, str]:
                           "(public torch FSDP runs, benchmarks/hf_efficiency.py)" if eff != 1.0 else
                           f"{PHYSICS}; no public run of this stack on the {recipe.cluster.gpu_type} fitted")
         return _fabric_basis(recipe, out)
-    from vdkit.planner.predict import attention_precision, efficiency_key, fitted
+    from vdkit.planner.predict import _fused_path, attention_precision, efficiency_key, fitted
 
     k = fitted()
     eff, attn = efficiency_key(recipe.train.precision), efficiency_key(attention_precision(recipe))
@@ -85,6 +85,9 @@ def basis(recipe) -> Dict[str, str]:
                                         "touched per micro batch (Table 9)") if g == "guide" else
            "physics: the roofline's excess (weights streamed from HBM once per GEMM pass)",
            "communication": PHYSICS, "pipeline bubble": "physics: the layout x the stage time", "optimizer": PHYSICS}
+    if _fused_path(recipe):  # the host's tail after the step's syncs, once per step (predict_step)
+        out["per-step host tail"] = (f"fitted: per_step_host_s={k['per_step_host_s'] * 1e3:.3g} ms once per step "
+                                     "(NVIDIA's Llama 2 rows, Table 4)")
     return _fabric_basis(recipe, out)
 
 

@@ -57,7 +57,7 @@ from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, rec
 from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
-FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s")
+FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s", "per_step_host_s")
 
 
 # ----------------------------------------------------------------------------- constants
@@ -375,29 +375,35 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     opt_s = shard * optimizer_pass_bytes(r, distributed_optimizer) / hbm
     # the loop's host syncs (the loss and gradient checks) put the ops issued after them in series with the GPU
     drain_s, drain_parts = drain_terms(r, micro, trainable_held, dp, distributed_optimizer, calib)
+    # ... and after the step's own syncs (the gradient norm's read-back, the loss scale's .item()) the host issues the
+    # optimizer step and the loop's per-step Python before the GPU has work again: a fitted time, once per step, on
+    # the fused path it was fitted for (step_time.yaml fitted.per_step_host_s)
+    tail_n = 1.0 if fused else 0.0
+    tail_s = tail_n * k["per_step_host_s"]
     overhead_mb += compute_mb - (flops_mb / eff + attn_mb / attn_eff)  # the roofline's excess counts as overhead
     compute_mb = flops_mb / eff + attn_mb / attn_eff
 
     bubble = (pp - 1) / vp * stage_mb if pp > 1 else 0.0
     spp = samples_per_sequence(r, calib)
     return StepTime(
-        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb) + drain_s,
+        compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb) + drain_s + tail_s,
         communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
                "context_parallel_s": micro * cp_mb, "straggler": slow,
                **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
-               **tpo.parts(micro), **drain_parts,
+               **tpo.parts(micro), **drain_parts, "per_step_host_s": tail_s,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
                #        + local_s + comm, host_s) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff)
-               #        + per_step
+               #        + per_step + per_step_host_n * per_step_host_s
                # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision); comm = comm_s +
                # the overlapped TP collectives' exposed seconds at eff (tp_pairs, tp_margin_flops_s: tp_overlap.StageOverlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
                "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tpo.basis_s() + pp_mb + cp_mb,
-               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s + drain_s},
+               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s + drain_s,
+               "per_step_host_n": tail_n},
     )
 
 
