@@ -20,7 +20,6 @@ from vdkit.errors import UserError
 from vdkit.launch.fabric import NCCL_DEBUG_LEVELS, check_names
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
 from vdkit.composition.schema import ARCHS, ATTENTIONS, METHODS, PRECISIONS, RUN_MODES, SHARDINGS, ModelCfg, Recipe, VdkitConfig
-from vdkit.planner.calibration import check_gpu_vendor
 from vdkit.rules.overrides import refuse_env_interpolation
 
 # ----------------------------------------------------------------------------- allowed values
@@ -348,6 +347,8 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "FP8 attention runs inside Transformer Engine's FP8 autocast, which only FP8 precision turns on",
            "set train.precision=fp8, or train.fp8_attention=false")
     _validate_model(r.model)
+    from vdkit.planner.calibration import check_gpu_vendor
+
     check_gpu_vendor(c)  # a vendor the kit runs, and the gpu_type's (hf_step_time.yaml): the images and collectives
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
