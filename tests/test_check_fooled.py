@@ -207,3 +207,42 @@ def test_a_megatron_run_edited_to_another_rank_count_is_refused_before_its_resum
     code, _, err = _check(capsys, run)
     assert code == 2 and _errors(err, run), err
     assert "holds 2 rank file(s); this run has 1 rank(s)" in err
+
+
+
+def test_a_megatron_run_edited_to_another_layout_of_the_same_rank_count_is_refused_before_its_resume(tmp_path, capsys):
+    """A stopped megatron run written at TP 2 whose recipe.yaml now asks DP 2 (the same 2 ranks): each rank would
+    stop at resume ('checkpoint does not match the model'); `vdkit run --resume` and `vdkit check`'s resume probe
+    refuse it at the door from the layout the checkpoint records (recipes/megatron/checkpoint.py layout.json), and
+    pass the layout that wrote it. (`vdkit check` reaching that probe: the rank-count test above.)"""
+    import json
+
+    from vdkit.recipes.megatron.checkpoint import LAYOUT_FILE, layout_of
+    from vdkit.recipes.megatron.runcheck import _check_resume
+    from vdkit.run.jobcheck import CHECKED, DEFECT, Report
+    from vdkit.run.rundir import checkpoint_dir, load_plan
+
+    run = _render(tmp_path, "relaid", "engine=megatron", "model=tiny_llama", "data=synthetic", "cluster=local",
+                  "cluster.gpus_per_node=2", "parallelism.tp=1")
+    plan = load_plan(run)
+    step = checkpoint_dir(plan.recipe, run) / "step=11.ckpt"
+    step.mkdir(parents=True)
+    for rank in (0, 1):
+        (step / f"rank{rank:05d}.pt").write_bytes(b"")
+    mine = layout_of(plan)
+    assert mine["tp"] == 1 and mine["dp"] == 2
+    (step / LAYOUT_FILE).write_text(json.dumps(dict(mine, tp=2, dp=1)))  # what the run wrote at TP 2 before the edit
+    capsys.readouterr()
+    assert main(["run", "--resume", str(run)]) == 2  # refused before any rank starts
+    err = capsys.readouterr().err
+    assert "was written by TP 2 PP 1 VP 1 DP 1" in err and "this run is TP 1 PP 1 VP 1 DP 2" in err, err
+    assert "fix: edit recipe.yaml back" in err and "Traceback" not in err, err
+    rep = Report(run)
+    _check_resume(plan, run, rep)
+    ((kind, line),) = rep.lines
+    assert "was written by TP 2" in line and "fix: edit recipe.yaml back" in line and kind == DEFECT, rep.lines
+    (step / LAYOUT_FILE).write_text(json.dumps(mine))  # the layout that wrote it: the resume's probe is green
+    rep = Report(run)
+    _check_resume(plan, run, rep)
+    ((kind, line),) = rep.lines
+    assert kind == CHECKED and "written by this run's layout (TP 1 PP 1 VP 1 DP 2" in line, rep.lines

@@ -82,9 +82,10 @@ def test_kill_mid_save_leaves_nothing_in_a_published_checkpoint(engine, tmp_path
     assert _partials(ckpts) == []
     published = sorted(p.name for p in ckpts.iterdir() if not p.name.endswith(".sha256"))
     assert published == ["step=4.ckpt", "step=6.ckpt"]  # KEEP = 2
-    if engine == "megatron":  # each rank's file with its SHA-256 (vdkit.recipes.common.trust)
+    if engine == "megatron":  # each rank's file with its SHA-256 (vdkit.recipes.common.trust), the layout that wrote them
         for step in published:
-            assert sorted(p.name for p in (ckpts / step).iterdir()) == ["rank00000.pt", "rank00000.pt.sha256"]
+            assert sorted(p.name for p in (ckpts / step).iterdir()) == \
+                ["layout.json", "layout.json.sha256", "rank00000.pt", "rank00000.pt.sha256"]
     else:
         assert sorted(p.name for p in ckpts.iterdir() if p.name.endswith(".sha256")) == \
             ["step=4.ckpt.sha256", "step=6.ckpt.sha256"]

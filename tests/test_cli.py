@@ -109,3 +109,31 @@ def test_a_future_stop_at_is_said_not_refused_and_other_verbs_ignore_what_they_d
     assert "VDKIT_STOP_AT" in line and "stop cleanly" in line and "unset it" in line
     assert check_environment("plan", {"VDKIT_STOP_AT": "1", "DS_ACCELERATOR": "tpu", "SLURM_CONF": "/nowhere"}) == []
     assert check_environment("run", {"DS_ACCELERATOR": "cpu"}) == []
+
+
+def test_an_argument_the_verb_lacks_is_the_verbs_error_and_names_what_it_takes(capsys):
+    """`vdkit runs --out DIR` said 'fix: see `vdkit --help`' (the top level's help, which lists no verb's options):
+    the line is the verb's own (its prog, its help), says where it takes a directory positionally, and names the
+    option nearly spelt so; every verb, sub-verbs too."""
+    import argparse
+
+    import pytest
+
+    from vdkit.cli import build_parser
+
+    def refusal(*argv):
+        with pytest.raises(SystemExit) as info:
+            build_parser().parse_args(list(argv))
+        assert info.value.code == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        return line
+
+    line = refusal("runs", "--out", "/tmp/runs")
+    assert line.startswith("vdkit runs: error: unrecognized arguments: --out (fix: ") and "Traceback" not in line, line
+    assert "vdkit runs takes DIR positionally, as in `vdkit runs DIR`; see `vdkit runs --help`)" in line, line
+    assert "did you mean --out? see `vdkit report --help`" in refusal("report", "--outt", "x")
+    assert refusal("data", "stats", "x", "--bogus").startswith("vdkit data stats: error: unrecognized arguments: --bogus")
+    verbs = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for verb in verbs:  # whatever a verb takes, an option it lacks is its own error and its own help
+        line = refusal(verb, "--no-such-option")
+        assert f"vdkit {verb}" in line and f"see `vdkit {verb}" in line, line

@@ -54,3 +54,23 @@ def test_the_plan_prints_its_unit(capsys):
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("  memory/GPU"))
     assert line.endswith("of 85.5 GB (GB = 10^9 bytes, the GPU's reported total: cluster.gpu_memory_gb)")
     assert compose(["cluster=xe9680_h200"]).cluster.gpu_memory_gb == 150.7  # 143,771 MiB
+
+
+def test_a_gpu_type_of_another_vendor_than_the_clusters_stack_is_refused_at_the_door(capsys):
+    """`cluster=xe9680 cluster.gpu_type=MI300X-192GB` planned 205.8 GB on a cluster whose ranks run NVIDIA's image
+    (and an H100 on an MI300X cluster ROCm's): each GPU's vendor lives with its facts (hf_step_time.yaml gpus.<gpu>.
+    vendor) and must be the cluster's gpu_vendor. Every shipped cluster's own GPU passes."""
+    import pytest
+
+    from vdkit.cli import main
+    from vdkit.errors import UserError
+
+    assert main(["plan", "cluster=xe9680", "cluster.gpu_type=MI300X-192GB"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert "cluster.gpu_type=MI300X-192GB is an amd GPU" in err and "gpu_vendor is nvidia" in err, err
+    assert "fix: use an nvidia gpu_type (A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM5-141GB)" in err, err
+    with pytest.raises(UserError, match="H100-SXM5-80GB is an nvidia GPU .* gpu_vendor is amd: its ranks run AMD's"):
+        compose(["cluster=xe9680_mi300x", "cluster.gpu_type=H100-SXM5-80GB"])
+    # the cluster's vendor changed with it (the ROCm stack) plans the MI300X's memory
+    assert compose(["cluster.gpu_type=MI300X-192GB", "cluster.gpu_vendor=amd"]).cluster.gpu_memory_gb == 205.8

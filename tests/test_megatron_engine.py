@@ -189,6 +189,12 @@ def test_killed_run_resumes_with_the_same_losses(runs, tmp_path):
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == \
         sorted(p.name for p in (whole / "checkpoints").iterdir())
     assert "step=6.ckpt" in {p.name for p in (run_dir / "checkpoints").iterdir()}
+    from vdkit.recipes.megatron.checkpoint import check_resume
+    from vdkit.run.rundir import load_plan
+
+    # each checkpoint records the layout that wrote it: what `vdkit check` / `vdkit run --resume` compare
+    assert "written by this run's layout (TP 1 PP 1 VP 1 DP 2, distributed optimizer True" in \
+        check_resume(load_plan(run_dir), run_dir)
     got, want = read_best(run_dir / "checkpoints"), read_best(whole / "checkpoints")
     assert got["step"] == want["step"] and got["validation_loss"] == pytest.approx(want["validation_loss"], rel=1e-5)
 

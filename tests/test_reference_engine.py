@@ -337,3 +337,30 @@ def test_full_recompute_uses_transformers_current_switch():
         model = build_model(compose(BASE + ["method=sft", "parallelism.recompute=full"]), rdata.ByteTokenizer())
     layers = model.model.layers
     assert len(layers) > 0 and all(layer.gradient_checkpointing for layer in layers)
+
+
+def test_the_reference_extra_stops_below_the_transformers_major_that_removes_what_peft_reads():
+    """peft's PeftModel (get_peft_model, recipes/reference/model.py wrap_method) reads ``is_gradient_checkpointing``
+    as getattr(model, ..., True); transformers 5.x deprecates it, 'removed in v6'. On 6 peft's getattr falls back to
+    True: every LoRA / P-tuning model gets the input-gradient hook of a checkpointed one, unasked and unwarned (and
+    peft declares no transformers bound of its own). The reference extra ends below that major and admits the
+    installed release. The installed sources are read, not imported (an import of both costs seconds)."""
+    import importlib.util
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    def source(package: str, module: str) -> str:
+        return (Path(importlib.util.find_spec(package).origin).parent / module).read_text()
+
+    assert 'getattr(model, "is_gradient_checkpointing", True)' in source("peft", "peft_model.py")
+    removed = re.search(r"`is_gradient_checkpointing` is deprecated and will be removed in v(\d+)",
+                        source("transformers", "modeling_utils.py"))
+    assert removed, "transformers no longer says when is_gradient_checkpointing goes: look at peft's read again"
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["reference"]
+    (pin,) = [Requirement(r) for r in extra if Requirement(r).name == "transformers"]
+    assert Version(version("transformers")) in pin.specifier, (pin, version("transformers"))
+    assert Version(f"{removed.group(1)}.0") not in pin.specifier, pin

@@ -38,8 +38,38 @@ class OneLineParser(argparse.ArgumentParser):
     Sub-parsers inherit the class (argparse's add_subparsers uses ``type(self)``).
     """
 
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (fix: see `{self.prog} --help`)\n")
+    def error(self, message: str, fix: str = ""):
+        self.exit(2, f"{self.prog}: error: {message} (fix: {fix}see `{self.prog} --help`)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, but arguments nobody took are the verb's error (its prog, its help, and where it takes a
+        directory positionally, that: `vdkit runs --out DIR`), not the top level's `vdkit --help`."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            verb = self
+            while verb._subparsers is not None:  # down to the (sub-)verb that parsed them: vdkit data VERB ...
+                action = verb._subparsers._group_actions[0]
+                if getattr(ns, action.dest, None) not in action.choices:
+                    break
+                verb = action.choices[getattr(ns, action.dest)]
+            verb.error(f"unrecognized arguments: {' '.join(extras)}", verb._positional_hint(extras))
+        return ns
+
+    def _positional_hint(self, extras: List[str]) -> str:
+        """For an option the verb lacks: the one it has that is spelt nearly so (``--outt``), else, where the verb
+        takes a directory positionally (``vdkit runs --out DIR``), that."""
+        import difflib
+
+        unknown = [e.split("=", 1)[0] for e in extras if e.startswith("-")]
+        own = [o for a in self._actions for o in a.option_strings]
+        near = [m for u in unknown for m in difflib.get_close_matches(u, own, n=1, cutoff=0.8)]
+        if near:
+            return f"did you mean {' '.join(near)}? "
+        dirs = [a for a in self._actions if not a.option_strings and "DIR" in str(a.metavar or a.dest).upper()]
+        if not dirs or not unknown:
+            return ""
+        what = " ".join(str(a.metavar or a.dest) for a in dirs)
+        return f"{self.prog} takes {what} positionally, as in `{self.prog} {what}`; "
 
     def parse_known_args(self, args=None, namespace=None):
         """A verb's own parser reads options and positionals intermixed, so overrides may come anywhere

@@ -143,9 +143,17 @@ def check_runs(run_dirs) -> list:
     return run_checks(run_dirs)
 
 
+def resume_check(plan, run_dir) -> None:
+    """`vdkit run --resume`: the latest checkpoint's rank files and recorded layout against the run's (one line)."""
+    from vdkit.recipes.megatron.checkpoint import check_resume
+
+    check_resume(plan, Path(run_dir))
+
+
 SPEC = EngineSpec(
     name="megatron", summary="megatron-core's GPTModel, schedules and optimizer, for real (CPU over gloo here, GPUs on a cluster)",
     command=command, inputs=inputs, preflight=preflight, notes=notes, check=check, local_check=local_check, container=container, env=env, check_runs=check_runs,
+    resume_check=resume_check,
     families=("llama", "opt"),
     maps={"name": "run names", "num_layers": "TransformerConfig.num_layers", "hidden_size": "TransformerConfig.hidden_size",
           "ffn_hidden_size": "TransformerConfig.ffn_hidden_size",

@@ -67,24 +67,19 @@ def _check(run_dir: Path, rep: Report) -> None:
 
 
 def _check_resume(plan, run_dir: Path, rep: Report) -> None:
-    """The checkpoint the job resumes from (its latest), when there is one: written by as many ranks as this run
-    has (:mod:`vdkit.recipes.megatron.checkpoint`: one file per rank, and a checkpoint resumes only the layout that
-    wrote it), else every rank stops at resume with 'checkpoint does not match the model' (a recipe.yaml edited to
-    another node count or layout)."""
-    from vdkit.recipes.common.checkpoint import latest
-    from vdkit.run.rundir import checkpoint_dir
+    """The checkpoint the job resumes from (its latest), when there is one, as `vdkit run --resume` takes it
+    (:func:`vdkit.recipes.megatron.checkpoint.check_resume`: its rank count and recorded layout against this run's),
+    else every rank stops at resume with 'checkpoint does not match the model' (a recipe.yaml edited since)."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.megatron.checkpoint import check_resume
 
-    found = latest(checkpoint_dir(plan.recipe, run_dir))
-    if found is None:
+    try:
+        line = check_resume(plan, run_dir)
+    except UserError as exc:
+        rep.defect(exc.what, "cluster.nodes / gpus_per_node / parallelism / method", exc.fix)
         return
-    world = plan.recipe.world_size
-    wrote = sum(1 for f in found.glob("rank*.pt") if f.is_file())  # published: exactly one per rank that wrote it
-    line = f"the checkpoint the job resumes from, {found}, holds {wrote} rank file(s); this run has {world} rank(s)"
-    if wrote == world:
+    if line:
         rep.checked(line)
-    else:
-        rep.defect(line + ": a checkpoint resumes only the layout that wrote it", "cluster.nodes / gpus_per_node / "
-                   "parallelism", "resume with the recipe that wrote the checkpoint, or start a new run (vdkit render)")
 
 
 def _check_base(recipe, rep: Report) -> None:

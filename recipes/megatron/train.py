@@ -365,7 +365,7 @@ def train(run_dir, stream=None, preempt=None) -> int:
             ckpt.write_rank(ckpt_dir, step, dist.rank, _state(chunks, optimizer, step))
             torch.distributed.barrier()
             if dist.rank == 0:
-                ckpt.publish(ckpt_dir, step, dist.world_size)
+                ckpt.publish(ckpt_dir, step, dist.world_size, ckpt.layout_of(plan))
                 if improved:  # the best validation loss so far: its checkpoint is kept as best (best.json)
                     write_best(ckpt_dir, step, val_loss)
                 progress.flush()

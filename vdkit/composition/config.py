@@ -19,7 +19,7 @@ from vdkit.composition.conftree import conf_dir
 from vdkit.errors import UserError
 from vdkit.launch.fabric import NCCL_DEBUG_LEVELS, check_names
 from vdkit.composition.limits import MAX_SEQ_LENGTH, MAX_TRAIN_STEPS, check_node_cpus
-from vdkit.composition.schema import ARCHS, ATTENTIONS, GPU_VENDORS, METHODS, PRECISIONS, SHARDINGS, ModelCfg, Recipe, VdkitConfig
+from vdkit.composition.schema import ARCHS, ATTENTIONS, METHODS, PRECISIONS, RUN_MODES, SHARDINGS, ModelCfg, Recipe, VdkitConfig
 from vdkit.rules.overrides import refuse_env_interpolation
 
 # ----------------------------------------------------------------------------- allowed values
@@ -326,8 +326,6 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
     _check(t.global_batch_size >= t.micro_batch_size,
            f"train.global_batch_size={t.global_batch_size} is smaller than the micro batch",
            "use a multiple of train.micro_batch_size x DP")
-    from vdkit.composition.schema import RUN_MODES
-
     _check(r.run.mode in RUN_MODES, f"run.mode={r.run.mode!r} is not a run mode",
            "use run.mode=train (validation, checkpoints, exported weights) or run.mode=timing (the guides' timing run)")
     _check(t.val_every_n_steps is None or t.val_every_n_steps >= 1,
@@ -349,8 +347,9 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "FP8 attention runs inside Transformer Engine's FP8 autocast, which only FP8 precision turns on",
            "set train.precision=fp8, or train.fp8_attention=false")
     _validate_model(r.model)
-    _check(c.gpu_vendor in GPU_VENDORS, f"cluster.gpu_vendor={c.gpu_vendor!r} is not supported",
-           "use " + " or ".join(GPU_VENDORS))
+    from vdkit.planner.calibration import check_gpu_vendor
+
+    check_gpu_vendor(c)  # a vendor the kit runs, and the gpu_type's (hf_step_time.yaml): the images and collectives
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")

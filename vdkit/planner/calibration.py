@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 from vdkit.errors import UserError
-from vdkit.composition.schema import GB
+from vdkit.composition.schema import GB, GPU_VENDORS
 
 CALIBRATION_DIR = Path("calibration")  # under the conf/ tree (package data in a wheel)
 
@@ -124,3 +124,26 @@ def gpu_memory_gb(gpu_type: str) -> float:
 def is_borderline(total_gb: float, cap_gb: float) -> bool:
     """The one borderline rule: within ``borderline_fraction`` of the GPU's memory, either way."""
     return abs(total_gb - cap_gb) <= float(memory()["borderline_fraction"]) * cap_gb
+
+
+VENDOR_STACKS = {"nvidia": "NVIDIA's (CUDA, NCCL: the engines' NVIDIA images)",
+                 "amd": "AMD's (ROCm, RCCL: the engines' ROCm images, engine.rocm_image)"}
+
+
+def check_gpu_vendor(cluster) -> None:
+    """A cluster's ``gpu_vendor`` must be one the kit runs, and its ``gpu_type`` a GPU of that vendor
+    (hf_step_time.yaml ``gpus.<gpu>.vendor``): the vendor picks the images, collectives and environment the ranks
+    run, the gpu_type the memory and speed the plan assumes (an MI300X on an NVIDIA cluster would plan 192 GB in
+    NVIDIA's image). A GPU the kit does not describe (``cpu``, a site's own type) has no vendor to compare."""
+    if cluster.gpu_vendor not in GPU_VENDORS:
+        raise UserError(f"cluster.gpu_vendor={cluster.gpu_vendor!r} is not supported", "use " + " or ".join(GPU_VENDORS))
+    gpus = load("hf_step_time")["gpus"] or {}
+    vendor = (gpus.get(cluster.gpu_type) or {}).get("vendor")
+    if vendor is None or vendor == cluster.gpu_vendor:
+        return
+    same = ", ".join(g for g, v in sorted(gpus.items()) if v.get("vendor") == cluster.gpu_vendor) or "none described"
+    raise UserError(f"cluster {cluster.name}: cluster.gpu_type={cluster.gpu_type} is an {vendor} GPU (conf/calibration/"
+                    f"hf_step_time.yaml gpus) but the cluster's gpu_vendor is {cluster.gpu_vendor}: its ranks run "
+                    f"{VENDOR_STACKS.get(cluster.gpu_vendor, cluster.gpu_vendor)} stack",
+                    f"use an {cluster.gpu_vendor} gpu_type ({same}), or a cluster with {vendor} GPUs "
+                    f"(cluster.gpu_vendor={vendor}, conf/cluster/)")

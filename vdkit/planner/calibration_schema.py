@@ -41,6 +41,7 @@ class GpuCalib:
     """One GPU's facts (hf_step_time.yaml ``gpus``, by ``cluster.gpu_type``): the one home of a GPU's
     datasheet and measured figures, read by both step-time regimes."""
 
+    vendor: str = MISSING  # nvidia | amd (composition.schema GPU_VENDORS): the cluster.gpu_vendor it runs under
     peak_tflops_bf16: float = MISSING  # dense BF16 tensor-core peak (datasheet)
     mamf_tflops_bf16: float = MISSING  # measured maximum achievable BF16 matmul TFLOP/s
     hbm_gb_s: float = MISSING  # HBM bandwidth (datasheet)
