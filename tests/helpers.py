@@ -305,3 +305,25 @@ def prepared_dolly(root: Path, chat: bool) -> Path:
     out = root / ("chat" if chat else "plain")
     assert main(["data", "prepare", "dolly", str(src), str(out), *(["--chat"] if chat else [])]) == 0
     return out
+
+
+def local_layer_config(shape, mode):
+    """megatron-core's TransformerConfig for one local-spec layer of ``shape`` = (seq, micro batch, hidden, heads,
+    query groups, ffn) with recompute ``mode``, every fusion off as recipes/megatron/model.py renders it (the local
+    layer's traffic and op counts are measured on it: test_local_traffic, test_host_time)."""
+    from types import SimpleNamespace
+
+    import torch
+    import torch.nn.functional as fn
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from vdkit.planner import recompute
+
+    _, _, h, a, g, f = shape
+    keys = recompute.mcore(SimpleNamespace(recompute=mode, recompute_num_layers=1 if mode == "full" else None))
+    return TransformerConfig(
+        num_layers=1, hidden_size=h, ffn_hidden_size=f, num_attention_heads=a, num_query_groups=g,
+        normalization="RMSNorm", gated_linear_unit=True, activation_func=fn.silu, add_bias_linear=False,
+        hidden_dropout=0.0, attention_dropout=0.0, params_dtype=torch.bfloat16, bf16=True, use_cpu_initialization=True,
+        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})

@@ -10,6 +10,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from helpers import local_layer_config
 
 from vdkit.composition.config import compose
 from vdkit.planner import host_time as H
@@ -20,21 +21,7 @@ SHAPES = {"gqa": (24, 2, 48, 6, 2, 112), "plain": (16, 1, 64, 4, 4, 96), "mqa": 
 
 
 def _config(shape, mode):
-    import torch
-    import torch.nn.functional as fn
-    from megatron.core.transformer.transformer_config import TransformerConfig
-
-    from vdkit.planner import recompute
-
-    _, _, h, a, g, f = SHAPES[shape]
-    keys = recompute.mcore(SimpleNamespace(recompute=mode, recompute_num_layers=1 if mode == "full" else None))
-    return TransformerConfig(
-        num_layers=1, hidden_size=h, ffn_hidden_size=f, num_attention_heads=a, num_query_groups=g,
-        normalization="RMSNorm", gated_linear_unit=True, activation_func=fn.silu, add_bias_linear=False,
-        hidden_dropout=0.0, attention_dropout=0.0, params_dtype=torch.bfloat16, bf16=True, use_cpu_initialization=True,
-        # recipes/megatron/model.py transformer_config: every fusion off
-        bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False,
-        apply_rope_fusion=False, gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
+    return local_layer_config(SHAPES[shape], mode)
 
 
 @pytest.fixture(scope="module")
