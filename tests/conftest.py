@@ -143,3 +143,17 @@ def fake_kubectl(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("KUBECONFIG", str(config))
     return lambda: [json.loads(line) for line in log.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """megatron-core on this process as one CPU rank (TP = PP = 1, the model-parallel RNG seeded): the local layer's
+    tests build real megatron-core modules on it (test_activation_memory, test_local_traffic, test_host_time)."""
+    pytest.importorskip("megatron.core")
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    from vdkit.recipes.common import mcore_cpu
+
+    mcore_cpu.apply()
+    mcore_cpu.single_rank_model_parallel()
+    model_parallel_cuda_manual_seed(1)

@@ -59,16 +59,6 @@ def _check(got, mode, mbs, tp=1, sp=False, model=None, recomputed=0, peft=""):
         assert abs(measured - want) <= TOL * want, (mode, mbs, tp, sp, i, measured, want)
 
 
-@pytest.fixture(scope="module")
-def one_rank():
-    from vdkit.recipes.common import mcore_cpu
-
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
-    mcore_cpu.apply()
-    mcore_cpu.single_rank_model_parallel()
-    model_parallel_cuda_manual_seed(1)
-
 
 @pytest.mark.parametrize("mode,mbs", [("none", 1), ("none", 2), ("selective", 1), ("selective", 2), ("full", 2)])
 def test_each_recompute_mode_per_layer(one_rank, mode, mbs):

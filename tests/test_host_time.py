@@ -24,17 +24,6 @@ def _config(shape, mode):
     return local_layer_config(SHAPES[shape], mode)
 
 
-@pytest.fixture(scope="module")
-def one_rank():
-    pytest.importorskip("megatron.core")
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
-    from vdkit.recipes.common import mcore_cpu
-
-    mcore_cpu.apply()
-    mcore_cpu.single_rank_model_parallel()
-    model_parallel_cuda_manual_seed(1)
-
 
 @pytest.mark.parametrize("shape,mode,method", [("gqa", "none", "sft"), ("gqa", "selective", "lora"),
                                                ("plain", "full", "sft"), ("mqa", "none", "ptuning"),

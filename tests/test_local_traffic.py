@@ -30,17 +30,6 @@ def _model(shape):
     return SimpleNamespace(hidden_size=h, ffn_hidden_size=f, num_attention_heads=a, num_query_groups=g)
 
 
-@pytest.fixture(scope="module")
-def one_rank():
-    pytest.importorskip("megatron.core")
-    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
-
-    from vdkit.recipes.common import mcore_cpu
-
-    mcore_cpu.apply()
-    mcore_cpu.single_rank_model_parallel()
-    model_parallel_cuda_manual_seed(1)
-
 
 @pytest.mark.parametrize("shape,mode,frozen", [("gqa", "none", False), ("gqa", "selective", False),
                                                ("plain", "selective", False), ("plain", "full", False),
