@@ -230,6 +230,26 @@ def test_the_h200_tp1_cp2_runs_not_expressed_are_short_only_their_fp8_weights_tr
     assert all(make_plan(r).feasible for r in recipes)
 
 
+def test_the_8b_pretraining_runs_not_expressed_are_short_only_their_bf16_gradient_buffer(monkeypatch):
+    """Cisco's MLPerf v5.1 llama31_8b runs (NeMo 2, benchmarks/independent_runs.yaml) reduce gradients in a bf16 buffer
+    (grad_reduce_in_fp32=False) beside FP8 parameters; the kit's Bridge keeps the buffer fp32. The runs set no
+    recompute: as the kit renders them the runs marked ``bf16_grad_buffer`` do not fit, and with a 2-byte gradient
+    buffer they do, so the buffer is the planner's whole gap."""
+    import yaml
+
+    from vdkit.composition.config import compose
+    from vdkit.planner.calibration import memory
+
+    module = _independent_runs()
+    runs = [run for run in yaml.safe_load(module.DATA.read_text())["runs"] if run.get("not_expressed") == "bf16_grad_buffer"]
+    recipes = [compose([*run["overrides"], "parallelism.recompute=none"]) for run in runs]  # the published runs: no recompute
+    assert recipes
+    assert not any(make_plan(r).feasible for r in recipes)
+    weights, _, optimizer = memory()["megatron_bytes"]["fp8"]
+    monkeypatch.setitem(memory()["megatron_bytes"], "fp8", [weights, 2.0, optimizer])  # a bf16 gradient buffer
+    assert all(make_plan(r).feasible for r in recipes)
+
+
 def test_the_fixed_cost_probe_adds_its_candidate_to_each_fused_run():
     """benchmarks/fixed_cost_probe.py (issue 35's candidate fixed-time terms) must keep running against the
     independent set: a per-micro-batch candidate of c seconds adds at least c to every run on the fused path, and a
