@@ -100,3 +100,9 @@ def test_the_step_prices_attention_at_the_stacks_rate_from_step_time_yaml():
     gemm = step.parts["flops_s"] / P.fitted()["gemm_efficiency_bf16"]
     micro = step.parts["multiplier"]
     assert slow.compute_s / micro - gemm == pytest.approx(2 * (step.compute_s / micro - gemm), rel=1e-6)
+
+
+def test_an_engine_without_a_named_version_takes_its_images_major():
+    """NeMo 1.23's image runs TE 1 (memory.yaml transformer_engine_major): the kernels of TE 1.0 .. 1.9."""
+    r = compose(["model=llama2_7b", "method=pretrain"])
+    assert (A.te_version(r), A.rate(r, P.calibration(), PEAK, 4096).kernels) == ("1", "flash2")

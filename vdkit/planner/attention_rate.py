@@ -31,8 +31,9 @@ class AttentionRate:
 
 
 def _version(text: str) -> Tuple[int, ...]:
-    """'1.10' -> (1, 10): versions compare numerically ('1.4' < '1.10')."""
-    return tuple(int(p) for p in str(text).split("."))
+    """'1.10' -> (1, 10, 0): versions compare numerically ('1.4' < '1.10'; a bare major '1' is 1.0.0)."""
+    parts = [int(p) for p in str(text).split(".")]
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def _named(text: str) -> str:
