@@ -2,7 +2,7 @@
 
 conf/calibration/step_time.yaml ``attention`` holds the FlashAttention-3 paper's H100 rates (arXiv 2407.08608,
 head dim 128, causal forward and backward, TFLOP/s by sequence length) of the kernels each Transformer Engine
-generation runs on Hopper. A step runs one forward and :data:`vdkit.planner.predict.FLASH_BACKWARD_PASSES`
+generation runs on Hopper. A step runs one forward and :data:`FLASH_BACKWARD_PASSES`
 forwards' FLOPs backward, so the rate it sees is their harmonic blend, read at the tokens one GPU's kernel holds
 (the attention span / CP). Where the table does not speak (another GPU or head dimension, FP8 attention, unfused
 local layers, a stack without Transformer Engine) :func:`rate` returns None and the step-time model keeps the GEMM
@@ -13,6 +13,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Optional, Tuple
+
+# FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes Q K^T rather than keep the s x s
+# probabilities): 2.5 forwards (Dao, FlashAttention-2, 2023, sec. 4.1's FLOP count). It computes dQ, dK and dV
+# whatever the method: attention has no weights, so PEFT's frozen base saves none of it.
+FLASH_BACKWARD_PASSES = 2.5
 
 
 @dataclass(frozen=True)
@@ -26,8 +31,8 @@ class AttentionRate:
 
     def basis(self, source: str) -> str:
         """The plan's basis line for the attention term."""
-        return (f"published: attention at {self.efficiency:.3g} of the BF16 peak ({self.kernels} kernels of "
-                f"Transformer Engine {self.te_version}, at {self.seq:,.0f} tokens per GPU; {source})")
+        return (f"at {self.efficiency:.3g} of the BF16 peak, its kernels' benchmarked rate ({self.kernels} kernels of "
+                f"Transformer Engine {self.te_version}, at {self.seq:,.0f} tokens per GPU: {source})")
 
 
 def _version(text: str) -> Tuple[int, ...]:
@@ -78,8 +83,7 @@ def _interp(xs, ys, x: float) -> float:
 def blended_tflops(table: dict, kernels: str, seq: float) -> float:
     """TFLOP/s a step's attention runs at: one forward and FLASH_BACKWARD_PASSES forwards' FLOPs backward at the
     kernels' published rates at ``seq`` tokens, blended harmonically (time adds, not rates)."""
-    from vdkit.planner.predict import FLASH_BACKWARD_PASSES as bwd
-
+    bwd = FLASH_BACKWARD_PASSES
     k = table["kernels"][kernels]
     fwd_rate = _interp(table["seq_lengths"], k["forward"], seq)
     bwd_rate = _interp(table["seq_lengths"], k["backward"], seq)

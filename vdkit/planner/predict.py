@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from vdkit.planner import attention_rate, tp_overlap
+from vdkit.planner.attention_rate import FLASH_BACKWARD_PASSES  # this module's API too (its home: attention_rate)
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
@@ -224,10 +225,6 @@ def attention_flops_per_token(recipe, recompute: str = "none", calib: Optional[d
 # Flash attention's tile edge along the sequence (FlashAttention-2 and cuDNN's fused attention on Hopper: 128-row
 # blocks): a causal kernel skips the tiles above the diagonal and computes the diagonal ones whole.
 ATTENTION_TILE = 128
-# FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes Q K^T rather than keep the s x s
-# probabilities): 2.5 forwards (Dao, FlashAttention-2, 2023, sec. 4.1's FLOP count). It computes dQ, dK and dV
-# whatever the method: attention has no weights, so PEFT's frozen base saves none of it.
-FLASH_BACKWARD_PASSES = 2.5
 
 
 def attention_kernel_flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1,
