@@ -51,7 +51,8 @@ def _named(text: str) -> str:
         from vdkit.errors import UserError
 
         raise UserError(f"engine.transformer_engine={text!r} is not a full Transformer Engine version (a bare "
-                        "1.10 reads as the number 1.1)", "write it as pip reports it, e.g. engine.transformer_engine=1.10.0")
+                        "1.10 reads as the number 1.1)",
+                        "write it as pip reports it, e.g. engine.transformer_engine=1.10.0")
     return ".".join(got.groups())
 
 

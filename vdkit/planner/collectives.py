@@ -25,7 +25,8 @@ def straggler(gpus: int, hw: dict) -> float:
 def cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
               latency: float, elem_bytes: float, step_fwd_s: float = 0.0, step_bwd_s: float = 0.0) -> float:
     """Context parallelism's K / V ring per micro batch and stage, as exposed (Transformer Engine's p2p attention,
-    AttnFuncWithCPAndKVP2P: the same structure in TE 1.4 .. 2.12, docs/prediction.md "Attention's own rate, per stack, and the CP ring as exposed").
+    AttnFuncWithCPAndKVP2P: the same structure in TE 1.4 .. 2.12; docs/prediction.md "Attention's own rate, per
+    stack, and the CP ring as exposed").
 
     Each layer's attention runs CP steps, one chunk's kernel each (``step_fwd_s`` forward, ``step_bwd_s`` backward).
     The send / receive of the next step's block is posted before a step's kernel and waited for after it, so a hop
