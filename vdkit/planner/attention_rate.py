@@ -99,12 +99,10 @@ def rate(recipe, calib: dict, peak_tflops_bf16: float, seq: float) -> Optional[A
 
     table = calib["attention"]
     m = recipe.model
-    if (attention_precision(recipe) != "bf16" or recipe.cluster.gpu_type not in table["gpus"]
+    version = te_version(recipe)  # first: a malformed engine.transformer_engine is refused on every plan
+    if (version is None or attention_precision(recipe) != "bf16" or recipe.cluster.gpu_type not in table["gpus"]
             or m.hidden_size // m.num_attention_heads != int(table["head_dim"])
             or layer_kernels(recipe) != "fused"):
-        return None
-    version = te_version(recipe)
-    if version is None:
         return None
     entries = [e for e in table["transformer_engine"] if _version(e["te_from"]) <= _version(version)]
     if not entries:
