@@ -24,7 +24,8 @@ def _compute_s(overrides) -> P.StepTime:
 
 def test_fp8_plan_prices_attention_at_the_bf16_peak():
     """An FP8 plan's compute is its GEMM FLOPs at the FP8 peak x FP8 efficiency plus its attention kernels' FLOPs at
-    the BF16 peak x BF16 efficiency; with FP8 attention, the attention at FP8 too."""
+    the BF16 peak x its stack's published kernel rate (vdkit.planner.attention_rate); with FP8 attention, the
+    attention at FP8 too (the GEMM rule: no FP8 backward rate is published)."""
     r = compose(FP8)
     hw, k = P.gpu_hardware(P.calibration(), r.cluster.gpu_type), P.fitted()
     step = _compute_s(FP8)
@@ -34,22 +35,25 @@ def test_fp8_plan_prices_attention_at_the_bf16_peak():
     attn = P.attention_kernel_flops_per_token(r)
     assert 0 < attn < gemm
     fp8 = float(hw["peak_tflops_fp8"]) * 1e12 * k["gemm_efficiency_fp8"]
-    bf16 = float(hw["peak_tflops_bf16"]) * 1e12 * k["gemm_efficiency_bf16"]
+    assert 0 < step.parts["attn_eff"] != k["gemm_efficiency_bf16"]
+    bf16 = float(hw["peak_tflops_bf16"]) * 1e12 * step.parts["attn_eff"]
     assert step.compute_s == pytest.approx(micro * per_gpu * (gemm / fp8 + attn / bf16))
     on = _compute_s(FP8 + ["train.fp8_attention=true"])
+    assert on.parts["attn_eff"] == 0.0  # the GEMM rule
     assert on.compute_s == pytest.approx(micro * per_gpu * (gemm + attn) / fp8)
     assert on.compute_s < step.compute_s
 
 
 def test_bf16_plan_is_priced_as_before():
-    """At BF16 both shares run at the BF16 peak x efficiency: the split changes nothing."""
+    """At BF16 the GEMMs run at the BF16 peak x efficiency and the attention at its stack's kernel rate."""
     bf16 = [o for o in FP8 if o != "train.precision=fp8"]
     r = compose(bf16)
     step = P.predict_step(r, 1, 2)
     assert P.attention_precision(r) == "bf16"
     hw, k = P.gpu_hardware(P.calibration(), r.cluster.gpu_type), P.fitted()
-    flops = (step.parts["flops_s"] + step.parts["attn_flops_s"]) * (step.parts["multiplier"] - 1)
-    assert step.compute_s == pytest.approx(flops / (k["gemm_efficiency_bf16"] * float(hw["gemm_scale"])))
+    micro = step.parts["multiplier"] - 1
+    assert step.compute_s == pytest.approx(micro * (step.parts["flops_s"] / (k["gemm_efficiency_bf16"] * float(
+        hw["gemm_scale"])) + step.parts["attn_flops_s"] / step.parts["attn_eff"]))
 
 
 def test_bridge_renders_fp8_attention_in_mixed_precision_only_when_asked():

@@ -160,6 +160,7 @@ class EngineCfg:
     log_every_n_steps: int = 1  # log a training step every N steps (validation needs per-step timings: keep 1)
     checkpoint_every_n_steps: Optional[int] = None  # save a checkpoint every N steps; None: the plan's policy (vdkit.planner.checkpoint_policy); 0: none periodic (the end's as run.mode says: a timing run saves only when stopped)
     attention: str = "sdpa"  # engine=reference: sdpa (PyTorch's fused attention, flash kernels on GPU: no score matrix in HBM) | eager (scores materialized: transformers before 4.36, e.g. the white paper's 4.26)
+    transformer_engine: Optional[str] = None  # the Transformer Engine version the job's image runs as pip reports it, e.g. 1.10.0, to plan a published run on its stack (the step-time model's attention kernels: conf/calibration/step_time.yaml attention); None: the engine's image's (memory.yaml transformer_engine_major)
     lora_qkv: str = "fused"  # where LoRA sits: fused (one adapter on the fused QKV, NeMo / Megatron) | separate (q, k, v: peft)
 
 

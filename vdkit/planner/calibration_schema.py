@@ -221,11 +221,40 @@ class Anchors:
 
 
 @dataclass
+class AttentionKernels:
+    """One kernel's published TFLOP/s by sequence length (step_time.yaml ``attention.kernels``)."""
+
+    forward: List[float] = MISSING
+    backward: List[float] = MISSING
+
+
+@dataclass
+class TeKernels:
+    """From which Transformer Engine version on a stack runs which kernels (step_time.yaml ``attention``)."""
+
+    te_from: str = MISSING  # the first Transformer Engine version this entry applies to
+    kernels: str = MISSING  # a key of ``kernels``
+
+
+@dataclass
+class AttentionRate:
+    """step_time.yaml ``attention``: the fused attention kernels' published rates (vdkit.planner.attention_rate)."""
+
+    source: str = MISSING
+    head_dim: int = MISSING
+    gpus: List[str] = MISSING
+    seq_lengths: List[int] = MISSING
+    kernels: Dict[str, AttentionKernels] = MISSING
+    transformer_engine: List[TeKernels] = MISSING
+
+
+@dataclass
 class StepTimeCalib:
     hardware: Hardware = MISSING
     bytes: StackBytes = MISSING
     data: Dict[str, SampleFigure] = MISSING
     packing_efficiency: float = MISSING
+    attention: AttentionRate = MISSING
     host: HostOps = MISSING
     fitted: Fitted = MISSING
     intervals: Dict[str, Interval] = MISSING

@@ -23,17 +23,28 @@ def straggler(gpus: int, hw: dict) -> float:
 
 
 def cp_ring_s(r, n: float, tp: int, cp: int, layers: int, share: float, nvlink: float, ib_per_gpu: float,
-               latency: float, elem_bytes: float) -> float:
-    """Context parallelism's ring per micro batch and stage (Transformer Engine's p2p attention): each layer
-    passes its K and V chunk (this GPU's s / CP tokens, its KV heads / TP) round the CP ring, CP - 1 hops
-    forward and again with their gradients backward (2x: K, V and dK, dV); a recomputed forward repeats
-    its hops. Counted whole: the kit does not assume the hops hide behind the chunk's attention. CP groups
-    sit next to TP in megatron-core's rank order: NVLink while TP x CP fits a node, else the fabric."""
+              latency: float, elem_bytes: float, step_fwd_s: float = 0.0, step_bwd_s: float = 0.0) -> float:
+    """Context parallelism's K / V ring per micro batch and stage, as exposed (Transformer Engine's p2p attention,
+    AttnFuncWithCPAndKVP2P: the same structure in TE 1.4 .. 2.12; docs/prediction.md "Attention's own rate, per
+    stack, and the CP ring as exposed").
+
+    Each layer's attention runs CP steps, one chunk's kernel each (``step_fwd_s`` forward, ``step_bwd_s`` backward).
+    The send / receive of the next step's block is posted before a step's kernel and waited for after it, so a hop
+    costs only what outlasts that kernel, plus its latency:
+    - forward: CP - 1 hops of this GPU's K and V chunk (its s / CP tokens, its KV heads / TP), under steps 0 .. CP - 2;
+      a recomputed forward (``share``) repeats them;
+    - backward: K, V alone under step 0, K, V with dK, dV under the middle steps, dK, dV alone under the last.
+    Rank order tp-cp-ep-dp-pp (megatron-core 0.16.1 parallel_state.py): a CP group's ranks sit TP apart, so its ring
+    stays on NVLink while TP x CP fits a node; beyond, every ring step waits on a hop across the fabric (the steps are
+    synchronous: the slowest pair sets each one). With no kernel time given the ring is counted whole."""
     if cp <= 1:
         return 0.0
     m = r.model
     kv_dim = m.num_query_groups * (m.hidden_size // m.num_attention_heads)
     chunk = 2 * n / cp * kv_dim / tp * elem_bytes  # K and V of this GPU's share
     link = nvlink if tp * cp <= r.cluster.gpus_per_node else ib_per_gpu
-    hop = chunk / (link * 1e9) + latency
-    return layers * (cp - 1) * (1 + 2 + share) * hop
+    hop = chunk / (link * 1e9)
+    forward = (cp - 1) * (max(0.0, hop - step_fwd_s) + latency)
+    backward = sum(max(0.0, blocks * hop - step_bwd_s) + latency
+                   for blocks in [1] + [2] * (cp - 2) + [1])  # KV | KV + dKV ... | dKV
+    return layers * ((1 + share) * forward + backward)

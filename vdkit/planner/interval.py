@@ -78,7 +78,10 @@ def basis(recipe) -> Dict[str, str]:
     k = fitted()
     eff, attn = efficiency_key(recipe.train.precision), efficiency_key(attention_precision(recipe))
     compute = f"fitted: {eff}={k[eff]:.3g} of peak (NVIDIA's Llama 2 rows, Table 4)"
-    if attn != eff:  # FP8 GEMMs, BF16 attention (vdkit.planner.activations.attention_precision)
+    stack = _attention(recipe)
+    if stack:  # the attention at its stack's published kernel rate (vdkit.planner.attention_rate)
+        compute += f"; the s^2 attention {stack}"
+    elif attn != eff:  # FP8 GEMMs, BF16 attention (vdkit.planner.activations.attention_precision)
         compute += f"; the s^2 attention at the BF16 peak x {attn}={k[attn]:.3g}"
     out = {"compute": compute,
            "per-micro-batch overhead": (f"fitted: guide_stack_gb_s={k['guide_stack_gb_s']:.3g} GB/s of weight bytes "
@@ -89,6 +92,17 @@ def basis(recipe) -> Dict[str, str]:
         out["per-step host tail"] = (f"fitted: per_step_host_s={k['per_step_host_s'] * 1e3:.3g} ms once per step "
                                      "(NVIDIA's Llama 2 rows, Table 4)")
     return _fabric_basis(recipe, out)
+
+
+def _attention(recipe) -> str:
+    """The attention term's basis when its stack's published kernel rate prices it ("" when the GEMM rule does)."""
+    from vdkit.planner.attention_rate import rate
+    from vdkit.planner.predict import attention_span, calibration, gpu_hardware
+
+    calib = calibration()
+    peak = float(gpu_hardware(calib, recipe.cluster.gpu_type)["peak_tflops_bf16"])
+    a = rate(recipe, calib, peak, attention_span(recipe, calib) / recipe.parallelism.cp)
+    return a.basis(calib["attention"]["source"]) if a else ""
 
 
 def _fabric_basis(recipe, out: Dict[str, str]) -> Dict[str, str]:

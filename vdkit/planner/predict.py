@@ -8,10 +8,9 @@ and pipeline stage (one GPU's share of the work):
   HBM (3.35 TB/s) once per GEMM pass (the roofline). Model FLOPs per token, per method: forward
   2 x (matmul parameters) + 4 x layers x hidden x attention span + 2 x hidden x vocab; SFT and
   pretraining run forward + activation gradients + weight gradients (3x), LoRA and P-tuning skip the
-  frozen weights' gradients (2x); full recomputation adds one forward of the layers. With FP8 the GEMMs
-  run at the FP8 peak x the fitted FP8 efficiency, but the s^2 attention term stays at the BF16 peak x the
-  BF16 efficiency: Transformer Engine's FP8 recipes cover the linears, and its attention runs FP8 only with
-  ``fp8_dot_product_attention`` (``train.fp8_attention``, an engine that renders it).
+  frozen weights' gradients (2x); full recomputation adds one forward of the layers. The s^2 attention runs at
+  its stack's published kernel rate (vdkit.planner.attention_rate), else at the GEMMs' rule; with FP8 the GEMMs run
+  at the FP8 peak x the fitted FP8 efficiency, the attention in FP8 only with ``train.fp8_attention``.
 - **per-micro-batch overhead**: the design guide's fine-tuning stack (NeMo's defaults: no fused
   kernels, unpacked samples) pays, every micro batch, for each byte of weights it touches - read
   forward and backward (4 B/param, +2 recomputed), and for SFT the bf16 weight gradient written, read
@@ -46,7 +45,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.planner import tp_overlap
+from vdkit.planner import attention_rate, tp_overlap
+from vdkit.planner.attention_rate import FLASH_BACKWARD_PASSES  # this module's API too (its home: attention_rate)
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
@@ -225,10 +225,6 @@ def attention_flops_per_token(recipe, recompute: str = "none", calib: Optional[d
 # Flash attention's tile edge along the sequence (FlashAttention-2 and cuDNN's fused attention on Hopper: 128-row
 # blocks): a causal kernel skips the tiles above the diagonal and computes the diagonal ones whole.
 ATTENTION_TILE = 128
-# FlashAttention's backward runs 5 matmuls to the forward's 2 (it recomputes Q K^T rather than keep the s x s
-# probabilities): 2.5 forwards (Dao, FlashAttention-2, 2023, sec. 4.1's FLOP count). It computes dQ, dK and dV
-# whatever the method: attention has no weights, so PEFT's frozen base saves none of it.
-FLASH_BACKWARD_PASSES = 2.5
 
 
 def attention_kernel_flops_per_token(recipe, recompute: str = "none", calib: Optional[dict] = None, pp: int = 1,
@@ -277,6 +273,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     gemm = "fp8" if fp8 else "bf16"
     peak, attn_peak = (float(hw[f"peak_tflops_{p}"]) * 1e12 for p in (gemm, attn))
     eff, attn_eff = (k[efficiency_key(p)] * float(hw["gemm_scale"]) for p in (gemm, attn))
+    stack_attn = attention_rate.rate(r, calib, float(hw["peak_tflops_bf16"]), attention_span(r, calib) / cp)
+    attn_eff = stack_attn.efficiency if stack_attn else attn_eff  # its stack's published kernel rate, not fitted
     hbm = float(hw["hbm_gb_s"]) * 1e9
     full = r.method.name in ("sft", "pretrain")
     fused = _fused_path(r)
@@ -313,11 +311,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     local_mb = slow * local.hbm_bytes / hbm if local else 0.0
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff + attn_mb / attn_eff, floor_mb)
-    # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro
-    # batch for every byte of weights it touches: read forward and backward (4 B/param; a recomputed
-    # forward reads them once more), and for a
-    # full-parameter method the bf16 weight gradient written, read back and added into the fp32 main
-    # gradient (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
+    # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro batch for every
+    # byte of weights it touches: read forward and backward (4 B/param; a recomputed forward reads them once more), and
+    # for a full-parameter method the bf16 weight gradient written, read back and added into the fp32 main gradient
+    # (+12 B/param) - at the calibrated rate of that stack, far below HBM's.
     touched = 0.0
     if not fused:
         touched = ((nb["unfused_weights_read"] + nb["unfused_recompute_read"] * share)
@@ -341,8 +338,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     inter_pp = tp * pp > c.gpus_per_node
     pp_link, pp_lat = (ib_per_gpu, fab_latency) if inter_pp else (nvlink, latency)
     pp_mb = (2.0 * vp * (act_bytes / tp / (pp_link * 1e9) + pp_lat)) if pp > 1 and not (fused and vp > 1) else 0.0
-    cp_mb = cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu,
-                       fab_latency if tp * cp > c.gpus_per_node else latency, nb["activation"])
+    # each ring hop hides under one step's attention kernel (forward; the backward's FLASH_BACKWARD_PASSES x it)
+    step_fwd = attn_mb / attn_eff / (layers * cp * (1.0 + FLASH_BACKWARD_PASSES + share))
+    cp_mb = cp_ring_s(r, n, tp, cp, layers, share, nvlink, ib_per_gpu, fab_latency if tp * cp > c.gpus_per_node
+                      else latency, nb["activation"], step_fwd, FLASH_BACKWARD_PASSES * step_fwd)
     stage_mb = compute_mb + overhead_mb + local_mb + tp_mb + pp_mb + cp_mb
     # The host issues the layers' kernels asynchronously: a stage costs max(GPU, host) per micro batch
     # (vdkit.planner.host_time: ops per layer x the eager cost of one; per-layer CUDA graphs issue a replay instead).
@@ -398,12 +397,12 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
                #        + local_s + comm, host_s) + max(0, dp_s - dp_window_flops_s / eff - dp_window_attn_s / attn_eff)
                #        + per_step + per_step_host_n * per_step_host_s
-               # (eff, attn_eff: efficiency_key of the recipe's precision and of attention_precision); comm = comm_s +
-               # the overlapped TP collectives' exposed seconds at eff (tp_pairs, tp_margin_flops_s: tp_overlap.StageOverlap)
+               # (eff: efficiency_key of the recipe's precision; attn_eff: the part below, or 0: efficiency_key of
+               # attention_precision); comm = comm_s + the overlapped TP collectives' exposed seconds at eff (tp_overlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
                "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tpo.basis_s() + pp_mb + cp_mb,
                "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s + drain_s,
-               "per_step_host_n": tail_n},
+               "per_step_host_n": tail_n, "attn_eff": stack_attn.efficiency if stack_attn else 0.0},  # 0: the GEMM rule
     )
 
 
