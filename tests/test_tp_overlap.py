@@ -189,6 +189,8 @@ def test_a_userbuffers_file_is_checked_at_the_door(tmp_path, monkeypatch):
     with pytest.raises(UserError) as e:  # NeMo's rendered jobs run no userbuffers overlap to set it in
         compose(["model=llama2_70b", "method=pretrain", "cluster.nodes=2", MLPERF_UB])
     assert "engine=nemo renders no userbuffers" in e.value.what and "engine=bridge" in e.value.fix
+    with pytest.raises(UserError, match="TP communication overlap is off"):  # a setting that would do nothing
+        compose(BRIDGE_70B + [MLPERF_UB, "parallelism.tp=1"])
     # a file that gives a GEMM a method Transformer Engine does not run it with, or lacks a key its method needs
     import shutil
 

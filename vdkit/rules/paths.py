@@ -22,6 +22,10 @@ def check_files(recipe) -> None:
         from vdkit.composition.conftree import tp_overlap_source
 
         tp_overlap_source(p.tp_comm_overlap_cfg)
+        if p.tp == 1 or p.sequence_parallel is False:  # userbuffers overlap TP collectives of a sequence-parallel job only
+            raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} is set but TP communication overlap "
+                            "is off (it needs TP >= 2 with sequence parallelism)",
+                            "set parallelism.tp >= 2 with parallelism.sequence_parallel on, or parallelism.tp_comm_overlap_cfg=null")
     # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
     # rule (vdkit.render.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
 
