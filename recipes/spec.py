@@ -243,6 +243,11 @@ def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
         can = [s.name for s in others if s.fp8_attention]
         return (f"train.fp8_attention=true: engine={spec.name} cannot run FP8 attention ({spec.no_fp8_attention})",
                 ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "train.fp8_attention=false")
+    if recipe.parallelism.tp_comm_overlap_cfg and spec.tp_comm_overlap is None:
+        can = [s.name for s in others if s.tp_comm_overlap is not None]
+        return (f"parallelism.tp_comm_overlap_cfg={recipe.parallelism.tp_comm_overlap_cfg}: engine={spec.name} renders "
+                "no userbuffers TP communication overlap to set it in",
+                ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "parallelism.tp_comm_overlap_cfg=null")
     g = recipe.train.cuda_graphs
     if g not in spec.cuda_graphs:
         from vdkit.composition.schema import CUDA_GRAPHS

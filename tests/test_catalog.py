@@ -12,7 +12,7 @@ from vdkit.recipes import engines
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = {"models": "model", "methods": "method", "clusters": "cluster", "data": "data", "recipes": "recipe",
-          "deepspeed": "deepspeed", "sweeps": "sweep"}
+          "deepspeed": "deepspeed", "tp_overlap": "tp_overlap", "sweeps": "sweep"}
 
 
 def listing(capsys, *kinds) -> dict:

@@ -128,3 +128,82 @@ def test_the_plan_prints_the_tp_share_as_exposed_and_hidden():
     nemo = make_plan(compose(["model=llama2_70b", "method=lora", "cluster.nodes=1", "parallelism.tp=4",
                               "parallelism.pp=1"]))
     assert "counted whole" in next(x for x in describe(nemo).splitlines() if x.strip().startswith("TP comm"))
+
+
+MLPERF_UB = "parallelism.tp_comm_overlap_cfg=h100_h12288_tp4_mbs2_seqlen2048"  # NVIDIA's GPT3 175B MLPerf settings
+
+
+def test_a_runs_own_userbuffers_settings_price_its_sm_margins_and_ring_reduce_scatter():
+    # The MLPerf file (conf/tp_overlap/): bulk overlaps keep every SM (set_sm_margin 0: no price on the QKV / fc1
+    # dgrad and wgrad GEMMs), proj's RS a 4-split pipeline whose kernel holds 24 SMs (proj forward on 132 - 24),
+    # fc2's RS a ring beside the last 3 of 4 GEMM chunks with a 1-SM kernel (fc2 forward on 131). 70B at TP 4: every
+    # window outlasts its collective, so only proj's last RS quarter is exposed: 1/2 x 1/4 of one all-reduce of 4.
+    r = compose(BRIDGE_70B + [MLPERF_UB])
+    tp, pp = 4, 4
+    step = P.predict_step(r, tp, pp, 1, "none", True)
+    ar, g = _all_reduce_s(r, tp), _gemm_s(r, tp)
+    assert 0.75 * g["proj"] > ar / 2 and 0.75 * g["fc2"] > ar / 2  # the premise, as above
+    micro, layers = _micro(r, tp, pp), r.model.num_layers // pp
+    whole = micro * layers * 4 * ar
+    lent = micro * layers * (g["proj"] * 24 / (132 - 24) + g["fc2"] * 1 / (132 - 1))
+    assert step.parts["tensor_parallel_sm_margin_s"] == pytest.approx(lent, rel=1e-6)
+    assert step.parts["tensor_parallel_s"] == pytest.approx(whole / 32 + lent, rel=1e-6)
+    assert step.parts["tensor_parallel_overlapped_s"] == pytest.approx(whole * 31 / 32, rel=1e-6)
+    # against Transformer Engine's defaults (the test above): the same collectives, 16 SMs lent by 6 GEMM kinds
+    default = P.predict_step(compose(BRIDGE_70B), tp, pp, 1, "none", True)
+    assert default.parts["tensor_parallel_sm_margin_s"] > 5 * step.parts["tensor_parallel_sm_margin_s"]
+
+
+def test_the_rendered_userbuffers_settings_are_what_bridge_hands_transformer_engine():
+    """bridge.yaml's comm_overlap.tp_comm_overlap_cfg, built by Bridge's own loader, is its TransformerLayerTPOverlapCfg
+    whose asdict (what CommOverlapConfig.setup gives TE's initialize_ub as ub_cfgs) holds the file's settings."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from vdkit.composition.conftree import tp_overlap_source
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes import bridge
+    from vdkit.recipes.bridge.config import bridge_config
+    from vdkit.recipes.bridge.runcheck import _import_bridge
+
+    plan = make_plan(compose(BRIDGE_70B + [MLPERF_UB, "parallelism.tp=4", "parallelism.pp=4"]))
+    cfg = bridge_config(plan, "/r", "/r/checkpoints", in_container=bridge.in_container(plan))
+    _import_bridge()
+    from megatron.bridge.training.comm_overlap import TransformerLayerTPOverlapCfg
+    from megatron.bridge.utils.instantiate_utils import instantiate
+
+    built = instantiate(OmegaConf.create(cfg["comm_overlap"]["tp_comm_overlap_cfg"]))
+    assert isinstance(built, TransformerLayerTPOverlapCfg)
+    given = dataclasses.asdict(built)
+    for gemm, setting in tp_overlap_source("h100_h12288_tp4_mbs2_seqlen2048").items():
+        assert {k: given[gemm][k] for k in setting} == setting, gemm
+
+
+def test_a_userbuffers_file_is_checked_at_the_door(tmp_path, monkeypatch):
+    from vdkit.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        compose(BRIDGE_70B + ["parallelism.tp_comm_overlap_cfg=nope"])
+    assert "conf/tp_overlap/" in e.value.what and "h100_h12288_tp4_mbs2_seqlen2048" in e.value.fix
+    with pytest.raises(UserError) as e:  # NeMo's rendered jobs run no userbuffers overlap to set it in
+        compose(["model=llama2_70b", "method=pretrain", "cluster.nodes=2", MLPERF_UB])
+    assert "engine=nemo renders no userbuffers" in e.value.what and "engine=bridge" in e.value.fix
+    with pytest.raises(UserError, match="TP communication overlap is off"):  # a setting that would do nothing
+        compose(BRIDGE_70B + [MLPERF_UB, "parallelism.tp=1"])
+    # a file that gives a GEMM a method Transformer Engine does not run it with, or lacks a key its method needs
+    import shutil
+
+    from vdkit.composition import conftree
+
+    conf = tmp_path / "conf"
+    shutil.copytree(conftree.conf_dir(), conf)
+    monkeypatch.setattr(conftree, "conf_dir", lambda: conf)
+    good = (conf / "tp_overlap" / "h100_h12288_tp4_mbs2_seqlen2048.yaml").read_text()
+    bad = conf / "tp_overlap" / "bad.yaml"
+    bad.write_text(good.replace("qkv_fprop:\n  method: ring_exchange", "qkv_fprop:\n  method: pipeline"))
+    with pytest.raises(UserError, match=r"qkv_fprop.method='pipeline'; Transformer Engine runs qkv_fprop as ring_exchange"):
+        conftree.tp_overlap_source("bad")
+    bad.write_text(good.replace("  num_sm: 4\n  cga_size: 2\n  set_sm_margin: 0\n\nqkv_wgrad", "  num_sm: 4\n\nqkv_wgrad"))
+    with pytest.raises(UserError, match=r"qkv_dgrad \(bulk\) lacks cga_size, set_sm_margin"):
+        conftree.tp_overlap_source("bad")

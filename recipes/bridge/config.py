@@ -38,6 +38,7 @@ from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
 from vdkit.recipes.bridge import graphs  # train.cuda_graphs: what megatron-core runs per-layer graphs with
+from vdkit.recipes.bridge.userbuffers import ub_overlap_cfg  # parallelism.tp_comm_overlap_cfg
 from vdkit.run.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.run.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
@@ -415,6 +416,8 @@ def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
     if in_container and tp_comm_overlap(plan.recipe, plan.tp):
         cfg["comm_overlap"] = {_T: "megatron.bridge.training.comm_overlap.CommOverlapConfig", "tp_comm_overlap": True,
                                "tp_comm_bootstrap_backend": "nccl"}
+        if r.parallelism.tp_comm_overlap_cfg:  # the run's own userbuffers settings per GEMM (conf/tp_overlap/)
+            cfg["comm_overlap"]["tp_comm_overlap_cfg"] = ub_overlap_cfg(r.parallelism.tp_comm_overlap_cfg)
         if r.is_peft:
             cfg["model"].update(FROZEN_BASE_TP_OVERLAP)
     peft = _peft(plan)

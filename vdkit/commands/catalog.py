@@ -242,6 +242,7 @@ KINDS: Tuple[Kind, ...] = (
     Kind("data", "data=NAME", group_entries("data")),
     Kind("recipes", "recipe=NAME", group_entries("recipe")),
     Kind("deepspeed", "parallelism.deepspeed_config=NAME", group_entries("deepspeed")),
+    Kind("tp_overlap", "parallelism.tp_comm_overlap_cfg=NAME", group_entries("tp_overlap")),
     Kind("engines", "engine=NAME", engine_entries),
     Kind("launchers", "cluster.launcher=NAME", launcher_entries),
     Kind("sweeps", "--sweep NAME", group_entries("sweep", _sweep_facts)),

@@ -165,7 +165,7 @@ def describe(plan) -> str:
             + (f"; host-bound {pred.step.parts['host_bound_s']:.3g} s of the overhead ({pred.step.parts['host_bound_s'] / pred.step.total_s:.0%} of the step: "
                "the CPU issuing eager kernels)" if pred.step.parts.get("host_bound_s", 0.0) > 0 else ""),
         ]
-        lines += _tp_line(pred.step.parts)
+        lines += _tp_line(pred.step.parts, r.parallelism.tp_comm_overlap_cfg)
         if pred.interval_s:
             lo, hi = pred.interval_s
             lines.append(f"  range       {lo:.3g} .. {hi:.3g} s/step ({lo * r.train.target_steps / 60:,.0f} .. "
@@ -189,10 +189,11 @@ def describe(plan) -> str:
     return "\n".join(lines)
 
 
-def _tp_line(parts) -> list:
+def _tp_line(parts, ub_cfg=None) -> list:
     """The communication term's tensor-parallel share, honestly split (vdkit.planner.tp_overlap): what is exposed
     (in the term), what of it is the GEMMs' time lost to the overlap kernels' SMs and what the GEMMs hide (not in the
-    term); nothing without TP collectives."""
+    term), with whose userbuffers settings (``ub_cfg``: parallelism.tp_comm_overlap_cfg); nothing without TP
+    collectives."""
     exposed, hidden = parts.get("tensor_parallel_s", 0.0), parts.get("tensor_parallel_overlapped_s", 0.0)
     if exposed + hidden <= 0:
         return []
@@ -202,7 +203,8 @@ def _tp_line(parts) -> list:
     margin = parts.get("tensor_parallel_sm_margin_s", 0.0)
     return [f"  TP comm     {exposed:.3g} s/step exposed in the communication term ({exposed - margin:.3g} collectives "
             f"outlasting their GEMMs + {margin:.3g} GEMM time lost to the overlap kernels' SMs); {hidden:.3g} s/step "
-            "hidden behind the GEMMs (Transformer Engine userbuffers, as the rendered job overlaps them)"]
+            f"hidden behind the GEMMs (Transformer Engine userbuffers, {'conf/tp_overlap/' + ub_cfg if ub_cfg else 'its defaults'}, "
+            "as the rendered job overlaps them)"]
 
 
 def _published(plan):

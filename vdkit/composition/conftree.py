@@ -82,3 +82,50 @@ def deepspeed_config_source(name_or_path: Optional[str]) -> dict:
         raise UserError(f"DeepSpeed config {path} has zero_optimization.stage={stage!r}, not 3",
                         "parallelism.sharding=zero3 needs stage 3")
     return data
+
+
+# Transformer Engine 2.12's userbuffers GEMMs (pytorch/module/base.py:267-277) and the methods each may take here:
+# the gathers run as a ring (a pipeline gathers nothing: base.py:343-346), the output reduce-scatters as a pipeline or
+# a ring, the input-gradient ones in bulk. The keys each method needs are Megatron-Bridge 0.3.1's dataclass fields
+# (training/comm_overlap.py BulkOverlapCfg / PipelineOverlapCfg / RingExchangeOverlapCfg), which it renders into.
+TP_OVERLAP_METHODS = {"qkv_fprop": ("ring_exchange",), "fc1_fprop": ("ring_exchange",), "proj_dgrad": ("ring_exchange",),
+                      "fc2_dgrad": ("ring_exchange",), "proj_fprop": ("pipeline", "ring_exchange"),
+                      "fc2_fprop": ("pipeline", "ring_exchange"), "qkv_dgrad": ("bulk",), "qkv_wgrad": ("bulk",),
+                      "fc1_dgrad": ("bulk",), "fc1_wgrad": ("bulk",)}
+TP_OVERLAP_KEYS = {"bulk": {"required": ("num_sm", "cga_size", "set_sm_margin"), "optional": ()},
+                   "pipeline": {"required": ("num_sm", "cga_size", "num_splits", "set_sm_margin"),
+                                "optional": ("fp8_buf", "atomic_gemm")},
+                   "ring_exchange": {"required": (), "optional": ("aggregate", "num_sm", "cga_size", "set_sm_margin",
+                                                                  "fp8_buf", "atomic_gemm")}}
+
+
+def tp_overlap_source(name: str) -> dict:
+    """The per-GEMM userbuffers settings behind ``parallelism.tp_comm_overlap_cfg``: conf/tp_overlap/NAME.yaml, every
+    GEMM of :data:`TP_OVERLAP_METHODS` with a method it may take and the keys that method needs (UserError otherwise)."""
+    folder = conf_dir() / "tp_overlap"
+    path = folder / f"{name}.yaml"
+    what = f"parallelism.tp_comm_overlap_cfg={name!r}"
+    if "/" in str(name) or not path.is_file():
+        choices = " | ".join(sorted(p.stem for p in folder.glob("*.yaml")))
+        raise UserError(f"{what}: no such file in conf/tp_overlap/ ({path})",
+                        f"use one of {choices}, or parallelism.tp_comm_overlap_cfg=null (Transformer Engine's defaults)")
+    from vdkit.composition.files import load_yaml
+
+    data = load_yaml(path, "userbuffers config")
+    fix = f"fix {path} (per GEMM: its method and Transformer Engine's keys for it; the file's comments cite the source)"
+    if not isinstance(data, dict) or sorted(data) != sorted(TP_OVERLAP_METHODS):
+        raise UserError(f"{what}: {path.name} must set exactly the ten GEMMs {', '.join(TP_OVERLAP_METHODS)}", fix)
+    for gemm, s in data.items():
+        method = (s or {}).get("method") if isinstance(s, dict) else None
+        if method not in TP_OVERLAP_METHODS[gemm]:
+            raise UserError(f"{what}: {gemm}.method={method!r}; Transformer Engine runs {gemm} as "
+                            + " or ".join(TP_OVERLAP_METHODS[gemm]), fix)
+        keys = TP_OVERLAP_KEYS[method]
+        missing = [k for k in keys["required"] if k not in s]
+        unknown = sorted(set(s) - {"method", *keys["required"], *keys["optional"]})
+        if missing or unknown:
+            raise UserError(f"{what}: {gemm} ({method}) " + (f"lacks {', '.join(missing)}" if missing else
+                                                            f"has unknown keys {', '.join(unknown)}"), fix)
+        if int(s.get("num_sm", 1)) < 1:
+            raise UserError(f"{what}: {gemm}.num_sm={s['num_sm']} must be at least 1", fix)
+    return data

@@ -37,19 +37,51 @@ The overlap's price, never hidden: a pipeline or bulk overlap's communication ke
 their weight gradients where the weights train) take SMs / (SMs - 16) as long; ring_exchange copies on the copy
 engines (``use_ce``, one SM, no margin).
 
+A run may name its own userbuffers settings per GEMM (``parallelism.tp_comm_overlap_cfg``: a file in conf/tp_overlap/,
+Transformer Engine's ``ub_cfgs`` keys, which the Bridge engine renders as ``comm_overlap.tp_comm_overlap_cfg``). TE 2.12
+merges each GEMM's entry into its default (base.py:436-443 ``ub_cfg.update``), and so does :func:`settings`; the price
+follows the merged settings: a GEMM whose overlap sets ``set_sm_margin`` runs on SMs - ``num_sm``, one that does not on
+every SM (NVIDIA's tuned configs run their bulk overlaps so: NeMo-Framework-Launcher conf/training/tp_overlap/*.yaml,
+Megatron-Bridge 0.3.1 training/comm_overlap.py's presets); a reduce-scatter by ``ring_exchange``
+(``CommOverlapP2PBase::split_overlap_rs``: TP GEMM chunks, each chunk's send beside the next chunk's GEMM, the local
+chunk last) is exposed as an AG ring is, max(0, RS - (TP - 1) / TP x GEMM); ``num_splits`` sets a pipeline's chunks.
+
 Each collective's bytes and time are the unoverlapped model's (vdkit.planner.predict: an AG or RS is half of the
 all-reduce it prices); each GEMM's time is its FLOPs on this GPU at the fitted GEMM efficiency, as the compute term's.
-Not modelled: FP8 AG buffers (``fp8_buf``: half the bytes of the gathers), and the longer GEMMs' wider windows.
+Not modelled: FP8 AG buffers (``fp8_buf``: half the bytes of the gathers), atomic GEMMs (``atomic_gemm``), the bulk
+kernels' own SMs beside a GEMM that runs on every SM, and the longer GEMMs' wider windows.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 PIPELINE_SPLITS = 4  # TE 2.12 base.py:304: num_splits of a "pipeline" overlap (ring_exchange: TP)
 COMM_SMS = 16  # TE 2.12 base.py:301: num_sm of a "pipeline" or "bulk" overlap's kernel, taken from its GEMM (margin)
+# TE 2.12 initialize_ub's default method per GEMM (base.py:267-277; "external" wgrad overlaps are not rendered)
+METHODS = {"qkv_fprop": "ring_exchange", "fc1_fprop": "ring_exchange", "proj_dgrad": "ring_exchange",
+           "fc2_dgrad": "ring_exchange", "proj_fprop": "pipeline", "fc2_fprop": "pipeline",
+           "qkv_dgrad": "bulk", "qkv_wgrad": "bulk", "fc1_dgrad": "bulk", "fc1_wgrad": "bulk"}
 
 Pairs = Tuple[Tuple[float, float], ...]  # (collective seconds, GEMM seconds at 100 % of peak) per collective
+
+
+def default_setting(name: str) -> dict:
+    """Transformer Engine 2.12's userbuffers setting of GEMM ``name`` (base.py:292-311 ``get_default_config``):
+    its method, the SMs its communication kernel holds, whether its GEMM gives them up, and a pipeline's splits."""
+    method = METHODS[name]
+    ring = method == "ring_exchange"
+    return {"method": method, "num_sm": 1 if ring else COMM_SMS, "set_sm_margin": not ring,
+            "num_splits": None if ring else PIPELINE_SPLITS}
+
+
+def settings(recipe) -> Dict[str, dict]:
+    """Each GEMM's userbuffers setting as the rendered job runs it: TE's default, updated by the run's
+    ``parallelism.tp_comm_overlap_cfg`` entry for that GEMM (TE 2.12 base.py:436-443)."""
+    from vdkit.composition.conftree import tp_overlap_source
+
+    named = tp_overlap_source(recipe.parallelism.tp_comm_overlap_cfg) if recipe.parallelism.tp_comm_overlap_cfg else {}
+    return {name: {**default_setting(name), **named.get(name, {})} for name in METHODS}
 
 
 def overlaps(recipe, tp: int) -> bool:
@@ -70,20 +102,29 @@ def _gemm_s(recipe, tokens: float, tp: int, s_per_flop: float) -> Dict[str, floa
     return {k: 2.0 * tokens * w / tp * s_per_flop for k, w in weights.items()}
 
 
-def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float, recompute_share: float) -> Pairs:
+def _rs_pairs(half_s: float, gemm_s: float, tp: int, setting: dict) -> Pairs:
+    """An output reduce-scatter beside its forward GEMM (proj, fc2) as (seconds, window) pairs: a pipeline's last chunk
+    follows the last GEMM chunk, never hidden; a ring's sends run beside the last TP - 1 of TP GEMM chunks."""
+    if setting["method"] == "ring_exchange":
+        return ((half_s, (tp - 1) / tp * gemm_s),)
+    k = int(setting.get("num_splits") or PIPELINE_SPLITS)
+    return ((half_s / k, 0.0), (half_s * (k - 1) / k, (k - 1) / k * gemm_s))
+
+
+def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float, recompute_share: float,
+                ub: Optional[Dict[str, dict]] = None) -> Pairs:
     """One layer's TP collectives in one micro batch as (seconds, window): the window is the GEMM it runs beside
     (seconds at 100 % of peak; divided by the GEMM efficiency in :class:`StageOverlap`). ``tokens`` this GPU's share
     of the micro batch's (the sequence over CP), ``half_s`` one AG or RS, ``s_per_flop`` seconds per FLOP at peak
-    (the straggler included, as the compute term's); a recomputed forward repeats the forward's collectives."""
+    (the straggler included, as the compute term's), ``ub`` each GEMM's setting (:func:`settings`; TE's defaults when
+    None); a recomputed forward repeats the forward's collectives."""
+    ub = ub or {name: default_setting(name) for name in METHODS}
     t = _gemm_s(recipe, tokens, tp, s_per_flop)
     ring = (tp - 1) / tp
-    split = (PIPELINE_SPLITS - 1) / PIPELINE_SPLITS
     lora_qkv = recipe.method.name == "lora"  # the adapter's norm output: NCCL gathers (module docstring)
     wgrad = 0.0 if recipe.is_peft else 1.0  # frozen base weights: NCCL RS after the dgrad GEMM, nothing beside it
-    forward = ((half_s, 0.0 if lora_qkv else ring * t["qkv"]),
-               (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["proj"]),
-               (half_s, ring * t["fc1"]),
-               (half_s / PIPELINE_SPLITS, 0.0), (half_s * split, split * t["fc2"]))
+    forward = ((half_s, 0.0 if lora_qkv else ring * t["qkv"]),) + _rs_pairs(half_s, t["proj"], tp, ub["proj_fprop"])
+    forward += ((half_s, ring * t["fc1"]),) + _rs_pairs(half_s, t["fc2"], tp, ub["fc2_fprop"])
     forward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's own input AG
     backward = ((half_s, ring * t["proj"]), (half_s, ring * t["fc2"]),  # output-gradient AG beside dgrad
                 (half_s, wgrad * t["qkv"]), (half_s, wgrad * t["fc1"]))  # input-gradient RS beside wgrad
@@ -91,14 +132,20 @@ def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float
     return forward + backward + tuple((c * recompute_share, w * recompute_share) for c, w in forward)
 
 
-def layer_margin(recipe, tokens: float, tp: int, s_per_flop: float, recompute_share: float, sms: int) -> float:
-    """What one layer's GEMMs beside a pipeline or bulk kernel lose to its SMs in one micro batch (seconds at 100 %
-    of peak, divided by the GEMM efficiency as the compute is): proj and fc2 forward (again when recomputed) and,
-    where the weights train, the QKV and fc1 input- and weight-gradient GEMMs (the bulk overlaps; a frozen base
-    renders none)."""
+def layer_margin(recipe, tokens: float, tp: int, s_per_flop: float, recompute_share: float, sms: int,
+                 ub: Optional[Dict[str, dict]] = None) -> float:
+    """What one layer's GEMMs lose to the overlap kernels' SMs in one micro batch (seconds at 100 % of peak, divided
+    by the GEMM efficiency as the compute is): each GEMM whose setting gives up SMs (``set_sm_margin``; TE's default:
+    the pipeline and bulk overlaps' - proj and fc2 forward, again when recomputed, and, where the weights train, the
+    QKV and fc1 input- and weight-gradient GEMMs; a frozen base renders no bulk overlap) runs on SMs - ``num_sm``."""
+    ub = ub or {name: default_setting(name) for name in METHODS}
     t = _gemm_s(recipe, tokens, tp, s_per_flop)
-    slowed = (t["proj"] + t["fc2"]) * (1 + recompute_share) + (t["qkv"] + t["fc1"]) * (0 if recipe.is_peft else 2)
-    return slowed * COMM_SMS / (sms - COMM_SMS)
+    bulk = 0.0 if recipe.is_peft else 1.0
+    gemm = {"qkv_fprop": t["qkv"] * (1 + recompute_share), "proj_fprop": t["proj"] * (1 + recompute_share),
+            "fc1_fprop": t["fc1"] * (1 + recompute_share), "fc2_fprop": t["fc2"] * (1 + recompute_share),
+            "proj_dgrad": t["proj"], "fc2_dgrad": t["fc2"], "qkv_dgrad": bulk * t["qkv"], "qkv_wgrad": bulk * t["qkv"],
+            "fc1_dgrad": bulk * t["fc1"], "fc1_wgrad": bulk * t["fc1"]}
+    return sum(gemm[name] * s["num_sm"] / (sms - s["num_sm"]) for name, s in ub.items() if s["set_sm_margin"])
 
 
 @dataclass(frozen=True)
@@ -147,7 +194,8 @@ def stage(recipe, tokens: float, tp: int, per_collective_s: float, s_per_flop: f
 
     gpus, ref = load("hf_step_time")["gpus"], load("step_time")["hardware"]["reference_gpu"]
     sms = int((gpus.get(recipe.cluster.gpu_type) or gpus[ref])["compute_units"])
+    ub = settings(recipe)
     pairs = tuple((c * layers, w * layers)
-                  for c, w in layer_pairs(recipe, tokens, tp, per_collective_s / 2, s_per_flop, recompute_share))
-    margin = layers * layer_margin(recipe, tokens, tp, s_per_flop, recompute_share, sms)
+                  for c, w in layer_pairs(recipe, tokens, tp, per_collective_s / 2, s_per_flop, recompute_share, ub))
+    margin = layers * layer_margin(recipe, tokens, tp, s_per_flop, recompute_share, sms, ub)
     return StageOverlap(whole, eff, pairs, margin)

@@ -1,12 +1,12 @@
-"""Paths a recipe names, at the door: the files the kit itself reads (a DeepSpeed config) and
-``run.name`` / ``run.out_dir``, which become directories."""
+"""Paths a recipe names, at the door: the files the kit itself reads (a DeepSpeed config, a userbuffers
+config) and ``run.name`` / ``run.out_dir``, which become directories."""
 from __future__ import annotations
 
 from vdkit.errors import UserError
 
 
 def check_files(recipe) -> None:
-    """File inputs the kit reads itself: a DeepSpeed config (parsed here)."""
+    """File inputs the kit reads itself: a DeepSpeed config, a userbuffers config (parsed here)."""
     p = recipe.parallelism
     if p.deepspeed_config:
         # The reader lives with the engine that uses it; it refuses a missing file, a non-mapping, stage != 3.
@@ -18,6 +18,14 @@ def check_files(recipe) -> None:
             if "parallelism.deepspeed_config" in exc.what:
                 raise
             raise UserError(f"parallelism.deepspeed_config={p.deepspeed_config}: {exc.what}", exc.fix) from None
+    if p.tp_comm_overlap_cfg:  # a conf/tp_overlap/ file: every GEMM, a method TE runs it with, that method's keys
+        from vdkit.composition.conftree import tp_overlap_source
+
+        tp_overlap_source(p.tp_comm_overlap_cfg)
+        if p.tp == 1 or p.sequence_parallel is False:  # userbuffers overlap TP collectives of a sequence-parallel job only
+            raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} is set but TP communication overlap "
+                            "is off (it needs TP >= 2 with sequence parallelism)",
+                            "set parallelism.tp >= 2 with parallelism.sequence_parallel on, or parallelism.tp_comm_overlap_cfg=null")
     # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
     # rule (vdkit.render.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
 
