@@ -51,6 +51,18 @@ def overlaps_tp_comm(recipe, tp: int) -> bool:
     return tp_comm_overlap(recipe, tp) and in_container(SimpleNamespace(recipe=recipe))
 
 
+def fp8_bf16_layers(recipe) -> tuple:
+    """The spec's ``fp8_bf16_layers``: the decoder layers at the start and at the end that Bridge's FP8 preset keeps in
+    bf16 (config.FP8_PRESET_FIELDS: ``first_last_layers_bf16``, ``num_layers_at_start/end_in_bf16``). megatron-core
+    0.16.1 builds those with no fp8_model_init and, under the preset's tensorwise recipe, runs each layer in its own
+    context, none for them (transformer/transformer_block.py:346-351, :717-753; fp8_utils.py:513-530, :612-616)."""
+    from vdkit.recipes.bridge.config import FP8_PRESET_FIELDS as preset
+
+    if not preset["first_last_layers_bf16"]:
+        return 0, 0
+    return preset["num_layers_at_start_in_bf16"], preset["num_layers_at_end_in_bf16"]
+
+
 def command(plan, run_dir) -> List[str]:
     """In the container: ``python RUN_DIR/bridge_job.py RUN_DIR/bridge.yaml`` (Bridge only, no vdkit);
     on this machine: ``python -m vdkit.recipes.bridge.rank RUN_DIR`` (the CPU shim, memory.json, then the same)."""
@@ -330,6 +342,7 @@ SPEC = EngineSpec(
     name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama and Qwen2 providers, NVIDIA's performance settings)",
     command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
     resume_check=resume_check, check_runs=check_runs, make_base=make_base, tp_comm_overlap=overlaps_tp_comm,
+    fp8_bf16_layers=fp8_bf16_layers,
     families=("llama",),  # and Qwen2 (the Llama block with model.qkv_bias): Bridge's Qwen2 providers
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",
           "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",
