@@ -14,7 +14,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   activations, ``fp32_params_cast_bytes``); with ``train.precision=fp8`` the transformer layers'
   linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
   parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
-  transpose (2); embeddings, output layer and norms stay bf16.
+  transpose (2); embeddings, output layer and norms stay bf16. Layers the engine keeps in bf16 under FP8 (its spec's
+  ``fp8_bf16_layers``: Bridge's preset, the first and the last) save bf16 linear inputs (``fp8_bf16_layers``).
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
   DP when the distributed optimizer shards them; NeMo's distributed Adam (Apex) 10: a 16-bit remainder of the
