@@ -105,6 +105,22 @@ def test_bridge_keeps_its_fp8_presets_bf16_layers():
     assert engines.get("bridge").spec.fp8_bf16_layers(r) == (preset["num_layers_at_start_in_bf16"],
                                                             preset["num_layers_at_end_in_bf16"]) == (1, 1)
     assert engines.get("nemo").spec.fp8_bf16_layers is None  # NeMo 1.23 runs every layer in FP8
+    # megatron-core 0.16.1's own predicate (fp8_utils.is_first_last_bf16_layer: no fp8_model_init, no FP8 autocast)
+    # marks the layers the memory model counts on the first and the last pipeline stage
+    from megatron.core.fp8_utils import is_first_last_bf16_layer
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from vdkit.planner.memory import fp8_bf16_layers
+
+    fields = {k: preset[k] for k in ("first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                                     "num_layers_at_end_in_bf16", "fp8", "fp8_recipe")}
+    layers = r.model.num_layers
+    config = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, **fields)
+    for pp in (1, 2, 4):
+        per_stage = layers // pp
+        stages = [sum(is_first_last_bf16_layer(config, i) for i in range(st * per_stage, (st + 1) * per_stage))
+                  for st in (0, pp - 1)]
+        assert [kept for kept, _ in fp8_bf16_layers(r, pp, 1, "none")] == stages
 
 
 @pytest.mark.parametrize("layout, bf16_kept, working", [
