@@ -79,6 +79,9 @@ class EngineSpec:
     # under parallelism.sharding=none, plain data parallelism only (torch DDP): no TP / PP and no distributed optimizer
     # (every rank holds all optimizer state); the planner's automatic layout is TP 1 x PP 1 and never shards the state
     data_parallel_only: bool = False
+    # its train.precision=fp8 gathers FP8 parameters through the distributed optimizer: the planner turns that on when
+    # parallelism.distributed_optimizer is unset, and the engine's check refuses it set false
+    fp8_needs_distributed_optimizer: bool = False
     precisions: Tuple[str, ...]  # train.precision values
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders

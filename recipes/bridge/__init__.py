@@ -100,7 +100,8 @@ def check(plan) -> None:
     if r.train.precision == "fp8" and not p.distributed_optimizer:
         raise UserError("train.precision=fp8 on Bridge gathers FP8 parameters (bf16_with_fp8_current_scaling_mixed: "
                         "fp8_param_gather), which Megatron runs only with the distributed optimizer",
-                        "set parallelism.distributed_optimizer=true (NVIDIA's H100 FP8 configs do), or train.precision=bf16")
+                        "leave parallelism.distributed_optimizer unset or set it true (NVIDIA's H100 FP8 configs do), "
+                        "or train.precision=bf16")
     if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core 0.16)",
@@ -362,6 +363,7 @@ SPEC = EngineSpec(
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
     precisions=("bf16", "fp8"),
+    fp8_needs_distributed_optimizer=True,  # its FP8 preset's fp8_param_gather (config.PRECISION; check() refuses it off)
     # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)
     optimizer_dtypes=("fp32", "bf16"),
     # fp8: megatron-core's activation_func_fp8_input_store (config.py SWIGLU_FP8_INPUT_STORE)
