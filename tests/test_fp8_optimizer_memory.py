@@ -95,8 +95,8 @@ def test_every_engine_that_renders_fp8_or_bf16_state_has_its_bytes():
 
 
 def test_bridge_keeps_its_fp8_presets_bf16_layers():
-    # the spec's layers kept in bf16 under FP8 are the render's preset fields (which tests/test_fp8_attention.py holds to
-    # Bridge's own bf16_with_fp8_current_scaling_mixed: first_last_layers_bf16, 1 at the start, 1 at the end)
+    # the spec's layers kept in bf16 under FP8 are the render's preset fields (which tests/test_fp8_attention.py holds
+    # to Bridge's own bf16_with_fp8_current_scaling_mixed: first_last_layers_bf16, 1 at the start, 1 at the end)
     from vdkit.recipes import engines
     from vdkit.recipes.bridge.config import FP8_PRESET_FIELDS as preset
 

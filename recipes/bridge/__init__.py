@@ -363,7 +363,7 @@ SPEC = EngineSpec(
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
     precisions=("bf16", "fp8"),
-    fp8_needs_distributed_optimizer=True,  # its FP8 preset's fp8_param_gather (config.PRECISION; check() refuses it off)
+    fp8_needs_distributed_optimizer=True,  # its FP8 preset's fp8_param_gather (config.PRECISION; check refuses it off)
     # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)
     optimizer_dtypes=("fp32", "bf16"),
     # fp8: megatron-core's activation_func_fp8_input_store (config.py SWIGLU_FP8_INPUT_STORE)

@@ -182,9 +182,9 @@ _FACTS: "OrderedDict[int, tuple]" = OrderedDict()
 
 
 def _engine_facts(r: Recipe) -> tuple:
-    """(fp32_params, layer_kernels, fp8_bf16_layers) of ``r``'s engine spec, asked once per recipe: a layout search asks the memory
-    model thousands of times, and the registry builds its Engine on every lookup. Keyed by the recipe's identity
-    (a frozen dataclass; the entry holds it, so the id is not reused)."""
+    """(fp32_params, layer_kernels, fp8_bf16_layers) of ``r``'s engine spec, asked once per recipe: a layout search
+    asks the memory model thousands of times, and the registry builds its Engine on every lookup. Keyed by the
+    recipe's identity (a frozen dataclass; the entry holds it, so the id is not reused)."""
     from vdkit.recipes import engines
 
     hit = _FACTS.get(id(r))
@@ -229,11 +229,11 @@ def layer_kernels(r: Recipe) -> str:
 
 
 def fp8_bf16_layers(r: Recipe, pp: int, vp: int, recompute: str) -> Tuple[Tuple[int, int], Tuple[int, int]]:
-    """With ``train.precision=fp8``: (kept, recomputed) counts of the decoder layers that the first and the last pipeline
-    stage of ``r`` compute in bf16 (its engine spec's ``fp8_bf16_layers``: Bridge's preset keeps the model's first and
-    last layer so; with PP 1 the one stage holds both). Recomputed: under full recompute with
-    ``recompute_num_layers`` N, the first N layers of each model chunk (vdkit.planner.recompute), so the model's first
-    layer with any N and its last layer only when N covers the whole chunk."""
+    """With ``train.precision=fp8``: (kept, recomputed) counts of the decoder layers that the first and the last
+    pipeline stage of ``r`` compute in bf16 (its engine spec's ``fp8_bf16_layers``: Bridge's preset keeps the model's
+    first and last layer so; with PP 1 the one stage holds both). Recomputed: under full recompute with
+    ``recompute_num_layers`` N, the first N layers of each model chunk (vdkit.planner.recompute), so the model's
+    first layer with any N and its last layer only when N covers the whole chunk."""
     start, end = _engine_facts(r)[2]
     chunk = r.model.num_layers // (pp * max(vp, 1))
     n = (r.parallelism.recompute_num_layers or chunk) if recompute == "full" else 0

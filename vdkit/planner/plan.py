@@ -217,7 +217,9 @@ def layout_plan(recipe: Recipe) -> Plan:
                         "or zero3")
     # unset: on for full-parameter methods, and where the engine's FP8 gathers FP8 parameters through it
     fp8_gather = recipe.train.precision == "fp8" and engine.spec.fp8_needs_distributed_optimizer
-    dist_opt = ((full_method or fp8_gather) and not ddp_only) if p.distributed_optimizer is None else p.distributed_optimizer
+    dist_opt = p.distributed_optimizer
+    if dist_opt is None:
+        dist_opt = (full_method or fp8_gather) and not ddp_only
     if recipe.train.optimizer_dtype != "fp32" and not dist_opt:  # (the engine's spec holds the value: recipes/spec.py)
         raise UserError(f"train.optimizer_dtype={recipe.train.optimizer_dtype} sets the distributed optimizer's state "
                         "dtype, and without parallelism.distributed_optimizer the engine renders a plain fused Adam "
