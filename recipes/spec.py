@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
 HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "resume_check", "env", "container",
-         "finished_line", "make_base", "notes", "fp32_params", "tp_comm_overlap")  # the optional functions; ``command`` is required
+         "finished_line", "make_base", "notes", "fp32_params", "fp8_bf16_layers", "tp_comm_overlap")  # the optional functions; ``command`` is required
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +42,9 @@ class EngineSpec:
     - ``notes(recipe) -> [str]``: lines the plan (and the render) says about the engine's run, e.g. seeded weights;
     - ``fp32_params(recipe) -> bool``: its rendered model keeps fp32 parameters under bf16 / fp8 mixed precision
       (NeMo 1.23 without megatron_amp_O2), which the memory model counts (:mod:`vdkit.planner.memory`);
+    - ``fp8_bf16_layers(recipe) -> (start, end)``: with ``train.precision=fp8``, how many decoder layers at the start
+      and at the end of the model its render keeps in bf16 (no FP8 autocast: their linears save bf16 inputs), which
+      the memory model counts (:mod:`vdkit.planner.memory`); absent: every layer computes in FP8;
     - ``tp_comm_overlap(recipe, tp) -> bool``: its rendered job laid out at TP ``tp`` overlaps the tensor-parallel
       collectives with the GEMMs (Transformer Engine's userbuffers), which the step-time model prices
       (:mod:`vdkit.planner.tp_overlap`); absent: it does not.
@@ -63,6 +66,7 @@ class EngineSpec:
     make_base: Optional[Callable] = None  # (recipe, directory) -> path: a seeded toy base for base_model_key (the demo)
     notes: Optional[Callable] = None  # (recipe) -> [str]: the plan's notes about this engine's run
     fp32_params: Optional[Callable] = None  # (recipe) -> bool: fp32 parameters under mixed precision (memory model)
+    fp8_bf16_layers: Optional[Callable] = None  # (recipe) -> (start, end): layers kept bf16 under FP8 (memory model)
     tp_comm_overlap: Optional[Callable] = None  # (recipe, tp) -> bool: TP collectives overlapped with GEMMs (step time)
     # --- the model: every ModelCfg field is in exactly one of maps / ignores / refuses
     families: Tuple[str, ...]  # model.arch values it builds
@@ -75,6 +79,9 @@ class EngineSpec:
     # under parallelism.sharding=none, plain data parallelism only (torch DDP): no TP / PP and no distributed optimizer
     # (every rank holds all optimizer state); the planner's automatic layout is TP 1 x PP 1 and never shards the state
     data_parallel_only: bool = False
+    # its train.precision=fp8 gathers FP8 parameters through the distributed optimizer: the planner turns that on when
+    # parallelism.distributed_optimizer is unset, and the engine's check refuses it set false
+    fp8_needs_distributed_optimizer: bool = False
     precisions: Tuple[str, ...]  # train.precision values
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders

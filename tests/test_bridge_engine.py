@@ -199,15 +199,18 @@ def test_checkpoint_policy_loads_into_bridges_checkpoint_config(bridge_loads):
 
 def test_llama31_is_bridges_llama31_and_fp8_is_current_scaling(tmp_path, bridge_loads):
     """Llama 3.1 renders Bridge's Llama31ModelProvider8B (rope scaling factor 8, theta 500000: the provider's
-    own); FP8 renders NVIDIA's current-scaling recipe with the distributed optimizer, and without the
-    distributed optimizer it is refused at the door in one line."""
+    own); FP8 renders NVIDIA's current-scaling recipe with the distributed optimizer (the planner turns it on when
+    unset: the preset gathers FP8 parameters through it), and with it set off FP8 is refused at the door in one line."""
     _, cfg, _ = _config(["engine=bridge", *CASES["llama31-8b-sft"]], tmp_path / "a")
     assert cfg["model"]["_target_"] == "megatron.bridge.models.llama.llama_provider.Llama31ModelProvider8B"
     _, cfg, _ = _config(["engine=bridge", *CASES["7b-lora-fp8"]], tmp_path / "b")
     assert cfg["mixed_precision"] == "bf16_with_fp8_current_scaling_mixed"
     assert cfg["optimizer"]["use_distributed_optimizer"] is True
+    _, cfg, _ = _config(["engine=bridge", "model=llama2_7b", "method=lora", "train.precision=fp8"], tmp_path / "c")
+    assert cfg["optimizer"]["use_distributed_optimizer"] is True  # (in bf16 a LoRA plan leaves it off)
     with pytest.raises(UserError, match="only with the distributed optimizer"):
-        _render(["engine=bridge", "model=llama2_7b", "method=lora", "train.precision=fp8"], tmp_path / "c")
+        _render(["engine=bridge", "model=llama2_7b", "method=lora", "train.precision=fp8",
+                 "parallelism.distributed_optimizer=false"], tmp_path / "d")
     if bridge_loads is not None:  # Bridge's own loader built the provider, with its own RoPE scaling
         assert bridge_loads["llama31-8b-sft"].split()[0] == "Llama31ModelProvider8B"
 

@@ -1,6 +1,6 @@
 """FP8 weights and a bf16 optimizer state as each engine's stack holds them (conf/calibration/memory.yaml
-``fp8_linear_weight_bytes``, ``bf16_optimizer_bytes``), Bridge's bf16 optimizer state in bridge.yaml, and the
-doors that refuse what an engine or this machine cannot run."""
+``fp8_linear_weight_bytes``, ``bf16_optimizer_bytes``), Bridge's bf16 optimizer state in bridge.yaml, the
+doors that refuse what an engine or this machine cannot run, and the layers Bridge's FP8 preset keeps in bf16."""
 from __future__ import annotations
 
 import pytest
@@ -92,3 +92,61 @@ def test_every_engine_that_renders_fp8_or_bf16_state_has_its_bytes():
     bf16 = {s.name for s in specs if "bf16" in s.optimizer_dtypes}
     assert fp8 == set(memory()["fp8_linear_weight_bytes"]) == {"nemo", "bridge"}
     assert bf16 == set(memory()["bf16_optimizer_bytes"]) == {"nemo", "bridge"}
+
+
+def test_bridge_keeps_its_fp8_presets_bf16_layers():
+    # the spec's layers kept in bf16 under FP8 are the render's preset fields (which tests/test_fp8_attention.py holds
+    # to Bridge's own bf16_with_fp8_current_scaling_mixed: first_last_layers_bf16, 1 at the start, 1 at the end)
+    from vdkit.recipes import engines
+    from vdkit.recipes.bridge.config import FP8_PRESET_FIELDS as preset
+
+    r = compose(["model=llama2_7b", "engine=bridge", "train.precision=fp8"])
+    assert preset["first_last_layers_bf16"]
+    assert engines.get("bridge").spec.fp8_bf16_layers(r) == (preset["num_layers_at_start_in_bf16"],
+                                                            preset["num_layers_at_end_in_bf16"]) == (1, 1)
+    assert engines.get("nemo").spec.fp8_bf16_layers is None  # NeMo 1.23 runs every layer in FP8
+    # megatron-core 0.16.1's own predicate (fp8_utils.is_first_last_bf16_layer: no fp8_model_init, no FP8 autocast)
+    # marks the layers the memory model counts on the first and the last pipeline stage
+    from megatron.core.fp8_utils import is_first_last_bf16_layer
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from vdkit.planner.memory import fp8_bf16_layers
+
+    fields = {k: preset[k] for k in ("first_last_layers_bf16", "num_layers_at_start_in_bf16",
+                                     "num_layers_at_end_in_bf16", "fp8", "fp8_recipe")}
+    layers = r.model.num_layers
+    config = TransformerConfig(num_layers=layers, hidden_size=64, num_attention_heads=4, **fields)
+    for pp in (1, 2, 4):
+        per_stage = layers // pp
+        stages = [sum(is_first_last_bf16_layer(config, i) for i in range(st * per_stage, (st + 1) * per_stage))
+                  for st in (0, pp - 1)]
+        assert [kept for kept, _ in fp8_bf16_layers(r, pp, 1, "none")] == stages
+
+
+@pytest.mark.parametrize("layout, bf16_kept, working", [
+    (["parallelism.pp=1"], 2, False),  # one stage: the first and the last layer keep bf16 inputs
+    (["parallelism.pp=2", "cluster.nodes=2"], 1, False),  # the worst stage holds one of them
+    # partial recompute (the first 4 layers of the stage rerun): layer 0 keeps its input only and is the working set
+    (["parallelism.pp=1", "parallelism.recompute=full", "parallelism.recompute_num_layers=4"], 1, True),
+    (["parallelism.pp=1", "parallelism.recompute=full"], 0, True),  # every layer reruns: the working set only
+])
+def test_bridge_fp8_counts_its_bf16_layers_activations(monkeypatch, layout, bf16_kept, working):
+    # Bridge's FP8 preset keeps layer 0 and the last layer in bf16 (megatron-core: no FP8 autocast there), so their
+    # linears save bf16 inputs: each such layer kept holds a bf16 layer's bytes in place of an FP8 one's
+    from vdkit.planner import memory as M
+    from vdkit.planner.activations import layer_bytes
+
+    r = compose(["model=llama2_7b", "engine=bridge", "method=pretrain", "train.precision=fp8", "parallelism.tp=2",
+                 "parallelism.distributed_optimizer=true", *layout])
+    p = r.parallelism
+    got = M.estimate_memory(r, p.tp, p.pp, 1, True, p.recompute or "none", True)
+    monkeypatch.setattr(M, "_engine_facts", lambda recipe: (False, "fused", (0, 0)))  # every layer in FP8
+    all_fp8 = M.estimate_memory(r, p.tp, p.pp, 1, True, p.recompute or "none", True)
+    s, b, m = r.train.seq_length, r.train.micro_batch_size, r.model
+    fp8, bf16 = (layer_bytes(m, s, b, p.tp, True, "none", element=2.0, fp8=f) for f in (True, False))
+    assert bf16 > fp8
+    layers = m.num_layers // p.pp
+    dp = data_parallel(r, p.tp, p.pp)
+    in_flight = M.layers_in_flight(layers, p.pp, 1, r.train.global_batch_size // dp, 0) / layers
+    extra = bf16_kept * (bf16 - fp8) * in_flight + ((bf16 - fp8) if working else 0.0)
+    assert (got.activations_gb - all_fp8.activations_gb) * M.GB == pytest.approx(extra)

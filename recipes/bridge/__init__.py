@@ -51,6 +51,18 @@ def overlaps_tp_comm(recipe, tp: int) -> bool:
     return tp_comm_overlap(recipe, tp) and in_container(SimpleNamespace(recipe=recipe))
 
 
+def fp8_bf16_layers(recipe) -> tuple:
+    """The spec's ``fp8_bf16_layers``: the decoder layers at the start and at the end that Bridge's FP8 preset keeps in
+    bf16 (config.FP8_PRESET_FIELDS: ``first_last_layers_bf16``, ``num_layers_at_start/end_in_bf16``). megatron-core
+    0.16.1 builds those with no fp8_model_init and, under the preset's tensorwise recipe, runs each layer in its own
+    context, none for them (transformer/transformer_block.py:346-351, :717-753; fp8_utils.py:513-530, :612-616)."""
+    from vdkit.recipes.bridge.config import FP8_PRESET_FIELDS as preset
+
+    if not preset["first_last_layers_bf16"]:
+        return 0, 0
+    return preset["num_layers_at_start_in_bf16"], preset["num_layers_at_end_in_bf16"]
+
+
 def command(plan, run_dir) -> List[str]:
     """In the container: ``python RUN_DIR/bridge_job.py RUN_DIR/bridge.yaml`` (Bridge only, no vdkit);
     on this machine: ``python -m vdkit.recipes.bridge.rank RUN_DIR`` (the CPU shim, memory.json, then the same)."""
@@ -88,7 +100,8 @@ def check(plan) -> None:
     if r.train.precision == "fp8" and not p.distributed_optimizer:
         raise UserError("train.precision=fp8 on Bridge gathers FP8 parameters (bf16_with_fp8_current_scaling_mixed: "
                         "fp8_param_gather), which Megatron runs only with the distributed optimizer",
-                        "set parallelism.distributed_optimizer=true (NVIDIA's H100 FP8 configs do), or train.precision=bf16")
+                        "leave parallelism.distributed_optimizer unset or set it true (NVIDIA's H100 FP8 configs do), "
+                        "or train.precision=bf16")
     if (p.vp or 1) > 1 and plan.grad_accum % p.pp:
         raise UserError(f"interleaved pipelining (vp={p.vp}) needs the micro batches per step ({plan.grad_accum}) "
                         f"to be a multiple of pp={p.pp} (megatron-core 0.16)",
@@ -330,6 +343,7 @@ SPEC = EngineSpec(
     name="bridge", summary=f"NVIDIA's Megatron-Bridge {BRIDGE_VERSION} (its Llama and Qwen2 providers, NVIDIA's performance settings)",
     command=command, preflight=preflight, check=check, local_check=local_check, files=files, inputs=inputs, env=env, container=container,
     resume_check=resume_check, check_runs=check_runs, make_base=make_base, tp_comm_overlap=overlaps_tp_comm,
+    fp8_bf16_layers=fp8_bf16_layers,
     families=("llama",),  # and Qwen2 (the Llama block with model.qkv_bias): Bridge's Qwen2 providers
     maps={"name": "the provider (conf names Bridge has a provider for) and run names",
           "num_layers": "provider.num_layers", "hidden_size": "provider.hidden_size",
@@ -349,6 +363,7 @@ SPEC = EngineSpec(
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
     precisions=("bf16", "fp8"),
+    fp8_needs_distributed_optimizer=True,  # its FP8 preset's fp8_param_gather (config.PRECISION; check refuses it off)
     # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)
     optimizer_dtypes=("fp32", "bf16"),
     # fp8: megatron-core's activation_func_fp8_input_store (config.py SWIGLU_FP8_INPUT_STORE)

@@ -14,7 +14,8 @@ The memory model (bytes per GPU, worst pipeline stage), Megatron / NeMo mixed pr
   activations, ``fp32_params_cast_bytes``); with ``train.precision=fp8`` the transformer layers'
   linear weights hold what the engine's stack keeps (``fp8_linear_weight_bytes``, by engine): NeMo 1.23 a bf16
   parameter plus Transformer Engine's cached FP8 copy and its transpose (4), Bridge FP8 parameters with their
-  transpose (2); embeddings, output layer and norms stay bf16.
+  transpose (2); embeddings, output layer and norms stay bf16. Layers the engine keeps in bf16 under FP8 (its spec's
+  ``fp8_bf16_layers``: Bridge's preset, the first and the last) save bf16 linear inputs (``fp8_bf16_layers``).
 - gradients: 4 bytes per *trainable* parameter (fp32 main gradients).
 - optimizer states: 12 bytes per trainable parameter (fp32 master copy + Adam m and v), divided by
   DP when the distributed optimizer shards them; NeMo's distributed Adam (Apex) 10: a 16-bit remainder of the
@@ -181,16 +182,17 @@ _FACTS: "OrderedDict[int, tuple]" = OrderedDict()
 
 
 def _engine_facts(r: Recipe) -> tuple:
-    """(fp32_params, layer_kernels) of ``r``'s engine spec, asked once per recipe: a layout search asks the memory
-    model thousands of times, and the registry builds its Engine on every lookup. Keyed by the recipe's identity
-    (a frozen dataclass; the entry holds it, so the id is not reused)."""
+    """(fp32_params, layer_kernels, fp8_bf16_layers) of ``r``'s engine spec, asked once per recipe: a layout search
+    asks the memory model thousands of times, and the registry builds its Engine on every lookup. Keyed by the
+    recipe's identity (a frozen dataclass; the entry holds it, so the id is not reused)."""
     from vdkit.recipes import engines
 
     hit = _FACTS.get(id(r))
     if hit is not None and hit[0] is r:
         return hit[1]
     engine = engines.get(r.engine.name)
-    facts = (bool(engine.fp32_params(r)), engine.spec.layer_kernels)
+    bf16_layers = tuple(engine.spec.fp8_bf16_layers(r)) if engine.spec.fp8_bf16_layers else (0, 0)
+    facts = (bool(engine.fp32_params(r)), engine.spec.layer_kernels, bf16_layers)
     _FACTS[id(r)] = (r, facts)
     while len(_FACTS) > 64:
         _FACTS.popitem(last=False)
@@ -224,6 +226,23 @@ def layer_kernels(r: Recipe) -> str:
     """The decoder layers ``r``'s engine builds on a GPU, as vdkit.planner.activations counts them (its spec's
     ``layer_kernels``): fused (Transformer Engine) or local (the megatron engine's megatron-core local spec)."""
     return _engine_facts(r)[1]
+
+
+def fp8_bf16_layers(r: Recipe, pp: int, vp: int, recompute: str) -> Tuple[Tuple[int, int], Tuple[int, int]]:
+    """With ``train.precision=fp8``: (kept, recomputed) counts of the decoder layers that the first and the last
+    pipeline stage of ``r`` compute in bf16 (its engine spec's ``fp8_bf16_layers``: Bridge's preset keeps the model's
+    first and last layer so; with PP 1 the one stage holds both). Recomputed: under full recompute with
+    ``recompute_num_layers`` N, the first N layers of each model chunk (vdkit.planner.recompute), so the model's
+    first layer with any N and its last layer only when N covers the whole chunk."""
+    start, end = _engine_facts(r)[2]
+    chunk = r.model.num_layers // (pp * max(vp, 1))
+    n = (r.parallelism.recompute_num_layers or chunk) if recompute == "full" else 0
+    start, end = min(start, chunk), min(end, chunk)
+    rec_start, rec_end = min(start, n), min(end, max(0, n - (chunk - end)))
+    first, last = (start - rec_start, rec_start), (end - rec_end, rec_end)
+    if pp == 1:
+        first = last = (first[0] + last[0], first[1] + last[1])
+    return first, last
 
 
 def fp8_weight_bytes(engine: str) -> Optional[float]:
@@ -371,14 +390,24 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
         working = per_layer  # one layer recomputed at a time
     else:
         stored_per_layer, working = per_layer, 0.0
+    # the layers the engine keeps in bf16 under FP8 (fp8_bf16_layers) save bf16 linear inputs: each one kept holds a
+    # bf16 layer's bytes where the others hold an FP8 one's, per micro batch in flight (the stage's average share)
+    bf16 = fp8_bf16_layers(r, pp, vp, recompute) if fp8 else ((0, 0), (0, 0))
+    bf16_layer = per_layer
+    if any(map(any, bf16)):
+        bf16_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
+                                 kernels, e, peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name,
+                                 swiglu_input=r.train.swiglu_input_dtype, attention=r.engine.attention)
+        bf16_layer += saved_cast_bytes(r, precision) * cast_params / layers
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
     # train.cuda_graphs=layer: each graphed layer's static input and mask per micro batch in flight (vdkit.planner.cuda_graphs)
     first, last = (layers_in_flight(layers, pp, vp, microbatches, rank) for rank in (0, pp - 1))
-    acts_first = first * stored_per_layer + working + graph_bytes(r, s, tp, sequence_parallel, first)
+    acts_first, acts_last = (n * stored_per_layer + bf16[i][0] * (bf16_layer - per_layer) * n / layers
+                             + (max(working, bf16_layer) if bf16[i][1] else working)
+                             + graph_bytes(r, s, tp, sequence_parallel, n) for i, n in enumerate((first, last)))
     # one micro batch's logits: the last chunk's backward follows its forward
     logits = logit_bytes(e) * s * b * m.vocab_size / tp
-    acts_last = last * stored_per_layer + working + logits + graph_bytes(r, s, tp, sequence_parallel, last)
-    acts = acts_first + logits if pp == 1 else max(acts_first, acts_last)
+    acts = acts_first + logits if pp == 1 else max(acts_first, acts_last + logits)
     return Memory(weights_gb=weight_bytes / GB, gradients_gb=grads / GB, optimizer_gb=optim / GB,
                   activations_gb=acts / GB,
                   overhead_gb=overhead_gb(r.cluster))

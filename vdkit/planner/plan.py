@@ -192,7 +192,8 @@ def layout_plan(recipe: Recipe) -> Plan:
     p, m = recipe.parallelism, recipe.model
     source = "pinned" if (p.tp or p.pp) else "auto"
     tp, pp = p.tp, p.pp
-    ddp_only = engines.get(recipe.engine.name).data_parallel_only  # torch DDP: TP 1 x PP 1, no sharded optimizer
+    engine = engines.get(recipe.engine.name)
+    ddp_only = engine.data_parallel_only  # torch DDP: TP 1 x PP 1, no sharded optimizer
     if source == "auto" and ddp_only:
         tp, pp = 1, 1
     elif source == "auto" and recipe.method.name == "pretrain" and m.pretrain_tp and m.pretrain_pp:
@@ -214,7 +215,11 @@ def layout_plan(recipe: Recipe) -> Plan:
                         f"{p.sharding} runs torch DDP, whose every rank holds all of Adam's state",
                         "leave parallelism.distributed_optimizer unset, or shard the state: parallelism.sharding=fsdp "
                         "or zero3")
-    dist_opt = (full_method and not ddp_only) if p.distributed_optimizer is None else p.distributed_optimizer
+    # unset: on for full-parameter methods, and where the engine's FP8 gathers FP8 parameters through it
+    fp8_gather = recipe.train.precision == "fp8" and engine.spec.fp8_needs_distributed_optimizer
+    dist_opt = p.distributed_optimizer
+    if dist_opt is None:
+        dist_opt = (full_method or fp8_gather) and not ddp_only
     if recipe.train.optimizer_dtype != "fp32" and not dist_opt:  # (the engine's spec holds the value: recipes/spec.py)
         raise UserError(f"train.optimizer_dtype={recipe.train.optimizer_dtype} sets the distributed optimizer's state "
                         "dtype, and without parallelism.distributed_optimizer the engine renders a plain fused Adam "
