@@ -36,10 +36,16 @@ def test_the_counted_host_time_is_far_from_binding_the_eager_rows(G):
     eager row; the op cost at which max(GPU, host) reaches the published step is what the bisection finds (the step
     there is the published one) and is several times the counted cost."""
     table = {w["name"]: w for w in G.rows()}
+    runs = {r["name"]: r for r in yaml.safe_load((BENCH / "independent_runs.yaml").read_text())["runs"]}
+
+    def stack(name):
+        return [o for o in runs[name]["overrides"] if o.startswith("engine.transformer_engine=")]
+
     for eager, graphed in G.PAIRS:
         e, g = table[eager], table[graphed]
         assert e["host_issue_s"] < e["gpu_s"] and g["binding_op_us"] is None
-        assert e["predicted_s"] == pytest.approx(g["predicted_s"], rel=1e-9)  # eager and graphed predict alike
+        if stack(eager) == stack(graphed):  # on one stack (one attention rate) eager and graphed predict alike
+            assert e["predicted_s"] == pytest.approx(g["predicted_s"], rel=1e-9)
         assert e["binding_op_us"] > 5 * e["op_us"], eager
     oracle = G.PAIRS[2][0]
     r = G.I._compose({o["name"]: o for o in yaml.safe_load(G.I.DATA.read_text())["runs"]}[oracle])
