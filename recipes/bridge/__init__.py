@@ -358,6 +358,9 @@ SPEC = EngineSpec(
     cuda_graphs=("none", "layer"),  # layer: megatron-core's cuda_graph_impl=transformer_engine, MLPerf's per-layer graphs (graphs.py)
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
+    # its loop's read-backs: the loss's NaN / Inf checks every micro batch (training/losses.py:72-85,
+    # check_for_nan_in_loss's default) and the DDP's of each gradient bucket (config.py renders check_for_nan_in_grad)
+    loop_drains=("loss", "grad_bucket"),
     run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),
     gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),

@@ -181,7 +181,8 @@ class LocalLayerOps:
 
 @dataclass
 class DrainOps:
-    """step_time.yaml ``host.drain``: ops issued in series with the GPU after the fused engine's host syncs."""
+    """step_time.yaml ``host.drain``: ops issued in series with the GPU after a loop's host syncs (keyed by the names
+    an engine spec's ``loop_drains`` holds)."""
 
     loss: int = MISSING  # per micro batch (the loss's NaN / Inf checks)
     grad_bucket: int = MISSING  # per gradient bucket and step (the DDP's NaN / Inf checks)
