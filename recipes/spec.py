@@ -104,6 +104,10 @@ class EngineSpec:
     # micro batch of a step to the step's longest row (global_batch); the local layers' step-time term
     # (vdkit.planner.local_traffic) prices the rows a local-kernel engine builds from it
     pads_rows_to: str = "micro_batch"
+    # the host read-backs its training loop makes that empty the GPU's queue (names from
+    # vdkit.composition.schema.LOOP_DRAINS): the step-time model prices the ops issued after each in series with the
+    # GPU (vdkit.planner.host_time drain_terms, step_time.yaml host.drain); () : its loop has none the model prices
+    loop_drains: Tuple[str, ...] = ()
     # --- how it runs
     run_dir_files: Tuple[str, ...] = ()  # the files ``files`` adds to a run directory (names from vdkit.run.rundir)
     # the run-dir files a person may edit (its config): `vdkit check` holds them to the stack's types and the value
@@ -157,7 +161,8 @@ class EngineSpec:
         for key, allowed in (("families", schema.ARCHS), ("methods", schema.METHODS), ("shardings", schema.SHARDINGS),
                              ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS),
                              ("optimizer_dtypes", schema.OPTIMIZER_DTYPES),
-                             ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES), ("cuda_graphs", schema.CUDA_GRAPHS)):
+                             ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES), ("cuda_graphs", schema.CUDA_GRAPHS),
+                             ("loop_drains", schema.LOOP_DRAINS)):
             value = getattr(self, key)
             if isinstance(value, str) or not isinstance(value, tuple):
                 bad(f"{key} must be a tuple of names, not {value!r}")

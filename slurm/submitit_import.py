@@ -12,6 +12,13 @@ pytest's own capture file was closed and pytest crashed at exit ("I/O operation 
 submitit's own switch ``SUBMITIT_LOG_LEVEL=NOCONFIG`` skips that set-up; it is set for the import unless the
 user chose a level. submitit's records then go where every other library's do (the root logger: warnings and
 errors to stderr; its INFO lines, which went to stdout, are not shown).
+
+The other libraries the kit imports that set logging up were checked (issue 35's last stop) and need no door:
+Ray Train 2.60's ``LoggingManager`` (ray/train/v2/_internal/logging/logging.py:276-292) calls ``dictConfig`` only in
+Ray's controller and worker actor processes, never in the driver (vdkit.k8s.raytrain's ``main``), and the kit's
+worker loop runs the rank as a child process, whose logging is its own; Megatron-Bridge 0.3.1's
+``utils/import_utils.py:31`` adds a ``StreamHandler`` on the ``sys.stderr`` of its import, which closes no stream
+and logs only when a guarded import fails (none does in the kit's import path: 0 records).
 """
 from __future__ import annotations
 

@@ -56,13 +56,31 @@ def _phase(run_dir, rank: int) -> str:
         return ""
 
 
+def _alive(pids) -> bool:
+    """Whether every process of ``pids`` still exists (one signal-0 syscall each: no /proc scan)."""
+    try:
+        for pid in pids:
+            os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return bool(pids)
+
+
 def kill_at(run_dir, engine: str, ckpt_dir: Path, timing: str, deadline_s: float = 600) -> int:
     """SIGKILL a rank of the run's current job at ``timing`` (the caller has waited until the job trains);
-    returns the rank killed. ``save``: the saving rank (0) while its heartbeat says so; else rank 1."""
+    returns the rank killed. ``save``: the saving rank (0) while its heartbeat says so; else rank 1.
+
+    The ranks' pids are found once (a scan of every process's /proc entry, milliseconds to tens of them on a
+    loaded machine) and again only when one has gone (a restarted job): the moment is then polled at the cost
+    of a heartbeat read (~0.1 ms). A scan per poll made the poll slower than a tiny save lasts, so the save
+    moment was missed under load (the run then ended without one)."""
     deadline = time.monotonic() + deadline_s
     before = max(_checkpoint_steps(ckpt_dir), default=0)
+    ranks: Dict[int, int] = {}
+    wanted = 0 if timing == "save" else 1
     while time.monotonic() < deadline:
-        ranks = rank_pids(run_dir, engine)
+        if wanted not in ranks or not _alive(ranks.values()):
+            ranks = rank_pids(run_dir, engine)
         if timing == "step" and 1 in ranks:
             victim = 1
         elif timing == "save" and 0 in ranks and _phase(run_dir, 0) == "save":

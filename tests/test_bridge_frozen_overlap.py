@@ -1,7 +1,7 @@
 """Bridge LoRA under TP communication overlap: the rendered job reduce-scatters the frozen base's input gradients.
 
 Transformer Engine 2.12 reduce-scatters a column-parallel norm + linear's input gradient only inside its
-weight-gradient GEMM's bulk overlap, which a frozen weight never runs (vdkit.recipes.bridge.runcheck_tp). So the
+weight-gradient GEMM's bulk overlap, which a frozen weight never runs (vdkit.recipes.bridge.runcheck_tp_overlap). So the
 render switches megatron-core's bulk overlaps off for PEFT, and `vdkit check` refuses a bridge.yaml that turns them
 back on (planted end to end in tests/test_check.py). A CPU cannot run userbuffers: these tests hold what the render
 writes and the rule check applies.
@@ -43,11 +43,11 @@ def test_peft_with_the_overlap_renders_the_bulk_overlaps_off(extra, off):
     ({"tp_comm_overlap_rs_dgrad": True}, []),  # the dgrad GEMM's RS for both: TE drops the bulk overlaps
     ({"sequence_parallel": False}, [])])  # no userbuffers (Bridge turns the overlap off)
 def test_the_layers_whose_frozen_input_gradient_te_leaves_unreduced(flags, unreduced):
-    """The rule `vdkit check` applies (recipes/bridge/runcheck_tp.py, end to end in tests/test_check.py) on
+    """The rule `vdkit check` applies (recipes/bridge/runcheck_tp_overlap.py, end to end in tests/test_check.py) on
     megatron-core's own config and defaults (extensions/transformer_engine.py 782-804, TE 2.12 1211-1219)."""
     from megatron.core.model_parallel_config import ModelParallelConfig
 
-    from vdkit.recipes.bridge.runcheck_tp import unreduced as rule
+    from vdkit.recipes.bridge.runcheck_tp_overlap import unreduced as rule
 
     model = ModelParallelConfig(**{"tensor_model_parallel_size": 2, "sequence_parallel": True, "tp_comm_overlap": True,
                                    **flags})

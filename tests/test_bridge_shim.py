@@ -119,3 +119,32 @@ def test_the_shim_reaches_spawned_children(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"applied": True, "device": "cpu"}
+
+
+def test_the_bridge_extra_admits_the_transformers_bridges_import_needs():
+    """``import megatron.bridge`` imports transformers' Qwen3-Next at module level (the models package imports
+    every model bridge), which transformers 4.57 added (4.56.2's wheel has no models/qwen3_next): the bridge
+    extra starts there, ends where the reference extra ends (both install into one venv), and admits the installed
+    release. Sources read, not imported (``import megatron.bridge`` needs the shim and seconds)."""
+    import tomllib
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    site = _site_megatron() / "bridge" / "models"
+    assert "from megatron.bridge.models.qwen import" in (site / "__init__.py").read_text()
+    assert "qwen3_next_bridge" in (site / "qwen" / "__init__.py").read_text()
+    assert "\nfrom transformers import Qwen3NextForCausalLM\n" in (site / "qwen" / "qwen3_next_bridge.py").read_text()
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    extras = extras["project"]["optional-dependencies"]
+
+    def pin(extra):
+        (req,) = [Requirement(r) for r in extras[extra] if Requirement(r).name == "transformers"]
+        return req.specifier
+
+    bridge = pin("bridge")
+    assert Version("4.56.2") not in bridge and Version("4.57.1") in bridge, bridge
+    assert Version(version("transformers")) in bridge, (bridge, version("transformers"))
+    ceiling = {str(s) for s in pin("reference") if s.operator == "<"}
+    assert ceiling and ceiling == {str(s) for s in bridge if s.operator == "<"}, (bridge, pin("reference"))

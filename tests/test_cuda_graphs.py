@@ -23,7 +23,7 @@ SMALL = ["model=llama2_7b", "engine=bridge", "method=lora", "data=synthetic", "c
 def test_bridge_renders_megatron_cores_per_layer_graphs_only_when_asked():
     from vdkit.recipes.bridge import env
     from vdkit.recipes.bridge.config import bridge_config
-    from vdkit.recipes.bridge.graphs import GRAPH_ENV
+    from vdkit.recipes.bridge.cuda_graphs import GRAPH_ENV
 
     on, off = (make_plan(compose(SMALL + [f"train.cuda_graphs={v}"])) for v in ("layer", "none"))
     cfg_on, cfg_off = (bridge_config(p, "/runs/r", "/runs/r/checkpoints") for p in (on, off))
@@ -89,7 +89,7 @@ def test_vdkit_check_reads_what_bridges_setup_leaves(tmp_path):
     transformer_engine with the TE RNG tracker on; the provider field off (Bridge would assert at model build) is a
     defect in one line."""
     from vdkit.cli import main
-    from vdkit.recipes.bridge import graphs, runcheck
+    from vdkit.recipes.bridge import cuda_graphs, runcheck
     from vdkit.run.jobcheck import DEFECT, Report
     from vdkit.run.rundir import load_plan
 
@@ -102,15 +102,15 @@ def test_vdkit_check_reads_what_bridges_setup_leaves(tmp_path):
     asked = copy.deepcopy(cfg)
     runcheck.validate(cfg, plan)
     rep = Report(run_dir)
-    assert graphs.check(asked, cfg, plan, rep)
+    assert cuda_graphs.check(asked, cfg, plan, rep)
     assert "cuda_graph_impl=transformer_engine" in rep.lines[-1][1] and "the whole layer" in rep.lines[-1][1]
     planted.model.use_te_rng_tracker = False
     runcheck.validate(planted, plan)
     bad = Report(run_dir)
-    assert not graphs.check(planted, planted, plan, bad)
+    assert not cuda_graphs.check(planted, planted, plan, bad)
     assert bad.lines[-1][0] == DEFECT and "gpt_provider.py:213" in bad.lines[-1][1]
     # graphs switched on by hand in an eager render: its environment lacks NCCL_GRAPH_REGISTER=0
     eager = dataclasses.replace(plan, recipe=compose(SMALL))
     edited = Report(run_dir)
-    assert not graphs.check(asked, cfg, eager, edited)
+    assert not cuda_graphs.check(asked, cfg, eager, edited)
     assert "rendered eager" in edited.lines[-1][1] and "NCCL_GRAPH_REGISTER=0" in edited.lines[-1][1]

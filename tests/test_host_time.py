@@ -98,3 +98,33 @@ def test_the_loops_host_syncs_put_the_ops_after_them_in_series():
     # in the step's total (the per-micro-batch overhead), and only for the engine whose loop has the syncs
     nemo = compose(["engine=nemo", *[o for o in SMALL if not o.startswith("engine=")]])
     assert "drain_s" not in P.predict_step(nemo, 4, 1).parts
+
+
+def test_the_drains_are_the_engines_loop_not_its_regime(monkeypatch):
+    # which read-backs drain a step is the engine's loop (its spec's loop_drains), not its step-time regime: the
+    # unfused megatron engine given the loss checks pays them; Bridge (fused) without any pays none
+    import dataclasses
+    import importlib
+
+    from vdkit.recipes import engines
+
+    def with_drains(name, drains):
+        module = importlib.import_module(engines.REGISTRY[name])
+        monkeypatch.setattr(module, "SPEC", dataclasses.replace(module.SPEC, loop_drains=drains))
+
+    from vdkit.composition.schema import LOOP_DRAINS
+
+    assert set(LOOP_DRAINS) <= set(P.calibration()["host"]["drain"])  # each drain's ops: step_time.yaml host.drain
+    assert engines.get("bridge").spec.loop_drains == ("loss", "grad_bucket")
+    assert engines.get("megatron").spec.loop_drains == () == engines.get("nemo").spec.loop_drains
+    megatron = compose(["engine=megatron", *[o for o in SMALL if not o.startswith("engine=")]])
+    micro = megatron.train.global_batch_size // (megatron.train.micro_batch_size * 2)  # TP 4 x DP 2
+    assert "drain_s" not in P.predict_step(megatron, 4, 1).parts
+    with_drains("megatron", ("loss",))
+    parts = P.predict_step(megatron, 4, 1).parts
+    assert parts["drain_s"] == pytest.approx(micro * 10 * 10e-6) and "grad_buckets" not in parts
+    with_drains("bridge", ())
+    bridge = compose(list(SMALL))
+    assert P.regime(bridge) == "fused" and "drain_s" not in P.predict_step(bridge, 4, 1).parts
+    with pytest.raises(TypeError, match="loop_drains"):
+        dataclasses.replace(engines.get("megatron").spec, loop_drains=("logits",))

@@ -109,6 +109,7 @@ def printable(line: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `vdkit` parser: every verb's sub-parser (vdkit.commands), each failing in one line."""
     parser = OneLineParser(
         prog="vdkit",
         description="Validated-design recipes for Llama 2 on Dell PowerEdge XE9680 clusters: "

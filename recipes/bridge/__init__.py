@@ -274,7 +274,7 @@ def env(plan) -> dict:
 
     CUDA_DEVICE_MAX_CONNECTIONS: 1 on Hopper when TP or CP > 1 (without all-to-all overlap), else 8
     (megatron/bridge/recipes/run_plugins.py:573-594)."""
-    from vdkit.recipes.bridge import graphs
+    from vdkit.recipes.bridge import cuda_graphs
     from vdkit.recipes.bridge.config import FP8_ATTENTION_ENV, NVIDIA_H100
     from vdkit.recipes.common.rocm import vendor_env
 
@@ -287,7 +287,7 @@ def env(plan) -> dict:
             "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True",
             "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "False",
             "PYTHONUNBUFFERED": "1", **(FP8_ATTENTION_ENV if plan.recipe.train.fp8_attention else {}),
-            **graphs.env(plan.recipe)})  # NCCL_GRAPH_REGISTER=0 beside expandable segments (vdkit.recipes.bridge.graphs)
+            **cuda_graphs.env(plan.recipe)})  # NCCL_GRAPH_REGISTER=0 beside expandable segments (cuda_graphs.py)
 
 
 def container(plan, run_dir):
@@ -370,9 +370,13 @@ SPEC = EngineSpec(
     swiglu_input_dtypes=("bf16", "fp8"),
     context_parallel=True,  # Transformer Engine's attention in NVIDIA's image (context_parallel_size)
     fp8_attention=True,  # megatron-core's fp8_dot_product_attention through Bridge's mixed precision (config.py FP8_ATTENTION)
-    cuda_graphs=("none", "layer"),  # layer: megatron-core's cuda_graph_impl=transformer_engine, MLPerf's per-layer graphs (graphs.py)
+    # layer: megatron-core's cuda_graph_impl=transformer_engine, MLPerf's per-layer graphs (cuda_graphs.py)
+    cuda_graphs=("none", "layer"),
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # the provider's (megatron-core's, fixed llama3 factors)
     step_time_regime="fused",  # Bridge renders NVIDIA's performance settings: the fused path (vdkit.planner.predict)
+    # its loop's read-backs: the loss's NaN / Inf checks every micro batch (training/losses.py:72-85,
+    # check_for_nan_in_loss's default) and the DDP's of each gradient bucket (config.py renders check_for_nan_in_grad)
+    loop_drains=("loss", "grad_bucket"),
     run_dir_files=(BRIDGE_CONFIG_FILE, JOB_FILE, IMPORT_FILE, FIRST_FILE, EXPORT_FILE),
     gpu_vendors=("nvidia", "amd"),  # NVIDIA's NeMo image, or on AMD clusters engine.rocm_image (vdkit.recipes.common.rocm)
     images=("engine.container_image", "engine.rocm_image"),

@@ -37,7 +37,7 @@ from vdkit.planner import recompute
 from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
-from vdkit.recipes.bridge import graphs  # train.cuda_graphs: what megatron-core runs per-layer graphs with
+from vdkit.recipes.bridge import cuda_graphs  # train.cuda_graphs: what megatron-core runs per-layer graphs with
 from vdkit.recipes.bridge.userbuffers import ub_overlap_cfg  # parallelism.tp_comm_overlap_cfg
 from vdkit.run.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.run.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
@@ -122,7 +122,7 @@ INTERLEAVED_P2P = {"overlap_p2p_comm": True, "batch_p2p_comm": False}
 # rank's own partial sum (layernorm_linear.py:727-728, 755-756, 781, 937-941; TE 1.5-1.13 switched the bulk overlaps
 # off for a frozen weight, 2.x dropped that). Off, TE reduce-scatters it with NCCL (layernorm_linear.py:757-766) and
 # does not gather an input no wgrad GEMM reads. NVIDIA's NeMo LoRA recipe sets bulk dgrad off too
-# (scripts/performance/llm/finetune_llama3_70b.py). docs/bridge-h100.md, runcheck_tp.py checks it.
+# (scripts/performance/llm/finetune_llama3_70b.py). docs/bridge-h100.md, runcheck_tp_overlap.py checks it.
 FROZEN_BASE_TP_OVERLAP = {"tp_comm_bulk_wgrad": False, "tp_comm_bulk_dgrad": False}
 # (upstream file under site-packages/megatron, line, text that line holds, what it decides here): the
 # lines the configuration above and the rank's CPU changes answer; tests/test_bridge_shim.py fails when
@@ -205,7 +205,7 @@ def _model(plan) -> dict:
     out.update({k: True for k in FUSIONS})  # NVIDIA's fused stack (what the plan predicts: vdkit.planner.predict "fused")
     if r.train.swiglu_input_dtype == "fp8":
         out[SWIGLU_FP8_INPUT_STORE] = True
-    out.update(graphs.model_fields(r))  # train.cuda_graphs=layer (vdkit.recipes.bridge.graphs)
+    out.update(cuda_graphs.model_fields(r))  # train.cuda_graphs=layer (vdkit.recipes.bridge.cuda_graphs)
     return out
 
 
@@ -277,7 +277,7 @@ def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> d
         if r.parallelism.cp > 1:  # each sample padded to a multiple of 2 x CP (THD context parallelism)
             out["packed_sequence_specs"]["pad_seq_to_mult"] = 2 * r.parallelism.cp
         out["dataset_kwargs"]["pad_to_max_length"] = True
-    elif t.cuda_graphs == "layer":  # a graph replays fixed shapes: every row padded to seq_length (.graphs)
+    elif t.cuda_graphs == "layer":  # a graph replays fixed shapes: every row padded to seq_length (.cuda_graphs)
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
 

@@ -12,7 +12,8 @@ In one process for every bridge run directory (Megatron-Bridge is imported once,
    fused RoPE, Apex / TE gradient-accumulation fusion, ...) are switched off for this step and named;
 3. the rule Megatron-LM applies at start-up that Bridge 0.3.1 does not: FP8 parameter gather needs the
    distributed optimizer (Megatron-LM ``megatron/training/arguments.py``; not in the megatron-core wheel); TP
-   communication overlap with a frozen base (PEFT) that Transformer Engine 2.12 would leave un-reduced (:mod:`.runcheck_tp`);
+   communication overlap with a frozen base (PEFT) that Transformer Engine 2.12 would leave un-reduced
+   (:mod:`.runcheck_tp_overlap`);
 4. the model provider instantiated on the meta device at TP = PP = 1 (no memory), its parameter count
    against the plan's (:func:`vdkit.planner.arch.param_counts`);
 5. checkpoint retention (a bounded number kept: Bridge's ``most_recent_k`` defaults to keep-all), and what Bridge
@@ -174,7 +175,7 @@ def check_resume(run_dir: Path, plan, render) -> None:
     if defects:
         more = f" ({len(defects) - 1} more: `vdkit check {run_dir}` lists each)" if len(defects) > 1 else ""
         raise UserError(defects[0].what + more, f"{defects[0].fix}; the ranks would run on it")
-    from vdkit.recipes.bridge.runcheck_tp import defect
+    from vdkit.recipes.bridge.runcheck_tp_overlap import defect
 
     frozen = defect(cfg)  # before validate(): Bridge's setup without TE here switches the overlap off
     if frozen:
@@ -226,10 +227,11 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
     _fp8_attention(full, cfg, rep)
-    from vdkit.recipes.bridge import graphs, runcheck_tp
+    from vdkit.recipes.bridge import cuda_graphs, runcheck_tp_overlap
 
-    runcheck_tp.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
-    if not graphs.check(full, cfg, plan, rep) or not _microbatches(cfg, plan, rep):  # (graphs: before the provider asserts)
+    runcheck_tp_overlap.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
+    # (the graphs' rules before the provider asserts)
+    if not cuda_graphs.check(full, cfg, plan, rep) or not _microbatches(cfg, plan, rep):
         return
     _checkpoint(full, plan, on_cluster, rep)
     from vdkit.recipes.bridge import loadcheck

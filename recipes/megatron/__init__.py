@@ -180,6 +180,8 @@ SPEC = EngineSpec(
                     "layer spec has no Transformer Engine layers for megatron-core's transformer_engine capture"),
     rope_scaling=("llama3", "linear"), mcore_rope=True,  # GPTModel(rope_scaling, rope_scaling_factor): fixed factors
     step_time_regime="unfused",  # megatron-core with NeMo's settings (vdkit.planner.predict)
+    # no loop_drains: its loss function (train.py _loss_func) checks nothing and its DDP keeps megatron-core's
+    # check_for_nan_in_grad=False; the loop reads the loss back once a step, after the schedule (train.py _reduced_loss)
     # local spec on GPUs too (model.py layer_specs: no Transformer Engine, unfused attention): the plan counts its bytes
     layer_kernels="local",
     pads_rows_to="global_batch",  # data.py step_length: every micro batch of a step padded to its longest row

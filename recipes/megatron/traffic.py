@@ -1,4 +1,5 @@
-"""The memory traffic of megatron-core's local layers, counted live: every tensor each op reads and writes.
+"""The memory traffic of megatron-core's local layers, counted live: every tensor each op reads and writes (and the
+ops a layer launches, :func:`layer_ops`, the host-time model's count).
 
 A ``TorchDispatchMode`` sees every ATen op a layer runs - forward, backward and recomputed forward, the
 composite ops (torch's RMSNorm, megatron-core's unfused softmax, RoPE and SwiGLU) already decomposed into
@@ -84,12 +85,9 @@ def count(run: Callable[[], object], written_only: bool = False) -> Dict[str, in
     return totals
 
 
-def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
-                  forward_writes: bool = False) -> Dict[str, int]:
-    """Bytes one decoder layer of megatron-core's local spec (``config``: one layer, its recompute settings) moves
-    for one micro batch of ``micro_batch`` sequences of ``seq`` tokens: its forward, its backward (the input's
-    gradient included) and what recompute repeats, by op; ``frozen``: every weight frozen (P-tuning's base model);
-    ``forward_writes``: the bytes the forward writes, nothing else. Model parallel state must be initialised."""
+def _layer(config, seq: int, micro_batch: int, frozen: bool):
+    """(one decoder layer of megatron-core's local spec, its input, the output's gradient, the RoPE table) for one
+    micro batch of ``micro_batch`` sequences of ``seq`` tokens; ``frozen``: every weight frozen."""
     import torch
     from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
     from megatron.core.transformer.transformer_block import TransformerBlock
@@ -103,6 +101,16 @@ def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
     local = seq // config.tensor_model_parallel_size if config.sequence_parallel else seq  # this rank's share
     x = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
     grad = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype)
+    return block, x, grad, rope
+
+
+def layer_traffic(config, seq: int, micro_batch: int, frozen: bool = False,
+                  forward_writes: bool = False) -> Dict[str, int]:
+    """Bytes one decoder layer of megatron-core's local spec (``config``: one layer, its recompute settings) moves
+    for one micro batch of ``micro_batch`` sequences of ``seq`` tokens: its forward, its backward (the input's
+    gradient included) and what recompute repeats, by op; ``frozen``: every weight frozen (P-tuning's base model);
+    ``forward_writes``: the bytes the forward writes, nothing else. Model parallel state must be initialised."""
+    block, x, grad, rope = _layer(config, seq, micro_batch, frozen)
 
     def run():
         out = block(x, attention_mask=None, rotary_pos_emb=rope)
@@ -119,26 +127,15 @@ def layer_ops(config, seq: int, micro_batch: int, frozen: bool = False, lora_dim
     ``frozen``: every base weight frozen; ``lora_dim``: the megatron engine's LoRA adapter (rank ``lora_dim``) on the
     fused QKV projection, as vdkit.recipes.megatron.model builds it. The host cost the step-time model charges per
     op (vdkit.planner.host_time) multiplies this count; tests/test_host_time.py checks its table against it."""
-    import torch
-    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
-    from megatron.core.transformer.transformer_block import TransformerBlock
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from vdkit.recipes.common.mcore_cpu import local_block_spec
-
-    block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False)
-    for p in block.parameters() if frozen else ():
-        p.requires_grad_(False)
+    block, x, grad, rope = _layer(config, seq, micro_batch, frozen)
     if lora_dim:
         from vdkit.recipes.megatron.model import BASE_SPLIT, _adapter_classes
 
         attention = block.layers[0].self_attention
         attention.linear_qkv = _adapter_classes()[0](attention.linear_qkv, BASE_SPLIT["linear_qkv"], lora_dim,
                                                      config, 0.0).to(config.params_dtype)
-    rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(seq)
-    local = seq // config.tensor_model_parallel_size if config.sequence_parallel else seq
-    x = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype, requires_grad=True)
-    grad = torch.randn(local, micro_batch, config.hidden_size, dtype=config.params_dtype)
     counts = {"forward": 0, "backward": 0}
     phase = ["forward"]
 

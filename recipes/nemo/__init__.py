@@ -249,6 +249,8 @@ SPEC = EngineSpec(
                     "(utils/callbacks/cuda_graph.py, a whole step under torch DDP) is wired to Stable Diffusion only"),
     rope_scaling=("linear",),  # NeMo 1.23: model.seq_len_interpolation_factor only (no llama3 scaling)
     step_time_regime="unfused",  # the design guide's stack: NeMo 1.x defaults (vdkit.planner.predict)
+    # no loop_drains priced: NeMo 1.23's Lightning step reads its loss back once a step (the logged reduced_train_loss),
+    # which the unfused regime's constants, fitted on the design guide's runs, absorb
     # without megatron_amp_O2 (PEFT in the design guide's recipe) NeMo 1.23 builds fp32 parameters
     # (megatron_base_model.py:128-132): the memory model counts them (conf/calibration/memory.yaml fp32_params_bytes)
     fp32_params=lambda recipe: not megatron_amp_o2(recipe),

@@ -141,4 +141,5 @@ def report(reports, out=None, err=None, brief: bool = False) -> int:
 
 
 def run(args) -> int:
+    """`vdkit check RUN_DIR...`: every run directory checked, the reports printed; the exit code."""
     return report(check_dirs(args.run_dirs))

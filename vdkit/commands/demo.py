@@ -25,6 +25,7 @@ SLURM_CELL_OVERRIDES = ("cluster=xe9680", "cluster.mpi=none", "cluster.socket_if
 
 
 def register(sub) -> None:
+    """Add the `vdkit demo` verb to ``sub``."""
     p = sub.add_parser("demo", help="the embedded default end to end: train, validate, report (minutes, CPU)",
                        description="Plan the Table 9-shaped demo sweep on a tiny Llama, train every cell for "
                                    "real (engine=megatron; the 1-node LoRA cell engine=bridge; engine=reference "
@@ -97,6 +98,7 @@ def slurm_dir() -> Path:
 
 
 def run(args) -> int:
+    """`vdkit demo`: the embedded default end to end (plan, train, validate, report); the exit code."""
     out = Path(args.out).expanduser().absolute()
     slurm_env, started_cluster = _start_slurm() if args.slurm else (None, None)
     try:

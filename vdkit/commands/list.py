@@ -21,6 +21,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """`vdkit list [KIND...]`: what the kit knows (models, methods, clusters, engines, ...), one line each; the exit code."""
     from vdkit.commands.catalog import KINDS, render
     from vdkit.errors import UserError
 

@@ -7,6 +7,7 @@ from vdkit.commands.args import add_override_args
 
 
 def register(sub) -> None:
+    """Add the `vdkit plan` verb to ``sub``."""
     p = sub.add_parser("plan", help="is it feasible? which TP/PP? memory per GPU? how long? checkpoint size?",
                        description="Compose the recipe from conf/ and OVERRIDES, validate it and print the plan: "
                                    "layout (TP, PP, DP, gradient accumulation; automatic layouts are the fastest predicted that "
@@ -30,6 +31,7 @@ EXIT_DOES_NOT_FIT = 3  # `vdkit plan --check`: a valid question whose answer is 
 
 
 def run(args) -> int:
+    """`vdkit plan`: each recipe composed, validated and planned, the plan printed (or ``--json``); the exit code."""
     from vdkit.composition.config import compose
     from vdkit.render.sweep import override_sets
     from vdkit.errors import UserError

@@ -32,6 +32,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """`vdkit render`: a run directory per feasible recipe (or sweep cell), its path printed; the exit code."""
     from vdkit.render.prepare import prepare_all
     from vdkit.render.sweep import feasible_plans
 

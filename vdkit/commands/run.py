@@ -16,6 +16,7 @@ LOCAL_DEFAULTS = ("engine=reference", "cluster=local", "model=tiny_llama", "data
 
 
 def register(sub) -> None:
+    """Add the `vdkit run` verb to ``sub``."""
     from vdkit.commands.args import run_dir_files_help
 
     p = sub.add_parser("run", help="train a recipe here (reference, megatron or bridge engine; local processes as ranks)",
@@ -99,6 +100,7 @@ def resume(args) -> int:
 
 
 def run(args) -> int:
+    """`vdkit run`: the recipe rendered and trained here, its ranks local processes; the exit code."""
     from vdkit.composition.config import compose
     from vdkit.errors import UserError
     from vdkit.planner.plan import make_plan

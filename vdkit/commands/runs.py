@@ -8,6 +8,7 @@ from vdkit.commands.args import finite_seconds
 
 
 def register(sub) -> None:
+    """Add the `vdkit runs`, `logs` and `cancel` verbs to ``sub``."""
     r = sub.add_parser("runs", help="every run directory under a results root: engine, launcher, state, steps, last job",
                        description="One line per run directory under DIR (default: runs): the run directory, its "
                                    "engine, its launcher, its state (its own finished / cancelled markers first, "
@@ -54,6 +55,7 @@ def run_runs(args) -> int:
 
 
 def run_logs(args) -> int:
+    """`vdkit logs RUN_DIR`: the run's job and rank output, the failing rank first (``-f``: followed); the exit code."""
     from vdkit.errors import UserError
     from vdkit.run.runctl import show_logs
 
@@ -63,6 +65,7 @@ def run_logs(args) -> int:
 
 
 def run_cancel(args) -> int:
+    """`vdkit cancel RUN_DIR`: the run's jobs and any queued successor stopped on its launcher; the exit code."""
     from vdkit.run.runctl import cancel
 
     record = cancel(args.run_dir, settle_s=args.settle)

@@ -36,6 +36,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """`vdkit site probe`: this node's facts written into DIR/cluster/NAME.yaml; the exit code."""
     import re
 
     from vdkit.composition import site

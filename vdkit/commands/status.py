@@ -9,6 +9,7 @@ from vdkit.commands.args import finite_seconds
 
 
 def register(sub) -> None:
+    """Add the `vdkit status` verb to ``sub``."""
     s = sub.add_parser("status", help="the state of submitted run directories, from their launchers",
                        description="For each run directory: the run directory, its latest job as its launcher names "
                                    "it (a Slurm job id, a Kubernetes job name) and the job's state in the "

@@ -13,6 +13,7 @@ from vdkit.commands.status import add_wait_args, job_line
 
 
 def register(sub) -> None:
+    """Add the `vdkit submit` verb to ``sub``."""
     p = sub.add_parser("submit", help="render each recipe and hand it to its launcher's scheduler",
                        description="Render a run directory per recipe (as `vdkit render`) and submit it through "
                                    "its launcher (cluster.launcher: Slurm's sbatch through submitit, Kubernetes' "
@@ -28,6 +29,7 @@ def register(sub) -> None:
 
 
 def run_submit(args) -> int:
+    """`vdkit submit`: each recipe rendered and handed to its launcher's scheduler; the exit code."""
     from vdkit.launch.launchers import succeeded
     from vdkit.render.prepare import launcher_of, prepare_all
     from vdkit.render.sweep import feasible_plans

@@ -16,6 +16,7 @@ from vdkit.validation.run_dir import DEFAULT_TARGET_STEPS  # noqa: E402
 
 
 def register(sub) -> None:
+    """Add the `vdkit validate` and `vdkit report` verbs to ``sub``."""
     v = sub.add_parser(
         "validate", help="turn a run's measured steps into an estimate for the target steps, with a 95 %% interval",
         description="Parse a run directory (TensorBoard events under logs/, else its *.out files), a Slurm .out / "
@@ -126,6 +127,8 @@ def run_steps(args) -> int:
 
 
 def run_validate(args) -> int:
+    """`vdkit validate`: a run's measured steps extrapolated to its target steps (``--steps``: the per-step CSV);
+    the exit code."""
     if args.steps:
         return run_steps(args)
     from vdkit.run.rundir import find_run_dir
@@ -155,6 +158,7 @@ def run_validate(args) -> int:
 
 # ----------------------------------------------------------------------------- report
 def run_report(args) -> int:
+    """`vdkit report`: a published table rebuilt from run directories, beside the published one; the exit code."""
     from vdkit.validation import tables
     from vdkit.validation.report import markdown, write_report
 

@@ -42,6 +42,9 @@ STEP_TIME_REGIMES = ("unfused", "fused", "hf")  # vdkit.planner.predict: NeMo / 
 LAYER_KERNELS = ("fused", "local", "hf")
 ATTENTIONS = ("sdpa", "eager")  # transformers' attn_implementation values the transformers engine passes
 ROW_PADDINGS = ("micro_batch", "global_batch")  # an engine's padding of unpacked rows (its spec's pads_rows_to)
+# The host read-backs an engine's loop makes (its spec's loop_drains, priced by vdkit.planner.host_time drain_terms
+# from step_time.yaml host.drain.<name>): the loss's NaN / Inf checks per micro batch | the DDP's per gradient bucket
+LOOP_DRAINS = ("loss", "grad_bucket")
 
 
 # ----------------------------------------------------------------------------- the recipe

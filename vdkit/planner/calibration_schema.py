@@ -17,6 +17,8 @@ from omegaconf import MISSING
 # ----------------------------------------------------------------------------- memory.yaml
 @dataclass
 class MemoryCalib:
+    """memory.yaml: the memory model's bytes per parameter and element, by precision, engine and sharding."""
+
     overhead_gb: float = MISSING
     borderline_fraction: float = MISSING
     megatron_bytes: Dict[str, List[float]] = MISSING  # precision -> (weights, gradients, optimizer) bytes
@@ -60,6 +62,8 @@ class GpuCalib:
 
 @dataclass
 class HfStack:
+    """hf_step_time.yaml ``stack``: the transformers engine's eager ops, hooks and bytes per parameter."""
+
     op_overhead_us: float = MISSING
     ops_per_layer_forward: int = MISSING
     backward_ops_factor: float = MISSING
@@ -76,12 +80,16 @@ class HfStack:
 
 @dataclass
 class RowsFigure:
+    """hf_step_time.yaml ``data_defaults.datasets.<name>``: a data set's collated tokens per row, sourced."""
+
     tokens_per_row: float = MISSING
     source: str = MISSING
 
 
 @dataclass
 class DataDefaults:
+    """hf_step_time.yaml ``data_defaults``: row lengths where the run's data was not counted."""
+
     length_sigma: float = MISSING
     datasets: Dict[str, RowsFigure] = MISSING
     unknown_fraction_of_seq: float = MISSING
@@ -89,6 +97,8 @@ class DataDefaults:
 
 @dataclass
 class CrossCheck:
+    """hf_step_time.yaml ``cross_checks[]``: a published run predicted beside the fitted rows, never fitted."""
+
     name: str = MISSING
     minutes: float = MISSING
     source: str = MISSING
@@ -97,6 +107,8 @@ class CrossCheck:
 
 @dataclass
 class Interval:
+    """``intervals.<group>``: a prediction range (ratios of the point estimate) and the rows that set it."""
+
     min: float = MISSING
     max: float = MISSING
     figures: str = MISSING  # what a plan prints: the rows it is derived from, their errors, why this wide
@@ -119,6 +131,8 @@ class FabricCalib:
 
 @dataclass
 class HfStepTimeCalib:
+    """hf_step_time.yaml: the transformers regime's GPUs, fabrics, stack costs and ranges."""
+
     gpus: Dict[str, GpuCalib] = MISSING
     gemm_tile: List[int] = MISSING
     adapter_gb_s: Dict[str, float] = MISSING
@@ -132,6 +146,8 @@ class HfStepTimeCalib:
 # ----------------------------------------------------------------------------- step_time.yaml
 @dataclass
 class Hardware:
+    """step_time.yaml ``hardware``: the reference GPU's peaks and the collectives' latency."""
+
     reference_gpu: str = MISSING  # the GPU the constants were fitted on (a key of hf_step_time.yaml gpus)
     peak_tflops_bf16: float = MISSING
     peak_tflops_fp8: float = MISSING
@@ -142,6 +158,8 @@ class Hardware:
 
 @dataclass
 class StackBytes:
+    """step_time.yaml ``bytes``: bytes per parameter (or activation element) each term moves."""
+
     weight_bf16: float = MISSING
     weight_fp8: float = MISSING
     unfused_weights_read: float = MISSING
@@ -152,12 +170,16 @@ class StackBytes:
 
 @dataclass
 class SampleFigure:
+    """step_time.yaml ``data.<name>``: a data set's tokens per sample, sourced."""
+
     tokens_per_sample: float = MISSING
     source: str = MISSING
 
 
 @dataclass
 class Fitted:
+    """step_time.yaml ``fitted``: the constants benchmarks/bench_prediction.py --fit writes."""
+
     gemm_efficiency_bf16: float = MISSING
     gemm_efficiency_fp8: float = MISSING
     guide_stack_gb_s: float = MISSING
@@ -181,7 +203,8 @@ class LocalLayerOps:
 
 @dataclass
 class DrainOps:
-    """step_time.yaml ``host.drain``: ops issued in series with the GPU after the fused engine's host syncs."""
+    """step_time.yaml ``host.drain``: ops issued in series with the GPU after a loop's host syncs (keyed by the names
+    an engine spec's ``loop_drains`` holds)."""
 
     loss: int = MISSING  # per micro batch (the loss's NaN / Inf checks)
     grad_bucket: int = MISSING  # per gradient bucket and step (the DDP's NaN / Inf checks)
@@ -207,6 +230,8 @@ class HostOps:
 
 @dataclass
 class AnchorRun:
+    """step_time.yaml ``anchors.runs[]``: one published run, its overrides and its throughput."""
+
     name: str = MISSING
     overrides: List[str] = MISSING
     tflops: Optional[float] = None  # model TFLOP/s per GPU (BF16 runs) ...
@@ -215,6 +240,8 @@ class AnchorRun:
 
 @dataclass
 class Anchors:
+    """step_time.yaml ``anchors``: NVIDIA's published throughputs the model is checked against."""
+
     source_bf16: str = MISSING
     source_fp8: str = MISSING
     runs: List[AnchorRun] = MISSING
@@ -250,6 +277,8 @@ class AttentionRate:
 
 @dataclass
 class StepTimeCalib:
+    """step_time.yaml: the NeMo / Megatron regimes' hardware, bytes, host ops, fitted constants and ranges."""
+
     hardware: Hardware = MISSING
     bytes: StackBytes = MISSING
     data: Dict[str, SampleFigure] = MISSING

@@ -1,6 +1,6 @@
 """What per-layer CUDA graphs (``train.cuda_graphs=layer``) keep beside the eager activations: the plan's bytes and line.
 
-The engine renders megatron-core 0.16.1's ``cuda_graph_impl=transformer_engine`` (vdkit.recipes.bridge.graphs):
+The engine renders megatron-core 0.16.1's ``cuda_graph_impl=transformer_engine`` (vdkit.recipes.bridge.cuda_graphs):
 ``TECudaGraphHelper`` hands Transformer Engine 2.12's ``make_graphed_callables`` (pytorch/graph.py) one set of
 static inputs per graphed layer and captured micro batch (megatron/core/transformer/cuda_graphs.py:1853-2031), all
 graphs sharing one memory pool. What that keeps, per layer and micro batch in flight:

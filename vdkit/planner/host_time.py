@@ -21,9 +21,10 @@ recompute reruns included) x the host cost of one op.
 
 - Drains (``drain_terms``): where the engine's loop reads a CUDA tensor back on the host, the host waits for the
   GPU's queue to empty, and what it issues next runs in series with the GPU until a kernel outlasts the host's
-  pace: those ops are priced on top of max(GPU, host). The kit's fused engine (Bridge 0.3.1 + megatron-core 0.16.1)
-  checks the loss for NaN / Inf every micro batch and each gradient bucket before its reduce-scatter every step
-  (step_time.yaml ``host.drain``, with the lines); no layer reads anything back (TE 2.12's and megatron-core's
+  pace: those ops are priced on top of max(GPU, host). Which read-backs a loop makes is its engine's (the spec's
+  ``loop_drains``): the kit's fused engine (Bridge 0.3.1 + megatron-core 0.16.1) checks the loss for NaN / Inf every
+  micro batch and each gradient bucket before its reduce-scatter every step (step_time.yaml ``host.drain``, with the
+  lines); no layer reads anything back (TE 2.12's and megatron-core's
   layer paths, the CP ring included: docs/prediction.md).
 
 What the model leaves out: the host time outside the layers where no sync exposes it (embedding, loss, optimizer
@@ -141,23 +142,29 @@ def could_graph(recipe) -> bool:
     return renders_graphs(recipe)
 
 
-def _fused_loop(recipe) -> bool:
-    """Whether the recipe's engine runs Bridge's own training loop (the fused step-time regime's engine)."""
+def loop_drains(recipe) -> tuple:
+    """The host read-backs the recipe's engine's training loop makes (its spec's ``loop_drains``, read through the
+    registry; names from vdkit.composition.schema.LOOP_DRAINS)."""
     from vdkit.recipes import engines
 
-    return engines.get(recipe.engine.name).step_time_regime == "fused"
+    return engines.get(recipe.engine.name).spec.loop_drains
 
 
 def drain_terms(recipe, micro: int, trainable_held: float, dp: int, distributed_optimizer: bool,
                 calib: dict) -> Tuple[float, dict]:
     """(seconds a step runs in series with the GPU after the loop's host syncs, the plan's parts): per micro batch
     the loss checks' ops, per gradient bucket the DDP checks' ops (step_time.yaml ``host.drain``), x the eager cost of
-    an op; ``trainable_held``: the trainable parameters one GPU holds. 0 for engines whose loop has no such sync."""
-    if not _fused_loop(recipe):
+    an op, for the read-backs the engine's loop makes (:func:`loop_drains`); ``trainable_held``: the trainable
+    parameters one GPU holds. 0 for engines whose loop has none."""
+    drains = loop_drains(recipe)
+    if not drains:
         return 0.0, {}
     d = calib["host"]["drain"]
-    # buckets only with overlap_grad_reduce, which Bridge's render ties to the distributed optimizer
-    size = max(d["bucket_params"], d["bucket_params_per_dp_rank"] * dp)
-    buckets = max(1, math.ceil(trainable_held / size)) if distributed_optimizer else 1
-    seconds = (micro * d["loss"] + buckets * d["grad_bucket"]) * op_cost_s()
-    return seconds, {"drain_s": seconds, "grad_buckets": buckets}
+    ops, parts = (micro * d["loss"] if "loss" in drains else 0), {}
+    if "grad_bucket" in drains:
+        # buckets only with overlap_grad_reduce, which Bridge's render ties to the distributed optimizer
+        size = max(d["bucket_params"], d["bucket_params_per_dp_rank"] * dp)
+        buckets = max(1, math.ceil(trainable_held / size)) if distributed_optimizer else 1
+        ops, parts = ops + buckets * d["grad_bucket"], {"grad_buckets": buckets}
+    seconds = ops * op_cost_s()
+    return seconds, {"drain_s": seconds, **parts}

@@ -1,8 +1,8 @@
 """train.cuda_graphs=layer beside what megatron-core 0.16.1 refuses with per-layer CUDA graphs, refused at the door.
 
 An engine that renders the setting (its spec's ``cuda_graphs``, the door in :func:`vdkit.recipes.spec.refusal`)
-renders megatron-core's ``cuda_graph_impl=transformer_engine`` over whole layers (:mod:`vdkit.recipes.bridge.graphs`
-says why). Each rule here is one megatron-core refuses on every rank at start-up or at the first replay
+renders megatron-core's ``cuda_graph_impl=transformer_engine`` over whole layers
+(:mod:`vdkit.recipes.bridge.cuda_graphs` says why). Each rule here is one megatron-core refuses on every rank at start-up or at the first replay
 (paths under site-packages/megatron/core):
 
 - full recompute (``parallelism.recompute=full``, or ``recompute_num_layers``): transformer/transformer_config.py
