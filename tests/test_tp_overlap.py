@@ -262,3 +262,19 @@ def test_each_mlperf_gpt3_row_names_the_userbuffers_file_its_submitter_loaded():
         assert len(named) == 1 and named[0].startswith(row["source"]), row["name"]
         header = (conftree.conf_dir() / "tp_overlap" / f"{named[0]}.yaml").read_text().split("\n\n")[0]
         assert repos[row["source"]] in header, row["name"]
+
+
+def test_nvidias_70b_pretraining_rows_take_their_launcher_file_where_the_engine_renders_it():
+    """step_time.yaml's anchors: the 70B pre-training rows ran llama2_70b.yaml's tuned userbuffers file, which the
+    Bridge table (bench_prediction.py) applies; the fit's plan (the kit's NeMo engine, no userbuffers) refuses it."""
+    from vdkit.errors import UserError
+    from vdkit.planner import tp_overlap
+
+    runs = {r["name"]: r for r in P.calibration()["anchors"]["runs"]}
+    for name in ("70B pretrain BF16 64 GPUs", "70B pretrain FP8 64 GPUs"):
+        extra = list(runs[name]["bridge_overrides"])
+        assert extra == ["parallelism.tp_comm_overlap_cfg=h100_h8192_tp4_mbs1_seqlen4096"]
+        ub = tp_overlap.settings(compose([*runs[name]["overrides"], "engine=bridge", *extra]))
+        assert (ub["fc2_fprop"]["method"], ub["fc2_fprop"]["num_sm"], ub["qkv_wgrad"]["set_sm_margin"]) == ("pipeline", 16, 0)
+        with pytest.raises(UserError, match="engine=nemo renders no userbuffers"):
+            compose([*runs[name]["overrides"], *extra])
