@@ -295,13 +295,14 @@ def print_interval_groups(figs: List[Figure], rows: List[dict], write: bool = Fa
 def print_bridge_rows() -> None:
     """NVIDIA's published Llama 2 rows planned for engine=bridge (Megatron-Bridge in nemo:26.02.01): the
     plan predicts with the fused-stack constants (vdkit.planner.predict regime "fused") for every method; a row's
-    bf16 optimizer state is Bridge's precision-aware distributed optimizer (recipes/bridge/config.py)."""
+    bf16 optimizer state is Bridge's precision-aware distributed optimizer (recipes/bridge/config.py); a row's
+    ``bridge_overrides`` (its run's userbuffers file) only this engine renders."""
     from vdkit.planner.plan import make_plan
 
     print("engine=bridge (NVIDIA's fused stack) vs NVIDIA's published rows (the same recipes, planned for Bridge)")
     print(f"  {'row':<28} {'published':<34} {'bridge layout':<22} {'pub s/step':>10} {'pred':>8} {'error':>7}")
     for run in P.calibration()["anchors"]["runs"]:
-        r = compose([*run["overrides"], "engine=bridge"])
+        r = compose([*run["overrides"], "engine=bridge", *run.get("bridge_overrides", [])])
         plan = make_plan(r)
         if plan.prediction is None:
             print(f"  {run['name']:<28} no prediction ({plan.reason or 'not feasible'})")

@@ -5,6 +5,8 @@ NeMo's rendered jobs do not. The figures below are computed by hand from the col
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from vdkit.composition.config import compose
@@ -207,3 +209,72 @@ def test_a_userbuffers_file_is_checked_at_the_door(tmp_path, monkeypatch):
     bad.write_text(good.replace("  num_sm: 4\n  cga_size: 2\n  set_sm_margin: 0\n\nqkv_wgrad", "  num_sm: 4\n\nqkv_wgrad"))
     with pytest.raises(UserError, match=r"qkv_dgrad \(bulk\) lacks cga_size, set_sm_margin"):
         conftree.tp_overlap_source("bad")
+
+
+UB_FILES = sorted(p.stem for p in (Path(__file__).parents[1] / "conf" / "tp_overlap").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", UB_FILES)
+def test_every_userbuffers_file_loads_through_bridges_own_config_class(name):
+    """Each conf/tp_overlap/ file, as the Bridge engine renders it (recipes/bridge/userbuffers.py), is built by Bridge's
+    own instantiate into its TransformerLayerTPOverlapCfg, whose asdict (TE's ub_cfgs) holds every setting of the file;
+    no setting is an unresolved interpolation (the submitters' files read theirs from the environment)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from recipes.bridge.userbuffers import ub_overlap_cfg
+    from vdkit.composition.conftree import tp_overlap_source
+    from vdkit.recipes.bridge.runcheck import _import_bridge
+
+    _import_bridge()
+    from megatron.bridge.training.comm_overlap import TransformerLayerTPOverlapCfg
+    from megatron.bridge.utils.instantiate_utils import instantiate
+
+    source = tp_overlap_source(name)
+    assert all(isinstance(v, (int, str)) and "$" not in str(v) for s in source.values() for v in s.values())
+    built = instantiate(OmegaConf.create(ub_overlap_cfg(name)))
+    assert isinstance(built, TransformerLayerTPOverlapCfg)
+    given = dataclasses.asdict(built)
+    for gemm, setting in source.items():  # Bridge's class per method stands for the method (no field of its own)
+        assert {k: given[gemm][k] for k in setting if k != "method"} == {
+            k: v for k, v in setting.items() if k != "method"}, gemm
+
+
+def test_each_mlperf_gpt3_row_names_the_userbuffers_file_its_submitter_loaded():
+    """The independent set's MLPerf GPT3 rows price the settings their run loaded: every row whose submission ships its
+    tp_overlap file names the kit's copy of it, a file whose header cites that round's results repository; Oracle's
+    (no conf/ in its submission) keep Transformer Engine's defaults."""
+    import yaml
+
+    from vdkit.composition import conftree
+
+    rows = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "independent_runs.yaml").read_text())["runs"]
+    repos = {"mlperf30_gpt3": "training_results_v3.0", "mlperf31_gpt3": "training_results_v3.1",
+             "mlperf40_gpt3": "training_results_v4.0", "mlperf41_gpt3": "training_results_v4.1"}
+    gpt3 = [r for r in rows if r.get("source") in repos]
+    assert len(gpt3) == 20
+    for row in gpt3:
+        named = [o.split("=", 1)[1] for o in row["overrides"] if o.startswith("parallelism.tp_comm_overlap_cfg=")]
+        if "(Oracle)" in row["name"]:
+            assert not named, row["name"]
+            continue
+        assert len(named) == 1 and named[0].startswith(row["source"]), row["name"]
+        header = (conftree.conf_dir() / "tp_overlap" / f"{named[0]}.yaml").read_text().split("\n\n")[0]
+        assert repos[row["source"]] in header, row["name"]
+
+
+def test_nvidias_70b_pretraining_rows_take_their_launcher_file_where_the_engine_renders_it():
+    """step_time.yaml's anchors: the 70B pre-training rows ran llama2_70b.yaml's tuned userbuffers file, which the
+    Bridge table (bench_prediction.py) applies; the fit's plan (the kit's NeMo engine, no userbuffers) refuses it."""
+    from vdkit.errors import UserError
+    from vdkit.planner import tp_overlap
+
+    runs = {r["name"]: r for r in P.calibration()["anchors"]["runs"]}
+    for name in ("70B pretrain BF16 64 GPUs", "70B pretrain FP8 64 GPUs"):
+        extra = list(runs[name]["bridge_overrides"])
+        assert extra == ["parallelism.tp_comm_overlap_cfg=h100_h8192_tp4_mbs1_seqlen4096"]
+        ub = tp_overlap.settings(compose([*runs[name]["overrides"], "engine=bridge", *extra]))
+        assert (ub["fc2_fprop"]["method"], ub["fc2_fprop"]["num_sm"], ub["qkv_wgrad"]["set_sm_margin"]) == ("pipeline", 16, 0)
+        with pytest.raises(UserError, match="engine=nemo renders no userbuffers"):
+            compose([*runs[name]["overrides"], *extra])
