@@ -21,7 +21,13 @@ def check_files(recipe) -> None:
     if p.tp_comm_overlap_cfg:  # a conf/tp_overlap/ file: every GEMM, a method TE runs it with, that method's keys
         from vdkit.composition.conftree import tp_overlap_source
 
-        tp_overlap_source(p.tp_comm_overlap_cfg)
+        gemms = tp_overlap_source(p.tp_comm_overlap_cfg)
+        atomic = sorted(g for g, s in gemms.items() if s.get("atomic_gemm") and s.get("method") != "bulk")
+        if atomic and recipe.train.precision != "fp8":  # TE's initialize_ub: "Atomic GEMM overlap supported only for FP8 GEMM."
+            raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} runs {', '.join(atomic)} as atomic GEMMs, "
+                            f"which Transformer Engine's userbuffers set-up refuses without FP8 (train.precision="
+                            f"{recipe.train.precision}): the job would stop at start-up",
+                            "use train.precision=fp8, a file without atomic_gemm, or parallelism.tp_comm_overlap_cfg=null")
         if p.tp == 1 or p.sequence_parallel is False:  # userbuffers overlap TP collectives of a sequence-parallel job only
             raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} is set but TP communication overlap "
                             "is off (it needs TP >= 2 with sequence parallelism)",
