@@ -68,6 +68,25 @@ def te_version(recipe) -> Optional[str]:
     return None if major is None else str(major)
 
 
+def check_renders(recipe) -> None:
+    """Render / submit / run: engine.transformer_engine plans the attention of a stack the job must really run. A
+    version whose major differs from the one the engine's code runs on (memory.yaml ``transformer_engine_major``:
+    Bridge 0.3.1 needs TE 2.x, NeMo 1.23 runs TE 1.x) would price kernels no job of that engine runs: one line."""
+    named = recipe.engine.transformer_engine
+    if named is None:
+        return
+    from vdkit.planner.calibration import memory
+
+    major = memory()["transformer_engine_major"].get(recipe.engine.name)
+    if major is not None and int(_named(named).split(".")[0]) != int(major):
+        from vdkit.errors import UserError
+
+        raise UserError(f"engine.transformer_engine={named} plans Transformer Engine {named}'s attention kernels, but "
+                        f"engine={recipe.engine.name} runs on Transformer Engine {major}.x: the plan would not be the job's",
+                        "drop engine.transformer_engine to render (it plans published runs on their own stack), or name "
+                        f"the {major}.x version your engine.container_image runs")
+
+
 def _interp(xs, ys, x: float) -> float:
     """``ys`` read at ``x`` between the measured ``xs`` on a log scale, held at the ends."""
     if x <= xs[0]:

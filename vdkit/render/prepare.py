@@ -211,6 +211,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     infeasible plan, a plan the engine or the launcher cannot run, a missing local input, an image
     the launcher cannot read, or a value a script cannot carry.
     """
+    from vdkit.planner.attention_rate import check_renders
     from vdkit.planner.plan import require_feasible
     from vdkit.run.rundir import PLAN_FILE, plan_json, reserve_run_dir
 
@@ -243,6 +244,7 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     launcher.check(plan, job)
     launcher.check_host(plan)  # a run here: FP8 / CPU offload without a GPU, host memory (before the GPU verdict)
     require_feasible(plan)
+    check_renders(plan.recipe)  # engine.transformer_engine names the stack the job runs, not another
     engine.check(plan)
     # every input this machine reads must exist here (all missing ones are named in one line)
     check_local_paths(plan, run_dir, True if launcher.executes_here else check_mounts)
