@@ -102,8 +102,16 @@ NEMO_1_23_OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta", "adamax", "adagrad",
 PACKED_SUFFIX = ".npy"  # GPTSFTPackedDataset._load_packed_dataset: np.load(file_path, allow_pickle=True)
 
 
-def _fail(what: str, fix: str) -> None:
-    raise UserError(what, fix)
+class Trap(UserError):
+    """A trap :func:`check_nemo_config` refuses; ``setting``: the nemo.yaml key it is at (`vdkit check` names it)."""
+
+    def __init__(self, what: str, fix: str, setting: str = ""):
+        super().__init__(what, fix)
+        self.setting = setting
+
+
+def _fail(what: str, fix: str, setting: str = "") -> None:
+    raise Trap(what, fix, setting)
 
 
 def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
@@ -125,12 +133,14 @@ def _check_file_list(cfg: dict, section: str, needs_probabilities: bool) -> None
     if not needs_probabilities:
         return
     probs = _get(cfg, f"model.data.{section}.concat_sampling_probabilities")
+    fix = "one probability per file of file_names, summing to 1 (the kit renders them from data.train_files)"
     if not isinstance(probs, list) or len(probs) != len(names):
         _fail(f"model.data.{section}.concat_sampling_probabilities must be a list with one entry per file "
-              f"({len(names)}), got {probs!r}", "this is vdkit's bug: report it with the recipe")
+              f"({len(names)}), got {probs!r}: NeMo 1.23's _build_dataset raises at start-up "
+              "(megatron_gpt_sft_model.py:215-224)", fix, f"model.data.{section}.concat_sampling_probabilities")
     if any(not isinstance(p, float) or p <= 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-9):
         _fail(f"model.data.{section}.concat_sampling_probabilities {probs} must be positive floats summing to 1",
-              "this is vdkit's bug: report it with the recipe")
+              fix, f"model.data.{section}.concat_sampling_probabilities")
 
 
 def check_nemo_config(cfg: dict, plan) -> None:
@@ -147,10 +157,10 @@ def check_nemo_config(cfg: dict, plan) -> None:
     # Lightning wants trainer.devices == srun's tasks per node (vdkit: one task per GPU).
     if trainer.get("devices") != c.gpus_per_node:
         _fail(f"trainer.devices={trainer.get('devices')} differs from the {c.gpus_per_node} tasks per node srun starts",
-              f"set cluster.gpus_per_node={trainer.get('devices')} or leave trainer.devices to vdkit")
+              f"set cluster.gpus_per_node={trainer.get('devices')} or leave trainer.devices to vdkit", "trainer.devices")
     if trainer.get("num_nodes") != c.nodes:
         _fail(f"trainer.num_nodes={trainer.get('num_nodes')} differs from cluster.nodes={c.nodes}",
-              "leave trainer.num_nodes to vdkit")
+              "leave trainer.num_nodes to vdkit", "trainer.num_nodes")
     steps = trainer.get("max_steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
         _fail(f"trainer.max_steps={steps!r} must be a positive int (NeMo sizes its datasets from it; -1 hangs the ETA)",
@@ -158,7 +168,13 @@ def check_nemo_config(cfg: dict, plan) -> None:
     interval = trainer.get("val_check_interval")
     if not isinstance(interval, int) or isinstance(interval, bool) or interval < (steps if plan.recipe.timing else 1):
         _fail(f"trainer.val_check_interval={interval!r} would validate inside the measured steps (max_steps={steps})",
-              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)")
+              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)",
+              "trainer.val_check_interval")
+    if interval > steps:  # NeMo's train loader holds max_steps batches (MegatronPretrainingBatchSampler.__len__)
+        _fail(f"trainer.val_check_interval={interval} is above trainer.max_steps={steps}: Lightning's fit loop refuses "
+              "an interval above the training batches at start-up ('`val_check_interval` must be less than or equal "
+              "to the number of the training batches', lightning/pytorch/loops/fit_loop.py)",
+              f"use trainer.val_check_interval <= {steps}", "trainer.val_check_interval")
 
     tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
     cp = model.get("context_parallel_size", 1)
@@ -169,9 +185,25 @@ def check_nemo_config(cfg: dict, plan) -> None:
     if gbs % (mbs * plan.dp):
         _fail(f"model.global_batch_size={gbs} is not a multiple of micro_batch_size x DP = {mbs} x {plan.dp}",
               f"use train.global_batch_size={mbs * plan.dp * max(1, round(gbs / (mbs * plan.dp)))}")
+    for section in ("validation_ds", "test_ds"):  # each eval loader's MegatronPretrainingBatchSampler, at setup
+        ds = _get(cfg, f"model.data.{section}") or {}
+        e_gbs, e_mbs = ds.get("global_batch_size"), ds.get("micro_batch_size")
+        if ds.get("file_names") and isinstance(e_gbs, int) and isinstance(e_mbs, int) and e_gbs % (e_mbs * plan.dp):
+            _fail(f"model.data.{section}.global_batch_size={e_gbs} is not a multiple of its micro_batch_size x DP = "
+                  f"{e_mbs} x {plan.dp}: NeMo 1.23's MegatronPretrainingBatchSampler raises at start-up when it builds "
+                  "the loader (megatron_batch_samplers.py:104)",
+                  f"use a multiple of {e_mbs * plan.dp} (the kit renders train.global_batch_size)",
+                  f"model.data.{section}.global_batch_size")
+    lr, min_lr = _get(cfg, "model.optim.lr"), _get(cfg, "model.optim.sched.min_lr")
+    if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
+        _fail(f"model.optim.sched.min_lr={min_lr} is above model.optim.lr={lr}: NeMo's CosineAnnealing raises 'received "
+              "an initial learning rate that was lower than the minimum' at the first step after warm-up "
+              "(nemo/core/optim/lr_scheduler.py:409)", "use min_lr <= lr (method.min_lr, method.lr)",
+              "model.optim.sched.min_lr")
     if model.get("sequence_parallel") and tp == 1:
         _fail("model.sequence_parallel=true with TP 1: NeMo would silently turn it off and the plan's memory "
-              "figures would be wrong", "set parallelism.sequence_parallel=false or parallelism.tp>1")
+              "figures would be wrong", "set parallelism.sequence_parallel=false or parallelism.tp>1",
+              "model.sequence_parallel")
     vp = model.get("virtual_pipeline_model_parallel_size")
     if vp is not None:
         layers = r.model.num_layers
@@ -205,6 +237,12 @@ def check_nemo_config(cfg: dict, plan) -> None:
         if not isinstance(restore, str) or not restore:
             _fail(f"model.nemo_path is not set: {m.name} fine-tunes a base model restored from a .nemo file",
                   f"set model.nemo_path=/path/to/{r.model.name}.nemo (on storage every node mounts)")
+        seq = _get(cfg, "model.data.train_ds.max_seq_length")
+        if seq != r.train.seq_length:  # NeMo trains at it; the plan's memory and time are for its own
+            _fail(f"model.data.train_ds.max_seq_length={seq} is not the plan's sequence length {r.train.seq_length}: "
+                  "NeMo would train samples up to that length while the plan's memory and step time are for "
+                  f"{r.train.seq_length}", f"re-render with train.seq_length={seq} (`vdkit plan` says if it fits)",
+                  "model.data.train_ds.max_seq_length")
         _check_file_list(cfg, "train_ds", needs_probabilities=True)
         _check_file_list(cfg, "validation_ds", needs_probabilities=False)
         if _get(cfg, "model.data.train_ds.packed_sequence"):

@@ -81,7 +81,8 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
 
     path = Path(run_dir) / NEMO_CONFIG_FILE
     try:  # a missing file, a FIFO, a directory: load_yaml's one line, never an open that blocks
-        edited = common.flat(_load(path))
+        nested = _load(path)
+        edited = common.flat(nested)
     except UserError as exc:
         return [(exc.what, NEMO_CONFIG_FILE, exc.fix or FIX_RERENDER)], []
     except ValueError as exc:
@@ -115,7 +116,27 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
         defects.append((f"{path} has no {', '.join(sections)} {'sections' if many else 'section'}: {STACK}'s script "
                         f"reads {'them' if many else 'it'}", sections[0],
                         f"restore it, {FIX_RERENDER}"))
+    if not defects and changed:
+        defects += _traps(nested, plan)
     return defects, changed + [f"{k} (removed)" for k in removed]
+
+
+def _traps(cfg: dict, plan) -> List[Tuple[str, str, str]]:
+    """The traps the render refuses (:func:`vdkit.recipes.nemo.contract.check_nemo_config`, which the render runs
+    on what it writes), run on the edited file: an edit of the right type can still be one NeMo or Lightning
+    refuses at start-up (trainer.devices against srun's tasks, an eval batch its sampler cannot split, a
+    val_check_interval above max_steps, min_lr above lr) or a run the plan was not made for (another sequence
+    length). The first trap, one line."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.nemo.contract import check_nemo_config
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    try:
+        check_nemo_config(cfg, plan)
+    except UserError as exc:
+        fix = f"{exc.fix}, {FIX_RERENDER}" if exc.fix else FIX_RERENDER
+        return [(f"{exc.what} (in {NEMO_CONFIG_FILE}, edited)", getattr(exc, "setting", "") or NEMO_CONFIG_FILE, fix)]
+    return []
 
 
 def check(run_dir: Path, report, render) -> bool:
