@@ -226,8 +226,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
     _fp8_attention(full, cfg, rep)
-    from vdkit.recipes.bridge import graphs, runcheck_tp
+    from vdkit.recipes.bridge import graphs, runcheck_sched, runcheck_tp
 
+    runcheck_sched.check(cfg, rep)  # the schedule setup_optimizer builds (megatron-core's asserts, the weight decay)
     runcheck_tp.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
     if not graphs.check(full, cfg, plan, rep) or not _microbatches(cfg, plan, rep):  # (graphs: before the provider asserts)
         return
