@@ -154,14 +154,16 @@ NEMO_TRAPS = [
     (("model", "optim", "sched", "min_lr"), 0.001, "min_lr=0.001 is above model.optim.lr=0.0001"),  # lr_scheduler.py:409
     (("model", "data", "train_ds", "max_seq_length"), 8192, "max_seq_length=8192 is not the plan's sequence length 2048"),
 ]
+PRETRAIN = ["model=llama2_7b", "method=pretrain", "cluster.nodes=1", "run.mode=timing"]
+PRETRAIN_TRAPS = [(("model", "data", "seq_length"), 8192, "model.data.seq_length=8192 is not the plan's sequence length 4096")]
 
 
 def test_nemo_edits_its_start_up_refuses_are_one_line_before_its_probe(tmp_path, capsys, no_nemo):
     """The render's own traps (check_nemo_config) on the edited nemo.yaml: one line each, before NeMo's venv (none
     here) is needed."""
     dirs = []
-    for i, (path, value, frag) in enumerate(NEMO_TRAPS):
-        d = _render(tmp_path, f"t{i}", *NEMO)
+    for i, (path, value, frag) in enumerate(NEMO_TRAPS + PRETRAIN_TRAPS):
+        d = _render(tmp_path, f"t{i}", *(NEMO if i < len(NEMO_TRAPS) else PRETRAIN))
 
         def edit(data, path=path, value=value):
             node = data

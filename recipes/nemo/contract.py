@@ -143,6 +143,15 @@ def _check_file_list(cfg: dict, section: str, needs_probabilities: bool) -> None
               fix, f"model.data.{section}.concat_sampling_probabilities")
 
 
+def _same_seq(cfg: dict, planned: int, key: str) -> None:
+    """NeMo trains at the sequence length ``key`` says; the plan's memory and step time are for ``planned``."""
+    seq = _get(cfg, key)
+    if seq != planned:
+        _fail(f"{key}={seq} is not the plan's sequence length {planned}: NeMo would train samples up to that length "
+              f"while the plan's memory and step time are for {planned}",
+              f"re-render with train.seq_length={seq} (`vdkit plan` says if it fits)", key)
+
+
 def check_nemo_config(cfg: dict, plan) -> None:
     """Refuse a NeMo config that would fail (or silently misbehave) on the cluster.
 
@@ -237,12 +246,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
         if not isinstance(restore, str) or not restore:
             _fail(f"model.nemo_path is not set: {m.name} fine-tunes a base model restored from a .nemo file",
                   f"set model.nemo_path=/path/to/{r.model.name}.nemo (on storage every node mounts)")
-        seq = _get(cfg, "model.data.train_ds.max_seq_length")
-        if seq != r.train.seq_length:  # NeMo trains at it; the plan's memory and time are for its own
-            _fail(f"model.data.train_ds.max_seq_length={seq} is not the plan's sequence length {r.train.seq_length}: "
-                  "NeMo would train samples up to that length while the plan's memory and step time are for "
-                  f"{r.train.seq_length}", f"re-render with train.seq_length={seq} (`vdkit plan` says if it fits)",
-                  "model.data.train_ds.max_seq_length")
+        _same_seq(cfg, r.train.seq_length, "model.data.train_ds.max_seq_length")
         _check_file_list(cfg, "train_ds", needs_probabilities=True)
         _check_file_list(cfg, "validation_ds", needs_probabilities=False)
         if _get(cfg, "model.data.train_ds.packed_sequence"):
@@ -258,6 +262,8 @@ def check_nemo_config(cfg: dict, plan) -> None:
             _fail(f"model.peft.peft_scheme={_get(cfg, 'model.peft.peft_scheme')!r} does not match method={m.name}",
                   f"set method.peft_scheme={m.peft_scheme}")
     else:
+        for key in ("model.data.seq_length", "model.encoder_seq_length"):
+            _same_seq(cfg, r.train.seq_length, key)
         prefix = _get(cfg, "model.data.data_prefix")
         ok = isinstance(prefix, list) and prefix and len(prefix) % 2 == 0 and all(
             isinstance(w, float) and isinstance(p, str) for w, p in zip(prefix[::2], prefix[1::2]))
