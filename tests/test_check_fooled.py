@@ -248,6 +248,17 @@ def test_a_megatron_run_edited_to_another_rank_count_is_refused_before_its_resum
 
 
 
+def test_a_kit_engine_run_whose_adapter_was_edited_since_its_plan_is_refused(tmp_path, capsys):
+    """recipe.yaml's LoRA dim edited 32 -> 4 after the plan: the job builds the smaller adapter; the check compared
+    the model with a count recomputed from the edited recipe ('plan 1,536') and was green, not with plan.json's."""
+    run = _render(tmp_path, "dim", "engine=megatron", "model=tiny_llama", "method=lora", "data=synthetic",
+                  "cluster=local", "cluster.gpus_per_node=1")
+    _edit(run / "recipe.yaml", lambda d: d["method"].update(lora_adapter_dim=4))
+    code, _, err = _check(capsys, run)
+    (line,) = _errors(err, run)
+    assert code == 2 and "of which 1,536 train; plan 170,304 / 12,288" in line, line
+
+
 def test_a_megatron_run_edited_to_another_layout_of_the_same_rank_count_is_refused_before_its_resume(tmp_path, capsys):
     """A stopped megatron run written at TP 2 whose recipe.yaml now asks DP 2 (the same 2 ranks): each rank would
     stop at resume ('checkpoint does not match the model'); `vdkit run --resume` and `vdkit check`'s resume probe
