@@ -248,15 +248,21 @@ def test_a_megatron_run_edited_to_another_rank_count_is_refused_before_its_resum
 
 
 
-def test_a_kit_engine_run_whose_adapter_was_edited_since_its_plan_is_refused(tmp_path, capsys):
-    """recipe.yaml's LoRA dim edited 32 -> 4 after the plan: the job builds the smaller adapter; the check compared
-    the model with a count recomputed from the edited recipe ('plan 1,536') and was green, not with plan.json's."""
-    run = _render(tmp_path, "dim", "engine=megatron", "model=tiny_llama", "method=lora", "data=synthetic",
-                  "cluster=local", "cluster.gpus_per_node=1")
-    _edit(run / "recipe.yaml", lambda d: d["method"].update(lora_adapter_dim=4))
-    code, _, err = _check(capsys, run)
-    (line,) = _errors(err, run)
-    assert code == 2 and "of which 1,536 train; plan 170,304 / 12,288" in line, line
+def test_a_kit_engine_run_edited_since_its_plan_is_refused(tmp_path, capsys):
+    """recipe.yaml edited after the plan: the LoRA dim 32 -> 4 (the check compared the model with a count recomputed
+    from the edited recipe, 'plan 2,560', not plan.json's; megatron's check the same) and the sequence 2048 -> 8192
+    (the job trains at it, the plan's memory is for 2048; megatron's shares the probe). Both were green."""
+    base = ["engine=reference", "model=tiny_llama", "method=lora", "data=synthetic", "cluster=local",
+            "cluster.gpus_per_node=1"]
+    dim = _render(tmp_path, "dim", *base)
+    _edit(dim / "recipe.yaml", lambda d: d["method"].update(lora_adapter_dim=4))
+    seq = _render(tmp_path, "seq", *base)
+    _edit(seq / "recipe.yaml", lambda d: d["train"].update(seq_length=8192))
+    code, _, err = _check(capsys, dim, seq)
+    (line,) = _errors(err, dim)
+    assert code == 2 and "2,560 train; plan 178,496 / 20,480" in line, line
+    (line,) = _errors(err, seq)
+    assert "train.seq_length=8192 in recipe.yaml is not the plan's 2048" in line, line
 
 
 def test_a_megatron_run_edited_to_another_layout_of_the_same_rank_count_is_refused_before_its_resume(tmp_path, capsys):
