@@ -262,7 +262,7 @@ def test_a_kit_engine_run_edited_since_its_plan_is_refused(tmp_path, capsys):
     (line,) = _errors(err, dim)
     assert code == 2 and "2,560 train; plan 178,496 / 20,480" in line, line
     (line,) = _errors(err, seq)
-    assert "train.seq_length=8192 in recipe.yaml is not the plan's 2048" in line, line
+    assert "train.seq_length (recipe.yaml)=8192 is not the plan's sequence length 2048" in line, line
 
 
 def test_a_megatron_run_edited_to_another_layout_of_the_same_rank_count_is_refused_before_its_resume(tmp_path, capsys):

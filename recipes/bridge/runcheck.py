@@ -217,6 +217,11 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                 f"over {cfg.scheduler.lr_decay_iters} steps")
     if te_only:
         rep.not_here(f"Transformer Engine / Apex kernels ({', '.join(te_only)}): on for the job, off for this CPU check (the container has them)")
+    from vdkit.recipes.common.edits import other_seq_length
+
+    other = other_seq_length("model.seq_length", cfg.model.seq_length, plan.recipe.train.seq_length)  # = dataset's
+    if other:
+        rep.defect(other[0], f"{CONFIG_FILE} model.seq_length / dataset.seq_length", other[1])
     if cfg.data_parallel_size != plan.dp:
         rep.defect(f"Bridge computes DP {cfg.data_parallel_size}, the plan DP {plan.dp}", "model.*_parallel_size",
                    "re-render: bridge.yaml and plan.json disagree")

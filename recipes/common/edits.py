@@ -33,6 +33,17 @@ MEGATRON_POSITIVE = frozenset({
 })
 FIX_RERENDER = "or re-render the run with `vdkit render`"  # the end of every edit refusal's fix
 _MISSING = object()  # a key the render lacks (its value can be None)
+
+
+def other_seq_length(key: str, asked, planned: int):
+    """(what, fix) when an engine config or recipe.yaml edited since the plan trains at another sequence length than
+    the plan's (every stack trains at the length its config says; the plan's memory and step time are for its own),
+    else None. The one wording for every engine's check."""
+    if asked == planned:
+        return None
+    return (f"{key}={asked} is not the plan's sequence length {planned}: the job would train samples up to that length "
+            f"while the plan's memory and step time are for {planned}",
+            f"re-render the run with train.seq_length={asked} (`vdkit plan` says if it fits), or edit it back")
 KINDS = (("null", type(None)), ("bool", bool), ("int", int), ("float", float), ("str", str),
          ("list", (list, tuple)), ("mapping", dict))
 

@@ -92,12 +92,12 @@ def sample_batch(recipe, run_dir: Path, rep, room: int):
     from vdkit.recipes.common import data as rdata
     from vdkit.run.rundir import written_plan
 
-    planned = written_plan(run_dir).get("seq_length")
-    if planned and planned != recipe.train.seq_length:  # the job trains at recipe.yaml's; the plan is for its own
-        rep.defect(f"train.seq_length={recipe.train.seq_length} in recipe.yaml is not the plan's {planned}: the job "
-                   f"would train samples up to that length while the plan's memory and step time are for {planned}",
-                   "train.seq_length", f"re-render the run with train.seq_length={recipe.train.seq_length} (`vdkit "
-                   "plan` says if it fits), or edit recipe.yaml back")
+    from vdkit.recipes.common.edits import other_seq_length
+
+    planned = written_plan(run_dir).get("seq_length")  # the job trains at recipe.yaml's
+    other = planned and other_seq_length("train.seq_length (recipe.yaml)", recipe.train.seq_length, planned)
+    if other:
+        rep.defect(other[0], "train.seq_length", other[1])
         return None
     key, path = rdata.tokenizer_source(recipe) or (None, None)
     try:

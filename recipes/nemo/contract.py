@@ -145,11 +145,11 @@ def _check_file_list(cfg: dict, section: str, needs_probabilities: bool) -> None
 
 def _same_seq(cfg: dict, planned: int, key: str) -> None:
     """NeMo trains at the sequence length ``key`` says; the plan's memory and step time are for ``planned``."""
-    seq = _get(cfg, key)
-    if seq != planned:
-        _fail(f"{key}={seq} is not the plan's sequence length {planned}: NeMo would train samples up to that length "
-              f"while the plan's memory and step time are for {planned}",
-              f"re-render with train.seq_length={seq} (`vdkit plan` says if it fits)", key)
+    from vdkit.recipes.common.edits import other_seq_length
+
+    other = other_seq_length(key, _get(cfg, key), planned)
+    if other:
+        _fail(*other, key)
 
 
 def check_nemo_config(cfg: dict, plan) -> None:
