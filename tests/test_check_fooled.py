@@ -153,6 +153,9 @@ NEMO_TRAPS = [
      "concat_sampling_probabilities must be a list with one entry per file (1)"),
     (("model", "optim", "sched", "min_lr"), 0.001, "min_lr=0.001 is above model.optim.lr=0.0001"),  # lr_scheduler.py:409
     (("model", "data", "train_ds", "max_seq_length"), 8192, "max_seq_length=8192 is not the plan's sequence length 2048"),
+    (("exp_manager", "resume_ignore_no_checkpoint"), False, "raises NotFoundError"),  # exp_manager.py:618
+    (("exp_manager", "max_time_per_run"), "6:04", "Lightning's Timer (NeMo's StatelessTimer) refuses it at start-up"),
+    (("exp_manager", "max_time_per_run"), "00:05:00:00", "is longer than the plan's 00:00:06:04"),  # Slurm kills first
 ]
 PRETRAIN = ["model=llama2_7b", "method=pretrain", "cluster.nodes=1", "run.mode=timing"]
 PRETRAIN_TRAPS = [(("model", "data", "seq_length"), 8192, "model.data.seq_length=8192 is not the plan's sequence length 4096")]
