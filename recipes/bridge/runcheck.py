@@ -244,8 +244,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
     tok = _tokenizer(cfg, on_cluster, rep)
     loadcheck.tokenizer_line(full, plan, tok, rep)
     _model(cfg, plan, tok, rep)
-    if tok is not None:
-        _first_batch(cfg, plan, tok, rep)
+    from vdkit.recipes.bridge import runcheck_data
+
+    runcheck_data.first_batch(cfg, plan, tok, rep)  # the tokenizer on the cluster: a byte-level stand-in
 
 
 def _fp8_attention(asked, cfg, rep: Report) -> None:
@@ -401,47 +402,3 @@ def _tokenizer(cfg, on_cluster: bool, rep: Report):
             return None
     rep.checked(f"tokenizer {name}: Bridge's build_tokenizer offline, vocab {tok.vocab_size}")
     return tok
-
-
-def _first_batch(cfg, plan, tok, rep: Report) -> None:
-    """Fine-tuning data here: Bridge's dataset and collate_fn on the first micro-batch."""
-    from megatron.bridge.training.config import FinetuningDatasetConfig
-
-    ds_cfg = cfg.dataset
-    if not isinstance(ds_cfg, FinetuningDatasetConfig):
-        what = getattr(ds_cfg, "blend", None) or type(ds_cfg).__name__
-        if type(ds_cfg).__name__.startswith("Mock"):
-            rep.checked(f"dataset {type(ds_cfg).__name__}: Bridge's mock data (no files)")
-        else:
-            rep.not_here(f"pretraining data {what} (dataset.blend): indexed files on cluster storage")
-        return
-    from vdkit.recipes.bridge.data import TRAIN_FILE
-
-    root = Path(str(ds_cfg.dataset_root))
-    if not (root / TRAIN_FILE).is_file():
-        rep.not_here(f"{root / TRAIN_FILE} (dataset.dataset_root): cluster storage")
-        return
-    if ds_cfg.packed_sequence_specs is not None and (ds_cfg.packed_sequence_specs.packed_sequence_size or 0) > 0:
-        rep.not_here("packed sequences: Bridge packs training.jsonl into .npy with the tokenizer at start-up; "
-                     "megatron-core's attention without TE cannot run THD batches (the first batch is the GPU's)")
-        return
-    from megatron.bridge.data.utils import get_dataset_provider
-
-    mbs = cfg.train.micro_batch_size
-    with _env(TRANSFORMERS_OFFLINE=1, HF_HUB_OFFLINE=1):
-        train, _valid, _test = get_dataset_provider(ds_cfg)([mbs * 2, 0, 0], ds_cfg, tok)
-    samples = [train[i] for i in range(mbs)]
-    batch = train.collate_fn(samples)
-    if getattr(train, "use_hf_tokenizer_chat_template", False) and all(bool(s["loss_mask"].all()) for s in samples):
-        rep.defect("Bridge's chat dataset trains every token of the first micro-batch, the prompt included: the chat "
-                   "template has no {% generation %} marker, so its assistant mask is all ones (data/datasets/utils.py "
-                   "_chat_preprocess)", "tokenizer.chat_template",
-                   "keep the rendered chat_template (the tokenizer's own, its assistant turn marked) or re-render")
-        return
-    tokens = batch["tokens"]
-    mask = batch.get("loss_mask")
-    real = int((tokens != getattr(tok, "pad", -1)).sum()) if hasattr(tok, "pad") else tokens.numel()
-    rep.checked(f"first micro-batch (Bridge's {type(train).__name__}.collate_fn on {root / TRAIN_FILE}): "
-                f"tokens {list(tokens.shape)} = {tokens.numel()} positions, {real} not padding"
-                + (f", {int(mask.sum())} in the loss" if mask is not None else "")
-                + f"; the plan assumes {mbs} x {plan.recipe.train.seq_length} = {mbs * plan.recipe.train.seq_length} positions")
