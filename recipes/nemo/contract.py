@@ -157,8 +157,9 @@ def check_nemo_config(cfg: dict, plan, registry_probe: bool = False) -> None:
 
     Checks the built config against the plan it came from; raises UserError (one line) for the
     first trap found. Fine-tuning configs are those with ``model.peft``; the rest are pretraining.
-    ``registry_probe``: an optimizer name this list does not hold is left to NeMo's own registry (`vdkit check`
-    runs it in NeMo's venv next).
+    ``registry_probe``: an optimizer name this list does not hold, and the PEFT scheme, are left to NeMo's own
+    registries (`vdkit check` runs them in NeMo's venv next: its optimizer registry, ``PEFT_CONFIG_MAP`` and the
+    adapters' trainable count against the plan's).
     """
     r = plan.recipe
     c, m = r.cluster, r.method
@@ -269,7 +270,7 @@ def check_nemo_config(cfg: dict, plan, registry_probe: bool = False) -> None:
                 _fail(f"model.data.train_ds.file_names {bad[0]} with packed_sequence: NeMo 1.23 np.loads each file "
                       "(GPTSFTPackedDataset), so it must be the packed .npy", "pack it once: vdkit data pack "
                       f"{bad[0]} <its .npy> --tokenizer <the model's tokenizer> --max-len {r.train.seq_length}")
-        if _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:
+        if not registry_probe and _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:  # else the probe: NeMo's own map
             _fail(f"model.peft.peft_scheme={_get(cfg, 'model.peft.peft_scheme')!r} does not match method={m.name}",
                   f"set method.peft_scheme={m.peft_scheme}")
     else:
