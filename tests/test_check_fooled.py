@@ -154,6 +154,8 @@ NEMO_TRAPS = [
     (("model", "optim", "sched", "min_lr"), 0.001, "min_lr=0.001 is above model.optim.lr=0.0001"),  # lr_scheduler.py:409
     (("model", "data", "train_ds", "max_seq_length"), 8192, "max_seq_length=8192 is not the plan's sequence length 2048"),
     (("exp_manager", "resume_ignore_no_checkpoint"), False, "raises NotFoundError"),  # exp_manager.py:618
+    (("model", "restore_from_path"), "/models/llama2-13b.nemo",  # not the pre-flight's path, not checked anywhere
+     "model.restore_from_path is edited to '/models/llama2-13b.nemo' (rendered '/models/llama2-7b.nemo')"),
     (("exp_manager", "max_time_per_run"), "6:04", "Lightning's Timer (NeMo's StatelessTimer) refuses it at start-up"),
     (("exp_manager", "max_time_per_run"), "00:05:00:00", "is longer than the plan's 00:00:06:04"),  # Slurm kills first
 ]
