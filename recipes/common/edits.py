@@ -35,6 +35,29 @@ FIX_RERENDER = "or re-render the run with `vdkit render`"  # the end of every ed
 _MISSING = object()  # a key the render lacks (its value can be None)
 
 
+def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str) -> List[Defect]:
+    """An input path (``keys``: flat keys of the engine's config) edited away from the render: the job's pre-flight
+    checks the rendered paths (preflight.json) and launch.sbatch mounts their directories, so the stack would read a
+    path nobody checked (a typo; another model's base), perhaps not mounted in its container. One that is on this
+    machine beside the rendered one goes on to the stack's probe, which reads it, as does a value that is not an
+    absolute path (a hub id: the stack's tokenizer check says so). The first such key, one line."""
+    from pathlib import Path
+
+    def paths(value) -> list:  # absolute paths only: a hub id (or a relative name) is the stack's tokenizer line's
+        return [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v.startswith("/")]
+
+    for k in keys:
+        if k not in edited or k not in rendered or edited[k] == rendered[k]:
+            continue
+        mounted = {str(Path(v).parent) for v in paths(rendered[k])} | set(paths(rendered[k]))
+        if any(not Path(v).exists() or not ({str(Path(v).parent), v} & mounted) for v in paths(edited[k])):
+            return [Defect(f"{k} is edited to {edited[k]!r} (rendered {rendered[k]!r}): the job's pre-flight checks "
+                           f"the rendered inputs and launch.sbatch mounts their directories only, so {stack} would "
+                           "read an input nobody checked, perhaps not mounted", k, f"{fix} and re-render the run "
+                           "with `vdkit render`")]
+    return []
+
+
 def other_seq_length(key: str, asked, planned: int):
     """(what, fix) when an engine config or recipe.yaml edited since the plan trains at another sequence length than
     the plan's (every stack trains at the length its config says; the plan's memory and step time are for its own),

@@ -45,6 +45,8 @@ RANGES = {"optim.lr": common.domain("method.lr"), "sched.min_lr": common.domain(
 POSITIVE_WHY = {"max_steps": " (it sizes its datasets from it: Lightning's -1, no limit, fails there)"}
 # Input paths besides the datasets' file_names (every *.file_names key): what the pre-flight and the mounts cover.
 INPUT_KEYS = frozenset({"model.restore_from_path", "model.data.data_prefix", "model.tokenizer.model"})
+INPUT_FIX = ("set the recipe's input (model.nemo_path, data.data_dir / data.train_files / data.validation_files / "
+             "data.test_files, data.tokenizer_model)")
 # Lightning's Timer (NeMo's StatelessTimer) reads a string duration with this pattern, else refuses it
 # (lightning/pytorch/callbacks/timer.py:92, `Timer(duration=...)`): DD:HH:MM:SS.
 TIMER_DURATION = r"(\d+):(\d\d):(\d\d):(\d\d)"
@@ -122,31 +124,10 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
                         f"reads {'them' if many else 'it'}", sections[0],
                         f"restore it, {FIX_RERENDER}"))
     if not defects and (changed or removed):
-        defects += _moved_inputs(edited, rendered) or _clean_stop(edited, rendered) or _traps(nested, plan)
+        keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
+        defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX)]
+                    or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
-
-
-def _moved_inputs(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
-    """An input path edited in nemo.yaml (the base .nemo, a data file, the tokenizer): the job's pre-flight checks
-    the rendered paths (preflight.json) and launch.sbatch mounts their directories, so NeMo would read a path nobody
-    checked (a typo; a 13B .nemo edited into a 7B run trains the 13B), maybe not mounted in its container. One that
-    is on this machine, beside the rendered one, goes on to the probe, which reads it as NeMo does."""
-    def paths(value) -> list:
-        return [str(v) for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
-
-    def unchecked(key: str) -> bool:  # an edited path not here (nobody checks it) or outside the mounted directories
-        mounted = {str(Path(v).parent) for v in paths(rendered[key])}
-        return any(not Path(v).exists() or str(Path(v).parent) not in mounted for v in paths(edited[key]))
-
-    keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
-    moved = [k for k in keys if k in edited and edited[k] != rendered[k] and unchecked(k)]
-    if not moved:
-        return []  # an edited input here, beside the rendered one: NeMo's probe reads it next
-    k = moved[0]
-    return [(f"{k} is edited to {edited[k]!r} (rendered {rendered[k]!r}): the job's pre-flight checks the rendered "
-             "inputs and launch.sbatch mounts their directories only, so NeMo would read an input nobody checked, "
-             "perhaps not mounted", k, "set the recipe's input (model.nemo_path, data.data_dir / data.train_files / "
-             "data.validation_files / data.test_files, data.tokenizer_model) and re-render the run with `vdkit render`")]
 
 
 def _clean_stop(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
