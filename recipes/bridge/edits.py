@@ -199,7 +199,8 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
         positive=POSITIVE, positive_why=POSITIVE_WHY, ranges=RANGES)
     if not defects:  # an input path edited away from what the pre-flight checks and the sbatch mounts
         defects += common.moved_input(edited, rendered, INPUT_KEYS, STACK, "set the recipe's input "
-                                      "(model.megatron_path, data.data_dir, data.tokenizer_model)")
+                                      "(model.megatron_path, data.data_dir, data.tokenizer_model)",
+                                      strict={"checkpoint.pretrained_checkpoint"})
     keep = edited.get(KEEP)
     if common.kind(keep) == "int" and keep != -1 and keep < 1:
         # checkpointing.py (0.3.1) cleanup_old_non_persistent_checkpoint: sorted_iter_ckpts[:-leave_ckpt_num] is

@@ -35,12 +35,13 @@ FIX_RERENDER = "or re-render the run with `vdkit render`"  # the end of every ed
 _MISSING = object()  # a key the render lacks (its value can be None)
 
 
-def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str) -> List[Defect]:
+def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str, strict=()) -> List[Defect]:
     """An input path (``keys``: flat keys of the engine's config) edited away from the render: the job's pre-flight
     checks the rendered paths (preflight.json) and launch.sbatch mounts their directories, so the stack would read a
-    path nobody checked (a typo; another model's base), perhaps not mounted in its container. One that is on this
-    machine beside the rendered one goes on to the stack's probe, which reads it, as does a value that is not an
-    absolute path (a hub id: the stack's tokenizer check says so). The first such key, one line."""
+    path nobody checked (a typo; another model's base). Refused where the edited path is not on this machine, and
+    for the ``strict`` keys (the base model, which the check's probes read from the recipe) whatever it is; one on
+    this machine goes on to the stack's probe, which reads it, as does a value that is not an absolute path (a hub
+    id: the stack's tokenizer check says so). The first such key, one line."""
     from pathlib import Path
 
     def paths(value) -> list:  # absolute paths only: a hub id (or a relative name) is the stack's tokenizer line's
@@ -49,8 +50,7 @@ def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str) -> Lis
     for k in keys:
         if k not in edited or k not in rendered or edited[k] == rendered[k]:
             continue
-        mounted = {str(Path(v).parent) for v in paths(rendered[k])} | set(paths(rendered[k]))
-        if any(not Path(v).exists() or not ({str(Path(v).parent), v} & mounted) for v in paths(edited[k])):
+        if any(k in strict or not Path(v).exists() for v in paths(edited[k])):
             return [Defect(f"{k} is edited to {edited[k]!r} (rendered {rendered[k]!r}): the job's pre-flight checks "
                            f"the rendered inputs and launch.sbatch mounts their directories only, so {stack} would "
                            "read an input nobody checked, perhaps not mounted", k, f"{fix} and re-render the run "

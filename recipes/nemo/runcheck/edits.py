@@ -125,7 +125,8 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
                         f"restore it, {FIX_RERENDER}"))
     if not defects and (changed or removed):
         keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
-        defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX)]
+        defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX,
+                                                               strict={"model.restore_from_path"})]
                     or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
 
