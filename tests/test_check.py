@@ -140,6 +140,7 @@ def test_nemo_planted_defects_one_line_each(tmp_path, nemo_venv):
     rows = [{"input": f"question {i}?", "output": f"answer {i}."} for i in range(8)]
     (data / "training.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (data / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))
+    (data / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[:2]))  # NeMo builds test_ds too
     clean = _render(tmp_path / "r", "model=llama2_7b", "method=lora", "cluster.nodes=1", f"data.data_dir={data}")
     optim = _copy(clean, tmp_path / "optim")
     _edit_yaml(optim / "nemo.yaml", lambda d: d["model"]["optim"].update(name="mcore_distributed_optim"))
@@ -190,7 +191,7 @@ def test_the_jobs_preflight_runs_on_the_inputs_on_this_machine(tmp_path):
     empty, data = tmp_path / "empty", tmp_path / "dolly"
     empty.mkdir()
     data.mkdir()
-    for name in ("training.jsonl", "validation.jsonl"):
+    for name in ("training.jsonl", "validation.jsonl", "test.jsonl"):
         (data / name).write_text('{"input": "q?", "output": "a."}\n')
     (tmp_path / "broken.nemo").write_text("not a tar")
     bad = _render(tmp_path / "r", "model=llama2_7b", "method=lora", f"data.data_dir={empty}",
@@ -202,7 +203,24 @@ def test_the_jobs_preflight_runs_on_the_inputs_on_this_machine(tmp_path):
     assert "holds no non-empty file" in rep.defects[0] and "import_hf.sbatch" in rep.defects[1]
     rep = Report(good)
     preflight_here(rep)  # the .nemo and the image are under /models and /shared: the cluster's, not checked here
-    assert rep.defects == [] and "the job's pre-flight on its 3 input(s) on this machine" in rep.text()
+    assert rep.defects == [] and "the job's pre-flight on its 4 input(s) on this machine" in rep.text()
+
+
+def test_nemo_preflight_wants_the_test_split_nemo_reads_at_start_up(tmp_path):
+    """The rendered test_ds is built by MegatronGPTSFTModel at fit's start-up (megatron_gpt_sft_model.py:773): a data
+    directory without data.test_files passed the pre-flight and `vdkit check`, then NeMo could not open the file."""
+    from vdkit.commands.check import preflight_here
+    from vdkit.run.jobcheck import Report
+
+    data = tmp_path / "dolly"
+    data.mkdir()
+    for name in ("training.jsonl", "validation.jsonl"):
+        (data / name).write_text('{"input": "q?", "output": "a."}\n')
+    run = _render(tmp_path / "r", "model=llama2_7b", "method=lora", f"data.data_dir={data}")
+    rep = Report(run)
+    preflight_here(rep)
+    (line,) = rep.defects
+    assert line.startswith(f"data.test_files={data / 'test.jsonl'} does not exist"), line
 
 
 # ----------------------------------------------------------------------------- a hand-edited nemo.yaml

@@ -141,6 +141,49 @@ def test_hand_edited_values_follow_the_command_lines_rules(tmp_path, capsys, no_
         assert frag in line and "fix:" in line, line
 
 
+# nemo.yaml edits of the rendered type that passed `vdkit check` (the NeMo probe ran, green): each is refused at
+# start-up by NeMo 1.23 / Lightning, or trains another run than the plan's. key path, value, fragment of the line.
+NEMO_TRAPS = [
+    (("trainer", "devices"), 4, "trainer.devices=4 differs from the 8 tasks per node"),  # Lightning vs srun
+    (("trainer", "num_nodes"), 2, "trainer.num_nodes=2 differs from cluster.nodes=1"),
+    (("trainer", "val_check_interval"), 200, "val_check_interval=200 is above trainer.max_steps=50"),  # fit_loop.py
+    (("model", "data", "validation_ds", "global_batch_size"), 100,  # megatron_batch_samplers.py:104
+     "validation_ds.global_batch_size=100 is not a multiple of its micro_batch_size x DP = 1 x 8"),
+    (("model", "data", "train_ds", "concat_sampling_probabilities"), [0.5, 0.5],  # megatron_gpt_sft_model.py:222
+     "concat_sampling_probabilities must be a list with one entry per file (1)"),
+    (("model", "optim", "sched", "min_lr"), 0.001, "min_lr=0.001 is above model.optim.lr=0.0001"),  # lr_scheduler.py:409
+    (("model", "data", "train_ds", "max_seq_length"), 8192, "max_seq_length=8192 is not the plan's sequence length 2048"),
+    (("exp_manager", "resume_ignore_no_checkpoint"), False, "raises NotFoundError"),  # exp_manager.py:618
+    (("model", "restore_from_path"), "/models/llama2-13b.nemo",  # not the pre-flight's path, not checked anywhere
+     "model.restore_from_path is edited to '/models/llama2-13b.nemo' (rendered '/models/llama2-7b.nemo')"),
+    (("exp_manager", "max_time_per_run"), "6:04", "Lightning's Timer (NeMo's StatelessTimer) refuses it at start-up"),
+    (("exp_manager", "max_time_per_run"), "00:05:00:00", "is longer than the plan's 00:00:06:04"),  # Slurm kills first
+]
+PRETRAIN = ["model=llama2_7b", "method=pretrain", "cluster.nodes=1", "run.mode=timing"]
+PRETRAIN_TRAPS = [(("model", "data", "seq_length"), 8192, "model.data.seq_length=8192 is not the plan's sequence length 4096")]
+
+
+def test_nemo_edits_its_start_up_refuses_are_one_line_before_its_probe(tmp_path, capsys, no_nemo):
+    """The render's own traps (check_nemo_config) on the edited nemo.yaml: one line each, before NeMo's venv (none
+    here) is needed."""
+    dirs = []
+    for i, (path, value, frag) in enumerate(NEMO_TRAPS + PRETRAIN_TRAPS):
+        d = _render(tmp_path, f"t{i}", *(NEMO if i < len(NEMO_TRAPS) else PRETRAIN))
+
+        def edit(data, path=path, value=value):
+            node = data
+            for k in path[:-1]:
+                node = node[k]
+            node[path[-1]] = value
+        _edit(d / "nemo.yaml", edit)
+        dirs.append((d, frag))
+    code, _out, err = _check(capsys, *(d for d, _ in dirs))
+    assert code == 2
+    for d, frag in dirs:
+        (line,) = _errors(err, d)
+        assert frag in line and "fix:" in line, line
+
+
 def test_command_line_refuses_an_absurd_lr(capsys):
     assert main(["plan", "model=llama2_7b", "method=lora", "method.lr=1e30"]) == 2
     assert "method.lr=1e+30 must be in [0, 1]" in capsys.readouterr().err
@@ -208,6 +251,23 @@ def test_a_megatron_run_edited_to_another_rank_count_is_refused_before_its_resum
     assert code == 2 and _errors(err, run), err
     assert "holds 2 rank file(s); this run has 1 rank(s)" in err
 
+
+
+def test_a_kit_engine_run_edited_since_its_plan_is_refused(tmp_path, capsys):
+    """recipe.yaml edited after the plan: the LoRA dim 32 -> 4 (the check compared the model with a count recomputed
+    from the edited recipe, 'plan 2,560', not plan.json's; megatron's check the same) and the sequence 2048 -> 8192
+    (the job trains at it, the plan's memory is for 2048; megatron's shares the probe). Both were green."""
+    base = ["engine=reference", "model=tiny_llama", "method=lora", "data=synthetic", "cluster=local",
+            "cluster.gpus_per_node=1"]
+    dim = _render(tmp_path, "dim", *base)
+    _edit(dim / "recipe.yaml", lambda d: d["method"].update(lora_adapter_dim=4))
+    seq = _render(tmp_path, "seq", *base)
+    _edit(seq / "recipe.yaml", lambda d: d["train"].update(seq_length=8192))
+    code, _, err = _check(capsys, dim, seq)
+    (line,) = _errors(err, dim)
+    assert code == 2 and "2,560 train; plan 178,496 / 20,480" in line, line
+    (line,) = _errors(err, seq)
+    assert "train.seq_length (recipe.yaml)=8192 is not the plan's sequence length 2048" in line, line
 
 
 def test_a_megatron_run_edited_to_another_layout_of_the_same_rank_count_is_refused_before_its_resume(tmp_path, capsys):

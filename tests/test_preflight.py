@@ -241,7 +241,7 @@ def test_the_batch_shell_refuses_a_missing_base_before_srun_and_status_names_the
 
     data = tmp_path / "dolly"
     data.mkdir()
-    for name in ("training.jsonl", "validation.jsonl"):
+    for name in ("training.jsonl", "validation.jsonl", "test.jsonl"):
         (data / name).write_text('{"input": "a", "output": "b"}\n')
     assert main(["render", "engine=nemo", "model=llama2_7b", "method=lora", "cluster=xe9680", f"data.data_dir={data}",
                  f"model.nemo_path={tmp_path}/models/llama2-7b.nemo", "engine.container_image='nvcr.io#nvidia/nemo:24.01'",

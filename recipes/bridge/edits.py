@@ -38,6 +38,8 @@ RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common
           "scheduler.lr_warmup_iters": common.domain("method.warmup_steps"),
           "peft.dim": common.domain("method.lora_adapter_dim")}
 KEEP = "checkpoint.most_recent_k"
+# Input paths the job's pre-flight checks and launch.sbatch mounts as rendered (common.moved_input).
+INPUT_KEYS = ("checkpoint.pretrained_checkpoint", "dataset.dataset_root", "tokenizer.tokenizer_model", "dataset.blend")
 TARGET = "_target_"
 
 
@@ -195,6 +197,10 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
     defects, changed, removed = common.compare(
         path, edited, rendered, _expect(tree, rendered), stack=STACK, fix=FIX_RERENDER,
         positive=POSITIVE, positive_why=POSITIVE_WHY, ranges=RANGES)
+    if not defects:  # an input path edited away from what the pre-flight checks and the sbatch mounts
+        defects += common.moved_input(edited, rendered, INPUT_KEYS, STACK, "set the recipe's input "
+                                      "(model.megatron_path, data.data_dir, data.tokenizer_model)",
+                                      strict={"checkpoint.pretrained_checkpoint"})
     keep = edited.get(KEEP)
     if common.kind(keep) == "int" and keep != -1 and keep < 1:
         # checkpointing.py (0.3.1) cleanup_old_non_persistent_checkpoint: sorted_iter_ckpts[:-leave_ckpt_num] is

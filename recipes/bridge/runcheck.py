@@ -218,6 +218,11 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                 f"over {cfg.scheduler.lr_decay_iters} steps")
     if te_only:
         rep.not_here(f"Transformer Engine / Apex kernels ({', '.join(te_only)}): on for the job, off for this CPU check (the container has them)")
+    from vdkit.recipes.common.edits import other_seq_length
+
+    other = other_seq_length("model.seq_length", cfg.model.seq_length, plan.recipe.train.seq_length)  # = dataset's
+    if other:
+        rep.defect(other[0], f"{CONFIG_FILE} model.seq_length / dataset.seq_length", other[1])
     if cfg.data_parallel_size != plan.dp:
         rep.defect(f"Bridge computes DP {cfg.data_parallel_size}, the plan DP {plan.dp}", "model.*_parallel_size",
                    "re-render: bridge.yaml and plan.json disagree")
@@ -227,8 +232,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
     _fp8_attention(full, cfg, rep)
-    from vdkit.recipes.bridge import cuda_graphs, runcheck_tp_overlap
+    from vdkit.recipes.bridge import cuda_graphs, runcheck_sched, runcheck_tp_overlap
 
+    runcheck_sched.check(cfg, rep)  # the schedule setup_optimizer builds (megatron-core's asserts, the weight decay)
     runcheck_tp_overlap.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
     # (the graphs' rules before the provider asserts)
     if not cuda_graphs.check(full, cfg, plan, rep) or not _microbatches(cfg, plan, rep):
@@ -240,8 +246,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
     tok = _tokenizer(cfg, on_cluster, rep)
     loadcheck.tokenizer_line(full, plan, tok, rep)
     _model(cfg, plan, tok, rep)
-    if tok is not None:
-        _first_batch(cfg, plan, tok, rep)
+    from vdkit.recipes.bridge import runcheck_data
+
+    runcheck_data.first_batch(cfg, plan, tok, rep)  # the tokenizer on the cluster: a byte-level stand-in
 
 
 def _fp8_attention(asked, cfg, rep: Report) -> None:
@@ -397,47 +404,3 @@ def _tokenizer(cfg, on_cluster: bool, rep: Report):
             return None
     rep.checked(f"tokenizer {name}: Bridge's build_tokenizer offline, vocab {tok.vocab_size}")
     return tok
-
-
-def _first_batch(cfg, plan, tok, rep: Report) -> None:
-    """Fine-tuning data here: Bridge's dataset and collate_fn on the first micro-batch."""
-    from megatron.bridge.training.config import FinetuningDatasetConfig
-
-    ds_cfg = cfg.dataset
-    if not isinstance(ds_cfg, FinetuningDatasetConfig):
-        what = getattr(ds_cfg, "blend", None) or type(ds_cfg).__name__
-        if type(ds_cfg).__name__.startswith("Mock"):
-            rep.checked(f"dataset {type(ds_cfg).__name__}: Bridge's mock data (no files)")
-        else:
-            rep.not_here(f"pretraining data {what} (dataset.blend): indexed files on cluster storage")
-        return
-    from vdkit.recipes.bridge.data import TRAIN_FILE
-
-    root = Path(str(ds_cfg.dataset_root))
-    if not (root / TRAIN_FILE).is_file():
-        rep.not_here(f"{root / TRAIN_FILE} (dataset.dataset_root): cluster storage")
-        return
-    if ds_cfg.packed_sequence_specs is not None and (ds_cfg.packed_sequence_specs.packed_sequence_size or 0) > 0:
-        rep.not_here("packed sequences: Bridge packs training.jsonl into .npy with the tokenizer at start-up; "
-                     "megatron-core's attention without TE cannot run THD batches (the first batch is the GPU's)")
-        return
-    from megatron.bridge.data.utils import get_dataset_provider
-
-    mbs = cfg.train.micro_batch_size
-    with _env(TRANSFORMERS_OFFLINE=1, HF_HUB_OFFLINE=1):
-        train, _valid, _test = get_dataset_provider(ds_cfg)([mbs * 2, 0, 0], ds_cfg, tok)
-    samples = [train[i] for i in range(mbs)]
-    batch = train.collate_fn(samples)
-    if getattr(train, "use_hf_tokenizer_chat_template", False) and all(bool(s["loss_mask"].all()) for s in samples):
-        rep.defect("Bridge's chat dataset trains every token of the first micro-batch, the prompt included: the chat "
-                   "template has no {% generation %} marker, so its assistant mask is all ones (data/datasets/utils.py "
-                   "_chat_preprocess)", "tokenizer.chat_template",
-                   "keep the rendered chat_template (the tokenizer's own, its assistant turn marked) or re-render")
-        return
-    tokens = batch["tokens"]
-    mask = batch.get("loss_mask")
-    real = int((tokens != getattr(tok, "pad", -1)).sum()) if hasattr(tok, "pad") else tokens.numel()
-    rep.checked(f"first micro-batch (Bridge's {type(train).__name__}.collate_fn on {root / TRAIN_FILE}): "
-                f"tokens {list(tokens.shape)} = {tokens.numel()} positions, {real} not padding"
-                + (f", {int(mask.sum())} in the loss" if mask is not None else "")
-                + f"; the plan assumes {mbs} x {plan.recipe.train.seq_length} = {mbs * plan.recipe.train.seq_length} positions")

@@ -33,6 +33,40 @@ MEGATRON_POSITIVE = frozenset({
 })
 FIX_RERENDER = "or re-render the run with `vdkit render`"  # the end of every edit refusal's fix
 _MISSING = object()  # a key the render lacks (its value can be None)
+
+
+def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str, strict=()) -> List[Defect]:
+    """An input path (``keys``: flat keys of the engine's config) edited away from the render: the job's pre-flight
+    checks the rendered paths (preflight.json) and launch.sbatch mounts their directories, so the stack would read a
+    path nobody checked (a typo; another model's base). Refused where the edited path is not on this machine, and
+    for the ``strict`` keys (the base model, which the check's probes read from the recipe) whatever it is; one on
+    this machine goes on to the stack's probe, which reads it, as does a value that is not an absolute path (a hub
+    id: the stack's tokenizer check says so). The first such key, one line."""
+    from pathlib import Path
+
+    def paths(value) -> list:  # absolute paths only: a hub id (or a relative name) is the stack's tokenizer line's
+        return [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str) and v.startswith("/")]
+
+    for k in keys:
+        if k not in edited or k not in rendered or edited[k] == rendered[k]:
+            continue
+        if any(k in strict or not Path(v).exists() for v in paths(edited[k])):
+            return [Defect(f"{k} is edited to {edited[k]!r} (rendered {rendered[k]!r}): the job's pre-flight checks "
+                           f"the rendered inputs and launch.sbatch mounts their directories only, so {stack} would "
+                           "read an input nobody checked, perhaps not mounted", k, f"{fix} and re-render the run "
+                           "with `vdkit render`")]
+    return []
+
+
+def other_seq_length(key: str, asked, planned: int):
+    """(what, fix) when an engine config or recipe.yaml edited since the plan trains at another sequence length than
+    the plan's (every stack trains at the length its config says; the plan's memory and step time are for its own),
+    else None. The one wording for every engine's check."""
+    if asked == planned:
+        return None
+    return (f"{key}={asked} is not the plan's sequence length {planned}: the job would train samples up to that length "
+            f"while the plan's memory and step time are for {planned}",
+            f"re-render the run with train.seq_length={asked} (`vdkit plan` says if it fits), or edit it back")
 KINDS = (("null", type(None)), ("bool", bool), ("int", int), ("float", float), ("str", str),
          ("list", (list, tuple)), ("mapping", dict))
 

@@ -90,7 +90,15 @@ def sample_batch(recipe, run_dir: Path, rep, room: int):
     returns (tokenizer, samples) or None after a defect."""
     from vdkit.errors import UserError
     from vdkit.recipes.common import data as rdata
+    from vdkit.run.rundir import written_plan
 
+    from vdkit.recipes.common.edits import other_seq_length
+
+    planned = written_plan(run_dir).get("seq_length")  # the job trains at recipe.yaml's
+    other = planned and other_seq_length("train.seq_length (recipe.yaml)", recipe.train.seq_length, planned)
+    if other:
+        rep.defect(other[0], "train.seq_length", other[1])
+        return None
     key, path = rdata.tokenizer_source(recipe) or (None, None)
     try:
         if path is not None and not path.exists():

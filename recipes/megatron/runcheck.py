@@ -54,8 +54,8 @@ def _check(run_dir: Path, rep: Report) -> None:
     total = sum(p.numel() for c in chunks for p in c.parameters())
     trained = sum(p.numel() for c in chunks for p in c.parameters() if p.requires_grad)
     base = plan.params or param_counts(plan.recipe.model).total  # plan.json's count: a recipe.yaml edited since differs
-    want_total = base + (trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
-    want_trained = trainable_params(plan.recipe)
+    want_trained = plan.trainable_params or trainable_params(plan.recipe)  # plan.json's too (an edited adapter differs)
+    want_total = base + (want_trained if plan.recipe.method.name in ("lora", "ptuning") else 0)
     line = (f"the job's model (build_chunks) on the meta device at TP=PP=1: {total:,} parameters of which {trained:,} "
             f"train; plan {want_total:,} / {want_trained:,}")
     if trained == want_trained and total == want_total:

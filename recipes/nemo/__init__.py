@@ -192,6 +192,8 @@ def preflight(plan, run_dir) -> list:
         else:
             out += [("data.train_files", str(P(d.data_dir) / n), "file") for n in d.train_files]
         out += [("data.validation_files", str(P(d.data_dir) / n), "file") for n in d.validation_files]
+        # the render's test_ds: MegatronGPTSFTModel builds it at fit's start-up too (megatron_gpt_sft_model.py:773)
+        out += [("data.test_files", str(P(d.data_dir) / n), "file") for n in d.test_files]
     return out
 
 

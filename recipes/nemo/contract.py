@@ -102,8 +102,16 @@ NEMO_1_23_OPTIMIZERS = ("sgd", "adam", "adamw", "adadelta", "adamax", "adagrad",
 PACKED_SUFFIX = ".npy"  # GPTSFTPackedDataset._load_packed_dataset: np.load(file_path, allow_pickle=True)
 
 
-def _fail(what: str, fix: str) -> None:
-    raise UserError(what, fix)
+class Trap(UserError):
+    """A trap :func:`check_nemo_config` refuses; ``setting``: the nemo.yaml key it is at (`vdkit check` names it)."""
+
+    def __init__(self, what: str, fix: str, setting: str = ""):
+        super().__init__(what, fix)
+        self.setting = setting
+
+
+def _fail(what: str, fix: str, setting: str = "") -> None:
+    raise Trap(what, fix, setting)
 
 
 def _get(cfg: dict, dotted: str, default: Any = None) -> Any:
@@ -125,19 +133,33 @@ def _check_file_list(cfg: dict, section: str, needs_probabilities: bool) -> None
     if not needs_probabilities:
         return
     probs = _get(cfg, f"model.data.{section}.concat_sampling_probabilities")
+    fix = "one probability per file of file_names, summing to 1 (the kit renders them from data.train_files)"
     if not isinstance(probs, list) or len(probs) != len(names):
         _fail(f"model.data.{section}.concat_sampling_probabilities must be a list with one entry per file "
-              f"({len(names)}), got {probs!r}", "this is vdkit's bug: report it with the recipe")
+              f"({len(names)}), got {probs!r}: NeMo 1.23's _build_dataset raises at start-up "
+              "(megatron_gpt_sft_model.py:215-224)", fix, f"model.data.{section}.concat_sampling_probabilities")
     if any(not isinstance(p, float) or p <= 0 for p in probs) or not math.isclose(sum(probs), 1.0, abs_tol=1e-9):
         _fail(f"model.data.{section}.concat_sampling_probabilities {probs} must be positive floats summing to 1",
-              "this is vdkit's bug: report it with the recipe")
+              fix, f"model.data.{section}.concat_sampling_probabilities")
 
 
-def check_nemo_config(cfg: dict, plan) -> None:
+def _same_seq(cfg: dict, planned: int, key: str) -> None:
+    """NeMo trains at the sequence length ``key`` says; the plan's memory and step time are for ``planned``."""
+    from vdkit.recipes.common.edits import other_seq_length
+
+    other = other_seq_length(key, _get(cfg, key), planned)
+    if other:
+        _fail(*other, key)
+
+
+def check_nemo_config(cfg: dict, plan, registry_probe: bool = False) -> None:
     """Refuse a NeMo config that would fail (or silently misbehave) on the cluster.
 
     Checks the built config against the plan it came from; raises UserError (one line) for the
     first trap found. Fine-tuning configs are those with ``model.peft``; the rest are pretraining.
+    ``registry_probe``: an optimizer name this list does not hold, and the PEFT scheme, are left to NeMo's own
+    registries (`vdkit check` runs them in NeMo's venv next: its optimizer registry, ``PEFT_CONFIG_MAP`` and the
+    adapters' trainable count against the plan's).
     """
     r = plan.recipe
     c, m = r.cluster, r.method
@@ -147,10 +169,10 @@ def check_nemo_config(cfg: dict, plan) -> None:
     # Lightning wants trainer.devices == srun's tasks per node (vdkit: one task per GPU).
     if trainer.get("devices") != c.gpus_per_node:
         _fail(f"trainer.devices={trainer.get('devices')} differs from the {c.gpus_per_node} tasks per node srun starts",
-              f"set cluster.gpus_per_node={trainer.get('devices')} or leave trainer.devices to vdkit")
+              f"set cluster.gpus_per_node={trainer.get('devices')} or leave trainer.devices to vdkit", "trainer.devices")
     if trainer.get("num_nodes") != c.nodes:
         _fail(f"trainer.num_nodes={trainer.get('num_nodes')} differs from cluster.nodes={c.nodes}",
-              "leave trainer.num_nodes to vdkit")
+              "leave trainer.num_nodes to vdkit", "trainer.num_nodes")
     steps = trainer.get("max_steps")
     if not isinstance(steps, int) or isinstance(steps, bool) or steps <= 0:
         _fail(f"trainer.max_steps={steps!r} must be a positive int (NeMo sizes its datasets from it; -1 hangs the ETA)",
@@ -158,8 +180,22 @@ def check_nemo_config(cfg: dict, plan) -> None:
     interval = trainer.get("val_check_interval")
     if not isinstance(interval, int) or isinstance(interval, bool) or interval < (steps if plan.recipe.timing else 1):
         _fail(f"trainer.val_check_interval={interval!r} would validate inside the measured steps (max_steps={steps})",
-              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)")
+              "leave trainer.val_check_interval to vdkit (run.mode=timing: train.max_steps; train: train.val_every_n_steps)",
+              "trainer.val_check_interval")
+    if interval > steps:  # NeMo's train loader holds max_steps batches (MegatronPretrainingBatchSampler.__len__)
+        _fail(f"trainer.val_check_interval={interval} is above trainer.max_steps={steps}: Lightning's fit loop refuses "
+              "an interval above the training batches at start-up ('`val_check_interval` must be less than or equal "
+              "to the number of the training batches', lightning/pytorch/loops/fit_loop.py)",
+              f"use trainer.val_check_interval <= {steps}", "trainer.val_check_interval")
 
+    em = cfg.get("exp_manager") or {}
+    if not em.get("resume_if_exists"):  # every restart after a time limit or a fault would train from step 0
+        _fail("exp_manager.resume_if_exists is off: each allocation after the first (the plan's continuation) and "
+              "each restart after a fault would start over from step 0", "leave it true", "exp_manager.resume_if_exists")
+    if not em.get("resume_ignore_no_checkpoint"):  # exp_manager.py:618
+        _fail("exp_manager.resume_ignore_no_checkpoint is off: NeMo's exp_manager raises NotFoundError ('no "
+              "checkpoints found ... Cannot resume') at the first start, before any checkpoint exists",
+              "leave it true", "exp_manager.resume_ignore_no_checkpoint")
     tp, pp = model.get("tensor_model_parallel_size"), model.get("pipeline_model_parallel_size")
     cp = model.get("context_parallel_size", 1)
     if (tp, pp, cp) != (plan.tp, plan.pp, plan.recipe.parallelism.cp) or tp * pp * cp * plan.dp != c.nodes * c.gpus_per_node:
@@ -169,9 +205,25 @@ def check_nemo_config(cfg: dict, plan) -> None:
     if gbs % (mbs * plan.dp):
         _fail(f"model.global_batch_size={gbs} is not a multiple of micro_batch_size x DP = {mbs} x {plan.dp}",
               f"use train.global_batch_size={mbs * plan.dp * max(1, round(gbs / (mbs * plan.dp)))}")
+    for section in ("validation_ds", "test_ds"):  # each eval loader's MegatronPretrainingBatchSampler, at setup
+        ds = _get(cfg, f"model.data.{section}") or {}
+        e_gbs, e_mbs = ds.get("global_batch_size"), ds.get("micro_batch_size")
+        if ds.get("file_names") and isinstance(e_gbs, int) and isinstance(e_mbs, int) and e_gbs % (e_mbs * plan.dp):
+            _fail(f"model.data.{section}.global_batch_size={e_gbs} is not a multiple of its micro_batch_size x DP = "
+                  f"{e_mbs} x {plan.dp}: NeMo 1.23's MegatronPretrainingBatchSampler raises at start-up when it builds "
+                  "the loader (megatron_batch_samplers.py:104)",
+                  f"use a multiple of {e_mbs * plan.dp} (the kit renders train.global_batch_size)",
+                  f"model.data.{section}.global_batch_size")
+    lr, min_lr = _get(cfg, "model.optim.lr"), _get(cfg, "model.optim.sched.min_lr")
+    if isinstance(lr, (int, float)) and isinstance(min_lr, (int, float)) and min_lr > lr:
+        _fail(f"model.optim.sched.min_lr={min_lr} is above model.optim.lr={lr}: NeMo's CosineAnnealing raises 'received "
+              "an initial learning rate that was lower than the minimum' at the first step after warm-up "
+              "(nemo/core/optim/lr_scheduler.py:409)", "use min_lr <= lr (method.min_lr, method.lr)",
+              "model.optim.sched.min_lr")
     if model.get("sequence_parallel") and tp == 1:
         _fail("model.sequence_parallel=true with TP 1: NeMo would silently turn it off and the plan's memory "
-              "figures would be wrong", "set parallelism.sequence_parallel=false or parallelism.tp>1")
+              "figures would be wrong", "set parallelism.sequence_parallel=false or parallelism.tp>1",
+              "model.sequence_parallel")
     vp = model.get("virtual_pipeline_model_parallel_size")
     if vp is not None:
         layers = r.model.num_layers
@@ -184,14 +236,15 @@ def check_nemo_config(cfg: dict, plan) -> None:
 
     optim = _get(cfg, "model.optim.name")
     if optim not in NEMO_1_23_OPTIMIZERS:
-        _fail(f"model.optim.name={optim}: NeMo 1.23 has no such optimizer (its registry raises 'Cannot resolve "
-              "optimizer' at setup)", f"use {DISTRIBUTED_ADAM} (with the distributed optimizer) or {FUSED_ADAM}")
-    if _get(cfg, "model.gradient_accumulation_fusion") and plan.dp > 1 and pp == 1 and optim != DISTRIBUTED_ADAM:
+        if not registry_probe:
+            _fail(f"model.optim.name={optim}: NeMo 1.23 has no such optimizer (its registry raises 'Cannot resolve "
+                  "optimizer' at setup)", f"use {DISTRIBUTED_ADAM} (with the distributed optimizer) or {FUSED_ADAM}")
+    elif _get(cfg, "model.gradient_accumulation_fusion") and plan.dp > 1 and pp == 1 and optim != DISTRIBUTED_ADAM:
         _fail(f"model.gradient_accumulation_fusion with DP {plan.dp}, PP 1 and {optim}: NeMo 1.23 turns it off in "
               "silence (megatron_base_model.py), so the job would not run what the plan predicts",
               "set parallelism.distributed_optimizer=true (distributed_fused_adam) or train.fused_kernels=false")
     wants_dist = bool(r.parallelism.distributed_optimizer)
-    if wants_dist != (optim in DISTRIBUTED_OPTIMIZERS):
+    if optim in NEMO_1_23_OPTIMIZERS and wants_dist != (optim in DISTRIBUTED_OPTIMIZERS):
         _fail(f"method.optimizer={optim} disagrees with parallelism.distributed_optimizer={wants_dist} "
               "(the plan's memory figures assume the latter)",
               f"set method.optimizer={DISTRIBUTED_ADAM if wants_dist else FUSED_ADAM} or "
@@ -205,6 +258,7 @@ def check_nemo_config(cfg: dict, plan) -> None:
         if not isinstance(restore, str) or not restore:
             _fail(f"model.nemo_path is not set: {m.name} fine-tunes a base model restored from a .nemo file",
                   f"set model.nemo_path=/path/to/{r.model.name}.nemo (on storage every node mounts)")
+        _same_seq(cfg, r.train.seq_length, "model.data.train_ds.max_seq_length")
         _check_file_list(cfg, "train_ds", needs_probabilities=True)
         _check_file_list(cfg, "validation_ds", needs_probabilities=False)
         if _get(cfg, "model.data.train_ds.packed_sequence"):
@@ -216,10 +270,12 @@ def check_nemo_config(cfg: dict, plan) -> None:
                 _fail(f"model.data.train_ds.file_names {bad[0]} with packed_sequence: NeMo 1.23 np.loads each file "
                       "(GPTSFTPackedDataset), so it must be the packed .npy", "pack it once: vdkit data pack "
                       f"{bad[0]} <its .npy> --tokenizer <the model's tokenizer> --max-len {r.train.seq_length}")
-        if _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:
+        if not registry_probe and _get(cfg, "model.peft.peft_scheme") != m.peft_scheme:  # else the probe: NeMo's own map
             _fail(f"model.peft.peft_scheme={_get(cfg, 'model.peft.peft_scheme')!r} does not match method={m.name}",
                   f"set method.peft_scheme={m.peft_scheme}")
     else:
+        for key in ("model.data.seq_length", "model.encoder_seq_length"):
+            _same_seq(cfg, r.train.seq_length, key)
         prefix = _get(cfg, "model.data.data_prefix")
         ok = isinstance(prefix, list) and prefix and len(prefix) % 2 == 0 and all(
             isinstance(w, float) and isinstance(p, str) for w, p in zip(prefix[::2], prefix[1::2]))

@@ -60,7 +60,7 @@ def _check(run_dir: Path, rep: Report) -> None:
         model = build_model(bare, tok)
     total = sum(p.numel() for p in model.parameters())
     trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    want_trained = trainable_params(r)
+    want_trained = plan.trainable_params or trainable_params(r)  # plan.json's (an edited adapter differs)
     want_total = (plan.params or param_counts(r.model).total) + (want_trained if r.is_peft else 0)  # plan.json's
     line = (f"the job's build_model on the meta device ({type(model).__name__}): {total:,} parameters, {trained:,} "
             f"train; plan {want_total:,} / {want_trained:,}")

@@ -214,6 +214,16 @@ def plan_json(plan, **extra) -> str:
 MAX_PLAN_BYTES = 4 * 1024 * 1024  # a plan.json is a few KB
 
 
+def written_plan(run_dir) -> dict:
+    """plan.json as written (its figures, e.g. ``seq_length``, as planned: a recipe.yaml edited since may differ);
+    {} where it cannot be read (:func:`load_plan` says why)."""
+    try:
+        data = json.loads(_plan_text(run_dir))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _plan_text(run_dir) -> str:
     """plan.json's text; OSError / ValueError for a file that is not one vdkit wrote. A FIFO or a device
     is named, never opened (reading a FIFO blocks until someone writes to it)."""

@@ -43,6 +43,13 @@ RANGES = {"optim.lr": common.domain("method.lr"), "sched.min_lr": common.domain(
           "sched.warmup_steps": common.domain("method.warmup_steps"),
           "adapter_dim": common.domain("method.lora_adapter_dim")}
 POSITIVE_WHY = {"max_steps": " (it sizes its datasets from it: Lightning's -1, no limit, fails there)"}
+# Input paths besides the datasets' file_names (every *.file_names key): what the pre-flight and the mounts cover.
+INPUT_KEYS = frozenset({"model.restore_from_path", "model.data.data_prefix", "model.tokenizer.model"})
+INPUT_FIX = ("set the recipe's input (model.nemo_path, data.data_dir / data.train_files / data.validation_files / "
+             "data.test_files, data.tokenizer_model)")
+# Lightning's Timer (NeMo's StatelessTimer) reads a string duration with this pattern, else refuses it
+# (lightning/pytorch/callbacks/timer.py:92, `Timer(duration=...)`): DD:HH:MM:SS.
+TIMER_DURATION = r"(\d+):(\d\d):(\d\d):(\d\d)"
 STACK = "NeMo " + ".".join(NEMO_VERSION.split(".")[:2])  # "NeMo 1.23", as its release names it
 
 
@@ -81,7 +88,8 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
 
     path = Path(run_dir) / NEMO_CONFIG_FILE
     try:  # a missing file, a FIFO, a directory: load_yaml's one line, never an open that blocks
-        edited = common.flat(_load(path))
+        nested = _load(path)
+        edited = common.flat(nested)
     except UserError as exc:
         return [(exc.what, NEMO_CONFIG_FILE, exc.fix or FIX_RERENDER)], []
     except ValueError as exc:
@@ -115,7 +123,61 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
         defects.append((f"{path} has no {', '.join(sections)} {'sections' if many else 'section'}: {STACK}'s script "
                         f"reads {'them' if many else 'it'}", sections[0],
                         f"restore it, {FIX_RERENDER}"))
+    if not defects and (changed or removed):
+        keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
+        defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX,
+                                                               strict={"model.restore_from_path"})]
+                    or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
+
+
+def _clean_stop(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
+    """``exp_manager.max_time_per_run``, NeMo's StatelessTimer (a Lightning ``Timer``): the job contract's clean stop
+    before the allocation's limit. A string not DD:HH:MM:SS is the Timer's refusal at start-up (its pattern,
+    :data:`TIMER_DURATION`: importing Lightning here would cost seconds); longer than the render's (the plan's stop
+    lead), or gone, and Slurm kills the job before it saves."""
+    import re
+
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    def seconds(text: str):
+        m = re.fullmatch(TIMER_DURATION, str(text).strip())
+        return m and ((int(m[1]) * 24 + int(m[2])) * 60 + int(m[3])) * 60 + int(m[4])
+
+    key = "exp_manager.max_time_per_run"
+    asked, mine = edited.get(key), rendered.get(key)
+    if mine is None or asked == mine:
+        return []
+    if asked is None:
+        return [(f"{key} is gone from {NEMO_CONFIG_FILE}: NeMo would not stop before the allocation's limit, which "
+                 "kills it without a checkpoint (the plan's clean stop)", key, f"put back {key}: {mine}, {FIX_RERENDER}")]
+    if seconds(asked) is None:
+        return [(f"{key}={asked!r}: Lightning's Timer (NeMo's StatelessTimer) refuses it at start-up: not a duration "
+                 "in the format DD:HH:MM:SS (lightning/pytorch/callbacks/timer.py)", key,
+                 f"DD:HH:MM:SS, at most the rendered {mine}, {FIX_RERENDER}")]
+    if seconds(asked) > seconds(mine):
+        return [(f"{key}={asked} is longer than the plan's {mine} (the allocation less its stop lead and start-up): "
+                 "Slurm would kill the job at its time limit before NeMo stops and saves", key,
+                 f"at most {mine}, {FIX_RERENDER}")]
+    return []
+
+
+def _traps(cfg: dict, plan) -> List[Tuple[str, str, str]]:
+    """The traps the render refuses (:func:`vdkit.recipes.nemo.contract.check_nemo_config`, which the render runs
+    on what it writes), run on the edited file: an edit of the right type can still be one NeMo or Lightning
+    refuses at start-up (trainer.devices against srun's tasks, an eval batch its sampler cannot split, a
+    val_check_interval above max_steps, min_lr above lr) or a run the plan was not made for (another sequence
+    length). The first trap, one line."""
+    from vdkit.errors import UserError
+    from vdkit.recipes.nemo.contract import check_nemo_config
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    try:
+        check_nemo_config(cfg, plan, registry_probe=True)
+    except UserError as exc:
+        fix = f"{exc.fix}, {FIX_RERENDER}" if exc.fix else FIX_RERENDER
+        return [(f"{exc.what} (in {NEMO_CONFIG_FILE}, edited)", getattr(exc, "setting", "") or NEMO_CONFIG_FILE, fix)]
+    return []
 
 
 def check(run_dir: Path, report, render) -> bool:

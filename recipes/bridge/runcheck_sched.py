@@ -1,0 +1,57 @@
+"""`vdkit check` for engine=bridge: the learning-rate / weight-decay schedule as the job's setup builds it.
+
+``ConfigContainer.validate()`` only computes the schedule's step counts; the schedule itself is built later, in
+``setup_optimizer`` (``megatron/bridge/training/optim.py`` ``_get_scheduler``): megatron-core's
+``OptimizerParamScheduler``, whose constructor asserts ``min_lr <= lr``, ``start_wd <= end_wd`` and, through its
+first ``step(0)``, a constant weight-decay style with ``start_wd == end_wd`` (``optimizer_param_scheduler.py``
+147-166, 196-198). Every rank stops there after the model is built and the base loaded. Here the same function runs
+on the validated config with a one-group stand-in for the optimizer (the scheduler reads and writes nothing else).
+
+That first step also writes each group's weight decay from the schedule (``:80``): ``optimizer.weight_decay`` is
+not what trains, ``scheduler.start_weight_decay`` is. An edit of the one without the other is a defect here.
+"""
+from __future__ import annotations
+
+import math
+import traceback
+from types import SimpleNamespace
+
+from vdkit.recipes.bridge.config import CONFIG_FILE
+from vdkit.run.jobcheck import Report, one_line
+
+FIX = "keep optimizer.lr >= optimizer.min_lr and the scheduler's weight decays as rendered (method.lr, method.min_lr, " \
+      "method.weight_decay), or re-render the run with `vdkit render`"
+
+
+def check(cfg, rep: Report) -> bool:
+    """Bridge's ``_get_scheduler`` on ``cfg`` (after :func:`vdkit.recipes.bridge.runcheck.validate`); its line into
+    ``rep``. False when the job's setup would refuse the schedule."""
+    from megatron.bridge.training.optim import _get_scheduler
+
+    group = {}
+    try:
+        sched = _get_scheduler(cfg.optimizer, cfg.scheduler, SimpleNamespace(param_groups=[group]))
+    except Exception as exc:  # megatron-core's asserts carry no message: name the assert and the values it holds
+        frame = traceback.extract_tb(exc.__traceback__)[-1]
+        where = f"`{frame.line}` ({frame.filename.split('site-packages/')[-1]}:{frame.lineno})"
+        rep.defect(f"megatron-core's OptimizerParamScheduler (built by Bridge's setup_optimizer, training/optim.py "
+                   f"_get_scheduler) refuses the schedule: {one_line(exc)} at {where} on lr "
+                   f"{cfg.optimizer.lr}, min_lr {cfg.optimizer.min_lr}, init lr {cfg.scheduler.lr_warmup_init}, weight "
+                   f"decay {cfg.scheduler.start_weight_decay} -> {cfg.scheduler.end_weight_decay} "
+                   f"({cfg.scheduler.weight_decay_incr_style}); every rank stops there at start-up",
+                   f"{CONFIG_FILE} optimizer.* / scheduler.*", FIX)
+        return False
+    asked = cfg.optimizer.weight_decay
+    if not math.isclose(group["weight_decay"], asked, rel_tol=1e-9, abs_tol=0.0):
+        rep.defect(f"optimizer.weight_decay={asked} is not what trains: megatron-core's scheduler sets every "
+                   f"parameter group's weight decay from scheduler.start_weight_decay / end_weight_decay "
+                   f"({sched.start_wd} -> {sched.end_wd}) at each step (optimizer_param_scheduler.py:80)",
+                   f"{CONFIG_FILE} optimizer.weight_decay",
+                   "set scheduler.start_weight_decay and end_weight_decay to it too, or re-render with "
+                   "method.weight_decay (`vdkit render`)")
+        return False
+    rep.checked(f"schedule built as the job's setup builds it (Bridge's _get_scheduler, megatron-core's "
+                f"OptimizerParamScheduler): lr {sched.init_lr} -> {sched.max_lr} over {sched.lr_warmup_steps} "
+                f"warm-up samples, {cfg.scheduler.lr_decay_style} to {sched.min_lr} at {sched.lr_decay_steps}; "
+                f"weight decay {sched.start_wd}")
+    return True
