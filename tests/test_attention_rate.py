@@ -106,3 +106,15 @@ def test_an_engine_without_a_named_version_takes_its_images_major():
     """NeMo 1.23's image runs TE 1 (memory.yaml transformer_engine_major): the kernels of TE 1.0 .. 1.9."""
     r = compose(["model=llama2_7b", "method=pretrain"])
     assert (A.te_version(r), A.rate(r, P.calibration(), PEAK, 4096).kernels) == ("1", "flash2")
+
+
+def test_the_nemo_job_runs_the_attention_kernels_its_plan_prices():
+    """engine=nemo's image runs TE 1.2+, which would pick cuDNN's attention on H100; the plan prices TE 1's flash-attn 2
+    rate, so the render turns cuDNN's off as NVIDIA's launcher did for that image (NVTE_FUSED_ATTN=0)."""
+    from vdkit.planner.plan import make_plan
+    from vdkit.recipes import nemo
+
+    plan = make_plan(compose(["engine=nemo", "model=llama2_7b", "method=pretrain", "cluster.nodes=1"]))
+    got = A.rate(plan.recipe, P.calibration(), PEAK, 4096)
+    assert got is not None and got.kernels == "flash2"
+    assert nemo.env(plan)["NVTE_FUSED_ATTN"] == "0"

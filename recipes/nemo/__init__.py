@@ -198,9 +198,15 @@ def preflight(plan, run_dir) -> list:
 
 
 def env(plan) -> dict:
-    """CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context parallelism (NVIDIA's launcher's rule): it orders
-    their communication before compute."""
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if plan.tp > 1 or plan.recipe.parallelism.cp > 1 else {}
+    """NVIDIA's launcher's environment for this image. CUDA_DEVICE_MAX_CONNECTIONS=1 with tensor or context
+    parallelism: it orders their communication before compute. NVTE_FUSED_ATTN=0: TE 1.2+ would otherwise run
+    cuDNN's attention on H100, which NeMo-Framework-Launcher 24.01 - 24.07 switched off ("Disable cudnn FA until we've
+    tested it more", config.yaml, commit 562dcb45), so the job runs the flash-attn 2 kernels the plan prices
+    (conf/calibration/step_time.yaml attention: TE 1 -> flash2; docs/prediction.md "Table 4's stack")."""
+    out = {"NVTE_FUSED_ATTN": "0"}
+    if plan.tp > 1 or plan.recipe.parallelism.cp > 1:
+        out["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    return out
 
 
 def container(plan, run_dir) -> Container:
