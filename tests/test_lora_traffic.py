@@ -36,6 +36,9 @@ def test_dropout_reads_and_writes_the_input_and_its_mask_both_ways():
 def test_without_sequence_parallelism_the_input_gradients_sum_over_the_whole_sequence():
     # x = t: the gradients' sum reads two and writes one over 4096 tokens, not 1024
     assert L.layer_bytes(_lora(sp=False), 4096, 4) - L.layer_bytes(_lora(), 4096, 4) == 2 * 3 * (4096 - 1024) * 8192
+    # unset (the plan's auto): on at TP > 1, as the plan resolves it; never at TP 1
+    assert L.layer_bytes(_lora(sp=None), 4096, 4) == L.layer_bytes(_lora(), 4096, 4)
+    assert L.layer_bytes(_lora(sp=None), 4096, 1) == L.layer_bytes(_lora(sp=False), 4096, 1)
 
 
 def test_separate_q_k_v_adapters_each_read_the_input():
@@ -55,7 +58,7 @@ def test_the_step_pays_each_layers_adapter_bytes_at_hbm_bandwidth(monkeypatch):
     r = compose(["engine.transformer_engine=1.10.0", "model=llama2_70b", "engine=bridge", "method=lora",
                  "data=synthetic", "cluster.nodes=2", "train.seq_length=8192", "train.precision=fp8",
                  "train.global_batch_size=8", "train.micro_batch_size=1", "parallelism.tp=4", "parallelism.pp=1",
-                 "parallelism.cp=2", "parallelism.sequence_parallel=true"])
+                 "parallelism.cp=2"])  # sequence parallelism unset: the plan's auto, on at TP 4
     step = P.predict_step(r, 4, 1, 1, "none", True)
     expected = 4 * step.parts["straggler"] * 80 * (FWD + BWD) / 3.35e12  # ~0.054 s a step
     assert step.parts["lora_traffic_s"] == pytest.approx(expected, rel=1e-9)

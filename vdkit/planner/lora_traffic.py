@@ -28,6 +28,8 @@ input and its reduce-scatter are TP collectives (vdkit.planner.tp_overlap). Noth
 """
 from __future__ import annotations
 
+from vdkit.planner.layout import effective_sp
+
 BF16 = 2  # bytes per element of the adapter's activations and gradients
 MASK = 1  # torch.nn.Dropout's bool mask, one byte per element
 
@@ -42,7 +44,7 @@ def layer_bytes(recipe, tokens: float, tp: int, recompute_share: float = 0.0) ->
     h = m.hidden_size
     o = (h + 2 * m.num_query_groups * (h // m.num_attention_heads)) / tp  # QKV's output columns on this GPU
     a = 3 if recipe.engine.lora_qkv == "separate" else 1
-    sp = tp > 1 and bool(recipe.parallelism.sequence_parallel)
+    sp = effective_sp(tp, recipe.parallelism.sequence_parallel)  # unset (auto): on at TP > 1, as the plan resolves it
     t, x = tokens, tokens / tp if sp else tokens
     drop = (BF16 + BF16 + MASK) * a * x * h if float(recipe.method.lora_dropout) > 0 else 0.0  # each way
     forward = BF16 * (a * t * h + 6 * t * o) + drop
