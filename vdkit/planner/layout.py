@@ -71,3 +71,12 @@ def valid_layouts(r: Recipe, pinned_tp: Optional[int], pinned_pp: Optional[int],
     layouts = [(tp, pp) for tp in tps for pp in pps if not layout_violations(r, tp, pp, vp)]
     layouts.sort(key=lambda l: (l[0] * l[1], -l[0]))
     return iter(layouts)
+
+
+def effective_sp(tp: int, asked: Optional[bool]) -> bool:
+    """Sequence parallelism at TP ``tp``: on when TP > 1 unless ``parallelism.sequence_parallel`` says otherwise, and
+    never at TP 1, where there is no tensor-parallel group to split the sequence over: NeMo 1.23 turns it off there
+    (megatron_base_model.py, 'sequence_parallel ... tensor_model_parallel_size == 1'), megatron-core refuses it
+    ('Cannot use sequence parallelism without tensor parallelism', model_parallel_config.py), so the plan - and every
+    engine's config built from it - says off."""
+    return tp > 1 and (asked is None or bool(asked))

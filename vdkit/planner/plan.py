@@ -22,6 +22,7 @@ from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.cuda_graphs import plan_note
+from vdkit.planner.layout import effective_sp  # noqa: F401 (this module's API too; its home: layout)
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
 from vdkit.planner.memory import checkpoint_gb, estimate_memory, fp8_weight_bytes, layers_in_flight
@@ -53,15 +54,6 @@ def _vp_options(r: Recipe, pp: int, pinned_vp: Optional[int], dp: int) -> List[i
     if pp < 2 or micro % pp:  # NeMo's interleaved schedule needs micro batches per step % PP == 0
         return [1]
     return [1] + [v for v in divisors(r.model.num_layers // pp) if v > 1]
-
-
-def effective_sp(tp: int, asked: Optional[bool]) -> bool:
-    """Sequence parallelism at TP ``tp``: on when TP > 1 unless ``parallelism.sequence_parallel`` says otherwise, and
-    never at TP 1, where there is no tensor-parallel group to split the sequence over: NeMo 1.23 turns it off there
-    (megatron_base_model.py, 'sequence_parallel ... tensor_model_parallel_size == 1'), megatron-core refuses it
-    ('Cannot use sequence parallelism without tensor parallelism', model_parallel_config.py), so the plan - and every
-    engine's config built from it - says off."""
-    return tp > 1 and (asked is None or bool(asked))
 
 
 def candidate_layouts(r: Recipe, tp: Optional[int], pp: Optional[int], vp: Optional[int],
