@@ -104,3 +104,13 @@ def test_an_unpacked_row_is_padded_over_the_global_batch():
     assert row_length(r) == pytest.approx(lognormal_longest(mean, float(d["length_sigma"]), 128, 4096))
     assert row_length(_packed(2048)) == 2048.0
 
+
+
+def test_unset_sequence_parallelism_is_priced_as_the_plan_resolves_it():
+    """parallelism.sequence_parallel unset means on at TP > 1 (vdkit.planner.layout.effective_sp), also while the
+    layout search prices TP 2: the local layers' traffic is then sequence-parallel's, not the unsplit one's."""
+    base = ["engine=megatron", "model=llama2_7b", "method=sft", "data.packed=true", "train.seq_length=4096"]
+    unset = local_step(compose(base), 2, 16, "none", 0.0, 0.0)
+    on = local_step(compose([*base, "parallelism.sequence_parallel=true"]), 2, 16, "none", 0.0, 0.0)
+    off = local_step(compose([*base, "parallelism.sequence_parallel=false"]), 2, 16, "none", 0.0, 0.0)
+    assert unset == on and on != off

@@ -156,13 +156,15 @@ def local_step(recipe, tp: int, layers: int, recompute: str, share: float, count
     (a :class:`LocalStep`), or None when ``recipe``'s engine builds fused layers (its spec's ``layer_kernels``).
     ``share``: the share of the layers full recompute reruns (vdkit.planner.memory.recompute_share);
     ``counted_attention_flops``: the attention FLOPs the compute term already counts on this GPU per micro batch."""
+    from vdkit.planner.layout import effective_sp
     from vdkit.planner.memory import layer_kernels
 
     if layer_kernels(recipe) != "local":
         return None
     m, p = recipe.model, recipe.parallelism
     s, b = row_length(recipe), recipe.train.micro_batch_size
-    sp, frozen = bool(p.sequence_parallel) and tp > 1, recipe.method.name in ("lora", "ptuning")
+    # unset means on at TP > 1, as the plan resolves it (layout.effective_sp), also inside the layout search
+    sp, frozen = effective_sp(tp, p.sequence_parallel), recipe.method.name in ("lora", "ptuning")
     if recompute == "selective":
         per = layer_traffic(m, s, b, tp, sp, "selective", frozen)
         hbm, scores, again = layers * per.total, layers * per.scores, 1.0
