@@ -178,3 +178,16 @@ def test_sequence_parallel_is_off_at_tp_1_even_when_asked():
     assert two.recipe.parallelism.sequence_parallel is True
     with pytest.raises(UserError, match="parallelism.sequence_parallel=true with parallelism.tp=1"):
         compose(["method=lora", "parallelism.tp=1", "parallelism.sequence_parallel=true"])
+
+
+def test_a_real_fine_tune_all_warm_up_says_so():
+    """run.mode=train with method.warmup_steps >= train.max_steps never trains at method.lr: the plan says so and
+    how to fix it; a run longer than its warm-up, and a timing run, say nothing."""
+    from vdkit.composition.config import compose
+    from vdkit.planner.plan import make_plan
+
+    base = ["model=llama2_7b", "method=lora", "cluster.nodes=1", "run.mode=train"]
+    notes = make_plan(compose([*base, "train.max_steps=50", "method.warmup_steps=50"])).notes
+    assert any("whole run is learning-rate warm-up" in n and "method.warmup_steps" in n for n in notes)
+    for extra in (["train.max_steps=1000"], ["run.mode=timing"]):
+        assert not any("warm-up" in n for n in make_plan(compose([*base, *extra])).notes)

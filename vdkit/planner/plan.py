@@ -40,6 +40,18 @@ def engine_notes(recipe) -> List[str]:
     return engines.get(recipe.engine.name).notes(recipe)
 
 
+def schedule_notes(recipe) -> List[str]:
+    """A real fine-tune (run.mode=train) whose learning-rate warm-up lasts the whole run: it starts, but never
+    trains at method.lr (NeMo's CosineAnnealing reaches it at the last step; Bridge caps the warm-up one step short
+    of the end, recipes/bridge/config.py)."""
+    m, t = recipe.method, recipe.train
+    if recipe.run.mode != "train" or m.warmup_steps < t.max_steps:
+        return []
+    return [f"method.warmup_steps={m.warmup_steps} >= train.max_steps={t.max_steps}: the whole run is learning-rate "
+            f"warm-up and never trains at method.lr={m.lr:g}; set method.warmup_steps lower (e.g. "
+            f"{max(1, t.max_steps // 20)}, 5 % of the steps) or train longer"]
+
+
 # ----------------------------------------------------------------------------- layout search
 # HEADROOM (vdkit.planner.calibration): the share of the GPU an automatic layout leaves unused; pinned layouts
 # are only checked against the whole GPU.
@@ -237,7 +249,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     feasible = chosen.fits
     total = mem.total_gb
     borderline = is_borderline(total, cap)
-    reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe)
+    reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe) + schedule_notes(recipe)
     # train.cuda_graphs=layer: what the memory counts for the graphs (the first stage's layers in flight)
     notes += plan_note(recipe, ltp, sp, layers_in_flight(recipe.model.num_layers // lpp, lpp, lvp, grad_accum, 0))
     if not feasible:
