@@ -327,3 +327,18 @@ def local_layer_config(shape, mode):
         hidden_dropout=0.0, attention_dropout=0.0, params_dtype=torch.bfloat16, bf16=True, use_cpu_initialization=True,
         bias_activation_fusion=False, masked_softmax_fusion=False, persist_layer_norm=False, bias_dropout_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False, **{k: v for k, v in keys.items() if v is not None})
+
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def bench_module(name: str):
+    """A benchmarks/ script imported as a module (benchmarks/ is no package: its scripts import each other by name,
+    so the folder stays on sys.path while the module and what it imports load)."""
+    import importlib
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(BENCH))

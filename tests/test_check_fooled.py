@@ -47,6 +47,16 @@ def no_nemo(tmp_path, monkeypatch):
     monkeypatch.setenv("VDKIT_NEMO_VENV", str(blocker / "venv"))
 
 
+def _set_at(path, value):
+    """An edit of a loaded YAML: ``value`` at the key path ``path``."""
+    def edit(data):
+        node = data
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return edit
+
+
 @pytest.mark.slow  # several renders and one `vdkit check` (Bridge imported): ~20-60 s on 2 cores
 def test_scripts_differing_from_the_render_are_refused(tmp_path, capsys, no_nemo):
     """A copied run dir (its scripts name the original), launch.sbatch with --nodes=64 or --time=1, a deleted
@@ -121,12 +131,7 @@ def test_hand_edited_values_follow_the_command_lines_rules(tmp_path, capsys, no_
     for i, (path, value, frag) in enumerate(NEMO_VALUES):
         d = _render(tmp_path, f"v{i}", *NEMO)
 
-        def edit(data, path=path, value=value):
-            node = data
-            for k in path[:-1]:
-                node = node[k]
-            node[path[-1]] = value
-        _edit(d / "nemo.yaml", edit)
+        _edit(d / "nemo.yaml", _set_at(path, value))
         dirs.append((d, frag))
     b = ["engine=bridge", "model=llama2_7b", "method=lora", "cluster.nodes=2", "model.megatron_path=/shared/base"]
     keep = _render(tmp_path, "keep0", *b)
@@ -170,12 +175,7 @@ def test_nemo_edits_its_start_up_refuses_are_one_line_before_its_probe(tmp_path,
     for i, (path, value, frag) in enumerate(NEMO_TRAPS + PRETRAIN_TRAPS):
         d = _render(tmp_path, f"t{i}", *(NEMO if i < len(NEMO_TRAPS) else PRETRAIN))
 
-        def edit(data, path=path, value=value):
-            node = data
-            for k in path[:-1]:
-                node = node[k]
-            node[path[-1]] = value
-        _edit(d / "nemo.yaml", edit)
+        _edit(d / "nemo.yaml", _set_at(path, value))
         dirs.append((d, frag))
     code, _out, err = _check(capsys, *(d for d, _ in dirs))
     assert code == 2

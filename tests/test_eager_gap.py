@@ -2,21 +2,16 @@
 benchmarks/eager_gap.py, docs/prediction.md "The eager gap, read line by line")."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from helpers import BENCH, bench_module
 
 
 @pytest.fixture(scope="module")
 def G():
-    sys.path.insert(0, str(BENCH))
-    import eager_gap
-
-    return eager_gap
+    return bench_module("eager_gap")
 
 
 def test_each_pair_is_one_eager_and_one_graphed_row_as_their_scripts_set(G):

@@ -1,20 +1,15 @@
 """The MLPerf 70B LoRA series as n x m + S (issue 35; benchmarks/per_micro.py, docs/prediction.md "1 -> 8 node")."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def M():
-    sys.path.insert(0, str(BENCH))
-    import per_micro
-
-    return per_micro
+    return bench_module("per_micro")
 
 
 def test_solve_splits_a_step_into_its_micro_batches_and_a_per_step_part(M):

@@ -2,23 +2,16 @@
 docs/prediction.md "Table 4's stack, and why its two rows part")."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+from helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def T():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import table4_terms
-    finally:
-        sys.path.pop(0)
-    return table4_terms
+    return bench_module("table4_terms")
 
 
 @pytest.fixture(scope="module")
