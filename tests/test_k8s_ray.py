@@ -57,7 +57,9 @@ def ray_ok():
 def _env() -> dict:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM_", "RAY_")) and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
-    env.update(OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false")
+    # RAY_AUTH_MODE explicit: with it unset, Ray 2.60 turns token auth on wherever ~/.ray/auth_token exists (any
+    # earlier local ray.init() writes one, authentication_token_setup.py), and the test's nodes then disagree on it
+    env.update(OMP_NUM_THREADS="1", RAY_USAGE_STATS_ENABLED="0", TOKENIZERS_PARALLELISM="false", RAY_AUTH_MODE="disabled")
     return env
 
 
