@@ -88,16 +88,10 @@ def check_renders(recipe) -> None:
 
 
 def _interp(xs, ys, x: float) -> float:
-    """``ys`` read at ``x`` between the measured ``xs`` on a log scale, held at the ends."""
-    if x <= xs[0]:
-        return float(ys[0])
-    if x >= xs[-1]:
-        return float(ys[-1])
-    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
-        if x <= x1:
-            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return float(y0) + w * (float(y1) - float(y0))
-    return float(ys[-1])  # not reached
+    """``ys`` read at ``x`` between the measured ``xs`` on a log scale, held at the ends (numpy.interp)."""
+    import numpy as np  # here, not at import: the CLI's start-up path plans without it
+
+    return float(np.interp(math.log(x), [math.log(v) for v in xs], [float(y) for y in ys]))
 
 
 def blended_tflops(table: dict, kernels: str, seq: float) -> float:
