@@ -26,8 +26,9 @@ size) and ``KV`` those of its K and V together:
 
 The ranks meet at every layer's ring, so the slowest rank's bytes count, each pass. Left out: the log-sum-exp
 tensors (heads x tokens, 1 / head dim of Q's size), the per-step kernels' own reads and writes (inside their
-published rate), the launches (the host's: vdkit.planner.host_time counts CP's per ring step), Transformer Engine
-2.x's ring (a different code: fp32 outputs per step, docs/prediction.md) and the FP8 attention path.
+published rate), the launches (the host's: vdkit.planner.host_time counts CP's per ring step), TE 1.4's sbhd -> bshd
+transposes (no copies at one sequence a micro batch), Transformer Engine 2.x's ring (a different code: fp32 outputs
+per step, docs/prediction.md) and the FP8 attention path.
 """
 from __future__ import annotations
 
