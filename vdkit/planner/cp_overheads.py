@@ -6,11 +6,11 @@ kernel on one block of K / V, around which the ring's Python packs, slices, merg
 activations. The kernels are priced by their FLOPs (vdkit.planner.attention_rate) and the hops by
 vdkit.planner.collectives.cp_ring_s; what this module adds is the elementwise traffic between them, bytes at the
 GPU's HBM rate (memory-bound copies and adds: nothing fitted). Counted from TE 1.10
-``transformer_engine/pytorch/attention.py`` (the class at :1302; TE 1.4 .. 1.10 have the same structure, v1.4 :537
-.. :1011), the ``sbhd`` / ``bshd`` path megatron-core takes without packed-sequence cu_seqlens, BF16 attention, the
-load-balanced causal split (each rank holds chunks r and 2 CP - 1 - r). Per layer on CP rank ``r``, ``Q`` the bytes
-of this GPU's queries (its s / CP tokens x heads / TP x head dim, bf16; the output, its gradient and dQ are the same
-size) and ``KV`` those of its K and V together:
+``transformer_engine/pytorch/attention.py`` (the class at :1302; TE 1.4 and 1.6rc2 have the same code, v1.4 :537 ..
+:1011, v1.6rc2 :556 .. :1030), the ``sbhd`` / ``bshd`` path megatron-core takes without packed-sequence cu_seqlens,
+BF16 attention, the load-balanced causal split (each rank holds chunks r and 2 CP - 1 - r). Per layer on CP rank
+``r``, ``Q`` the bytes of this GPU's queries (its s / CP tokens x heads / TP x head dim, bf16; the output, its
+gradient and dQ are the same size) and ``KV`` those of its K and V together:
 
 - forward (``torch.cuda.stream`` alternates two streams, so a step's own copies run under the other stream's
   kernel - the half of Q or of K / V made contiguous (:1630, :1744), the result's zero fill (:1949); only
