@@ -6,10 +6,10 @@ each plus a per-step cost S. Solving step = n x m + S over a series (least squar
 the micro batches from one that comes once a step. This prints, for each row, the published and predicted step,
 the predicted micro batch split into the model's parts (vdkit.planner.predict.predict_step's own terms: the GEMMs
 at the fitted efficiency, the attention at its stack's rate or the GEMM rule, the exposed TP collectives and the
-overlap's SM price, the CP ring, the host's excess, the roofline / other overhead) and its per-step part (the fitted
-host tail, the loop's drains, the exposed DP reduction, the optimizer, the bubble), then each series' n x m + S
-solve, published and predicted. Nothing is fitted and nothing is written; the rows are planned as
-``independent_runs.py`` plans them. Usage (~20 s):
+overlap's SM price, the CP ring (its exposed hops and its own copies and merges), the host's excess, the roofline /
+other overhead) and its per-step part (the fitted host tail, the loop's drains, the exposed DP reduction, the
+optimizer, the bubble), then each series' n x m + S solve, published and predicted. Nothing is fitted and nothing
+is written; the rows are planned as ``independent_runs.py`` plans them. Usage (~20 s):
 
     python benchmarks/per_micro.py
 """
@@ -50,10 +50,12 @@ def decompose(step, recipe) -> Dict[str, float]:
     per_step = {"tail": q["per_step_host_s"], "drain": q.get("drain_s", 0.0), "dp": q["data_parallel_s"],
                 "optimizer": step.optimizer_s, "bubble": step.bubble_s}
     host = q.get("host_bound_s", 0.0) / n  # the host issue time beyond the GPU work it hides behind
-    comm = {"tp": q["tensor_parallel_s"] / n, "cp": q["context_parallel_s"] / n, "pp": q["pipeline_p2p_s"] / n}
+    # the CP column: the ring's exposed hops and its own copies and merges (vdkit.planner.cp_overheads, an overhead)
+    copies = q.get("cp_copies_s", 0.0) / n
+    comm = {"tp": q["tensor_parallel_s"] / n, "cp": q["context_parallel_s"] / n + copies, "pp": q["pipeline_p2p_s"] / n}
     # what the compute term holds beyond the GEMMs and the attention at their rates (local layers' extra FLOPs)
     compute_rest = step.compute_s / n - gemm - attention
-    other = (step.overhead_s - per_step["tail"] - per_step["drain"]) / n - host + compute_rest
+    other = (step.overhead_s - per_step["tail"] - per_step["drain"]) / n - host + compute_rest - copies
     return {"micro": n, "total_s": step.total_s, "gemm": gemm, "attention": attention, **comm, "host": host,
             "other": other, **per_step}
 

@@ -17,7 +17,7 @@ and pipeline stage (one GPU's share of the work):
   back and added into the fp32 main gradient (+12 B/param) - at ``guide_stack_gb_s``, a calibrated rate
   far below HBM's (Table 9 implies ~1 % of the BF16 peak). NVIDIA's fused path (pretraining, and the
   fast recipe: ``train.fused_kernels``) has no such term; its only overhead is the roofline's excess. LoRA's
-  adapters stream activations through HBM on every path (vdkit.planner.lora_traffic: their bytes at HBM's rate).
+  adapters and TE 1.x's CP ring stream activations through HBM (vdkit.planner.lora_traffic, cp_overheads: at HBM's rate).
 - **communication**: tensor-parallel collectives per layer (4 per micro batch, 6 with full
   recompute) over NVLink at the GPU's measured NCCL bus bandwidth (H100: 370 GB/s per direction); pipeline point-to-point sends (NVLink or
   InfiniBand), once per virtual stage; the data-parallel gradient all-reduce once per step over
@@ -46,7 +46,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.planner import attention_rate, lora_traffic, tp_overlap
+from vdkit.planner import attention_rate, cp_overheads, lora_traffic, tp_overlap
 from vdkit.planner.attention_rate import FLASH_BACKWARD_PASSES  # this module's API too (its home: attention_rate)
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
@@ -310,7 +310,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     local_flops_mb = slow * local.extra_flops / peak if local else 0.0
     flops_mb += local_flops_mb
     lora_mb = slow * layers * lora_traffic.layer_bytes(r, n / cp, tp, share) / hbm  # the adapters' own HBM traffic
-    local_mb = (slow * local.hbm_bytes / hbm if local else 0.0) + lora_mb
+    cp_copies_mb = slow * cp_overheads.micro_s(r, n, tp, cp, layers, share, hbm)  # TE 1.x CP ring's copies and merges
+    local_mb = (slow * local.hbm_bytes / hbm if local else 0.0) + lora_mb + cp_copies_mb
     floor_mb = slow * passes * weight_bytes / hbm
     compute_mb = max(flops_mb / eff + attn_mb / attn_eff, floor_mb)
     # The design guide's fine-tuning stack (NeMo defaults: no fused kernels, no packing) pays per micro batch for every
@@ -392,8 +393,8 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
         parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
-               "context_parallel_s": micro * cp_mb, "straggler": slow, "lora_traffic_s": micro * lora_mb,
-               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
+               "context_parallel_s": micro * cp_mb, "cp_copies_s": micro * cp_copies_mb, "straggler": slow,
+               "lora_traffic_s": micro * lora_mb, **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
                **tpo.parts(micro), **drain_parts, "per_step_host_s": tail_s,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
