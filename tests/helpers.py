@@ -88,7 +88,7 @@ def make_run(base, overrides, timings=None, kind="out"):
     """A run directory as `vdkit render` writes it, plus (optionally) the job's log."""
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     run = create_run_dir(make_plan(compose(overrides)), {}, out_dir=base)
     if timings is not None:

@@ -269,7 +269,7 @@ def template(tmp_path_factory):
     """The prepared inputs, made once; each case gets a copy (composing a run dir per case is slow)."""
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     tmp_path = tmp_path_factory.mktemp("bad-inputs-template")
     (tmp_path / "afile").write_text("a file, not a directory\n")

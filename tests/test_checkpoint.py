@@ -15,7 +15,7 @@ import pytest
 
 from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.run.rundir import create_run_dir
+from vdkit.run.create import create_run_dir
 
 KILLER = r'''
 import os, signal, sys

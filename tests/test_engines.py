@@ -186,7 +186,8 @@ def test_log_metric_names_have_one_home():
 def test_downstream_reads_plan_json_instead_of_re_planning(tmp_path):
     import json
 
-    from vdkit.run.rundir import PLAN_FILE, create_run_dir, load_plan
+    from vdkit.run.rundir import PLAN_FILE, load_plan
+    from vdkit.run.create import create_run_dir
 
     plan = make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"]))
     run_dir = create_run_dir(plan, {}, tmp_path)

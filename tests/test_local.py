@@ -78,7 +78,7 @@ def test_a_failing_rank_fails_the_run(tmp_path, capsys):
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.launch.local import launch_local
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic"])
     run_dir = create_run_dir(make_plan(recipe), {}, tmp_path)
@@ -98,7 +98,7 @@ def test_killed_run_resumes_without_repeating_or_losing_a_step(tmp_path):
     from vdkit.recipes.common.checkpoint import latest
     from vdkit.recipes.reference.checkpoint import load
     from vdkit.recipes.reference.train import train
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     max_steps, gbs = 40, 16
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=sft",

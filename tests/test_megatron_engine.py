@@ -210,7 +210,7 @@ def test_usr1_to_one_rank_checkpoints_exits_75_and_the_resume_loses_and_repeats_
     from vdkit.recipes.megatron import megatron_command
     from vdkit.run.ports import free_port
     from vdkit.commands.run import with_local_defaults
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
     from helpers import no_slurm_path as _no_slurm_path
 
     whole = runs.get("sft", "dp2")

@@ -387,3 +387,18 @@ def test_only_the_tests_that_read_nemo_yamls_may_skip_without_them():
         marked = any(m.name == "skipif" for m in getattr(fn, "pytestmark", []))
         reads = "_template(" in inspect.getsource(fn) and name != "test_only_the_tests_that_read_nemo_yamls_may_skip_without_them"
         assert marked == reads, f"{name}: {'skips without reading' if marked else 'reads without the skip'}"
+
+
+def test_nvidias_published_runs_are_fitted_at_the_layout_their_launcher_ran():
+    """The examples README's Llama 2 70B BF16 row (Feb 2024, nemo:24.01: launcher 24.01's llama2_70b.yaml) ran VP 20;
+    the launcher's VP 5 came with 24.09. A fitted row pinned at another VP fits the step time of a pipeline that did
+    not run."""
+    from vdkit.planner.predict import calibration
+    from vdkit.recipes.nemo.contract import nvidia_pretrain_at
+
+    key = "model.virtual_pipeline_model_parallel_size"
+    assert [nvidia_pretrain_at("llama2_70b", key, t) for t in ("23.08.03", "24.01", "24.07", "24.09", "24.12")] == \
+        [20, 20, 20, 5, 5]
+    assert NVIDIA_PRETRAIN_BY_SIZE["llama2_70b"][key] == nvidia_pretrain_at("llama2_70b", key, "24.12")
+    rows = {r["name"]: r["overrides"] for r in calibration()["anchors"]["runs"]}
+    assert f"parallelism.vp={nvidia_pretrain_at('llama2_70b', key, '24.01')}" in rows["70B pretrain BF16 64 GPUs"]

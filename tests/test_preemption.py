@@ -122,7 +122,7 @@ def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_noth
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.common.checkpoint import latest
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     max_steps = 400  # far more than the test lets it run before the signal
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
@@ -163,7 +163,7 @@ def test_usr1_checkpoints_the_step_exits_75_and_the_rerun_loses_and_repeats_noth
 def test_the_budget_stops_a_rank_without_any_signal(tmp_path):
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     recipe = compose(["engine=reference", "cluster=local", "model=tiny_llama", "data=synthetic", "method=lora",
                       "train.max_steps=100000", "train.global_batch_size=2", *TINY])
@@ -388,7 +388,7 @@ def door_runs(tmp_path_factory):
     """A Slurm run dir (one job recorded) and a local one, rendered once for the module; each test copies one."""
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     root = tmp_path_factory.mktemp("door")
     slurm = create_run_dir(make_plan(compose(["engine=reference", "model=tiny_llama", "data=synthetic"])), {},

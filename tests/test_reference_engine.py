@@ -142,7 +142,7 @@ def _train(tmp_path, overrides):
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
     from vdkit.recipes.reference.train import train
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     run_dir = create_run_dir(make_plan(compose(BASE + overrides)), {}, tmp_path)
     out = io.StringIO()

@@ -11,7 +11,8 @@ import pytest
 from helpers import make_run, series
 from vdkit.composition.config import compose
 from vdkit.planner.plan import make_plan
-from vdkit.run.rundir import PLAN_FILE, create_run_dir, load_plan
+from vdkit.run.rundir import PLAN_FILE, load_plan
+from vdkit.run.create import create_run_dir
 
 H100_LORA = ["model=llama2_7b", "method=lora"]  # a recipe the step-time model predicts
 
@@ -228,7 +229,8 @@ def test_a_name_held_by_a_fifo_recipe_is_skipped_without_reading_it(tmp_path):
     opened (a read would block for ever); the dir counts as taken by no engine, so the next name is NAME-2."""
     import os
 
-    from vdkit.run.rundir import RECIPE_FILE, reserve_run_dir
+    from vdkit.run.rundir import RECIPE_FILE
+    from vdkit.run.create import reserve_run_dir
 
     recipe = compose(["engine=reference", "model=tiny_llama", "data=synthetic", "cluster=local"])
     taken = tmp_path / "tiny_llama_lora_1n1g"

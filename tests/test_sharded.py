@@ -88,7 +88,7 @@ def test_llama31_roce_plans_all_six_cells():
 
 def test_tables_from_sweeps_and_a_measured_run(tmp_path):
     from helpers import write_nemo1_log
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
     from vdkit.validation import table_output, tables
 
     cell = next(c for c in sweep_cells("alpaca_opt", PLAN_ONLY) if "model=opt_6_7b" in c)

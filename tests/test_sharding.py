@@ -29,7 +29,7 @@ def _losses(run_dir: Path):
 
 def _render(tmp_path, sharding: str, extra=()) -> Path:
     from vdkit.recipes.common.data import check_inputs
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     plan = make_plan(compose(RUN + [f"parallelism.sharding={sharding}", f"run.name=s_{sharding}", *extra]))
     check_inputs(plan.recipe)

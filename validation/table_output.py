@@ -222,7 +222,7 @@ def to_csv(table: Table) -> str:
 # ----------------------------------------------------------------------------- files
 def plot_files(table: Table) -> Dict[str, bytes]:
     """The table's PNG plots: a rows table's grouped bars; else the scaling plot and each timed run's trace."""
-    from vdkit.run.rundir import safe_dir_name
+    from vdkit.run.create import safe_dir_name
     from vdkit.validation import plots
 
     if table.layout == "rows":
@@ -258,7 +258,7 @@ def write_files(out_dir, files: Dict[str, bytes], report: str = "report") -> Lis
     tables' reports can share a directory; files the kit did not write are never touched.
     """
     from vdkit.composition.files import replace_all
-    from vdkit.run.rundir import missing_parents, remove_empty
+    from vdkit.run.create import missing_parents, remove_empty
 
     out = Path(out_dir)
     created = missing_parents(out)

@@ -216,5 +216,10 @@ def check(run_dir: Path, plan, report, render) -> bool:
     """The comparison's lines into ``report`` (:class:`vdkit.run.jobcheck.Report`); True when no edit was refused."""
     from vdkit.recipes.bridge.config import CONFIG_FILE
 
+    from vdkit.recipes.common import steps_edit
+
     defects, changed = compare(run_dir, plan, render)
-    return common.report(defects, changed, report, CONFIG_FILE, f"of the type {STACK}'s dataclass field declares")
+    if not common.report(defects, changed, report, CONFIG_FILE, f"of the type {STACK}'s dataclass field declares"):
+        return False
+    steps = (_load(Path(run_dir) / CONFIG_FILE).get("train") or {}).get("train_iters")  # Bridge's loop runs that many
+    return steps_edit.check(plan, run_dir, f"{CONFIG_FILE} train.train_iters", steps, report)

@@ -9,6 +9,10 @@ on the validated config with a one-group stand-in for the optimizer (the schedul
 
 That first step also writes each group's weight decay from the schedule (``:80``): ``optimizer.weight_decay`` is
 not what trains, ``scheduler.start_weight_decay`` is. An edit of the one without the other is a defect here.
+
+A warm-up as long as the decay is not refused by Bridge but shortened: ``ConfigContainer._calculate_scheduler_steps``
+(``megatron/bridge/training/config.py`` 1678-1685) caps ``lr_warmup_steps`` at ``lr_decay_steps - 1`` with a rank-0
+``warnings.warn`` only, and the job trains on another schedule than its bridge.yaml says: a defect here too.
 """
 from __future__ import annotations
 
@@ -23,10 +27,41 @@ FIX = "keep optimizer.lr >= optimizer.min_lr and the scheduler's weight decays a
       "method.weight_decay), or re-render the run with `vdkit render`"
 
 
+def _asked_warmup(cfg):
+    """(warm-up samples the config asks for, its key = value) before Bridge's cap: the three sources
+    ``_calculate_scheduler_steps`` reads (config.py 1651-1668: a fraction of the decay, samples, or iterations x GBS)."""
+    s, t = cfg.scheduler, cfg.train
+    if s.lr_warmup_fraction is not None:
+        return s.lr_warmup_fraction * s.lr_decay_steps, f"scheduler.lr_warmup_fraction={s.lr_warmup_fraction}"
+    if t.train_samples is not None:
+        return s.lr_warmup_samples, f"scheduler.lr_warmup_samples={s.lr_warmup_samples}"
+    return s.lr_warmup_iters * t.global_batch_size, f"scheduler.lr_warmup_iters={s.lr_warmup_iters}"
+
+
+def _warmup_capped(cfg, rep: Report) -> bool:
+    """True (a defect in ``rep``) where validate() capped the asked warm-up at the decay's length."""
+    asked, key = _asked_warmup(cfg)
+    s = cfg.scheduler
+    if asked < s.lr_decay_steps:
+        return False
+    decay = (f"scheduler.lr_decay_iters={s.lr_decay_iters}" if cfg.train.train_samples is None
+             else f"scheduler.lr_decay_samples={s.lr_decay_samples}")
+    rep.defect(f"{key} is not below {decay} ({asked:,.0f} warm-up samples, decay over {s.lr_decay_steps:,}): "
+               f"Bridge's validate() caps the warm-up at {s.lr_decay_steps - 1:,} samples with only a rank-0 warning "
+               f"(megatron/bridge/training/config.py:1678), so the job would train on another schedule than asked",
+               f"{CONFIG_FILE} {key.split('=')[0]}",
+               "keep the warm-up below the decay (the render writes min(method.warmup_steps, train.max_steps - 1)), "
+               "or re-render the run with `vdkit render`")
+    return True
+
+
 def check(cfg, rep: Report) -> bool:
     """Bridge's ``_get_scheduler`` on ``cfg`` (after :func:`vdkit.recipes.bridge.runcheck.validate`); its line into
-    ``rep``. False when the job's setup would refuse the schedule."""
+    ``rep``. False when the job's setup would refuse the schedule or validate() capped its warm-up."""
     from megatron.bridge.training.optim import _get_scheduler
+
+    if _warmup_capped(cfg, rep):
+        return False
 
     group = {}
     try:

@@ -35,8 +35,12 @@ def _check(run_dir: Path, rep: Report) -> None:
 
     from vdkit.recipes.common.mcore_cpu import single_rank_model_parallel
 
+    from vdkit.recipes.common import steps_edit
+
     plan = load_plan(run_dir)
-    layout = Layout.from_plan(plan)
+    layout = Layout.from_plan(plan)  # recipe.yaml's train.max_steps is what the job's loop runs
+    if not steps_edit.check(plan, run_dir, "recipe.yaml train.max_steps", plan.recipe.train.max_steps, rep):
+        return
     if not _startup(plan, layout, run_dir, rep):
         return
     single_rank_model_parallel()  # this run dir's own process (jobcheck.isolated): its own gloo group

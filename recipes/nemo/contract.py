@@ -295,6 +295,22 @@ NVIDIA_SOURCE: str = _NVIDIA["source"]
 NVIDIA_PRETRAIN: Dict[str, Any] = dict(_NVIDIA["common"])
 NVIDIA_PRETRAIN_BY_SIZE: Dict[str, Dict[str, Any]] = {k: dict(v) for k, v in _NVIDIA["by_size"].items()}
 
+
+def nvidia_pretrain_at(model: str, key: str, launcher: str):
+    """NVIDIA's value of ``key`` for ``model`` as launcher release ``launcher`` (a tag, e.g. "24.01") shipped it:
+    the table's ``by_launcher`` where the value changed between releases, else ``by_size``.
+    A published run is pinned at its launcher's value (its VP: 20 through 24.07, 5 from 24.09 for 70B)."""
+    def tag(text: str) -> tuple:
+        return tuple(int(x) for x in str(text).split("."))
+
+    changes = _NVIDIA.get("by_launcher", {}).get(model, {}).get(key)
+    if not changes:
+        return NVIDIA_PRETRAIN_BY_SIZE[model][key]
+    since = [t for t in changes if tag(t) <= tag(launcher)]
+    if not since:
+        raise ValueError(f"NVIDIA's launcher {launcher} predates the table's {key} for {model} ({sorted(changes)})")
+    return changes[max(since, key=tag)]
+
 # Where vdkit's pretraining config departs from NVIDIA's, and why. Everything else is NVIDIA's.
 PRETRAIN_DEPARTURES: Dict[str, str] = {
     "model.global_batch_size": "the training design guide's GBS 144 (Table 4 is measured at it)",

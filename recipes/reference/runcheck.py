@@ -34,8 +34,12 @@ def _check(run_dir: Path, rep: Report) -> None:
     from vdkit.recipes.reference.model import build_model
     from vdkit.run.rundir import load_plan
 
+    from vdkit.recipes.common import steps_edit
+
     plan = load_plan(run_dir)
-    r = plan.recipe
+    r = plan.recipe  # recipe.yaml's train.max_steps is what the job's loop runs
+    if not steps_edit.check(plan, run_dir, "recipe.yaml train.max_steps", r.train.max_steps, rep):
+        return
     if not _startup(plan, run_dir, rep):
         return
     hf = r.model.hf_path

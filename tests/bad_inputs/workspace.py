@@ -50,7 +50,7 @@ def build_template(root: Path) -> Path:
     """Write every shared input under ``root`` (returns it)."""
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     root.mkdir(parents=True, exist_ok=True)
     (root / "afile").write_text("a file, not a directory\n")
@@ -225,7 +225,7 @@ def _local_run(ws: Path) -> Path:
     """A run directory rendered for this machine (cluster=local), as `vdkit run` writes it, without training."""
     from vdkit.composition.config import compose
     from vdkit.planner.plan import make_plan
-    from vdkit.run.rundir import create_run_dir
+    from vdkit.run.create import create_run_dir
 
     return create_run_dir(make_plan(compose(["engine=reference", "cluster=local", "model=tiny_llama",
                                              "data=synthetic"])), {}, run_dir=ws / "run_local")

@@ -117,7 +117,7 @@ def check_runnable(plan) -> None:
     from pathlib import Path
 
     from vdkit.render.prepare import engine_of, job_spec, launcher_of
-    from vdkit.run.rundir import safe_dir_name
+    from vdkit.run.create import safe_dir_name
 
     r = plan.recipe
     notional = Path(r.run.out_dir or ".").expanduser().absolute() / safe_dir_name(r.run_name)  # never created

@@ -41,7 +41,7 @@ def run_submit(args) -> int:
     # any run directory is written or any job submitted.
     cells = prepare_all(plans, args.out, args.check_mounts)
     from vdkit.errors import KeepRunDir
-    from vdkit.run.rundir import missing_parents, remove_empty
+    from vdkit.run.create import missing_parents, remove_empty
 
     created = missing_parents(cells[0].run_dir.parent) if cells else []
     submitted = []

@@ -187,7 +187,7 @@ class Prepared:
         When a concurrent render took the reserved name meanwhile, the cell is rendered again for the
         next free name (its files name their own run directory) instead of failing.
         """
-        from vdkit.run.rundir import RunDirTaken, create_run_dir
+        from vdkit.run.create import RunDirTaken, create_run_dir
 
         taken = []
         for _ in range(100):
@@ -213,7 +213,8 @@ def prepare(plan, out_dir: Optional[PathLike] = None, check_mounts: Optional[boo
     """
     from vdkit.planner.attention_rate import check_renders
     from vdkit.planner.plan import require_feasible
-    from vdkit.run.rundir import PLAN_FILE, plan_json, reserve_run_dir
+    from vdkit.run.rundir import PLAN_FILE, plan_json
+    from vdkit.run.create import reserve_run_dir
 
     times = plan.time  # decided once by the planner (vdkit.planner.timeplan); every file below reads it
     if times.predicted and times.allocations == 0 and plan.feasible:

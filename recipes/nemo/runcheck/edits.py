@@ -183,8 +183,12 @@ def _traps(cfg: dict, plan) -> List[Tuple[str, str, str]]:
 def check(run_dir: Path, report, render) -> bool:
     """Add the comparison's lines to ``report`` (:class:`vdkit.run.jobcheck.Report`); True when the file may go on
     to NeMo's own code (no defect). ``render``: as for :func:`compare`."""
-    from vdkit.run.rundir import NEMO_CONFIG_FILE
+    from vdkit.recipes.common import steps_edit
+    from vdkit.run.rundir import NEMO_CONFIG_FILE, load_plan
 
     defects, changed = compare(run_dir, render)
-    return common.report([common.Defect(*d) for d in defects], changed, report, NEMO_CONFIG_FILE,
-                         f"known to {STACK}, of the rendered type")
+    if not common.report([common.Defect(*d) for d in defects], changed, report, NEMO_CONFIG_FILE,
+                         f"known to {STACK}, of the rendered type"):
+        return False
+    steps = (_load(Path(run_dir) / NEMO_CONFIG_FILE).get("trainer") or {}).get("max_steps")  # Lightning stops there
+    return steps_edit.check(load_plan(run_dir), run_dir, f"{NEMO_CONFIG_FILE} trainer.max_steps", steps, report)

@@ -1,0 +1,79 @@
+"""A hand edit of a rendered run's step count (recipes/common/steps_edit.py) on every engine: `vdkit check`
+re-runs the time plan at the edited count, refusing one that needs more than launch.sbatch asks with the re-plan
+command."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+# engine -> (the cell, the file its job reads the step count from, the key there)
+CELLS = {
+    "nemo": (["model=llama2_7b", "method=lora", "cluster.nodes=1"], "nemo.yaml", "trainer.max_steps"),
+    "bridge": (["engine=bridge", "model=llama2_7b", "method=lora", "cluster.nodes=2", "model.megatron_path=/shared/base"],
+               "bridge.yaml", "train.train_iters"),
+    "megatron": (["engine=megatron", "model=tiny_llama", "method=lora", "cluster.nodes=2", "data=dolly"],
+                 "recipe.yaml", "train.max_steps"),
+    "reference": (["engine=reference", "model=tiny_llama", "method=lora", "cluster.nodes=2", "data=dolly"],
+                  "recipe.yaml", "train.max_steps"),
+}
+
+
+def _edited(tmp_path: Path, engine: str, steps: int) -> Path:
+    """A fresh timing render (50 steps) of the engine's cell with its step count edited to ``steps``."""
+    from vdkit.cli import main
+
+    cell, name, key = CELLS[engine]
+    assert main(["render", *cell, f"run.name={engine}", "--out", str(tmp_path), "--no-check-mounts"]) == 0
+    d = tmp_path / engine
+    data = yaml.safe_load((d / name).read_text())
+    section, field = key.split(".")
+    assert data[section][field] == 50
+    data[section][field] = steps
+    (d / name).write_text(yaml.safe_dump(data, sort_keys=False))
+    return d
+
+
+def _engine_check(engine: str, run_dir: Path):
+    """The engine's check up to its step-count line (no stack's slow probes): its Report."""
+    from vdkit.run.jobcheck import Report
+    from vdkit.run.rundir import load_plan
+
+    rep = Report(run_dir)
+    if engine == "nemo":
+        from vdkit.recipes.nemo import render_nemo_yaml
+        from vdkit.recipes.nemo.runcheck import edits
+
+        edits.check(run_dir, rep, render_nemo_yaml)
+    elif engine == "bridge":
+        from vdkit.recipes.bridge import edits, render_bridge_yaml
+
+        edits.check(run_dir, load_plan(run_dir), rep, render_bridge_yaml)
+    else:  # the kit's engines: the step count is checked first, a refusal returns before the model is built
+        from importlib import import_module
+
+        import_module(f"vdkit.recipes.{engine}.runcheck")._check(run_dir, rep)
+    return rep
+
+
+@pytest.mark.parametrize("engine", sorted(CELLS))
+def test_a_step_count_past_the_rendered_time_is_refused_with_the_replan(tmp_path, engine, capsys):
+    d = _edited(tmp_path, engine, 100_000)
+    capsys.readouterr()
+    defects = _engine_check(engine, d).defects
+    _, name, key = CELLS[engine]
+    assert len(defects) == 1, defects
+    assert f"{name} {key}=100000 is not the plan's 50 steps" in defects[0]
+    assert "the rendered launch asks --time" in defects[0]
+    # the re-plan command: the run's own overrides with the edited count
+    assert f"`vdkit render {' '.join(CELLS[engine][0])} run.name={engine} train.max_steps=100000`" in defects[0]
+
+
+def test_a_shorter_run_is_checked_with_the_plans_time_at_its_count(tmp_path, capsys):
+    d = _edited(tmp_path, "nemo", 20)
+    capsys.readouterr()
+    rep = _engine_check("nemo", d)
+    assert not rep.defects
+    line = next(text for _kind, text in rep.lines if "trainer.max_steps=20" in text)
+    assert "(the plan's 50): the plan's time plan at 20 steps of" in line and "GPU-hours in 1 allocation(s)" in line
