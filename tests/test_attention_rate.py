@@ -118,3 +118,28 @@ def test_the_nemo_job_runs_the_attention_kernels_its_plan_prices():
     got = A.rate(plan.recipe, P.calibration(), PEAK, 4096)
     assert got is not None and got.kernels == "flash2"
     assert nemo.env(plan)["NVTE_FUSED_ATTN"] == "0"
+
+
+def test_each_independent_row_prices_attention_on_the_te_its_image_ran():
+    """benchmarks/independent_runs.yaml: every row whose attention rate applies (BF16 attention on Hopper) names the
+    Transformer Engine its image ran, except those whose image runs the Bridge image's TE 2 (bridge_perf, mlperf51_8b)
+    and Oracle's v4.1 GPT3 rows (an early-access image whose TE was not read). The NeMo 24.07 container's rows
+    (nemo2407, nemo2412) ran TE 1.8.0.dev0 with cuDNN's attention off (NVTE_FUSED_ATTN: 0): flash-attn 2's rate."""
+    import yaml
+
+    from helpers import BENCH, bench_module
+    from vdkit.planner.activations import attention_precision
+
+    runs = bench_module("independent_runs")
+    calib = P.calibration()
+    untagged = set()
+    for row in yaml.safe_load((BENCH / "independent_runs.yaml").read_text())["runs"]:
+        r = runs._compose(row)
+        if attention_precision(r) != "bf16" or r.cluster.gpu_type not in calib["attention"]["gpus"]:
+            continue
+        if r.engine.transformer_engine is None:
+            untagged.add(row["name"] if row["source"].startswith("mlperf41") else row["source"])
+        if row["source"] in ("nemo2407", "nemo2412"):
+            assert A.te_version(r) == "1.8.0" and A.rate(r, calib, PEAK, 4096).kernels == "flash2", row["name"]
+    assert untagged == {"bridge_perf", "mlperf51_8b", "MLPerf GPT3 175B 192 nodes TP4 PP8 VP4 MBS2 (Oracle)",
+                        "MLPerf GPT3 175B 384 nodes TP4 PP8 VP4 MBS2 (Oracle)"}

@@ -264,6 +264,24 @@ def test_each_mlperf_gpt3_row_names_the_userbuffers_file_its_submitter_loaded():
         assert repos[row["source"]] in header, row["name"]
 
 
+def test_nemo_2407s_70b_row_names_the_userbuffers_file_its_launcher_script_loaded():
+    """The NeMo 24.07 Llama 3 70B row (TP 4 with sequence parallelism) ran NeMo-Framework-Launcher's
+    examples/training/llama/h100/llama3_70b_fp8.sh, which loads ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192: the row
+    prices the kit's copy of it (its header cites the script), not Transformer Engine's defaults."""
+    import yaml
+
+    from vdkit.composition import conftree
+    from vdkit.planner import tp_overlap
+
+    rows = yaml.safe_load((Path(__file__).parents[1] / "benchmarks" / "independent_runs.yaml").read_text())["runs"]
+    (row,) = [r for r in rows if r["name"] == "Llama 3 70B pretrain FP8 64 GPUs seq 8192 CP2"]
+    assert "parallelism.tp_comm_overlap_cfg=h100_fp8_h8192_tp4_mbs1_seqlen8192" in row["overrides"]
+    header = (conftree.conf_dir() / "tp_overlap" / "h100_fp8_h8192_tp4_mbs1_seqlen8192.yaml").read_text().split("\n\n")[0]
+    assert "llama3_70b_fp8.sh" in header and "tag 24.07" in header
+    ub = tp_overlap.settings(compose(row["overrides"]))
+    assert (ub["qkv_dgrad"]["num_sm"], ub["proj_fprop"]["num_sm"], ub["fc2_fprop"]["method"]) == (4, 24, "pipeline")
+
+
 def test_nvidias_70b_pretraining_rows_take_their_launcher_file_where_the_engine_renders_it():
     """step_time.yaml's anchors: the 70B pre-training rows ran llama2_70b.yaml's tuned userbuffers file, which the
     Bridge table (bench_prediction.py) applies; the fit's plan (the kit's NeMo engine, no userbuffers) refuses it."""
