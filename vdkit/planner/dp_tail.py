@@ -12,7 +12,9 @@ before the optimizer step. With ``overlap_param_gather`` the same bucket's updat
 in the next forward (``start_param_sync``, :250), before its first layer can run. Priced here: that bucket's
 reduce-scatter and all-gather, a ring all-reduce of its gradient bytes at the DP ring's bandwidth and latency (the
 same ring the hidden part uses). A PEFT job's trainable weights (adapters) are one bucket when smaller than one:
-all of it is the tail. Nothing is fitted.
+all of it is the tail. NeMo 1.23's fused path (Apex's DistributedFusedAdam with overlap_grad_sync, NVIDIA's fitted
+rows) buckets its gradients in backward order too; its bucket size (Apex's bucket_cap_mb) is taken as megatron-core's
+here - an assumption, not read from a run. Nothing is fitted.
 """
 from __future__ import annotations
 
