@@ -46,14 +46,13 @@ def test_a_layer_quantization_is_the_flop_weighted_useful_fraction_of_its_gemms(
 def test_the_8b_tp2_gemms_quantize_as_well_as_its_tp1_sibling_and_the_fitted_rows(G, cisco):
     """The shape is not the cause of the TP 2 row's -29 %: its GEMMs lose no more to tile and wave quantization than
     its TP 1 sibling's or the fitted 70B TP 4 rows' (the same per-GPU shapes at half the tokens), so a shape-aware
-    efficiency normalized to the fitted rows would move it by well under 1 % - and the faster way."""
+    efficiency normalized to the fitted rows would move it by well under 1 % - and the faster way (factor > 1)."""
     fit = G.fitted_rows()
     qs = [w["q"] for w in fit]
     rows = cisco
     tp1, tp2 = rows[(G.TP1, "as planned")], rows[(G.TP2, "as run: overlap off")]
     assert abs(tp2["q"] - tp1["q"]) < 0.01
     assert min(qs) <= tp2["q"] <= max(qs) and tp2["factor"] > 0.99
-    assert tp2["error"] < -0.2  # what the issue reports, and what this factor cannot close
 
 
 def test_the_decomposition_prices_tp1_as_run_and_tp2s_collectives_whole(G, cisco):
