@@ -47,7 +47,7 @@ def decompose(step, recipe) -> Dict[str, float]:
     eff = k[P.efficiency_key(recipe.train.precision)]
     attn_eff = q["attn_eff"] or k[P.efficiency_key(attention_precision(recipe))]
     gemm, attention = q["flops_s"] / eff, q["attn_flops_s"] / attn_eff
-    per_step = {"tail": q["per_step_host_s"], "drain": q.get("drain_s", 0.0), "dp": q["data_parallel_s"],
+    per_step = {"tail": q["per_step_host_s"], "drain": q.get("drain_s", 0.0), "dp": q["data_parallel_s"] + q.get("data_parallel_tail_s", 0.0),
                 "optimizer": step.optimizer_s, "bubble": step.bubble_s}
     host = q.get("host_bound_s", 0.0) / n  # the host issue time beyond the GPU work it hides behind
     # the CP column: the ring's exposed hops and its own copies and merges (vdkit.planner.cp_overheads, an overhead)

@@ -98,6 +98,8 @@ def test_nemo_fine_tuning_counts_its_tp_collectives_whole():
 @pytest.mark.parametrize("extra, overlaps", [
     (["parallelism.tp=2", "parallelism.pp=1"], True),
     (["parallelism.tp=2", "parallelism.pp=1", "parallelism.sequence_parallel=false"], False),
+    # turned off with sequence parallelism on: what a NeMo 2 job without its overlap callback runs (Cisco's 8B TP 2)
+    (["parallelism.tp=2", "parallelism.pp=1", "parallelism.tp_comm_overlap=false"], False),
     (["parallelism.tp=1", "parallelism.pp=1"], False)])
 def test_the_engines_answer_is_the_rendered_bridge_yaml(extra, overlaps):
     from vdkit.planner.plan import make_plan

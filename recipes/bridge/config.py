@@ -437,10 +437,10 @@ def _mixed_precision(t):
 
 
 def tp_comm_overlap(recipe, tp: int) -> bool:
-    """NVIDIA's TP communication overlap (Transformer Engine userbuffers, bootstrapped over NCCL: no MPI) for
-    ``recipe`` at TP ``tp``: where Bridge keeps it (training/comm_overlap.py: TP >= 2 with sequence parallelism)."""
+    """NVIDIA's TP communication overlap (TE userbuffers over NCCL) for ``recipe`` at TP ``tp``: where Bridge keeps it
+    (training/comm_overlap.py: TP >= 2 with SP) unless ``parallelism.tp_comm_overlap=false`` (megatron-core's default)."""
     sp = recipe.parallelism.sequence_parallel  # None (the planner's default, before it resolves): on when TP > 1
-    return tp > 1 and (sp is None or bool(sp))
+    return tp > 1 and (sp is None or bool(sp)) and bool(recipe.parallelism.tp_comm_overlap)
 
 
 def to_yaml(cfg: Dict, header: str = "") -> str:

@@ -180,6 +180,7 @@ class ParallelismCfg:
     recompute: Optional[str] = None  # none | selective | full; None: cheapest that fits
     recompute_num_layers: Optional[int] = None  # full recompute: layers per stage recomputed (the rest keep activations); None: all
     distributed_optimizer: Optional[bool] = None  # None: on for sft / pretrain
+    tp_comm_overlap: bool = True  # TP collectives overlapped with GEMMs where the engine does (Bridge: TP >= 2 with SP); false: never (NCCL, unoverlapped)
     tp_comm_overlap_cfg: Optional[str] = None  # TP overlap's userbuffers settings per GEMM (engine=bridge): a file in conf/tp_overlap/ (name); None: Transformer Engine's defaults
 
 

@@ -36,6 +36,8 @@ from __future__ import annotations
 import math
 from typing import Optional, Tuple
 
+from vdkit.planner.dp_tail import bucket_params
+
 
 def _layer_kernels(recipe) -> str:
     """The engine's layer kind (its spec's ``layer_kernels``, read through the registry): local | fused | hf."""
@@ -163,7 +165,7 @@ def drain_terms(recipe, micro: int, trainable_held: float, dp: int, distributed_
     ops, parts = (micro * d["loss"] if "loss" in drains else 0), {}
     if "grad_bucket" in drains:
         # buckets only with overlap_grad_reduce, which Bridge's render ties to the distributed optimizer
-        size = max(d["bucket_params"], d["bucket_params_per_dp_rank"] * dp)
+        size = bucket_params(calib, dp)
         buckets = max(1, math.ceil(trainable_held / size)) if distributed_optimizer else 1
         ops, parts = ops + buckets * d["grad_bucket"], {"grad_buckets": buckets}
     seconds = ops * op_cost_s()

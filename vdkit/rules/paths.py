@@ -32,6 +32,10 @@ def check_files(recipe) -> None:
             raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} is set but TP communication overlap "
                             "is off (it needs TP >= 2 with sequence parallelism)",
                             "set parallelism.tp >= 2 with parallelism.sequence_parallel on, or parallelism.tp_comm_overlap_cfg=null")
+        if not p.tp_comm_overlap:  # the file configures an overlap the recipe turns off
+            raise UserError(f"parallelism.tp_comm_overlap_cfg={p.tp_comm_overlap_cfg} is set but "
+                            "parallelism.tp_comm_overlap=false turns TP communication overlap off",
+                            "drop parallelism.tp_comm_overlap_cfg, or set parallelism.tp_comm_overlap=true")
     # A local model.hf_path is a mount like data.data_dir: checked by render / run under the --check-mounts
     # rule (vdkit.render.prepare.check_local_paths, the engine's `inputs`), never by plan or composition.
 
