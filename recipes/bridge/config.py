@@ -33,7 +33,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Dict, Optional
 
-from vdkit.planner import recompute
+from vdkit.planner import lora_targets, recompute
 from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
@@ -360,8 +360,8 @@ def _peft(plan) -> Optional[dict]:
     m = plan.recipe.method
     if m.peft_scheme != "lora":
         return None
-    return {_T: "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"], "dim": m.lora_adapter_dim,
-            "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
+    return {_T: "megatron.bridge.peft.lora.LoRA", "target_modules": list(lora_targets.of(plan.recipe)),
+            "dim": m.lora_adapter_dim, "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
 
 
 def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:
