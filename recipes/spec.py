@@ -88,6 +88,7 @@ class EngineSpec:
     # method.lora_targets layers its LoRA can adapt (vdkit.planner.lora_targets; default: QKV alone)
     lora_targets: Tuple[str, ...] = LORA_DEFAULT_TARGETS
     no_lora_targets: str = "its stack adapts QKV only"  # why not the others (when not)
+    lora_a2a: bool = False  # whether it renders method.lora_a2a (the row-parallel adapters' all-to-all)
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
@@ -262,6 +263,10 @@ def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
         return (f"method.lora_targets names {', '.join(odd)}: engine={spec.name} cannot put LoRA there "
                 f"({spec.no_lora_targets})", ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
                 + "method.lora_targets=[" + ",".join(spec.lora_targets) + "]")
+    if recipe.method.name == "lora" and recipe.method.lora_a2a and not spec.lora_a2a:
+        can = [s.name for s in others if s.lora_a2a]
+        return (f"method.lora_a2a=true: engine={spec.name} renders no all-to-all for LoRA's row-parallel adapters",
+                ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "method.lora_a2a=false")
     if recipe.train.fp8_attention and not spec.fp8_attention:
         can = [s.name for s in others if s.fp8_attention]
         return (f"train.fp8_attention=true: engine={spec.name} cannot run FP8 attention ({spec.no_fp8_attention})",

@@ -99,6 +99,7 @@ class MethodCfg:
     lora_adapter_dim: int = 32  # LoRA rank (method=lora)
     lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
     lora_targets: List[str] = field(default_factory=lambda: list(LORA_DEFAULT_TARGETS))  # LoRA adapts: LORA_TARGETS
+    lora_a2a: bool = False  # row-parallel adapters' output by all-to-all under SP (Bridge LoRA a2a_experimental)
     ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
     ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
     ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)

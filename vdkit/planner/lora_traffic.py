@@ -67,9 +67,10 @@ def layer_bytes(recipe, tokens: float, tp: int, recompute_share: float = 0.0) ->
             backward += BF16 * (4 * t * o + 2 * a * t * i + 3 * a * x * i) + drop
         else:
             i /= tp  # this GPU's share of the input rows
+            whole = x * out if sp and recipe.method.lora_a2a else t * out  # the all-to-all's [x, out], else the gather's
             drop = (BF16 + BF16 + MASK) * t * i if dropout else 0.0
-            forward += BF16 * (t * i + t * out + 5 * x * out) + drop
-            backward += BF16 * (2 * x * out + t * out + 2 * t * out / tp + 5 * t * i) + drop
+            forward += BF16 * (t * i + whole + 5 * x * out) + drop
+            backward += BF16 * (2 * x * out + whole + 2 * t * out / tp + 5 * t * i) + drop
     return (1.0 + recompute_share) * forward + backward
 
 
@@ -80,18 +81,21 @@ def row_collective_s(recipe, tokens: float, tp: int, link_gb_s: float, latency_s
     (RowParallelLinear) and so is B's input gradient in the backward (its ColumnParallelLinear copies its input to
     the TP region), ``[t, r]`` each; B all-gathers its output (``gather_output=True``) and under SP the backward
     gathers that gradient again (``scatter_to_sequence_parallel_region``'s backward), ``[t, out]`` each (Bridge
-    0.3.1 peft/utils.py 481-527 and ``ParallelLinearAdapter.forward``; a2a_experimental off, as the kit renders it).
+    0.3.1 peft/utils.py 481-527 and ``ParallelLinearAdapter.forward``). With ``method.lora_a2a`` under SP
+    (``a2a_experimental``, utils.py 508-515 and 636-640) B keeps its output split and an all-to-all turns
+    ``[t, out / TP]`` into ``[t / TP, out]`` each way: 1 / TP of the gather's bytes.
     A recomputed forward runs its two again."""
     if tp <= 1:
         return 0.0
     m, r = recipe.model, recipe.method.lora_adapter_dim
     sp = effective_sp(tp, recipe.parallelism.sequence_parallel)
+    a2a = sp and recipe.method.lora_a2a
     ring = (tp - 1) / tp / (link_gb_s * 1e9)
     total = 0.0
     for name in lora_targets.of(recipe):
         if lora_targets.TARGETS[name].split == "row":
             reduce = 2 * ring * BF16 * tokens * r + latency_s  # an all-reduce moves twice an all-gather's share
-            gather = ring * BF16 * tokens * lora_targets.shape(m, name)[1] + latency_s
+            gather = ring * BF16 * tokens * lora_targets.shape(m, name)[1] / (tp if a2a else 1) + latency_s
             total += (1 + recompute_share) * (reduce + gather) + reduce + (gather if sp else 0.0)
     return total
 
