@@ -70,10 +70,10 @@ and its A output (rank r, gathered), ``sbr``.
 Frozen base weights on the fused set (derived from Transformer Engine's source, not measured - TE does not
 run on the CPU), by the TE each engine's image runs (conf/calibration/memory.yaml
 ``transformer_engine_major``): NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
-(nemo 26.02.01: TE 2.12). Both engines' LoRA targets
-QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's ``lora_tuning`` is a
-``LoraKQVAdapter``, nemo/collections/nlp/parts/peft_config.py); ``q`` below is a saved linear input's bytes
-(``e``, 1 in FP8):
+(nemo 26.02.01: TE 2.12). QKV's adapter is counted here (NeMo 1.23's ``lora_tuning`` is a ``LoraKQVAdapter``
+only, nemo/collections/nlp/parts/peft_config.py; Bridge's ``target_modules`` default ``[linear_qkv]``), the
+other ``method.lora_targets`` by vdkit.planner.lora_targets ``activation_bytes`` (measured on the local layers,
+tests/test_activation_memory.py); ``q`` below is a saved linear input's bytes (``e``, 1 in FP8):
 
 - frozen Linear (the output projection, fc2) keeps no input, bf16 or FP8 (TE 2.12 module/linear.py:144
   ``backward_needs_input = is_grad_enabled and weight.requires_grad``, :402-404 ``saved_inputmat = None;
