@@ -178,7 +178,7 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
         from vdkit.planner import lora_targets as targets
 
         extra = targets.activation_bytes(m, s, b, tp, sequence_parallel, element, 1.0 if fp8 else element, kernels,
-                                         lora_dim, tuple(lora_targets), _te_major(engine) == 1)
+                                         lora_dim, tuple(lora_targets), _te_major(engine) == 1, autocast)
     if kernels == "hf":
         from vdkit.planner.hf_activations import hf_layer_bytes
 

@@ -104,36 +104,42 @@ def flops_per_token(m, adapter_dim: int, targets: Tuple[str, ...], qkv: str = "f
 
 
 def activation_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, e: float, q: float, kernels: str,
-                     lora_dim: int, targets: Tuple[str, ...], te1: bool = False) -> float:
+                     lora_dim: int, targets: Tuple[str, ...], te1: bool = False, autocast: bool = False) -> float:
     """Bytes one layer's adapters on the targets other than QKV keep for backward, per micro batch (QKV's adapter:
     vdkit.planner.activations). ``q``: a saved linear input's bytes on the fused set (1 in FP8); ``te1``: NeMo's
     Transformer Engine 1.x (which adapts QKV only, so never reached with another target). Each adapter keeps A's
     output (rank r, whole: B reads it) and A's input where no other op keeps that tensor:
 
-    - ``linear_proj`` (row-parallel A, input ``[s, b, h / t]``): the fused set's projection input is flash
-      attention's saved output (nothing more); the local layers' and transformers' frozen projection keeps none
-      (``+ sbh/t e``);
+    - ``linear_proj`` (row-parallel A, input ``[s, b, h / t]``): the fused set's and transformers' projection input
+      is the attention's saved output (nothing more; under autocast peft's A keeps its own bf16 cast, ``+ sbh e``);
+      the local layers' frozen projection keeps none (``+ sbh/t e``);
     - ``linear_fc2`` (row-parallel A): its input is the activation's output, which a frozen fc2 keeps nowhere
-      (``+ sbf/t e``);
+      (``+ sbf/t e``) - but ReLU's backward keeps it (transformers' OPT in fp32: nothing more);
     - ``linear_fc1`` (column-parallel A, as QKV's): the norm output, gathered over the sequence under SP (the
       local layers' adapter gathers it itself), and on TE 2.x the frozen norm + linear no longer drops its own
       ``ln_out`` (``+ sbh n q``; vdkit.planner.activations ``_frozen_fused_savings``); transformers' gate and up
-      adapters read one norm output and keep an A output each.
+      adapters read one norm output (under autocast each its own cast) and keep an A output each.
+
+    transformers' terms are measured in fp32 and under autocast (tests/test_hf_activations.py), the local layers'
+    in fp32 at TP 1 and 2 (tests/test_activation_memory.py, tests/test_megatron_engine.py); TE's are derived.
     """
     h, f = m.hidden_size, m.ffn_hidden_size
     n = 1.0 / tp if sequence_parallel else 1.0
     gated = getattr(m, "activation", "swiglu") == "swiglu"
+    relu = getattr(m, "activation", "swiglu") == "relu"
+    hf = kernels == "hf"
     total = 0.0
     for name in targets:
         if name == "linear_qkv":
             continue
-        r = s * b * lora_dim * e * (2 if kernels == "hf" and name == "linear_fc1" and gated else 1)
+        copies = 2 if hf and name == "linear_fc1" and gated else 1  # peft's gate and up adapters
+        r = copies * s * b * lora_dim * e
         if name == "linear_proj":
-            total += r + (0.0 if kernels == "fused" else s * b * h / tp * e)
+            total += r + (s * b * h / tp * e if kernels == "local" or (hf and autocast) else 0.0)
         elif name == "linear_fc2":
-            total += r + s * b * f / tp * e
+            total += r + (0.0 if hf and relu and not autocast else s * b * f / tp * e)
         elif kernels == "fused":
             total += r + (0.0 if te1 else s * b * h * n * q) + (s * b * h * e if (q < e or n < 1.0) else 0.0)
         else:
-            total += r + s * b * h * e
+            total += r + (copies if hf and autocast else 1) * s * b * h * e
     return total
