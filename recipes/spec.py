@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional, Tuple
 
+from vdkit.composition.schema import LORA_DEFAULT_TARGETS, LORA_TARGETS
+
 HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "resume_check", "env", "container",
          "finished_line", "make_base", "notes", "fp32_params", "fp8_bf16_layers", "tp_comm_overlap")  # the optional functions; ``command`` is required
 
@@ -83,6 +85,10 @@ class EngineSpec:
     # parallelism.distributed_optimizer is unset, and the engine's check refuses it set false
     fp8_needs_distributed_optimizer: bool = False
     precisions: Tuple[str, ...]  # train.precision values
+    # method.lora_targets layers its LoRA can adapt (vdkit.planner.lora_targets; default: QKV alone)
+    lora_targets: Tuple[str, ...] = LORA_DEFAULT_TARGETS
+    no_lora_targets: str = "its stack adapts QKV only"  # why not the others (when not)
+    lora_a2a: bool = False  # whether it renders method.lora_a2a (the row-parallel adapters' all-to-all)
     optimizer_dtypes: Tuple[str, ...] = ("fp32",)  # train.optimizer_dtype values it renders
     swiglu_input_dtypes: Tuple[str, ...] = ("bf16",)  # train.swiglu_input_dtype values it renders
     context_parallel: bool  # whether parallelism.cp > 1 splits a sequence in its stack
@@ -162,7 +168,7 @@ class EngineSpec:
                              ("precisions", schema.PRECISIONS), ("gpu_vendors", schema.GPU_VENDORS),
                              ("optimizer_dtypes", schema.OPTIMIZER_DTYPES),
                              ("swiglu_input_dtypes", schema.SWIGLU_INPUT_DTYPES), ("cuda_graphs", schema.CUDA_GRAPHS),
-                             ("loop_drains", schema.LOOP_DRAINS)):
+                             ("loop_drains", schema.LOOP_DRAINS), ("lora_targets", LORA_TARGETS)):
             value = getattr(self, key)
             if isinstance(value, str) or not isinstance(value, tuple):
                 bad(f"{key} must be a tuple of names, not {value!r}")
@@ -251,6 +257,16 @@ def refusal(recipe, spec: EngineSpec, others) -> Optional[tuple]:
             return (f"{key}={value}: engine={spec.name} has no such {word} (its {attr}: {', '.join(getattr(spec, attr))})",
                     ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
                     + " or ".join(f"{key}={v}" for v in getattr(spec, attr)))
+    odd = [t for t in recipe.method.lora_targets if t not in spec.lora_targets] if recipe.method.name == "lora" else []
+    if odd:
+        can = [s.name for s in others if not set(recipe.method.lora_targets) - set(s.lora_targets)]
+        return (f"method.lora_targets names {', '.join(odd)}: engine={spec.name} cannot put LoRA there "
+                f"({spec.no_lora_targets})", ("use engine=" + " or engine=".join(can) + ", or " if can else "use ")
+                + "method.lora_targets=[" + ",".join(spec.lora_targets) + "]")
+    if recipe.method.name == "lora" and recipe.method.lora_a2a and not spec.lora_a2a:
+        can = [s.name for s in others if s.lora_a2a]
+        return (f"method.lora_a2a=true: engine={spec.name} renders no all-to-all for LoRA's row-parallel adapters",
+                ("use engine=" + " or engine=".join(can) + ", or " if can else "use ") + "method.lora_a2a=false")
     if recipe.train.fp8_attention and not spec.fp8_attention:
         can = [s.name for s in others if s.fp8_attention]
         return (f"train.fp8_attention=true: engine={spec.name} cannot run FP8 attention ({spec.no_fp8_attention})",

@@ -249,3 +249,41 @@ def test_layers_in_flight_are_megatron_cores_1f1b_warmup():
             total, all_warmup, warmup, _ = get_pp_rank_microbatches(microbatches, vp, pp, p2p_communicator=comm)
             chunks = total if all_warmup else warmup + 1
             assert layers_in_flight(layers, pp, vp, microbatches, rank) == chunks * layers / vp, (pp, vp, rank)
+
+
+def _lora_block_bytes(targets, mode, rank=8):
+    """The frozen block with megatron engine's LoRA adapters (recipes/megatron/model.py LoraLinear) on ``targets``."""
+    import torch
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    from vdkit.recipes.common.mcore_cpu import local_block_spec
+    from vdkit.recipes.megatron.activations import saved_bytes_per_layer
+    from vdkit.recipes.megatron.model import BASE_SPLIT, _adapter_classes
+
+    config = _config(1, False, mode)
+    block = TransformerBlock(config, local_block_spec(config), post_layer_norm=False)
+    for p in block.parameters():
+        p.requires_grad_(False)
+    lora = _adapter_classes()[0]
+    for layer in block.layers:
+        for parent in (layer.self_attention, layer.mlp):
+            for name in targets:
+                if getattr(parent, name, None) is not None:
+                    setattr(parent, name, lora(getattr(parent, name), BASE_SPLIT[name], rank, config, 0.0))
+    rope = RotaryEmbedding(kv_channels=config.kv_channels, rotary_percent=1.0)(SEQ)
+    x = torch.randn(SEQ, 1, H, dtype=config.params_dtype, requires_grad=True)
+    return saved_bytes_per_layer(block.layers, list(block.parameters()),
+                                 lambda: block(x, attention_mask=None, rotary_pos_emb=rope))
+
+
+@pytest.mark.parametrize("targets,mode", [
+    (("linear_qkv", "linear_proj"), "none"), (("linear_qkv", "linear_proj"), "selective"),
+    (("linear_fc1",), "none"), (("linear_fc2",), "none"),
+    (("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"), "none")])
+def test_lora_targets_adapters_keep_what_the_plan_counts(one_rank, targets, mode):
+    # method.lora_targets: each adapter beyond QKV's keeps its input where the frozen base does not, and A's output
+    got = _lora_block_bytes(targets, mode)
+    for measured in got[1:]:
+        want = layer_bytes(_model(), SEQ, 1, 1, False, mode, "local", 4.0, "lora", 8, lora_targets=targets)
+        assert abs(measured - want) <= TOL * want, (targets, mode, measured, want)

@@ -110,7 +110,9 @@ CASES = {"7b-sft-tp2pp2vp4": ["model=llama2_7b", "method=sft", "parallelism.tp=2
          # Bridge's own Llama 3.1 provider; FP8 as current scaling with the distributed optimizer
          "llama31-8b-sft": ["model=llama3_1_8b", "method=sft", "train.seq_length=4096", "data.data_dir=/data/dolly",
                             "model.megatron_path=/models/llama31-8b-bridge"],
-         "7b-lora-fp8": ["model=llama2_7b", "method=lora", "train.precision=fp8", "parallelism.distributed_optimizer=true"]}
+         "7b-lora-fp8": ["model=llama2_7b", "method=lora", "train.precision=fp8", "parallelism.distributed_optimizer=true"],
+         # MLPerf's LoRA: QKV and the output projection, the projection's output by all-to-all
+         "70b-lora-attention": [*ISSUE_CELL[1:], "method.lora_targets=[linear_qkv,linear_proj]", "method.lora_a2a=true"]}
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +130,7 @@ def bridge_loads(tmp_path_factory):
     return dict(zip(paths, lines))
 
 
-@pytest.mark.parametrize("case", ["7b-sft-tp2pp2vp4", "13b-pretrain", "70b-lora-2node"])
+@pytest.mark.parametrize("case", ["7b-sft-tp2pp2vp4", "13b-pretrain", "70b-lora-2node", "70b-lora-attention"])
 def test_config_carries_the_plan(case, tmp_path, bridge_loads):
     run_dir, cfg, plan = _config(["engine=bridge", *CASES[case]], tmp_path)
     r, m = plan.recipe, cfg["model"]
@@ -160,8 +162,9 @@ def test_config_carries_the_plan(case, tmp_path, bridge_loads):
         assert cfg["dataset"]["_target_"].endswith("FinetuningDatasetConfig")
         assert cfg["dataset"]["dataset_root"] == r.data.data_dir
     if r.method.name == "lora":
-        assert cfg["peft"] == {"_target_": "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"],
-                               "dim": r.method.lora_adapter_dim, "alpha": r.method.lora_adapter_dim, "dropout": 0.0}
+        a2a = {"a2a_experimental": True} if r.method.lora_a2a else {}  # rendered only when set
+        assert cfg["peft"] == {"_target_": "megatron.bridge.peft.lora.LoRA", "target_modules": list(r.method.lora_targets),
+                               "dim": r.method.lora_adapter_dim, "alpha": r.method.lora_adapter_dim, "dropout": 0.0, **a2a}
     if bridge_loads is not None:  # Bridge's own loader accepted every key (strict) and built the container
         provider_, tp, pp, peft, _packed = bridge_loads[case].split()[:5]
         assert (provider_, int(tp), int(pp)) == (provider, plan.tp, plan.pp)

@@ -131,3 +131,23 @@ def test_sharded_plans_count_the_same_layers_in_bf16(arch):
                     assert planned == pytest.approx(s * H * 2)  # the bf16 input
                 for got in _measure(r, "bf16")[1:]:
                     assert abs(got - planned) <= TOL * planned, (method, attention, recompute, got, planned)
+
+
+TARGET_SETS = (("linear_qkv", "linear_proj"), ("linear_fc1",), ("linear_fc2",),
+               ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"))
+
+
+@pytest.mark.parametrize("arch", ["llama", "opt"])
+def test_lora_targets_adapters_keep_what_the_plan_counts(arch):
+    """method.lora_targets beyond QKV (peft's o_proj / out_proj, gate_proj + up_proj / fc1, down_proj / fc2), in fp32
+    and under autocast: each adapter's A output, and its input where no other op keeps that tensor (a cast copy under
+    autocast). Layers 2.. are compared: without a QKV adapter layer 0's attention needs no gradient, so the shared
+    RoPE table is first saved by layer 1."""
+    for cluster, regime in (("local", "fp32"), ("xe9680", "autocast")):
+        base = _composed(arch, "lora", cluster)
+        for targets in TARGET_SETS:
+            r = dataclasses.replace(base, method=dataclasses.replace(base.method, lora_targets=list(targets)))
+            r = r.with_parallelism(recompute="none", sharding="none")
+            planned = _plan_per_layer(r, "none")
+            for got in _measure(r, regime)[2:]:
+                assert abs(got - planned) <= TOL * planned, (arch, regime, targets, got, planned)

@@ -9,10 +9,11 @@ from vdkit.planner import lora_traffic as L
 from vdkit.planner import predict as P
 
 
-def _lora(method="lora", dropout=0.0, qkv="fused", sp=True):
+def _lora(method="lora", dropout=0.0, qkv="fused", sp=True, targets=("linear_qkv",), a2a=False):
     # Llama 2 70B's attention: hidden 8192, 64 heads of 128, 8 KV groups (K / V 1024 columns each)
-    model = SimpleNamespace(hidden_size=8192, num_attention_heads=64, num_query_groups=8)
-    return SimpleNamespace(model=model, method=SimpleNamespace(name=method, lora_dropout=dropout),
+    model = SimpleNamespace(hidden_size=8192, num_attention_heads=64, num_query_groups=8, ffn_hidden_size=28672)
+    return SimpleNamespace(model=model, method=SimpleNamespace(name=method, lora_dropout=dropout, lora_targets=targets,
+                                                               lora_adapter_dim=16, lora_a2a=a2a),
                            engine=SimpleNamespace(lora_qkv=qkv), parallelism=SimpleNamespace(sequence_parallel=sp))
 
 
@@ -62,6 +63,43 @@ def test_the_step_pays_each_layers_adapter_bytes_at_hbm_bandwidth(monkeypatch):
     step = P.predict_step(r, 4, 1, 1, "none", True)
     expected = 4 * step.parts["straggler"] * 80 * (FWD + BWD) / 3.35e12  # ~0.054 s a step
     assert step.parts["lora_traffic_s"] == pytest.approx(expected, rel=1e-9)
-    monkeypatch.setattr(L, "layer_bytes", lambda *a, **k: 0.0)
+    monkeypatch.setattr(L, "layer_s", lambda *a, **k: 0.0)
     without = P.predict_step(r, 4, 1, 1, "none", True)
     assert step.total_s - without.total_s == pytest.approx(expected, rel=1e-6)
+
+
+# The output projection's adapter (method.lora_targets): row-parallel, its input this GPU's [t, h / TP] (2048 of 8192
+# columns), B's output gathered whole [t, h] and split back to x = t / TP under SP (Bridge's ParallelLinearAdapter)
+PROJ_FWD = 2 * (4096 * 2048 + 4096 * 8192 + 5 * 1024 * 8192)  # input read, gathered output, scale + add on [x, h]
+PROJ_BWD = 2 * (2 * 1024 * 8192 + 4096 * 8192 + 2 * 4096 * 8192 / 4 + 5 * 4096 * 2048)
+
+
+def test_the_projections_adapter_bytes_hand_counted():
+    both = _lora(targets=("linear_qkv", "linear_proj"))
+    assert L.layer_bytes(both, 4096, 4) == FWD + BWD + PROJ_FWD + PROJ_BWD
+    assert L.layer_bytes(_lora(targets=("linear_proj",)), 4096, 4) == PROJ_FWD + PROJ_BWD
+    # all-to-all (method.lora_a2a): B's output stays split, the all-to-all writes [x, h], not the gathered [t, h]
+    a2a = L.layer_bytes(_lora(targets=("linear_proj",), a2a=True), 4096, 4)
+    assert a2a == PROJ_FWD + PROJ_BWD - 2 * 2 * (4096 - 1024) * 8192
+
+
+def test_a_row_parallel_adapters_tp_collectives():
+    # 4096 tokens at TP 4 over 400 GB/s with 10 us each: A's rank-16 output all-reduced forward and its input gradient
+    # backward; B's [t, h] output gathered forward and (SP) its gradient gathered backward
+    ring = 3 / 4 / 400e9
+    reduce, gather = 2 * ring * 2 * 4096 * 16 + 1e-5, ring * 2 * 4096 * 8192 + 1e-5
+    proj = _lora(targets=("linear_qkv", "linear_proj"))
+    assert L.row_collective_s(proj, 4096, 4, 400, 1e-5) == pytest.approx(2 * reduce + 2 * gather, rel=1e-12)
+    assert L.row_collective_s(proj, 4096, 4, 400, 1e-5, 1.0) == pytest.approx(3 * reduce + 3 * gather, rel=1e-12)
+    a2a = ring * 2 * 4096 * 8192 / 4 + 1e-5  # each GPU's [t, h / TP] by all-to-all: 1 / TP of the gather
+    assert L.row_collective_s(_lora(targets=("linear_proj",), a2a=True), 4096, 4, 400, 1e-5) == pytest.approx(
+        2 * reduce + 2 * a2a, rel=1e-12)
+    assert L.row_collective_s(_lora(), 4096, 4, 400, 1e-5) == 0.0  # QKV's adapter: TE's collectives (tp_overlap)
+    assert L.row_collective_s(proj, 4096, 1, 400, 1e-5) == 0.0
+
+
+def test_the_adapters_time_is_their_bytes_or_their_flops_whichever_is_longer():
+    r = _lora(targets=("linear_qkv", "linear_proj"))
+    flops = 4096 / 4 * 6 * 16 * (8192 + 10240 + 8192 + 8192)  # forward, input and weight gradients, 1 / TP
+    assert L.layer_s(r, 4096, 4, 0.0, 3.35e12, 1e15) == L.layer_bytes(r, 4096, 4) / 3.35e12  # rank 16: bytes
+    assert L.layer_s(r, 4096, 4, 0.0, 3.35e12, 1e6) == pytest.approx(flops / 1e6, rel=1e-12)

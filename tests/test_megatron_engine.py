@@ -32,6 +32,9 @@ BASE = ["engine=megatron", "model.num_layers=4", "train.seq_length=128", "method
         "train.global_batch_size=8", "train.micro_batch_size=2", "train.max_steps=6",
         "engine.checkpoint_every_n_steps=2"]
 LR = {"sft": "method.lr=1e-3", "lora": "method.lr=1e-2", "ptuning": "method.lr=1e-2"}
+# LoRA on every linear (method.lora_targets; row-parallel proj / fc2 too): the layouts below train alike and each rank's
+# weights, gradients, optimizer state and activations agree with the plan, at no extra run
+METHOD_EXTRA = {"lora": ["method.lora_targets=[linear_qkv,linear_proj,linear_fc1,linear_fc2]"]}
 LAYOUTS = {
     "one": ["cluster.gpus_per_node=1"],
     # activation recomputation changes no loss: selective under TP, full under PP
@@ -79,7 +82,8 @@ class Runs:
         if key not in self.done:
             name = f"{method}_{layout}{'_lr0' if lr0 else ''}"
             lr = ["method.lr=0.0", "method.min_lr=0.0"] if lr0 else [LR[method]]
-            self.done[key] = _vdkit_run(self.root / name, [*BASE, f"method={method}", *lr, *LAYOUTS[layout], *extra])
+            self.done[key] = _vdkit_run(self.root / name, [*BASE, f"method={method}", *METHOD_EXTRA.get(method, ()), *lr,
+                                                           *LAYOUTS[layout], *extra])
         return self.done[key]
 
 

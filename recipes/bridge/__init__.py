@@ -20,6 +20,7 @@ import sys
 from pathlib import Path, PurePosixPath
 from typing import List
 
+from vdkit.composition.schema import LORA_TARGETS
 from vdkit.errors import UserError
 from vdkit.run.rundir import BRIDGE_EXPORT_FILE as EXPORT_FILE, BRIDGE_IMPORT_FILE as IMPORT_FILE
 from vdkit.run.rundir import BRIDGE_CONFIG_FILE, BRIDGE_JOB_FILE as JOB_FILE, FIRST_FILE
@@ -362,6 +363,8 @@ SPEC = EngineSpec(
              "embedding_dim": "Llama providers have no projected word embedding",
              "pre_norm": "Llama providers are pre-norm only"},
     methods=("sft", "lora", "pretrain"),  # Bridge's PEFT: LoRA, DoRA, canonical LoRA (no P-tuning)
+    lora_targets=LORA_TARGETS,  # peft.target_modules (Bridge 0.3.1 peft/lora.py: any TE linear of the layer)
+    lora_a2a=True,  # peft.a2a_experimental (peft/lora.py:91)
     precisions=("bf16", "fp8"),
     fp8_needs_distributed_optimizer=True,  # its FP8 preset's fp8_param_gather (config.PRECISION; check refuses it off)
     # bf16: megatron-core's precision-aware distributed optimizer (config.py BF16_OPTIMIZER_STATE)

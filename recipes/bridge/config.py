@@ -33,7 +33,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Dict, Optional
 
-from vdkit.planner import recompute
+from vdkit.planner import lora_targets, recompute
 from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
@@ -357,11 +357,10 @@ def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:
 
 
 def _peft(plan) -> Optional[dict]:
-    m = plan.recipe.method
-    if m.peft_scheme != "lora":
-        return None
-    return {_T: "megatron.bridge.peft.lora.LoRA", "target_modules": ["linear_qkv"], "dim": m.lora_adapter_dim,
-            "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout}
+    m = plan.recipe.method  # method.lora_a2a: a2a_experimental, rendered only when set (the defaults' file unchanged)
+    return None if m.peft_scheme != "lora" else {
+        _T: "megatron.bridge.peft.lora.LoRA", "target_modules": list(lora_targets.of(plan.recipe)), "dim": m.lora_adapter_dim,
+        "alpha": m.lora_adapter_dim, "dropout": m.lora_dropout, **({"a2a_experimental": True} if m.lora_a2a else {})}
 
 
 def bridge_config(plan, run_dir, ckpt_dir, in_container: bool = False) -> Dict:

@@ -327,7 +327,7 @@ def _peft(cfg, plan, model, rep: Report) -> None:
                    "linear_proj, linear_fc1, linear_fc2), or re-render")
     else:
         rep.defect(line + " - another adapter than planned", "peft.target_modules / peft.dim",
-                   "align them with the plan (method.lora_adapter_dim, engine.lora_qkv), or re-render")
+                   "align them with the plan (method.lora_targets, method.lora_adapter_dim), or re-render")
 
 
 def _model(cfg, plan, tok, rep: Report) -> None:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from vdkit.composition.schema import LORA_TARGETS
 from vdkit.recipes.common.mcore_cpu import TESTED_VERSION
 from vdkit.recipes.spec import EngineSpec
 
@@ -173,6 +174,7 @@ SPEC = EngineSpec(
     refuses={"embedding_dim": "GPTModel has no projected word embedding",
              "pre_norm": "megatron-core's layer spec is pre-norm only"},
     methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16",),
+    lora_targets=LORA_TARGETS,  # model.py LoraLinear: column- and row-parallel bases (BASE_SPLIT)
     context_parallel=False,
     no_context_parallel=("it builds megatron-core's local layer spec, whose DotProductAttention asserts "
                          "context_parallel_size == 1 (only Transformer Engine's attention splits a sequence)"),

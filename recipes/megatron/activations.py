@@ -87,6 +87,7 @@ def chunk_report(chunks, plan, cuda: bool) -> dict:
     import torch
 
     from vdkit.planner.activations import layer_bytes
+    from vdkit.planner import lora_targets
     from vdkit.planner.memory import activation_bytes
 
     r = plan.recipe
@@ -113,7 +114,7 @@ def chunk_report(chunks, plan, cuda: bool) -> dict:
         rest = "none" if p.recompute == "full" else (p.recompute or "none")  # partial: the others keep all
         planned += [layer_bytes(m, seq, t.micro_batch_size, tp, sp,
                                 "full" if i < recomputed else rest, "local", activation_bytes("bf16" if cuda else "fp32"),
-                                peft, r.method.lora_adapter_dim)
+                                peft, r.method.lora_adapter_dim, lora_targets=lora_targets.of(r))
                     for i in range(len(block.layers))]
         if recomputed and rope is not None:  # the first checkpoint also saves the chunk's RoPE table
             planned[len(planned) - len(block.layers)] += rope.numel() * rope.element_size()

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import Callable, List, Optional
 
 from vdkit.errors import UserError
+from vdkit.planner import lora_targets
 
 INIT_STD = 0.02  # NeMo / Megatron init_method_std
-LORA_TARGETS = ("linear_qkv",)  # NeMo 1.23 lora_tuning: adapters on the fused QKV only
 PTUNING_INIT_STD = 0.023  # NeMo's p_tuning.init_std
 #: megatron-core's module name -> how the base layer is split across tensor-parallel ranks
-BASE_SPLIT = {"linear_qkv": "column", "linear_proj": "row", "linear_fc1": "column", "linear_fc2": "row"}
+BASE_SPLIT = {name: t.split for name, t in lora_targets.TARGETS.items()}
 
 
 @dataclass(frozen=True)
@@ -264,7 +264,7 @@ def build_chunks(recipe, layout: Layout, cuda: bool, load_base: Optional[Callabl
             Lora, _ = _adapter_classes()
             for layer in gpt.decoder.layers:
                 for parent in (layer.self_attention, layer.mlp):
-                    for name in LORA_TARGETS:
+                    for name in lora_targets.of(recipe):  # method.lora_targets
                         base = getattr(parent, name, None)
                         if base is not None:
                             setattr(parent, name, Lora(base, BASE_SPLIT[name], method.lora_adapter_dim, config,

@@ -247,6 +247,8 @@ SPEC = EngineSpec(
              "embedding_dim": "NeMo's GPT model has no projected word embedding",
              "pre_norm": "NeMo's GPT model config here is pre-norm"},
     methods=("sft", "lora", "ptuning", "pretrain"), precisions=("bf16", "fp8"),
+    no_lora_targets=("NeMo 1.23's lora_tuning adapts the fused QKV only: its LoraPEFTConfig builds LORA_KQV_ADAPTER "
+                     "alone and reads no target_modules (nemo/collections/nlp/parts/peft_config.py 62-122)"),
     optimizer_dtypes=("fp32", "bf16"),  # distributed_fused_adam's dtype / grad_sync_dtype (recipes/nemo/config.py _optim)
     context_parallel=True,  # NeMo 1.23's context_parallel_size (megatron_base_model.py:196), TE attention
     no_fp8_attention=("NeMo 1.23 has no FP8 attention setting: its source never names fp8_dot_product_attention or "

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import List, Union
 
+from vdkit.composition.schema import LORA_TARGETS
 from vdkit.errors import UserError
 from vdkit.recipes.spec import EngineSpec
 
@@ -177,6 +178,7 @@ SPEC = EngineSpec(
              "nemo_path": "engine=nemo's base model", "megatron_path": "engine=bridge's base model",
              "pretrained": "from_pretrained when model.hf_path is set, else seeded weights"},
     methods=("sft", "lora", "ptuning", "pretrain"), shardings=("none", "fsdp", "zero3"),
+    lora_targets=LORA_TARGETS,  # peft's LoraConfig.target_modules, transformers' names (vdkit.planner.lora_targets)
     data_parallel_only=True,  # sharding none: torch DDP and a plain torch.optim.AdamW on every rank (train.py)
     # sharding none: Fabric's bf16-mixed over the fp32 model transformers loads (model.py) - fp32 parameters, gradients
     # and Adam state (conf/calibration/memory.yaml fp32_params_bytes); FSDP / ZeRO-3 have their own memory model

@@ -117,11 +117,9 @@ def enable_recompute(model) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj")  # transformers' Llama / Qwen2 / OPT attention projections
-
-
 def wrap_method(model, recipe):
-    """``model`` wrapped for the recipe's method with peft (lora: LoraConfig on :data:`LORA_TARGETS`; ptuning:
+    """``model`` wrapped for the recipe's method with peft (lora: LoraConfig on ``method.lora_targets``' transformers
+    modules, vdkit.planner.lora_targets.hf_modules; ptuning:
     PromptEncoderConfig), or ``model`` itself; raises what peft raises (a target that names no module of the model
     is peft's ValueError: `vdkit check` runs this on the staged model's config)."""
     method = recipe.method
@@ -132,8 +130,10 @@ def wrap_method(model, recipe):
     if method.name == "lora":
         from peft import LoraConfig, get_peft_model
 
+        from vdkit.planner.lora_targets import hf_modules
+
         cfg = LoraConfig(task_type="CAUSAL_LM", r=method.lora_adapter_dim, lora_alpha=method.lora_adapter_dim,
-                         lora_dropout=method.lora_dropout, target_modules=list(LORA_TARGETS))
+                         lora_dropout=method.lora_dropout, target_modules=list(hf_modules(recipe)))
         model = get_peft_model(model, cfg)
     elif method.name == "ptuning":
         from peft import PromptEncoderConfig, get_peft_model

@@ -103,7 +103,8 @@ def _staged_method(config, recipe, hf: str, rep: Report) -> None:
     from transformers import AutoModelForCausalLM
 
     from vdkit.recipes.common.probe import library_site
-    from vdkit.recipes.reference.model import LORA_TARGETS, wrap_method
+    from vdkit.planner.lora_targets import hf_modules
+    from vdkit.recipes.reference.model import wrap_method
 
     if not recipe.is_peft:
         return
@@ -114,8 +115,8 @@ def _staged_method(config, recipe, hf: str, rep: Report) -> None:
         wrapped = wrap_method(model, recipe)
     except ValueError as exc:
         rep.defect(f"peft refuses method={recipe.method.name} on {hf} ({name}; {library_site(exc)}: {one_line(exc)})",
-                   "model.hf_path", f"stage a model whose attention projections are {', '.join(LORA_TARGETS)} "
-                   "(transformers' Llama / Qwen2 / OPT), or fine-tune it with another method")
+                   "model.hf_path", f"stage a model whose modules include {', '.join(hf_modules(recipe))} "
+                   "(transformers' Llama / Qwen2 / OPT), or change method.lora_targets or the method")
         return
     trained = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     rep.checked(f"peft's {recipe.method.name} applied to the staged model's own class ({name}) on the meta device: "

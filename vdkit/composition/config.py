@@ -365,10 +365,9 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
     _check(not (c.transport == "tcp" and spans_nodes and str((c.env or {}).get("NCCL_IB_DISABLE")) != "1"),
            f"cluster {c.name}: transport=tcp but cluster.env does not set NCCL_IB_DISABLE=1, so NCCL / RCCL "
            "would still use any RDMA adapter it finds", "add NCCL_IB_DISABLE: \"1\" to the cluster's env")
-    from vdkit.planner.arch import LORA_QKV
+    from vdkit.planner import lora_targets
 
-    _check(r.engine.lora_qkv in LORA_QKV, f"engine.lora_qkv={r.engine.lora_qkv!r} is not a LoRA placement",
-           "use " + " or ".join(f"engine.lora_qkv={v}" for v in LORA_QKV))
+    lora_targets.check(r)  # engine.lora_qkv and method.lora_targets (the engine's spec says which layers it adapts)
     _check(r.parallelism.sharding in SHARDINGS, f"parallelism.sharding={r.parallelism.sharding!r} is not a sharding",
            "use " + ", ".join(SHARDINGS))
     from vdkit.recipes.engines import check_recipe

@@ -22,6 +22,9 @@ RUN_MODES = ("train", "timing")  # run.mode: a real fine-tune | the design guide
 VAL_TIMES_PER_RUN = 5  # run.mode=train without train.val_every_n_steps: validations over the run (a five-point loss curve; with train.val_batches 4, ~0.7 % of the training compute)
 # The vocabularies a recipe and an engine's spec (vdkit.recipes.spec) share: here, below both.
 METHODS = ("sft", "lora", "ptuning", "pretrain")
+# method.lora_targets: megatron-core's / Megatron-Bridge's linear layers LoRA may adapt (vdkit.planner.lora_targets)
+LORA_TARGETS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+LORA_DEFAULT_TARGETS = ("linear_qkv",)  # QKV alone, as NeMo 1.23's lora_tuning (every plan before the setting)
 PRECISIONS = ("bf16", "fp8")
 # The distributed optimizer's state and gradient-buffer dtype (Apex distributed_fused_adam's dtype and grad_sync_dtype)
 OPTIMIZER_DTYPES = ("fp32", "bf16")
@@ -95,6 +98,8 @@ class MethodCfg:
     weight_decay: float = 0.01  # AdamW weight decay
     lora_adapter_dim: int = 32  # LoRA rank (method=lora)
     lora_dropout: float = 0.0  # dropout on the LoRA adapters' input (method=lora)
+    lora_targets: List[str] = field(default_factory=lambda: list(LORA_DEFAULT_TARGETS))  # LoRA adapts: LORA_TARGETS
+    lora_a2a: bool = False  # row-parallel adapters' output by all-to-all under SP (Bridge LoRA a2a_experimental)
     ptuning_virtual_tokens: int = 10  # virtual prompt tokens the prompt encoder produces (method=ptuning)
     ptuning_bottleneck_dim: int = 1024  # P-tuning prompt encoder's hidden width (method=ptuning)
     ptuning_embedding_dim: int = 1024  # P-tuning prompt encoder's embedding width (method=ptuning)

@@ -70,10 +70,10 @@ and its A output (rank r, gathered), ``sbr``.
 Frozen base weights on the fused set (derived from Transformer Engine's source, not measured - TE does not
 run on the CPU), by the TE each engine's image runs (conf/calibration/memory.yaml
 ``transformer_engine_major``): NeMo 1.23 (nemo 24.01.01: TE 1.2 / 1.3), Bridge 0.3.1
-(nemo 26.02.01: TE 2.12). Both engines' LoRA targets
-QKV only (recipes/bridge/config.py ``target_modules: [linear_qkv]``; NeMo 1.23's ``lora_tuning`` is a
-``LoraKQVAdapter``, nemo/collections/nlp/parts/peft_config.py); ``q`` below is a saved linear input's bytes
-(``e``, 1 in FP8):
+(nemo 26.02.01: TE 2.12). QKV's adapter is counted here (NeMo 1.23's ``lora_tuning`` is a ``LoraKQVAdapter``
+only, nemo/collections/nlp/parts/peft_config.py; Bridge's ``target_modules`` default ``[linear_qkv]``), the
+other ``method.lora_targets`` by vdkit.planner.lora_targets ``activation_bytes`` (measured on the local layers,
+tests/test_activation_memory.py); ``q`` below is a saved linear input's bytes (``e``, 1 in FP8):
 
 - frozen Linear (the output projection, fc2) keeps no input, bf16 or FP8 (TE 2.12 module/linear.py:144
   ``backward_needs_input = is_grad_enabled and weight.requires_grad``, :402-404 ``saved_inputmat = None;
@@ -154,7 +154,7 @@ def _swiglu_input_bytes(dtype: str, element: float) -> float:
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
                 fp8: bool = False, engine: str = "", swiglu_input: str = "bf16", attention: str = "sdpa",
-                autocast: bool = False, fp8_attention: bool = False) -> float:
+                autocast: bool = False, fp8_attention: bool = False, lora_targets: tuple = ("linear_qkv",)) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,
@@ -166,13 +166,23 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     ``swiglu_input``: the dtype the fused SwiGLU saves fc1's output in (``train.swiglu_input_dtype``).
     ``kernels="hf"``: transformers' layers (vdkit.planner.hf_activations; data parallel only, so ``tp`` is 1), with
     ``attention`` (``engine.attention``: sdpa / eager) and ``autocast`` (bf16 autocast over fp32 weights).
-    ``fp8_attention``: Transformer Engine's FP8 dot-product attention (:func:`attention_precision`; fused set)."""
+    ``fp8_attention``: Transformer Engine's FP8 dot-product attention (:func:`attention_precision`; fused set).
+    ``lora_targets``: ``method.lora_targets``: QKV's adapter is counted here, the others by
+    vdkit.planner.lora_targets' ``activation_bytes``."""
     if kernels not in KERNELS:
         raise ValueError(f"kernels must be one of {KERNELS}, not {kernels!r}")
+    extra = 0.0
+    if peft == "lora" and "linear_qkv" not in lora_targets:
+        peft = "frozen"  # the base frozen, no adapter on QKV: what P-tuning's layers keep, plus the others' adapters
+    if peft in ("lora", "frozen") and recompute != "full":
+        from vdkit.planner import lora_targets as targets
+
+        extra = targets.activation_bytes(m, s, b, tp, sequence_parallel, element, 1.0 if fp8 else element, kernels,
+                                         lora_dim, tuple(lora_targets), _te_major(engine) == 1, autocast)
     if kernels == "hf":
         from vdkit.planner.hf_activations import hf_layer_bytes
 
-        return hf_layer_bytes(m, s, b, recompute, element, attention, autocast, peft, lora_dim)
+        return hf_layer_bytes(m, s, b, recompute, element, attention, autocast, peft, lora_dim) + extra
     h, f, a = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
     d = h // a
     kv = m.num_query_groups * d
@@ -202,7 +212,7 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
             total -= 2 * s * b * h * n * (OPMATH if rms else e)
             if peft == "lora":  # the adapter gathers QKV's input itself (whole sequence) and keeps A's output
                 total += (s * b * h + s * b * lora_dim) * e
-        return total
+        return total + extra
     q = 1.0 if fp8 else e  # bytes of a saved linear input: TE keeps its FP8 copy (module docstring)
     replicated = 2 * (s * b * h * (e + q) + 4 * s * b) * n  # two fused norm + linear pairs: input, norm output, 1/rms
     # FP8 attention (no recompute: selective recompute keeps the checkpoint's bf16 inputs instead) saves Q, K, V and
@@ -217,7 +227,7 @@ def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute
     total = replicated + attention + lse + mlp
     if peft:
         total -= _frozen_fused_savings(m, s, b, tp, sequence_parallel, e, q, fp8, peft, lora_dim, engine)
-    return total
+    return total + extra
 
 
 def _frozen_fused_savings(m, s, b, tp, sequence_parallel, e, q, fp8, peft, lora_dim, engine) -> float:

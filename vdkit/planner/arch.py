@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vdkit.planner import lora_targets
+from vdkit.planner.lora_targets import DEFAULT_TARGETS
+
 # Rows a learned position table holds beyond max_position_embeddings (OPTLearnedPositionalEmbedding).
 LEARNED_POSITION_OFFSET = {"opt": 2}
 
@@ -75,20 +78,14 @@ def param_counts(m) -> ParamCounts:
 
 
 # ----------------------------------------------------------------------------- per method
-LORA_QKV = ("fused", "separate")  # engine.lora_qkv: where an engine puts LoRA on the attention projections
+def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused", targets=DEFAULT_TARGETS) -> int:
+    """LoRA parameters of one layer, as the engine places them (``engine.lora_qkv``) on ``targets``
+    (``method.lora_targets``; vdkit.planner.lora_targets).
 
-
-def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused") -> int:
-    """LoRA parameters of one layer's attention projections, as the engine places them (``engine.lora_qkv``).
-
-    ``fused``: NeMo 1.23 and the megatron engine adapt the fused QKV projection (A is h x r, B is
+    ``fused``: megatron-core, Bridge and NeMo adapt each fused linear (on QKV: A is h x r, B is
     r x (h + 2 kv)). ``separate``: peft adapts q, k and v, each with its own A (h x r) and B (r x h,
-    r x kv, r x kv)."""
-    h = m.hidden_size
-    kv = m.num_query_groups * (h // m.num_attention_heads)
-    if qkv == "separate":
-        return adapter_dim * (3 * h + h + 2 * kv)
-    return adapter_dim * (h + h + 2 * kv)
+    r x kv, r x kv), and a gated MLP's gate and up projections apart."""
+    return lora_targets.params_per_layer(m, adapter_dim, tuple(targets), qkv)
 
 
 def ptuning_params(method, m, tp: int = 1) -> float:
@@ -103,7 +100,8 @@ def trainable_params(r) -> int:
     """Parameters the method trains: all (sft, pretrain), LoRA where the engine puts it, or the prompt encoder."""
     m = r.model
     if r.method.name == "lora":
-        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim, r.engine.lora_qkv)
+        return m.num_layers * lora_params_per_layer(m, r.method.lora_adapter_dim, r.engine.lora_qkv,
+                                                    lora_targets.of(r))
     if r.method.name == "ptuning":
         return int(ptuning_params(r.method, m))
     return param_counts(m).total

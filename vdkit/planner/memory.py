@@ -68,6 +68,7 @@ from typing import Optional, Tuple
 
 from vdkit.planner.activations import attention_precision, layer_bytes
 from vdkit.planner.arch import lora_params_per_layer, param_counts, ptuning_params
+from vdkit.planner.lora_targets import of as lora_of
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.cuda_graphs import graph_bytes
 from vdkit.planner.layout import data_parallel
@@ -284,7 +285,7 @@ def stage_params(r: Recipe, tp: int, pp: int, stage: int) -> Tuple[float, float,
     held = (layer_params + ((vocab + counts.positions) if stage == 0 else 0)
             + ((output + counts.final_norm) if stage == pp - 1 else 0))
     if meth.name == "lora":
-        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv) / tp
+        trainable = layers * lora_params_per_layer(m, meth.lora_adapter_dim, r.engine.lora_qkv, lora_of(r)) / tp
         held += trainable
     elif meth.name == "ptuning":
         trainable = ptuning_params(meth, m, tp) if stage == 0 else 0.0
@@ -376,7 +377,7 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
                             kernels, e, fp8=fp8, peft=peft, lora_dim=r.method.lora_adapter_dim,
                             engine=r.engine.name, swiglu_input=r.train.swiglu_input_dtype,
                             attention=r.engine.attention, autocast=autocast,
-                            fp8_attention=attention_precision(r, precision) == "fp8")
+                            fp8_attention=attention_precision(r, precision) == "fp8", lora_targets=lora_of(r))
     # fp32 parameters under autocast: each layer's forward saves a cast copy of its linear weights (one layer's here);
     # transformers' (hf) LoRA adapters are torch Linears too and save theirs (megatron-core's adapter linears save the
     # fp32 weight itself)
@@ -397,7 +398,8 @@ def estimate_memory(r: Recipe, tp: int, pp: int, vp: int, sequence_parallel: boo
     if any(map(any, bf16)):
         bf16_layer = layer_bytes(m, s, b, tp, sequence_parallel, "none" if recompute == "full" else recompute,
                                  kernels, e, peft=peft, lora_dim=r.method.lora_adapter_dim, engine=r.engine.name,
-                                 swiglu_input=r.train.swiglu_input_dtype, attention=r.engine.attention)
+                                 swiglu_input=r.train.swiglu_input_dtype, attention=r.engine.attention,
+                                 lora_targets=lora_of(r))
         bf16_layer += saved_cast_bytes(r, precision) * cast_params / layers
     microbatches = t.global_batch_size // (t.micro_batch_size * dp)
     # train.cuda_graphs=layer: each graphed layer's static input and mask per micro batch in flight (vdkit.planner.cuda_graphs)

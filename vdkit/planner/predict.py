@@ -309,7 +309,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                        n * attention_kernel_flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp))
     local_flops_mb = slow * local.extra_flops / peak if local else 0.0
     flops_mb += local_flops_mb
-    lora_mb = slow * layers * lora_traffic.layer_bytes(r, n / cp, tp, share) / hbm  # the adapters' own HBM traffic
+    lora_mb = slow * layers * lora_traffic.layer_s(r, n / cp, tp, share, hbm, peak)  # the adapters' own kernels
     cp_copies_mb = slow * cp_overheads.micro_s(r, n, tp, cp, layers, share, hbm)  # TE 1.x CP ring's copies and merges
     local_mb = (slow * local.hbm_bytes / hbm if local else 0.0) + lora_mb + cp_copies_mb
     floor_mb = slow * passes * weight_bytes / hbm
@@ -330,7 +330,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     per_collective = (2.0 * (tp - 1) / tp * act_bytes / (nvlink * 1e9) + latency) if tp > 1 else 0.0
     # counted whole, or as the engine's rendered job overlaps them with GEMMs (TE userbuffers: vdkit.planner.tp_overlap)
     tpo = tp_overlap.stage(r, n / cp, tp, per_collective, slow / peak, share, layers, eff)
-    tp_mb = tpo.exposed_s()
+    tp_mb = tpo.exposed_s() + slow * layers * lora_traffic.row_collective_s(r, n / cp, tp, nvlink, latency, share)
     # Pipeline: send forward + backward at each virtual stage boundary; hidden when NVIDIA's
     # overlap_p2p_comm is on (interleaved schedule on the fused path).
     # Across nodes: the cluster's fabric (transport, adapters or the site's measured figure; vdkit.planner.interconnect),

@@ -36,6 +36,7 @@ from typing import Optional
 
 from vdkit.planner.activations import layer_bytes
 from vdkit.planner.arch import param_counts, trainable_params
+from vdkit.planner.lora_targets import of as lora_of
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
 from vdkit.composition.schema import GB, Memory, Plan, Prediction, Recipe
@@ -55,7 +56,7 @@ def activation_bytes_per_layer(r: Recipe, recompute: str = "none") -> float:
     s = t.seq_length + (meth.ptuning_virtual_tokens if meth.name == "ptuning" else 0)
     return layer_bytes(m, s, t.micro_batch_size, 1, False, recompute, "hf", activation_bytes(run_precision(r)),
                        peft=meth.name if r.is_peft else "", lora_dim=meth.lora_adapter_dim,
-                       attention=r.engine.attention)
+                       attention=r.engine.attention, lora_targets=lora_of(r))
 
 
 def state_bytes(kind: str):

@@ -25,7 +25,7 @@ defaults (model_parallel_config.py ``tp_comm_bulk_wgrad`` / ``tp_comm_bulk_dgrad
   false, recipes/bridge/config.py, which ``vdkit check`` holds it to), and TE reduce-scatters the QKV / fc1 input
   gradient with NCCL after the dgrad GEMM (layernorm_linear.py:757-766): nothing runs beside it, exposed whole; the
   dgrad GEMM runs on every SM (no bulk kernel beside it, no margin).
-- LoRA on the QKV projection (Bridge's ``target_modules: [linear_qkv]``) has TE return the norm output
+- LoRA on the QKV projection (Bridge's ``target_modules: [linear_qkv]``; fc1's adapter alike) has TE return the norm output
   (megatron/bridge/peft/utils.py:138), and TE then gathers the QKV input with NCCL, not userbuffers
   (layernorm_linear.py:189-191 ``not return_layernorm_output``): exposed whole. With the overlap on, Bridge does
   not ask TE for the gathered norm output (utils.py:146), so the adapter gathers its input itself
@@ -121,14 +121,17 @@ def layer_pairs(recipe, tokens: float, tp: int, half_s: float, s_per_flop: float
     ub = ub or {name: default_setting(name) for name in METHODS}
     t = _gemm_s(recipe, tokens, tp, s_per_flop)
     ring = (tp - 1) / tp
-    lora_qkv = recipe.method.name == "lora"  # the adapter's norm output: NCCL gathers (module docstring)
+    from vdkit.planner.lora_targets import of  # method.lora_targets: QKV's and fc1's adapters ask TE alike
+
+    lora_qkv, lora_fc1 = ("linear_qkv" in of(recipe)), ("linear_fc1" in of(recipe))  # norm output: NCCL gathers
     wgrad = 0.0 if recipe.is_peft else 1.0  # frozen base weights: NCCL RS after the dgrad GEMM, nothing beside it
     forward = ((half_s, 0.0 if lora_qkv else ring * t["qkv"]),) + _rs_pairs(half_s, t["proj"], tp, ub["proj_fprop"])
-    forward += ((half_s, ring * t["fc1"]),) + _rs_pairs(half_s, t["fc2"], tp, ub["fc2_fprop"])
-    forward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's own input AG
+    forward += ((half_s, 0.0 if lora_fc1 else ring * t["fc1"]),) + _rs_pairs(half_s, t["fc2"], tp, ub["fc2_fprop"])
+    adapters = ((half_s, 0.0),) * (lora_qkv + lora_fc1)  # each adapter's own input AG forward, its RS backward
+    forward += adapters
     backward = ((half_s, ring * t["proj"]), (half_s, ring * t["fc2"]),  # output-gradient AG beside dgrad
                 (half_s, wgrad * t["qkv"]), (half_s, wgrad * t["fc1"]))  # input-gradient RS beside wgrad
-    backward += ((half_s, 0.0),) if lora_qkv else ()  # the adapter's input gradient RS
+    backward += adapters
     return forward + backward + tuple((c * recompute_share, w * recompute_share) for c, w in forward)
 
 
