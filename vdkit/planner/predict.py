@@ -365,12 +365,11 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     # NVIDIA's fused path with the distributed optimizer overlaps that reduction with compute (NeMo 1.23's
     # reduce_overlap_gradients: "the grad sync is overlapped with the final backward pass", conf/nvidia/llama2_pretrain.yaml;
     # Bridge's ddp overlap_grad_reduce / overlap_param_gather, recipes/bridge/config.py): each gradient bucket is
-    # reduce-scattered as the last micro batch's backward fills it, the updated weights all-gathered in the next forward,
-    # so only what outlasts one micro batch's compute is exposed (window: its FLOPs at peak, / the efficiency below) ...
+    # reduce-scattered as the last micro batch's backward fills it: only what outlasts that compute is exposed ...
     window_flops, window_attn = (flops_mb, attn_mb) if fused and distributed_optimizer else (0.0, 0.0)
     dp_exposed = max(0.0, dp_s - window_flops / eff - window_attn / attn_eff)
-    # ... but the last bucket (the embedding's) reduces after the backward: exposed (vdkit.planner.dp_tail)
     last = dp_tail.last_bucket_params(counts.embedding / tp * full, trainable_held, dp_tail.bucket_params(calib, dp))
+    # ... but the last bucket (the embedding's) reduces after the backward: exposed (vdkit.planner.dp_tail)
     dp_tail_s = dp_tail.exposed_tail_s(grad_bytes, last, dp * cp, dp_link, dp_lat) * (fused and distributed_optimizer)
     # Optimizer: read + write the state and the gradient, write the weights (memory-bound): the memory model's bytes.
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
