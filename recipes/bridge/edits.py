@@ -29,8 +29,12 @@ STACK = f"Megatron-Bridge {BRIDGE_VERSION}"
 # Besides Megatron's sizes (common.MEGATRON_POSITIVE), what Bridge 0.3.1's loop needs > 0: train_iters (train.py
 # `while step < train_iters`: 0 or less trains nothing and saves an untrained model), logger.log_interval
 # (train.py `iteration % log_interval`: 0 divides by zero at the first step), the LoRA rank peft.dim.
-POSITIVE = common.MEGATRON_POSITIVE | frozenset({"train_iters", "log_interval", "peft.dim"})
+# peft.alpha: LoRA scales its update by alpha / dim (peft/utils.py:249, and the adapter's forward :648): 0 multiplies
+# every adapter gradient by zero (the base frozen: nothing trains, the check's trainable count still matched).
+POSITIVE = common.MEGATRON_POSITIVE | frozenset({"train_iters", "log_interval", "peft.dim", "peft.alpha"})
 POSITIVE_WHY = {"train_iters": " (its loop runs while step < train_iters: it would train nothing)",
+                "alpha": " (LoRA scales its update by alpha / dim, peft/utils.py:648: at 0 every adapter gradient is "
+                         "zero and, the base frozen, nothing trains; below 0 the update's sign flips)",
                 "log_interval": " (its loop takes iteration % log_interval: a division by zero)"}
 # The numbers the command line holds to a range (common.Range; any *dropout key is a probability anyway).
 RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common.domain("method.min_lr"),

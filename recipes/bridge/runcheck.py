@@ -232,7 +232,9 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
     _fp8_attention(full, cfg, rep)
-    from vdkit.recipes.bridge import cuda_graphs, runcheck_sched, runcheck_tp_overlap
+    from vdkit.recipes.bridge import cuda_graphs, runcheck_arch, runcheck_sched, runcheck_tp_overlap
+
+    runcheck_arch.check(full.model, plan, run_dir, render, rep)  # RoPE / norm edits the parameter count cannot see
 
     runcheck_sched.check(cfg, rep)  # the schedule setup_optimizer builds (megatron-core's asserts, the weight decay)
     runcheck_tp_overlap.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
