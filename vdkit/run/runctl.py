@@ -98,8 +98,11 @@ def show_logs(target, follow: bool = False, lines: Optional[int] = None, timeout
         except KeyboardInterrupt:
             return 0
     files = log_files(run_dir)
-    if not files and not follow:
-        raise UserError(f"{run_dir} has no logs yet (no *.out, *.err or {LOG_DIR}/rank*.out)",
+    # -f with nothing written and no job running or queued to write it (a rendered run never submitted): it printed
+    # nothing and exited 0 at once, a dead end that reads as "the run is silent"
+    if not files and (not follow or not _still_running(run_dir, launcher)):
+        raise UserError(f"{run_dir} has no logs yet (no *.out, *.err or {LOG_DIR}/rank*.out)"
+                        + (" and no job of it is running or queued to write them: nothing to follow" if follow else ""),
                         f"start the run, or see its state: vdkit status {run_dir}")
     offsets = {}
     for path in files:
