@@ -315,6 +315,13 @@ def _peft(cfg, plan, model, rep: Report) -> None:
     peft = cfg.peft
     if peft is None:
         return
+    from vdkit.recipes.common.lora_init import both_zero
+
+    zero = both_zero(getattr(peft, "lora_A_init_method", None), getattr(peft, "lora_B_init_method", None),
+                     "peft.lora_A_init_method", "peft.lora_B_init_method", "bridge.yaml")
+    if zero:
+        rep.defect(*zero)
+        return
     peft(model, training=True)
     got = sum(p.numel() for p in model.parameters() if p.requires_grad)
     want = trainable_params(plan.recipe)
