@@ -186,5 +186,37 @@ def check(run_dir: Path, report, render) -> bool:
     from vdkit.run.rundir import NEMO_CONFIG_FILE
 
     defects, changed = compare(run_dir, render)
+    if not defects:
+        defects = _over_base(run_dir, changed)
     return common.report([common.Defect(*d) for d in defects], changed, report, NEMO_CONFIG_FILE,
                          f"known to {STACK}, of the rendered type")
+
+
+# NeMo 1.23 GPT model keys the base .nemo's own config holds (megatron_gpt_config.yaml): what its weights were trained
+# as. A fine-tune's file does not carry them; merge_cfg_with copies every model key of the file over the restored config
+# (nlp_adapter_mixins.py:452-454), so an added one is a different model: another RoPE, norm or activation trains the
+# base's weights under another function with nothing refusing it, a size fails their load on the GPUs.
+BASE_FIXED = frozenset({
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "max_position_embeddings", "position_embedding_type", "rotary_base", "rotary_percentage",
+    "seq_len_interpolation_factor", "layernorm_epsilon", "normalization", "activation", "bias",
+    "share_embeddings_and_output_weights", "make_vocab_size_divisible_by", "transformer_block_type",
+    "normalize_attention_scores", "apply_query_key_layer_scaling", "headscale"})
+
+
+def _over_base(run_dir: Path, changed) -> List[Tuple[str, str, str]]:
+    """A fine-tune's nemo.yaml that sets a :data:`BASE_FIXED` model key: one line (the first such key)."""
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    model = _load(Path(run_dir) / NEMO_CONFIG_FILE).get("model") or {}
+    if "peft" not in model:
+        return []
+    for key in changed:
+        name = key[len("model."):] if key.startswith("model.") else None
+        if name in BASE_FIXED:
+            return [(f"{key}={model.get(name)!r} in {NEMO_CONFIG_FILE} overrides the base .nemo's own value: NeMo "
+                     "1.23's merge_cfg_with copies every model key of the file over the restored config "
+                     "(nlp_adapter_mixins.py:452-454), so the job would fine-tune "
+                     f"{model.get('restore_from_path')}'s weights as another model than they were trained as",
+                     key, f"remove {key} (the base's config holds it), or re-render")]
+    return []
