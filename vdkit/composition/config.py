@@ -347,9 +347,10 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "FP8 attention runs inside Transformer Engine's FP8 autocast, which only FP8 precision turns on",
            "set train.precision=fp8, or train.fp8_attention=false")
     _validate_model(r.model)
-    from vdkit.planner.calibration import check_gpu_vendor
+    from vdkit.planner.calibration import check_gpu_memory, check_gpu_vendor
 
     check_gpu_vendor(c)  # a vendor the kit runs, and the gpu_type's (hf_step_time.yaml): the images and collectives
+    check_gpu_memory(c)  # no more memory than the gpu_type has: the plan's "fits" is the job's
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")
