@@ -44,6 +44,7 @@ RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common
 KEEP = "checkpoint.most_recent_k"
 # Input paths the job's pre-flight checks and launch.sbatch mounts as rendered (common.moved_input).
 INPUT_KEYS = ("checkpoint.pretrained_checkpoint", "dataset.dataset_root", "tokenizer.tokenizer_model", "dataset.blend")
+OUTPUT_KEYS = ("checkpoint.save", "logger.tensorboard_dir")  # where the run writes, as rendered: its run directory
 TARGET = "_target_"
 
 
@@ -205,6 +206,8 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
         defects += common.moved_input(edited, rendered, INPUT_KEYS, STACK, "set the recipe's input "
                                       "(model.megatron_path, data.data_dir, data.tokenizer_model)",
                                       strict={"checkpoint.pretrained_checkpoint"})
+    if not defects:  # checkpoints / logs written off the run directory (checkpoint.load: loadcheck's rules)
+        defects += common.moved_output(edited, rendered, OUTPUT_KEYS, STACK, FIX_RERENDER)
     keep = edited.get(KEEP)
     if common.kind(keep) == "int" and keep != -1 and keep < 1:
         # checkpointing.py (0.3.1) cleanup_old_non_persistent_checkpoint: sorted_iter_ckpts[:-leave_ckpt_num] is

@@ -127,27 +127,14 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
         keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
         defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX,
                                                                strict={"model.restore_from_path"})]
-                    or _moved_output(edited, rendered) or _clean_stop(edited, rendered) or _traps(nested, plan))
+                    or [tuple(d) for d in common.moved_output(edited, rendered, OUTPUT_KEYS, STACK, FIX_RERENDER)]
+                    or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
 
 
-# Where NeMo writes the run's checkpoints and logs: the run directory on shared storage, as rendered. exp_manager's
-# check_resume looks for the restart's checkpoint in the same dirpath (exp_manager.py:358-366, :598), so an edit
-# holds; but the next allocation may land on other nodes, launch.sbatch mounts only the rendered directories, and
-# `vdkit status` / the recovery read the run directory: /tmp (node-local) or an unmounted path loses the checkpoints.
-# (exp_dir is not here: with explicit_log_dir set, as rendered, NeMo ignores it: exp_manager.py get_log_dir.)
+# Where NeMo writes the run's checkpoints and logs (common.moved_output); exp_manager's check_resume follows dirpath
+# (exp_manager.py:358-366). Not exp_dir: with explicit_log_dir set, as rendered, NeMo ignores it (get_log_dir).
 OUTPUT_KEYS = ("exp_manager.checkpoint_callback_params.dirpath", "exp_manager.explicit_log_dir")
-
-
-def _moved_output(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
-    """An :data:`OUTPUT_KEYS` path edited away from the render: one line."""
-    for key in OUTPUT_KEYS:
-        if key in edited and edited[key] != rendered.get(key):
-            return [(f"{key} is edited to {edited[key]!r} (rendered {rendered.get(key)!r}): NeMo would write the run's "
-                     "checkpoints (or logs) there, outside the run directory launch.sbatch mounts on every node, where "
-                     "the next allocation's resume, `vdkit status` and `vdkit validate` do not find them (a node's /tmp: lost with the node)", key,
-                     f"keep the rendered path; write the run elsewhere with run.results_dir, {FIX_RERENDER}")]
-    return []
 
 
 def _clean_stop(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
