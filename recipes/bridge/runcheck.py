@@ -211,9 +211,18 @@ def _check(run_dir: Path, rep: Report, render) -> None:
         rep.defect(str(no), CONFIG_FILE, no.fix)
         return
     mp = cfg.mixed_precision
+    dtype = "fp16" if getattr(mp, "fp16", False) else "bf16" if getattr(mp, "bf16", False) else "fp32"
+    fp8 = bool(getattr(mp, "fp8", None))
+    if (dtype, fp8) != ("bf16", plan.recipe.train.precision == "fp8"):  # every plan is bf16 (fp8 inside bf16)
+        rep.defect(f"mixed_precision resolves to {dtype}{' + fp8' if fp8 else ''} (Bridge's preset, training/"
+                   f"mixed_precision.py), the plan's train.precision is {plan.recipe.train.precision} (bf16"
+                   f"{' + fp8' if plan.recipe.train.precision == 'fp8' else ''}): its memory, step time and time limit "
+                   "are not this job's", f"{CONFIG_FILE} mixed_precision", "keep the rendered preset, or plan another "
+                   "precision with train.precision and re-render")
+        return
     rep.checked(f"Bridge's runtime_config_update + validate(): world {plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node}"
                 f", TP {cfg.model.tensor_model_parallel_size} PP {cfg.model.pipeline_model_parallel_size} DP "
-                f"{cfg.data_parallel_size}, mixed precision {getattr(mp, 'fp8', None) and 'fp8 ' + str(mp.fp8_recipe) or ('bf16' if cfg.model.bf16 else 'fp32')}"
+                f"{cfg.data_parallel_size}, mixed precision {'fp8 ' + str(mp.fp8_recipe) if fp8 else dtype}"
                 f", distributed optimizer {cfg.optimizer.use_distributed_optimizer}, scheduler {cfg.scheduler.lr_decay_style} "
                 f"over {cfg.scheduler.lr_decay_iters} steps")
     if te_only:

@@ -25,6 +25,7 @@ from typing import List, Tuple
 from vdkit.recipes.common import edits as common
 from vdkit.recipes.common.edits import FIX_RERENDER
 from vdkit.recipes.nemo.runcheck.venv import NEMO_VERSION
+from vdkit.run.rundir import NEMO_CONFIG_FILE as NEMO_CONFIG_FILE_NAME
 
 # Keys (the last part of a dotted key, wherever it sits) whose value NeMo 1.23 / Lightning 2.0.7 need > 0, besides
 # Megatron's sizes (common.MEGATRON_POSITIVE).
@@ -128,6 +129,7 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
         defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX,
                                                                strict={"model.restore_from_path"})]
                     or [tuple(d) for d in common.moved_output(edited, rendered, OUTPUT_KEYS, STACK, FIX_RERENDER)]
+                    or _other_precision(edited, rendered)
                     or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
 
@@ -135,6 +137,25 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
 # Where NeMo writes the run's checkpoints and logs (common.moved_output); exp_manager's check_resume follows dirpath
 # (exp_manager.py:358-366). Not exp_dir: with explicit_log_dir set, as rendered, NeMo ignores it (get_log_dir).
 OUTPUT_KEYS = ("exp_manager.checkpoint_callback_params.dirpath", "exp_manager.explicit_log_dir")
+
+
+# NeMo 1.23's torch_dtype_from_precision (nlp/parts/utils_funcs.py:43-55), which MegatronBaseModel builds the model in
+# (megatron_base_model.py:125); any other value is its ValueError, the NeMo probe's line.
+DTYPES = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16", "32": "fp32", "32-true": "fp32"}
+
+
+def _other_precision(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
+    """``trainer.precision`` edited to another dtype than the render's (the plan's): ``32`` on a bf16 plan loaded and
+    passed, and the job ran in fp32 - twice the weights' and activations' bytes, several times the step time the plan's
+    memory, time limit and cadence were made for. ``bf16`` for ``bf16-mixed`` is the same dtype and passes."""
+    key = "trainer.precision"
+    got, want = (DTYPES.get(str(d.get(key))) for d in (edited, rendered))
+    if got is None or want is None or got == want:
+        return []
+    return [(f"{key}={edited[key]!r} in {NEMO_CONFIG_FILE_NAME} makes NeMo build the model in {got} "
+             f"(torch_dtype_from_precision, utils_funcs.py:43), the plan's is {want} (rendered {rendered[key]!r}): its "
+             "memory, step time and time limit are not this job's", key,
+             f"keep {rendered[key]!r}, or plan another precision with train.precision, {FIX_RERENDER}")]
 
 
 def _clean_stop(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
