@@ -213,13 +213,6 @@ def _check(run_dir: Path, rep: Report, render) -> None:
     mp = cfg.mixed_precision
     dtype = "fp16" if getattr(mp, "fp16", False) else "bf16" if getattr(mp, "bf16", False) else "fp32"
     fp8 = bool(getattr(mp, "fp8", None))
-    if (dtype, fp8) != ("bf16", plan.recipe.train.precision == "fp8"):  # every plan is bf16 (fp8 inside bf16)
-        rep.defect(f"mixed_precision resolves to {dtype}{' + fp8' if fp8 else ''} (Bridge's preset, training/"
-                   f"mixed_precision.py), the plan's train.precision is {plan.recipe.train.precision} (bf16"
-                   f"{' + fp8' if plan.recipe.train.precision == 'fp8' else ''}): its memory, step time and time limit "
-                   "are not this job's", f"{CONFIG_FILE} mixed_precision", "keep the rendered preset, or plan another "
-                   "precision with train.precision and re-render")
-        return
     rep.checked(f"Bridge's runtime_config_update + validate(): world {plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node}"
                 f", TP {cfg.model.tensor_model_parallel_size} PP {cfg.model.pipeline_model_parallel_size} DP "
                 f"{cfg.data_parallel_size}, mixed precision {'fp8 ' + str(mp.fp8_recipe) if fp8 else dtype}"
@@ -240,6 +233,12 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    "(megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer or FSDP)",
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
+    if not rep.defects and (dtype, fp8) != ("bf16", plan.recipe.train.precision == "fp8"):  # plans: bf16 (fp8 in it)
+        rep.defect(f"mixed_precision resolves to {dtype}{' + fp8' if fp8 else ''} (Bridge's preset, training/"
+                   f"mixed_precision.py), the plan's train.precision is {plan.recipe.train.precision} (bf16"
+                   f"{' + fp8' if plan.recipe.train.precision == 'fp8' else ''}): its memory, step time and time limit "
+                   "are not this job's", f"{CONFIG_FILE} mixed_precision", "keep the rendered preset, or plan another "
+                   "precision with train.precision and re-render")
     _fp8_attention(full, cfg, rep)
     from vdkit.recipes.bridge import cuda_graphs, runcheck_arch, runcheck_sched, runcheck_tp_overlap
 
