@@ -352,6 +352,25 @@ def test_a_reference_rank_refuses_a_local_hf_path_that_is_not_a_model(tmp_path):
     check_base(compose(["engine=reference", "model=tiny_llama"]))  # no base named: its own seeded weights
 
 
+def test_a_reference_base_whose_names_the_model_lacks_never_trains_from_random_weights(tmp_path):
+    """A whole safetensors file whose tensor names carry a prefix (``module.``: saved from a DDP wrapper) passes the
+    pre-flight; transformers' from_pretrained then starts every weight at random and only logs it. The engine refuses."""
+    from safetensors.torch import load_file, save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from vdkit.composition.config import compose
+    from vdkit.errors import UserError
+    from vdkit.recipes.reference.model import build_model
+
+    base = tmp_path / "base"
+    LlamaForCausalLM(LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2)).save_pretrained(base)
+    weights = load_file(base / "model.safetensors")
+    save_file({"module." + k: v for k, v in weights.items()}, base / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(UserError, match=r"lacks \d+ of the model's weights .*no step trained"):
+        build_model(compose(["engine=reference", "model=tiny_llama", "method=lora", f"model.hf_path={base}"]), None)
+
+
 # ----------------------------------------------------------------------------- on a real (local) Slurm
 def test_a_slurm_job_whose_data_went_away_fails_its_pre_flight_once_and_is_not_restarted(local_slurm, tmp_path, capsys):
     """sbatch of a rendered job whose training file was removed after render: the batch shell's pre-flight refuses

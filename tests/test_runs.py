@@ -104,6 +104,16 @@ def test_logs_put_the_failing_rank_first_and_follow_ends_with_the_run(tmp_path, 
     assert "tick" in capsys.readouterr().out
 
 
+def test_follow_of_a_run_never_started_says_so(tmp_path, capsys):
+    """`vdkit logs -f` on a rendered run nobody submitted printed nothing and exited 0 at once."""
+    run_dir = make_run(tmp_path, LOCAL)
+    capsys.readouterr()
+    assert main(["logs", "-f", str(run_dir), "--timeout", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "its state is NOT_STARTED, not a job running or queued" in err and f"vdkit status {run_dir}" in err
+    assert "Traceback" not in err
+
+
 def test_status_answers_every_target_and_reads_markers_before_the_scheduler(tmp_path, capsys, monkeypatch):
     """A finished Slurm run reads COMPLETED from its own `finished` when the controller is down (was UNREACHABLE);
     an unreadable target is one stderr line and the others are still answered (it stopped at the first)."""

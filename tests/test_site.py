@@ -144,6 +144,18 @@ def test_probe_here_writes_a_valid_file_and_plan_reads_it(tmp_path, capsys):
     assert "llama2_7b lora on mysite" in capsys.readouterr().out
 
 
+def test_config_dir_given_as_the_cluster_folder_says_where_the_file_goes(tmp_path, capsys):
+    """`--config-dir site/cluster` (the folder holding mysite.yaml) found no cluster=mysite, and the fix listed only
+    the kit's own clusters: a dead end. Now the door names the file and the layout."""
+    out = tmp_path / "site"
+    assert main(["site", "probe", "--name", "mysite", "--out", str(out), "--sample-mb", "1"]) == 0
+    capsys.readouterr()
+    assert main(["plan", "--config-dir", str(out / "cluster"), "cluster=mysite", "model=llama2_7b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "mysite.yaml at its top, in no group folder" in err
+    assert "cluster/NAME.yaml" in err and "Traceback" not in err
+
+
 def test_bad_names_and_dirs_are_one_line(tmp_path, capsys):
     assert main(["site", "probe", "--name", "../x", "--out", str(tmp_path)]) == 2
     assert main(["plan", "--config-dir", str(tmp_path / "nope"), "cluster=mysite"]) == 2

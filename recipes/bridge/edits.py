@@ -29,8 +29,12 @@ STACK = f"Megatron-Bridge {BRIDGE_VERSION}"
 # Besides Megatron's sizes (common.MEGATRON_POSITIVE), what Bridge 0.3.1's loop needs > 0: train_iters (train.py
 # `while step < train_iters`: 0 or less trains nothing and saves an untrained model), logger.log_interval
 # (train.py `iteration % log_interval`: 0 divides by zero at the first step), the LoRA rank peft.dim.
-POSITIVE = common.MEGATRON_POSITIVE | frozenset({"train_iters", "log_interval", "peft.dim"})
+# peft.alpha: LoRA scales its update by alpha / dim (peft/utils.py:249, and the adapter's forward :648): 0 multiplies
+# every adapter gradient by zero (the base frozen: nothing trains, the check's trainable count still matched).
+POSITIVE = common.MEGATRON_POSITIVE | frozenset({"train_iters", "log_interval", "peft.dim", "peft.alpha"})
 POSITIVE_WHY = {"train_iters": " (its loop runs while step < train_iters: it would train nothing)",
+                "alpha": " (LoRA scales its update by alpha / dim, peft/utils.py:648: at 0 every adapter gradient is "
+                         "zero and, the base frozen, nothing trains; below 0 the update's sign flips)",
                 "log_interval": " (its loop takes iteration % log_interval: a division by zero)"}
 # The numbers the command line holds to a range (common.Range; any *dropout key is a probability anyway).
 RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common.domain("method.min_lr"),
@@ -40,6 +44,7 @@ RANGES = {"optimizer.lr": common.domain("method.lr"), "optimizer.min_lr": common
 KEEP = "checkpoint.most_recent_k"
 # Input paths the job's pre-flight checks and launch.sbatch mounts as rendered (common.moved_input).
 INPUT_KEYS = ("checkpoint.pretrained_checkpoint", "dataset.dataset_root", "tokenizer.tokenizer_model", "dataset.blend")
+OUTPUT_KEYS = ("checkpoint.save", "logger.tensorboard_dir")  # where the run writes, as rendered: its run directory
 TARGET = "_target_"
 
 
@@ -201,6 +206,8 @@ def compare(run_dir: Path, plan, render) -> Tuple[List[common.Defect], List[str]
         defects += common.moved_input(edited, rendered, INPUT_KEYS, STACK, "set the recipe's input "
                                       "(model.megatron_path, data.data_dir, data.tokenizer_model)",
                                       strict={"checkpoint.pretrained_checkpoint"})
+    if not defects:  # checkpoints / logs written off the run directory (checkpoint.load: loadcheck's rules)
+        defects += common.moved_output(edited, rendered, OUTPUT_KEYS, STACK, FIX_RERENDER)
     keep = edited.get(KEEP)
     if common.kind(keep) == "int" and keep != -1 and keep < 1:
         # checkpointing.py (0.3.1) cleanup_old_non_persistent_checkpoint: sorted_iter_ckpts[:-leave_ckpt_num] is

@@ -211,9 +211,11 @@ def _check(run_dir: Path, rep: Report, render) -> None:
         rep.defect(str(no), CONFIG_FILE, no.fix)
         return
     mp = cfg.mixed_precision
+    dtype = "fp16" if getattr(mp, "fp16", False) else "bf16" if getattr(mp, "bf16", False) else "fp32"
+    fp8 = bool(getattr(mp, "fp8", None))
     rep.checked(f"Bridge's runtime_config_update + validate(): world {plan.recipe.cluster.nodes * plan.recipe.cluster.gpus_per_node}"
                 f", TP {cfg.model.tensor_model_parallel_size} PP {cfg.model.pipeline_model_parallel_size} DP "
-                f"{cfg.data_parallel_size}, mixed precision {getattr(mp, 'fp8', None) and 'fp8 ' + str(mp.fp8_recipe) or ('bf16' if cfg.model.bf16 else 'fp32')}"
+                f"{cfg.data_parallel_size}, mixed precision {'fp8 ' + str(mp.fp8_recipe) if fp8 else dtype}"
                 f", distributed optimizer {cfg.optimizer.use_distributed_optimizer}, scheduler {cfg.scheduler.lr_decay_style} "
                 f"over {cfg.scheduler.lr_decay_iters} steps")
     if te_only:
@@ -231,8 +233,16 @@ def _check(run_dir: Path, rep: Report, render) -> None:
                    "(megatron/training/arguments.py: --fp8-param-gather needs the distributed optimizer or FSDP)",
                    f"mixed_precision {getattr(mp, 'fp8_recipe', '?')} with optimizer.use_distributed_optimizer=false",
                    "use the distributed optimizer (parallelism.distributed_optimizer=true) or a preset without fp8_param_gather")
+    if not rep.defects and (dtype, fp8) != ("bf16", plan.recipe.train.precision == "fp8"):  # plans: bf16 (fp8 in it)
+        rep.defect(f"mixed_precision resolves to {dtype}{' + fp8' if fp8 else ''} (Bridge's preset, training/"
+                   f"mixed_precision.py), the plan's train.precision is {plan.recipe.train.precision} (bf16"
+                   f"{' + fp8' if plan.recipe.train.precision == 'fp8' else ''}): its memory, step time and time limit "
+                   "are not this job's", f"{CONFIG_FILE} mixed_precision", "keep the rendered preset, or plan another "
+                   "precision with train.precision and re-render")
     _fp8_attention(full, cfg, rep)
-    from vdkit.recipes.bridge import cuda_graphs, runcheck_sched, runcheck_tp_overlap
+    from vdkit.recipes.bridge import cuda_graphs, runcheck_arch, runcheck_sched, runcheck_tp_overlap
+
+    runcheck_arch.check(full.model, plan, run_dir, render, rep)  # RoPE / norm edits the parameter count cannot see
 
     runcheck_sched.check(cfg, rep)  # the schedule setup_optimizer builds (megatron-core's asserts, the weight decay)
     runcheck_tp_overlap.check(full, rep)  # TP overlap with a frozen base: the input gradients summed over TP
@@ -312,6 +322,13 @@ def _peft(cfg, plan, model, rep: Report) -> None:
 
     peft = cfg.peft
     if peft is None:
+        return
+    from vdkit.recipes.common.lora_init import both_zero
+
+    zero = both_zero(getattr(peft, "lora_A_init_method", None), getattr(peft, "lora_B_init_method", None),
+                     "peft.lora_A_init_method", "peft.lora_B_init_method", "bridge.yaml")
+    if zero:
+        rep.defect(*zero)
         return
     peft(model, training=True)
     got = sum(p.numel() for p in model.parameters() if p.requires_grad)

@@ -51,6 +51,7 @@ def first_batch(cfg, plan, tok, rep: Report) -> None:
     root = Path(str(ds_cfg.dataset_root))
     if not (root / TRAIN_FILE).is_file():
         rep.not_here(f"{root / TRAIN_FILE} (dataset.dataset_root): cluster storage")
+        template(ds_cfg, rep)
         return
     if ds_cfg.packed_sequence_specs is not None and (ds_cfg.packed_sequence_specs.packed_sequence_size or 0) > 0:
         rep.not_here("packed sequences: Bridge packs training.jsonl into .npy with the tokenizer at start-up; "
@@ -90,3 +91,35 @@ def first_batch(cfg, plan, tok, rep: Report) -> None:
                 f"tokens {list(tokens.shape)} = {tokens.numel()} positions, {real} not padding"
                 + (f", {int(mask.sum())} in the loss" if mask is not None else "")
                 + f"; the plan assumes {mbs} x {plan.recipe.train.seq_length} = {mbs * plan.recipe.train.seq_length} positions")
+
+
+def template(ds_cfg, rep: Report) -> None:
+    """The prompt template, label key and truncation fields through Bridge's own ``GPTSFTDataset.
+    _maybe_validate_prompt_template`` (``data/datasets/sft.py:344-366``), which every rank's dataset runs right after
+    reading its JSONL: with the data on the cluster, ``label_key: response`` under ``{input} {output}`` passed green
+    and every rank stopped at the dataset build. The rows are not needed; the arguments are ``create_sft_dataset``'s
+    as the job passes ``dataset_kwargs`` (its defaults where a key is not set). Chat datasets use no template."""
+    import inspect
+    import types
+
+    from megatron.bridge.data.datasets.sft import GPTSFTDataset, create_sft_dataset
+
+    kwargs = dict(getattr(ds_cfg, "dataset_kwargs", None) or {})
+    if kwargs.get("chat"):
+        return
+    defaults = {k: p.default for k, p in inspect.signature(create_sft_dataset).parameters.items()}
+    arg = {k: kwargs.get(k, defaults.get(k)) for k in ("prompt_template", "label_key", "truncation_field")}
+    stand_in = types.SimpleNamespace(label_key=arg["label_key"], prompt_template=arg["prompt_template"],
+                                     truncation_fields=arg["truncation_field"].split(",")
+                                     if arg["truncation_field"] is not None else [])
+    try:
+        GPTSFTDataset._maybe_validate_prompt_template(stand_in)
+    except Exception as exc:  # noqa: BLE001 - Bridge's own assert, on every rank at the dataset build
+        rep.defect(f"Bridge's fine-tuning dataset refuses its prompt template (prompt_template "
+                   f"{arg['prompt_template']!r}, label_key {arg['label_key']!r}, truncation_field "
+                   f"{arg['truncation_field']!r}): {one_line(exc)} (data/datasets/sft.py:344, every rank at start-up)",
+                   "dataset.dataset_kwargs", "end prompt_template with {label_key}, truncate a field of the template, "
+                   "or re-render")
+        return
+    rep.checked(f"prompt template {arg['prompt_template']!r} with label_key {arg['label_key']!r} and truncation_field "
+                f"{arg['truncation_field']!r} through Bridge's own _maybe_validate_prompt_template (no rows read)")

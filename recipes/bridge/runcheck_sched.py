@@ -85,8 +85,36 @@ def check(cfg, rep: Report) -> bool:
                    "set scheduler.start_weight_decay and end_weight_decay to it too, or re-render with "
                    "method.weight_decay (`vdkit render`)")
         return False
+    if not _trains(cfg, sched, rep):
+        return False
     rep.checked(f"schedule built as the job's setup builds it (Bridge's _get_scheduler, megatron-core's "
                 f"OptimizerParamScheduler): lr {sched.init_lr} -> {sched.max_lr} over {sched.lr_warmup_steps} "
                 f"warm-up samples, {cfg.scheduler.lr_decay_style} to {sched.min_lr} at {sched.lr_decay_steps}; "
                 f"weight decay {sched.start_wd}")
     return True
+
+
+def _trains(cfg, sched, rep: Report) -> bool:
+    """megatron-core's own ``get_lr`` at each of the run's steps (``num_steps`` counts samples: step x GBS): a schedule
+    that reaches learning rate 0 long before the run ends (``scheduler.lr_decay_iters: 5`` of 50, ``min_lr`` 0) trains
+    its remaining steps at 0 (``optimizer_param_scheduler.py:237``: past the decay, ``min_lr``), nothing refusing it.
+    One step at 0 is the warm-up's first (``lr_warmup_init`` 0) or a cosine's last."""
+    steps, gbs = int(cfg.train.train_iters or 0), int(cfg.train.global_batch_size or 0)
+    saved = sched.num_steps
+    try:
+        zero = []
+        for step in range(steps):
+            sched.num_steps = step * gbs
+            if sched.get_lr({}) == 0.0:
+                zero.append(step)
+    finally:
+        sched.num_steps = saved
+    if len(zero) <= 1:
+        return True
+    rep.defect(f"the schedule trains {len(zero)} of the run's {steps} steps at learning rate 0 (megatron-core's "
+               f"get_lr, optimizer_param_scheduler.py:237: past scheduler.lr_decay_iters={cfg.scheduler.lr_decay_iters}"
+               f" it holds optimizer.min_lr={cfg.optimizer.min_lr}): from step {zero[1]} on nothing trains",
+               f"{CONFIG_FILE} scheduler.lr_decay_iters / optimizer.min_lr",
+               "decay over the run's steps (lr_decay_iters = train_iters, as rendered) or keep a min_lr above 0, "
+               "or re-render the run with `vdkit render`")
+    return False

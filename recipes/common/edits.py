@@ -58,6 +58,22 @@ def moved_input(edited: dict, rendered: dict, keys, stack: str, fix: str, strict
     return []
 
 
+def moved_output(edited: dict, rendered: dict, keys, stack: str, fix: str) -> List[Defect]:
+    """Where the job writes its checkpoints or logs (``keys``), edited to another path than the render's run directory:
+    the stack follows the edit (its resume looks there too), but launch.sbatch mounts only the run directory, the
+    next allocation may land on other nodes (a node's /tmp: lost with it), and `vdkit status` / `validate` / the
+    export read the run directory. A null is the stack's own business (no checkpoints). The first such key."""
+    for k in keys:
+        value = edited.get(k)
+        if isinstance(value, str) and k in rendered and value != rendered[k]:
+            return [Defect(f"{k} is edited to {value!r} (rendered {rendered[k]!r}): {stack} would write the run's "
+                           "checkpoints or logs there, outside the run directory launch.sbatch mounts on every node, "
+                           "where the next allocation's resume, `vdkit status` and `vdkit validate` do not find them (a "
+                           "node's /tmp: lost with the node)", k, f"keep the rendered path (run.results_dir moves the "
+                           f"whole run), {fix}")]
+    return []
+
+
 def other_seq_length(key: str, asked, planned: int):
     """(what, fix) when an engine config or recipe.yaml edited since the plan trains at another sequence length than
     the plan's (every stack trains at the length its config says; the plan's memory and step time are for its own),

@@ -188,6 +188,15 @@ def check_nemo_config(cfg: dict, plan, registry_probe: bool = False) -> None:
               "to the number of the training batches', lightning/pytorch/loops/fit_loop.py)",
               f"use trainer.val_check_interval <= {steps}", "trainer.val_check_interval")
 
+    lora = _get(model, "peft.lora_tuning") if _get(model, "peft.peft_scheme") == "lora" else None
+    if isinstance(lora, dict):  # NeMo 1.23 parallel_adapters.py:157/165: column = A (in), row = B (out)
+        from vdkit.recipes.common.lora_init import both_zero
+
+        zero = both_zero(lora.get("column_init_method", "normal"), lora.get("row_init_method", "zero"),
+                         "model.peft.lora_tuning.column_init_method", "model.peft.lora_tuning.row_init_method",
+                         "the NeMo config")
+        if zero:
+            _fail(zero[0], zero[2], zero[1])
     em = cfg.get("exp_manager") or {}
     if not em.get("resume_if_exists"):  # every restart after a time limit or a fault would train from step 0
         _fail("exp_manager.resume_if_exists is off: each allocation after the first (the plan's continuation) and "

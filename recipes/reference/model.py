@@ -72,7 +72,17 @@ def _pretrained(recipe, fabric):
     m = recipe.model
     keep = fabric.hf_config() if hasattr(fabric, "hf_config") else None  # noqa: F841 (must outlive loading)
     dtype = torch.bfloat16 if keep is not None and fabric.config["bf16"]["enabled"] else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(m.hf_path, dtype=dtype, attn_implementation=recipe.engine.attention)
+    model, info = AutoModelForCausalLM.from_pretrained(m.hf_path, dtype=dtype, attn_implementation=recipe.engine.attention,
+                                                       output_loading_info=True)
+    # transformers initialises every weight its files lack at random and only logs it ("newly initialized"): a base
+    # saved with prefixed names (module., base_model.model.) or half a conversion would fine-tune random weights
+    missing = sorted(set(info.get("missing_keys") or ()))
+    if missing:
+        raise UserError(f"model.hf_path={m.hf_path} lacks {len(missing)} of the model's weights (e.g. {missing[0]}; "
+                        f"its files hold {len(info.get('unexpected_keys') or ())} names the model does not have): "
+                        "transformers would start them from random values; no step trained",
+                        "point model.hf_path at a complete Hugging Face checkpoint of the model (save_pretrained's "
+                        "names, no module. / base_model.model. prefixes)")
     cfg = model.config
     got = (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers)
     if got != (m.vocab_size, m.hidden_size, m.num_layers):

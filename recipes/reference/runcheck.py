@@ -56,6 +56,8 @@ def _check(run_dir: Path, rep: Report) -> None:
         else:
             rep.checked(f"{hf}/config.json matches model={r.model.name} ({', '.join(f'{k} {v}' for k, v in dims.items())})")
             _staged_method(c, r, hf, rep)
+            if not rep.defects:  # a model peft cannot wrap is that one line; its weights then do not matter
+                _staged_weights(hf, rep)
     elif hf:
         rep.not_here(f"{hf} (model.hf_path): weights and tokenizer on cluster storage")
     bare = dataclasses.replace(r, model=dataclasses.replace(r.model, hf_path=None))
@@ -121,3 +123,24 @@ def _staged_method(config, recipe, hf: str, rep: Report) -> None:
     trained = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     rep.checked(f"peft's {recipe.method.name} applied to the staged model's own class ({name}) on the meta device: "
                 f"{trained:,} parameters train")
+
+
+def _staged_weights(hf: str, rep: Report) -> None:
+    """transformers' own ``from_pretrained`` on the meta device (no tensor data read): the weights the staged files
+    lack, which the job's load would start at random (the job refuses them too: ``model.py`` ``_pretrained``)."""
+    if not any(Path(hf).glob("*.safetensors")):
+        rep.not_here(f"{hf}: the weights' names (only *.safetensors headers are read here)")
+        return
+    from transformers import AutoModelForCausalLM
+
+    _model, info = AutoModelForCausalLM.from_pretrained(hf, device_map="meta", output_loading_info=True,
+                                                        local_files_only=True)
+    missing = sorted(set(info.get("missing_keys") or ()))
+    if missing:
+        rep.defect(f"{hf} lacks {len(missing)} of the model's weights (e.g. {missing[0]}; its files hold "
+                   f"{len(info.get('unexpected_keys') or ())} names the model does not have): transformers' "
+                   "from_pretrained would start them from random values", "model.hf_path",
+                   "stage a complete Hugging Face checkpoint (save_pretrained's names, no module. / base_model.model. "
+                   "prefixes)")
+    else:
+        rep.checked(f"{hf}: every weight of the model is in its files (transformers' from_pretrained on the meta device)")

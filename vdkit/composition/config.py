@@ -25,7 +25,6 @@ from vdkit.rules.overrides import refuse_env_interpolation
 # ----------------------------------------------------------------------------- allowed values
 def _engine_names() -> tuple:
     from vdkit.recipes.engines import names
-
     return names()
 
 
@@ -53,9 +52,10 @@ _USER_DIRS: List[Path] = []  # --config-dir DIR (Hydra's convention): DIR/<group
 def use_config_dir(path: str) -> None:
     """Add ``path`` as a user config dir: its ``cluster/NAME.yaml`` (etc.) become ``cluster=NAME`` options."""
     d = Path(path).expanduser().absolute()
-    if not d.is_dir():
-        raise UserError(f"--config-dir {path}: no such directory",
-                        "give the directory that holds cluster/NAME.yaml (what `vdkit site probe --out DIR` wrote)")
+    loose = [] if any(d.glob("*/*.yaml")) else sorted(f.name for f in d.glob("*.yaml"))  # cluster=NAME: "not found"
+    if not d.is_dir() or loose:
+        raise UserError(f"--config-dir {path}: " + (f"{', '.join(loose)} at its top, in no group folder" if loose else
+                        "no such directory"), "give the directory that holds cluster/NAME.yaml (`vdkit site probe --out DIR`'s)")
     for f in sorted(d.glob("*/*.yaml")):
         if (conf_dir() / f.parent.name / f.name).is_file():
             raise UserError(f"{f} has the name of the kit's own {f.parent.name}={f.stem}",
@@ -347,9 +347,10 @@ def validate_fields(r: Recipe, host: bool = True) -> None:
            "FP8 attention runs inside Transformer Engine's FP8 autocast, which only FP8 precision turns on",
            "set train.precision=fp8, or train.fp8_attention=false")
     _validate_model(r.model)
-    from vdkit.planner.calibration import check_gpu_vendor
+    from vdkit.planner.calibration import check_gpu_memory, check_gpu_vendor
 
     check_gpu_vendor(c)  # a vendor the kit runs, and the gpu_type's (hf_step_time.yaml): the images and collectives
+    check_gpu_memory(c)  # no more memory than the gpu_type has: the plan's "fits" is the job's
     _check(c.nccl_debug is None or str(c.nccl_debug).upper() in NCCL_DEBUG_LEVELS,
            f"cluster.nccl_debug={c.nccl_debug!r} is not an NCCL_DEBUG level (NCCL would ignore it)",
            "use one of " + ", ".join(NCCL_DEBUG_LEVELS) + ", or null")

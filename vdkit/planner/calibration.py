@@ -130,6 +130,21 @@ VENDOR_STACKS = {"nvidia": "NVIDIA's (CUDA, NCCL: the engines' NVIDIA images)",
                  "amd": "AMD's (ROCm, RCCL: the engines' ROCm images, engine.rocm_image)"}
 
 
+def check_gpu_memory(cluster) -> None:
+    """A stated ``cluster.gpu_memory_gb`` may be less than its ``gpu_type``'s reported total (MIG, a site's reserve),
+    never more: ``gpu_memory_gb: 800`` on an H100 (a typo in a site file) planned a 70B SFT on one node as fitting in
+    549.5 GB per GPU, and rendered a job that runs out of memory at its first step. The total as :func:`capacity_gb`;
+    1 % over it is a rounding of nvidia-smi's MiB, not more memory."""
+    cap = capacity_gb(str(cluster.gpu_type))
+    if cap is None or cluster.gpu_memory_gb <= cap * 1.01:
+        return
+    raise UserError(f"cluster {cluster.name}: cluster.gpu_memory_gb={cluster.gpu_memory_gb:g} is more than a "
+                    f"{cluster.gpu_type} holds ({cap:g} GB, its reported total: conf/calibration/hf_step_time.yaml "
+                    "gpus): the plan would fit layouts that run out of memory on it",
+                    f"state nvidia-smi's memory.total in GB of 10^9 bytes (at most {cap:g}), or leave "
+                    "cluster.gpu_memory_gb to follow cluster.gpu_type (`vdkit site probe` writes both from a node)")
+
+
 def check_gpu_vendor(cluster) -> None:
     """A cluster's ``gpu_vendor`` must be one the kit runs, and its ``gpu_type`` a GPU of that vendor
     (hf_step_time.yaml ``gpus.<gpu>.vendor``): the vendor picks the images, collectives and environment the ranks

@@ -98,9 +98,13 @@ def show_logs(target, follow: bool = False, lines: Optional[int] = None, timeout
         except KeyboardInterrupt:
             return 0
     files = log_files(run_dir)
-    if not files and not follow:
-        raise UserError(f"{run_dir} has no logs yet (no *.out, *.err or {LOG_DIR}/rank*.out)",
-                        f"start the run, or see its state: vdkit status {run_dir}")
+    # -f with nothing written and no job running or queued to write it (a rendered run never submitted): it printed
+    # nothing and exited 0 at once, a dead end that reads as "the run is silent"
+    word = _state_word(run_dir, launcher) if follow and not files else None
+    if not files and (not follow or word not in RUNNING_WORDS):
+        raise UserError(f"{run_dir} has no logs yet (no *.out, *.err or {LOG_DIR}/rank*.out)"
+                        + (f" and its state is {word}, not a job running or queued to write them: nothing to follow"
+                           if follow else ""), f"start the run, or see its state: vdkit status {run_dir}")
     offsets = {}
     for path in files:
         data = _tail(path, 1 << 30)
@@ -116,14 +120,18 @@ def show_logs(target, follow: bool = False, lines: Optional[int] = None, timeout
     return 0
 
 
-def _still_running(run_dir: Path, launcher) -> bool:
+def _state_word(run_dir: Path, launcher) -> str:
+    """The first word of the run's state (RUNNING, NOT_SUBMITTED, UNREACHABLE, ...; UNKNOWN where it cannot be read)."""
     from vdkit.run.runs import state
 
     try:
-        word = state(run_dir, launcher).split(" ", 1)[0]
+        return state(run_dir, launcher).split(" ", 1)[0]
     except UserError:
-        return False
-    return word in RUNNING_WORDS
+        return "UNKNOWN"
+
+
+def _still_running(run_dir: Path, launcher) -> bool:
+    return _state_word(run_dir, launcher) in RUNNING_WORDS
 
 
 def _follow(run_dir: Path, launcher, offsets: dict, out: BinaryIO, timeout: Optional[float]) -> None:

@@ -25,6 +25,7 @@ from typing import List, Tuple
 from vdkit.recipes.common import edits as common
 from vdkit.recipes.common.edits import FIX_RERENDER
 from vdkit.recipes.nemo.runcheck.venv import NEMO_VERSION
+from vdkit.run.rundir import NEMO_CONFIG_FILE as NEMO_CONFIG_FILE_NAME
 
 # Keys (the last part of a dotted key, wherever it sits) whose value NeMo 1.23 / Lightning 2.0.7 need > 0, besides
 # Megatron's sizes (common.MEGATRON_POSITIVE).
@@ -127,8 +128,34 @@ def compare(run_dir: Path, render) -> Tuple[List[Tuple[str, str, str]], List[str
         keys = [k for k in rendered if k in INPUT_KEYS or k.endswith(".file_names")]
         defects += ([tuple(d) for d in common.moved_input(edited, rendered, keys, STACK, INPUT_FIX,
                                                                strict={"model.restore_from_path"})]
+                    or [tuple(d) for d in common.moved_output(edited, rendered, OUTPUT_KEYS, STACK, FIX_RERENDER)]
+                    or _other_precision(edited, rendered)
                     or _clean_stop(edited, rendered) or _traps(nested, plan))
     return defects, changed + [f"{k} (removed)" for k in removed]
+
+
+# Where NeMo writes the run's checkpoints and logs (common.moved_output); exp_manager's check_resume follows dirpath
+# (exp_manager.py:358-366). Not exp_dir: with explicit_log_dir set, as rendered, NeMo ignores it (get_log_dir).
+OUTPUT_KEYS = ("exp_manager.checkpoint_callback_params.dirpath", "exp_manager.explicit_log_dir")
+
+
+# NeMo 1.23's torch_dtype_from_precision (nlp/parts/utils_funcs.py:43-55), which MegatronBaseModel builds the model in
+# (megatron_base_model.py:125); any other value is its ValueError, the NeMo probe's line.
+DTYPES = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16", "32": "fp32", "32-true": "fp32"}
+
+
+def _other_precision(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
+    """``trainer.precision`` edited to another dtype than the render's (the plan's): ``32`` on a bf16 plan loaded and
+    passed, and the job ran in fp32 - twice the weights' and activations' bytes, several times the step time the plan's
+    memory, time limit and cadence were made for. ``bf16`` for ``bf16-mixed`` is the same dtype and passes."""
+    key = "trainer.precision"
+    got, want = (DTYPES.get(str(d.get(key))) for d in (edited, rendered))
+    if got is None or want is None or got == want:
+        return []
+    return [(f"{key}={edited[key]!r} in {NEMO_CONFIG_FILE_NAME} makes NeMo build the model in {got} "
+             f"(torch_dtype_from_precision, utils_funcs.py:43), the plan's is {want} (rendered {rendered[key]!r}): its "
+             "memory, step time and time limit are not this job's", key,
+             f"keep {rendered[key]!r}, or plan another precision with train.precision, {FIX_RERENDER}")]
 
 
 def _clean_stop(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
@@ -187,8 +214,40 @@ def check(run_dir: Path, report, render) -> bool:
     from vdkit.run.rundir import NEMO_CONFIG_FILE, load_plan
 
     defects, changed = compare(run_dir, render)
+    if not defects:
+        defects = _over_base(run_dir, changed)
     if not common.report([common.Defect(*d) for d in defects], changed, report, NEMO_CONFIG_FILE,
                          f"known to {STACK}, of the rendered type"):
         return False
     steps = (_load(Path(run_dir) / NEMO_CONFIG_FILE).get("trainer") or {}).get("max_steps")  # Lightning stops there
     return steps_edit.check(load_plan(run_dir), run_dir, f"{NEMO_CONFIG_FILE} trainer.max_steps", steps, report)
+
+
+# NeMo 1.23 GPT model keys the base .nemo's own config holds (megatron_gpt_config.yaml): what its weights were trained
+# as. A fine-tune's file does not carry them; merge_cfg_with copies every model key of the file over the restored config
+# (nlp_adapter_mixins.py:452-454), so an added one is a different model: another RoPE, norm or activation trains the
+# base's weights under another function with nothing refusing it, a size fails their load on the GPUs.
+BASE_FIXED = frozenset({
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups", "kv_channels",
+    "max_position_embeddings", "position_embedding_type", "rotary_base", "rotary_percentage",
+    "seq_len_interpolation_factor", "layernorm_epsilon", "normalization", "activation", "bias",
+    "share_embeddings_and_output_weights", "make_vocab_size_divisible_by", "transformer_block_type",
+    "normalize_attention_scores", "apply_query_key_layer_scaling", "headscale"})
+
+
+def _over_base(run_dir: Path, changed) -> List[Tuple[str, str, str]]:
+    """A fine-tune's nemo.yaml that sets a :data:`BASE_FIXED` model key: one line (the first such key)."""
+    from vdkit.run.rundir import NEMO_CONFIG_FILE
+
+    model = _load(Path(run_dir) / NEMO_CONFIG_FILE).get("model") or {}
+    if "peft" not in model:
+        return []
+    for key in changed:
+        name = key[len("model."):] if key.startswith("model.") else None
+        if name in BASE_FIXED:
+            return [(f"{key}={model.get(name)!r} in {NEMO_CONFIG_FILE} overrides the base .nemo's own value: NeMo "
+                     "1.23's merge_cfg_with copies every model key of the file over the restored config "
+                     "(nlp_adapter_mixins.py:452-454), so the job would fine-tune "
+                     f"{model.get('restore_from_path')}'s weights as another model than they were trained as",
+                     key, f"remove {key} (the base's config holds it), or re-render")]
+    return []

@@ -226,15 +226,23 @@ def check_peft(cell, cfg, merged):
         return
     per_layer = sum(int(c.dim) * (int(c.in_features) + int(c.out_features))
                     for c in peft_cfg.name_key_to_cfg.values() if hasattr(c, "dim") and hasattr(c, "in_features"))
-    got = per_layer * int(merged.num_layers)
+    # _check_and_add_peft_cfg (nlp_adapter_mixins.py:151) adds adapters only to the layers whose 1-based layer_number
+    # is in layer_selection (all when None or empty): [0] or [33] on 32 layers adds none and nothing trains
+    chosen = getattr(peft_cfg, "layer_selection", None)
+    layers = [n for n in range(1, int(merged.num_layers) + 1) if n in (chosen or range(1, int(merged.num_layers) + 1))]
+    got = per_layer * len(layers)
     want = cell.get("trainable")
     line = (f"{cls.__name__} from PEFT_CONFIG_MAP[{scheme}] on the merged config, add_adapter's preconditions ({at}) "
             f"pass")
     if scheme == "lora" and want:
         line += f"; LoRA adapters {got:,} trainable parameters, plan {want:,}"
+        if chosen:
+            line += f" (layer_selection {list(chosen)}: {len(layers)} of {int(merged.num_layers)} layers, 1-based)"
         if got != want:
-            say(d, "defect", line + " (model.peft.lora_tuning.adapter_dim; fix: the plan's method.lora_adapter_dim, or "
-                                    "re-render)")
+            say(d, "defect", line + (" (model.peft.lora_tuning.layer_selection; fix: null, every layer as planned, or "
+                                     "re-render)" if chosen and len(layers) != int(merged.num_layers) else
+                                     " (model.peft.lora_tuning.adapter_dim; fix: the plan's method.lora_adapter_dim, or "
+                                     "re-render)"))
             return
     say(d, "checked", line)
 
