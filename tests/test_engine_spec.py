@@ -105,6 +105,11 @@ def test_list_engines_json_agrees_with_what_plan_accepts(capsys):
     assert main(["list", "engines"]) == 0
     table = capsys.readouterr().out
     assert all(name in table for name in engines.names()) and "refuses model fields" in table
+    # the LoRA placements each engine can render (its spec), so NeMo 1.23's QKV-only is seen before plan refuses it
+    lora = {line.split(")", 1)[0]: line.split(")", 1)[1].split() for line in table.splitlines() if "(method.lora_" in line}
+    a2a = dict(zip(engines.names(), lora["  LoRA all-to-all (method.lora_a2a"]))
+    assert a2a == {r["name"]: ("yes" if r["lora_a2a"] else "no") for r in records}
+    assert "linear_proj," in table.split("LoRA targets (method.lora_targets)")[1].split("\n")[0]
 
 
 # ----------------------------------------------------------------------------- Qwen2.5-7B, added as data

@@ -223,6 +223,12 @@ def test_a_stopped_local_run_resumes_in_its_run_dir_and_finishes_unbroken(tmp_pa
     assert main(["run", "--resume", str(run_dir)]) == 0  # finished: nothing runs again
     assert "has finished already" in capsys.readouterr().err
     assert _steps((run_dir / "local-1.out").read_text()) == list(range(1, 151))
+    # a finished run's count edited up: one line with the way on, not "nothing to do" (the edit would not train)
+    recipe = run_dir / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("max_steps: 150\n", "max_steps: 160\n", 1))
+    assert main(["run", "--resume", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert "has finished at step 150" in err and "train.max_steps=160" in err and "steps 151..160" in err
     print(f"\nlocal resume figures: stopped after step {stopped} of 150 (USR1 to the process group, exit 75), "
           f"resumed in the same run dir, steps 1..150 unbroken, final loss {got[149]:.6f} vs uninterrupted "
           f"{want[149]:.6f}")

@@ -74,3 +74,17 @@ def test_each_stack_reads_its_own_names():
     from vdkit.recipes.megatron.model import BASE_SPLIT
 
     assert BASE_SPLIT == {"linear_qkv": "column", "linear_proj": "row", "linear_fc1": "column", "linear_fc2": "row"}
+
+
+def test_a2a_where_it_does_nothing_is_noted_in_the_plan():
+    # Bridge 0.3.1 peft/utils.py 544-548 / 633-642: the all-to-all replaces only a row-parallel adapter's scatter under SP
+    from vdkit.planner.plan import make_plan
+
+    base = ["engine=bridge", "model=llama2_70b", "method=lora", "method.lora_a2a=true", "parallelism.pp=1"]
+    a2a = [n for n in make_plan(compose([*base, ATTENTION, "parallelism.tp=8"])).notes if "lora_a2a" in n]
+    assert a2a == []  # TP 8 with SP and the projection's adapter: the all-to-all runs
+    for extra, why in ((["parallelism.tp=1", "parallelism.pp=4", ATTENTION], "TP 1"),
+                       (["parallelism.tp=8", "parallelism.sequence_parallel=false", ATTENTION], "sequence parallelism is off"),
+                       (["parallelism.tp=8"], "no row-parallel adapter")):
+        notes = [n for n in make_plan(compose([*base, *extra])).notes if "lora_a2a" in n]
+        assert len(notes) == 1 and why in notes[0] and "method.lora_a2a=false" in notes[0], (extra, notes)

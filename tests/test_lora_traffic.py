@@ -103,3 +103,17 @@ def test_the_adapters_time_is_their_bytes_or_their_flops_whichever_is_longer():
     flops = 4096 / 4 * 6 * 16 * (8192 + 10240 + 8192 + 8192)  # forward, input and weight gradients, 1 / TP
     assert L.layer_s(r, 4096, 4, 0.0, 3.35e12, 1e15) == L.layer_bytes(r, 4096, 4) / 3.35e12  # rank 16: bytes
     assert L.layer_s(r, 4096, 4, 0.0, 3.35e12, 1e6) == pytest.approx(flops / 1e6, rel=1e-12)
+
+
+def test_an_fp8_jobs_adapters_run_at_the_bf16_peak():
+    """Bridge's ParallelLinearAdapter builds megatron-core's own Column/RowParallelLinear (peft/utils.py 26, 482-520):
+    torch GEMMs that Transformer Engine's FP8 autocast leaves in bf16, so an FP8 job's adapter FLOPs run at the BF16
+    peak. At rank 4096 (above either ridge) the FLOPs set the adapters' time: the same in FP8 as in BF16."""
+    base = ["model=llama2_70b", "engine=bridge", "method=lora", "method.lora_adapter_dim=4096", "cluster.nodes=1",
+            "train.seq_length=4096", "train.global_batch_size=8", "parallelism.tp=4", "parallelism.pp=1"]
+    bf16, fp8 = (P.predict_step(compose([*base, f"train.precision={p}"]), 4, 1, 1, "none", True) for p in ("bf16", "fp8"))
+    r = compose([*base, "train.precision=fp8"])
+    hw = P.gpu_hardware(P.calibration(), r.cluster.gpu_type)
+    flops_bound = L.layer_s(r, 4096, 4, 0.0, 1e30, float(hw["peak_tflops_bf16"]) * 1e12)  # HBM free: FLOPs alone
+    assert flops_bound > L.layer_bytes(r, 4096, 4) / 3.35e12  # the FLOPs are what sets it at this rank
+    assert fp8.parts["lora_traffic_s"] == pytest.approx(bf16.parts["lora_traffic_s"], rel=1e-9)

@@ -77,3 +77,24 @@ def test_a_shorter_run_is_checked_with_the_plans_time_at_its_count(tmp_path, cap
     assert not rep.defects
     line = next(text for _kind, text in rep.lines if "trainer.max_steps=20" in text)
     assert "(the plan's 50): the plan's time plan at 20 steps of" in line and "GPU-hours in 1 allocation(s)" in line
+
+
+def test_a_bridge_run_lengthened_past_its_decay_at_zero_min_lr_is_a_defect():
+    # bridge.yaml's lr_decay_iters is the rendered count: megatron-core holds every later step at min_lr
+    # (optimizer_param_scheduler.py:237); at 0 they train nothing. NeMo / megatron / reference decay over the edited count.
+    from types import SimpleNamespace as NS
+
+    from vdkit.recipes.bridge.runcheck_sched import _past_decay
+    from vdkit.run.jobcheck import Report
+
+    def cfg(iters, decay_iters, min_lr=0.0, gbs=8):
+        return NS(train=NS(train_samples=None, train_iters=iters, global_batch_size=gbs),
+                  scheduler=NS(lr_decay_steps=decay_iters * gbs), optimizer=NS(min_lr=min_lr))
+
+    rep = Report(Path("."))
+    assert _past_decay(cfg(55, 50), rep) and len(rep.defects) == 1
+    assert "train.train_iters=55 runs past scheduler.lr_decay_iters=50" in rep.defects[0]
+    assert "the last 5 steps train nothing" in rep.defects[0] and "scheduler.lr_decay_iters=55" in rep.defects[0]
+    for fine in (cfg(50, 50), cfg(40, 50), cfg(55, 55), cfg(55, 50, min_lr=1e-6)):  # as rendered, shorter, decay too, a floor
+        assert not _past_decay(fine, rep)
+    assert len(rep.defects) == 1

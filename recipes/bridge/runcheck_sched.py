@@ -13,6 +13,9 @@ not what trains, ``scheduler.start_weight_decay`` is. An edit of the one without
 A warm-up as long as the decay is not refused by Bridge but shortened: ``ConfigContainer._calculate_scheduler_steps``
 (``megatron/bridge/training/config.py`` 1678-1685) caps ``lr_warmup_steps`` at ``lr_decay_steps - 1`` with a rank-0
 ``warnings.warn`` only, and the job trains on another schedule than its bridge.yaml says: a defect here too.
+
+A ``train.train_iters`` lengthened past ``scheduler.lr_decay_iters`` (the rendered count) at a zero ``min_lr``
+trains its added steps at learning rate 0 (``optimizer_param_scheduler.py`` 237-238): a defect (``_past_decay``).
 """
 from __future__ import annotations
 
@@ -55,12 +58,33 @@ def _warmup_capped(cfg, rep: Report) -> bool:
     return True
 
 
+def _past_decay(cfg, rep: Report) -> bool:
+    """True (a defect in ``rep``) where the run trains past its decay at a zero ``min_lr``: the render writes
+    ``lr_decay_iters`` = the plan's steps, so a hand edit that lengthens ``train.train_iters`` (a resumed run
+    extended, docs/checking-jobs.md "Hand edits and the plan") leaves the decay where it was, and megatron-core holds
+    every later step at ``min_lr`` (``optimizer_param_scheduler.py`` 237-238): at 0 those steps change nothing.
+    NeMo (its CosineAnnealing's max_steps from trainer.max_steps) and the megatron / reference engines
+    (``recipes/common/schedule.py`` on the run's own count) decay over the edited count instead."""
+    t, s = cfg.train, cfg.scheduler
+    if t.train_samples is not None or t.train_iters * t.global_batch_size <= s.lr_decay_steps or cfg.optimizer.min_lr:
+        return False
+    decay = s.lr_decay_steps // t.global_batch_size
+    rep.defect(f"train.train_iters={t.train_iters} runs past scheduler.lr_decay_iters={decay}: megatron-core holds "
+               f"every step after {decay} at optimizer.min_lr=0.0 (optimizer_param_scheduler.py:237), so the last "
+               f"{t.train_iters - decay} steps train nothing", f"{CONFIG_FILE} scheduler.lr_decay_iters",
+               f"set scheduler.lr_decay_iters={t.train_iters} too (resuming a saved run, also "
+               "scheduler.override_opt_param_scheduler=true: megatron-core asserts the checkpoint's decay length "
+               "otherwise, optimizer_param_scheduler.py:326), or re-plan with `vdkit render ... "
+               f"train.max_steps={t.train_iters}`")
+    return True
+
+
 def check(cfg, rep: Report) -> bool:
     """Bridge's ``_get_scheduler`` on ``cfg`` (after :func:`vdkit.recipes.bridge.runcheck.validate`); its line into
     ``rep``. False when the job's setup would refuse the schedule or validate() capped its warm-up."""
     from megatron.bridge.training.optim import _get_scheduler
 
-    if _warmup_capped(cfg, rep):
+    if _warmup_capped(cfg, rep) or _past_decay(cfg, rep):
         return False
 
     group = {}

@@ -181,6 +181,8 @@ _ENGINE_ROWS = (("families", "families", None), ("methods", "methods", None), ("
                 ("SwiGLU input saved in", "swiglu_input_dtypes", None),
                 ("FP8 attention (train.fp8_attention)", "fp8_attention", None),
                 ("CUDA graphs (train.cuda_graphs)", "cuda_graphs", None),
+                ("LoRA targets (method.lora_targets)", "lora_targets", None),
+                ("LoRA all-to-all (method.lora_a2a)", "lora_a2a", None),
                 ("context parallel", "context_parallel", None),
                 ("RoPE scaling", "rope_scaling", None), ("step-time regime", "step_time_regime", None),
                 ("refuses model fields", "refuses", None), ("GPU vendors", "gpu_vendors", None),

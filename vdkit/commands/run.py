@@ -59,6 +59,28 @@ def _finish(run_dir, rc: int) -> int:
     return 0 if rc == 0 else (EXIT_STOPPED if rc == EXIT_STOPPED else 1)
 
 
+def _finished_but_lengthened(run_dir) -> None:
+    """A finished run whose recipe.yaml was edited to more steps than it trained (the megatron / reference engines'
+    count, docs/checking-jobs.md "Hand edits and the plan"): a finished run never starts again, so saying "nothing
+    to do" would drop the edit in silence; UserError with the way on (the marker removed, the last checkpoint)."""
+    from vdkit.run.rundir import FINISHED_FILE, load_recipe
+    from vdkit.run.runs import progress
+
+    from vdkit.errors import UserError
+
+    try:
+        asked = load_recipe(run_dir).train.max_steps
+    except UserError:
+        return  # an unreadable recipe: the finished run is left as it is, as before
+    done = progress(run_dir, asked).done
+    if done is not None and asked > done:
+        raise UserError(f"{run_dir} has finished at step {done} (its file {FINISHED_FILE} says so), but its recipe.yaml "
+                        f"now asks train.max_steps={asked}: a finished run never starts again, so the edit would not "
+                        "train", f"to train steps {done + 1}..{asked} from its last checkpoint, delete "
+                        f"{run_dir / FINISHED_FILE} and run `vdkit run --resume {run_dir}` again; or put "
+                        f"train.max_steps back to {done}")
+
+
 def resume(args) -> int:
     """`vdkit run --resume RUN_DIR`: the same ranks again in the same run dir, from its latest checkpoint."""
     from pathlib import Path
@@ -80,6 +102,7 @@ def resume(args) -> int:
 
     check_state_files(run_dir)  # a FIFO or directory among them: one line now, not a hang or a run that "finished"
     if (run_dir / FINISHED_FILE).exists():
+        _finished_but_lengthened(run_dir)
         print(f"vdkit run: {run_dir} has finished already (its file {FINISHED_FILE} says so); nothing to do",
               file=sys.stderr)
         print(run_dir, flush=True)

@@ -14,7 +14,7 @@ output projection.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from vdkit.composition.schema import LORA_DEFAULT_TARGETS as DEFAULT_TARGETS, LORA_TARGETS  # noqa: F401
 from vdkit.errors import UserError
@@ -61,6 +61,25 @@ def check(recipe) -> None:
         raise UserError(f"method.lora_targets names {', '.join(map(str, unknown))}, not a LoRA target", fix)
     if not names or len(set(names)) != len(names):
         raise UserError(f"method.lora_targets={names} must name at least one target, each once", fix)
+
+
+def a2a_note(recipe, tp: int, sp: bool) -> List[str]:
+    """A plan note when ``method.lora_a2a=true`` changes nothing on the chosen layout: Bridge's all-to-all only
+    replaces the scatter after a row-parallel adapter (linear_proj, linear_fc2) under sequence parallelism (Bridge 0.3.1
+    peft/utils.py 544-548: without SP ``disable_sequence_parallel_comm``; 633-642: the a2a path is taken for
+    ``input_is_parallel`` adapters alone). Noted, not refused: the stack accepts it, and MLPerf's scripts set it on
+    every layout (benchmarks/independent_runs.yaml)."""
+    m = recipe.method
+    if m.name != "lora" or not m.lora_a2a:
+        return []
+    why = ("TP 1 has no sequence parallelism" if tp == 1 else "sequence parallelism is off" if not sp else
+           None if any(TARGETS[n].split == "row" for n in of(recipe)) else
+           f"method.lora_targets=[{','.join(of(recipe))}] has no row-parallel adapter (linear_proj, linear_fc2)")
+    if why is None:
+        return []
+    return [f"method.lora_a2a=true changes nothing here: {why}, and Bridge's all-to-all only replaces the scatter "
+            "after a row-parallel adapter under sequence parallelism (the step is priced without it); "
+            "set method.lora_a2a=false, or add linear_proj / linear_fc2 at TP >= 2 with sequence parallelism"]
 
 
 def hf_modules(recipe) -> Tuple[str, ...]:

@@ -105,7 +105,9 @@ def layer_s(recipe, tokens: float, tp: int, recompute_share: float, hbm_bytes_s:
     (:func:`layer_bytes`) at HBM's rate or their GEMM FLOPs (forward, input and weight gradients, a recomputed
     forward again; this GPU's 1 / TP, vdkit.planner.lora_targets.flops_per_token) at the peak, whichever is longer.
     A rank-r GEMM does about r FLOPs per byte it streams, far below an H100's ridge (~300 in BF16), so the bytes
-    set the time at the ranks in use; the FLOPs are not model FLOPs (published TFLOP/s leave them out)."""
+    set the time at the ranks in use; the FLOPs are not model FLOPs (published TFLOP/s leave them out).
+    ``peak_flops_s`` is the BF16 peak in an FP8 job too: Bridge's adapters are megatron-core's plain
+    Column/RowParallelLinear (peft/utils.py 26, 482-520), torch GEMMs that TE's FP8 autocast leaves in bf16."""
     m = recipe.model
     flops = tokens / tp * lora_targets.flops_per_token(m, recipe.method.lora_adapter_dim, lora_targets.of(recipe),
                                                        recipe.engine.lora_qkv) * (1.0 + recompute_share / 3.0)

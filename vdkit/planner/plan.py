@@ -22,6 +22,7 @@ from vdkit.errors import UserError
 from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.calibration import HEADROOM, is_borderline
 from vdkit.planner.cuda_graphs import plan_note
+from vdkit.planner import lora_targets
 from vdkit.planner.layout import effective_sp  # noqa: F401 (this module's API too; its home: layout)
 from vdkit.planner.interval import attach
 from vdkit.planner.layout import data_parallel, divisors, layout_violations, valid_layouts
@@ -251,6 +252,7 @@ def layout_plan(recipe: Recipe) -> Plan:
     borderline = is_borderline(total, cap)
     reason, notes = None, seq_notes(recipe) + data_notes(recipe) + engine_notes(recipe) + schedule_notes(recipe)
     # train.cuda_graphs=layer: what the memory counts for the graphs (the first stage's layers in flight)
+    notes += lora_targets.a2a_note(recipe, ltp, sp)  # method.lora_a2a on a layout where it does nothing
     notes += plan_note(recipe, ltp, sp, layers_in_flight(recipe.model.num_layers // lpp, lpp, lvp, grad_accum, 0))
     if not feasible:
         reason = (f"needs {total:.1f} GB per GPU at best (tp={ltp} pp={lpp} dp={dp}, recompute {rc}: "

@@ -309,7 +309,7 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                        n * attention_kernel_flops_per_token(r, recompute, calib, pp, vp) / (tp * pp * cp))
     local_flops_mb = slow * local.extra_flops / peak if local else 0.0
     flops_mb += local_flops_mb
-    lora_mb = slow * layers * lora_traffic.layer_s(r, n / cp, tp, share, hbm, peak)  # the adapters' own kernels
+    lora_mb = slow * layers * lora_traffic.layer_s(r, n / cp, tp, share, hbm, float(hw["peak_tflops_bf16"]) * 1e12)
     cp_copies_mb = slow * cp_overheads.micro_s(r, n, tp, cp, layers, share, hbm)  # TE 1.x CP ring's copies and merges
     local_mb = (slow * local.hbm_bytes / hbm if local else 0.0) + lora_mb + cp_copies_mb
     floor_mb = slow * passes * weight_bytes / hbm
