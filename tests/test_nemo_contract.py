@@ -402,6 +402,11 @@ def test_nvidias_published_runs_are_fitted_at_the_layout_their_launcher_ran():
     assert NVIDIA_PRETRAIN_BY_SIZE["llama2_70b"][key] == nvidia_pretrain_at("llama2_70b", key, "24.12")
     rows = {r["name"]: r["overrides"] for r in calibration()["anchors"]["runs"]}
     assert f"parallelism.vp={nvidia_pretrain_at('llama2_70b', key, '24.01')}" in rows["70B pretrain BF16 64 GPUs"]
+    # The table's by_size is one release's (the newest): every value that changed agrees with by_launcher there.
+    from vdkit.composition.config import nvidia_pretrain_tables
+    for model, changed in nvidia_pretrain_tables()["by_launcher"].items():
+        for knob in changed:
+            assert NVIDIA_PRETRAIN_BY_SIZE[model].get(knob) == nvidia_pretrain_at(model, knob, "24.12"), (model, knob)
     # The 13B row of the same README ran launcher 24.01's llama2_13b.yaml: TP 2 PP 1 (TP 1 PP 4 from 24.03.01).
     for knob, name in (("model.tensor_model_parallel_size", "tp"), ("model.pipeline_model_parallel_size", "pp")):
         assert f"parallelism.{name}={nvidia_pretrain_at('llama2_13b', knob, '24.01')}" in rows["13B pretrain BF16 16 GPUs"]
