@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdkit.planner import lora_targets
-from vdkit.planner.lora_targets import DEFAULT_TARGETS
+from vdkit.composition.schema import LORA_DEFAULT_TARGETS
 
 # Rows a learned position table holds beyond max_position_embeddings (OPTLearnedPositionalEmbedding).
 LEARNED_POSITION_OFFSET = {"opt": 2}
@@ -78,7 +78,7 @@ def param_counts(m) -> ParamCounts:
 
 
 # ----------------------------------------------------------------------------- per method
-def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused", targets=DEFAULT_TARGETS) -> int:
+def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused", targets=LORA_DEFAULT_TARGETS) -> int:
     """LoRA parameters of one layer, as the engine places them (``engine.lora_qkv``) on ``targets``
     (``method.lora_targets``; vdkit.planner.lora_targets).
 
