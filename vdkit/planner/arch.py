@@ -23,6 +23,7 @@ from vdkit.composition.schema import LORA_DEFAULT_TARGETS
 
 # Rows a learned position table holds beyond max_position_embeddings (OPTLearnedPositionalEmbedding).
 LEARNED_POSITION_OFFSET = {"opt": 2}
+BF16_BYTES = 2  # one bfloat16 element (the adapters' and TE 1.x's CP ring's buffers: lora_traffic, cp_overheads)
 
 
 @dataclass(frozen=True)
