@@ -55,7 +55,8 @@ from vdkit.planner.host_time import drain_terms, stage_terms
 from vdkit.planner.interconnect import interconnect
 from vdkit.planner.local_traffic import local_parts, local_step
 from vdkit.planner.memory import optimizer_pass_bytes, recompute_share
-from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
+from vdkit.composition.plan_types import Prediction, StepTime
+from vdkit.composition.schema import STEP_TIME_REGIMES
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s", "per_step_host_s")

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Optional
 
 from vdkit.errors import UserError
-from vdkit.composition.schema import Memory, Plan, Prediction, Recipe, StepTime
+from vdkit.composition.plan_types import Memory, Plan, Prediction, StepTime
+from vdkit.composition.schema import Recipe
 
 RECIPE_FILE = "recipe.yaml"
 PLAN_FILE = "plan.json"
