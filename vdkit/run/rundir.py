@@ -183,7 +183,7 @@ def load_recipe(path) -> Recipe:
     # A recipe.yaml edited by hand gets the composed recipe's value rules (not its file checks: the run
     # may be read on another machine), so that a rank never trains on e.g. model.num_layers=-3 and
     # `vdkit check` / `status` / `report` never act on a recipe render would have refused.
-    from vdkit.composition.config import validate_fields
+    from vdkit.composition.fields import validate_fields
     from vdkit.rules import check_values
 
     try:
