@@ -77,6 +77,7 @@ def _fmt(x, spec: str) -> str:
 
 
 def main(argv: List[str]) -> int:
+    """Print each named result log's blocks (a folder or result_*.txt files in ``argv``); 2 when none is named."""
     files = result_files(argv)
     if not files:
         print("mlperf_blocks: name a submission's result folder or its result_*.txt files", file=sys.stderr)

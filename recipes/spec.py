@@ -26,7 +26,7 @@ HOOKS = ("files", "check", "inputs", "preflight", "check_runs", "local_check", "
 class EngineSpec:
     """One engine: its functions and its capabilities as data (see docs/architecture.md, "Adding an engine").
 
-    Functions (``plan`` a :class:`vdkit.composition.schema.Plan`, ``run_dir`` the run directory's Path):
+    Functions (``plan`` a :class:`vdkit.composition.plan_types.Plan`, ``run_dir`` the run directory's Path):
 
     - ``command(plan, run_dir) -> list[str]``: the argv every rank runs (required);
     - ``files(plan, run_dir) -> dict``: extra run-directory files, name -> content (their names in ``run_dir_files``);

@@ -51,10 +51,11 @@ def test_what_a_shell_or_nccl_cannot_take_is_one_line(cluster, engine_env, words
 
 
 def test_nccl_debug_levels_have_one_home():
-    """Composition (vdkit.composition.config) refuses the same levels the fabric exports: one tuple, in fabric.py."""
-    from vdkit.composition import config
+    """Composition's field rules (vdkit.composition.fields) refuse the same levels the fabric exports: one tuple, in
+    fabric.py."""
+    from vdkit.composition import fields
 
-    assert config.NCCL_DEBUG_LEVELS is fabric.NCCL_DEBUG_LEVELS
+    assert fields.NCCL_DEBUG_LEVELS is fabric.NCCL_DEBUG_LEVELS
     for level in fabric.NCCL_DEBUG_LEVELS:
         assert fabric.job_env(plan_of(nccl_debug=level.lower()))["NCCL_DEBUG"] == level
 

@@ -71,9 +71,6 @@ def test_each_stack_reads_its_own_names():
     assert T.hf_modules(llama) == ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
     opt = compose(["model=opt_125m", "engine=reference", "method=lora", ATTENTION])
     assert T.hf_modules(opt) == ("q_proj", "k_proj", "v_proj", "out_proj")
-    from vdkit.recipes.megatron.model import BASE_SPLIT
-
-    assert BASE_SPLIT == {"linear_qkv": "column", "linear_proj": "row", "linear_fc1": "column", "linear_fc2": "row"}
 
 
 def test_a2a_where_it_does_nothing_is_noted_in_the_plan():
@@ -88,3 +85,13 @@ def test_a2a_where_it_does_nothing_is_noted_in_the_plan():
                        (["parallelism.tp=8"], "no row-parallel adapter")):
         notes = [n for n in make_plan(compose([*base, *extra])).notes if "lora_a2a" in n]
         assert len(notes) == 1 and why in notes[0] and "method.lora_a2a=false" in notes[0], (extra, notes)
+
+
+def test_each_targets_split_is_megatron_cores_own_layer():
+    """The TP split each target's adapter follows is the class megatron-core's layer spec builds for that linear
+    (ColumnParallelLinear / RowParallelLinear), not a table typed again."""
+    specs = pytest.importorskip("megatron.core.models.gpt.gpt_layer_specs")
+    layer = specs.get_gpt_layer_local_spec().submodules
+    built = {**vars(layer.self_attention.submodules), **vars(layer.mlp.submodules)}
+    assert {n: built[n].__name__ for n in T.TARGETS} == {
+        n: ("ColumnParallelLinear" if t.split == "column" else "RowParallelLinear") for n, t in T.TARGETS.items()}

@@ -76,19 +76,19 @@ def test_the_pair_rules(base):
 
 
 def test_validate_fields_repeats_no_domain():
-    """One home for a range: no field rule in vdkit.composition.config compares a DOMAINS field with a number."""
+    """One home for a range: no field rule in vdkit.composition.fields compares a DOMAINS field with a number."""
     import ast
     import inspect
 
-    from vdkit.composition import config
+    from vdkit.composition import fields as field_rules
 
-    tree = ast.parse(inspect.getsource(config))
+    tree = ast.parse(inspect.getsource(field_rules))
     fields = {k.split(".", 1)[1] for k in numbers.DOMAINS}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr in fields:
             if all(isinstance(c, ast.Constant) and isinstance(c.value, (int, float)) for c in node.comparators):
-                found.append(f"config.py:{node.lineno} {node.left.attr}")
+                found.append(f"fields.py:{node.lineno} {node.left.attr}")
     assert not found, found
 
 

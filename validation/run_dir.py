@@ -94,7 +94,7 @@ class RunResult:
 
     path: str
     recipe: object  # vdkit.composition.schema.Recipe
-    plan: object = None  # vdkit.composition.schema.Plan from its plan.json (None: unreadable)
+    plan: object = None  # vdkit.composition.plan_types.Plan from its plan.json (None: unreadable)
     log: object = None  # validation.steps.StepLog
     estimate: object = None  # validation.extrapolate.Estimate
     error: str = ""  # why there is no estimate (no timing yet, ...)

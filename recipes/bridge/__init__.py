@@ -127,7 +127,7 @@ def check(plan) -> None:
 def _require_chat_rows(recipe) -> None:
     """An Instruct tokenizer's chat template (read at render) needs prepared rows with ``messages`` (.chat)."""
     from vdkit.recipes.bridge.chat import require_messages
-    from vdkit.recipes.bridge.config import chat_template
+    from vdkit.recipes.bridge.tokenizer import chat_template
     from vdkit.recipes.bridge.data import dataset_root
 
     if recipe.data.name == "synthetic":
@@ -191,7 +191,8 @@ def files(plan, run_dir) -> dict:
     """bridge.yaml (Bridge's ConfigContainer), bridge_job.py with its checkpoint check (bridge_trust.py) and heartbeat,
     the one-time import job, data and tokenizer."""
     from vdkit.recipes.bridge import convert
-    from vdkit.recipes.bridge.config import CONFIG_FILE, TOKENIZER_DIR
+    from vdkit.recipes.bridge.config import CONFIG_FILE
+    from vdkit.recipes.bridge.tokenizer import TOKENIZER_DIR
     from vdkit.recipes.bridge.data import synthetic_files
     from vdkit.recipes.common.byte_tokenizer import byte_tokenizer_files
     from vdkit.run.rundir import checkpoint_dir
@@ -206,7 +207,7 @@ def files(plan, run_dir) -> dict:
            f"{TRUST_MODULE}.py": (here / "trust.py").read_text(),  # the checkpoints it resumes from, beside it
            f"{STANDALONE_NAME}.py": standalone_source()}  # bridge_job.py's heartbeat, beside it (no vdkit there)
     if r.data.name == "synthetic" and r.method.name != "pretrain":
-        from vdkit.recipes.bridge.config import chat_template
+        from vdkit.recipes.bridge.tokenizer import chat_template
 
         out.update(synthetic_files(r, chat=chat_template(r, run_dir) is not None))
     if r.model.tokenizer == "byte-level" and not (r.data.tokenizer_model or r.model.hf_path):
@@ -226,7 +227,8 @@ def files(plan, run_dir) -> dict:
 def render_bridge_yaml(plan, run_dir) -> str:
     """bridge.yaml's text for ``plan`` in ``run_dir`` (what render writes; `vdkit check` and the resume door compare
     a hand-edited file with it: :mod:`.edits`)."""
-    from vdkit.recipes.bridge.config import bridge_config, data_format, to_yaml
+    from vdkit.recipes.bridge.config import bridge_config, to_yaml
+    from vdkit.recipes.bridge.tokenizer import data_format
     from vdkit.run.rundir import checkpoint_dir
 
     r = plan.recipe

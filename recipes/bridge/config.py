@@ -36,13 +36,13 @@ from typing import Dict, Optional
 from vdkit.planner import lora_targets, recompute
 from vdkit.planner.context import interpolation_factor, llama3_factor
 from vdkit.errors import UserError
+from vdkit.recipes.bridge.tokenizer import chat_template, tokenizer_model  # bridge.yaml's tokenizer section
 from vdkit.recipes.bridge.chat import DATASET_KWARGS as CHAT_DATASET_KWARGS  # Bridge's chat dataset switches
 from vdkit.recipes.bridge import cuda_graphs  # train.cuda_graphs: what megatron-core runs per-layer graphs with
 from vdkit.recipes.bridge.userbuffers import ub_overlap_cfg  # parallelism.tp_comm_overlap_cfg
 from vdkit.run.rundir import BRIDGE_CONFIG_FILE as CONFIG_FILE  # noqa: F401  (what the ranks load)
 from vdkit.run.rundir import BRIDGE_RESOLVED_FILE as RESOLVED_FILE  # noqa: F401  (rank 0: Bridge's to_yaml)
 
-TOKENIZER_DIR = "tokenizer"  # in the run dir for the byte-level tokenizer of CPU models
 
 _T = "_target_"
 _CFG = "megatron.bridge.training.config."
@@ -280,47 +280,6 @@ def _dataset(plan, run_dir, in_container: bool = False, chat: bool = False) -> d
     elif t.cuda_graphs == "layer":  # a graph replays fixed shapes: every row padded to seq_length (.cuda_graphs)
         out["dataset_kwargs"]["pad_to_max_length"] = True
     return out
-
-
-def _kits_own_tokenizer(recipe) -> bool:
-    """Whether the data is tokenized with the kit's byte-level tokenizer written into the run dir (no chat template)."""
-    from vdkit.recipes.common import staging
-
-    return recipe.model.tokenizer == "byte-level" and not staging.staged_tokenizer(recipe)
-
-
-def chat_template(recipe, run_dir):
-    """bridge.yaml's ``tokenizer.chat_template`` (:mod:`vdkit.recipes.bridge.chat`), None for plain data."""
-    from vdkit.recipes.bridge import chat
-
-    return None if _kits_own_tokenizer(recipe) else chat.chat_template(recipe, tokenizer_model(recipe, run_dir))
-
-
-def data_format(recipe, run_dir) -> str:
-    """One line for bridge.yaml's header: how the fine-tuning rows are formatted, and why."""
-    from vdkit.recipes.bridge import chat
-
-    if _kits_own_tokenizer(recipe):
-        return "plain '{input} {output}': the kit's byte-level tokenizer (no chat template)"
-    return chat.status(tokenizer_model(recipe, run_dir))
-
-
-def tokenizer_model(recipe, run_dir) -> str:
-    """The HF tokenizer the data is tokenized with, a staged path (the job runs offline: a hub id cannot resolve):
-    the staged one (vdkit.recipes.common.staging: data.tokenizer_model, a local model.hf_path); the kit's
-    byte-level tokenizer written into the run dir (CPU models); for fine-tuning, the copy
-    AutoBridge.import_ckpt keeps in the base checkpoint (``<model.megatron_path>/iter_0000000/tokenizer``);
-    else one line saying what to stage."""
-    from vdkit.recipes.common import staging
-
-    staged = staging.staged_tokenizer(recipe)
-    if staged:
-        return staging.require_staged_tokenizer(recipe, "bridge")
-    if recipe.model.tokenizer == "byte-level":
-        return str(PurePosixPath(run_dir) / TOKENIZER_DIR)
-    if recipe.method.name != "pretrain" and recipe.model.megatron_path:
-        return str(PurePosixPath(recipe.model.megatron_path) / "iter_0000000" / "tokenizer")
-    return staging.require_staged_tokenizer(recipe, "bridge")
 
 
 def _checkpoint(plan, ckpt_dir, in_container: bool) -> dict:

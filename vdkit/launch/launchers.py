@@ -12,7 +12,7 @@ and ``vdkit submit`` / ``vdkit status`` all go through :func:`get`; nothing else
 launcher's name. The engine never learns which launcher runs it.
 
 The interface (module-level names; ``files``, ``submit`` and ``status`` are required, the rest
-default as shown). ``plan`` is a :class:`vdkit.composition.schema.Plan`, ``job`` the engine's
+default as shown). ``plan`` is a :class:`vdkit.composition.plan_types.Plan`, ``job`` the engine's
 :class:`~vdkit.run.jobspec.JobSpec` for this run directory, ``run_dir`` the run directory's absolute
 :class:`~pathlib.Path` (when rendering it does not exist yet: files need its final path):
 

@@ -111,6 +111,7 @@ Bias terms (OPT) are not counted.
 from __future__ import annotations
 
 from vdkit.composition.schema import LAYER_KERNELS as KERNELS  # each engine's spec names its set (``layer_kernels``)
+from vdkit.composition.schema import LORA_DEFAULT_TARGETS  # method.lora_targets' default (QKV alone)
 
 # torch's norms and megatron-core's softmax (attention_softmax_in_fp32) compute and keep fp32 on a bf16 input
 OPMATH = 4.0
@@ -154,7 +155,7 @@ def _swiglu_input_bytes(dtype: str, element: float) -> float:
 def layer_bytes(m, s: float, b: int, tp: int, sequence_parallel: bool, recompute: str,
                 kernels: str = "fused", element: float = 2.0, peft: str = "", lora_dim: int = 0,
                 fp8: bool = False, engine: str = "", swiglu_input: str = "bf16", attention: str = "sdpa",
-                autocast: bool = False, fp8_attention: bool = False, lora_targets: tuple = ("linear_qkv",)) -> float:
+                autocast: bool = False, fp8_attention: bool = False, lora_targets: tuple = LORA_DEFAULT_TARGETS) -> float:
     """Bytes one layer keeps for backward for one micro batch (see the module docstring).
 
     ``recompute``: none / selective / full (full: a recomputed layer; partial recompute mixes the two,

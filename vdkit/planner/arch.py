@@ -19,10 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdkit.planner import lora_targets
-from vdkit.planner.lora_targets import DEFAULT_TARGETS
+from vdkit.composition.schema import LORA_DEFAULT_TARGETS
 
 # Rows a learned position table holds beyond max_position_embeddings (OPTLearnedPositionalEmbedding).
 LEARNED_POSITION_OFFSET = {"opt": 2}
+BF16_BYTES = 2  # one bfloat16 element (the adapters' and TE 1.x's CP ring's buffers: lora_traffic, cp_overheads)
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def param_counts(m) -> ParamCounts:
 
 
 # ----------------------------------------------------------------------------- per method
-def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused", targets=DEFAULT_TARGETS) -> int:
+def lora_params_per_layer(m, adapter_dim: int, qkv: str = "fused", targets=LORA_DEFAULT_TARGETS) -> int:
     """LoRA parameters of one layer, as the engine places them (``engine.lora_qkv``) on ``targets``
     (``method.lora_targets``; vdkit.planner.lora_targets).
 

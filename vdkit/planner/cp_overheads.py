@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Tuple
 
-BF16 = 2  # bytes per element of TE 1.x's ring buffers, outputs and gradients (BF16 attention)
+from vdkit.planner.arch import BF16_BYTES as BF16  # TE 1.x's ring buffers, outputs and gradients (BF16 attention)
 
 
 def rank_bytes(cp: int, rank: int, q: float, kv: float) -> Tuple[float, float]:

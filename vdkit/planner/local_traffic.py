@@ -188,3 +188,14 @@ def step_note(step, recipe) -> list:
             f"({q['local_gb_per_micro_batch']:,.0f} GB per micro batch at {q['local_hbm_gb_s']:,.0f} GB/s, "
             f"{q['local_scores_gb_per_micro_batch']:,.0f} GB of it the s x s attention scores) + {q['local_attention_flops_s']:.3g} s/step of attention bmm FLOPs in the compute, "
             f"rows of {q['local_row']:,.0f} tokens (vdkit.planner.local_traffic)"]
+
+
+def local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: float) -> dict:
+    """The local layers' share of the step (:func:`local_step`'s result) for the plan's note - their traffic's and
+    their extra attention FLOPs' seconds per step (``traffic_mb``, ``flops_mb``: per micro batch); {} without them."""
+    if local is None:
+        return {}
+    return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
+            "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
+            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb,
+            "local_hbm_gb_s": hbm / 1e9}

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-from vdkit.composition.schema import LORA_DEFAULT_TARGETS as DEFAULT_TARGETS, LORA_TARGETS  # noqa: F401
+from vdkit.composition.schema import LORA_TARGETS
 from vdkit.errors import UserError
 
 
@@ -30,14 +30,14 @@ class Target:
     nemo: str  # NeMo 24.x's PEFT_MODULE_MAP name (NeMo 1.23 accepts attention_qkv only, implicitly)
 
 
-TARGETS: Dict[str, Target] = {
-    "linear_qkv": Target("column", ("q_proj", "k_proj", "v_proj"), ("q_proj", "k_proj", "v_proj"), "attention_qkv"),
-    "linear_proj": Target("row", ("o_proj",), ("out_proj",), "attention_dense"),
-    "linear_fc1": Target("column", ("gate_proj", "up_proj"), ("fc1",), "mlp_fc1"),
-    "linear_fc2": Target("row", ("down_proj",), ("fc2",), "mlp_fc2"),
-}
+# keyed by the schema's names (its one home, below the planner), in its order: linear_qkv, linear_proj, fc1, fc2
+TARGETS: Dict[str, Target] = dict(zip(LORA_TARGETS, (
+    Target("column", ("q_proj", "k_proj", "v_proj"), ("q_proj", "k_proj", "v_proj"), "attention_qkv"),
+    Target("row", ("o_proj",), ("out_proj",), "attention_dense"),
+    Target("column", ("gate_proj", "up_proj"), ("fc1",), "mlp_fc1"),
+    Target("row", ("down_proj",), ("fc2",), "mlp_fc2"),
+), strict=True))
 LORA_QKV = ("fused", "separate")  # engine.lora_qkv: one adapter on each fused linear | peft's per module
-assert tuple(TARGETS) == LORA_TARGETS, "vdkit.composition.schema.LORA_TARGETS and TARGETS name the same layers"
 
 
 def of(recipe) -> Tuple[str, ...]:
@@ -102,7 +102,7 @@ def adapter_shapes(m, name: str, qkv: str = "fused") -> Tuple[Tuple[int, int], .
     """``(in, out)`` of each adapter LoRA puts on ``name``: one on the fused layer (megatron-core, Bridge, NeMo), or
     one per transformers module (``engine.lora_qkv=separate``, peft: q / k / v, and gate / up for a gated MLP)."""
     i, o = shape(m, name)
-    if qkv != "separate" or name in ("linear_proj", "linear_fc2"):
+    if qkv != "separate" or TARGETS[name].split == "row":  # peft splits only the fused column-parallel ones
         return ((i, o),)
     if name == "linear_qkv":
         kv = (o - i) // 2

@@ -42,9 +42,9 @@ column target's input and its reduce-scatter, and a row target's reductions, are
 from __future__ import annotations
 
 from vdkit.planner import lora_targets
+from vdkit.planner.arch import BF16_BYTES as BF16  # the adapter's activations and gradients
 from vdkit.planner.layout import effective_sp
 
-BF16 = 2  # bytes per element of the adapter's activations and gradients
 MASK = 1  # torch.nn.Dropout's bool mask, one byte per element
 
 

@@ -72,7 +72,8 @@ from vdkit.planner.lora_targets import of as lora_of
 from vdkit.planner.calibration import overhead_gb
 from vdkit.planner.cuda_graphs import graph_bytes
 from vdkit.planner.layout import data_parallel
-from vdkit.composition.schema import GB, Memory, Recipe
+from vdkit.composition.plan_types import Memory
+from vdkit.composition.schema import GB, Recipe
 
 # The memory model's numbers (bytes per parameter, the per-GPU overhead, the borderline band) live in
 # conf/calibration/memory.yaml, read through vdkit.planner.calibration.

@@ -7,7 +7,7 @@ with the lowest predicted step time (:mod:`vdkit.planner.predict`; near-ties go 
 it names the runner-up and why it lost. It never raises for a layout that merely does not fit
 memory: the plan says ``feasible: false`` and why, with the arithmetic. Sharded data parallelism
 (FSDP / ZeRO-3) has its own memory model (:mod:`vdkit.planner.sharded`); the result is a
-:class:`vdkit.composition.schema.Plan` either way.
+:class:`vdkit.composition.plan_types.Plan` either way.
 
 The parallelism rules live in :mod:`vdkit.planner.layout`, the memory model (bytes per GPU, worst pipeline
 stage) in :mod:`vdkit.planner.memory`; here: the search among the valid layouts, and the plan.
@@ -31,7 +31,8 @@ from vdkit.planner.host_time import step_note as host_note
 from vdkit.planner.local_traffic import step_note
 from vdkit.planner.presets import preset_notes
 from vdkit.planner.predict import predict_step, predicts_for, regime, why_no_prediction
-from vdkit.composition.schema import Candidate, Plan, Prediction, Recipe
+from vdkit.composition.plan_types import Candidate, Plan, Prediction
+from vdkit.composition.schema import Recipe
 
 
 def engine_notes(recipe) -> List[str]:

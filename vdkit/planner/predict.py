@@ -46,16 +46,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Dict, Optional
 
-from vdkit.planner import attention_rate, cp_overheads, dp_tail, lora_traffic, tp_overlap
+from vdkit.planner import attention_rate, cp_overheads, data_parallel, lora_traffic, tp_overlap
 from vdkit.planner.attention_rate import FLASH_BACKWARD_PASSES  # this module's API too (its home: attention_rate)
 from vdkit.planner.activations import attention_precision
 from vdkit.planner.arch import param_counts, trainable_params
-from vdkit.planner.collectives import cp_ring_s, ring_s, straggler  # noqa: F401 (straggler: this module's API too)
+from vdkit.planner.collectives import cp_ring_s, straggler  # noqa: F401 (straggler: this module's API too)
 from vdkit.planner.host_time import drain_terms, stage_terms
 from vdkit.planner.interconnect import interconnect
-from vdkit.planner.local_traffic import local_step
-from vdkit.planner.memory import grad_optimizer_bytes, optimizer_pass_bytes, recompute_share
-from vdkit.composition.schema import STEP_TIME_REGIMES, Prediction, StepTime
+from vdkit.planner.local_traffic import local_parts, local_step
+from vdkit.planner.memory import optimizer_pass_bytes, recompute_share
+from vdkit.composition.plan_types import Prediction, StepTime
+from vdkit.composition.schema import STEP_TIME_REGIMES
 
 CALIBRATION_FILE = Path("calibration") / "step_time.yaml"  # under the conf/ tree (package data in a wheel)
 FITTED_KEYS = ("gemm_efficiency_bf16", "gemm_efficiency_fp8", "guide_stack_gb_s", "per_step_host_s")
@@ -351,26 +352,11 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     host_mb, host_parts = stage_terms(r, tp, cp, layers, recompute, share, calib, stage_mb, micro)
     stage_mb += host_mb
 
-    # Data parallel: the trainable parameters' gradients, once per step, after the backward, in the gradient buffer's
-    # dtype as the engine renders it (the memory model's gradient bytes, one home: fp32 main gradients, 4; NeMo's
-    # Apex grad_sync_dtype bf16 with train.optimizer_dtype=bf16, 2).
-    # (megatron-core reduces them over the data-parallel x context-parallel group.) Across nodes NCCL runs one ring per
-    # channel, each crossing between nodes on its own adapter, so all the node's adapters carry the reduction at once:
-    # its bus bandwidth is the node's fabric bandwidth, capped by NVLink (nccl-tests across nodes report busbw ~ adapters
-    # x the per-adapter rate, e.g. ~95 GB/s on 4 NICs, NVIDIA/nccl-tests#252) - not one adapter's share per GPU.
-    dp_link, dp_lat = ((nvlink, latency) if r.world_size <= c.gpus_per_node
-                       else (min(nvlink, fab.node_gb_s), fab_latency))
-    grad_bytes = grad_optimizer_bytes(r, distributed_optimizer)[0]
-    dp_s = ring_s(grad_bytes * trainable_held, dp * cp, dp_link, dp_lat)
-    # NVIDIA's fused path with the distributed optimizer overlaps that reduction with compute (NeMo 1.23's
-    # reduce_overlap_gradients: "the grad sync is overlapped with the final backward pass", conf/nvidia/llama2_pretrain.yaml;
-    # Bridge's ddp overlap_grad_reduce / overlap_param_gather, recipes/bridge/config.py): each gradient bucket is
-    # reduce-scattered as the last micro batch's backward fills it: only what outlasts that compute is exposed ...
-    window_flops, window_attn = (flops_mb, attn_mb) if fused and distributed_optimizer else (0.0, 0.0)
-    dp_exposed = max(0.0, dp_s - window_flops / eff - window_attn / attn_eff)
-    last = dp_tail.last_bucket_params(counts.embedding / tp * full, trainable_held, dp_tail.bucket_params(calib, dp))
-    # ... but the last bucket (the embedding's) reduces after the backward: exposed (vdkit.planner.dp_tail)
-    dp_tail_s = dp_tail.exposed_tail_s(grad_bytes, last, dp * cp, dp_link, dp_lat) * (fused and distributed_optimizer)
+    # Data parallel: the gradients' ring over DP x CP, hidden behind the last micro batch's compute on the fused path
+    # with the distributed optimizer but for the last bucket's tail (vdkit.planner.data_parallel)
+    red = data_parallel.reduction(r, dp, cp, trainable_held, counts.embedding / tp * full, distributed_optimizer,
+                                  fused and distributed_optimizer, nvlink, latency, fab,
+                                  (flops_mb, attn_mb, eff, attn_eff), calib)
     # Optimizer: read + write the state and the gradient, write the weights (memory-bound): the memory model's bytes.
     shard = trainable_held / (dp * cp if distributed_optimizer else 1)
     opt_s = shard * optimizer_pass_bytes(r, distributed_optimizer) / hbm
@@ -388,13 +374,13 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
     spp = samples_per_sequence(r, calib)
     return StepTime(
         compute_s=micro * compute_mb, overhead_s=micro * (overhead_mb + local_mb + host_mb) + drain_s + tail_s,
-        communication_s=micro * (tp_mb + pp_mb + cp_mb) + dp_exposed + dp_tail_s, bubble_s=bubble, optimizer_s=opt_s,
+        communication_s=micro * (tp_mb + pp_mb + cp_mb) + red.exposed_s + red.tail_s, bubble_s=bubble, optimizer_s=opt_s,
         tokens_per_step=t.global_batch_size * n / t.micro_batch_size,
         samples_per_step=t.global_batch_size * spp,
-        parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": dp_exposed,
-               "data_parallel_tail_s": dp_tail_s, "context_parallel_s": micro * cp_mb, "cp_copies_s": micro * cp_copies_mb,
+        parts={"tensor_parallel_s": micro * tp_mb, "pipeline_p2p_s": micro * pp_mb, "data_parallel_s": red.exposed_s,
+               "data_parallel_tail_s": red.tail_s, "context_parallel_s": micro * cp_mb, "cp_copies_s": micro * cp_copies_mb,
                "straggler": slow, "lora_traffic_s": micro * lora_mb,
-               **_local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
+               **local_parts(local, micro, local_mb, local_flops_mb / eff, hbm), **host_parts,
                **tpo.parts(micro), **drain_parts, "per_step_host_s": tail_s,
                # the step as a function of the calibrated constants (benchmarks/bench_prediction.py refits them):
                # step = multiplier * max(max(flops / eff + attn_flops / attn_eff, floor) + touched_gb / guide_stack_gb_s
@@ -404,20 +390,10 @@ def predict_step(recipe, tp: int, pp: int, vp: int = 1, recompute: str = "none",
                # attention_precision); comm = comm_s + the overlapped TP collectives' exposed seconds at eff (tp_overlap)
                "multiplier": micro + ((pp - 1) / vp if pp > 1 else 0.0), "flops_s": flops_mb, "attn_flops_s": attn_mb,
                "floor_s": floor_mb, "touched_gb": touched / 1e9, "local_s": local_mb, "comm_s": tpo.basis_s() + pp_mb + cp_mb,
-               "dp_s": dp_s, "dp_window_flops_s": window_flops, "dp_window_attn_s": window_attn, "per_step_s": opt_s + drain_s + dp_tail_s,
+               "dp_s": red.ring_s, "dp_window_flops_s": red.window_flops_s, "dp_window_attn_s": red.window_attn_s,
+               "per_step_s": opt_s + drain_s + red.tail_s,
                "per_step_host_n": tail_n, "attn_eff": stack_attn.efficiency if stack_attn else 0.0},  # 0: the GEMM rule
     )
-
-
-def _local_parts(local, micro: int, traffic_mb: float, flops_mb: float, hbm: float) -> dict:
-    """The local layers' share of the step (vdkit.planner.local_traffic) for the plan's note - their traffic's and
-    their extra attention FLOPs' seconds per step (``traffic_mb``, ``flops_mb``: per micro batch); {} without them."""
-    if local is None:
-        return {}
-    return {"local_row": local.row, "local_gb_per_micro_batch": local.hbm_bytes / 1e9,
-            "local_scores_gb_per_micro_batch": local.scores_bytes / 1e9,
-            "local_traffic_s": micro * traffic_mb, "local_attention_flops_s": micro * flops_mb,
-            "local_hbm_gb_s": hbm / 1e9}
 
 
 REGIMES = STEP_TIME_REGIMES  # the step-time regimes an engine may name (its spec's step_time_regime)

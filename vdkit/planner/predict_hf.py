@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from vdkit.composition.schema import StepTime
+from vdkit.composition.plan_types import StepTime
 
 
 def constants() -> dict:

@@ -39,7 +39,8 @@ from vdkit.planner.arch import param_counts, trainable_params
 from vdkit.planner.lora_targets import of as lora_of
 from vdkit.planner.calibration import HEADROOM, is_borderline, memory, overhead_gb
 from vdkit.errors import UserError
-from vdkit.composition.schema import GB, Memory, Plan, Prediction, Recipe
+from vdkit.composition.plan_types import Memory, Plan, Prediction
+from vdkit.composition.schema import GB, Recipe
 from vdkit.planner.memory import activation_bytes, run_precision
 from vdkit.planner.tokens import full_rows
 
@@ -81,7 +82,7 @@ def accumulation_gradient_bytes(r: Recipe) -> float:
 
 
 def estimate_sharded_memory(r: Recipe, recompute: str, cpu_offload: Optional[bool] = None):
-    """Per-GPU memory (a vdkit.composition.schema.Memory) of sharded data parallelism, and host GB per node."""
+    """Per-GPU memory (a vdkit.composition.plan_types.Memory) of sharded data parallelism, and host GB per node."""
     kind = r.parallelism.sharding
     offload = r.parallelism.cpu_offload if cpu_offload is None else cpu_offload
     m, t = r.model, r.train

@@ -22,7 +22,7 @@ module per concern:
 A launcher's own cluster settings are its ``check_recipe`` (through :mod:`vdkit.launch.launchers`); what a
 run on this machine cannot do (FP8 / offload without a GPU, the host's memory) is the local
 launcher's (:func:`vdkit.launch.local.check_host`). Layout rules (TP / PP / DP) live in the planner; field
-rules on names and obvious pairs in :func:`vdkit.composition.config.validate_fields`.
+rules on names and obvious pairs in :func:`vdkit.composition.fields.validate_fields`.
 """
 from __future__ import annotations
 

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Optional
 
 from vdkit.errors import UserError
-from vdkit.composition.schema import Memory, Plan, Prediction, Recipe, StepTime
+from vdkit.composition.plan_types import Memory, Plan, Prediction, StepTime
+from vdkit.composition.schema import Recipe
 
 RECIPE_FILE = "recipe.yaml"
 PLAN_FILE = "plan.json"
@@ -182,7 +183,7 @@ def load_recipe(path) -> Recipe:
     # A recipe.yaml edited by hand gets the composed recipe's value rules (not its file checks: the run
     # may be read on another machine), so that a rank never trains on e.g. model.num_layers=-3 and
     # `vdkit check` / `status` / `report` never act on a recipe render would have refused.
-    from vdkit.composition.config import validate_fields
+    from vdkit.composition.fields import validate_fields
     from vdkit.rules import check_values
 
     try:
