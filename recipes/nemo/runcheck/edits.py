@@ -24,6 +24,7 @@ from typing import List, Tuple
 
 from vdkit.recipes.common import edits as common
 from vdkit.recipes.common.edits import FIX_RERENDER
+from vdkit.recipes.common.training_constants import CPU_PRECISION, GPU_PRECISION
 from vdkit.recipes.nemo.runcheck.venv import NEMO_VERSION
 from vdkit.run.rundir import NEMO_CONFIG_FILE as NEMO_CONFIG_FILE_NAME
 
@@ -141,7 +142,8 @@ OUTPUT_KEYS = ("exp_manager.checkpoint_callback_params.dirpath", "exp_manager.ex
 
 # NeMo 1.23's torch_dtype_from_precision (nlp/parts/utils_funcs.py:43-55), which MegatronBaseModel builds the model in
 # (megatron_base_model.py:125); any other value is its ValueError, the NeMo probe's line.
-DTYPES = {"bf16": "bf16", "bf16-mixed": "bf16", "16": "fp16", "16-mixed": "fp16", "32": "fp32", "32-true": "fp32"}
+# The Lightning 2 spellings are the kit's constants' (training_constants: one home for "bf16-mixed" / "32-true").
+DTYPES = {"bf16": "bf16", GPU_PRECISION: "bf16", "16": "fp16", "16-mixed": "fp16", "32": "fp32", CPU_PRECISION: "fp32"}
 
 
 def _other_precision(edited: dict, rendered: dict) -> List[Tuple[str, str, str]]:
