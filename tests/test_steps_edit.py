@@ -84,17 +84,24 @@ def test_a_bridge_run_lengthened_past_its_decay_at_zero_min_lr_is_a_defect():
     # (optimizer_param_scheduler.py:237); at 0 they train nothing. NeMo / megatron / reference decay over the edited count.
     from types import SimpleNamespace as NS
 
-    from vdkit.recipes.bridge.runcheck_sched import _past_decay
+    from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+
+    from vdkit.recipes.bridge.runcheck_sched import _trains
     from vdkit.run.jobcheck import Report
 
-    def cfg(iters, decay_iters, min_lr=0.0, gbs=8):
-        return NS(train=NS(train_samples=None, train_iters=iters, global_batch_size=gbs),
-                  scheduler=NS(lr_decay_steps=decay_iters * gbs), optimizer=NS(min_lr=min_lr))
+    def run(iters, decay_iters, min_lr=0.0, gbs=8):
+        """Bridge's config as rendered (cosine from 1e-4, 2 warm-up steps) with the run's and the decay's lengths;
+        megatron-core's own scheduler over a one-group stand-in optimizer."""
+        cfg = NS(train=NS(train_iters=iters, global_batch_size=gbs), scheduler=NS(lr_decay_iters=decay_iters),
+                 optimizer=NS(min_lr=min_lr))
+        sched = OptimizerParamScheduler(NS(param_groups=[{}]), 0.0, 1e-4, min_lr, 2 * gbs, decay_iters * gbs,
+                                        "cosine", 0.01, 0.01, decay_iters * gbs, "constant")
+        return cfg, sched
 
     rep = Report(Path("."))
-    assert _past_decay(cfg(55, 50), rep) and len(rep.defects) == 1
+    assert not _trains(*run(55, 50), rep) and len(rep.defects) == 1
     assert "train.train_iters=55 runs past scheduler.lr_decay_iters=50" in rep.defects[0]
     assert "the last 5 steps train nothing" in rep.defects[0] and "scheduler.lr_decay_iters=55" in rep.defects[0]
-    for fine in (cfg(50, 50), cfg(40, 50), cfg(55, 55), cfg(55, 50, min_lr=1e-6)):  # as rendered, shorter, decay too, a floor
-        assert not _past_decay(fine, rep)
+    for fine in (run(50, 50), run(40, 50), run(55, 55), run(55, 50, min_lr=1e-6)):  # as rendered, shorter, decay too, a floor
+        assert _trains(*fine, rep)
     assert len(rep.defects) == 1

@@ -14,8 +14,10 @@ A warm-up as long as the decay is not refused by Bridge but shortened: ``ConfigC
 (``megatron/bridge/training/config.py`` 1678-1685) caps ``lr_warmup_steps`` at ``lr_decay_steps - 1`` with a rank-0
 ``warnings.warn`` only, and the job trains on another schedule than its bridge.yaml says: a defect here too.
 
-A ``train.train_iters`` lengthened past ``scheduler.lr_decay_iters`` (the rendered count) at a zero ``min_lr``
-trains its added steps at learning rate 0 (``optimizer_param_scheduler.py`` 237-238): a defect (``_past_decay``).
+Steps past the decay at a zero ``min_lr`` train at learning rate 0 (``optimizer_param_scheduler.py`` 237-238): a
+``scheduler.lr_decay_iters`` cut short, or a ``train.train_iters`` lengthened past the rendered decay (a resumed run
+extended, docs/checking-jobs.md "Hand edits and the plan"). megatron-core's own ``get_lr`` is read at every step of the
+run: a defect (``_trains``).
 """
 from __future__ import annotations
 
@@ -58,33 +60,12 @@ def _warmup_capped(cfg, rep: Report) -> bool:
     return True
 
 
-def _past_decay(cfg, rep: Report) -> bool:
-    """True (a defect in ``rep``) where the run trains past its decay at a zero ``min_lr``: the render writes
-    ``lr_decay_iters`` = the plan's steps, so a hand edit that lengthens ``train.train_iters`` (a resumed run
-    extended, docs/checking-jobs.md "Hand edits and the plan") leaves the decay where it was, and megatron-core holds
-    every later step at ``min_lr`` (``optimizer_param_scheduler.py`` 237-238): at 0 those steps change nothing.
-    NeMo (its CosineAnnealing's max_steps from trainer.max_steps) and the megatron / reference engines
-    (``recipes/common/schedule.py`` on the run's own count) decay over the edited count instead."""
-    t, s = cfg.train, cfg.scheduler
-    if t.train_samples is not None or t.train_iters * t.global_batch_size <= s.lr_decay_steps or cfg.optimizer.min_lr:
-        return False
-    decay = s.lr_decay_steps // t.global_batch_size
-    rep.defect(f"train.train_iters={t.train_iters} runs past scheduler.lr_decay_iters={decay}: megatron-core holds "
-               f"every step after {decay} at optimizer.min_lr=0.0 (optimizer_param_scheduler.py:237), so the last "
-               f"{t.train_iters - decay} steps train nothing", f"{CONFIG_FILE} scheduler.lr_decay_iters",
-               f"set scheduler.lr_decay_iters={t.train_iters} too (resuming a saved run, also "
-               "scheduler.override_opt_param_scheduler=true: megatron-core asserts the checkpoint's decay length "
-               "otherwise, optimizer_param_scheduler.py:326), or re-plan with `vdkit render ... "
-               f"train.max_steps={t.train_iters}`")
-    return True
-
-
 def check(cfg, rep: Report) -> bool:
     """Bridge's ``_get_scheduler`` on ``cfg`` (after :func:`vdkit.recipes.bridge.runcheck.validate`); its line into
     ``rep``. False when the job's setup would refuse the schedule or validate() capped its warm-up."""
     from megatron.bridge.training.optim import _get_scheduler
 
-    if _warmup_capped(cfg, rep) or _past_decay(cfg, rep):
+    if _warmup_capped(cfg, rep):
         return False
 
     group = {}
@@ -119,26 +100,31 @@ def check(cfg, rep: Report) -> bool:
 
 
 def _trains(cfg, sched, rep: Report) -> bool:
-    """megatron-core's own ``get_lr`` at each of the run's steps (``num_steps`` counts samples: step x GBS): a schedule
-    that reaches learning rate 0 long before the run ends (``scheduler.lr_decay_iters: 5`` of 50, ``min_lr`` 0) trains
-    its remaining steps at 0 (``optimizer_param_scheduler.py:237``: past the decay, ``min_lr``), nothing refusing it.
-    One step at 0 is the warm-up's first (``lr_warmup_init`` 0) or a cosine's last."""
+    """megatron-core's own ``get_lr`` at each of the run's steps (``num_steps`` counts samples: step x GBS): a run that
+    goes on past its decay at ``min_lr`` 0 trains those steps at learning rate 0 (``optimizer_param_scheduler.py:237``:
+    past the decay, ``min_lr``), nothing refusing it - ``scheduler.lr_decay_iters: 5`` of 50, or ``train.train_iters``
+    edited up from the rendered 50 (the render writes lr_decay_iters = the plan's steps). NeMo (its CosineAnnealing's
+    max_steps from trainer.max_steps) and the megatron / reference engines (``recipes/common/schedule.py`` on the run's
+    own count) decay over an edited count instead. Step 0 at 0 is the warm-up's first (``lr_warmup_init`` 0)."""
     steps, gbs = int(cfg.train.train_iters or 0), int(cfg.train.global_batch_size or 0)
     saved = sched.num_steps
     try:
         zero = []
-        for step in range(steps):
+        for step in range(1, steps):
             sched.num_steps = step * gbs
             if sched.get_lr({}) == 0.0:
                 zero.append(step)
     finally:
         sched.num_steps = saved
-    if len(zero) <= 1:
+    if not zero:
         return True
-    rep.defect(f"the schedule trains {len(zero)} of the run's {steps} steps at learning rate 0 (megatron-core's "
-               f"get_lr, optimizer_param_scheduler.py:237: past scheduler.lr_decay_iters={cfg.scheduler.lr_decay_iters}"
-               f" it holds optimizer.min_lr={cfg.optimizer.min_lr}): from step {zero[1]} on nothing trains",
-               f"{CONFIG_FILE} scheduler.lr_decay_iters / optimizer.min_lr",
-               "decay over the run's steps (lr_decay_iters = train_iters, as rendered) or keep a min_lr above 0, "
-               "or re-render the run with `vdkit render`")
+    decay = cfg.scheduler.lr_decay_iters
+    rep.defect(f"train.train_iters={steps} runs past scheduler.lr_decay_iters={decay}: megatron-core's get_lr holds "
+               f"every step after the decay at optimizer.min_lr={cfg.optimizer.min_lr} (optimizer_param_scheduler.py:237), "
+               f"so the last {len(zero)} steps train nothing (from step {zero[0]} on: {len(zero)} of the run's {steps} "
+               "steps at learning rate 0)", f"{CONFIG_FILE} scheduler.lr_decay_iters / optimizer.min_lr",
+               f"set scheduler.lr_decay_iters={steps} (resuming a saved run, also "
+               "scheduler.override_opt_param_scheduler=true: megatron-core asserts the checkpoint's decay length "
+               "otherwise, optimizer_param_scheduler.py:326) or keep a min_lr above 0, or re-plan with `vdkit render "
+               f"... train.max_steps={steps}`")
     return False
